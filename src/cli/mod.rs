@@ -1,0 +1,35 @@
+//! The command line: one file per subcommand. `main.rs` only parses and
+//! dispatches here.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub mod sim;
+pub mod simctl;
+
+/// Placement policy for fleets of Norsk live-video workers.
+#[derive(Debug, Parser)]
+#[command(name = "norsk-auto-manager", version, about)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve a simulated Norsk Manager (and its admin service) on loopback.
+    Sim(sim::Args),
+    /// Inspect and inject faults into a running simulator.
+    Simctl(simctl::Args),
+}
+
+/// Runs the parsed command line and returns the process exit code.
+pub async fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Sim(args) => sim::run(args).await,
+        Command::Simctl(args) => simctl::run(args).await,
+    }
+}

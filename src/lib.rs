@@ -1,0 +1,11 @@
+//! norsk-auto-manager: placement policy for fleets of Norsk live-video
+//! workers.
+//!
+//! Layering is one-way: [`model`] <- `placement` <- `automanager` <-
+//! ([`manager`], `controller`, [`cli`]). The model never imports `kube`,
+//! `tonic`, `tokio` or a clock.
+
+pub mod cli;
+pub mod manager;
+pub mod model;
+pub mod sim;

@@ -1,0 +1,3 @@
+//! Everything that speaks to Norsk Manager over gRPC.
+
+pub mod proto;

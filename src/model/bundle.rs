@@ -1,0 +1,219 @@
+//! Bundles: the unit of work a user submits. A bundle runs a primary copy
+//! (replica 0) and, only when it carries a `resiliencePolicy`, one backup
+//! (replica 1). Each copy holds the same jobs.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{BundleId, JobSpec, OnLaunch, UnixMillis};
+
+/// A resilience flag: best-effort, never hard.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ResilienceRule {
+    /// The backup may share this failure domain with the primary.
+    #[default]
+    Allow,
+    /// Keep the backup out of the primary's failure domain whenever any
+    /// compliant node fits.
+    Forbid,
+}
+
+/// `resiliencePolicy`: present means a backup replica is expanded.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ResiliencePolicy {
+    /// Where the backup is placed (default: the bundle's pool).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// Backup on the primary's node.
+    pub same_node: ResilienceRule,
+    /// Backup in the primary's availability zone.
+    pub same_az: ResilienceRule,
+    /// Backup in the primary's cloud (provider kind).
+    pub same_cloud: ResilienceRule,
+}
+
+/// `intraReplicaPlacement.sameAz`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum IntraReplicaAz {
+    /// Prefer a node sharing an AZ with a same-replica peer (the default).
+    #[default]
+    Soft,
+    /// Only nodes sharing an AZ with placed same-replica peers.
+    Hard,
+    /// No AZ preference.
+    Off,
+}
+
+/// `intraReplicaPlacement`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct IntraReplicaPlacement {
+    /// Co-locate every job that declares neither `coLocateWith` nor
+    /// `separateFrom`, as a hard rule.
+    pub same_node_default: bool,
+    /// `hard`, `soft` (default) or `off`.
+    pub same_az: IntraReplicaAz,
+}
+
+/// Whether a bundle is live or being deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum BundleState {
+    /// Running (every update sets this).
+    #[default]
+    Live,
+    /// Manager's stop-then-delete saga is running.
+    Deleting,
+}
+
+/// A terminal verdict's kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum VerdictKind {
+    /// The production ended: no replica of the bundle is placed again.
+    Broken,
+    /// One non-essential job was taken out alone.
+    Dropped,
+}
+
+/// A terminal verdict recorded on Manager.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalVerdict {
+    /// Broken or dropped.
+    pub kind: VerdictKind,
+    /// Why, in words a person can act on (for an invalid spec, the worker's).
+    pub reason: String,
+    /// When the verdict was reached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<UnixMillis>,
+}
+
+/// The bundle spec as users write it (the seed's `Bundle` minus its id).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BundleSpec {
+    /// The one pool the primary is placed into.
+    pub pool: String,
+    /// Present: a backup replica is expanded too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resilience_policy: Option<ResiliencePolicy>,
+    /// The jobs of each replica, in order.
+    pub jobs: Vec<JobSpec>,
+    /// Rules between jobs of one replica.
+    #[serde(default)]
+    pub intra_replica_placement: IntraReplicaPlacement,
+    /// Whether the first placement may take an unconsumed hot spare.
+    #[serde(default)]
+    pub on_launch: OnLaunch,
+    /// May take a spare exclusively reserved for other templates.
+    #[serde(default)]
+    pub override_reservation: bool,
+    /// Parameter values that differ on the backup, keyed by job name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub backup_parameter_overrides: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl BundleSpec {
+    /// `replicaCount`: derived, never set — 2 with a resilience policy, else 1.
+    pub fn replica_count(&self) -> u32 {
+        if self.resilience_policy.is_some() { 2 } else { 1 }
+    }
+
+    /// The pool a replica is placed from: the backup's
+    /// `resiliencePolicy.pool` when set, else the bundle's pool.
+    pub fn pool_for_replica(&self, replica_index: u32) -> &str {
+        if replica_index > 0 {
+            if let Some(pool) = self.resilience_policy.as_ref().and_then(|r| r.pool.as_deref()) {
+                return pool;
+            }
+        }
+        &self.pool
+    }
+
+    /// A job's parameters on a replica, with `backupParameterOverrides`
+    /// applied on the backup.
+    pub fn parameters_for(&self, replica_index: u32, job: &JobSpec) -> BTreeMap<String, String> {
+        let mut params = job.parameters.clone();
+        if replica_index > 0 {
+            if let Some(overrides) = self.backup_parameter_overrides.get(&job.job_name) {
+                params.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+        }
+        params
+    }
+
+    /// The job spec named `job_name`.
+    pub fn job(&self, job_name: &str) -> Option<&JobSpec> {
+        self.jobs.iter().find(|j| j.job_name == job_name)
+    }
+}
+
+/// A bundle as Manager stores it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Bundle {
+    /// The bundle id (`namespace/name` for bundles from Kubernetes).
+    pub bundle_id: BundleId,
+    /// What the user asked for.
+    #[serde(flatten)]
+    pub spec: BundleSpec,
+    /// Live or deleting.
+    #[serde(default)]
+    pub state: BundleState,
+    /// Set when the production ended; cleared by an update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminal_verdict: Option<TerminalVerdict>,
+    /// Manager's generation counter, bumped on every accepted spec change.
+    #[serde(default)]
+    pub generation: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> BundleSpec {
+        serde_yaml::from_str(
+            "pool: production\nresiliencePolicy: {pool: oci-fra, sameNode: forbid}\njobs:\n  - jobName: encode\n    parameters: {bitrate: '5000'}\nbackupParameterOverrides: {encode: {bitrate: '3000'}}\n",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn replica_count_is_derived_from_the_resilience_policy() {
+        let mut s = spec();
+        assert_eq!(s.replica_count(), 2);
+        s.resilience_policy = None;
+        assert_eq!(s.replica_count(), 1);
+    }
+
+    #[test]
+    fn backup_is_placed_from_the_resilience_pool() {
+        let s = spec();
+        assert_eq!(s.pool_for_replica(0), "production");
+        assert_eq!(s.pool_for_replica(1), "oci-fra");
+    }
+
+    #[test]
+    fn backup_parameter_overrides_apply_to_the_backup_only() {
+        let s = spec();
+        let job = &s.jobs[0];
+        assert_eq!(s.parameters_for(0, job)["bitrate"], "5000");
+        assert_eq!(s.parameters_for(1, job)["bitrate"], "3000");
+    }
+
+    #[test]
+    fn omitted_fields_take_the_spec_defaults() {
+        let s = spec();
+        assert_eq!(s.on_launch, OnLaunch::AvoidSpare);
+        assert_eq!(s.intra_replica_placement.same_az, IntraReplicaAz::Soft);
+        assert_eq!(s.jobs[0].start_mode, crate::model::StartMode::Auto);
+        assert!(s.jobs[0].requirements.is_essential());
+    }
+}

@@ -1,0 +1,223 @@
+//! What a job needs from a node, and how it behaves when it fails.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `onRuntimeFailure`: three behaviours, not a ranking.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum OnRuntimeFailure {
+    /// Re-place; an unconsumed spare ranks first among equals (below warmth).
+    /// The default: hot spares exist to take recovering jobs.
+    #[default]
+    PreferSpare,
+    /// Re-place; an unconsumed spare ranks below every ordinary node.
+    AvoidSpare,
+    /// Do not re-place: the runtime is terminal.
+    Drop,
+}
+
+/// The bundle's `onLaunch`: whether a first placement may take an unconsumed
+/// hot spare.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum OnLaunch {
+    /// Spares rank below every ordinary node (the default).
+    #[default]
+    AvoidSpare,
+    /// Lifts the penalty without adding a preference.
+    AllowSpare,
+}
+
+/// `startMode` of a bundle job.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum StartMode {
+    /// Placed as soon as the bundle exists (the default, and what a bundle
+    /// that predates the field reads as).
+    #[default]
+    Auto,
+    /// Expanded but dormant until `startBundleJob`.
+    Manual,
+}
+
+/// A transport protocol of a host port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PortProtocol {
+    /// `tcp`
+    Tcp,
+    /// `udp`
+    Udp,
+}
+
+/// A `"PORT/proto"` token: a host port a job claims exclusively on its node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HostPort {
+    /// The port number (1..=65535).
+    pub port: u16,
+    /// `tcp` or `udp`.
+    pub protocol: PortProtocol,
+}
+
+/// Why a host port token could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("host port {token:?} is not PORT/proto (PORT 1-65535, proto tcp or udp)")]
+pub struct HostPortParseError {
+    /// The token as given.
+    pub token: String,
+}
+
+impl FromStr for HostPort {
+    type Err = HostPortParseError;
+
+    fn from_str(token: &str) -> Result<Self, Self::Err> {
+        let err = || HostPortParseError { token: token.to_owned() };
+        let (port, proto) = token.split_once('/').ok_or_else(err)?;
+        let port: u16 = port.parse().map_err(|_| err())?;
+        if port == 0 {
+            return Err(err());
+        }
+        let protocol = match proto {
+            "tcp" => PortProtocol::Tcp,
+            "udp" => PortProtocol::Udp,
+            _ => return Err(err()),
+        };
+        Ok(HostPort { port, protocol })
+    }
+}
+
+impl fmt::Display for HostPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let proto = match self.protocol {
+            PortProtocol::Tcp => "tcp",
+            PortProtocol::Udp => "udp",
+        };
+        write!(f, "{}/{proto}", self.port)
+    }
+}
+
+impl Serialize for HostPort {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for HostPort {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let token = String::deserialize(d)?;
+        token.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl JsonSchema for HostPort {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "HostPort".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "A host port the job claims exclusively on its node, as PORT/proto (e.g. 1935/tcp).",
+            "pattern": "^[0-9]{1,5}/(tcp|udp)$"
+        })
+    }
+}
+
+/// `requirements`: what placement must honour for a job.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Requirements {
+    /// vCPUs consumed (capacity is vCPUs: an m5.xlarge has 4).
+    pub required_capacity: f64,
+    /// Integer core count pinned; 0 means no pin.
+    pub required_cores: u32,
+    /// Hardware/software capabilities the node must advertise.
+    pub required_capabilities: Vec<String>,
+    /// Host ports (`PORT/proto`), exclusive per node.
+    pub required_host_ports: Vec<HostPort>,
+    /// Fraction of one GPU device; 0 means no GPU.
+    pub required_gpu_capacity: f64,
+    /// GPU model the device must be, when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub required_gpu_model: Option<String>,
+    /// What happens when the job fails at runtime (default `preferSpare`).
+    pub on_runtime_failure: OnRuntimeFailure,
+    /// Restart ceiling per trailing hour for this job; overrides
+    /// `failurePolicies` and the settings default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_restarts_per_hour: Option<u32>,
+    /// Whether losing this job ends the whole production (absent = true).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub essential: Option<bool>,
+}
+
+impl Requirements {
+    /// `essential`, absent meaning true.
+    pub fn is_essential(&self) -> bool {
+        self.essential.unwrap_or(true)
+    }
+}
+
+/// One job of a bundle (`BundleJobSpec`): the atomic placeable unit.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobSpec {
+    /// Unique within the bundle.
+    pub job_name: String,
+    /// The product template the job runs; warmth is scored against its images.
+    #[serde(default)]
+    pub template: String,
+    /// What placement must honour.
+    #[serde(default)]
+    pub requirements: Requirements,
+    /// Jobs of the same replica that must share this job's node (hard).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub co_locate_with: Vec<String>,
+    /// Jobs of the same replica that must not share this job's node (hard).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub separate_from: Vec<String>,
+    /// A node of its own (co-located peers excepted).
+    #[serde(default)]
+    pub exclusive: bool,
+    /// Terminate the node when the job ends (requires `exclusive`;
+    /// provisioned cloud nodes only).
+    #[serde(default)]
+    pub single_use: bool,
+    /// `auto` (default) or `manual` (dormant until started).
+    #[serde(default)]
+    pub start_mode: StartMode,
+    /// Job parameters passed to the template.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub parameters: BTreeMap<String, String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_port_tokens_round_trip() {
+        let port: HostPort = "1935/tcp".parse().unwrap();
+        assert_eq!(port, HostPort { port: 1935, protocol: PortProtocol::Tcp });
+        assert_eq!(port.to_string(), "1935/tcp");
+        assert_eq!("5000/udp".parse::<HostPort>().unwrap().protocol, PortProtocol::Udp);
+    }
+
+    #[test]
+    fn malformed_host_ports_are_refused() {
+        for bad in ["", "1935", "1935/sctp", "0/tcp", "70000/tcp", "abc/tcp", "/tcp"] {
+            assert!(bad.parse::<HostPort>().is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn essential_defaults_to_true() {
+        assert!(Requirements::default().is_essential());
+        let r = Requirements { essential: Some(false), ..Default::default() };
+        assert!(!r.is_essential());
+    }
+}
