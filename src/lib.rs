@@ -6,6 +6,8 @@
 //! `tonic`, `tokio` or a clock.
 
 pub mod cli;
+pub mod crd;
 pub mod manager;
 pub mod model;
+pub mod placement;
 pub mod sim;

@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::ProviderKind;
+use super::{Gpu, ProviderKind};
 
 /// Five minutes: the default `placementLeadMs` of a cloud tier.
 pub const DEFAULT_CLOUD_PLACEMENT_LEAD_MS: u64 = 5 * 60_000;
@@ -90,6 +90,10 @@ pub struct InstanceShape {
     /// Capabilities the node will advertise.
     #[serde(default)]
     pub capabilities: Vec<String>,
+    /// GPU devices the node will advertise. Without them a job asking for
+    /// fractional GPU capacity cannot be sized onto this shape.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<Gpu>,
 }
 
 /// `PlacementTier`: one homogeneous capacity segment.

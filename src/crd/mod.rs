@@ -1,0 +1,65 @@
+//! Kubernetes custom resource types of API group
+//! `automanager.norsk.video/v1alpha1`, and their mapping to [`crate::model`].
+//!
+//! The specs embed the model types, so what `kubectl apply` takes, what
+//! `plan` reads and what the engine places are one definition. Every kind is
+//! in category `norsk` (`kubectl get norsk` lists them all). Status types are
+//! deliberately small here; the controllers fill them in.
+
+mod bundle;
+mod hot_spare;
+mod pool;
+
+pub use bundle::{Bundle, BundleResourceSpec, BundleStatus};
+pub use hot_spare::{HotSparePolicy, HotSparePolicySpec, HotSparePolicyStatus};
+pub use pool::{PlacementPool, PlacementPoolSpec, PlacementPoolStatus};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The API group of every kind.
+pub const GROUP: &str = "automanager.norsk.video";
+/// The version of every kind.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` as it appears in resource documents.
+pub const API_VERSION: &str = "automanager.norsk.video/v1alpha1";
+
+/// Status every kind carries: conditions keyed by type.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CommonStatus {
+    /// The generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` and the conditions it summarises.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::{CustomResourceExt, Resource};
+
+    use super::*;
+
+    #[test]
+    fn every_kind_is_in_the_norsk_category_of_the_api_group() {
+        for crd in [PlacementPool::crd(), Bundle::crd(), HotSparePolicy::crd()] {
+            assert_eq!(crd.spec.group, GROUP);
+            assert_eq!(crd.spec.versions[0].name, VERSION);
+            assert_eq!(
+                crd.spec.names.categories.as_deref(),
+                Some(&["norsk".to_owned()][..])
+            );
+        }
+    }
+
+    #[test]
+    fn pools_and_hot_spare_policies_are_cluster_scoped_and_bundles_namespaced() {
+        assert_eq!(PlacementPool::crd().spec.scope, "Cluster");
+        assert_eq!(HotSparePolicy::crd().spec.scope, "Cluster");
+        assert_eq!(Bundle::crd().spec.scope, "Namespaced");
+        assert_eq!(Bundle::api_version(&()), API_VERSION);
+    }
+}

@@ -1,0 +1,42 @@
+//! `PlacementPool`: an ordered list of tiers, cheapest first. The pool's name
+//! is the resource's `metadata.name`.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::model::{self, PlacementTier};
+
+use super::CommonStatus;
+
+/// The desired pool: its tiers in cascade order, exactly as the seed's
+/// `PlacementTier`.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "automanager.norsk.video",
+    version = "v1alpha1",
+    kind = "PlacementPool",
+    category = "norsk",
+    shortname = "npool",
+    status = "PlacementPoolStatus"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementPoolSpec {
+    /// Tiers in cascade order: placement walks them cheapest first and takes
+    /// the first that can place or provision.
+    pub tiers: Vec<PlacementTier>,
+}
+
+/// What the operator observed (filled in by the controllers).
+pub type PlacementPoolStatus = CommonStatus;
+
+impl PlacementPool {
+    /// The model pool: `metadata.name` is the pool name (empty when the
+    /// document has none, which settings validation reports).
+    pub fn to_model(&self) -> model::PlacementPool {
+        model::PlacementPool {
+            name: self.metadata.name.clone().unwrap_or_default(),
+            tiers: self.spec.tiers.clone(),
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! `PlacementKey`: how the survivors of the filter chain are ranked.
+//!
+//! The key is lexicographic, the spec's nine components in order, with no
+//! weights: a component decides only when every component above it tied.
+//! Each field holds the component's natural value (a count, a flag, a fill
+//! fraction) and [`PlacementKey::cmp`] orients it, so `a < b` means "a wins":
+//!
+//! | # | component | wins |
+//! |---|---|---|
+//! | 1 | `resilienceViolations` | fewer `forbid` domains violated (backups) |
+//! | 2 | `prospective` | booted over still launching |
+//! | 3 | `avoidedSpare` | not an unconsumed spare the policy in force avoids |
+//! | 4 | `warmth` | more of the template's images held |
+//! | 5 | `reservationMatch` | an empty spare reserved for the template |
+//! | 6 | `preferredSpare` | an unconsumed spare, recovering with `preferSpare` |
+//! | 7 | `packing` | fuller under `binpack`, emptier under `spread` |
+//! | 8 | `sameAz` | sharing an AZ with a same-replica peer (soft) |
+//! | 9 | node id | lexicographic, for determinism |
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
+
+use serde::Serialize;
+
+use crate::model::{IntraReplicaAz, PackingStrategy};
+
+use super::filter::same_az;
+use super::fleet::{FleetView, NodeIdx};
+use super::request::{Demand, SparePolicy};
+
+/// The rank of one surviving node (see the module docs for the order).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementKey<'a> {
+    /// 1. How many `forbid` resilience domains the node violates.
+    pub resilience_violations: u8,
+    /// 2. The node is still launching (prospective or starting).
+    pub prospective: bool,
+    /// 3. The node is an unconsumed spare and the policy in force avoids
+    ///    spares.
+    pub avoided_spare: bool,
+    /// 4. How many of the job's template images the node holds.
+    pub warmth: u32,
+    /// 5. The node is an unconsumed spare reserved for the job's template.
+    pub reservation_match: bool,
+    /// 6. The node is an unconsumed spare and the recovering job says
+    ///    `preferSpare`.
+    pub preferred_spare: bool,
+    /// 7. The node's fill (reserved / usable capacity) before the job.
+    pub fill: f64,
+    /// 7. How the tier packs: `binpack` ranks the fuller node first,
+    ///    `spread` the emptier.
+    pub packing: PackingStrategy,
+    /// 8. `sameAz: soft` and the node shares no AZ with a placed peer of the
+    ///    replica.
+    pub outside_peer_az: bool,
+    /// 9. The node id.
+    pub node_id: Cow<'a, str>,
+}
+
+impl PlacementKey<'_> {
+    /// The key with its node id owned, to outlive the view (traces).
+    pub fn into_owned(self) -> PlacementKey<'static> {
+        PlacementKey {
+            node_id: Cow::Owned(self.node_id.into_owned()),
+            ..self
+        }
+    }
+
+    fn packing_order(&self, other: &Self) -> Ordering {
+        match self.packing {
+            PackingStrategy::Binpack => other.fill.total_cmp(&self.fill),
+            PackingStrategy::Spread => self.fill.total_cmp(&other.fill),
+        }
+    }
+}
+
+impl Ord for PlacementKey<'_> {
+    /// Lexicographic over the nine components; `Less` wins.
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.resilience_violations
+            .cmp(&other.resilience_violations)
+            .then(self.prospective.cmp(&other.prospective))
+            .then(self.avoided_spare.cmp(&other.avoided_spare))
+            .then(other.warmth.cmp(&self.warmth))
+            .then(other.reservation_match.cmp(&self.reservation_match))
+            .then(other.preferred_spare.cmp(&self.preferred_spare))
+            .then_with(|| self.packing_order(other))
+            .then(self.outside_peer_az.cmp(&other.outside_peer_az))
+            .then_with(|| self.node_id.cmp(&other.node_id))
+    }
+}
+
+impl PartialOrd for PlacementKey<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for PlacementKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for PlacementKey<'_> {}
+
+/// The resilience flags a node would violate, as a bit set of
+/// [`SAME_NODE`], [`SAME_AZ`] and [`SAME_CLOUD`].
+pub(crate) fn resilience_violations(view: &FleetView, idx: NodeIdx, demand: &Demand<'_>) -> u8 {
+    let Some(resilience) = &demand.resilience else {
+        return 0;
+    };
+    let node = view.node(idx);
+    let mut violated = 0;
+    for &other in &resilience.other_replica {
+        if resilience.same_node && other == idx {
+            violated |= SAME_NODE;
+        }
+        if resilience.same_az && same_az(view, idx, other) {
+            violated |= SAME_AZ;
+        }
+        if resilience.same_cloud && view.node(other).kind == node.kind {
+            violated |= SAME_CLOUD;
+        }
+    }
+    violated
+}
+
+/// Bit of a `sameNode` violation.
+pub(crate) const SAME_NODE: u8 = 1;
+/// Bit of a `sameAz` violation.
+pub(crate) const SAME_AZ: u8 = 2;
+/// Bit of a `sameCloud` violation.
+pub(crate) const SAME_CLOUD: u8 = 4;
+
+/// The key of node `idx` for `demand` in a tier packed by `packing`.
+pub(crate) fn key<'v>(
+    view: &'v FleetView,
+    idx: NodeIdx,
+    demand: &Demand<'_>,
+    packing: PackingStrategy,
+) -> PlacementKey<'v> {
+    let node = view.node(idx);
+    let unconsumed_spare = node.is_unconsumed_spare();
+    let warmth = demand
+        .warm_images
+        .iter()
+        .filter(|i| node.images.binary_search(i).is_ok())
+        .count() as u32;
+    let fill = if node.usable > 0.0 {
+        (node.used / node.usable).clamp(0.0, 1.0)
+    } else {
+        1.0
+    };
+    let outside_peer_az = demand.same_az == IntraReplicaAz::Soft
+        && !demand.peers.is_empty()
+        && !demand.peers.iter().any(|p| same_az(view, idx, p.node));
+    PlacementKey {
+        resilience_violations: resilience_violations(view, idx, demand).count_ones() as u8,
+        prospective: node.is_launching(),
+        avoided_spare: unconsumed_spare && demand.spare_policy == SparePolicy::Avoid,
+        warmth,
+        reservation_match: unconsumed_spare && node.reserved_for.contains(&demand.job.template),
+        preferred_spare: unconsumed_spare && demand.spare_policy == SparePolicy::Prefer,
+        fill,
+        packing,
+        outside_peer_az,
+        node_id: Cow::Borrowed(node.id.as_str()),
+    }
+}
