@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod plan;
 pub mod sim;
 pub mod simctl;
 
@@ -24,6 +25,8 @@ pub enum Command {
     Sim(sim::Args),
     /// Inspect and inject faults into a running simulator.
     Simctl(simctl::Args),
+    /// Plan bundles against a fleet snapshot offline, with a full trace.
+    Plan(plan::Args),
 }
 
 /// Runs the parsed command line and returns the process exit code.
@@ -31,5 +34,6 @@ pub async fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Sim(args) => sim::run(args).await,
         Command::Simctl(args) => simctl::run(args).await,
+        Command::Plan(args) => plan::run(args).await,
     }
 }

@@ -384,3 +384,34 @@ fn best_fit(
     }
     best.map(|(i, _)| i).ok_or((ask.capacity, largest_free))
 }
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = |n: &Option<Name>| n.as_ref().map_or_else(|| "none".to_owned(), Name::to_string);
+        match self {
+            Rejection::NotTargetNode => write!(f, "not the pinned target node"),
+            Rejection::OtherPool { node_pool } => write!(f, "in pool {}", name(node_pool)),
+            Rejection::OtherTier { node_tier } => write!(f, "in tier {}", name(node_tier)),
+            Rejection::ExcludedByRecovery => write!(f, "excluded by the recovery"),
+            Rejection::NoInventory => write!(f, "advertises no inventory"),
+            Rejection::NotRunning { phase } => write!(f, "{phase:?}"),
+            Rejection::Unhealthy => write!(f, "unhealthy"),
+            Rejection::Cordoned => write!(f, "cordoned"),
+            Rejection::ReservedForOtherTemplates => write!(f, "spare exclusively reserved for other templates"),
+            Rejection::MissingCapability { capability } => write!(f, "lacks capability {capability}"),
+            Rejection::InsufficientCapacity { needed, free } => write!(f, "needs {needed} vCPU, {free} free"),
+            Rejection::InsufficientCores { needed, free } => write!(f, "needs {needed} cores, {free} free"),
+            Rejection::HostPortTaken { port } => write!(f, "host port {port} taken"),
+            Rejection::NoGpuFits { needed, largest_free } => {
+                write!(f, "needs {needed} of a GPU, largest free {largest_free}")
+            }
+            Rejection::NodeNotEmpty { other_jobs } => write!(f, "exclusive job, {other_jobs} other jobs on node"),
+            Rejection::HeldExclusively => write!(f, "held exclusively by another job"),
+            Rejection::AwayFromCoLocatedPeer { peer } => write!(f, "co-located peer {peer} is elsewhere"),
+            Rejection::HostsSeparatedPeer { peer } => write!(f, "hosts {peer}, which must be kept apart"),
+            Rejection::OutsidePeerAz { peer_az, node_az } => {
+                write!(f, "in AZ {}, peers in {}", name(node_az), name(peer_az))
+            }
+        }
+    }
+}

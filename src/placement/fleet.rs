@@ -429,13 +429,11 @@ impl FleetView {
             .as_deref()
             .or_else(|| node.tags.get(tags::TIER).map(String::as_str));
         let slot = resolve_slot(&self.pools, pool_name, tier_name);
-        let durable = slot
-            .and_then(|(p, t)| {
-                self.pools
-                    .at(p as usize)
-                    .map(|pool| &pool.tiers[t as usize])
-            })
-            .is_none_or(|tier| tier.effective_reliability() == Reliability::Durable);
+        // An untagged cluster node is reported under the fixed tier it
+        // resolved to.
+        let resolved_tier = slot.and_then(|(p, t)| self.pools.at(p as usize)?.tiers.get(t as usize));
+        let tier_name = tier_name.or(resolved_tier.map(|t| t.name.as_str()));
+        let durable = resolved_tier.is_none_or(|tier| tier.effective_reliability() == Reliability::Durable);
         let spare = node.spare || node.tags.get(tags::SPARE).is_some_and(|v| v == "true");
         let mut entry = NodeEntry {
             id: node.id.clone(),

@@ -169,3 +169,24 @@ pub(crate) fn key<'v>(
         node_id: Cow::Borrowed(node.id.as_str()),
     }
 }
+
+impl std::fmt::Display for PlacementKey<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let packing = match self.packing {
+            PackingStrategy::Binpack => "binpack",
+            PackingStrategy::Spread => "spread",
+        };
+        write!(
+            f,
+            "violations={} prospective={} avoidedSpare={} warmth={} reservationMatch={} preferredSpare={} fill={:.3} ({packing}) outsidePeerAz={}",
+            self.resilience_violations,
+            self.prospective,
+            self.avoided_spare,
+            self.warmth,
+            self.reservation_match,
+            self.preferred_spare,
+            self.fill,
+            self.outside_peer_az
+        )
+    }
+}

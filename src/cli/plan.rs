@@ -1,0 +1,131 @@
+//! `norsk-auto-manager plan`: an offline dry run. Reads the operator's
+//! resource documents (pools, hot spares, bundles) and a fleet snapshot,
+//! places every replica of every bundle in file order, each placement
+//! seeing those before it, and prints the plan.
+//!
+//! Exit 0 when a plan was computed, whatever its outcomes; exit 2 with a
+//! message naming the file, document and field when input cannot be read.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::placement::{
+    FleetError, FleetView, PlanError, SequentialNodeIds, SettingsValidationError, plan_bundles, validate_settings,
+};
+
+mod input;
+mod render;
+
+pub use input::InputError;
+
+/// How the plan is printed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// A table for people.
+    #[default]
+    Table,
+    /// The JSON document (`{"placements": [...]}`).
+    Json,
+}
+
+/// Arguments of `plan`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// `PlacementPool` documents (multi-document YAML).
+    #[arg(long)]
+    pub pools: PathBuf,
+    /// `HotSparePolicy` documents (multi-document YAML).
+    #[arg(long)]
+    pub hot_spares: Option<PathBuf>,
+    /// The fleet snapshot (YAML or JSON).
+    #[arg(long)]
+    pub fleet: PathBuf,
+    /// `Bundle` documents, placed in file order.
+    #[arg(required = true)]
+    pub bundles: Vec<PathBuf>,
+    /// `table` or `json`.
+    #[arg(long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    /// Record each placement's trace (every node's rejection or key) and
+    /// print it.
+    #[arg(long)]
+    pub explain: bool,
+}
+
+/// Why no plan could be computed.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanCommandError {
+    /// An input file could not be read.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// The pools or hot spares are invalid.
+    #[error("{files}: {source}")]
+    Settings {
+        /// The settings files.
+        files: String,
+        /// Every problem.
+        source: SettingsValidationError,
+    },
+    /// The fleet snapshot is inconsistent.
+    #[error("{}: {source}", file.display())]
+    Fleet {
+        /// The fleet file.
+        file: PathBuf,
+        /// Why.
+        source: FleetError,
+    },
+    /// Planning failed.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// The JSON could not be written.
+    #[error("cannot render the plan as JSON: {0}")]
+    Render(#[from] serde_json::Error),
+}
+
+/// Runs `plan` and prints its output.
+pub async fn run(args: Args) -> ExitCode {
+    match plan_output(&args) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("plan: {error}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Reads the inputs, computes the plan and renders it as `args.output`
+/// asks: everything `plan` does except printing.
+pub fn plan_output(args: &Args) -> Result<String, PlanCommandError> {
+    let pools = input::read_pools(&args.pools)?;
+    let hot_spares = match &args.hot_spares {
+        Some(file) => input::read_hot_spares(file)?,
+        None => Vec::new(),
+    };
+    let pools = validate_settings(pools, &hot_spares).map_err(|source| PlanCommandError::Settings {
+        files: settings_files(args),
+        source,
+    })?;
+    let fleet = input::read_fleet(&args.fleet)?;
+    let mut bundles = Vec::new();
+    for file in &args.bundles {
+        bundles.extend(input::read_bundles(file)?);
+    }
+    let mut view =
+        FleetView::new(&fleet, pools).map_err(|source| PlanCommandError::Fleet { file: args.fleet.clone(), source })?;
+    let rows = plan_bundles(&mut view, &bundles, args.explain, &mut SequentialNodeIds::default())?;
+    Ok(match args.output {
+        Output::Table => render::table(&rows),
+        Output::Json => render::json(&rows)?,
+    })
+}
+
+fn settings_files(args: &Args) -> String {
+    let mut files = args.pools.display().to_string();
+    if let Some(file) = &args.hot_spares {
+        files.push_str(&format!(", {}", file.display()));
+    }
+    files
+}
