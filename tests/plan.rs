@@ -9,7 +9,9 @@ use norsk_auto_manager::cli::plan::{Args, Output, PlanCommandError, plan_output}
 use serde_json::Value;
 
 fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name)
 }
 
 fn args(bundles: &[&str], output: Output) -> Args {
@@ -25,30 +27,69 @@ fn args(bundles: &[&str], output: Output) -> Args {
 
 fn placements(json: &str) -> Vec<Value> {
     let plan: Value = serde_json::from_str(json).expect("plan prints JSON");
-    plan["placements"].as_array().expect("placements array").clone()
+    plan["placements"]
+        .as_array()
+        .expect("placements array")
+        .clone()
 }
 
 fn summary(p: &Value) -> (String, u64, String, String, String) {
     let s = |k: &str| p[k].as_str().unwrap_or("-").to_owned();
-    (s("bundle"), p["replicaIndex"].as_u64().unwrap(), s("jobName"), s("outcome"), s("nodeId"))
+    (
+        s("bundle"),
+        p["replicaIndex"].as_u64().unwrap(),
+        s("jobName"),
+        s("outcome"),
+        s("nodeId"),
+    )
 }
 
 #[test]
 fn plan_places_the_example_bundles_in_file_order() {
-    let json = plan_output(&args(&["bundle-channel.yaml", "bundle-gpu.yaml"], Output::Json)).unwrap();
+    let json = plan_output(&args(
+        &["bundle-channel.yaml", "bundle-gpu.yaml"],
+        Output::Json,
+    ))
+    .unwrap();
     let rows: Vec<_> = placements(&json).iter().map(summary).collect();
     let expected = [
         ("default/ch1", 0, "encode", "placed", "node-b"),
         ("default/ch1", 0, "package", "placed", "node-b"),
         ("default/ch1", 1, "encode", "placed", "oci-1"),
         ("default/ch1", 1, "package", "placed", "oci-1"),
-        ("default/ch2", 0, "encode", "provision", "production-reserved-1"),
-        ("studio/gpu-transcode", 0, "transcode", "provision", "production-on-demand-1"),
-        ("studio/gpu-transcode", 0, "thumbnails", "provision", "production-reserved-2"),
+        (
+            "default/ch2",
+            0,
+            "encode",
+            "provision",
+            "production-reserved-1",
+        ),
+        (
+            "studio/gpu-transcode",
+            0,
+            "transcode",
+            "provision",
+            "production-on-demand-1",
+        ),
+        (
+            "studio/gpu-transcode",
+            0,
+            "thumbnails",
+            "provision",
+            "production-reserved-2",
+        ),
     ];
     let expected: Vec<_> = expected
         .iter()
-        .map(|(b, r, j, o, n)| (b.to_string(), *r, j.to_string(), o.to_string(), n.to_string()))
+        .map(|(b, r, j, o, n)| {
+            (
+                b.to_string(),
+                *r,
+                j.to_string(),
+                o.to_string(),
+                n.to_string(),
+            )
+        })
         .collect();
     assert_eq!(rows, expected);
 }
@@ -57,7 +98,12 @@ fn plan_places_the_example_bundles_in_file_order() {
 fn plan_json_has_exactly_the_documented_fields() {
     let json = plan_output(&args(&["bundle-gpu.yaml"], Output::Json)).unwrap();
     let first = &placements(&json)[0];
-    let mut keys: Vec<&str> = first.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut keys: Vec<&str> = first
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     keys.sort_unstable();
     assert_eq!(
         keys,
@@ -86,7 +132,10 @@ fn plan_table_explains_every_node_with_its_reason() {
     let mut args = args(&["bundle-channel.yaml"], Output::Table);
     args.explain = true;
     let table = plan_output(&args).unwrap();
-    assert!(table.contains("cluster-1  rejected: capacity  needs 3 vCPU, 1 free"), "{table}");
+    assert!(
+        table.contains("cluster-1  rejected: capacity  needs 3 vCPU, 1 free"),
+        "{table}"
+    );
     assert!(table.contains("cluster-2  rejected: cordoned"), "{table}");
     assert!(table.contains("=> placed on node-b"), "{table}");
 }
@@ -127,7 +176,10 @@ fn unreadable_input_names_the_file_the_document_and_the_field() {
     let message = error.to_string();
     assert!(message.contains("broken.yaml"), "{message}");
     assert!(message.contains("document 2"), "{message}");
-    assert!(message.contains("spec.jobs[0].requirements.requiredCapacity"), "{message}");
+    assert!(
+        message.contains("spec.jobs[0].requirements.requiredCapacity"),
+        "{message}"
+    );
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -145,7 +197,11 @@ fn the_binary_prints_the_plan_and_exits_zero() {
         .args(["--output", "json"])
         .output()
         .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let rows = placements(&String::from_utf8(output.stdout).unwrap());
     assert_eq!(rows.len(), 5);
 }
@@ -163,5 +219,8 @@ fn the_binary_exits_two_on_a_document_of_the_wrong_kind() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("bundle-gpu.yaml: document 1: kind: expected PlacementPool"), "{stderr}");
+    assert!(
+        stderr.contains("bundle-gpu.yaml: document 1: kind: expected PlacementPool"),
+        "{stderr}"
+    );
 }

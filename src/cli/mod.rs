@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod bench;
 pub mod plan;
 pub mod sim;
 pub mod simctl;
@@ -27,6 +28,8 @@ pub enum Command {
     Simctl(simctl::Args),
     /// Plan bundles against a fleet snapshot offline, with a full trace.
     Plan(plan::Args),
+    /// Measure the placement engine on a synthetic fleet.
+    Bench(bench::Args),
 }
 
 /// Runs the parsed command line and returns the process exit code.
@@ -35,5 +38,6 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Sim(args) => sim::run(args).await,
         Command::Simctl(args) => simctl::run(args).await,
         Command::Plan(args) => plan::run(args).await,
+        Command::Bench(args) => bench::run(args).await,
     }
 }

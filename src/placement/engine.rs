@@ -21,7 +21,7 @@ use crate::model::{
 
 use super::PlacementError;
 use super::filter::{CAPACITY_EPSILON, check, fit_gpus};
-use super::fleet::{FleetError, FleetView, GpuDevice, Name, NodeIdx};
+use super::fleet::{FleetError, FleetView, GpuDevice, Name, NodeIdx, flag};
 use super::key::{PlacementKey, SAME_AZ, SAME_CLOUD, SAME_NODE, key, resilience_violations};
 use super::request::{Demand, Needs, PlacementRequest};
 use super::trace::{NoProvisionReason, NodeTrace, TierDecision, TierTrace, Trace, Verdict};
@@ -329,7 +329,7 @@ fn rank_traced<'v>(
                 node_id,
                 verdict: Verdict::Rejected {
                     filter: rejection.filter(),
-                    rejection,
+                    rejection: rejection.explain(view, idx, demand),
                 },
             }),
             Ok(gpu_index) => {
@@ -427,7 +427,7 @@ fn resilience_report(
     let (bits, chosen_durable) = match chosen {
         Chosen::Node(idx) => (
             resilience_violations(view, idx, demand),
-            view.node(idx).durable,
+            view.hot(idx).has(flag::DURABLE),
         ),
         // A new node shares no node and no known AZ with the primary; only
         // its provider can already be told.
@@ -436,7 +436,7 @@ fn resilience_report(
                 && resilience
                     .other_replica
                     .iter()
-                    .any(|&o| view.node(o).kind == tier.kind);
+                    .any(|&o| view.hot(o).kind == tier.kind);
             (
                 if same_cloud { SAME_CLOUD } else { 0 },
                 tier.effective_reliability() == Reliability::Durable,
@@ -446,7 +446,7 @@ fn resilience_report(
     let others_durable = resilience
         .other_replica
         .iter()
-        .all(|&o| view.node(o).durable);
+        .all(|&o| view.hot(o).has(flag::DURABLE));
     let (primary_durable, backup_durable) = if demand.request.replica_index == 0 {
         (chosen_durable, others_durable)
     } else {

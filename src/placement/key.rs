@@ -25,7 +25,7 @@ use serde::Serialize;
 use crate::model::{IntraReplicaAz, PackingStrategy};
 
 use super::filter::same_az;
-use super::fleet::{FleetView, NodeIdx};
+use super::fleet::{FleetView, NodeIdx, flag};
 use super::request::{Demand, SparePolicy};
 
 /// The rank of one surviving node (see the module docs for the order).
@@ -111,7 +111,7 @@ pub(crate) fn resilience_violations(view: &FleetView, idx: NodeIdx, demand: &Dem
     let Some(resilience) = &demand.resilience else {
         return 0;
     };
-    let node = view.node(idx);
+    let kind = view.hot(idx).kind;
     let mut violated = 0;
     for &other in &resilience.other_replica {
         if resilience.same_node && other == idx {
@@ -120,7 +120,7 @@ pub(crate) fn resilience_violations(view: &FleetView, idx: NodeIdx, demand: &Dem
         if resilience.same_az && same_az(view, idx, other) {
             violated |= SAME_AZ;
         }
-        if resilience.same_cloud && view.node(other).kind == node.kind {
+        if resilience.same_cloud && view.hot(other).kind == kind {
             violated |= SAME_CLOUD;
         }
     }
@@ -141,29 +141,28 @@ pub(crate) fn key<'v>(
     demand: &Demand<'_>,
     packing: PackingStrategy,
 ) -> PlacementKey<'v> {
+    let hot = view.hot(idx);
     let node = view.node(idx);
-    let unconsumed_spare = node.is_unconsumed_spare();
-    let warmth = demand
-        .warm_images
+    let unconsumed_spare = hot.is_unconsumed_spare();
+    let wide_warmth = demand
+        .warm_wide
         .iter()
         .filter(|i| node.images.binary_search(i).is_ok())
-        .count() as u32;
-    let fill = if node.usable > 0.0 {
-        (node.used / node.usable).clamp(0.0, 1.0)
-    } else {
-        1.0
-    };
+        .count();
+    let warmth = (demand.warm_mask & hot.images).count_ones() + wide_warmth as u32;
     let outside_peer_az = demand.same_az == IntraReplicaAz::Soft
         && !demand.peers.is_empty()
         && !demand.peers.iter().any(|p| same_az(view, idx, p.node));
     PlacementKey {
         resilience_violations: resilience_violations(view, idx, demand).count_ones() as u8,
-        prospective: node.is_launching(),
+        prospective: hot.has(flag::LAUNCHING),
         avoided_spare: unconsumed_spare && demand.spare_policy == SparePolicy::Avoid,
         warmth,
-        reservation_match: unconsumed_spare && node.reserved_for.contains(&demand.job.template),
+        reservation_match: unconsumed_spare
+            && hot.has(flag::RESERVED)
+            && node.reserved_for.contains(&demand.job.template),
         preferred_spare: unconsumed_spare && demand.spare_policy == SparePolicy::Prefer,
-        fill,
+        fill: hot.fill(),
         packing,
         outside_peer_az,
         node_id: Cow::Borrowed(node.id.as_str()),

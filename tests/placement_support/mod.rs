@@ -47,19 +47,26 @@ pub fn bundle_id() -> BundleId {
 pub fn launch(view: &FleetView, spec: &BundleSpec, replica: u32, job: &str) -> Placement {
     let id = bundle_id();
     let request = PlacementRequest::launch(&id, spec, replica, job).with_trace(true);
-    norsk_auto_manager::placement::place(view, request, &mut SequentialNodeIds::default()).expect("placement runs")
+    norsk_auto_manager::placement::place(view, request, &mut SequentialNodeIds::default())
+        .expect("placement runs")
 }
 
 /// Places with a customised request, trace on.
 pub fn place_with(view: &FleetView, request: PlacementRequest<'_>) -> Placement {
-    norsk_auto_manager::placement::place(view, request.with_trace(true), &mut SequentialNodeIds::default())
-        .expect("placement runs")
+    norsk_auto_manager::placement::place(
+        view,
+        request.with_trace(true),
+        &mut SequentialNodeIds::default(),
+    )
+    .expect("placement runs")
 }
 
 /// The node a placement chose, or what it provisions.
 pub fn node_of(placement: &Placement) -> Option<&str> {
     match &placement.outcome {
-        Outcome::Placed { node_id, .. } | Outcome::Provision { node_id, .. } => Some(node_id.as_str()),
+        Outcome::Placed { node_id, .. } | Outcome::Provision { node_id, .. } => {
+            Some(node_id.as_str())
+        }
         Outcome::NoCapacityInAnyPool => None,
     }
 }
@@ -68,15 +75,25 @@ pub fn node_of(placement: &Placement) -> Option<&str> {
 pub fn rejection(placement: &Placement, node: &str) -> Option<Rejection> {
     let trace = placement.trace.as_ref().expect("trace recorded");
     let tier = trace.tiers.first().expect("a tier walked");
-    tier.nodes.iter().find(|n| n.node_id.as_str() == node).and_then(|n| match &n.verdict {
-        Verdict::Rejected { rejection, .. } => Some(rejection.clone()),
-        Verdict::Survived { .. } => None,
-    })
+    tier.nodes
+        .iter()
+        .find(|n| n.node_id.as_str() == node)
+        .and_then(|n| match &n.verdict {
+            Verdict::Rejected { rejection, .. } => Some(rejection.clone()),
+            Verdict::Survived { .. } => None,
+        })
 }
 
 /// Applies a placement to the view, as plan does.
-pub fn apply(view: &mut FleetView, spec: &BundleSpec, replica: u32, job: &str, placement: &Placement) {
+pub fn apply(
+    view: &mut FleetView,
+    spec: &BundleSpec,
+    replica: u32,
+    job: &str,
+    placement: &Placement,
+) {
     let id = bundle_id();
     let request = PlacementRequest::launch(&id, spec, replica, job);
-    norsk_auto_manager::placement::apply_placement(view, &request, &placement.outcome).expect("placement applies");
+    norsk_auto_manager::placement::apply_placement(view, &request, &placement.outcome)
+        .expect("placement applies");
 }

@@ -66,7 +66,10 @@ pub fn read_hot_spares(file: &Path) -> Result<Vec<HotSpareSpec>, InputError> {
 /// Every `Bundle` document of `file`, with its bundle id.
 pub fn read_bundles(file: &Path) -> Result<Vec<(BundleId, BundleSpec)>, InputError> {
     let bundles: Vec<crd::Bundle> = read_documents(file)?;
-    Ok(bundles.into_iter().map(|b| (b.bundle_id(), b.spec.0)).collect())
+    Ok(bundles
+        .into_iter()
+        .map(|b| (b.bundle_id(), b.spec.0))
+        .collect())
 }
 
 /// The fleet snapshot in `file` (YAML or JSON).
@@ -77,11 +80,18 @@ pub fn read_fleet(file: &Path) -> Result<FleetSnapshot, InputError> {
 }
 
 fn read(file: &Path) -> Result<String, InputError> {
-    std::fs::read_to_string(file).map_err(|source| InputError::Unreadable { file: file.to_owned(), source })
+    std::fs::read_to_string(file).map_err(|source| InputError::Unreadable {
+        file: file.to_owned(),
+        source,
+    })
 }
 
 fn document_error(file: &Path, document: usize, message: String) -> InputError {
-    InputError::Document { file: file.to_owned(), document, message }
+    InputError::Document {
+        file: file.to_owned(),
+        document,
+        message,
+    }
 }
 
 /// Reads every non-empty document of `file` as a `K`. The documents are
@@ -91,7 +101,8 @@ fn read_documents<K: Kind>(file: &Path) -> Result<Vec<K>, InputError> {
     let text = read(file)?;
     let mut values = Vec::new();
     for (i, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-        let value = serde_yaml::Value::deserialize(document).map_err(|e| document_error(file, i + 1, e.to_string()))?;
+        let value = serde_yaml::Value::deserialize(document)
+            .map_err(|e| document_error(file, i + 1, e.to_string()))?;
         values.push(value);
     }
     let mut resources = Vec::new();
@@ -102,9 +113,14 @@ fn read_documents<K: Kind>(file: &Path) -> Result<Vec<K>, InputError> {
             continue;
         }
         check_type(value, K::KIND).map_err(|message| document_error(file, number, message))?;
-        let resource = K::deserialize(document).map_err(|e| document_error(file, number, e.to_string()))?;
+        let resource =
+            K::deserialize(document).map_err(|e| document_error(file, number, e.to_string()))?;
         if resource.meta().name.as_deref().is_none_or(str::is_empty) {
-            return Err(document_error(file, number, "metadata.name: missing".to_owned()));
+            return Err(document_error(
+                file,
+                number,
+                "metadata.name: missing".to_owned(),
+            ));
         }
         resources.push(resource);
     }
@@ -115,7 +131,11 @@ fn check_type(value: &serde_yaml::Value, kind: &str) -> Result<(), String> {
     let field = |name: &str| value.get(name).and_then(serde_yaml::Value::as_str);
     match field("apiVersion") {
         Some(API_VERSION) => {}
-        Some(other) => return Err(format!("apiVersion: expected {API_VERSION}, found {other:?}")),
+        Some(other) => {
+            return Err(format!(
+                "apiVersion: expected {API_VERSION}, found {other:?}"
+            ));
+        }
         None => return Err(format!("apiVersion: missing (expected {API_VERSION})")),
     }
     match field("kind") {

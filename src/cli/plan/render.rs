@@ -6,7 +6,8 @@ use serde::Serialize;
 
 use crate::model::{BundleId, NodeId};
 use crate::placement::{
-    BundleIssueCode, NoProvisionReason, PlanRow, PlannedOutcome, ResilienceFlag, TierDecision, Trace, Verdict,
+    BundleIssueCode, NoProvisionReason, PlanRow, PlannedOutcome, ResilienceFlag, TierDecision,
+    Trace, Verdict,
 };
 
 #[derive(Serialize)]
@@ -57,7 +58,10 @@ pub fn json(rows: &[PlanRow]) -> Result<String, serde_json::Error> {
                 errors: row
                     .errors
                     .iter()
-                    .map(|e| JsonError { code: e.code, message: e.to_string() })
+                    .map(|e| JsonError {
+                        code: e.code,
+                        message: e.to_string(),
+                    })
                     .collect(),
                 trace: match &row.trace {
                     Some(trace) => serde_json::to_value(trace)?,
@@ -72,7 +76,18 @@ pub fn json(rows: &[PlanRow]) -> Result<String, serde_json::Error> {
 /// The plan as a table, one row per job, then validation messages and (with
 /// traces) each placement's trace.
 pub fn table(rows: &[PlanRow]) -> String {
-    let header = ["BUNDLE", "REPLICA", "JOB", "OUTCOME", "NODE", "POOL", "TIER", "INSTANCE TYPE", "GPU", "RESILIENCE"];
+    let header = [
+        "BUNDLE",
+        "REPLICA",
+        "JOB",
+        "OUTCOME",
+        "NODE",
+        "POOL",
+        "TIER",
+        "INSTANCE TYPE",
+        "GPU",
+        "RESILIENCE",
+    ];
     let body: Vec<Vec<String>> = rows
         .iter()
         .map(|row| {
@@ -97,15 +112,28 @@ pub fn table(rows: &[PlanRow]) -> String {
             continue;
         }
         for error in &row.errors {
-            out.push_str(&format!("error   {}: {} [{}]\n", row.bundle, error, code(&error.code)));
+            out.push_str(&format!(
+                "error   {}: {} [{}]\n",
+                row.bundle,
+                error,
+                code(&error.code)
+            ));
         }
         for warning in &row.warnings {
-            out.push_str(&format!("warning {}: {} [{}]\n", row.bundle, warning, code(&warning.code)));
+            out.push_str(&format!(
+                "warning {}: {} [{}]\n",
+                row.bundle,
+                warning,
+                code(&warning.code)
+            ));
         }
     }
     for row in rows {
         if let Some(trace) = &row.trace {
-            out.push_str(&format!("\n{} replica {} job {}:\n", row.bundle, row.replica_index, row.job_name));
+            out.push_str(&format!(
+                "\n{} replica {} job {}:\n",
+                row.bundle, row.replica_index, row.job_name
+            ));
             out.push_str(&explain(trace));
         }
     }
@@ -123,9 +151,17 @@ fn explain(trace: &Trace) -> String {
             .iter()
             .map(|n| match &n.verdict {
                 Verdict::Rejected { filter, rejection } => {
-                    vec![n.node_id.to_string(), format!("rejected: {}", code(filter)), rejection.to_string()]
+                    vec![
+                        n.node_id.to_string(),
+                        format!("rejected: {}", code(filter)),
+                        rejection.to_string(),
+                    ]
                 }
-                Verdict::Survived { key } => vec![n.node_id.to_string(), "survived".to_owned(), key.to_string()],
+                Verdict::Survived { key } => vec![
+                    n.node_id.to_string(),
+                    "survived".to_owned(),
+                    key.to_string(),
+                ],
             })
             .collect();
         for line in columns(&["NODE", "VERDICT", "DETAIL"], &body).lines() {
@@ -134,7 +170,9 @@ fn explain(trace: &Trace) -> String {
         let decision = match &tier.decision {
             TierDecision::Placed { node_id } => format!("placed on {node_id}"),
             TierDecision::Provision { instance_type } => format!("provision {instance_type}"),
-            TierDecision::NotProvisioned { why } => format!("no placement, not provisioning: {}", why_not(why)),
+            TierDecision::NotProvisioned { why } => {
+                format!("no placement, not provisioning: {}", why_not(why))
+            }
         };
         out.push_str(&format!("    => {decision}\n"));
     }
@@ -151,11 +189,19 @@ fn outcome_name(outcome: PlannedOutcome) -> &'static str {
 }
 
 fn resilience(row: &PlanRow) -> String {
-    let mut parts: Vec<String> = row.resilience_violations.iter().map(|f| format!("violates {}", code(f))).collect();
+    let mut parts: Vec<String> = row
+        .resilience_violations
+        .iter()
+        .map(|f| format!("violates {}", code(f)))
+        .collect();
     if row.interruptible_primary_without_durable_backup {
         parts.push("interruptible primary without durable backup".to_owned());
     }
-    if parts.is_empty() { "-".to_owned() } else { parts.join(", ") }
+    if parts.is_empty() {
+        "-".to_owned()
+    } else {
+        parts.join(", ")
+    }
 }
 
 fn why_not(why: &NoProvisionReason) -> String {
@@ -163,8 +209,12 @@ fn why_not(why: &NoProvisionReason) -> String {
         NoProvisionReason::PinnedTarget => "a pinned target never provisions".to_owned(),
         NoProvisionReason::FixedTier => "fixed tier".to_owned(),
         NoProvisionReason::CoLocatedPeerPlaced => "a co-located peer is already placed".to_owned(),
-        NoProvisionReason::PeerAzUnknownForNewNode => "sameAz hard: a new node's AZ is unknown".to_owned(),
-        NoProvisionReason::AtMaxNodes { nodes, max_nodes } => format!("at maxNodes ({nodes} of {max_nodes})"),
+        NoProvisionReason::PeerAzUnknownForNewNode => {
+            "sameAz hard: a new node's AZ is unknown".to_owned()
+        }
+        NoProvisionReason::AtMaxNodes { nodes, max_nodes } => {
+            format!("at maxNodes ({nodes} of {max_nodes})")
+        }
         NoProvisionReason::NoShapeFits => "no candidate instance type fits".to_owned(),
     }
 }
@@ -190,7 +240,10 @@ fn columns(header: &[&str], body: &[Vec<String>]) -> String {
     }
     let mut out = String::new();
     let mut line = |cells: &mut dyn Iterator<Item = &str>| {
-        let padded: Vec<String> = cells.zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let padded: Vec<String> = cells
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
         out.push_str(padded.join("  ").trim_end());
         out.push('\n');
     };
