@@ -353,3 +353,19 @@ fn each_key_component_decides_only_when_every_component_above_it_ties() {
         );
     }
 }
+
+#[test]
+fn warmth_counts_every_template_image_however_many_there_are() {
+    let images: Vec<String> = (0..70).map(|i| format!("img{i}")).collect();
+    let fleet = format!(
+        "
+templateImages: {{xyz: [{}]}}
+nodes:
+  - {{id: a, pool: p, tier: t, phase: running, inventory: {{kind: aws, totalCapacity: 8, images: [img1]}}}}
+  - {{id: b, pool: p, tier: t, phase: running, inventory: {{kind: aws, totalCapacity: 8, images: [img1, img69]}}}}
+",
+        images.join(", ")
+    );
+    let placement = launch(&view(ONE_FIXED_TIER, &fleet), &bundle(ONE_JOB), 0, "j");
+    assert_eq!(node_of(&placement), Some("b"));
+}
