@@ -4,8 +4,6 @@
 
 mod placement_support;
 
-use std::borrow::Cow;
-
 use norsk_auto_manager::model::{OnRuntimeFailure, PackingStrategy};
 use norsk_auto_manager::placement::{
     PlacementKey, PlacementRequest, RecoveryContext, ResilienceFlag,
@@ -316,7 +314,7 @@ nodes:
 
 /// A key whose component `c` (1-9) is `better` or not, and every other
 /// component set to `others_better`.
-fn key_with(c: usize, better: bool, others_better: bool) -> PlacementKey<'static> {
+fn key_with(c: usize, better: bool, others_better: bool) -> PlacementKey {
     let pick = |i: usize| {
         if i == c {
             better
@@ -336,7 +334,7 @@ fn key_with(c: usize, better: bool, others_better: bool) -> PlacementKey<'static
         fill: if pick(7) { 0.9 } else { 0.1 },
         packing: PackingStrategy::Binpack,
         outside_peer_az: !pick(8),
-        node_id: Cow::Owned(if pick(9) { "a" } else { "b" }.to_owned()),
+        node_order: if pick(9) { 0 } else { 1 },
     }
 }
 

@@ -273,8 +273,8 @@ pub fn placed_job(
     }
 }
 
-struct Best<'v> {
-    key: PlacementKey<'v>,
+struct Best {
+    key: PlacementKey,
     idx: NodeIdx,
     gpu_index: Option<u32>,
 }
@@ -290,13 +290,13 @@ fn candidates<'s>(view: &'s FleetView, demand: &'s Demand<'_>, tier: usize) -> &
     }
 }
 
-fn rank<'v>(
-    view: &'v FleetView,
+fn rank(
+    view: &FleetView,
     demand: &Demand<'_>,
     tier: usize,
     packing: PackingStrategy,
-) -> Option<Best<'v>> {
-    let mut best: Option<Best<'v>> = None;
+) -> Option<Best> {
+    let mut best: Option<Best> = None;
     for &idx in candidates(view, demand, tier) {
         let Ok(gpu_index) = check(view, idx, demand, tier) else {
             continue;
@@ -313,14 +313,14 @@ fn rank<'v>(
     best
 }
 
-fn rank_traced<'v>(
-    view: &'v FleetView,
+fn rank_traced(
+    view: &FleetView,
     demand: &Demand<'_>,
     tier: usize,
     packing: PackingStrategy,
     nodes: &mut Vec<NodeTrace>,
-) -> Option<Best<'v>> {
-    let mut best: Option<Best<'v>> = None;
+) -> Option<Best> {
+    let mut best: Option<Best> = None;
     nodes.reserve(view.order.len());
     for &idx in &view.order {
         let node_id = view.node(idx).id.clone();
@@ -336,9 +336,7 @@ fn rank_traced<'v>(
                 let key = key(view, idx, demand, packing);
                 nodes.push(NodeTrace {
                     node_id,
-                    verdict: Verdict::Survived {
-                        key: key.clone().into_owned(),
-                    },
+                    verdict: Verdict::Survived { key },
                 });
                 if best.as_ref().is_none_or(|b| key < b.key) {
                     best = Some(Best {

@@ -373,6 +373,7 @@ fn reachable(view: &FleetView, idx: NodeIdx, hot: &Hot) -> Result<(), RejectionO
 }
 
 /// The first required capability the node lacks, in the order asked.
+#[inline]
 fn capabilities(
     view: &FleetView,
     idx: NodeIdx,

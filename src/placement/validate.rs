@@ -474,7 +474,7 @@ fn could_ever_fit(view: &FleetView, idx: NodeIdx, needs: &Needs) -> bool {
         .collect();
     hot.has(flag::INVENTORY)
         && needs.capacity <= hot.usable + CAPACITY_EPSILON
-        && needs.cores <= hot.total_cores
+        && needs.cores <= u32::from(hot.total_cores)
         && needs
             .capabilities
             .iter()

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 pub(crate) use names::Interner;
 pub use names::Name;
 pub(crate) use node::port_bit;
-use node::{CapabilitySet, slot};
+use node::{CapabilitySet, cores, slot};
 pub(crate) use node::{GpuDevice, Hot, NO_AZ, NO_SLOT, NodeEntry, flag};
 
 use crate::model::{
@@ -110,10 +110,26 @@ impl FleetView {
             let ids = refs.iter().map(|r| view.images.intern(r)).collect();
             view.template_images.insert(template.clone(), ids);
         }
-        let mut sorted: Vec<&FleetNode> = snapshot.nodes.iter().collect();
-        sorted.sort_by(|a, b| a.id.cmp(&b.id));
-        for node in sorted {
-            view.push_node(node)?;
+        // Nodes are numbered tier by tier, in id order within a tier, so a
+        // tier scan reads the hot parts front to back.
+        let mut sorted: Vec<(u32, &FleetNode)> = snapshot
+            .nodes
+            .iter()
+            .map(|n| (view.slot_of(n), n))
+            .collect();
+        sorted.sort_by(|(a_slot, a), (b_slot, b)| a_slot.cmp(b_slot).then_with(|| a.id.cmp(&b.id)));
+        for (_, node) in sorted {
+            let (idx, slot) = view.append_node(node)?;
+            if slot != NO_SLOT {
+                view.tiers[(slot >> 16) as usize][(slot & 0xffff) as usize].push(idx);
+            }
+        }
+        let nodes = &view.nodes;
+        view.order = (0..nodes.len() as NodeIdx).collect();
+        view.order
+            .sort_by(|&a, &b| nodes[a as usize].id.cmp(&nodes[b as usize].id));
+        for (rank, &idx) in view.order.iter().enumerate() {
+            view.hot[idx as usize].rank = rank as u32;
         }
         for node in &snapshot.nodes {
             for job in &node.jobs {
@@ -151,7 +167,7 @@ impl FleetView {
         let occupant = self.occupants.len() as u32;
         let hot = &mut self.hot[idx as usize];
         hot.free -= job.required_capacity.max(0.0);
-        hot.used_cores = hot.used_cores.saturating_add(job.required_cores);
+        hot.used_cores = hot.used_cores.saturating_add(cores(job.required_cores));
         hot.occupants = hot.occupants.saturating_add(1);
         if job.exclusive {
             hot.exclusive_occupants = hot.exclusive_occupants.saturating_add(1);
@@ -264,38 +280,50 @@ impl FleetView {
         live.count() as u32
     }
 
+    /// Adds a node after the view was built: into its tier's list and the
+    /// id order at its place, shifting the ranks after it.
     fn push_node(&mut self, node: &FleetNode) -> Result<(), FleetError> {
+        let (idx, slot) = self.append_node(node)?;
+        let nodes = &self.nodes;
+        let id = &nodes[idx as usize].id;
+        if slot != NO_SLOT {
+            let list = &mut self.tiers[(slot >> 16) as usize][(slot & 0xffff) as usize];
+            let at = list.partition_point(|&i| nodes[i as usize].id < *id);
+            list.insert(at, idx);
+        }
+        let at = self.order.partition_point(|&i| nodes[i as usize].id < *id);
+        for other in &mut self.hot {
+            if other.rank as usize >= at {
+                other.rank += 1;
+            }
+        }
+        self.hot[idx as usize].rank = at as u32;
+        self.order.insert(at, idx);
+        Ok(())
+    }
+
+    /// Numbers a node and records it, returning its index and slot.
+    fn append_node(&mut self, node: &FleetNode) -> Result<(NodeIdx, u32), FleetError> {
         if self.by_id.contains_key(&node.id) {
             return Err(FleetError::DuplicateNode(node.id.clone()));
         }
         let (hot, entry) = self.describe(node);
         let idx = self.nodes.len() as NodeIdx;
-        let nodes = &self.nodes;
-        let at = self
-            .order
-            .partition_point(|&i| nodes[i as usize].id < entry.id);
-        self.order.insert(at, idx);
-        if hot.slot != NO_SLOT {
-            let list = &mut self.tiers[(hot.slot >> 16) as usize][(hot.slot & 0xffff) as usize];
-            let at = list.partition_point(|&i| nodes[i as usize].id < entry.id);
-            list.insert(at, idx);
-        }
         self.by_id.insert(entry.id.clone(), idx);
         self.hot.push(hot);
         self.nodes.push(entry);
-        Ok(())
+        Ok((idx, hot.slot))
+    }
+
+    /// The pool and tier a node belongs to, packed as [`Hot::slot`].
+    fn slot_of(&self, node: &FleetNode) -> u32 {
+        let (pool, tier) = membership(node);
+        resolve_slot(&self.pools, pool, tier).map_or(NO_SLOT, |(p, t)| slot(p, t))
     }
 
     /// The hot and cold parts of a node, before any job is reserved on it.
     fn describe(&mut self, node: &FleetNode) -> (Hot, NodeEntry) {
-        let pool_name = node
-            .pool
-            .as_deref()
-            .or_else(|| node.tags.get(tags::POOL).map(String::as_str));
-        let tier_name = node
-            .tier
-            .as_deref()
-            .or_else(|| node.tags.get(tags::TIER).map(String::as_str));
+        let (pool_name, tier_name) = membership(node);
         let resolved = resolve_slot(&self.pools, pool_name, tier_name);
         let resolved_tier = resolved.and_then(|(p, t)| self.pools.at(p)?.tiers.get(t));
         // An untagged cluster node is reported under the fixed tier it
@@ -339,6 +367,7 @@ impl FleetView {
             images: 0,
             slot: resolved.map_or(NO_SLOT, |(p, t)| slot(p, t)),
             az: NO_AZ,
+            rank: 0,
             total_cores: 0,
             used_cores: 0,
             occupants: 0,
@@ -380,7 +409,7 @@ impl FleetView {
         };
         hot.usable = (total * cap - inventory.reserved_capacity.max(0.0)).max(0.0);
         hot.free = hot.usable;
-        hot.total_cores = inventory.total_cores;
+        hot.total_cores = cores(inventory.total_cores);
         for capability in &inventory.capabilities {
             entry
                 .capabilities
@@ -413,6 +442,15 @@ impl FleetView {
             })
             .collect();
     }
+}
+
+/// The pool and tier a node names: its fields, else its tags.
+fn membership(node: &FleetNode) -> (Option<&str>, Option<&str>) {
+    let tag = |name| node.tags.get(name).map(String::as_str);
+    (
+        node.pool.as_deref().or_else(|| tag(tags::POOL)),
+        node.tier.as_deref().or_else(|| tag(tags::TIER)),
+    )
 }
 
 fn resolve_slot(pools: &Pools, pool: Option<&str>, tier: Option<&str>) -> Option<(usize, usize)> {
@@ -462,5 +500,77 @@ fn prospective_node(
             nics: Vec::new(),
         }),
         jobs: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::validate_pools;
+
+    fn view() -> FleetView {
+        let pools = serde_yaml::from_str(
+            "- {name: p, tiers: [{name: t, kind: aws, candidateInstanceTypes: [{instanceType: m, totalCapacity: 4}]}]}",
+        )
+        .unwrap();
+        let fleet: FleetSnapshot = serde_yaml::from_str(
+            "nodes:\n- {id: d, pool: p, tier: t, inventory: {kind: aws, totalCapacity: 4}}\n- {id: b, pool: p, tier: t, inventory: {kind: aws, totalCapacity: 4}}",
+        )
+        .unwrap();
+        FleetView::new(&fleet, validate_pools(pools).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn ranks_follow_node_id_order_as_prospective_nodes_arrive() {
+        let mut view = view();
+        for id in ["c", "a", "e"] {
+            view.add_prospective_node(NodeId::from(id), "p", "t", "m")
+                .unwrap();
+        }
+        let mut ranked: Vec<(u32, &str)> = (0..view.node_count() as u32)
+            .map(|i| (view.hot(i).rank, view.node(i).id.as_str()))
+            .collect();
+        ranked.sort_unstable();
+        assert_eq!(
+            ranked,
+            vec![(0, "a"), (1, "b"), (2, "c"), (3, "d"), (4, "e")]
+        );
+        assert_eq!(
+            view.tier_nodes(0, 0)
+                .iter()
+                .map(|&i| view.node(i).id.as_str())
+                .collect::<Vec<_>>(),
+            ["a", "b", "c", "d", "e"]
+        );
+    }
+
+    #[test]
+    fn a_reservation_takes_capacity_cores_ports_and_gpu_from_its_node() {
+        let mut view = view();
+        let job: PlacedJob = serde_yaml::from_str(
+            "{jobId: x, requiredCapacity: 1.5, requiredCores: 2, requiredHostPorts: [1935/tcp]}",
+        )
+        .unwrap();
+        view.reserve(&NodeId::from("b"), &job).unwrap();
+        let idx = view.node_index(&NodeId::from("b")).unwrap();
+        assert_eq!(view.hot(idx).free, 2.5);
+        assert_eq!(view.hot(idx).used_cores, 2);
+        assert_eq!(view.hot(idx).occupants, 1);
+        assert_eq!(view.node(idx).ports, vec!["1935/tcp".parse().unwrap()]);
+        assert!(view.hot(idx).ports & port_bit(&"1935/tcp".parse().unwrap()) != 0);
+        assert_eq!(
+            view.reserve(&NodeId::from("nope"), &job),
+            Err(FleetError::UnknownNode(NodeId::from("nope")))
+        );
+    }
+
+    #[test]
+    fn a_node_listed_twice_is_refused() {
+        let fleet: FleetSnapshot = serde_yaml::from_str("nodes: [{id: a}, {id: a}]").unwrap();
+        let pools = validate_pools(vec![]).unwrap();
+        assert_eq!(
+            FleetView::new(&fleet, pools).unwrap_err(),
+            FleetError::DuplicateNode(NodeId::from("a"))
+        );
     }
 }

@@ -71,8 +71,12 @@ pub(crate) struct Hot {
     pub slot: u32,
     /// Interned AZ, or [`NO_AZ`].
     pub az: u32,
-    pub total_cores: u32,
-    pub used_cores: u32,
+    /// The node's position in node-id order: comparing ranks is comparing
+    /// ids lexicographically, without reading the ids.
+    pub rank: u32,
+    /// Cores, saturating at 65535 (no worker has that many).
+    pub total_cores: u16,
+    pub used_cores: u16,
     /// Jobs on the node (in-plan reservations included), saturating: only
     /// "none" and "some" decide anything, and the entry holds the list.
     pub occupants: u16,
@@ -85,13 +89,18 @@ pub(crate) struct Hot {
 
 const _: () = assert!(std::mem::size_of::<Hot>() == 64);
 
+/// A core count as [`Hot`] holds it.
+pub(crate) fn cores(count: u32) -> u16 {
+    u16::try_from(count).unwrap_or(u16::MAX)
+}
+
 impl Hot {
     pub(crate) fn has(&self, flag: u16) -> bool {
         self.flags & flag != 0
     }
 
     pub(crate) fn free_cores(&self) -> u32 {
-        self.total_cores.saturating_sub(self.used_cores)
+        u32::from(self.total_cores.saturating_sub(self.used_cores))
     }
 
     /// An unconsumed spare: tagged spare and carrying no job (in-plan
