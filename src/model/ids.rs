@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
-        #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+        #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
         #[serde(transparent)]
         pub struct $name(pub String);
 
@@ -148,7 +148,10 @@ mod tests {
         let key = InstanceKey::migration_target(Slot::Primary, 0x3f9c1e2a);
         assert_eq!(key.as_str(), "primary@3f9c1e2a");
         assert_eq!(key.slot_of(), Some(Slot::Primary));
-        assert_eq!(InstanceKey::migration_target(Slot::Backup, 1).as_str(), "backup@00000001");
+        assert_eq!(
+            InstanceKey::migration_target(Slot::Backup, 1).as_str(),
+            "backup@00000001"
+        );
     }
 
     #[test]
