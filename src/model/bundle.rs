@@ -128,10 +128,10 @@ impl BundleSpec {
     /// The pool a replica is placed from: the backup's
     /// `resiliencePolicy.pool` when set, else the bundle's pool.
     pub fn pool_for_replica(&self, replica_index: u32) -> &str {
-        if replica_index > 0 {
-            if let Some(pool) = self.resilience_policy.as_ref().and_then(|r| r.pool.as_deref()) {
-                return pool;
-            }
+        if replica_index > 0
+            && let Some(pool) = self.resilience_policy.as_ref().and_then(|r| r.pool.as_deref())
+        {
+            return pool;
         }
         &self.pool
     }
@@ -140,10 +140,10 @@ impl BundleSpec {
     /// applied on the backup.
     pub fn parameters_for(&self, replica_index: u32, job: &JobSpec) -> BTreeMap<String, String> {
         let mut params = job.parameters.clone();
-        if replica_index > 0 {
-            if let Some(overrides) = self.backup_parameter_overrides.get(&job.job_name) {
-                params.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
-            }
+        if replica_index > 0
+            && let Some(overrides) = self.backup_parameter_overrides.get(&job.job_name)
+        {
+            params.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
         params
     }
