@@ -36,7 +36,7 @@ pub enum Command {
     /// snapshot `plan --fleet` reads).
     Snapshot,
     /// Register a cluster (local-servers) node with an inventory.
-    RegisterNode(RegisterNodeArgs),
+    RegisterNode(Box<RegisterNodeArgs>),
     /// The node dies silently: NodeStopped after the keepalive timeout.
     KillNode {
         /// The node id.
@@ -286,7 +286,7 @@ async fn execute(args: Args) -> Result<String, SimctlError> {
     Ok(match args.command {
         Command::Snapshot => client.snapshot(()).await?.into_inner().json,
         Command::RegisterNode(a) => {
-            let request = register_request(a)?;
+            let request = register_request(*a)?;
             let node_id = request.node_id.clone();
             client.register_node(request).await?;
             done("register-node", json!({ "nodeId": node_id }))

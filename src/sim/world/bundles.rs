@@ -49,9 +49,9 @@ impl World {
         Ok(ack(&stored))
     }
 
-    /// `UpdateBundle`: the new spec, state live, verdict cleared, generation
-    /// + 1; jobs the new spec adds are created, changed ones updated, and
-    /// removed ones stopped then deleted.
+    /// `UpdateBundle`: the new spec, state live, verdict cleared, the
+    /// generation bumped; jobs the new spec adds are created, changed ones
+    /// updated, and removed ones stopped then deleted.
     pub fn update_bundle(&mut self, bundle: pb::Bundle) -> Result<pb::BundleAck, RequestError> {
         validate(&bundle)?;
         let bundle_id = bundle.bundle_id.clone();
@@ -81,10 +81,9 @@ impl World {
             .map(|j| (job_id_of(&j.job_id).to_owned(), j))
             .collect();
         let removed: Vec<String> = self
-            .jobs
-            .iter()
-            .filter(|(id, j)| super::jobs::bundle_of(&j.job) == Some(bundle_id.as_str()) && !expanded.contains_key(*id))
-            .map(|(id, _)| id.clone())
+            .bundle_job_ids(&bundle_id)
+            .filter(|id| !expanded.contains_key(*id))
+            .cloned()
             .collect();
         for (job_id, mut job) in expanded {
             let Some(current) = self.jobs.get(&job_id) else {
@@ -128,12 +127,8 @@ impl World {
         let snapshot = bundle.clone();
         self.emit(Event::BundleUpdated(pb::BundleUpdated { bundle: Some(snapshot) }));
         self.audit("bundle.delete", &bundle_id, &[]);
-        let jobs: Vec<String> = self
-            .jobs
-            .iter()
-            .filter(|(_, j)| super::jobs::bundle_of(&j.job) == Some(bundle_id.as_str()))
-            .map(|(id, _)| id.clone())
-            .collect();
+        self.deleting.insert(bundle_id.clone());
+        let jobs: Vec<String> = self.bundle_job_ids(&bundle_id).cloned().collect();
         for job_id in jobs {
             self.doom_job(&job_id);
         }
@@ -251,10 +246,10 @@ pub(crate) fn expand(bundle: &pb::Bundle) -> Vec<pb::Job> {
         };
         for spec in &bundle.jobs {
             let mut parameters = spec.parameters.clone();
-            if replica_index > 0 {
-                if let Some(overrides) = bundle.backup_parameter_overrides.get(&spec.job_name) {
-                    parameters.extend(overrides.values.clone());
-                }
+            if replica_index > 0
+                && let Some(overrides) = bundle.backup_parameter_overrides.get(&spec.job_name)
+            {
+                parameters.extend(overrides.values.clone());
             }
             let job_id = runtime_job_id(
                 &BundleId::from(bundle.bundle_id.as_str()),

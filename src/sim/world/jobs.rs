@@ -3,6 +3,8 @@
 //! with live instances stops them first; the job goes once the last has
 //! stopped (the same mechanism finishes a bundle's stop-then-delete saga).
 
+use std::collections::BTreeSet;
+
 use super::{SimJob, World, job_id_of, job_ref, millis, node_ref, required, timestamp};
 use crate::manager::proto::manager::{
     self as pb, date_filter, event_stream_event::Event, id_filter, job::JobState, job_filter,
@@ -144,12 +146,26 @@ impl World {
 
     /// Deletes doomed jobs that have no instance left, then bundles whose
     /// stop-then-delete saga has no job left: `job_deleted` for each job,
-    /// then `bundle_deleted`.
+    /// then `bundle_deleted`. A deleting bundle's jobs all go together, once
+    /// every instance of every one of them has stopped: stop, then delete.
     pub(super) fn reap(&mut self) {
+        let busy: BTreeSet<String> = self
+            .deleting
+            .iter()
+            .filter(|b| {
+                self.bundle_job_ids(b)
+                    .any(|j| self.live_instances_of(j).next().is_some())
+            })
+            .cloned()
+            .collect();
         let ready: Vec<String> = self
             .doomed
             .iter()
             .filter(|job| self.live_instances_of(job).next().is_none())
+            .filter(|job| {
+                let bundle = self.jobs.get(*job).and_then(|j| bundle_of(&j.job));
+                bundle.is_none_or(|b| !busy.contains(b))
+            })
             .cloned()
             .collect();
         for job_id in ready {
@@ -163,16 +179,27 @@ impl World {
             }
         }
         let finished: Vec<String> = self
-            .bundles
+            .deleting
             .iter()
-            .filter(|(_, b)| b.state == pb::BundleState::Deleting as i32)
-            .filter(|(id, _)| !self.jobs.values().any(|j| bundle_of(&j.job) == Some(id.as_str())))
-            .map(|(id, _)| id.clone())
+            .filter(|b| self.bundle_job_ids(b).next().is_none())
+            .cloned()
             .collect();
         for bundle_id in finished {
+            self.deleting.remove(&bundle_id);
             self.bundles.remove(&bundle_id);
             self.emit(Event::BundleDeleted(pb::BundleDeleted { bundle_id }));
         }
+    }
+
+    /// The ids of a bundle's runtime jobs (`<bundle id>/<replica>/<name>`,
+    /// so a range of the ordered store).
+    pub(super) fn bundle_job_ids<'a>(&'a self, bundle_id: &'a str) -> impl Iterator<Item = &'a String> + 'a {
+        let prefix = format!("{bundle_id}/");
+        self.jobs
+            .range(prefix.clone()..)
+            .take_while(move |(id, _)| id.starts_with(&prefix))
+            .filter(move |(_, j)| bundle_of(&j.job) == Some(bundle_id))
+            .map(|(id, _)| id)
     }
 
     /// The job `job_id`, or NOT_FOUND.

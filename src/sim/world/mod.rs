@@ -13,6 +13,7 @@ mod bundles;
 mod instances;
 mod jobs;
 mod nodes;
+mod outages;
 mod replay;
 mod timers;
 mod workers;
@@ -139,6 +140,8 @@ pub(crate) struct World {
     /// coexist.
     instances: BTreeMap<(String, String), Instance>,
     bundles: BTreeMap<String, pb::Bundle>,
+    /// Bundles whose stop-then-delete saga is running.
+    deleting: BTreeSet<String>,
     /// Jobs to delete once their last instance has stopped.
     doomed: BTreeSet<String>,
     /// (region, instance type) -> (launch limit, nodes in use).
@@ -175,6 +178,7 @@ impl World {
             jobs: BTreeMap::new(),
             instances: BTreeMap::new(),
             bundles: BTreeMap::new(),
+            deleting: BTreeSet::new(),
             doomed: BTreeSet::new(),
             launches: BTreeMap::new(),
             rejections: BTreeMap::new(),

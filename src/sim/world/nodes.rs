@@ -1,18 +1,17 @@
 //! Node lifecycle: cloud nodes launched against the catalogue and its
-//! launch limits, cluster nodes registered with an inventory, terminate,
-//! and the ways a node goes away without being asked (a dead worker found by
-//! the keepalive, a provider reclaim after an interruption notice).
+//! launch limits, booting into a started node with its inventory, cluster
+//! nodes registered with an inventory, terminate, stopping and stopped.
+//! Nodes that go away unasked are in `outages`.
 
 use rand::Rng;
 use rand::seq::IndexedRandom;
 
 use super::{
-    KEEPALIVE_TIMEOUT_MS, Launches, PROVISIONING_MS, RECLAIM_MS, SPOT_INTERRUPTION_DEADLINE_MS, SimNode, TERMINATE_MS,
-    World, node_id_of, node_ref, phase_name, required, timestamp,
+    Launches, PROVISIONING_MS, SimNode, TERMINATE_MS, World, node_id_of, node_ref, phase_name, required, timestamp,
 };
 use crate::manager::proto::manager::{self as pb, event_stream_event::Event, node_stopping};
 use crate::manager::proto::{common, sim_admin};
-use crate::model::{NodePhase, ProviderKind, tags};
+use crate::model::{NodePhase, ProviderKind};
 use crate::sim::RequestError;
 use crate::sim::catalog::{Architecture, InstanceType};
 use crate::sim::error::known;
@@ -200,7 +199,8 @@ impl World {
     /// A cloud node finished booting: `node_started`, then its inventory.
     pub(super) fn node_booted(&mut self, node_id: &str) {
         let Some(node) = self.nodes.get(node_id) else { return };
-        if node.phase != NodePhase::Starting {
+        // A node killed while booting never reports in.
+        if node.phase != NodePhase::Starting || node.silent {
             return;
         }
         let (kind, region, zone, type_name) = (
@@ -372,113 +372,9 @@ impl World {
         self.node(node_id).map(|_| ())
     }
 
-    /// `kill-node`: the worker dies without a word. Manager only notices
-    /// when the keepalive times out, and then reports the node stopped
-    /// without a `NodeStopping`.
-    pub fn kill_node(&mut self, node_id: &str) -> Result<(), RequestError> {
-        let node = self.node_mut(node_id)?;
-        if node.silent {
-            return Ok(());
-        }
-        node.silent = true;
-        self.schedule(KEEPALIVE_TIMEOUT_MS, super::Action::NodeGone(node_id.to_owned()));
-        Ok(())
-    }
-
-    /// `stop-node`: the worker drops its connection: `NodeStopping`
-    /// (health ping time exceeded) now, `NodeStopped` after the keepalive
-    /// timeout.
-    pub fn stop_node(&mut self, node_id: &str) -> Result<(), RequestError> {
-        let node = self.node_mut(node_id)?;
-        if node.silent || node.phase == NodePhase::Stopping {
-            return Ok(());
-        }
-        node.silent = true;
-        self.begin_stopping(node_id, node_stopping::Reason::HealthPingTimeExceeded, false);
-        self.schedule(KEEPALIVE_TIMEOUT_MS, super::Action::NodeGone(node_id.to_owned()));
-        Ok(())
-    }
-
-    /// `interrupt-node`: the provider's notice, relayed with the node tagged
-    /// `interruption=<kind>` and audited; a notice with a deadline ends in a
-    /// reclaim.
-    pub fn interrupt_node(&mut self, req: sim_admin::InterruptNodeRequest) -> Result<(), RequestError> {
-        let node_id = required(&req.node_id, "node_id")?;
-        let kind = pb::InterruptionKind::try_from(req.kind)
-            .ok()
-            .filter(|k| *k != pb::InterruptionKind::Unknown)
-            .ok_or_else(|| RequestError::InvalidField {
-                field: "kind",
-                why: format!("{} is neither a spot interruption nor a rebalance", req.kind),
-            })?;
-        if !(req.deadline_s.is_finite() && req.deadline_s >= 0.0) {
-            return Err(RequestError::InvalidField {
-                field: "deadline",
-                why: format!("{} is not a number of seconds from now", req.deadline_s),
-            });
-        }
-        let node = self.node(node_id)?;
-        if node.phase == NodePhase::Stopping {
-            return Err(RequestError::FailedPrecondition {
-                what: format!("interrupt node {node_id:?}"),
-                why: "it is already stopping".to_owned(),
-            });
-        }
-        let in_ms = if req.deadline_s > 0.0 {
-            Some((req.deadline_s * 1000.0) as i64)
-        } else if kind == pb::InterruptionKind::SpotInterruption {
-            Some(SPOT_INTERRUPTION_DEADLINE_MS)
-        } else {
-            // A rebalance recommendation carries no deadline.
-            None
-        };
-        let now = self.now();
-        let notice = pb::NodeInterruptionNotice {
-            node_id: node_ref(node_id),
-            kind: kind as i32,
-            deadline: in_ms.map(|ms| timestamp(now + ms)),
-            noticed_at: Some(timestamp(now)),
-        };
-        let kind_name = match kind {
-            pb::InterruptionKind::SpotInterruption => "spot-interruption",
-            _ => "rebalance",
-        };
-        let node = self.node_mut(node_id)?;
-        node.interruption = Some(notice.clone());
-        node.metadata
-            .tags
-            .insert(tags::INTERRUPTION.to_owned(), kind_name.to_owned());
-        let tags = node.metadata.tags.clone();
-        self.emit(Event::NodeInterruptionNotice(notice));
-        self.emit(Event::NodeTagsUpdated(pb::NodeTagsUpdated {
-            node_id: node_ref(node_id),
-            tags,
-        }));
-        let mut details = vec![("kind", kind_name.to_owned())];
-        if let Some(ms) = in_ms {
-            details.push(("deadlineMs", (now + ms).to_string()));
-        }
-        self.audit("node.interruption", node_id, &details);
-        if let Some(ms) = in_ms {
-            self.schedule(ms, super::Action::Reclaim(node_id.to_owned()));
-        }
-        Ok(())
-    }
-
-    /// The interruption deadline passed: the provider terminates the node.
-    pub(super) fn reclaim(&mut self, node_id: &str) {
-        let Some(node) = self.nodes.get(node_id) else { return };
-        if node.phase == NodePhase::Stopping {
-            return;
-        }
-        self.begin_stopping(node_id, node_stopping::Reason::ProviderTerminate, true);
-        let after = self.delay(RECLAIM_MS);
-        self.schedule(after, super::Action::NodeGone(node_id.to_owned()));
-    }
-
     /// `NodeStopping` now; with `instances`, every instance on the node
     /// starts stopping as the node is terminated.
-    fn begin_stopping(&mut self, node_id: &str, reason: node_stopping::Reason, instances: bool) {
+    pub(super) fn begin_stopping(&mut self, node_id: &str, reason: node_stopping::Reason, instances: bool) {
         let Some(node) = self.nodes.get_mut(node_id) else {
             return;
         };
@@ -497,13 +393,12 @@ impl World {
     /// its launch capacity is released and Manager forgets it.
     pub(super) fn node_gone(&mut self, node_id: &str) {
         let Some(node) = self.nodes.remove(node_id) else { return };
-        if node.provider != ProviderKind::LocalServers {
-            if let Some(launches) = self
+        if node.provider != ProviderKind::LocalServers
+            && let Some(launches) = self
                 .launches
                 .get_mut(&(node.region.clone(), node.instance_type.clone()))
-            {
-                launches.in_use = (launches.in_use - 1).max(0);
-            }
+        {
+            launches.in_use = (launches.in_use - 1).max(0);
         }
         self.emit(Event::NodeStopped(pb::NodeStopped {
             node_id: node_ref(node_id),

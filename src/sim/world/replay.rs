@@ -15,15 +15,17 @@ impl World {
         let mut events = Vec::new();
         for (node_id, node) in &self.nodes {
             let metadata = Some(node.metadata.clone());
-            match (&node.running, node.phase) {
-                (Some(running), _) => events.push(Event::NodeStarted(pb::NodeStarted {
+            // A stopping node is replayed as what it was before it began
+            // to stop (started, or still starting), then its stopping.
+            events.push(match &node.running {
+                Some(running) => Event::NodeStarted(pb::NodeStarted {
                     node_metadata: metadata,
                     running_node_metadata: Some(running.clone()),
-                })),
-                (None, _) => events.push(Event::NodeStarting(pb::NodeStarting {
+                }),
+                None => Event::NodeStarting(pb::NodeStarting {
                     node_metadata: metadata,
-                })),
-            }
+                }),
+            });
             if let Some(inventory) = &node.inventory {
                 events.push(Event::NodeInventory(pb::NodeInventoryUpdated {
                     inventory: Some(inventory.clone()),

@@ -77,13 +77,12 @@ impl World {
             } else {
                 None
             };
-            if error.is_none() {
-                if let Some(inventory) = node.inventory.as_mut() {
-                    if !inventory.images.contains(image) {
-                        inventory.images.push(image.clone());
-                        changed = true;
-                    }
-                }
+            if error.is_none()
+                && let Some(inventory) = node.inventory.as_mut()
+                && !inventory.images.contains(image)
+            {
+                inventory.images.push(image.clone());
+                changed = true;
             }
             results.push(pb::ImagePrefetchResult {
                 image: image.clone(),
