@@ -66,7 +66,7 @@ impl SimAdmin for AdminService {
     }
 
     async fn rpc_fault(&self, req: Request<sim_admin::RpcFaultRequest>) -> Result<Response<()>, Status> {
-        self.call(|w| w.faults_mut().0.apply(req.into_inner()))
+        self.call(|w| w.set_rpc_fault(req.into_inner()))
     }
 
     async fn drop_stream(&self, _: Request<()>) -> Result<Response<()>, Status> {

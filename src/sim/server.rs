@@ -177,11 +177,7 @@ impl Shared {
     /// Applies the injected fault for `rpc`, if any: waits its delay, then
     /// fails the call when the draw says so.
     pub async fn fault(&self, rpc: &str) -> Result<(), Status> {
-        let verdict = {
-            let mut world = self.lock();
-            let (faults, rng) = world.faults_mut();
-            faults.decide(rpc, rng)
-        };
+        let verdict = self.lock().rpc_fault(rpc);
         if !verdict.delay.is_zero() {
             tokio::time::sleep(verdict.delay).await;
         }
@@ -249,7 +245,7 @@ impl Simulator {
     }
 }
 
-/// A running simulator.
+/// A running simulator. Dropping the handle stops it too, without waiting.
 #[derive(Debug)]
 pub struct SimHandle {
     addr: SocketAddr,
