@@ -242,7 +242,7 @@ impl World {
 
     /// Runs `action` `delay_ms` simulated milliseconds from now.
     fn schedule(&mut self, delay_ms: i64, action: Action) {
-        let at = self.now() + delay_ms.max(0);
+        let at = self.now().saturating_add(delay_ms.max(0));
         if self.timers.push(at, action) {
             self.wake.notify_one();
         }
