@@ -80,6 +80,15 @@ impl SimAdmin for AdminService {
         response
     }
 
+    async fn inject_event(&self, req: Request<sim_admin::InjectEventRequest>) -> Result<Response<()>, Status> {
+        let event = req
+            .into_inner()
+            .event
+            .ok_or_else(|| Status::invalid_argument("InjectEvent.event is missing"))?;
+        self.shared.lock().inject(event);
+        Ok(Response::new(()))
+    }
+
     async fn set_job_behaviour(&self, req: Request<sim_admin::SetJobBehaviourRequest>) -> Result<Response<()>, Status> {
         self.call(|w| w.set_job_behaviour(req.into_inner()))
     }

@@ -234,6 +234,13 @@ impl World {
     }
 
     /// Publishes a live event.
+    /// Sends a raw event to the live streams without touching the world
+    /// (the admin `InjectEvent`).
+    pub fn inject(&self, event: pb::EventStreamEvent) {
+        // No receiver is not an error: nobody is watching.
+        let _ = self.events.send(Arc::new(event));
+    }
+
     fn emit(&self, event: Event) {
         // A send only fails when no stream is open; the event is then
         // nobody's to lose (a later stream starts from the snapshot).
