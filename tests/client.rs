@@ -526,3 +526,88 @@ async fn hostile_messages_are_normalised_or_reported_and_the_stream_goes_on() {
     s.close().await;
     h.sim.shutdown().await.unwrap();
 }
+
+/// A CA, a serving certificate for 127.0.0.1 and a client certificate.
+struct TestPki {
+    ca: String,
+    server: (String, String),
+    client: (String, String),
+}
+
+fn pki() -> TestPki {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
+    };
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let leaf = |names: Vec<String>, usage| {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(names).unwrap();
+        params.extended_key_usages = vec![usage];
+        (params.signed_by(&key, &ca).unwrap().pem(), key.serialize_pem())
+    };
+    TestPki {
+        server: leaf(
+            vec!["127.0.0.1".into(), "localhost".into()],
+            ExtendedKeyUsagePurpose::ServerAuth,
+        ),
+        client: leaf(vec!["automanager".into()], ExtendedKeyUsagePurpose::ClientAuth),
+        ca: ca.pem(),
+    }
+}
+
+#[tokio::test]
+async fn tls_with_client_certificate_and_bearer_token() {
+    use norsk_auto_manager::manager::client::TlsSettings;
+    use norsk_auto_manager::sim::SimTls;
+    let pki = pki();
+    let sim = Simulator::start(SimConfig {
+        time_scale: TIME_SCALE,
+        tls: Some(SimTls {
+            cert_pem: pki.server.0.clone(),
+            key_pem: pki.server.1.clone(),
+            client_ca_pem: Some(pki.ca.clone()),
+        }),
+        bearer_token: Some("s3cret".into()),
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    assert!(sim.url().starts_with("https://"));
+    let settings = |token: &str, identity: bool| ClientSettings {
+        tls: Some(TlsSettings {
+            ca_pem: Some(pki.ca.clone()),
+            client_identity_pem: identity.then(|| pki.client.clone()),
+            domain: None,
+        }),
+        bearer_token: Some(token.into()),
+        ..ClientSettings::plaintext(sim.url())
+    };
+
+    // The right CA, certificate and token: the stream delivers its snapshot.
+    let client = ManagerClient::connect_lazy(&settings("s3cret", true)).unwrap();
+    let mut s = session(&client);
+    snapshot(&mut s).await;
+    assert_eq!(*s.state.borrow(), ConnectionState::Ready);
+    s.close().await;
+
+    // A wrong token is refused by the server, not retried as transient.
+    let wrong = ManagerClient::connect_lazy(&settings("guess", true)).unwrap();
+    let err = wrong.terminate_node(&NodeId("n".into())).await.unwrap_err();
+    assert_eq!(err.code, tonic::Code::Unauthenticated, "{err}");
+    assert_eq!(err.kind(), RpcErrorKind::Rejected);
+
+    // Without a client certificate the handshake fails.
+    let anonymous = ManagerClient::connect_lazy(&settings("s3cret", false)).unwrap();
+    assert_eq!(
+        anonymous.terminate_node(&NodeId("n".into())).await.unwrap_err().kind(),
+        RpcErrorKind::Transient
+    );
+
+    // Plaintext to a TLS server does not get through either.
+    let plain = ManagerClient::connect_lazy(&ClientSettings::plaintext(sim.url().replace("https", "http"))).unwrap();
+    assert!(plain.terminate_node(&NodeId("n".into())).await.is_err());
+    sim.shutdown().await.unwrap();
+}
