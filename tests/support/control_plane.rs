@@ -50,11 +50,14 @@ use kube::{
     config::{AuthInfo, KubeConfigOptions, Kubeconfig},
 };
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose,
 };
 
 const BINARIES: [&str; 4] = ["etcd", "kube-apiserver", "kubectl", "helm"];
+/// Working directories are `$TMPDIR/norsk-cp-XXXXXX`, holding the owner's pid in `owner.pid`.
+const DIR_PREFIX: &str = "norsk-cp-";
+const OWNER_FILE: &str = "owner.pid";
 /// Lines of each log shown when the control plane fails to start.
 const LOG_TAIL_LINES: usize = 40;
 
@@ -63,8 +66,7 @@ const LOG_TAIL_LINES: usize = 40;
 /// Panics (failing the calling test) when it cannot start; the message carries the tail of
 /// the etcd and kube-apiserver logs. Later callers get the same failure without retrying.
 pub async fn shared() -> &'static ControlPlane {
-    static SHARED: tokio::sync::OnceCell<Result<ControlPlane, String>> =
-        tokio::sync::OnceCell::const_new();
+    static SHARED: tokio::sync::OnceCell<Result<ControlPlane, String>> = tokio::sync::OnceCell::const_new();
     match SHARED.get_or_init(ControlPlane::start).await {
         Ok(control_plane) => control_plane,
         Err(message) => panic!("control plane unavailable: {message}"),
@@ -111,8 +113,9 @@ impl ControlPlane {
     }
 
     async fn start_once(bin_dir: &Path, timeout: Duration) -> Result<ControlPlane, StartFailure> {
+        remove_abandoned_dirs();
         let dir = tempfile::Builder::new()
-            .prefix("norsk-cp-")
+            .prefix(DIR_PREFIX)
             .tempdir()
             .map_err(|e| StartFailure::plain(format!("cannot create a temp dir: {e}")))?
             .keep();
@@ -134,6 +137,7 @@ impl ControlPlane {
     async fn launch(&mut self, timeout: Duration) -> Result<(), StartFailure> {
         let dir = self.dir.clone();
         let io_err = |what: &str, e: io::Error| StartFailure::plain(format!("{what}: {e}"));
+        fs::write(dir.join(OWNER_FILE), std::process::id().to_string()).map_err(|e| io_err(OWNER_FILE, e))?;
 
         let pki = Pki::generate().map_err(|e| StartFailure::plain(format!("certificates: {e}")))?;
         let pki_dir = dir.join("pki");
@@ -160,13 +164,13 @@ impl ControlPlane {
 
         let mut etcd = Command::new(self.bin_dir.join("etcd"));
         etcd.args([
-            "--name=default",
+            "--name=norsk-test",
             &format!("--data-dir={}", dir.join("etcd").display()),
             &format!("--listen-client-urls={etcd_url}"),
             &format!("--advertise-client-urls={etcd_url}"),
             &format!("--listen-peer-urls={peer_url}"),
             &format!("--initial-advertise-peer-urls={peer_url}"),
-            &format!("--initial-cluster=default={peer_url}"),
+            &format!("--initial-cluster=norsk-test={peer_url}"),
             // The data is thrown away after the run: durability only costs time.
             "--unsafe-no-fsync",
             "--log-level=warn",
@@ -240,18 +244,14 @@ impl ControlPlane {
 
     async fn wait_ready(&self, timeout: Duration) -> Result<(), StartFailure> {
         let started = Instant::now();
-        let client = Client::try_from(self.config.clone())
-            .map_err(|e| StartFailure::plain(format!("client: {e}")))?;
-        let mut last = String::from("no answer yet");
+        let client = Client::try_from(self.config.clone()).map_err(|e| StartFailure::plain(format!("client: {e}")))?;
+        let mut last;
         loop {
             if let Some((name, status)) = self.exited() {
                 return Err(self.failure(format!("{name} exited ({status}) during start")));
             }
-            let request = http::Request::get("/readyz")
-                .body(Vec::new())
-                .expect("static request");
-            match tokio::time::timeout(Duration::from_secs(5), client.request_text(request)).await
-            {
+            let request = http::Request::get("/readyz").body(Vec::new()).expect("static request");
+            match tokio::time::timeout(Duration::from_secs(5), client.request_text(request)).await {
                 Ok(Ok(body)) if body.trim() == "ok" => return Ok(()),
                 Ok(Ok(body)) => last = body,
                 Ok(Err(e)) => last = e.to_string(),
@@ -277,7 +277,10 @@ impl ControlPlane {
         let logs = self.log_tails(LOG_TAIL_LINES);
         let port_clash = logs.contains("address already in use");
         StartFailure {
-            message: format!("{message}\n(working directory {})\n{logs}", self.dir.display()),
+            message: format!(
+                "{message}\n(working directory {}; NORSK_CP_KEEP=1 keeps it)\n{logs}",
+                self.dir.display()
+            ),
             port_clash,
         }
     }
@@ -371,10 +374,10 @@ impl ControlPlane {
             Err(e) => panic!("create ServiceAccount {namespace}/{name}: {e}"),
         }
         let request = TokenRequest {
-            spec: TokenRequestSpec {
+            spec: Some(TokenRequestSpec {
                 expiration_seconds: Some(3600),
                 ..Default::default()
-            },
+            }),
             ..Default::default()
         };
         let token = accounts
@@ -382,8 +385,8 @@ impl ControlPlane {
             .await
             .unwrap_or_else(|e| panic!("token for ServiceAccount {namespace}/{name}: {e}"))
             .status
-            .expect("TokenRequest answered without status")
-            .token;
+            .and_then(|status| status.token)
+            .expect("TokenRequest answered without a token");
         let mut config = self.config.clone();
         config.auth_info = AuthInfo {
             token: Some(token.into()),
@@ -503,6 +506,31 @@ fn locate_binaries() -> Result<PathBuf, String> {
     Ok(dir)
 }
 
+/// A test binary killed with SIGKILL runs no exit hook: its processes die with it (see
+/// below) but its working directory stays. The next run removes those whose owner is gone.
+fn remove_abandoned_dirs() {
+    let Ok(entries) = fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(DIR_PREFIX) {
+            continue;
+        }
+        let path = entry.path();
+        let Some(pid) = fs::read_to_string(path.join(OWNER_FILE))
+            .ok()
+            .and_then(|s| s.trim().parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only asks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = fs::remove_dir_all(&path);
+        }
+    }
+}
+
 fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
@@ -514,11 +542,7 @@ fn run_with_stdin(mut command: Command, input: &str) -> io::Result<Output> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
-    child
-        .stdin
-        .take()
-        .expect("piped stdin")
-        .write_all(input.as_bytes())?;
+    child.stdin.take().expect("piped stdin").write_all(input.as_bytes())?;
     child.wait_with_output()
 }
 
@@ -538,9 +562,7 @@ impl Pki {
     fn generate() -> Result<Pki, rcgen::Error> {
         let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "norsk-test-ca");
+        ca_params.distinguished_name.push(DnType::CommonName, "norsk-test-ca");
         ca_params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
             KeyUsagePurpose::CrlSign,
@@ -556,9 +578,7 @@ impl Pki {
             "kubernetes.default".to_owned(),
             "kubernetes.default.svc".to_owned(),
         ])?;
-        serving
-            .distinguished_name
-            .push(DnType::CommonName, "kube-apiserver");
+        serving.distinguished_name.push(DnType::CommonName, "kube-apiserver");
         serving.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let serving_cert = serving.signed_by(&serving_key, &ca)?;
@@ -634,11 +654,7 @@ fn spawn_tied_to_process(mut command: Command, log: &Path) -> io::Result<Child> 
     let out = File::create(log)?;
     let err = out.try_clone()?;
     let parent = std::process::id();
-    command
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .process_group(0);
+    command.stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);
     // SAFETY: the hook runs between fork and exec and only makes async-signal-safe calls.
     unsafe {
         command.pre_exec(move || {
@@ -659,9 +675,7 @@ fn spawn_tied_to_process(mut command: Command, log: &Path) -> io::Result<Child> 
     let child = answer
         .recv()
         .map_err(|_| io::Error::other("spawner thread did not answer"))??;
-    LIVE.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(child.id());
+    LIVE.lock().unwrap_or_else(|p| p.into_inner()).push(child.id());
     if let Some(dir) = log.parent() {
         let mut dirs = DIRS_AT_EXIT.lock().unwrap_or_else(|p| p.into_inner());
         if !dirs.iter().any(|d| d == dir) {
@@ -679,9 +693,7 @@ fn kill_group(pid: u32) {
 }
 
 fn forget_pid(pid: u32) {
-    LIVE.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .retain(|p| *p != pid);
+    LIVE.lock().unwrap_or_else(|p| p.into_inner()).retain(|p| *p != pid);
 }
 
 extern "C" fn kill_all_at_exit() {
@@ -698,11 +710,11 @@ extern "C" fn kill_all_at_exit() {
             }
         }
     }
-    if !keep_dir() {
-        if let Ok(dirs) = DIRS_AT_EXIT.try_lock() {
-            for dir in dirs.iter() {
-                let _ = fs::remove_dir_all(dir);
-            }
+    if !keep_dir()
+        && let Ok(dirs) = DIRS_AT_EXIT.try_lock()
+    {
+        for dir in dirs.iter() {
+            let _ = fs::remove_dir_all(dir);
         }
     }
 }
