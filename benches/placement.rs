@@ -17,7 +17,10 @@ use norsk_auto_manager::placement::{
 fn fixture(nodes: usize, jobs: usize, placements: usize) -> (FleetView, Vec<(BundleId, BundleSpec)>) {
     let work = workload(nodes, jobs, placements, 1);
     let pools = validate_pools(work.pools).expect("the workload's pools are valid");
-    (FleetView::new(&work.fleet, pools).expect("the workload's fleet is valid"), work.bundles)
+    (
+        FleetView::new(&work.fleet, pools).expect("the workload's fleet is valid"),
+        work.bundles,
+    )
 }
 
 /// Places the bundles' primaries in turn (a mix of requirements), without
@@ -44,7 +47,10 @@ fn place_one(c: &mut Criterion) {
 /// 10,000 bundles placed one after another, each seeing those before it.
 fn place_sequentially(c: &mut Criterion) {
     let (view, bundles) = fixture(5_000, 50_000, 10_000);
-    let placements: u64 = bundles.iter().map(|(_, s)| u64::from(s.replica_count()) * s.jobs.len() as u64).sum();
+    let placements: u64 = bundles
+        .iter()
+        .map(|(_, s)| u64::from(s.replica_count()) * s.jobs.len() as u64)
+        .sum();
     let mut group = c.benchmark_group("placement/sequential");
     group.sample_size(10);
     group.throughput(Throughput::Elements(placements));
@@ -82,7 +88,11 @@ fn scaling(c: &mut Criterion) {
             b.iter(|| {
                 let (id, spec) = &bundles[i % bundles.len()];
                 i += 1;
-                black_box(place(&view, PlacementRequest::launch(id, spec, 0, &spec.jobs[0].job_name), &mut ids))
+                black_box(place(
+                    &view,
+                    PlacementRequest::launch(id, spec, 0, &spec.jobs[0].job_name),
+                    &mut ids,
+                ))
             })
         });
     }

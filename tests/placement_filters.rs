@@ -22,10 +22,7 @@ fn target_node_pin_rejects_every_other_node() {
     let spec = bundle(ONE_JOB);
     let id = bundle_id();
     let target = NodeId::from("b");
-    let placement = place_with(
-        &view,
-        PlacementRequest::launch(&id, &spec, 0, "j").pinned_to(&target),
-    );
+    let placement = place_with(&view, PlacementRequest::launch(&id, &spec, 0, "j").pinned_to(&target));
     assert_eq!(node_of(&placement), Some("b"));
     assert_eq!(rejection(&placement, "a"), Some(Rejection::NotTargetNode));
     assert_eq!(Rejection::NotTargetNode.filter(), Filter::TargetNode);
@@ -88,15 +85,9 @@ fn recovery_excluded_nodes_are_rejected() {
         on_runtime_failure: Some(OnRuntimeFailure::PreferSpare),
         excluded_nodes: vec![NodeId::from("a")],
     };
-    let placement = place_with(
-        &view,
-        PlacementRequest::launch(&id, &spec, 0, "j").recovering(&context),
-    );
+    let placement = place_with(&view, PlacementRequest::launch(&id, &spec, 0, "j").recovering(&context));
     assert_eq!(node_of(&placement), Some("b"));
-    assert_eq!(
-        rejection(&placement, "a"),
-        Some(Rejection::ExcludedByRecovery)
-    );
+    assert_eq!(rejection(&placement, "a"), Some(Rejection::ExcludedByRecovery));
 }
 
 #[test]
@@ -151,8 +142,7 @@ nodes:
 
     let owner = bundle("pool: p\njobs: [{jobName: j, template: xyz}]");
     assert_eq!(node_of(&launch(&view, &owner, 0, "j")), Some("spare"));
-    let overriding =
-        bundle("pool: p\noverrideReservation: true\njobs: [{jobName: j, template: other}]");
+    let overriding = bundle("pool: p\noverrideReservation: true\njobs: [{jobName: j, template: other}]");
     assert_eq!(node_of(&launch(&view, &overriding, 0, "j")), Some("spare"));
 }
 
@@ -163,9 +153,8 @@ nodes:
   - {id: a, pool: p, tier: t, phase: running, inventory: {kind: aws, totalCapacity: 4, capabilities: [sdi]}}
   - {id: b, pool: p, tier: t, phase: running, inventory: {kind: aws, totalCapacity: 4, capabilities: [sdi, norsk.io/nvidia-gpu]}}
 ";
-    let spec = bundle(
-        "pool: p\njobs: [{jobName: j, requirements: {requiredCapabilities: [norsk.io/nvidia-gpu, sdi]}}]",
-    );
+    let spec =
+        bundle("pool: p\njobs: [{jobName: j, requirements: {requiredCapabilities: [norsk.io/nvidia-gpu, sdi]}}]");
     let placement = launch(&view(ONE_FIXED_TIER, fleet), &spec, 0, "j");
     assert_eq!(node_of(&placement), Some("b"));
     assert_eq!(
@@ -197,10 +186,7 @@ nodes:
     );
     assert_eq!(
         rejection(&too_big, "a"),
-        Some(Rejection::InsufficientCapacity {
-            needed: 2.5,
-            free: 2.0
-        })
+        Some(Rejection::InsufficientCapacity { needed: 2.5, free: 2.0 })
     );
     let fits = launch(
         &view,
@@ -221,10 +207,7 @@ nodes:
     let placement = launch(&view(ONE_FIXED_TIER, fleet), &spec, 0, "j");
     assert_eq!(
         rejection(&placement, "a"),
-        Some(Rejection::InsufficientCapacity {
-            needed: 5.0,
-            free: 4.0
-        })
+        Some(Rejection::InsufficientCapacity { needed: 5.0, free: 4.0 })
     );
 }
 
@@ -252,14 +235,10 @@ nodes:
   - {id: b, pool: p, tier: t, phase: running, inventory: {kind: aws, totalCapacity: 4},
      jobs: [{jobId: other2, requiredHostPorts: [1935/udp]}]}
 ";
-    let spec =
-        bundle("pool: p\njobs: [{jobName: j, requirements: {requiredHostPorts: [1935/tcp]}}]");
+    let spec = bundle("pool: p\njobs: [{jobName: j, requirements: {requiredHostPorts: [1935/tcp]}}]");
     let placement = launch(&view(ONE_FIXED_TIER, fleet), &spec, 0, "j");
     let port: HostPort = "1935/tcp".parse().unwrap();
-    assert_eq!(
-        rejection(&placement, "a"),
-        Some(Rejection::HostPortTaken { port })
-    );
+    assert_eq!(rejection(&placement, "a"), Some(Rejection::HostPortTaken { port }));
     assert_eq!(node_of(&placement), Some("b"), "udp 1935 is another port");
 }
 
@@ -287,10 +266,7 @@ nodes:
     );
     assert!(matches!(
         fits.outcome,
-        norsk_auto_manager::placement::Outcome::Placed {
-            gpu_index: Some(0),
-            ..
-        }
+        norsk_auto_manager::placement::Outcome::Placed { gpu_index: Some(0), .. }
     ));
     // 0.8 fits no device although 1.1 is free across the node.
     let too_big = launch(
@@ -306,9 +282,8 @@ nodes:
             largest_free: 0.7
         })
     );
-    let wrong_model = bundle(
-        "pool: p\njobs: [{jobName: j, requirements: {requiredGpuCapacity: 0.1, requiredGpuModel: a10}}]",
-    );
+    let wrong_model =
+        bundle("pool: p\njobs: [{jobName: j, requirements: {requiredGpuCapacity: 0.1, requiredGpuModel: a10}}]");
     assert_eq!(
         rejection(&launch(&view, &wrong_model, 0, "j"), "a"),
         Some(Rejection::NoGpuFits {
@@ -345,10 +320,7 @@ nodes:
     let mut view = view(ONE_FIXED_TIER, fleet);
     let spec = bundle("pool: p\njobs: [{jobName: solo, exclusive: true}, {jobName: other}]");
     let solo = launch(&view, &spec, 0, "solo");
-    assert_eq!(
-        rejection(&solo, "a"),
-        Some(Rejection::NodeNotEmpty { other_jobs: 1 })
-    );
+    assert_eq!(rejection(&solo, "a"), Some(Rejection::NodeNotEmpty { other_jobs: 1 }));
     assert_eq!(node_of(&solo), Some("b"));
     apply(&mut view, &spec, 0, "solo", &solo);
     let other = launch(&view, &spec, 0, "other");
@@ -358,9 +330,7 @@ nodes:
 #[test]
 fn an_exclusive_job_shares_its_node_with_co_located_peers_only() {
     let mut view = view(ONE_FIXED_TIER, TWO_NODES);
-    let spec = bundle(
-        "pool: p\njobs: [{jobName: solo, exclusive: true}, {jobName: peer, coLocateWith: [solo]}]",
-    );
+    let spec = bundle("pool: p\njobs: [{jobName: solo, exclusive: true}, {jobName: peer, coLocateWith: [solo]}]");
     let solo = launch(&view, &spec, 0, "solo");
     apply(&mut view, &spec, 0, "solo", &solo);
     let peer = launch(&view, &spec, 0, "peer");
@@ -428,9 +398,8 @@ fn filters_run_in_the_spec_order() {
 nodes:
   - {id: a, pool: p, tier: t, phase: running, cordoned: true, inventory: {kind: aws, totalCapacity: 1}}
 ";
-    let spec = bundle(
-        "pool: p\njobs: [{jobName: j, requirements: {requiredCapacity: 2, requiredCapabilities: [sdi]}}]",
-    );
+    let spec =
+        bundle("pool: p\njobs: [{jobName: j, requirements: {requiredCapacity: 2, requiredCapabilities: [sdi]}}]");
     assert_eq!(
         rejection(&launch(&view(ONE_FIXED_TIER, fleet), &spec, 0, "j"), "a"),
         Some(Rejection::Cordoned)
@@ -467,8 +436,7 @@ nodes:
         many[..69].join(", "),
         many.join(", ")
     );
-    let spec =
-        bundle("pool: p\njobs: [{jobName: j, requirements: {requiredCapabilities: [c3, c69]}}]");
+    let spec = bundle("pool: p\njobs: [{jobName: j, requirements: {requiredCapabilities: [c3, c69]}}]");
     let placement = launch(&view(ONE_FIXED_TIER, &fleet), &spec, 0, "j");
     assert_eq!(node_of(&placement), Some("b"));
     assert_eq!(

@@ -11,12 +11,12 @@ mod placement_support;
 use std::collections::{BTreeMap, HashMap};
 
 use norsk_auto_manager::model::{
-    BundleId, BundleSpec, FleetNode, FleetSnapshot, Gpu, HostPort, JobSpec, NodeId, NodeInventory,
-    NodePhase, PlacedJob, PlacementPool, PortProtocol, ProviderKind, SpareSpec,
+    BundleId, BundleSpec, FleetNode, FleetSnapshot, Gpu, HostPort, JobSpec, NodeId, NodeInventory, NodePhase,
+    PlacedJob, PlacementPool, PortProtocol, ProviderKind, SpareSpec,
 };
 use norsk_auto_manager::placement::{
-    FleetView, Outcome, PlacementRequest, PlanRow, PlannedOutcome, SequentialNodeIds, TierDecision,
-    Verdict, place, plan_bundles, validate_pools,
+    FleetView, Outcome, PlacementRequest, PlanRow, PlannedOutcome, SequentialNodeIds, TierDecision, Verdict, place,
+    plan_bundles, validate_pools,
 };
 use proptest::prelude::*;
 
@@ -136,13 +136,10 @@ prop_compose! {
 
 fn fleet() -> impl Strategy<Value = FleetSnapshot> {
     (0..10usize).prop_flat_map(|n| {
-        (0..n)
-            .map(node)
-            .collect::<Vec<_>>()
-            .prop_map(|nodes| FleetSnapshot {
-                template_images: BTreeMap::from([("t1".to_owned(), vec!["img1".to_owned()])]),
-                nodes,
-            })
+        (0..n).map(node).collect::<Vec<_>>().prop_map(|nodes| FleetSnapshot {
+            template_images: BTreeMap::from([("t1".to_owned(), vec!["img1".to_owned()])]),
+            nodes,
+        })
     })
 }
 
@@ -230,11 +227,7 @@ struct Load {
     jobs: Vec<(BundleId, u32, String, bool)>,
 }
 
-fn loads(
-    fleet: &FleetSnapshot,
-    bundles: &[(BundleId, BundleSpec)],
-    rows: &[PlanRow],
-) -> HashMap<String, Load> {
+fn loads(fleet: &FleetSnapshot, bundles: &[(BundleId, BundleSpec)], rows: &[PlanRow]) -> HashMap<String, Load> {
     let mut loads: HashMap<String, Load> = HashMap::new();
     for node in &fleet.nodes {
         let inventory = node.inventory.as_ref().unwrap();
@@ -265,10 +258,7 @@ fn loads(
     for row in rows {
         let (Some(node), true) = (
             &row.node_id,
-            matches!(
-                row.outcome,
-                PlannedOutcome::Placed | PlannedOutcome::Provision
-            ),
+            matches!(row.outcome, PlannedOutcome::Placed | PlannedOutcome::Provision),
         ) else {
             continue;
         };
@@ -318,10 +308,7 @@ fn co_located(spec: &BundleSpec, a: &str, b: &str) -> bool {
                 || group.contains(&job.job_name) && !job.co_locate_with.is_empty()
                 || spec.intra_replica_placement.same_node_default
                     && rule_less(job)
-                    && spec
-                        .jobs
-                        .iter()
-                        .any(|o| group.contains(&o.job_name) && rule_less(o));
+                    && spec.jobs.iter().any(|o| group.contains(&o.job_name) && rule_less(o));
             if linked {
                 for name in std::iter::once(&job.job_name).chain(&job.co_locate_with) {
                     if !group.contains(name) {

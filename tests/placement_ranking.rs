@@ -5,13 +5,10 @@
 mod placement_support;
 
 use norsk_auto_manager::model::{OnRuntimeFailure, PackingStrategy};
-use norsk_auto_manager::placement::{
-    PlacementKey, PlacementRequest, RecoveryContext, ResilienceFlag,
-};
+use norsk_auto_manager::placement::{PlacementKey, PlacementRequest, RecoveryContext, ResilienceFlag};
 use placement_support::*;
 
-const ONE_JOB: &str =
-    "pool: p\njobs: [{jobName: j, template: xyz, requirements: {requiredCapacity: 1}}]";
+const ONE_JOB: &str = "pool: p\njobs: [{jobName: j, template: xyz, requirements: {requiredCapacity: 1}}]";
 
 fn recovery(policy: Option<OnRuntimeFailure>) -> RecoveryContext {
     RecoveryContext {
@@ -30,18 +27,12 @@ nodes:
   - {id: c, pool: p, tier: t, phase: running, inventory: {kind: aws, az: z2, totalCapacity: 8}}
 ";
     let mut view = view(pools, fleet);
-    let spec = bundle(
-        "pool: p\nresiliencePolicy: {sameNode: forbid, sameAz: forbid}\njobs: [{jobName: j}]",
-    );
+    let spec = bundle("pool: p\nresiliencePolicy: {sameNode: forbid, sameAz: forbid}\njobs: [{jobName: j}]");
     let primary = launch(&view, &spec, 0, "j");
     assert_eq!(node_of(&primary), Some("a"));
     apply(&mut view, &spec, 0, "j", &primary);
     let backup = launch(&view, &spec, 1, "j");
-    assert_eq!(
-        node_of(&backup),
-        Some("c"),
-        "outside the primary's node and AZ"
-    );
+    assert_eq!(node_of(&backup), Some("c"), "outside the primary's node and AZ");
     assert!(backup.resilience.violations.is_empty());
 }
 
@@ -80,12 +71,7 @@ nodes:
   - {id: b, pool: p, tier: t, phase: running, inventory: {kind: aws, totalCapacity: 8}}
 ";
     assert_eq!(
-        node_of(&launch(
-            &view(ONE_FIXED_TIER, fleet),
-            &bundle(ONE_JOB),
-            0,
-            "j"
-        )),
+        node_of(&launch(&view(ONE_FIXED_TIER, fleet), &bundle(ONE_JOB), 0, "j")),
         Some("b")
     );
 }
@@ -100,10 +86,7 @@ nodes:
 #[test]
 fn a_launch_avoids_an_unconsumed_spare_unless_on_launch_allows_it() {
     let view = view(ONE_FIXED_TIER, SPARE_AND_ORDINARY);
-    assert_eq!(
-        node_of(&launch(&view, &bundle(ONE_JOB), 0, "j")),
-        Some("b-ordinary")
-    );
+    assert_eq!(node_of(&launch(&view, &bundle(ONE_JOB), 0, "j")), Some("b-ordinary"));
     let allow = bundle(&format!("onLaunch: allowSpare\n{ONE_JOB}"));
     assert_eq!(
         node_of(&launch(&view, &allow, 0, "j")),
@@ -118,10 +101,7 @@ fn a_recovering_avoid_spare_job_ranks_spares_below_every_ordinary_node() {
     let spec = bundle(ONE_JOB);
     let id = bundle_id();
     let context = recovery(Some(OnRuntimeFailure::AvoidSpare));
-    let placement = place_with(
-        &view,
-        PlacementRequest::launch(&id, &spec, 0, "j").recovering(&context),
-    );
+    let placement = place_with(&view, PlacementRequest::launch(&id, &spec, 0, "j").recovering(&context));
     assert_eq!(node_of(&placement), Some("b-ordinary"));
 }
 
@@ -134,12 +114,7 @@ nodes:
 ";
     // Both are ordinary now; binpack prefers the fuller one.
     assert_eq!(
-        node_of(&launch(
-            &view(ONE_FIXED_TIER, fleet),
-            &bundle(ONE_JOB),
-            0,
-            "j"
-        )),
+        node_of(&launch(&view(ONE_FIXED_TIER, fleet), &bundle(ONE_JOB), 0, "j")),
         Some("a-spare")
     );
 }
@@ -153,12 +128,7 @@ nodes:
   - {id: b-cold, pool: p, tier: t, phase: running, inventory: {kind: aws, totalCapacity: 8}}
 ";
     assert_eq!(
-        node_of(&launch(
-            &view(ONE_FIXED_TIER, fleet),
-            &bundle(ONE_JOB),
-            0,
-            "j"
-        )),
+        node_of(&launch(&view(ONE_FIXED_TIER, fleet), &bundle(ONE_JOB), 0, "j")),
         Some("b-cold")
     );
 }
@@ -188,10 +158,7 @@ nodes:
     let id = bundle_id();
     // A migration: no spare policy, so only the reservation decides.
     let context = recovery(None);
-    let placement = place_with(
-        &view,
-        PlacementRequest::launch(&id, &spec, 0, "j").recovering(&context),
-    );
+    let placement = place_with(&view, PlacementRequest::launch(&id, &spec, 0, "j").recovering(&context));
     assert_eq!(node_of(&placement), Some("b-reserved"));
 }
 
@@ -208,10 +175,7 @@ nodes:
     let spec = bundle(ONE_JOB);
     let id = bundle_id();
     let prefer = recovery(Some(OnRuntimeFailure::PreferSpare));
-    let placement = place_with(
-        &view,
-        PlacementRequest::launch(&id, &spec, 0, "j").recovering(&prefer),
-    );
+    let placement = place_with(&view, PlacementRequest::launch(&id, &spec, 0, "j").recovering(&prefer));
     assert_eq!(node_of(&placement), Some("b-spare"));
     let migration = recovery(None);
     let placement = place_with(
@@ -237,10 +201,7 @@ nodes:
     let spec = bundle(ONE_JOB);
     let id = bundle_id();
     let context = recovery(Some(OnRuntimeFailure::PreferSpare));
-    let placement = place_with(
-        &view,
-        PlacementRequest::launch(&id, &spec, 0, "j").recovering(&context),
-    );
+    let placement = place_with(&view, PlacementRequest::launch(&id, &spec, 0, "j").recovering(&context));
     assert_eq!(node_of(&placement), Some("b-warm"));
 }
 
@@ -251,10 +212,8 @@ nodes:
   - {id: a, pool: p, tier: t, phase: running, inventory: {kind: aws, totalCapacity: 8}, jobs: [{jobId: x, requiredCapacity: 1}]}
   - {id: b, pool: p, tier: t, phase: running, inventory: {kind: aws, totalCapacity: 8}, jobs: [{jobId: y, requiredCapacity: 4}]}
 ";
-    let binpack =
-        "- {name: p, tiers: [{name: t, kind: aws, scaleOut: fixed, packingStrategy: binpack}]}\n";
-    let spread =
-        "- {name: p, tiers: [{name: t, kind: aws, scaleOut: fixed, packingStrategy: spread}]}\n";
+    let binpack = "- {name: p, tiers: [{name: t, kind: aws, scaleOut: fixed, packingStrategy: binpack}]}\n";
+    let spread = "- {name: p, tiers: [{name: t, kind: aws, scaleOut: fixed, packingStrategy: spread}]}\n";
     assert_eq!(
         node_of(&launch(&view(binpack, fleet), &bundle(ONE_JOB), 0, "j")),
         Some("b")
@@ -302,12 +261,7 @@ nodes:
   - {id: node-a, pool: p, tier: t, phase: running, inventory: {kind: aws, totalCapacity: 8}}
 ";
     assert_eq!(
-        node_of(&launch(
-            &view(ONE_FIXED_TIER, fleet),
-            &bundle(ONE_JOB),
-            0,
-            "j"
-        )),
+        node_of(&launch(&view(ONE_FIXED_TIER, fleet), &bundle(ONE_JOB), 0, "j")),
         Some("node-a")
     );
 }
@@ -345,10 +299,7 @@ fn each_key_component_decides_only_when_every_component_above_it_ties() {
         // it must still win.
         let winner = key_with(c, true, false);
         let loser = key_with(c, false, true);
-        assert!(
-            winner < loser,
-            "component {c} must decide: {winner} vs {loser}"
-        );
+        assert!(winner < loser, "component {c} must decide: {winner} vs {loser}");
     }
 }
 

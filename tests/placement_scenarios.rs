@@ -7,8 +7,8 @@ mod placement_support;
 
 use norsk_auto_manager::model::{BundleId, BundleSpec, NodeId};
 use norsk_auto_manager::placement::{
-    NoProvisionReason, Outcome, PlacementRequest, PlanRow, PlannedOutcome, RecoveryContext,
-    ResilienceFlag, SequentialNodeIds, TierDecision, plan_bundles,
+    NoProvisionReason, Outcome, PlacementRequest, PlanRow, PlannedOutcome, RecoveryContext, ResilienceFlag,
+    SequentialNodeIds, TierDecision, plan_bundles,
 };
 use placement_support::*;
 
@@ -59,8 +59,7 @@ fn plan(pools: &str, fleet: &str, bundles: &[(&str, &str)]) -> Vec<PlanRow> {
         .iter()
         .map(|(id, yaml)| (BundleId::from(*id), bundle(yaml)))
         .collect();
-    plan_bundles(&mut view, &bundles, true, &mut SequentialNodeIds::default())
-        .expect("plan computes")
+    plan_bundles(&mut view, &bundles, true, &mut SequentialNodeIds::default()).expect("plan computes")
 }
 
 fn where_(row: &PlanRow) -> (PlannedOutcome, Option<&str>, Option<&str>) {
@@ -73,11 +72,8 @@ fn where_(row: &PlanRow) -> (PlannedOutcome, Option<&str>, Option<&str>) {
 
 #[test]
 fn the_quick_start_pool_spills_to_on_demand_past_the_reservation() {
-    let whole_node =
-        "pool: production\njobs: [{jobName: encode, requirements: {requiredCapacity: 4}}]";
-    let bundles: Vec<(String, &str)> = (0..5)
-        .map(|i| (format!("default/ch{i}"), whole_node))
-        .collect();
+    let whole_node = "pool: production\njobs: [{jobName: encode, requirements: {requiredCapacity: 4}}]";
+    let bundles: Vec<(String, &str)> = (0..5).map(|i| (format!("default/ch{i}"), whole_node)).collect();
     let bundles: Vec<(&str, &str)> = bundles.iter().map(|(id, y)| (id.as_str(), *y)).collect();
     let rows = plan(QUICK_START, "nodes: []", &bundles);
     let tiers: Vec<_> = rows
@@ -100,10 +96,7 @@ fn the_quick_start_pool_spills_to_on_demand_past_the_reservation() {
     assert_eq!(
         trace.tiers[0].decision,
         TierDecision::NotProvisioned {
-            why: NoProvisionReason::AtMaxNodes {
-                nodes: 4,
-                max_nodes: 4
-            }
+            why: NoProvisionReason::AtMaxNodes { nodes: 4, max_nodes: 4 }
         }
     );
     assert_eq!(rows[4].instance_type.as_deref(), Some("m5.xlarge"));
@@ -111,8 +104,7 @@ fn the_quick_start_pool_spills_to_on_demand_past_the_reservation() {
 
 #[test]
 fn a_provision_adds_a_prospective_node_that_later_placements_use() {
-    let half_node =
-        "pool: production\njobs: [{jobName: encode, requirements: {requiredCapacity: 2}}]";
+    let half_node = "pool: production\njobs: [{jobName: encode, requirements: {requiredCapacity: 2}}]";
     let rows = plan(
         QUICK_START,
         "nodes: []",
@@ -128,11 +120,7 @@ fn a_provision_adds_a_prospective_node_that_later_placements_use() {
     );
     assert_eq!(
         where_(&rows[1]),
-        (
-            PlannedOutcome::Placed,
-            Some("reserved"),
-            Some("production-reserved-1")
-        )
+        (PlannedOutcome::Placed, Some("reserved"), Some("production-reserved-1"))
     );
 }
 
@@ -149,14 +137,8 @@ nodes:
         where_(&rows[0]),
         (PlannedOutcome::Placed, Some("reserved"), Some("aws-1"))
     );
-    assert_eq!(
-        (rows[1].replica_index, rows[1].pool.as_deref()),
-        (1, Some("oci-fra"))
-    );
-    assert_eq!(
-        where_(&rows[1]),
-        (PlannedOutcome::Placed, Some("flex"), Some("oci-1"))
-    );
+    assert_eq!((rows[1].replica_index, rows[1].pool.as_deref()), (1, Some("oci-fra")));
+    assert_eq!(where_(&rows[1]), (PlannedOutcome::Placed, Some("flex"), Some("oci-1")));
     assert!(rows[1].resilience_violations.is_empty());
 }
 
@@ -180,10 +162,7 @@ nodes:
 #[test]
 fn a_bundle_without_a_resilience_policy_runs_one_copy() {
     let spec = "pool: production\njobs: [{jobName: j}]";
-    assert_eq!(
-        plan(QUICK_START, "nodes: []", &[("default/x", spec)]).len(),
-        1
-    );
+    assert_eq!(plan(QUICK_START, "nodes: []", &[("default/x", spec)]).len(), 1);
 }
 
 #[test]
@@ -220,11 +199,7 @@ nodes:
 ";
     let fragile = "pool: spot\nresiliencePolicy: {pool: spot2}\njobs: [{jobName: j}]";
     let safe = "pool: spot\nresiliencePolicy: {pool: steady}\njobs: [{jobName: j}]";
-    let rows = plan(
-        pools,
-        fleet,
-        &[("default/fragile", fragile), ("default/safe", safe)],
-    );
+    let rows = plan(pools, fleet, &[("default/fragile", fragile), ("default/safe", safe)]);
     assert!(rows[1].interruptible_primary_without_durable_backup);
     assert!(!rows[3].interruptible_primary_without_durable_backup);
 }
@@ -236,14 +211,10 @@ nodes:
   - {id: full, pool: production, tier: reserved, phase: running, inventory: {kind: aws, totalCapacity: 1}}
 ";
     let view = view(QUICK_START, fleet);
-    let spec =
-        bundle("pool: production\njobs: [{jobName: j, requirements: {requiredCapacity: 2}}]");
+    let spec = bundle("pool: production\njobs: [{jobName: j, requirements: {requiredCapacity: 2}}]");
     let id = bundle_id();
     let target = NodeId::from("full");
-    let placement = place_with(
-        &view,
-        PlacementRequest::launch(&id, &spec, 0, "j").pinned_to(&target),
-    );
+    let placement = place_with(&view, PlacementRequest::launch(&id, &spec, 0, "j").pinned_to(&target));
     assert_eq!(placement.outcome, Outcome::NoCapacityInAnyPool);
     let trace = placement.trace.unwrap();
     assert!(trace.tiers.iter().all(|t| t.decision
@@ -275,11 +246,7 @@ nodes:
     assert_eq!(rows[0].outcome, PlannedOutcome::NoCapacityInAnyPool);
     let trace = rows[0].trace.as_ref().unwrap();
     assert_eq!(
-        trace
-            .tiers
-            .iter()
-            .map(|t| t.tier.as_str())
-            .collect::<Vec<_>>(),
+        trace.tiers.iter().map(|t| t.tier.as_str()).collect::<Vec<_>>(),
         vec!["cluster", "cloud"]
     );
 }
@@ -306,10 +273,7 @@ nodes:
     );
     // The cloud tier comes first but its only shape is too small; the
     // cascade reaches the cluster tier, where the untagged node is.
-    assert_eq!(
-        where_(&rows[0]),
-        (PlannedOutcome::Placed, Some("cluster"), Some("s1"))
-    );
+    assert_eq!(where_(&rows[0]), (PlannedOutcome::Placed, Some("cluster"), Some("s1")));
 }
 
 #[test]
@@ -326,8 +290,7 @@ fn the_first_candidate_shape_that_fits_is_provisioned() {
         - {instanceType: large, totalCapacity: 8, totalCores: 8}
         - {instanceType: larger, totalCapacity: 16, totalCores: 16}
 ";
-    let spec =
-        "pool: p\njobs: [{jobName: j, requirements: {requiredCapacity: 4, requiredCores: 4}}]";
+    let spec = "pool: p\njobs: [{jobName: j, requirements: {requiredCapacity: 4, requiredCores: 4}}]";
     let rows = plan(pools, "nodes: []", &[("default/x", spec)]);
     assert_eq!(
         rows[0].instance_type.as_deref(),
@@ -449,11 +412,7 @@ nodes:
 ";
     let other = "pool: production\njobs: [{jobName: j, template: abc, requirements: {requiredCapacity: 1}}]";
     let own = "pool: production\nonLaunch: allowSpare\njobs: [{jobName: j, template: xyz, requirements: {requiredCapacity: 1}}]";
-    let rows = plan(
-        QUICK_START,
-        fleet,
-        &[("default/other", other), ("default/own", own)],
-    );
+    let rows = plan(QUICK_START, fleet, &[("default/other", other), ("default/own", own)]);
     assert_eq!(
         where_(&rows[0]),
         (

@@ -6,8 +6,8 @@ mod placement_support;
 
 use norsk_auto_manager::model::{HotSpareSpec, PlacementPool};
 use norsk_auto_manager::placement::{
-    Admission, BundleIssueCode, Outcome, SettingsErrorCode, place_dry_run, validate_bundle,
-    validate_bundle_admission, validate_settings,
+    Admission, BundleIssueCode, Outcome, SettingsErrorCode, place_dry_run, validate_bundle, validate_bundle_admission,
+    validate_settings,
 };
 use placement_support::*;
 
@@ -67,8 +67,7 @@ fn every_settings_error_is_listed_at_once_with_its_code() {
 fn valid_settings_are_accepted() {
     let pools: Vec<PlacementPool> = serde_yaml::from_str(ONE_FIXED_TIER).unwrap();
     let spares: Vec<HotSpareSpec> =
-        serde_yaml::from_str("[{pool: p, targetCount: 1, spec: {instanceType: m5.xlarge}}]")
-            .unwrap();
+        serde_yaml::from_str("[{pool: p, targetCount: 1, spec: {instanceType: m5.xlarge}}]").unwrap();
     assert!(validate_settings(pools, &spares).is_ok());
 }
 
@@ -86,9 +85,8 @@ fn codes(issues: &[norsk_auto_manager::placement::BundleIssue]) -> Vec<BundleIss
 #[test]
 fn bundles_naming_unknown_pools_or_reusing_job_names_are_rejected() {
     let view = view(CLOUD_POOL, "nodes: []");
-    let spec = bundle(
-        "pool: nowhere\nresiliencePolicy: {pool: elsewhere}\njobs: [{jobName: a}, {jobName: a}, {jobName: ''}]",
-    );
+    let spec =
+        bundle("pool: nowhere\nresiliencePolicy: {pool: elsewhere}\njobs: [{jobName: a}, {jobName: a}, {jobName: ''}]");
     let found = validate_bundle(&view, &spec);
     assert_eq!(
         codes(&found.errors),
@@ -135,9 +133,8 @@ jobs:
 #[test]
 fn a_single_use_job_may_not_share_its_node_with_co_located_peers() {
     let view = view(CLOUD_POOL, "nodes: []");
-    let spec = bundle(
-        "pool: cloud\njobs: [{jobName: a, exclusive: true, singleUse: true}, {jobName: b, coLocateWith: [a]}]",
-    );
+    let spec =
+        bundle("pool: cloud\njobs: [{jobName: a, exclusive: true, singleUse: true}, {jobName: b, coLocateWith: [a]}]");
     assert_eq!(
         codes(&validate_bundle(&view, &spec).errors),
         vec![BundleIssueCode::SingleUseInGroup]
@@ -147,28 +144,20 @@ fn a_single_use_job_may_not_share_its_node_with_co_located_peers() {
 #[test]
 fn requirements_out_of_range_are_rejected() {
     let view = view(CLOUD_POOL, "nodes: []");
-    let spec = bundle(
-        "pool: cloud\njobs: [{jobName: a, requirements: {requiredCapacity: -1, requiredGpuCapacity: 1.5}}]",
-    );
+    let spec =
+        bundle("pool: cloud\njobs: [{jobName: a, requirements: {requiredCapacity: -1, requiredGpuCapacity: 1.5}}]");
     assert_eq!(
         codes(&validate_bundle(&view, &spec).errors),
-        vec![
-            BundleIssueCode::InvalidRequirement,
-            BundleIssueCode::InvalidRequirement
-        ]
+        vec![BundleIssueCode::InvalidRequirement, BundleIssueCode::InvalidRequirement]
     );
 }
 
 #[test]
 fn backup_overrides_must_name_jobs_and_need_a_backup() {
     let view = view(CLOUD_POOL, "nodes: []");
-    let spec =
-        bundle("pool: cloud\njobs: [{jobName: a}]\nbackupParameterOverrides: {ghost: {x: '1'}}");
+    let spec = bundle("pool: cloud\njobs: [{jobName: a}]\nbackupParameterOverrides: {ghost: {x: '1'}}");
     let found = validate_bundle(&view, &spec);
-    assert_eq!(
-        codes(&found.errors),
-        vec![BundleIssueCode::UnknownBackupOverrideJob]
-    );
+    assert_eq!(codes(&found.errors), vec![BundleIssueCode::UnknownBackupOverrideJob]);
     assert_eq!(
         codes(&found.warnings),
         vec![BundleIssueCode::BackupOverridesWithoutBackup]
@@ -187,14 +176,10 @@ nodes:
     let too_big = "jobs: [{jobName: a, requirements: {requiredCapacity: 6}}]";
     let cluster = validate_bundle(&view, &bundle(&format!("pool: cluster\n{too_big}")));
     assert!(cluster.errors.is_empty());
-    assert_eq!(
-        codes(&cluster.warnings),
-        vec![BundleIssueCode::NoClusterNodeFits]
-    );
+    assert_eq!(codes(&cluster.warnings), vec![BundleIssueCode::NoClusterNodeFits]);
     let cloud = validate_bundle(&view, &bundle(&format!("pool: cloud\n{too_big}")));
     assert_eq!(codes(&cloud.errors), vec![BundleIssueCode::Unsatisfiable]);
-    let capability =
-        "pool: cloud\njobs: [{jobName: a, requirements: {requiredCapabilities: [sdi]}}]";
+    let capability = "pool: cloud\njobs: [{jobName: a, requirements: {requiredCapabilities: [sdi]}}]";
     assert_eq!(
         codes(&validate_bundle(&view, &bundle(capability)).errors),
         vec![BundleIssueCode::Unsatisfiable]
@@ -219,13 +204,8 @@ fn satisfiability_is_judged_for_a_co_located_group_as_a_whole() {
 #[test]
 fn admission_says_ok_when_every_replica_would_place() {
     let view = view(CLOUD_POOL, "nodes: []");
-    let spec = bundle(
-        "pool: cloud\nresiliencePolicy: {}\njobs: [{jobName: a, requirements: {requiredCapacity: 2}}]",
-    );
-    assert_eq!(
-        validate_bundle_admission(&view, &bundle_id(), &spec),
-        Admission::Ok
-    );
+    let spec = bundle("pool: cloud\nresiliencePolicy: {}\njobs: [{jobName: a, requirements: {requiredCapacity: 2}}]");
+    assert_eq!(validate_bundle_admission(&view, &bundle_id(), &spec), Admission::Ok);
 }
 
 #[test]
@@ -252,9 +232,7 @@ nodes:
     let spec = bundle(
         "pool: cluster\nresiliencePolicy: {}\njobs: [{jobName: a, requirements: {requiredCapacity: 3}}, {jobName: b, requirements: {requiredCapacity: 1}}]",
     );
-    let Admission::NoCapacity { unplaceable } =
-        validate_bundle_admission(&view, &bundle_id(), &spec)
-    else {
+    let Admission::NoCapacity { unplaceable } = validate_bundle_admission(&view, &bundle_id(), &spec) else {
         panic!("expected noCapacity");
     };
     let listed: Vec<(u32, &str, &str)> = unplaceable
@@ -263,10 +241,7 @@ nodes:
         .collect();
     assert_eq!(
         listed,
-        vec![
-            (1, "a", "noCapacityInAnyPool"),
-            (1, "b", "noCapacityInAnyPool")
-        ]
+        vec![(1, "a", "noCapacityInAnyPool"), (1, "b", "noCapacityInAnyPool")]
     );
 }
 
@@ -276,9 +251,7 @@ fn a_dry_run_traces_one_job_without_acting() {
     let spec = bundle("pool: cloud\njobs: [{jobName: a, requirements: {requiredCapacity: 2}}]");
     let first = place_dry_run(&view, &bundle_id(), &spec, 0, "a").unwrap();
     let again = place_dry_run(&view, &bundle_id(), &spec, 0, "a").unwrap();
-    assert!(
-        matches!(&first.outcome, Outcome::Provision { instance_type, .. } if instance_type == "m")
-    );
+    assert!(matches!(&first.outcome, Outcome::Provision { instance_type, .. } if instance_type == "m"));
     assert!(first.trace.is_some());
     assert_eq!(first, again, "nothing was reserved");
     assert!(

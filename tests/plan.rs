@@ -9,9 +9,7 @@ use norsk_auto_manager::cli::plan::{Args, Output, PlanCommandError, plan_output}
 use serde_json::Value;
 
 fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name)
 }
 
 fn args(bundles: &[&str], output: Output) -> Args {
@@ -27,10 +25,7 @@ fn args(bundles: &[&str], output: Output) -> Args {
 
 fn placements(json: &str) -> Vec<Value> {
     let plan: Value = serde_json::from_str(json).expect("plan prints JSON");
-    plan["placements"]
-        .as_array()
-        .expect("placements array")
-        .clone()
+    plan["placements"].as_array().expect("placements array").clone()
 }
 
 fn summary(p: &Value) -> (String, u64, String, String, String) {
@@ -46,24 +41,14 @@ fn summary(p: &Value) -> (String, u64, String, String, String) {
 
 #[test]
 fn plan_places_the_example_bundles_in_file_order() {
-    let json = plan_output(&args(
-        &["bundle-channel.yaml", "bundle-gpu.yaml"],
-        Output::Json,
-    ))
-    .unwrap();
+    let json = plan_output(&args(&["bundle-channel.yaml", "bundle-gpu.yaml"], Output::Json)).unwrap();
     let rows: Vec<_> = placements(&json).iter().map(summary).collect();
     let expected = [
         ("default/ch1", 0, "encode", "placed", "node-b"),
         ("default/ch1", 0, "package", "placed", "node-b"),
         ("default/ch1", 1, "encode", "placed", "oci-1"),
         ("default/ch1", 1, "package", "placed", "oci-1"),
-        (
-            "default/ch2",
-            0,
-            "encode",
-            "provision",
-            "production-reserved-1",
-        ),
+        ("default/ch2", 0, "encode", "provision", "production-reserved-1"),
         (
             "studio/gpu-transcode",
             0,
@@ -81,15 +66,7 @@ fn plan_places_the_example_bundles_in_file_order() {
     ];
     let expected: Vec<_> = expected
         .iter()
-        .map(|(b, r, j, o, n)| {
-            (
-                b.to_string(),
-                *r,
-                j.to_string(),
-                o.to_string(),
-                n.to_string(),
-            )
-        })
+        .map(|(b, r, j, o, n)| (b.to_string(), *r, j.to_string(), o.to_string(), n.to_string()))
         .collect();
     assert_eq!(rows, expected);
 }
@@ -98,12 +75,7 @@ fn plan_places_the_example_bundles_in_file_order() {
 fn plan_json_has_exactly_the_documented_fields() {
     let json = plan_output(&args(&["bundle-gpu.yaml"], Output::Json)).unwrap();
     let first = &placements(&json)[0];
-    let mut keys: Vec<&str> = first
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
+    let mut keys: Vec<&str> = first.as_object().unwrap().keys().map(String::as_str).collect();
     keys.sort_unstable();
     assert_eq!(
         keys,
@@ -197,11 +169,7 @@ fn the_binary_prints_the_plan_and_exits_zero() {
         .args(["--output", "json"])
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let rows = placements(&String::from_utf8(output.stdout).unwrap());
     assert_eq!(rows.len(), 5);
 }

@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::placement::{
-    FleetView, PlacementRequest, SequentialNodeIds, apply_placement, place, validate_pools,
-};
+use crate::placement::{FleetView, PlacementRequest, SequentialNodeIds, apply_placement, place, validate_pools};
 
 pub mod workload;
 
@@ -110,8 +108,7 @@ pub fn bench_placement(args: &PlacementArgs) -> Result<Report, BenchError> {
         for replica_index in 0..spec.replica_count() {
             for job in &spec.jobs {
                 let request =
-                    PlacementRequest::launch(bundle_id, spec, replica_index, &job.job_name)
-                        .with_trace(args.trace);
+                    PlacementRequest::launch(bundle_id, spec, replica_index, &job.job_name).with_trace(args.trace);
                 let one = Instant::now();
                 let placement = place(&view, request, &mut ids)?;
                 apply_placement(&mut view, &request, &placement.outcome)?;
@@ -137,10 +134,9 @@ fn render(report: &Report, output: crate::cli::plan::Output) -> Result<String, B
             report.placements_per_second,
             report.p50_micros,
             report.p99_micros,
-            report.peak_rss_bytes.map_or_else(
-                || "unknown".to_owned(),
-                |b| format!("{} MiB", b / (1024 * 1024))
-            )
+            report
+                .peak_rss_bytes
+                .map_or_else(|| "unknown".to_owned(), |b| format!("{} MiB", b / (1024 * 1024)))
         ),
     })
 }

@@ -10,8 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::placement::{
-    FleetError, FleetView, PlanError, SequentialNodeIds, SettingsValidationError, plan_bundles,
-    validate_settings,
+    FleetError, FleetView, PlanError, SequentialNodeIds, SettingsValidationError, plan_bundles, validate_settings,
 };
 
 mod input;
@@ -105,11 +104,10 @@ pub fn plan_output(args: &Args) -> Result<String, PlanCommandError> {
         Some(file) => input::read_hot_spares(file)?,
         None => Vec::new(),
     };
-    let pools =
-        validate_settings(pools, &hot_spares).map_err(|source| PlanCommandError::Settings {
-            files: settings_files(args),
-            source,
-        })?;
+    let pools = validate_settings(pools, &hot_spares).map_err(|source| PlanCommandError::Settings {
+        files: settings_files(args),
+        source,
+    })?;
     let fleet = input::read_fleet(&args.fleet)?;
     let mut bundles = Vec::new();
     for file in &args.bundles {
@@ -119,12 +117,7 @@ pub fn plan_output(args: &Args) -> Result<String, PlanCommandError> {
         file: args.fleet.clone(),
         source,
     })?;
-    let rows = plan_bundles(
-        &mut view,
-        &bundles,
-        args.explain,
-        &mut SequentialNodeIds::default(),
-    )?;
+    let rows = plan_bundles(&mut view, &bundles, args.explain, &mut SequentialNodeIds::default())?;
     Ok(match args.output {
         Output::Table => render::table(&rows),
         Output::Json => render::json(&rows)?,

@@ -163,9 +163,7 @@ impl<N> RejectionOf<N> {
             RejectionOf::OtherPool { .. } => Filter::Pool,
             RejectionOf::OtherTier { .. } => Filter::Tier,
             RejectionOf::ExcludedByRecovery => Filter::RecoveryExclusion,
-            RejectionOf::NoInventory | RejectionOf::NotRunning { .. } | RejectionOf::Unhealthy => {
-                Filter::Reachable
-            }
+            RejectionOf::NoInventory | RejectionOf::NotRunning { .. } | RejectionOf::Unhealthy => Filter::Reachable,
             RejectionOf::Cordoned => Filter::Cordoned,
             RejectionOf::ReservedForOtherTemplates => Filter::ExclusiveReservation,
             RejectionOf::MissingCapability { .. } => Filter::Capabilities,
@@ -174,9 +172,7 @@ impl<N> RejectionOf<N> {
             RejectionOf::HostPortTaken { .. } => Filter::HostPorts,
             RejectionOf::NoGpuFits { .. } => Filter::GpuFit,
             RejectionOf::NodeNotEmpty { .. } | RejectionOf::HeldExclusively => Filter::Exclusivity,
-            RejectionOf::AwayFromCoLocatedPeer { .. } | RejectionOf::HostsSeparatedPeer { .. } => {
-                Filter::IntraReplica
-            }
+            RejectionOf::AwayFromCoLocatedPeer { .. } | RejectionOf::HostsSeparatedPeer { .. } => Filter::IntraReplica,
             RejectionOf::OutsidePeerAz { .. } => Filter::IntraReplicaAz,
         }
     }
@@ -208,11 +204,7 @@ impl Lazy {
             Lazy::NodePool => view.node(idx).pool_name.clone(),
             Lazy::NodeTier => view.node(idx).tier_name.clone(),
             Lazy::NodeAz => az(idx),
-            Lazy::Capability(i) => demand
-                .needs
-                .capabilities
-                .get(i)
-                .map(|(_, name)| name.clone()),
+            Lazy::Capability(i) => demand.needs.capabilities.get(i).map(|(_, name)| name.clone()),
             Lazy::CoLocatedPeer => demand.co_located_with.as_ref().map(|p| p.name.clone()),
             Lazy::SeparatedPeer(i) => demand.separated_from.get(i).map(|p| p.name.clone()),
             Lazy::PeerAz(i) => demand.peers.get(i).and_then(|p| az(p.node)),
@@ -225,10 +217,7 @@ impl RejectionOf<Lazy> {
     pub(crate) fn explain(self, view: &FleetView, idx: NodeIdx, demand: &Demand<'_>) -> Rejection {
         let opt = |lazy: Option<Lazy>| lazy.and_then(|l| l.resolve(view, idx, demand));
         // Every reference points into the demand or the node it came from.
-        let name = |lazy: Lazy| {
-            lazy.resolve(view, idx, demand)
-                .unwrap_or_else(|| Name::from(""))
-        };
+        let name = |lazy: Lazy| lazy.resolve(view, idx, demand).unwrap_or_else(|| Name::from(""));
         match self {
             RejectionOf::NotTargetNode => Rejection::NotTargetNode,
             RejectionOf::OtherPool { node_pool } => Rejection::OtherPool {
@@ -246,28 +235,14 @@ impl RejectionOf<Lazy> {
             RejectionOf::MissingCapability { capability } => Rejection::MissingCapability {
                 capability: name(capability),
             },
-            RejectionOf::InsufficientCapacity { needed, free } => {
-                Rejection::InsufficientCapacity { needed, free }
-            }
-            RejectionOf::InsufficientCores { needed, free } => {
-                Rejection::InsufficientCores { needed, free }
-            }
+            RejectionOf::InsufficientCapacity { needed, free } => Rejection::InsufficientCapacity { needed, free },
+            RejectionOf::InsufficientCores { needed, free } => Rejection::InsufficientCores { needed, free },
             RejectionOf::HostPortTaken { port } => Rejection::HostPortTaken { port },
-            RejectionOf::NoGpuFits {
-                needed,
-                largest_free,
-            } => Rejection::NoGpuFits {
-                needed,
-                largest_free,
-            },
+            RejectionOf::NoGpuFits { needed, largest_free } => Rejection::NoGpuFits { needed, largest_free },
             RejectionOf::NodeNotEmpty { other_jobs } => Rejection::NodeNotEmpty { other_jobs },
             RejectionOf::HeldExclusively => Rejection::HeldExclusively,
-            RejectionOf::AwayFromCoLocatedPeer { peer } => {
-                Rejection::AwayFromCoLocatedPeer { peer: name(peer) }
-            }
-            RejectionOf::HostsSeparatedPeer { peer } => {
-                Rejection::HostsSeparatedPeer { peer: name(peer) }
-            }
+            RejectionOf::AwayFromCoLocatedPeer { peer } => Rejection::AwayFromCoLocatedPeer { peer: name(peer) },
+            RejectionOf::HostsSeparatedPeer { peer } => Rejection::HostsSeparatedPeer { peer: name(peer) },
             RejectionOf::OutsidePeerAz { peer_az, node_az } => Rejection::OutsidePeerAz {
                 peer_az: opt(peer_az),
                 node_az: opt(node_az),
@@ -340,12 +315,8 @@ pub(crate) fn check(
     let gpu_index = if needs.gpu_asks.is_empty() {
         None
     } else {
-        fit_gpus(&view.node(idx).gpus, &needs.gpu_asks).map_err(|(needed, largest_free)| {
-            RejectionOf::NoGpuFits {
-                needed,
-                largest_free,
-            }
-        })?
+        fit_gpus(&view.node(idx).gpus, &needs.gpu_asks)
+            .map_err(|(needed, largest_free)| RejectionOf::NoGpuFits { needed, largest_free })?
     };
     if needs.exclusive || hot.exclusive_occupants > 0 {
         exclusivity(view, idx, demand)?;
@@ -374,12 +345,7 @@ fn reachable(view: &FleetView, idx: NodeIdx, hot: &Hot) -> Result<(), RejectionO
 
 /// The first required capability the node lacks, in the order asked.
 #[inline]
-fn capabilities(
-    view: &FleetView,
-    idx: NodeIdx,
-    hot: &Hot,
-    needs: &Needs,
-) -> Result<(), RejectionOf<Lazy>> {
+fn capabilities(view: &FleetView, idx: NodeIdx, hot: &Hot, needs: &Needs) -> Result<(), RejectionOf<Lazy>> {
     let held = |id: u32| {
         if id < 64 {
             hot.capabilities & (1 << id) != 0
@@ -387,11 +353,7 @@ fn capabilities(
             view.node(idx).capabilities.contains(id)
         }
     };
-    match needs
-        .capabilities
-        .iter()
-        .position(|(id, _)| !id.is_some_and(held))
-    {
+    match needs.capabilities.iter().position(|(id, _)| !id.is_some_and(held)) {
         Some(i) => Err(RejectionOf::MissingCapability {
             capability: Lazy::Capability(i),
         }),
@@ -402,20 +364,12 @@ fn capabilities(
 /// "`exclusive: true` gives a job a node of its own (co-located peers
 /// excepted)": an exclusive demand needs a node holding only its peers, and
 /// a node holding an exclusive job takes only that job's peers.
-fn exclusivity(
-    view: &FleetView,
-    idx: NodeIdx,
-    demand: &Demand<'_>,
-) -> Result<(), RejectionOf<Lazy>> {
+fn exclusivity(view: &FleetView, idx: NodeIdx, demand: &Demand<'_>) -> Result<(), RejectionOf<Lazy>> {
     let mut other_jobs = 0;
     let mut held = false;
     for &o in &view.node(idx).occupants {
         let occupant = &view.occupants[o as usize];
-        if !demand.is_group_peer(
-            occupant.bundle.as_ref(),
-            occupant.replica,
-            occupant.job_name.as_str(),
-        ) {
+        if !demand.is_group_peer(occupant.bundle.as_ref(), occupant.replica, occupant.job_name.as_str()) {
             other_jobs += 1;
             held |= occupant.exclusive;
         }
@@ -430,11 +384,7 @@ fn exclusivity(
 }
 
 fn intra_replica(idx: NodeIdx, demand: &Demand<'_>) -> Result<(), RejectionOf<Lazy>> {
-    if demand
-        .co_located_with
-        .as_ref()
-        .is_some_and(|peer| peer.node != idx)
-    {
+    if demand.co_located_with.as_ref().is_some_and(|peer| peer.node != idx) {
         return Err(RejectionOf::AwayFromCoLocatedPeer {
             peer: Lazy::CoLocatedPeer,
         });
@@ -448,11 +398,7 @@ fn intra_replica(idx: NodeIdx, demand: &Demand<'_>) -> Result<(), RejectionOf<La
 }
 
 fn hard_az(view: &FleetView, idx: NodeIdx, demand: &Demand<'_>) -> Result<(), RejectionOf<Lazy>> {
-    match demand
-        .peers
-        .iter()
-        .position(|p| !same_az(view, idx, p.node))
-    {
+    match demand.peers.iter().position(|p| !same_az(view, idx, p.node)) {
         Some(i) => Err(RejectionOf::OutsidePeerAz {
             peer_az: Some(Lazy::PeerAz(i)),
             node_az: Some(Lazy::NodeAz),
@@ -494,19 +440,11 @@ pub(crate) fn fit_gpus(devices: &[GpuDevice], asks: &[GpuAsk]) -> Result<Option<
     }
 }
 
-fn best_fit(
-    free: impl Iterator<Item = f64>,
-    devices: &[GpuDevice],
-    ask: &GpuAsk,
-) -> Result<u32, (f64, f64)> {
+fn best_fit(free: impl Iterator<Item = f64>, devices: &[GpuDevice], ask: &GpuAsk) -> Result<u32, (f64, f64)> {
     let mut best: Option<(u32, f64)> = None;
     let mut largest_free: f64 = 0.0;
     for (i, (free, device)) in free.zip(devices).enumerate() {
-        if ask
-            .model
-            .as_deref()
-            .is_some_and(|m| m != device.model.as_str())
-        {
+        if ask.model.as_deref().is_some_and(|m| m != device.model.as_str()) {
             continue;
         }
         largest_free = largest_free.max(free);
@@ -519,10 +457,7 @@ fn best_fit(
 
 impl std::fmt::Display for Rejection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let name = |n: &Option<Name>| {
-            n.as_ref()
-                .map_or_else(|| "none".to_owned(), Name::to_string)
-        };
+        let name = |n: &Option<Name>| n.as_ref().map_or_else(|| "none".to_owned(), Name::to_string);
         match self {
             Rejection::NotTargetNode => write!(f, "not the pinned target node"),
             Rejection::OtherPool { node_pool } => write!(f, "in pool {}", name(node_pool)),
@@ -545,10 +480,7 @@ impl std::fmt::Display for Rejection {
                 write!(f, "needs {needed} cores, {free} free")
             }
             Rejection::HostPortTaken { port } => write!(f, "host port {port} taken"),
-            Rejection::NoGpuFits {
-                needed,
-                largest_free,
-            } => {
+            Rejection::NoGpuFits { needed, largest_free } => {
                 write!(f, "needs {needed} of a GPU, largest free {largest_free}")
             }
             Rejection::NodeNotEmpty { other_jobs } => {

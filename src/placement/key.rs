@@ -132,12 +132,7 @@ pub(crate) const SAME_AZ: u8 = 2;
 pub(crate) const SAME_CLOUD: u8 = 4;
 
 /// The key of node `idx` for `demand` in a tier packed by `packing`.
-pub(crate) fn key(
-    view: &FleetView,
-    idx: NodeIdx,
-    demand: &Demand<'_>,
-    packing: PackingStrategy,
-) -> PlacementKey {
+pub(crate) fn key(view: &FleetView, idx: NodeIdx, demand: &Demand<'_>, packing: PackingStrategy) -> PlacementKey {
     let hot = view.hot(idx);
     let node = view.node(idx);
     let unconsumed_spare = hot.is_unconsumed_spare();

@@ -6,8 +6,7 @@
 
 use norsk_auto_manager::model::{BundleId, BundleSpec, FleetSnapshot, PlacementPool};
 use norsk_auto_manager::placement::{
-    FleetView, Outcome, Placement, PlacementRequest, Pools, Rejection, SequentialNodeIds, Verdict,
-    validate_pools,
+    FleetView, Outcome, Placement, PlacementRequest, Pools, Rejection, SequentialNodeIds, Verdict, validate_pools,
 };
 
 /// One pool `p` with one fixed tier `t`: nothing is ever provisioned.
@@ -47,26 +46,19 @@ pub fn bundle_id() -> BundleId {
 pub fn launch(view: &FleetView, spec: &BundleSpec, replica: u32, job: &str) -> Placement {
     let id = bundle_id();
     let request = PlacementRequest::launch(&id, spec, replica, job).with_trace(true);
-    norsk_auto_manager::placement::place(view, request, &mut SequentialNodeIds::default())
-        .expect("placement runs")
+    norsk_auto_manager::placement::place(view, request, &mut SequentialNodeIds::default()).expect("placement runs")
 }
 
 /// Places with a customised request, trace on.
 pub fn place_with(view: &FleetView, request: PlacementRequest<'_>) -> Placement {
-    norsk_auto_manager::placement::place(
-        view,
-        request.with_trace(true),
-        &mut SequentialNodeIds::default(),
-    )
-    .expect("placement runs")
+    norsk_auto_manager::placement::place(view, request.with_trace(true), &mut SequentialNodeIds::default())
+        .expect("placement runs")
 }
 
 /// The node a placement chose, or what it provisions.
 pub fn node_of(placement: &Placement) -> Option<&str> {
     match &placement.outcome {
-        Outcome::Placed { node_id, .. } | Outcome::Provision { node_id, .. } => {
-            Some(node_id.as_str())
-        }
+        Outcome::Placed { node_id, .. } | Outcome::Provision { node_id, .. } => Some(node_id.as_str()),
         Outcome::NoCapacityInAnyPool => None,
     }
 }
@@ -85,15 +77,8 @@ pub fn rejection(placement: &Placement, node: &str) -> Option<Rejection> {
 }
 
 /// Applies a placement to the view, as plan does.
-pub fn apply(
-    view: &mut FleetView,
-    spec: &BundleSpec,
-    replica: u32,
-    job: &str,
-    placement: &Placement,
-) {
+pub fn apply(view: &mut FleetView, spec: &BundleSpec, replica: u32, job: &str, placement: &Placement) {
     let id = bundle_id();
     let request = PlacementRequest::launch(&id, spec, replica, job);
-    norsk_auto_manager::placement::apply_placement(view, &request, &placement.outcome)
-        .expect("placement applies");
+    norsk_auto_manager::placement::apply_placement(view, &request, &placement.outcome).expect("placement applies");
 }

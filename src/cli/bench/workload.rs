@@ -11,8 +11,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::model::{
-    BundleId, BundleSpec, FleetNode, FleetSnapshot, Gpu, HostPort, NodeId, NodeInventory,
-    NodePhase, PlacedJob, PlacementPool, ProviderKind, SpareSpec,
+    BundleId, BundleSpec, FleetNode, FleetSnapshot, Gpu, HostPort, NodeId, NodeInventory, NodePhase, PlacedJob,
+    PlacementPool, ProviderKind, SpareSpec,
 };
 
 /// Pools, fleet and the bundles to place.
@@ -59,8 +59,7 @@ const ENCODER_IMAGE: &str = "registry.example/encoder:1";
 pub fn workload(nodes: usize, placed_jobs: usize, placements: usize, seed: u64) -> Workload {
     let mut rng = StdRng::seed_from_u64(seed);
     // A constant the tests below parse: it cannot fail at run time.
-    let pools: Vec<PlacementPool> =
-        serde_yaml::from_str(POOLS).expect("the workload's pools parse");
+    let pools: Vec<PlacementPool> = serde_yaml::from_str(POOLS).expect("the workload's pools parse");
     let mut fleet_nodes: Vec<FleetNode> = (0..nodes).map(|i| node(i, &mut rng)).collect();
     for j in 0..placed_jobs {
         let n = rng.random_range(0..fleet_nodes.len().max(1));
@@ -70,10 +69,7 @@ pub fn workload(nodes: usize, placed_jobs: usize, placements: usize, seed: u64) 
     }
     let mut template_images = BTreeMap::new();
     template_images.insert("encoder".to_owned(), vec![ENCODER_IMAGE.to_owned()]);
-    template_images.insert(
-        "packager".to_owned(),
-        vec!["registry.example/packager:1".to_owned()],
-    );
+    template_images.insert("packager".to_owned(), vec!["registry.example/packager:1".to_owned()]);
     let bundles = (0..placements)
         .map(|i| (BundleId(format!("bench/b{i}")), bundle(i)))
         .collect();
@@ -92,12 +88,7 @@ fn node(i: usize, rng: &mut StdRng) -> FleetNode {
     // on-demand nodes has a GPU; 1 in 50 reserved nodes is a hot spare.
     let roll = rng.random_range(0..100);
     let (tier, kind, capacity, capabilities) = match roll {
-        0..20 => (
-            None,
-            ProviderKind::LocalServers,
-            16.0,
-            vec!["sdi".to_owned()],
-        ),
+        0..20 => (None, ProviderKind::LocalServers, 16.0, vec!["sdi".to_owned()]),
         20..70 => (Some("reserved"), ProviderKind::Aws, 8.0, vec![]),
         _ => (Some("on-demand"), ProviderKind::Aws, 8.0, vec![]),
     };
@@ -126,11 +117,7 @@ fn node(i: usize, rng: &mut StdRng) -> FleetNode {
         spare,
         spare_spec: SpareSpec {
             warm_for: vec!["encoder".to_owned()],
-            reserved_for: if spare {
-                vec!["encoder".to_owned()]
-            } else {
-                vec![]
-            },
+            reserved_for: if spare { vec!["encoder".to_owned()] } else { vec![] },
             exclusive: spare && rng.random_bool(0.5),
         },
         tags: BTreeMap::new(),
@@ -187,11 +174,7 @@ fn place_background_job(node: &mut FleetNode, j: usize, rng: &mut StdRng) {
         required_capacity: capacity,
         required_cores: 0,
         required_host_ports: vec![port],
-        required_gpu_capacity: if gpu && used_gpu + 0.25 <= 1.0 {
-            0.25
-        } else {
-            0.0
-        },
+        required_gpu_capacity: if gpu && used_gpu + 0.25 <= 1.0 { 0.25 } else { 0.0 },
         gpu_index: (gpu && used_gpu + 0.25 <= 1.0).then_some(0),
         exclusive: false,
     });

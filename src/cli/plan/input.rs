@@ -66,10 +66,7 @@ pub fn read_hot_spares(file: &Path) -> Result<Vec<HotSpareSpec>, InputError> {
 /// Every `Bundle` document of `file`, with its bundle id.
 pub fn read_bundles(file: &Path) -> Result<Vec<(BundleId, BundleSpec)>, InputError> {
     let bundles: Vec<crd::Bundle> = read_documents(file)?;
-    Ok(bundles
-        .into_iter()
-        .map(|b| (b.bundle_id(), b.spec.0))
-        .collect())
+    Ok(bundles.into_iter().map(|b| (b.bundle_id(), b.spec.0)).collect())
 }
 
 /// The fleet snapshot in `file` (YAML or JSON).
@@ -101,8 +98,7 @@ fn read_documents<K: Kind>(file: &Path) -> Result<Vec<K>, InputError> {
     let text = read(file)?;
     let mut values = Vec::new();
     for (i, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-        let value = serde_yaml::Value::deserialize(document)
-            .map_err(|e| document_error(file, i + 1, e.to_string()))?;
+        let value = serde_yaml::Value::deserialize(document).map_err(|e| document_error(file, i + 1, e.to_string()))?;
         values.push(value);
     }
     let mut resources = Vec::new();
@@ -113,14 +109,9 @@ fn read_documents<K: Kind>(file: &Path) -> Result<Vec<K>, InputError> {
             continue;
         }
         check_type(value, K::KIND).map_err(|message| document_error(file, number, message))?;
-        let resource =
-            K::deserialize(document).map_err(|e| document_error(file, number, e.to_string()))?;
+        let resource = K::deserialize(document).map_err(|e| document_error(file, number, e.to_string()))?;
         if resource.meta().name.as_deref().is_none_or(str::is_empty) {
-            return Err(document_error(
-                file,
-                number,
-                "metadata.name: missing".to_owned(),
-            ));
+            return Err(document_error(file, number, "metadata.name: missing".to_owned()));
         }
         resources.push(resource);
     }
@@ -132,9 +123,7 @@ fn check_type(value: &serde_yaml::Value, kind: &str) -> Result<(), String> {
     match field("apiVersion") {
         Some(API_VERSION) => {}
         Some(other) => {
-            return Err(format!(
-                "apiVersion: expected {API_VERSION}, found {other:?}"
-            ));
+            return Err(format!("apiVersion: expected {API_VERSION}, found {other:?}"));
         }
         None => return Err(format!("apiVersion: missing (expected {API_VERSION})")),
     }

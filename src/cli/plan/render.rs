@@ -6,8 +6,7 @@ use serde::Serialize;
 
 use crate::model::{BundleId, NodeId};
 use crate::placement::{
-    BundleIssueCode, NoProvisionReason, PlanRow, PlannedOutcome, ResilienceFlag, TierDecision,
-    Trace, Verdict,
+    BundleIssueCode, NoProvisionReason, PlanRow, PlannedOutcome, ResilienceFlag, TierDecision, Trace, Verdict,
 };
 
 #[derive(Serialize)]
@@ -112,12 +111,7 @@ pub fn table(rows: &[PlanRow]) -> String {
             continue;
         }
         for error in &row.errors {
-            out.push_str(&format!(
-                "error   {}: {} [{}]\n",
-                row.bundle,
-                error,
-                code(&error.code)
-            ));
+            out.push_str(&format!("error   {}: {} [{}]\n", row.bundle, error, code(&error.code)));
         }
         for warning in &row.warnings {
             out.push_str(&format!(
@@ -157,11 +151,7 @@ fn explain(trace: &Trace) -> String {
                         rejection.to_string(),
                     ]
                 }
-                Verdict::Survived { key } => vec![
-                    n.node_id.to_string(),
-                    "survived".to_owned(),
-                    key.to_string(),
-                ],
+                Verdict::Survived { key } => vec![n.node_id.to_string(), "survived".to_owned(), key.to_string()],
             })
             .collect();
         for line in columns(&["NODE", "VERDICT", "DETAIL"], &body).lines() {
@@ -209,9 +199,7 @@ fn why_not(why: &NoProvisionReason) -> String {
         NoProvisionReason::PinnedTarget => "a pinned target never provisions".to_owned(),
         NoProvisionReason::FixedTier => "fixed tier".to_owned(),
         NoProvisionReason::CoLocatedPeerPlaced => "a co-located peer is already placed".to_owned(),
-        NoProvisionReason::PeerAzUnknownForNewNode => {
-            "sameAz hard: a new node's AZ is unknown".to_owned()
-        }
+        NoProvisionReason::PeerAzUnknownForNewNode => "sameAz hard: a new node's AZ is unknown".to_owned(),
         NoProvisionReason::AtMaxNodes { nodes, max_nodes } => {
             format!("at maxNodes ({nodes} of {max_nodes})")
         }
@@ -240,10 +228,7 @@ fn columns(header: &[&str], body: &[Vec<String>]) -> String {
     }
     let mut out = String::new();
     let mut line = |cells: &mut dyn Iterator<Item = &str>| {
-        let padded: Vec<String> = cells
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
+        let padded: Vec<String> = cells.zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
         out.push_str(padded.join("  ").trim_end());
         out.push('\n');
     };

@@ -21,8 +21,8 @@ use node::{CapabilitySet, cores, slot};
 pub(crate) use node::{GpuDevice, Hot, NO_AZ, NO_SLOT, NodeEntry, flag};
 
 use crate::model::{
-    BundleId, FleetNode, FleetSnapshot, InstanceShape, NodeId, NodeInventory, NodePhase, PlacedJob,
-    PlacementPool, ProviderKind, Reliability, tags,
+    BundleId, FleetNode, FleetSnapshot, InstanceShape, NodeId, NodeInventory, NodePhase, PlacedJob, PlacementPool,
+    ProviderKind, Reliability, tags,
 };
 
 use super::settings::Pools;
@@ -88,10 +88,7 @@ impl FleetView {
     /// every placed job as a reservation.
     pub fn new(snapshot: &FleetSnapshot, pools: Pools) -> Result<Self, FleetError> {
         let mut view = FleetView {
-            tiers: pools
-                .iter()
-                .map(|p| vec![Vec::new(); p.tiers.len()])
-                .collect(),
+            tiers: pools.iter().map(|p| vec![Vec::new(); p.tiers.len()]).collect(),
             pools,
             hot: Vec::with_capacity(snapshot.nodes.len()),
             nodes: Vec::with_capacity(snapshot.nodes.len()),
@@ -112,11 +109,7 @@ impl FleetView {
         }
         // Nodes are numbered tier by tier, in id order within a tier, so a
         // tier scan reads the hot parts front to back.
-        let mut sorted: Vec<(u32, &FleetNode)> = snapshot
-            .nodes
-            .iter()
-            .map(|n| (view.slot_of(n), n))
-            .collect();
+        let mut sorted: Vec<(u32, &FleetNode)> = snapshot.nodes.iter().map(|n| (view.slot_of(n), n)).collect();
         sorted.sort_by(|(a_slot, a), (b_slot, b)| a_slot.cmp(b_slot).then_with(|| a.id.cmp(&b.id)));
         for (_, node) in sorted {
             let (idx, slot) = view.append_node(node)?;
@@ -180,10 +173,7 @@ impl FleetView {
         if job.required_gpu_capacity > 0.0 {
             match job.gpu_index.and_then(|i| entry.gpus.get_mut(i as usize)) {
                 Some(device) => device.used += job.required_gpu_capacity,
-                None => entry
-                    .gpus
-                    .iter_mut()
-                    .for_each(|d| d.used += job.required_gpu_capacity),
+                None => entry.gpus.iter_mut().for_each(|d| d.used += job.required_gpu_capacity),
             }
         }
         entry.occupants.push(occupant);
@@ -195,10 +185,7 @@ impl FleetView {
             exclusive: job.exclusive,
         });
         if let Some(bundle) = &job.bundle {
-            self.replicas
-                .entry(bundle.clone())
-                .or_default()
-                .push(occupant);
+            self.replicas.entry(bundle.clone()).or_default().push(occupant);
         }
         Ok(())
     }
@@ -265,9 +252,7 @@ impl FleetView {
 
     /// Interned images of a template; empty for a template with none known.
     pub(crate) fn template_images(&self, template: &str) -> &[u32] {
-        self.template_images
-            .get(template)
-            .map_or(&[], Vec::as_slice)
+        self.template_images.get(template).map_or(&[], Vec::as_slice)
     }
 
     /// How many nodes of a tier count against its `maxNodes`: every node not
@@ -342,10 +327,7 @@ impl FleetView {
             (node.cordoned, flag::CORDONED),
             (spare, flag::SPARE),
             (reserved, flag::RESERVED),
-            (
-                reserved && node.spare_spec.exclusive,
-                flag::EXCLUSIVE_RESERVATION,
-            ),
+            (reserved && node.spare_spec.exclusive, flag::EXCLUSIVE_RESERVATION),
             (
                 matches!(node.phase, NodePhase::Prospective | NodePhase::Starting),
                 flag::LAUNCHING,
@@ -411,22 +393,13 @@ impl FleetView {
         hot.free = hot.usable;
         hot.total_cores = cores(inventory.total_cores);
         for capability in &inventory.capabilities {
-            entry
-                .capabilities
-                .insert(self.capabilities.intern(capability));
+            entry.capabilities.insert(self.capabilities.intern(capability));
         }
         hot.capabilities = entry.capabilities.low_word();
-        let mut images: Vec<u32> = inventory
-            .images
-            .iter()
-            .filter_map(|i| self.images.get(i))
-            .collect();
+        let mut images: Vec<u32> = inventory.images.iter().filter_map(|i| self.images.get(i)).collect();
         images.sort_unstable();
         images.dedup();
-        hot.images = images
-            .iter()
-            .filter(|&&i| i < 64)
-            .fold(0, |mask, &i| mask | (1 << i));
+        hot.images = images.iter().filter(|&&i| i < 64).fold(0, |mask, &i| mask | (1 << i));
         entry.images = images;
         entry.gpus = inventory
             .gpus
@@ -524,17 +497,13 @@ mod tests {
     fn ranks_follow_node_id_order_as_prospective_nodes_arrive() {
         let mut view = view();
         for id in ["c", "a", "e"] {
-            view.add_prospective_node(NodeId::from(id), "p", "t", "m")
-                .unwrap();
+            view.add_prospective_node(NodeId::from(id), "p", "t", "m").unwrap();
         }
         let mut ranked: Vec<(u32, &str)> = (0..view.node_count() as u32)
             .map(|i| (view.hot(i).rank, view.node(i).id.as_str()))
             .collect();
         ranked.sort_unstable();
-        assert_eq!(
-            ranked,
-            vec![(0, "a"), (1, "b"), (2, "c"), (3, "d"), (4, "e")]
-        );
+        assert_eq!(ranked, vec![(0, "a"), (1, "b"), (2, "c"), (3, "d"), (4, "e")]);
         assert_eq!(
             view.tier_nodes(0, 0)
                 .iter()
@@ -547,10 +516,9 @@ mod tests {
     #[test]
     fn a_reservation_takes_capacity_cores_ports_and_gpu_from_its_node() {
         let mut view = view();
-        let job: PlacedJob = serde_yaml::from_str(
-            "{jobId: x, requiredCapacity: 1.5, requiredCores: 2, requiredHostPorts: [1935/tcp]}",
-        )
-        .unwrap();
+        let job: PlacedJob =
+            serde_yaml::from_str("{jobId: x, requiredCapacity: 1.5, requiredCores: 2, requiredHostPorts: [1935/tcp]}")
+                .unwrap();
         view.reserve(&NodeId::from("b"), &job).unwrap();
         let idx = view.node_index(&NodeId::from("b")).unwrap();
         assert_eq!(view.hot(idx).free, 2.5);
