@@ -154,7 +154,7 @@ pub(crate) fn key(view: &FleetView, idx: NodeIdx, demand: &Demand<'_>, packing: 
             && hot.has(flag::RESERVED)
             && node.reserved_for.contains(&demand.job.template),
         preferred_spare: unconsumed_spare && demand.spare_policy == SparePolicy::Prefer,
-        fill: hot.fill(),
+        fill: hot.fill,
         packing,
         outside_peer_az,
         node_order: hot.rank,

@@ -441,7 +441,7 @@ fn could_ever_fit(view: &FleetView, idx: NodeIdx, needs: &Needs) -> bool {
     let node = view.node(idx);
     let empty_gpus: Vec<GpuDevice> = node.gpus.iter().map(|g| GpuDevice { used: 0.0, ..g.clone() }).collect();
     hot.has(flag::INVENTORY)
-        && needs.capacity <= hot.usable + CAPACITY_EPSILON
+        && needs.capacity <= node.usable + CAPACITY_EPSILON
         && needs.cores <= u32::from(hot.total_cores)
         && needs
             .capabilities

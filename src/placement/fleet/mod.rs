@@ -160,6 +160,7 @@ impl FleetView {
         let occupant = self.occupants.len() as u32;
         let hot = &mut self.hot[idx as usize];
         hot.free -= job.required_capacity.max(0.0);
+        hot.refill(self.nodes[idx as usize].usable);
         hot.used_cores = hot.used_cores.saturating_add(cores(job.required_cores));
         hot.occupants = hot.occupants.saturating_add(1);
         if job.exclusive {
@@ -343,7 +344,7 @@ impl FleetView {
         }
         let mut hot = Hot {
             free: 0.0,
-            usable: 0.0,
+            fill: 1.0,
             capabilities: 0,
             ports: 0,
             images: 0,
@@ -359,6 +360,7 @@ impl FleetView {
         };
         let mut entry = NodeEntry {
             id: node.id.clone(),
+            usable: 0.0,
             pool_name: pool_name.map(Name::from),
             tier_name: tier_name.map(Name::from),
             phase: node.phase,
@@ -389,8 +391,9 @@ impl FleetView {
         } else {
             0.0
         };
-        hot.usable = (total * cap - inventory.reserved_capacity.max(0.0)).max(0.0);
-        hot.free = hot.usable;
+        entry.usable = (total * cap - inventory.reserved_capacity.max(0.0)).max(0.0);
+        hot.free = entry.usable;
+        hot.refill(entry.usable);
         hot.total_cores = cores(inventory.total_cores);
         for capability in &inventory.capabilities {
             entry.capabilities.insert(self.capabilities.intern(capability));

@@ -59,8 +59,9 @@ pub(crate) fn port_bit(port: &HostPort) -> u64 {
 pub(crate) struct Hot {
     /// Free capacity: `totalCapacity × utilizationCap − reserved − placed`.
     pub free: f64,
-    /// `totalCapacity × utilizationCap − reserved`.
-    pub usable: f64,
+    /// Reserved over usable capacity (1 with none usable), kept current by
+    /// every reservation so ranking never divides.
+    pub fill: f64,
     /// Capabilities with ids below 64 (the node's full set is in its entry).
     pub capabilities: u64,
     /// [`port_bit`] of every claimed host port.
@@ -109,13 +110,9 @@ impl Hot {
         self.has(flag::SPARE) && self.occupants == 0
     }
 
-    /// Reserved over usable capacity, 1 for a node with none usable.
-    pub(crate) fn fill(&self) -> f64 {
-        if self.usable > 0.0 {
-            ((self.usable - self.free) / self.usable).clamp(0.0, 1.0)
-        } else {
-            1.0
-        }
+    /// Sets [`Hot::fill`] from the node's usable capacity.
+    pub(crate) fn refill(&mut self, usable: f64) {
+        self.fill = if usable > 0.0 { ((usable - self.free) / usable).clamp(0.0, 1.0) } else { 1.0 };
     }
 
     pub(crate) fn az(&self) -> Option<u32> {
@@ -166,6 +163,8 @@ impl CapabilitySet {
 #[derive(Clone, Debug)]
 pub(crate) struct NodeEntry {
     pub id: NodeId,
+    /// `totalCapacity × utilizationCap − reserved`.
+    pub usable: f64,
     /// The pool and tier the node belongs to, as named (for the trace).
     pub pool_name: Option<Name>,
     pub tier_name: Option<Name>,
