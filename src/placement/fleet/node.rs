@@ -112,7 +112,11 @@ impl Hot {
 
     /// Sets [`Hot::fill`] from the node's usable capacity.
     pub(crate) fn refill(&mut self, usable: f64) {
-        self.fill = if usable > 0.0 { ((usable - self.free) / usable).clamp(0.0, 1.0) } else { 1.0 };
+        self.fill = if usable > 0.0 {
+            ((usable - self.free) / usable).clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
     }
 
     pub(crate) fn az(&self) -> Option<u32> {
