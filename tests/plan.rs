@@ -16,7 +16,7 @@ fn args(bundles: &[&str], output: Output) -> Args {
     Args {
         pools: example("pools.yaml"),
         hot_spares: Some(example("hot-spares.yaml")),
-        fleet: example("fleet.yaml"),
+        fleet: example("fleets/studio.yaml"),
         bundles: bundles.iter().map(|b| example(b)).collect(),
         output,
         explain: false,
@@ -164,7 +164,7 @@ fn the_binary_prints_the_plan_and_exits_zero() {
         .arg("--hot-spares")
         .arg(example("hot-spares.yaml"))
         .arg("--fleet")
-        .arg(example("fleet.yaml"))
+        .arg(example("fleets/studio.yaml"))
         .arg(example("bundle-channel.yaml"))
         .args(["--output", "json"])
         .output()
@@ -181,7 +181,7 @@ fn the_binary_exits_two_on_a_document_of_the_wrong_kind() {
         .arg("--pools")
         .arg(example("bundle-gpu.yaml"))
         .arg("--fleet")
-        .arg(example("fleet.yaml"))
+        .arg(example("fleets/studio.yaml"))
         .arg(example("bundle-channel.yaml"))
         .output()
         .unwrap();
