@@ -82,7 +82,9 @@ fn compile() -> Compiled {
         for f in &msg.field {
             let mut ty = type_of(f);
             if f.label() == Label::Repeated {
-                let entry = all.get(f.type_name()).filter(|m| m.options.as_ref().is_some_and(|o| o.map_entry()));
+                let entry = all
+                    .get(f.type_name())
+                    .filter(|m| m.options.as_ref().is_some_and(|o| o.map_entry()));
                 ty = match entry {
                     Some(entry) => format!("map<{},{}>", type_of(&entry.field[0]), type_of(&entry.field[1])),
                     None => format!("repeated {ty}"),
@@ -104,7 +106,13 @@ fn compile() -> Compiled {
     for file in &set.file {
         for e in &file.enum_type {
             for v in &e.value {
-                lines.insert(format!("enum {}.{} {} {}", file.package(), e.name(), v.number(), v.name()));
+                lines.insert(format!(
+                    "enum {}.{} {} {}",
+                    file.package(),
+                    e.name(),
+                    v.number(),
+                    v.name()
+                ));
             }
         }
         for svc in &file.service {
@@ -128,8 +136,15 @@ fn compile() -> Compiled {
 #[test]
 fn every_published_field_enum_value_and_rpc_is_compiled_unchanged() {
     let compiled = compile();
-    let missing: Vec<_> = published().into_iter().filter(|l| !compiled.lines.contains(l)).collect();
-    assert!(missing.is_empty(), "published API lines missing or changed in proto/:\n{}", missing.join("\n"));
+    let missing: Vec<_> = published()
+        .into_iter()
+        .filter(|l| !compiled.lines.contains(l))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "published API lines missing or changed in proto/:\n{}",
+        missing.join("\n")
+    );
 }
 
 #[test]
@@ -148,7 +163,10 @@ fn published_messages_gain_fields_only_in_the_addition_range() {
             }
         }
     }
-    assert!(intruders.is_empty(), "fields added below {FIRST_ADDITION_FIELD} in published messages: {intruders:?}");
+    assert!(
+        intruders.is_empty(),
+        "fields added below {FIRST_ADDITION_FIELD} in published messages: {intruders:?}"
+    );
 }
 
 #[test]
@@ -157,7 +175,10 @@ fn published_enums_gain_no_values_and_published_services_no_changed_rpcs() {
     let published = published();
     let published_enums: BTreeSet<String> = published
         .iter()
-        .filter_map(|l| l.strip_prefix("enum ").map(|r| r.split(' ').next().unwrap_or_default().to_owned()))
+        .filter_map(|l| {
+            l.strip_prefix("enum ")
+                .map(|r| r.split(' ').next().unwrap_or_default().to_owned())
+        })
         .collect();
     let extra: Vec<_> = compiled
         .lines
@@ -176,6 +197,14 @@ fn the_check_itself_notices_a_renumbered_field() {
     // Guard against a comparison that can never fail: a line as it would be
     // rendered after renumbering a published field must not be present.
     let compiled = compile();
-    assert!(compiled.lines.contains("field norsk.api.manager.StartJobRequest 3 node_id .norsk.api.common.NodeId"));
-    assert!(!compiled.lines.contains("field norsk.api.manager.StartJobRequest 4 node_id .norsk.api.common.NodeId"));
+    assert!(
+        compiled
+            .lines
+            .contains("field norsk.api.manager.StartJobRequest 3 node_id .norsk.api.common.NodeId")
+    );
+    assert!(
+        !compiled
+            .lines
+            .contains("field norsk.api.manager.StartJobRequest 4 node_id .norsk.api.common.NodeId")
+    );
 }

@@ -1,33 +1,29 @@
 //! Code generated from `proto/` by `build.rs` (prost + tonic). Nothing here is
-//! written by hand; conversions to the domain model live in `wire.rs`.
+//! written by hand; conversions to the domain model live in `wire`. The
+//! module tree mirrors the protobuf packages, as the generated code expects.
 
 #![allow(clippy::all, missing_docs)]
 
-/// The generated packages, nested as their proto packages are
-/// (`norsk.sim.admin` refers to `norsk.api.manager` as
-/// `super::super::api::manager`).
+/// `norsk.*` packages.
 pub mod norsk {
-    /// `norsk.api.*`
+    /// `norsk.api.*`: the Manager API.
     pub mod api {
         /// `norsk.api.common`
         pub mod common {
             tonic::include_proto!("norsk.api.common");
         }
-
         /// `norsk.api.worker`
         pub mod worker {
             tonic::include_proto!("norsk.api.worker");
         }
-
         /// `norsk.api.manager`
         pub mod manager {
             tonic::include_proto!("norsk.api.manager");
         }
     }
-
-    /// `norsk.sim.*`
+    /// `norsk.sim.*`: the simulator's own services.
     pub mod sim {
-        /// `norsk.sim.admin` — the simulator's admin service.
+        /// `norsk.sim.admin`
         pub mod admin {
             tonic::include_proto!("norsk.sim.admin");
         }

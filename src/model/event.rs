@@ -7,9 +7,26 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Bundle, BundleId, InstanceKey, JobId, JobSpec, NodeId, NodeInfo, NodeInventory, Requirements,
-    TerminalVerdict, UnixMillis,
+    Bundle, BundleId, InstanceKey, IntraReplicaPlacement, JobId, JobSpec, NodeId, NodeInfo, NodeInventory, OnLaunch,
+    Requirements, ResiliencePolicy, TerminalVerdict, UnixMillis,
 };
+
+/// The bundle-level context a runtime job carries so it can be placed on its
+/// own (copied from its bundle at expansion).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobPlacementContext {
+    /// The bundle's pool (the primary's).
+    pub pool: String,
+    /// The bundle's resilience policy.
+    pub resilience_policy: Option<ResiliencePolicy>,
+    /// The bundle's intra-replica placement.
+    pub intra_replica_placement: IntraReplicaPlacement,
+    /// The bundle's `onLaunch`.
+    pub on_launch: OnLaunch,
+    /// The bundle's `overrideReservation`.
+    pub override_reservation: bool,
+}
 
 /// A runtime job's place in its bundle.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -133,6 +150,8 @@ pub struct RuntimeJob {
     /// The job's spec within its bundle (name, template, requirements,
     /// intra-replica rules, parameters with backup overrides applied).
     pub spec: JobSpec,
+    /// The bundle context, for bundle jobs.
+    pub context: Option<JobPlacementContext>,
     /// Dormant (`startMode: manual`, not started).
     pub dormant: bool,
     /// Set when the job or its bundle ended terminally.

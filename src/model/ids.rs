@@ -148,7 +148,10 @@ mod tests {
         let key = InstanceKey::migration_target(Slot::Primary, 0x3f9c1e2a);
         assert_eq!(key.as_str(), "primary@3f9c1e2a");
         assert_eq!(key.slot_of(), Some(Slot::Primary));
-        assert_eq!(InstanceKey::migration_target(Slot::Backup, 1).as_str(), "backup@00000001");
+        assert_eq!(
+            InstanceKey::migration_target(Slot::Backup, 1).as_str(),
+            "backup@00000001"
+        );
     }
 
     #[test]

@@ -75,7 +75,9 @@ impl FromStr for HostPort {
     type Err = HostPortParseError;
 
     fn from_str(token: &str) -> Result<Self, Self::Err> {
-        let err = || HostPortParseError { token: token.to_owned() };
+        let err = || HostPortParseError {
+            token: token.to_owned(),
+        };
         let (port, proto) = token.split_once('/').ok_or_else(err)?;
         let port: u16 = port.parse().map_err(|_| err())?;
         if port == 0 {
@@ -202,7 +204,13 @@ mod tests {
     #[test]
     fn host_port_tokens_round_trip() {
         let port: HostPort = "1935/tcp".parse().unwrap();
-        assert_eq!(port, HostPort { port: 1935, protocol: PortProtocol::Tcp });
+        assert_eq!(
+            port,
+            HostPort {
+                port: 1935,
+                protocol: PortProtocol::Tcp
+            }
+        );
         assert_eq!(port.to_string(), "1935/tcp");
         assert_eq!("5000/udp".parse::<HostPort>().unwrap().protocol, PortProtocol::Udp);
     }
@@ -217,7 +225,10 @@ mod tests {
     #[test]
     fn essential_defaults_to_true() {
         assert!(Requirements::default().is_essential());
-        let r = Requirements { essential: Some(false), ..Default::default() };
+        let r = Requirements {
+            essential: Some(false),
+            ..Default::default()
+        };
         assert!(!r.is_essential());
     }
 }

@@ -157,9 +157,8 @@ impl PlacementTier {
 
     /// `provisionTimeoutMs`: default `max(placementLeadMs, 5 min) × 2`.
     pub fn effective_provision_timeout_ms(&self) -> u64 {
-        self.provision_timeout_ms.unwrap_or_else(|| {
-            self.effective_placement_lead_ms().max(DEFAULT_CLOUD_PLACEMENT_LEAD_MS) * 2
-        })
+        self.provision_timeout_ms
+            .unwrap_or_else(|| self.effective_placement_lead_ms().max(DEFAULT_CLOUD_PLACEMENT_LEAD_MS) * 2)
     }
 }
 
@@ -225,7 +224,10 @@ mod tests {
 
     #[test]
     fn provision_timeout_defaults_to_twice_the_larger_of_lead_and_five_minutes() {
-        assert_eq!(tier(ProviderKind::LocalServers).effective_provision_timeout_ms(), 600_000);
+        assert_eq!(
+            tier(ProviderKind::LocalServers).effective_provision_timeout_ms(),
+            600_000
+        );
         let mut t = tier(ProviderKind::Aws);
         t.placement_lead_ms = Some(900_000);
         assert_eq!(t.effective_provision_timeout_ms(), 1_800_000);
