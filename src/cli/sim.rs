@@ -1,12 +1,64 @@
-//! `norsk-auto-manager sim`: serve the Manager simulator.
+//! `norsk-auto-manager sim`: serve the Manager simulator until Ctrl-C.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+use crate::sim::{Catalog, ClusterNode, SimConfig, Simulator, StartError};
 
 /// Arguments of `sim`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Address to serve the Manager and admin services on.
+    #[arg(long, default_value = "127.0.0.1:6789")]
+    pub listen: SocketAddr,
+    /// Seed for every random choice (latencies, zones, addresses).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Simulated seconds per real second; every delay is divided by it.
+    #[arg(long, default_value_t = 1.0)]
+    pub time_scale: f64,
+    /// A YAML or JSON catalogue of regions and instance types replacing the
+    /// built-in one.
+    #[arg(long)]
+    pub catalog: Option<PathBuf>,
+    /// A YAML list of cluster nodes ({id, tags, inventory}) to register at
+    /// start.
+    #[arg(long)]
+    pub cluster: Option<PathBuf>,
+}
 
-/// Runs the simulator until interrupted.
-pub async fn run(_args: Args) -> ExitCode {
-    ExitCode::FAILURE
+/// Runs the simulator until interrupted; prints the URL it serves on.
+pub async fn run(args: Args) -> ExitCode {
+    match serve(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: Args) -> Result<(), StartError> {
+    let catalog = match &args.catalog {
+        Some(path) => Catalog::load(path)?,
+        None => Catalog::builtin(),
+    };
+    let cluster_nodes = match &args.cluster {
+        Some(path) => ClusterNode::load_all(path)?,
+        None => vec![],
+    };
+    let handle = Simulator::start(SimConfig {
+        listen: args.listen,
+        seed: args.seed,
+        time_scale: args.time_scale,
+        catalog,
+        cluster_nodes,
+    })
+    .await?;
+    println!("{}", handle.url());
+    if let Err(e) = tokio::signal::ctrl_c().await {
+        eprintln!("error: cannot wait for Ctrl-C ({e}); stopping");
+    }
+    handle.shutdown().await
 }

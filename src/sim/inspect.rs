@@ -1,0 +1,312 @@
+//! The admin snapshot: the whole simulated state as JSON, in the domain
+//! model's shapes (converted with `manager::wire`, the same conversions a
+//! client applies). Its `fleet` member is a [`FleetSnapshot`], so a fleet
+//! captured from the simulator can be planned offline.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::world::{Instance, World};
+use crate::manager::proto::manager::{self as pb, event_stream_event::Event};
+use crate::manager::wire::{
+    Notes, bundle_from_pb, event_from_pb, interruption_kind_from_pb, inventory_from_pb, millis_from_pb,
+    runtime_job_from_pb,
+};
+use crate::model::{
+    AuditEntry, Bundle, BundleJobRef, FleetNode, FleetSnapshot, InterruptionKind, JobId, ManagerEvent, NodeId,
+    NodeInventory, NodePhase, PlacedJob, ProviderKind, RuntimeJob, SpareSpec, UnixMillis, tags,
+};
+
+/// Everything the simulator holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimSnapshot {
+    /// Simulated now (Unix ms).
+    pub time: UnixMillis,
+    /// Simulated seconds per real second.
+    pub time_scale: f64,
+    /// Every node Manager knows.
+    pub nodes: Vec<NodeView>,
+    /// Every job, with its history.
+    pub jobs: Vec<RuntimeJob>,
+    /// Every bundle.
+    pub bundles: Vec<Bundle>,
+    /// Launch accounting per region and instance type.
+    pub capacity: Vec<CapacityView>,
+    /// The fleet in the format placement reads.
+    pub fleet: FleetSnapshot,
+    /// Manager's audit log (most recent entries), oldest first.
+    pub audit: Vec<AuditEntry>,
+    /// Stored records the domain model cannot represent, with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
+}
+
+/// One node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeView {
+    /// The node id.
+    pub id: NodeId,
+    /// Who provides it.
+    pub provider: ProviderKind,
+    /// Region.
+    pub region: String,
+    /// Availability zone / domain.
+    pub zone: String,
+    /// Instance type or shape.
+    pub instance_type: String,
+    /// `on-demand`, `spot` or `reserved` (cloud nodes; empty is on-demand).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub launch_mode: String,
+    /// Phase as Manager reports it.
+    pub phase: NodePhase,
+    /// The worker is gone and Manager has not noticed yet (keepalive).
+    pub worker_gone: bool,
+    /// Why it is stopping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopping_reason: Option<String>,
+    /// When Manager created it.
+    pub created_at: Option<UnixMillis>,
+    /// Its tags.
+    pub tags: BTreeMap<String, String>,
+    /// What the worker advertises.
+    pub inventory: Option<NodeInventory>,
+    /// A pending provider interruption.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interruption: Option<InterruptionView>,
+    /// Job instances on it.
+    pub instances: Vec<InstanceView>,
+}
+
+/// A pending interruption notice.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InterruptionView {
+    /// Spot interruption or rebalance.
+    pub kind: InterruptionKind,
+    /// When the provider reclaims the node.
+    pub deadline: Option<UnixMillis>,
+}
+
+/// One job instance on a node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceView {
+    /// The job.
+    pub job_id: JobId,
+    /// The instance key.
+    pub role: String,
+    /// `provisioned`, `prepared`, `starting`, `running` or `stopping`.
+    pub phase: String,
+    /// The GPU device it was placed on.
+    pub gpu_index: Option<u32>,
+    /// The slot the runtime was told.
+    pub runtime_role: String,
+}
+
+/// Launch accounting for one region and instance type.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityView {
+    /// Region.
+    pub region: String,
+    /// Instance type.
+    pub instance_type: String,
+    /// Nodes of the type the region can run; `None` is unlimited.
+    pub limit: Option<i64>,
+    /// Nodes of the type running (or starting, or stopping) there.
+    pub in_use: i64,
+    /// How many more can launch; `None` is unlimited.
+    pub available: Option<i64>,
+}
+
+/// Builds the snapshot.
+pub(crate) fn snapshot(world: &World) -> SimSnapshot {
+    let mut unreadable = Vec::new();
+    let mut notes = Notes::new();
+    let mut jobs = BTreeMap::new();
+    for (job_id, stored) in world.jobs() {
+        match runtime_job_from_pb(Some(&stored.with_history()), &mut notes) {
+            Ok(job) => {
+                jobs.insert(job_id.clone(), job);
+            }
+            Err(e) => unreadable.push(format!("job {job_id:?}: {e}")),
+        }
+    }
+    let mut bundles = Vec::new();
+    for (bundle_id, stored) in world.bundles() {
+        match bundle_from_pb(stored, &mut notes) {
+            Ok(bundle) => bundles.push(bundle),
+            Err(e) => unreadable.push(format!("bundle {bundle_id:?}: {e}")),
+        }
+    }
+    let mut by_node: BTreeMap<&str, Vec<(&str, &str, &Instance)>> = BTreeMap::new();
+    for ((job_id, role), instance) in world.instances() {
+        by_node
+            .entry(instance.node_id.as_str())
+            .or_default()
+            .push((job_id, role, instance));
+    }
+    let mut nodes = Vec::new();
+    let mut fleet = Vec::new();
+    for (node_id, node) in world.nodes() {
+        let inventory = node
+            .inventory
+            .as_ref()
+            .and_then(|inv| match inventory_from_pb(inv, &mut notes) {
+                Ok((_, inventory)) => Some(inventory),
+                Err(e) => {
+                    unreadable.push(format!("inventory of node {node_id:?}: {e}"));
+                    None
+                }
+            });
+        let tags: BTreeMap<String, String> = node.metadata.tags.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let on_node = by_node.remove(node_id.as_str()).unwrap_or_default();
+        fleet.push(FleetNode {
+            id: NodeId(node_id.clone()),
+            pool: tags.get(tags::POOL).cloned(),
+            tier: tags.get(tags::TIER).cloned(),
+            phase: node.phase,
+            cordoned: false,
+            unhealthy: false,
+            spare: tags.get(tags::SPARE).is_some_and(|v| v == "true"),
+            spare_spec: spare_spec(&tags),
+            tags: tags.clone(),
+            inventory: inventory.clone(),
+            jobs: on_node
+                .iter()
+                .filter(|(_, _, i)| i.phase != super::world::InstancePhase::Stopping)
+                .filter_map(|(job_id, _, i)| jobs.get(*job_id).map(|job| placed(job, i)))
+                .collect(),
+        });
+        nodes.push(NodeView {
+            id: NodeId(node_id.clone()),
+            provider: node.provider,
+            region: node.region.clone(),
+            zone: node.zone.clone(),
+            instance_type: node.instance_type.clone(),
+            launch_mode: node.launch_mode.clone(),
+            phase: node.phase,
+            worker_gone: node.silent,
+            stopping_reason: node.stopping_reason.map(|r| r.as_str_name().to_owned()),
+            created_at: millis_from_pb(node.metadata.created_at.as_ref()),
+            tags,
+            inventory,
+            interruption: node.interruption.as_ref().map(|n| InterruptionView {
+                kind: interruption_kind_from_pb(n.kind),
+                deadline: millis_from_pb(n.deadline.as_ref()),
+            }),
+            instances: on_node
+                .iter()
+                .map(|(job_id, role, i)| InstanceView {
+                    job_id: JobId((*job_id).to_owned()),
+                    role: (*role).to_owned(),
+                    phase: i.phase.as_str().to_owned(),
+                    gpu_index: i.gpu_index,
+                    runtime_role: i.runtime_role.clone(),
+                })
+                .collect(),
+        });
+    }
+    let audit = world
+        .audit_log()
+        .filter_map(|entry| {
+            let event = pb::EventStreamEvent {
+                event: Some(Event::AuditAppended(pb::AuditAppended {
+                    entry: Some(entry.clone()),
+                })),
+            };
+            match event_from_pb(&event, &mut notes) {
+                Ok(ManagerEvent::AuditAppended(entry)) => Some(entry),
+                _ => None,
+            }
+        })
+        .collect();
+    SimSnapshot {
+        time: world.now(),
+        time_scale: world.time_scale(),
+        nodes,
+        jobs: jobs.into_values().collect(),
+        bundles,
+        capacity: world
+            .launches()
+            .iter()
+            .map(|((region, instance_type), l)| CapacityView {
+                region: region.clone(),
+                instance_type: instance_type.clone(),
+                limit: l.limit,
+                in_use: l.in_use,
+                available: l.limit.map(|limit| (limit - l.in_use).max(0)),
+            })
+            .collect(),
+        fleet: FleetSnapshot {
+            template_images: BTreeMap::new(),
+            nodes: fleet,
+        },
+        audit,
+        unreadable,
+    }
+}
+
+/// A job instance as placement accounts for it on its node.
+fn placed(job: &RuntimeJob, instance: &Instance) -> PlacedJob {
+    let r = &job.spec.requirements;
+    let bundle_ref: Option<&BundleJobRef> = job.bundle_ref.as_ref();
+    PlacedJob {
+        job_id: job.job_id.clone(),
+        bundle: bundle_ref.map(|b| b.bundle_id.clone()),
+        replica_index: bundle_ref.map_or(0, |b| b.replica_index),
+        job_name: job.spec.job_name.clone(),
+        template: job.spec.template.clone(),
+        required_capacity: r.required_capacity,
+        required_cores: r.required_cores,
+        required_host_ports: r.required_host_ports.clone(),
+        required_gpu_capacity: r.required_gpu_capacity,
+        gpu_index: instance.gpu_index,
+        exclusive: job.spec.exclusive,
+    }
+}
+
+/// A spare's spec from its tags: `warmFor` and `reservedFor` are
+/// comma-separated template lists, `exclusive` is `true` or absent.
+fn spare_spec(node_tags: &BTreeMap<String, String>) -> SpareSpec {
+    let list = |name: &str| {
+        node_tags
+            .get(name)
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    SpareSpec {
+        warm_for: list(tags::WARM_FOR),
+        reserved_for: list(tags::RESERVED_FOR),
+        exclusive: node_tags.get(tags::EXCLUSIVE).is_some_and(|v| v == "true"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spare_tags_become_the_spare_spec() {
+        let node_tags: BTreeMap<String, String> = [
+            ("warmFor".to_owned(), "xyz, abc".to_owned()),
+            ("reservedFor".to_owned(), "xyz".to_owned()),
+            ("exclusive".to_owned(), "true".to_owned()),
+        ]
+        .into();
+        let spec = spare_spec(&node_tags);
+        assert_eq!(spec.warm_for, ["xyz", "abc"]);
+        assert_eq!(spec.reserved_for, ["xyz"]);
+        assert!(spec.exclusive);
+        assert_eq!(spare_spec(&BTreeMap::new()), SpareSpec::default());
+    }
+}

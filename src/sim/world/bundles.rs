@@ -1,0 +1,385 @@
+//! Bundles: stored as sent, expanded into one runtime job per (replica, job
+//! name) with id `<bundle id>/<replica index>/<job name>` (replica 1, the
+//! backup, only with a resilience policy), revised by updates, and removed
+//! by the stop-then-delete saga. Terminal verdicts are recorded here too.
+
+use std::collections::BTreeMap;
+
+use super::{World, job_id_of, job_ref, required, timestamp};
+use crate::manager::proto::manager::{self as pb, event_stream_event::Event, job::JobState};
+use crate::model::{BundleId, runtime_job_id};
+use crate::sim::RequestError;
+
+impl World {
+    /// `CreateBundle`: stores the bundle (state live, generation 1) and
+    /// expands it. Idempotent for an identical spec; a different spec under
+    /// the same id is ALREADY_EXISTS.
+    pub fn create_bundle(&mut self, bundle: pb::Bundle) -> Result<pb::BundleAck, RequestError> {
+        validate(&bundle)?;
+        let bundle_id = bundle.bundle_id.clone();
+        if let Some(existing) = self.bundles.get(&bundle_id) {
+            if existing.state == pb::BundleState::Deleting as i32 {
+                return Err(RequestError::FailedPrecondition {
+                    what: format!("create bundle {bundle_id:?}"),
+                    why: "it is being deleted".to_owned(),
+                });
+            }
+            if same_spec(existing, &bundle) {
+                return Ok(ack(existing));
+            }
+            return Err(RequestError::AlreadyExists {
+                what: format!("bundle {bundle_id:?}"),
+                why: "it was created with a different spec (use UpdateBundle)".to_owned(),
+            });
+        }
+        let stored = pb::Bundle {
+            state: pb::BundleState::Live as i32,
+            terminal_verdict: None,
+            generation: 1,
+            ..bundle
+        };
+        self.bundles.insert(bundle_id.clone(), stored.clone());
+        self.emit(Event::BundleUpdated(pb::BundleUpdated {
+            bundle: Some(stored.clone()),
+        }));
+        for job in expand(&stored) {
+            self.insert_job(job);
+        }
+        self.audit("bundle.create", &bundle_id, &[("generation", "1".to_owned())]);
+        Ok(ack(&stored))
+    }
+
+    /// `UpdateBundle`: the new spec, state live, verdict cleared, the
+    /// generation bumped; jobs the new spec adds are created, changed ones
+    /// updated, and removed ones stopped then deleted.
+    pub fn update_bundle(&mut self, bundle: pb::Bundle) -> Result<pb::BundleAck, RequestError> {
+        validate(&bundle)?;
+        let bundle_id = bundle.bundle_id.clone();
+        let existing = self
+            .bundles
+            .get(&bundle_id)
+            .ok_or_else(|| RequestError::UnknownBundle(bundle_id.clone()))?;
+        if existing.state == pb::BundleState::Deleting as i32 {
+            return Err(RequestError::FailedPrecondition {
+                what: format!("update bundle {bundle_id:?}"),
+                why: "it is being deleted".to_owned(),
+            });
+        }
+        let stored = pb::Bundle {
+            // A spec update is a revival by definition.
+            state: pb::BundleState::Live as i32,
+            terminal_verdict: None,
+            generation: existing.generation + 1,
+            ..bundle
+        };
+        self.bundles.insert(bundle_id.clone(), stored.clone());
+        self.emit(Event::BundleUpdated(pb::BundleUpdated {
+            bundle: Some(stored.clone()),
+        }));
+        let expanded: BTreeMap<String, pb::Job> = expand(&stored)
+            .into_iter()
+            .map(|j| (job_id_of(&j.job_id).to_owned(), j))
+            .collect();
+        let removed: Vec<String> = self
+            .bundle_job_ids(&bundle_id)
+            .filter(|id| !expanded.contains_key(*id))
+            .cloned()
+            .collect();
+        for (job_id, mut job) in expanded {
+            let Some(current) = self.jobs.get(&job_id) else {
+                self.insert_job(job);
+                continue;
+            };
+            // A manual job keeps its runtime toggle (StartBundleJob); an auto
+            // job is never dormant.
+            job.dormant = job.dormant && current.job.dormant;
+            job.current_hash = current.job.current_hash;
+            self.doomed.remove(&job_id);
+            if current.job != job {
+                self.replace_job(&job_id, job);
+            }
+        }
+        for job_id in removed {
+            self.doom_job(&job_id);
+        }
+        self.reap();
+        self.audit(
+            "bundle.update",
+            &bundle_id,
+            &[("generation", stored.generation.to_string())],
+        );
+        Ok(ack(&stored))
+    }
+
+    /// `DeleteBundle`: the stop-then-delete saga. The bundle goes to
+    /// DELETING, every instance of its jobs is stopped, then each job is
+    /// deleted and finally the bundle (`bundle_deleted`). Idempotent.
+    pub fn delete_bundle(&mut self, bundle_id: &str) -> Result<(), RequestError> {
+        let bundle_id = required(bundle_id, "bundle_id")?.to_owned();
+        let bundle = self
+            .bundles
+            .get_mut(&bundle_id)
+            .ok_or_else(|| RequestError::UnknownBundle(bundle_id.clone()))?;
+        if bundle.state == pb::BundleState::Deleting as i32 {
+            return Ok(());
+        }
+        bundle.state = pb::BundleState::Deleting as i32;
+        let snapshot = bundle.clone();
+        self.emit(Event::BundleUpdated(pb::BundleUpdated { bundle: Some(snapshot) }));
+        self.audit("bundle.delete", &bundle_id, &[]);
+        self.deleting.insert(bundle_id.clone());
+        let jobs: Vec<String> = self.bundle_job_ids(&bundle_id).cloned().collect();
+        for job_id in jobs {
+            self.doom_job(&job_id);
+        }
+        self.reap();
+        Ok(())
+    }
+
+    /// `StartBundleJob` / `StopBundleJob`: flips a bundle job's dormant flag
+    /// (a running worker is not stopped). A call that changes nothing emits
+    /// nothing.
+    pub fn set_bundle_job_dormant(&mut self, r: &pb::BundleJobRef, dormant: bool) -> Result<(), RequestError> {
+        let bundle_id = required(&r.bundle_id, "bundle_id")?;
+        required(&r.job_name, "job_name")?;
+        if !self.bundles.contains_key(bundle_id) {
+            return Err(RequestError::UnknownBundle(bundle_id.to_owned()));
+        }
+        let job_id = runtime_job_id(&BundleId::from(bundle_id), r.replica_index, &r.job_name).0;
+        let stored = self
+            .jobs
+            .get_mut(&job_id)
+            .ok_or_else(|| RequestError::UnknownJob(job_id.clone()))?;
+        if stored.job.dormant != dormant {
+            stored.job.dormant = dormant;
+            self.emit_job_updated(&job_id);
+        }
+        Ok(())
+    }
+
+    /// `SetTerminalVerdict`: on the job when one is named (dropped), else on
+    /// the bundle (broken).
+    pub fn set_terminal_verdict(&mut self, req: pb::SetTerminalVerdictRequest) -> Result<(), RequestError> {
+        let bundle_id = required(&req.bundle_id, "bundle_id")?.to_owned();
+        let mut verdict = req.verdict.ok_or(RequestError::MissingField("verdict"))?;
+        if verdict.at.is_none() {
+            verdict.at = Some(timestamp(self.now()));
+        }
+        let kind = pb::VerdictKind::try_from(verdict.kind)
+            .map(|k| k.as_str_name().to_owned())
+            .unwrap_or_else(|_| verdict.kind.to_string());
+        let bundle = self
+            .bundles
+            .get_mut(&bundle_id)
+            .ok_or_else(|| RequestError::UnknownBundle(bundle_id.clone()))?;
+        let job_id = job_id_of(&req.job_id).to_owned();
+        let subject = if job_id.is_empty() {
+            bundle.terminal_verdict = Some(verdict.clone());
+            let snapshot = bundle.clone();
+            self.emit(Event::BundleUpdated(pb::BundleUpdated { bundle: Some(snapshot) }));
+            bundle_id
+        } else {
+            let stored = self
+                .jobs
+                .get_mut(&job_id)
+                .ok_or_else(|| RequestError::UnknownJob(job_id.clone()))?;
+            stored.job.terminal_verdict = Some(verdict.clone());
+            self.emit_job_updated(&job_id);
+            job_id
+        };
+        self.audit("verdict.set", &subject, &[("kind", kind), ("reason", verdict.reason)]);
+        Ok(())
+    }
+}
+
+fn validate(bundle: &pb::Bundle) -> Result<(), RequestError> {
+    required(&bundle.bundle_id, "bundle_id")?;
+    required(&bundle.pool, "pool")?;
+    if bundle.jobs.is_empty() {
+        return Err(RequestError::InvalidField {
+            field: "jobs",
+            why: "a bundle needs at least one job".to_owned(),
+        });
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for job in &bundle.jobs {
+        required(&job.job_name, "jobs[].job_name")?;
+        if !names.insert(job.job_name.as_str()) {
+            return Err(RequestError::InvalidField {
+                field: "jobs[].job_name",
+                why: format!("{:?} is used by more than one job", job.job_name),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether two bundles carry the same spec (state, verdict and generation
+/// are Manager's, not the sender's).
+fn same_spec(a: &pb::Bundle, b: &pb::Bundle) -> bool {
+    let strip = |x: &pb::Bundle| pb::Bundle {
+        state: 0,
+        terminal_verdict: None,
+        generation: 0,
+        ..x.clone()
+    };
+    strip(a) == strip(b)
+}
+
+fn ack(bundle: &pb::Bundle) -> pb::BundleAck {
+    pb::BundleAck {
+        bundle: Some(bundle.clone()),
+        job_ids: expand(bundle).into_iter().filter_map(|j| j.job_id).collect(),
+    }
+}
+
+/// One runtime job per (replica, job name): replica 0 always, replica 1
+/// only with a resilience policy, `backupParameterOverrides` applied on
+/// replica 1, `startMode: manual` jobs dormant.
+pub(crate) fn expand(bundle: &pb::Bundle) -> Vec<pb::Job> {
+    let replicas = if bundle.resilience_policy.is_some() { 2 } else { 1 };
+    let mut jobs = Vec::new();
+    for replica_index in 0..replicas {
+        let pool = match &bundle.resilience_policy {
+            Some(policy) if replica_index > 0 && !policy.pool.is_empty() => policy.pool.clone(),
+            _ => bundle.pool.clone(),
+        };
+        for spec in &bundle.jobs {
+            let mut parameters = spec.parameters.clone();
+            if replica_index > 0
+                && let Some(overrides) = bundle.backup_parameter_overrides.get(&spec.job_name)
+            {
+                parameters.extend(overrides.values.clone());
+            }
+            let job_id = runtime_job_id(
+                &BundleId::from(bundle.bundle_id.as_str()),
+                replica_index,
+                &spec.job_name,
+            );
+            jobs.push(pb::Job {
+                job_id: job_ref(job_id.as_str()),
+                description: format!(
+                    "{} of bundle {} (replica {replica_index})",
+                    spec.job_name, bundle.bundle_id
+                ),
+                state: JobState::Active as i32,
+                bundle_ref: Some(pb::BundleJobRef {
+                    bundle_id: bundle.bundle_id.clone(),
+                    replica_index,
+                    job_name: spec.job_name.clone(),
+                }),
+                requirements: spec.requirements.clone(),
+                template: spec.template.clone(),
+                dormant: spec.start_mode == pb::StartMode::Manual as i32,
+                terminal_verdict: None,
+                intra_replica: Some(pb::IntraReplicaRules {
+                    co_locate_with: spec.co_locate_with.clone(),
+                    separate_from: spec.separate_from.clone(),
+                    exclusive: spec.exclusive,
+                    single_use: spec.single_use,
+                    placement: bundle.intra_replica_placement,
+                    on_launch: bundle.on_launch,
+                    override_reservation: bundle.override_reservation,
+                    pool: pool.clone(),
+                    resilience_policy: bundle.resilience_policy.clone(),
+                }),
+                parameters,
+                ..Default::default()
+            });
+        }
+    }
+    jobs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bundle(resilient: bool) -> pb::Bundle {
+        pb::Bundle {
+            bundle_id: "ns/ch1".into(),
+            pool: "production".into(),
+            resilience_policy: resilient.then(|| pb::ResiliencePolicy {
+                pool: "oci-fra".into(),
+                ..Default::default()
+            }),
+            jobs: vec![
+                pb::BundleJobSpec {
+                    job_name: "encode".into(),
+                    parameters: [("bitrate".to_owned(), "5000".to_owned())].into(),
+                    ..Default::default()
+                },
+                pb::BundleJobSpec {
+                    job_name: "package".into(),
+                    start_mode: pb::StartMode::Manual as i32,
+                    ..Default::default()
+                },
+            ],
+            backup_parameter_overrides: [(
+                "encode".to_owned(),
+                pb::ParameterOverrides {
+                    values: [("bitrate".to_owned(), "3000".to_owned())].into(),
+                },
+            )]
+            .into(),
+            ..Default::default()
+        }
+    }
+
+    fn ids(jobs: &[pb::Job]) -> Vec<&str> {
+        jobs.iter().map(|j| job_id_of(&j.job_id)).collect()
+    }
+
+    #[test]
+    fn a_bundle_without_resilience_policy_expands_to_the_primary_only() {
+        assert_eq!(ids(&expand(&bundle(false))), ["ns/ch1/0/encode", "ns/ch1/0/package"]);
+    }
+
+    #[test]
+    fn a_resilient_bundle_expands_a_backup_placed_from_the_resilience_pool() {
+        let jobs = expand(&bundle(true));
+        assert_eq!(
+            ids(&jobs),
+            [
+                "ns/ch1/0/encode",
+                "ns/ch1/0/package",
+                "ns/ch1/1/encode",
+                "ns/ch1/1/package"
+            ]
+        );
+        let pool = |j: &pb::Job| j.intra_replica.as_ref().unwrap().pool.clone();
+        assert_eq!(pool(&jobs[0]), "production");
+        assert_eq!(pool(&jobs[2]), "oci-fra");
+    }
+
+    #[test]
+    fn backup_parameter_overrides_apply_on_replica_one_only() {
+        let jobs = expand(&bundle(true));
+        assert_eq!(jobs[0].parameters["bitrate"], "5000");
+        assert_eq!(jobs[2].parameters["bitrate"], "3000");
+    }
+
+    #[test]
+    fn manual_start_mode_jobs_are_dormant() {
+        let jobs = expand(&bundle(false));
+        assert!(!jobs[0].dormant);
+        assert!(jobs[1].dormant);
+        assert_eq!(jobs[1].bundle_ref.as_ref().unwrap().job_name, "package");
+    }
+
+    #[test]
+    fn state_verdict_and_generation_do_not_make_a_spec_different() {
+        let a = bundle(true);
+        let b = pb::Bundle {
+            generation: 7,
+            state: pb::BundleState::Deleting as i32,
+            ..a.clone()
+        };
+        assert!(same_spec(&a, &b));
+        let c = pb::Bundle {
+            pool: "other".into(),
+            ..a.clone()
+        };
+        assert!(!same_spec(&a, &c));
+    }
+}

@@ -1,0 +1,136 @@
+//! The `sim` and `simctl` commands end to end, through the real binary.
+
+mod sim_support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+
+use norsk_auto_manager::sim::SimSnapshot;
+use sim_support::Sim;
+
+const BIN: &str = env!("CARGO_BIN_EXE_norsk-auto-manager");
+
+async fn simctl(url: &str, args: &[&str]) -> Output {
+    let mut command = Command::new(BIN);
+    command.args(["simctl", "--addr", url]).args(args);
+    tokio::task::spawn_blocking(move || command.output().expect("simctl runs"))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simctl_registers_a_cluster_node_and_prints_the_snapshot_with_its_fleet() {
+    let sim = Sim::start().await;
+    let url = sim.handle.url();
+    let registered = simctl(
+        &url,
+        &[
+            "register-node",
+            "--id",
+            "rack-1",
+            "--pool",
+            "studio",
+            "--tier",
+            "onprem",
+            "--capacity",
+            "32",
+            "--cores",
+            "16",
+            "--region",
+            "oslo",
+            "--az",
+            "oslo-1",
+            "--capability",
+            "norsk.io/nvidia-gpu",
+            "--gpu",
+            "t4:1",
+            "--image",
+            "registry.example/encoder:1",
+        ],
+    )
+    .await;
+    assert!(
+        registered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&registered.stderr)
+    );
+    let answer: serde_json::Value = serde_json::from_slice(&registered.stdout).unwrap();
+    assert_eq!(answer["nodeId"], "rack-1");
+
+    let out = simctl(&url, &["snapshot"]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let snapshot: SimSnapshot = serde_json::from_slice(&out.stdout).expect("the snapshot is JSON");
+    let node = &snapshot.fleet.nodes[0];
+    assert_eq!(
+        (node.id.as_str(), node.pool.as_deref(), node.tier.as_deref()),
+        ("rack-1", Some("studio"), Some("onprem"))
+    );
+    let inventory = node.inventory.as_ref().unwrap();
+    assert_eq!((inventory.total_capacity, inventory.total_cores), (32.0, 16));
+    assert_eq!(inventory.gpus[0].model, "t4");
+    assert_eq!(inventory.images, ["registry.example/encoder:1"]);
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simctl_reports_an_unknown_node_on_stderr_and_exits_non_zero() {
+    let sim = Sim::start().await;
+    let out = simctl(&sim.handle.url(), &["kill-node", "ghost-7"]).await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unknown node \"ghost-7\""), "{stderr}");
+    assert!(out.stdout.is_empty());
+    sim.shutdown().await;
+}
+
+/// Ends the `sim` process this test started.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sim_command_serves_its_cluster_nodes_at_the_address_it_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster.yaml");
+    std::fs::write(
+        &cluster,
+        "- id: rack-9\n  tags: {pool: studio}\n  inventory: {kind: local-servers, totalCapacity: 8, totalCores: 8}\n",
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "sim",
+            "--listen",
+            "127.0.0.1:0",
+            "--seed",
+            "3",
+            "--time-scale",
+            "1000",
+            "--cluster",
+        ])
+        .arg(&cluster)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("sim starts");
+    let stdout = child.stdout.take().unwrap();
+    let sim = Running(child);
+    let url = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("sim prints its address");
+        line.trim().to_owned()
+    })
+    .await
+    .unwrap();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let out = simctl(&url, &["snapshot"]).await;
+    let snapshot: SimSnapshot = serde_json::from_slice(&out.stdout).expect("the snapshot is JSON");
+    assert_eq!(snapshot.nodes[0].id.as_str(), "rack-9");
+    drop(sim);
+}
