@@ -129,13 +129,10 @@ async fn install_crd(client: &Client) {
     )
     .await
     .expect("apply the test CRD");
-    tokio::time::timeout(
-        WAIT,
-        await_condition(crds, CRD_NAME, conditions::is_crd_established()),
-    )
-    .await
-    .expect("CRD established in time")
-    .expect("watch the CRD");
+    tokio::time::timeout(WAIT, await_condition(crds, CRD_NAME, conditions::is_crd_established()))
+        .await
+        .expect("CRD established in time")
+        .expect("watch the CRD");
 }
 
 fn api_error(result: Result<impl std::fmt::Debug, kube::Error>) -> Box<kube::core::Status> {
@@ -175,7 +172,10 @@ async fn kubectl_apply_watch_and_status_server_side_apply() {
          spec:\n  size: 3\n  mode: fast\n"
     );
     let out = cp.kubectl_apply(&ns, &manifest).expect("kubectl apply");
-    assert!(out.contains("widget.smoke.automanager.norsk.video/blue created"), "{out}");
+    assert!(
+        out.contains("widget.smoke.automanager.norsk.video/blue created"),
+        "{out}"
+    );
 
     let seen = tokio::time::timeout(WAIT, arrivals.try_next())
         .await
@@ -215,11 +215,7 @@ async fn kubectl_apply_watch_and_status_server_side_apply() {
         .map(|m| (m.manager.clone(), m.operation.clone(), m.subresource.clone()))
         .collect();
     assert!(
-        managers.contains(&(
-            Some(FIELD_MANAGER.into()),
-            Some("Apply".into()),
-            Some("status".into())
-        )),
+        managers.contains(&(Some(FIELD_MANAGER.into()), Some("Apply".into()), Some("status".into()))),
         "{managers:?}"
     );
     // The status subresource does not let the spec change: it is still kubectl's.
@@ -247,10 +243,7 @@ async fn schema_and_cel_rules_reject_invalid_objects() {
 
     let status = api_error(
         widgets
-            .create(
-                &PostParams::default(),
-                &object("no-size", json!({ "mode": "turbo" })),
-            )
+            .create(&PostParams::default(), &object("no-size", json!({ "mode": "turbo" })))
             .await,
     );
     assert_eq!(status.code, 422, "{status:?}");
@@ -342,10 +335,7 @@ async fn service_account_without_rights_is_forbidden() {
             ..Default::default()
         }]),
     };
-    roles
-        .create(&PostParams::default(), &role)
-        .await
-        .expect("create Role");
+    roles.create(&PostParams::default(), &role).await.expect("create Role");
     let bindings: Api<RoleBinding> = Api::namespaced(admin, &ns);
     let binding = RoleBinding {
         metadata: ObjectMeta {
@@ -372,9 +362,7 @@ async fn service_account_without_rights_is_forbidden() {
         loop {
             match widgets.list(&ListParams::default()).await {
                 Ok(_) => break,
-                Err(kube::Error::Api(s)) if s.code == 403 => {
-                    tokio::time::sleep(Duration::from_millis(100)).await
-                }
+                Err(kube::Error::Api(s)) if s.code == 403 => tokio::time::sleep(Duration::from_millis(100)).await,
                 Err(e) => panic!("list after the grant: {e}"),
             }
         }

@@ -41,7 +41,12 @@ nodes:
 ";
     let placement = launch(&view(pools, fleet), &bundle(ONE_JOB), 0, "j");
     assert_eq!(node_of(&placement), Some("b"));
-    assert_eq!(rejection(&placement, "a"), Some(Rejection::OtherPool { node_pool: Some(Name::from("q")) }));
+    assert_eq!(
+        rejection(&placement, "a"),
+        Some(Rejection::OtherPool {
+            node_pool: Some(Name::from("q"))
+        })
+    );
 }
 
 #[test]
@@ -58,8 +63,17 @@ nodes:
   - {id: b, pool: p, tier: first, phase: running, inventory: {kind: aws, totalCapacity: 4}}
 ";
     let placement = launch(&view(pools, fleet), &bundle(ONE_JOB), 0, "j");
-    assert_eq!(node_of(&placement), Some("b"), "the first tier wins while it has a survivor");
-    assert_eq!(rejection(&placement, "a"), Some(Rejection::OtherTier { node_tier: Some(Name::from("second")) }));
+    assert_eq!(
+        node_of(&placement),
+        Some("b"),
+        "the first tier wins while it has a survivor"
+    );
+    assert_eq!(
+        rejection(&placement, "a"),
+        Some(Rejection::OtherTier {
+            node_tier: Some(Name::from("second"))
+        })
+    );
 }
 
 #[test]
@@ -88,7 +102,12 @@ nodes:
     let placement = launch(&view(ONE_FIXED_TIER, fleet), &bundle(ONE_JOB), 0, "j");
     assert_eq!(node_of(&placement), Some("d"));
     assert_eq!(rejection(&placement, "a"), Some(Rejection::NoInventory));
-    assert_eq!(rejection(&placement, "b"), Some(Rejection::NotRunning { phase: NodePhase::Stopping }));
+    assert_eq!(
+        rejection(&placement, "b"),
+        Some(Rejection::NotRunning {
+            phase: NodePhase::Stopping
+        })
+    );
     assert_eq!(rejection(&placement, "c"), Some(Rejection::Unhealthy));
     assert!(rejection(&placement, "c").is_some_and(|r| r.filter() == Filter::Reachable));
 }
@@ -116,7 +135,10 @@ nodes:
     let other = bundle("pool: p\njobs: [{jobName: j, template: other}]");
     let placement = launch(&view, &other, 0, "j");
     assert_eq!(node_of(&placement), None);
-    assert_eq!(rejection(&placement, "spare"), Some(Rejection::ReservedForOtherTemplates));
+    assert_eq!(
+        rejection(&placement, "spare"),
+        Some(Rejection::ReservedForOtherTemplates)
+    );
 
     let owner = bundle("pool: p\njobs: [{jobName: j, template: xyz}]");
     assert_eq!(node_of(&launch(&view, &owner, 0, "j")), Some("spare"));
@@ -131,12 +153,15 @@ nodes:
   - {id: a, pool: p, tier: t, phase: running, inventory: {kind: aws, totalCapacity: 4, capabilities: [sdi]}}
   - {id: b, pool: p, tier: t, phase: running, inventory: {kind: aws, totalCapacity: 4, capabilities: [sdi, norsk.io/nvidia-gpu]}}
 ";
-    let spec = bundle("pool: p\njobs: [{jobName: j, requirements: {requiredCapabilities: [norsk.io/nvidia-gpu, sdi]}}]");
+    let spec =
+        bundle("pool: p\njobs: [{jobName: j, requirements: {requiredCapabilities: [norsk.io/nvidia-gpu, sdi]}}]");
     let placement = launch(&view(ONE_FIXED_TIER, fleet), &spec, 0, "j");
     assert_eq!(node_of(&placement), Some("b"));
     assert_eq!(
         rejection(&placement, "a"),
-        Some(Rejection::MissingCapability { capability: Name::from("norsk.io/nvidia-gpu") })
+        Some(Rejection::MissingCapability {
+            capability: Name::from("norsk.io/nvidia-gpu")
+        })
     );
 }
 
@@ -153,9 +178,22 @@ nodes:
     jobs: [{jobId: other, requiredCapacity: 1}]
 ";
     let view = view(ONE_FIXED_TIER, fleet);
-    let too_big = launch(&view, &bundle("pool: p\njobs: [{jobName: j, requirements: {requiredCapacity: 2.5}}]"), 0, "j");
-    assert_eq!(rejection(&too_big, "a"), Some(Rejection::InsufficientCapacity { needed: 2.5, free: 2.0 }));
-    let fits = launch(&view, &bundle("pool: p\njobs: [{jobName: j, requirements: {requiredCapacity: 2}}]"), 0, "j");
+    let too_big = launch(
+        &view,
+        &bundle("pool: p\njobs: [{jobName: j, requirements: {requiredCapacity: 2.5}}]"),
+        0,
+        "j",
+    );
+    assert_eq!(
+        rejection(&too_big, "a"),
+        Some(Rejection::InsufficientCapacity { needed: 2.5, free: 2.0 })
+    );
+    let fits = launch(
+        &view,
+        &bundle("pool: p\njobs: [{jobName: j, requirements: {requiredCapacity: 2}}]"),
+        0,
+        "j",
+    );
     assert_eq!(node_of(&fits), Some("a"));
 }
 
@@ -167,7 +205,10 @@ nodes:
 ";
     let spec = bundle("pool: p\njobs: [{jobName: j, requirements: {requiredCapacity: 5}}]");
     let placement = launch(&view(ONE_FIXED_TIER, fleet), &spec, 0, "j");
-    assert_eq!(rejection(&placement, "a"), Some(Rejection::InsufficientCapacity { needed: 5.0, free: 4.0 }));
+    assert_eq!(
+        rejection(&placement, "a"),
+        Some(Rejection::InsufficientCapacity { needed: 5.0, free: 4.0 })
+    );
 }
 
 #[test]
@@ -179,7 +220,10 @@ nodes:
 ";
     let spec = bundle("pool: p\njobs: [{jobName: j, requirements: {requiredCores: 2}}]");
     let placement = launch(&view(ONE_FIXED_TIER, fleet), &spec, 0, "j");
-    assert_eq!(rejection(&placement, "a"), Some(Rejection::InsufficientCores { needed: 2, free: 1 }));
+    assert_eq!(
+        rejection(&placement, "a"),
+        Some(Rejection::InsufficientCores { needed: 2, free: 1 })
+    );
 }
 
 #[test]
@@ -214,15 +258,38 @@ nodes:
     let view = view(ONE_FIXED_TIER, fleet);
     // 0.4 fits device 0 exactly (0.4 free) and device 1 (0.7 free): the
     // tighter device is chosen, keeping room on the other.
-    let fits = launch(&view, &bundle("pool: p\njobs: [{jobName: j, requirements: {requiredGpuCapacity: 0.4}}]"), 0, "j");
-    assert!(matches!(fits.outcome, norsk_auto_manager::placement::Outcome::Placed { gpu_index: Some(0), .. }));
+    let fits = launch(
+        &view,
+        &bundle("pool: p\njobs: [{jobName: j, requirements: {requiredGpuCapacity: 0.4}}]"),
+        0,
+        "j",
+    );
+    assert!(matches!(
+        fits.outcome,
+        norsk_auto_manager::placement::Outcome::Placed { gpu_index: Some(0), .. }
+    ));
     // 0.8 fits no device although 1.1 is free across the node.
-    let too_big = launch(&view, &bundle("pool: p\njobs: [{jobName: j, requirements: {requiredGpuCapacity: 0.8}}]"), 0, "j");
-    assert_eq!(rejection(&too_big, "a"), Some(Rejection::NoGpuFits { needed: 0.8, largest_free: 0.7 }));
-    let wrong_model = bundle("pool: p\njobs: [{jobName: j, requirements: {requiredGpuCapacity: 0.1, requiredGpuModel: a10}}]");
+    let too_big = launch(
+        &view,
+        &bundle("pool: p\njobs: [{jobName: j, requirements: {requiredGpuCapacity: 0.8}}]"),
+        0,
+        "j",
+    );
+    assert_eq!(
+        rejection(&too_big, "a"),
+        Some(Rejection::NoGpuFits {
+            needed: 0.8,
+            largest_free: 0.7
+        })
+    );
+    let wrong_model =
+        bundle("pool: p\njobs: [{jobName: j, requirements: {requiredGpuCapacity: 0.1, requiredGpuModel: a10}}]");
     assert_eq!(
         rejection(&launch(&view, &wrong_model, 0, "j"), "a"),
-        Some(Rejection::NoGpuFits { needed: 0.1, largest_free: 0.0 })
+        Some(Rejection::NoGpuFits {
+            needed: 0.1,
+            largest_free: 0.0
+        })
     );
 }
 
@@ -281,10 +348,20 @@ fn co_located_jobs_share_a_node_and_separated_jobs_never_do() {
     apply(&mut view, &spec, 0, "enc", &enc);
     let pkg = launch(&view, &spec, 0, "pkg");
     assert_eq!(node_of(&pkg), Some("a"));
-    assert_eq!(rejection(&pkg, "b"), Some(Rejection::AwayFromCoLocatedPeer { peer: Name::from("enc") }));
+    assert_eq!(
+        rejection(&pkg, "b"),
+        Some(Rejection::AwayFromCoLocatedPeer {
+            peer: Name::from("enc")
+        })
+    );
     let mon = launch(&view, &spec, 0, "mon");
     assert_eq!(node_of(&mon), Some("b"));
-    assert_eq!(rejection(&mon, "a"), Some(Rejection::HostsSeparatedPeer { peer: Name::from("enc") }));
+    assert_eq!(
+        rejection(&mon, "a"),
+        Some(Rejection::HostsSeparatedPeer {
+            peer: Name::from("enc")
+        })
+    );
 }
 
 #[test]
@@ -306,7 +383,10 @@ nodes:
     assert_eq!(node_of(&two), Some("c"));
     assert_eq!(
         rejection(&two, "b"),
-        Some(Rejection::OutsidePeerAz { peer_az: Some(Name::from("z1")), node_az: Some(Name::from("z2")) })
+        Some(Rejection::OutsidePeerAz {
+            peer_az: Some(Name::from("z1")),
+            node_az: Some(Name::from("z2"))
+        })
     );
 }
 
@@ -318,8 +398,12 @@ fn filters_run_in_the_spec_order() {
 nodes:
   - {id: a, pool: p, tier: t, phase: running, cordoned: true, inventory: {kind: aws, totalCapacity: 1}}
 ";
-    let spec = bundle("pool: p\njobs: [{jobName: j, requirements: {requiredCapacity: 2, requiredCapabilities: [sdi]}}]");
-    assert_eq!(rejection(&launch(&view(ONE_FIXED_TIER, fleet), &spec, 0, "j"), "a"), Some(Rejection::Cordoned));
+    let spec =
+        bundle("pool: p\njobs: [{jobName: j, requirements: {requiredCapacity: 2, requiredCapabilities: [sdi]}}]");
+    assert_eq!(
+        rejection(&launch(&view(ONE_FIXED_TIER, fleet), &spec, 0, "j"), "a"),
+        Some(Rejection::Cordoned)
+    );
     let order = [
         Filter::TargetNode,
         Filter::Pool,

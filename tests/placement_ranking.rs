@@ -13,7 +13,10 @@ use placement_support::*;
 const ONE_JOB: &str = "pool: p\njobs: [{jobName: j, template: xyz, requirements: {requiredCapacity: 1}}]";
 
 fn recovery(policy: Option<OnRuntimeFailure>) -> RecoveryContext {
-    RecoveryContext { on_runtime_failure: policy, excluded_nodes: vec![] }
+    RecoveryContext {
+        on_runtime_failure: policy,
+        excluded_nodes: vec![],
+    }
 }
 
 #[test]
@@ -44,13 +47,21 @@ nodes:
   - {id: b, pool: p, tier: t, phase: running, inventory: {kind: aws, az: z1, totalCapacity: 8}}
 ";
     let mut view = view(pools, fleet);
-    let spec =
-        bundle("pool: p\nresiliencePolicy: {sameNode: forbid, sameAz: forbid, sameCloud: forbid}\njobs: [{jobName: j}]");
+    let spec = bundle(
+        "pool: p\nresiliencePolicy: {sameNode: forbid, sameAz: forbid, sameCloud: forbid}\njobs: [{jobName: j}]",
+    );
     let primary = launch(&view, &spec, 0, "j");
     apply(&mut view, &spec, 0, "j", &primary);
     let backup = launch(&view, &spec, 1, "j");
-    assert_eq!(node_of(&backup), Some("b"), "fewer violations: the other node only shares AZ and cloud");
-    assert_eq!(backup.resilience.violations, vec![ResilienceFlag::SameAz, ResilienceFlag::SameCloud]);
+    assert_eq!(
+        node_of(&backup),
+        Some("b"),
+        "fewer violations: the other node only shares AZ and cloud"
+    );
+    assert_eq!(
+        backup.resilience.violations,
+        vec![ResilienceFlag::SameAz, ResilienceFlag::SameCloud]
+    );
     assert!(backup.resilience.is_degraded());
 }
 
@@ -61,7 +72,10 @@ nodes:
   - {id: a, pool: p, tier: t, phase: starting, inventory: {kind: aws, totalCapacity: 8}}
   - {id: b, pool: p, tier: t, phase: running, inventory: {kind: aws, totalCapacity: 8}}
 ";
-    assert_eq!(node_of(&launch(&view(ONE_FIXED_TIER, fleet), &bundle(ONE_JOB), 0, "j")), Some("b"));
+    assert_eq!(
+        node_of(&launch(&view(ONE_FIXED_TIER, fleet), &bundle(ONE_JOB), 0, "j")),
+        Some("b")
+    );
 }
 
 const SPARE_AND_ORDINARY: &str = "
@@ -76,7 +90,11 @@ fn a_launch_avoids_an_unconsumed_spare_unless_on_launch_allows_it() {
     let view = view(ONE_FIXED_TIER, SPARE_AND_ORDINARY);
     assert_eq!(node_of(&launch(&view, &bundle(ONE_JOB), 0, "j")), Some("b-ordinary"));
     let allow = bundle(&format!("onLaunch: allowSpare\n{ONE_JOB}"));
-    assert_eq!(node_of(&launch(&view, &allow, 0, "j")), Some("a-spare"), "no penalty, and the id breaks the tie");
+    assert_eq!(
+        node_of(&launch(&view, &allow, 0, "j")),
+        Some("a-spare"),
+        "no penalty, and the id breaks the tie"
+    );
 }
 
 #[test]
@@ -97,7 +115,10 @@ nodes:
   - {id: b-ordinary, pool: p, tier: t, phase: running, inventory: {kind: aws, totalCapacity: 8}}
 ";
     // Both are ordinary now; binpack prefers the fuller one.
-    assert_eq!(node_of(&launch(&view(ONE_FIXED_TIER, fleet), &bundle(ONE_JOB), 0, "j")), Some("a-spare"));
+    assert_eq!(
+        node_of(&launch(&view(ONE_FIXED_TIER, fleet), &bundle(ONE_JOB), 0, "j")),
+        Some("a-spare")
+    );
 }
 
 #[test]
@@ -108,7 +129,10 @@ nodes:
   - {id: a-spare, pool: p, tier: t, phase: running, spare: true, inventory: {kind: aws, totalCapacity: 8, images: [img1]}}
   - {id: b-cold, pool: p, tier: t, phase: running, inventory: {kind: aws, totalCapacity: 8}}
 ";
-    assert_eq!(node_of(&launch(&view(ONE_FIXED_TIER, fleet), &bundle(ONE_JOB), 0, "j")), Some("b-cold"));
+    assert_eq!(
+        node_of(&launch(&view(ONE_FIXED_TIER, fleet), &bundle(ONE_JOB), 0, "j")),
+        Some("b-cold")
+    );
 }
 
 #[test]
@@ -156,8 +180,15 @@ nodes:
     let placement = place_with(&view, PlacementRequest::launch(&id, &spec, 0, "j").recovering(&prefer));
     assert_eq!(node_of(&placement), Some("b-spare"));
     let migration = recovery(None);
-    let placement = place_with(&view, PlacementRequest::launch(&id, &spec, 0, "j").recovering(&migration));
-    assert_eq!(node_of(&placement), Some("a-ordinary"), "a migration passes no preference");
+    let placement = place_with(
+        &view,
+        PlacementRequest::launch(&id, &spec, 0, "j").recovering(&migration),
+    );
+    assert_eq!(
+        node_of(&placement),
+        Some("a-ordinary"),
+        "a migration passes no preference"
+    );
 }
 
 #[test]
@@ -185,8 +216,14 @@ nodes:
 ";
     let binpack = "- {name: p, tiers: [{name: t, kind: aws, scaleOut: fixed, packingStrategy: binpack}]}\n";
     let spread = "- {name: p, tiers: [{name: t, kind: aws, scaleOut: fixed, packingStrategy: spread}]}\n";
-    assert_eq!(node_of(&launch(&view(binpack, fleet), &bundle(ONE_JOB), 0, "j")), Some("b"));
-    assert_eq!(node_of(&launch(&view(spread, fleet), &bundle(ONE_JOB), 0, "j")), Some("a"));
+    assert_eq!(
+        node_of(&launch(&view(binpack, fleet), &bundle(ONE_JOB), 0, "j")),
+        Some("b")
+    );
+    assert_eq!(
+        node_of(&launch(&view(spread, fleet), &bundle(ONE_JOB), 0, "j")),
+        Some("a")
+    );
 }
 
 #[test]
@@ -211,7 +248,11 @@ nodes:
     let mut view = placement_support::view(ONE_FIXED_TIER, fleet);
     let one = launch(&view, &off, 0, "one");
     apply(&mut view, &off, 0, "one", &one);
-    assert_eq!(node_of(&launch(&view, &off, 0, "two")), Some("b"), "no preference: the id decides");
+    assert_eq!(
+        node_of(&launch(&view, &off, 0, "two")),
+        Some("b"),
+        "no preference: the id decides"
+    );
 }
 
 #[test]
@@ -221,13 +262,24 @@ nodes:
   - {id: node-b, pool: p, tier: t, phase: running, inventory: {kind: aws, totalCapacity: 8}}
   - {id: node-a, pool: p, tier: t, phase: running, inventory: {kind: aws, totalCapacity: 8}}
 ";
-    assert_eq!(node_of(&launch(&view(ONE_FIXED_TIER, fleet), &bundle(ONE_JOB), 0, "j")), Some("node-a"));
+    assert_eq!(
+        node_of(&launch(&view(ONE_FIXED_TIER, fleet), &bundle(ONE_JOB), 0, "j")),
+        Some("node-a")
+    );
 }
 
 /// A key whose component `c` (1-9) is `better` or not, and every other
 /// component set to `others_better`.
 fn key_with(c: usize, better: bool, others_better: bool) -> PlacementKey<'static> {
-    let pick = |i: usize| if i == c { better } else if i < c { true } else { others_better };
+    let pick = |i: usize| {
+        if i == c {
+            better
+        } else if i < c {
+            true
+        } else {
+            others_better
+        }
+    };
     PlacementKey {
         resilience_violations: if pick(1) { 0 } else { 1 },
         prospective: !pick(2),

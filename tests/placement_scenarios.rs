@@ -55,13 +55,19 @@ jobs:
 
 fn plan(pools: &str, fleet: &str, bundles: &[(&str, &str)]) -> Vec<PlanRow> {
     let mut view = view(pools, fleet);
-    let bundles: Vec<(BundleId, BundleSpec)> =
-        bundles.iter().map(|(id, yaml)| (BundleId::from(*id), bundle(yaml))).collect();
+    let bundles: Vec<(BundleId, BundleSpec)> = bundles
+        .iter()
+        .map(|(id, yaml)| (BundleId::from(*id), bundle(yaml)))
+        .collect();
     plan_bundles(&mut view, &bundles, true, &mut SequentialNodeIds::default()).expect("plan computes")
 }
 
 fn where_(row: &PlanRow) -> (PlannedOutcome, Option<&str>, Option<&str>) {
-    (row.outcome, row.tier.as_deref(), row.node_id.as_ref().map(NodeId::as_str))
+    (
+        row.outcome,
+        row.tier.as_deref(),
+        row.node_id.as_ref().map(NodeId::as_str),
+    )
 }
 
 #[test]
@@ -70,7 +76,10 @@ fn the_quick_start_pool_spills_to_on_demand_past_the_reservation() {
     let bundles: Vec<(String, &str)> = (0..5).map(|i| (format!("default/ch{i}"), whole_node)).collect();
     let bundles: Vec<(&str, &str)> = bundles.iter().map(|(id, y)| (id.as_str(), *y)).collect();
     let rows = plan(QUICK_START, "nodes: []", &bundles);
-    let tiers: Vec<_> = rows.iter().map(|r| (r.outcome, r.tier.as_deref().unwrap_or(""))).collect();
+    let tiers: Vec<_> = rows
+        .iter()
+        .map(|r| (r.outcome, r.tier.as_deref().unwrap_or("")))
+        .collect();
     assert_eq!(
         tiers,
         vec![
@@ -86,7 +95,9 @@ fn the_quick_start_pool_spills_to_on_demand_past_the_reservation() {
     let trace = rows[4].trace.as_ref().unwrap();
     assert_eq!(
         trace.tiers[0].decision,
-        TierDecision::NotProvisioned { why: NoProvisionReason::AtMaxNodes { nodes: 4, max_nodes: 4 } }
+        TierDecision::NotProvisioned {
+            why: NoProvisionReason::AtMaxNodes { nodes: 4, max_nodes: 4 }
+        }
     );
     assert_eq!(rows[4].instance_type.as_deref(), Some("m5.xlarge"));
 }
@@ -94,9 +105,23 @@ fn the_quick_start_pool_spills_to_on_demand_past_the_reservation() {
 #[test]
 fn a_provision_adds_a_prospective_node_that_later_placements_use() {
     let half_node = "pool: production\njobs: [{jobName: encode, requirements: {requiredCapacity: 2}}]";
-    let rows = plan(QUICK_START, "nodes: []", &[("default/a", half_node), ("default/b", half_node)]);
-    assert_eq!(where_(&rows[0]), (PlannedOutcome::Provision, Some("reserved"), Some("production-reserved-1")));
-    assert_eq!(where_(&rows[1]), (PlannedOutcome::Placed, Some("reserved"), Some("production-reserved-1")));
+    let rows = plan(
+        QUICK_START,
+        "nodes: []",
+        &[("default/a", half_node), ("default/b", half_node)],
+    );
+    assert_eq!(
+        where_(&rows[0]),
+        (
+            PlannedOutcome::Provision,
+            Some("reserved"),
+            Some("production-reserved-1")
+        )
+    );
+    assert_eq!(
+        where_(&rows[1]),
+        (PlannedOutcome::Placed, Some("reserved"), Some("production-reserved-1"))
+    );
 }
 
 #[test]
@@ -108,7 +133,10 @@ nodes:
 ";
     let rows = plan(QUICK_START, fleet, &[("default/my-channel-1", MY_CHANNEL)]);
     assert_eq!(rows.len(), 2, "a resilience policy expands one backup");
-    assert_eq!(where_(&rows[0]), (PlannedOutcome::Placed, Some("reserved"), Some("aws-1")));
+    assert_eq!(
+        where_(&rows[0]),
+        (PlannedOutcome::Placed, Some("reserved"), Some("aws-1"))
+    );
     assert_eq!((rows[1].replica_index, rows[1].pool.as_deref()), (1, Some("oci-fra")));
     assert_eq!(where_(&rows[1]), (PlannedOutcome::Placed, Some("flex"), Some("oci-1")));
     assert!(rows[1].resilience_violations.is_empty());
@@ -124,7 +152,11 @@ nodes:
     let spec = "pool: production\nresiliencePolicy: {sameNode: forbid}\njobs: [{jobName: j, requirements: {requiredCapacity: 1}}]";
     let rows = plan(QUICK_START, fleet, &[("default/x", spec)]);
     assert_eq!(where_(&rows[0]).2, Some("a"));
-    assert_eq!(where_(&rows[1]).2, Some("b"), "sameNode forbid keeps the backup off the primary's node");
+    assert_eq!(
+        where_(&rows[1]).2,
+        Some("b"),
+        "sameNode forbid keeps the backup off the primary's node"
+    );
 }
 
 #[test]
@@ -142,8 +174,14 @@ nodes:
     let pools = "- {name: production, tiers: [{name: reserved, kind: aws, scaleOut: fixed}]}\n";
     let spec = "pool: production\nresiliencePolicy: {sameNode: forbid, sameAz: forbid}\njobs: [{jobName: j, requirements: {requiredCapacity: 1}}]";
     let rows = plan(pools, fleet, &[("default/x", spec)]);
-    assert_eq!(where_(&rows[1]), (PlannedOutcome::Placed, Some("reserved"), Some("only")));
-    assert_eq!(rows[1].resilience_violations, vec![ResilienceFlag::SameNode, ResilienceFlag::SameAz]);
+    assert_eq!(
+        where_(&rows[1]),
+        (PlannedOutcome::Placed, Some("reserved"), Some("only"))
+    );
+    assert_eq!(
+        rows[1].resilience_violations,
+        vec![ResilienceFlag::SameNode, ResilienceFlag::SameAz]
+    );
 }
 
 #[test]
@@ -179,12 +217,10 @@ nodes:
     let placement = place_with(&view, PlacementRequest::launch(&id, &spec, 0, "j").pinned_to(&target));
     assert_eq!(placement.outcome, Outcome::NoCapacityInAnyPool);
     let trace = placement.trace.unwrap();
-    assert!(
-        trace
-            .tiers
-            .iter()
-            .all(|t| t.decision == TierDecision::NotProvisioned { why: NoProvisionReason::PinnedTarget })
-    );
+    assert!(trace.tiers.iter().all(|t| t.decision
+        == TierDecision::NotProvisioned {
+            why: NoProvisionReason::PinnedTarget
+        }));
 }
 
 #[test]
@@ -199,10 +235,20 @@ fn no_capacity_in_any_pool_when_every_tier_is_exhausted() {
 nodes:
   - {id: s1, pool: p, phase: running, inventory: {kind: local-servers, totalCapacity: 2}}
 ";
-    let rows = plan(pools, fleet, &[("default/x", "pool: p\njobs: [{jobName: j, requirements: {requiredCapacity: 3}}]")]);
+    let rows = plan(
+        pools,
+        fleet,
+        &[(
+            "default/x",
+            "pool: p\njobs: [{jobName: j, requirements: {requiredCapacity: 3}}]",
+        )],
+    );
     assert_eq!(rows[0].outcome, PlannedOutcome::NoCapacityInAnyPool);
     let trace = rows[0].trace.as_ref().unwrap();
-    assert_eq!(trace.tiers.iter().map(|t| t.tier.as_str()).collect::<Vec<_>>(), vec!["cluster", "cloud"]);
+    assert_eq!(
+        trace.tiers.iter().map(|t| t.tier.as_str()).collect::<Vec<_>>(),
+        vec!["cluster", "cloud"]
+    );
 }
 
 #[test]
@@ -217,7 +263,14 @@ fn an_untagged_cluster_node_belongs_to_its_pools_fixed_tier() {
 nodes:
   - {id: s1, pool: p, phase: running, inventory: {kind: local-servers, totalCapacity: 8}}
 ";
-    let rows = plan(pools, fleet, &[("default/x", "pool: p\njobs: [{jobName: j, requirements: {requiredCapacity: 6}}]")]);
+    let rows = plan(
+        pools,
+        fleet,
+        &[(
+            "default/x",
+            "pool: p\njobs: [{jobName: j, requirements: {requiredCapacity: 6}}]",
+        )],
+    );
     // The cloud tier comes first but its only shape is too small; the
     // cascade reaches the cluster tier, where the untagged node is.
     assert_eq!(where_(&rows[0]), (PlannedOutcome::Placed, Some("cluster"), Some("s1")));
@@ -239,7 +292,11 @@ fn the_first_candidate_shape_that_fits_is_provisioned() {
 ";
     let spec = "pool: p\njobs: [{jobName: j, requirements: {requiredCapacity: 4, requiredCores: 4}}]";
     let rows = plan(pools, "nodes: []", &[("default/x", spec)]);
-    assert_eq!(rows[0].instance_type.as_deref(), Some("large"), "gpu lacks the cores; larger comes later");
+    assert_eq!(
+        rows[0].instance_type.as_deref(),
+        Some("large"),
+        "gpu lacks the cores; larger comes later"
+    );
 }
 
 #[test]
@@ -263,9 +320,16 @@ jobs:
 ";
     let rows = plan(pools, "nodes: []", &[("default/x", spec)]);
     let order: Vec<&str> = rows.iter().map(|r| r.job_name.as_str()).collect();
-    assert_eq!(order, vec!["encode", "package", "audio"], "co-located groups are placed together");
+    assert_eq!(
+        order,
+        vec!["encode", "package", "audio"],
+        "co-located groups are placed together"
+    );
     assert_eq!(rows[0].instance_type.as_deref(), Some("m5.2xlarge"));
-    assert_eq!(where_(&rows[1]), (PlannedOutcome::Placed, Some("cloud"), Some("p-cloud-1")));
+    assert_eq!(
+        where_(&rows[1]),
+        (PlannedOutcome::Placed, Some("cloud"), Some("p-cloud-1"))
+    );
 }
 
 #[test]
@@ -311,7 +375,9 @@ nodes:
     assert_eq!(placement.outcome, Outcome::NoCapacityInAnyPool);
     assert_eq!(
         placement.trace.unwrap().tiers[0].decision,
-        TierDecision::NotProvisioned { why: NoProvisionReason::CoLocatedPeerPlaced }
+        TierDecision::NotProvisioned {
+            why: NoProvisionReason::CoLocatedPeerPlaced
+        }
     );
 }
 
@@ -347,10 +413,20 @@ nodes:
     let other = "pool: production\njobs: [{jobName: j, template: abc, requirements: {requiredCapacity: 1}}]";
     let own = "pool: production\nonLaunch: allowSpare\njobs: [{jobName: j, template: xyz, requirements: {requiredCapacity: 1}}]";
     let rows = plan(QUICK_START, fleet, &[("default/other", other), ("default/own", own)]);
-    assert_eq!(where_(&rows[0]), (PlannedOutcome::Provision, Some("reserved"), Some("production-reserved-1")));
+    assert_eq!(
+        where_(&rows[0]),
+        (
+            PlannedOutcome::Provision,
+            Some("reserved"),
+            Some("production-reserved-1")
+        )
+    );
     // "own" may take the spare: reserved for its template, and allowSpare
     // lifts the launch penalty; it outranks the prospective node.
-    assert_eq!(where_(&rows[1]), (PlannedOutcome::Placed, Some("reserved"), Some("spare-1")));
+    assert_eq!(
+        where_(&rows[1]),
+        (PlannedOutcome::Placed, Some("reserved"), Some("spare-1"))
+    );
 }
 
 #[test]
@@ -365,11 +441,21 @@ nodes:
     let view = view(ONE_FIXED_TIER, fleet);
     let spec = bundle("pool: p\njobs: [{jobName: j, requirements: {requiredCapacity: 1}}]");
     let id = bundle_id();
-    let migration = RecoveryContext { on_runtime_failure: None, excluded_nodes: vec![NodeId::from("src")] };
-    let moved = place_with(&view, PlacementRequest::launch(&id, &spec, 0, "j").recovering(&migration));
+    let migration = RecoveryContext {
+        on_runtime_failure: None,
+        excluded_nodes: vec![NodeId::from("src")],
+    };
+    let moved = place_with(
+        &view,
+        PlacementRequest::launch(&id, &spec, 0, "j").recovering(&migration),
+    );
     assert_eq!(node_of(&moved), Some("dst1"));
     let target = NodeId::from("dst2");
-    let pinned =
-        place_with(&view, PlacementRequest::launch(&id, &spec, 0, "j").recovering(&migration).pinned_to(&target));
+    let pinned = place_with(
+        &view,
+        PlacementRequest::launch(&id, &spec, 0, "j")
+            .recovering(&migration)
+            .pinned_to(&target),
+    );
     assert_eq!(node_of(&pinned), Some("dst2"));
 }

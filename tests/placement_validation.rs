@@ -6,8 +6,8 @@ mod placement_support;
 
 use norsk_auto_manager::model::{HotSpareSpec, PlacementPool};
 use norsk_auto_manager::placement::{
-    Admission, BundleIssueCode, Outcome, SettingsErrorCode, place_dry_run, validate_bundle,
-    validate_bundle_admission, validate_settings,
+    Admission, BundleIssueCode, Outcome, SettingsErrorCode, place_dry_run, validate_bundle, validate_bundle_admission,
+    validate_settings,
 };
 use placement_support::*;
 
@@ -53,8 +53,14 @@ fn every_settings_error_is_listed_at_once_with_its_code() {
         ]
     );
     assert_eq!(error.errors[1].path, "placementPools[1].tiers[1].name");
-    assert_eq!(serde_json::to_value(SettingsErrorCode::DuplicateTier).unwrap(), "duplicateTier");
-    assert_eq!(serde_json::to_value(SettingsErrorCode::EmptyPoolName).unwrap(), "emptyPoolName");
+    assert_eq!(
+        serde_json::to_value(SettingsErrorCode::DuplicateTier).unwrap(),
+        "duplicateTier"
+    );
+    assert_eq!(
+        serde_json::to_value(SettingsErrorCode::EmptyPoolName).unwrap(),
+        "emptyPoolName"
+    );
 }
 
 #[test]
@@ -79,7 +85,8 @@ fn codes(issues: &[norsk_auto_manager::placement::BundleIssue]) -> Vec<BundleIss
 #[test]
 fn bundles_naming_unknown_pools_or_reusing_job_names_are_rejected() {
     let view = view(CLOUD_POOL, "nodes: []");
-    let spec = bundle("pool: nowhere\nresiliencePolicy: {pool: elsewhere}\njobs: [{jobName: a}, {jobName: a}, {jobName: ''}]");
+    let spec =
+        bundle("pool: nowhere\nresiliencePolicy: {pool: elsewhere}\njobs: [{jobName: a}, {jobName: a}, {jobName: ''}]");
     let found = validate_bundle(&view, &spec);
     assert_eq!(
         codes(&found.errors),
@@ -90,7 +97,10 @@ fn bundles_naming_unknown_pools_or_reusing_job_names_are_rejected() {
             BundleIssueCode::EmptyJobName
         ]
     );
-    assert_eq!(codes(&validate_bundle(&view, &bundle("pool: cloud\njobs: []")).errors), vec![BundleIssueCode::NoJobs]);
+    assert_eq!(
+        codes(&validate_bundle(&view, &bundle("pool: cloud\njobs: []")).errors),
+        vec![BundleIssueCode::NoJobs]
+    );
 }
 
 #[test]
@@ -123,14 +133,19 @@ jobs:
 #[test]
 fn a_single_use_job_may_not_share_its_node_with_co_located_peers() {
     let view = view(CLOUD_POOL, "nodes: []");
-    let spec = bundle("pool: cloud\njobs: [{jobName: a, exclusive: true, singleUse: true}, {jobName: b, coLocateWith: [a]}]");
-    assert_eq!(codes(&validate_bundle(&view, &spec).errors), vec![BundleIssueCode::SingleUseInGroup]);
+    let spec =
+        bundle("pool: cloud\njobs: [{jobName: a, exclusive: true, singleUse: true}, {jobName: b, coLocateWith: [a]}]");
+    assert_eq!(
+        codes(&validate_bundle(&view, &spec).errors),
+        vec![BundleIssueCode::SingleUseInGroup]
+    );
 }
 
 #[test]
 fn requirements_out_of_range_are_rejected() {
     let view = view(CLOUD_POOL, "nodes: []");
-    let spec = bundle("pool: cloud\njobs: [{jobName: a, requirements: {requiredCapacity: -1, requiredGpuCapacity: 1.5}}]");
+    let spec =
+        bundle("pool: cloud\njobs: [{jobName: a, requirements: {requiredCapacity: -1, requiredGpuCapacity: 1.5}}]");
     assert_eq!(
         codes(&validate_bundle(&view, &spec).errors),
         vec![BundleIssueCode::InvalidRequirement, BundleIssueCode::InvalidRequirement]
@@ -143,15 +158,21 @@ fn backup_overrides_must_name_jobs_and_need_a_backup() {
     let spec = bundle("pool: cloud\njobs: [{jobName: a}]\nbackupParameterOverrides: {ghost: {x: '1'}}");
     let found = validate_bundle(&view, &spec);
     assert_eq!(codes(&found.errors), vec![BundleIssueCode::UnknownBackupOverrideJob]);
-    assert_eq!(codes(&found.warnings), vec![BundleIssueCode::BackupOverridesWithoutBackup]);
+    assert_eq!(
+        codes(&found.warnings),
+        vec![BundleIssueCode::BackupOverridesWithoutBackup]
+    );
 }
 
 #[test]
 fn capacity_misses_against_a_cluster_pool_are_warnings_and_against_a_cloud_pool_errors() {
-    let view = view(CLOUD_POOL, "
+    let view = view(
+        CLOUD_POOL,
+        "
 nodes:
   - {id: s1, pool: cluster, phase: running, inventory: {kind: local-servers, totalCapacity: 4}}
-");
+",
+    );
     let too_big = "jobs: [{jobName: a, requirements: {requiredCapacity: 6}}]";
     let cluster = validate_bundle(&view, &bundle(&format!("pool: cluster\n{too_big}")));
     assert!(cluster.errors.is_empty());
@@ -159,8 +180,14 @@ nodes:
     let cloud = validate_bundle(&view, &bundle(&format!("pool: cloud\n{too_big}")));
     assert_eq!(codes(&cloud.errors), vec![BundleIssueCode::Unsatisfiable]);
     let capability = "pool: cloud\njobs: [{jobName: a, requirements: {requiredCapabilities: [sdi]}}]";
-    assert_eq!(codes(&validate_bundle(&view, &bundle(capability)).errors), vec![BundleIssueCode::Unsatisfiable]);
-    let fits = validate_bundle(&view, &bundle("pool: cluster\njobs: [{jobName: a, requirements: {requiredCapacity: 4}}]"));
+    assert_eq!(
+        codes(&validate_bundle(&view, &bundle(capability)).errors),
+        vec![BundleIssueCode::Unsatisfiable]
+    );
+    let fits = validate_bundle(
+        &view,
+        &bundle("pool: cluster\njobs: [{jobName: a, requirements: {requiredCapacity: 4}}]"),
+    );
     assert_eq!(fits, Default::default());
 }
 
@@ -168,7 +195,10 @@ nodes:
 fn satisfiability_is_judged_for_a_co_located_group_as_a_whole() {
     let view = view(CLOUD_POOL, "nodes: []");
     let spec = "pool: cloud\njobs: [{jobName: a, requirements: {requiredCapacity: 3}}, {jobName: b, coLocateWith: [a], requirements: {requiredCapacity: 3}}]";
-    assert_eq!(codes(&validate_bundle(&view, &bundle(spec)).errors), vec![BundleIssueCode::Unsatisfiable]);
+    assert_eq!(
+        codes(&validate_bundle(&view, &bundle(spec)).errors),
+        vec![BundleIssueCode::Unsatisfiable]
+    );
 }
 
 #[test]
@@ -190,10 +220,13 @@ fn admission_reports_validation_errors_first() {
 
 #[test]
 fn admission_lists_the_jobs_that_would_find_no_capacity() {
-    let view = view(CLOUD_POOL, "
+    let view = view(
+        CLOUD_POOL,
+        "
 nodes:
   - {id: s1, pool: cluster, phase: running, inventory: {kind: local-servers, totalCapacity: 4}}
-");
+",
+    );
     // The primary fills s1; the backup finds it full and the cluster tier
     // cannot provision.
     let spec = bundle(
@@ -202,9 +235,14 @@ nodes:
     let Admission::NoCapacity { unplaceable } = validate_bundle_admission(&view, &bundle_id(), &spec) else {
         panic!("expected noCapacity");
     };
-    let listed: Vec<(u32, &str, &str)> =
-        unplaceable.iter().map(|u| (u.replica_index, u.job_name.as_str(), u.reason.as_str())).collect();
-    assert_eq!(listed, vec![(1, "a", "noCapacityInAnyPool"), (1, "b", "noCapacityInAnyPool")]);
+    let listed: Vec<(u32, &str, &str)> = unplaceable
+        .iter()
+        .map(|u| (u.replica_index, u.job_name.as_str(), u.reason.as_str()))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![(1, "a", "noCapacityInAnyPool"), (1, "b", "noCapacityInAnyPool")]
+    );
 }
 
 #[test]
@@ -216,5 +254,8 @@ fn a_dry_run_traces_one_job_without_acting() {
     assert!(matches!(&first.outcome, Outcome::Provision { instance_type, .. } if instance_type == "m"));
     assert!(first.trace.is_some());
     assert_eq!(first, again, "nothing was reserved");
-    assert!(place_dry_run(&view, &bundle_id(), &spec, 1, "a").is_err(), "no backup without a resilience policy");
+    assert!(
+        place_dry_run(&view, &bundle_id(), &spec, 1, "a").is_err(),
+        "no backup without a resilience policy"
+    );
 }

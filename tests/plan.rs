@@ -30,7 +30,13 @@ fn placements(json: &str) -> Vec<Value> {
 
 fn summary(p: &Value) -> (String, u64, String, String, String) {
     let s = |k: &str| p[k].as_str().unwrap_or("-").to_owned();
-    (s("bundle"), p["replicaIndex"].as_u64().unwrap(), s("jobName"), s("outcome"), s("nodeId"))
+    (
+        s("bundle"),
+        p["replicaIndex"].as_u64().unwrap(),
+        s("jobName"),
+        s("outcome"),
+        s("nodeId"),
+    )
 }
 
 #[test]
@@ -43,8 +49,20 @@ fn plan_places_the_example_bundles_in_file_order() {
         ("default/ch1", 1, "encode", "placed", "oci-1"),
         ("default/ch1", 1, "package", "placed", "oci-1"),
         ("default/ch2", 0, "encode", "provision", "production-reserved-1"),
-        ("studio/gpu-transcode", 0, "transcode", "provision", "production-on-demand-1"),
-        ("studio/gpu-transcode", 0, "thumbnails", "provision", "production-reserved-2"),
+        (
+            "studio/gpu-transcode",
+            0,
+            "transcode",
+            "provision",
+            "production-on-demand-1",
+        ),
+        (
+            "studio/gpu-transcode",
+            0,
+            "thumbnails",
+            "provision",
+            "production-reserved-2",
+        ),
     ];
     let expected: Vec<_> = expected
         .iter()
@@ -86,7 +104,10 @@ fn plan_table_explains_every_node_with_its_reason() {
     let mut args = args(&["bundle-channel.yaml"], Output::Table);
     args.explain = true;
     let table = plan_output(&args).unwrap();
-    assert!(table.contains("cluster-1  rejected: capacity  needs 3 vCPU, 1 free"), "{table}");
+    assert!(
+        table.contains("cluster-1  rejected: capacity  needs 3 vCPU, 1 free"),
+        "{table}"
+    );
     assert!(table.contains("cluster-2  rejected: cordoned"), "{table}");
     assert!(table.contains("=> placed on node-b"), "{table}");
 }
@@ -127,7 +148,10 @@ fn unreadable_input_names_the_file_the_document_and_the_field() {
     let message = error.to_string();
     assert!(message.contains("broken.yaml"), "{message}");
     assert!(message.contains("document 2"), "{message}");
-    assert!(message.contains("spec.jobs[0].requirements.requiredCapacity"), "{message}");
+    assert!(
+        message.contains("spec.jobs[0].requirements.requiredCapacity"),
+        "{message}"
+    );
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -163,5 +187,8 @@ fn the_binary_exits_two_on_a_document_of_the_wrong_kind() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("bundle-gpu.yaml: document 1: kind: expected PlacementPool"), "{stderr}");
+    assert!(
+        stderr.contains("bundle-gpu.yaml: document 1: kind: expected PlacementPool"),
+        "{stderr}"
+    );
 }

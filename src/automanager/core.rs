@@ -4,22 +4,17 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{
-    Bundle, BundleId, BundleSpec, BundleState, JobId, JobState, NodePhase, PlacedJob, UnixMillis,
-};
+use crate::model::{Bundle, BundleId, BundleSpec, BundleState, JobId, JobState, NodePhase, PlacedJob, UnixMillis};
 use crate::placement::{
-    Admission, BundleValidation, FleetError, FleetView, Placement, PlacementError, Pools,
-    place_dry_run, placed_job, validate_bundle, validate_bundle_admission,
+    Admission, BundleValidation, FleetError, FleetView, Placement, PlacementError, Pools, place_dry_run, placed_job,
+    validate_bundle, validate_bundle_admission,
 };
 
 use super::binding::JobRecord;
 use super::fleet::Fleet;
 use super::metrics::{Counters, Metrics, PoolGauge};
 use super::settings::ValidSettings;
-use super::{
-    Action, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId, Rpc,
-    Step,
-};
+use super::{Action, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId, Rpc, Step};
 
 /// What an outstanding RPC was for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,7 +108,7 @@ impl AutoManagerCore {
             };
         }
         match input {
-            Input::Event(event) => self.apply_event(event, now),
+            Input::Event(event) => self.apply_event(*event, now),
             Input::Command { id, command } => self.command(id, command, now),
             Input::RpcResult { id, result } => self.rpc_result(id, result, now),
             Input::Timer => {}
@@ -223,13 +218,7 @@ impl AutoManagerCore {
         job_name: &str,
     ) -> Result<Result<Placement, PlacementError>, FleetError> {
         let view = self.view()?;
-        Ok(place_dry_run(
-            &view,
-            bundle_id,
-            bundle,
-            replica_index,
-            job_name,
-        ))
+        Ok(place_dry_run(&view, bundle_id, bundle, replica_index, job_name))
     }
 
     /// `metrics()`: counters since `startedAt`, pool gauges computed now.
@@ -253,22 +242,16 @@ impl AutoManagerCore {
                 };
                 let (mut used, mut usable) = (0.0, 0.0);
                 let members = self.fleet.iter().filter(|n| {
-                    n.tags.get(crate::model::tags::POOL) == Some(&pool.name)
-                        && !n.is_going()
-                        && !n.terminated
+                    n.tags.get(crate::model::tags::POOL) == Some(&pool.name) && !n.is_going() && !n.terminated
                 });
                 for node in members {
                     gauge.node_count += 1;
                     let jobs = placed.get(&node.id);
-                    let spare = node.tags.get(crate::model::tags::SPARE).map(String::as_str)
-                        == Some("true");
+                    let spare = node.tags.get(crate::model::tags::SPARE).map(String::as_str) == Some("true");
                     if spare && jobs.is_none_or(Vec::is_empty) {
                         gauge.live_spares += 1;
                     }
-                    usable += node
-                        .inventory
-                        .as_ref()
-                        .map_or(0.0, |i| i.usable_capacity());
+                    usable += node.inventory.as_ref().map_or(0.0, |i| i.usable_capacity());
                     used += jobs.map_or(0.0, |j| j.iter().map(|p| p.required_capacity).sum());
                 }
                 if usable > 0.0 {
@@ -329,9 +312,7 @@ impl AutoManagerCore {
     fn refuse_invalid(&mut self, bundle: &Bundle) -> Option<CommandError> {
         match self.validate_bundle(&bundle.spec) {
             Ok(found) if found.errors.is_empty() => None,
-            Ok(found) => Some(CommandError::InvalidBundle {
-                errors: found.errors,
-            }),
+            Ok(found) => Some(CommandError::InvalidBundle { errors: found.errors }),
             Err(e) => {
                 // The view is built from this core's own fleet, which never
                 // holds two nodes of one id; still, say so rather than guess.
@@ -445,9 +426,7 @@ impl AutoManagerCore {
             .fleet
             .iter()
             .filter(|n| {
-                n.is_launching()
-                    && !n.terminated
-                    && n.provisioned.as_ref().is_some_and(|p| p.start_deadline <= now)
+                n.is_launching() && !n.terminated && n.provisioned.as_ref().is_some_and(|p| p.start_deadline <= now)
             })
             .map(|n| n.id.clone())
             .collect();
@@ -486,17 +465,17 @@ impl AutoManagerCore {
         let swept: Vec<_> = self
             .fleet
             .iter()
-            .filter(|n| {
-                n.phase == NodePhase::Stopped && n.stopped_at.is_some_and(|at| at + sweep_after <= now)
-            })
+            .filter(|n| n.phase == NodePhase::Stopped && n.stopped_at.is_some_and(|at| at + sweep_after <= now))
             .map(|n| n.id.clone())
             .collect();
         for node_id in swept {
             // A provider-stopped instance still exists (and costs); the
             // sweep terminates it. Anything else stopped is already gone.
-            if self.fleet.get(&node_id).is_some_and(|n| {
-                n.stop_reason == Some(crate::model::NodeStopReason::ProviderStop) && !n.terminated
-            }) {
+            if self
+                .fleet
+                .get(&node_id)
+                .is_some_and(|n| n.stop_reason == Some(crate::model::NodeStopReason::ProviderStop) && !n.terminated)
+            {
                 self.terminate(&node_id);
             }
             self.fleet.remove(&node_id);

@@ -5,21 +5,18 @@
 //! job that ended, a terminal verdict, a released or terminated node.
 
 use crate::model::{
-    InstanceKey, JobId, NodeId, NodePhase, ProviderKind, Slot, TerminalVerdict, UnixMillis,
-    VerdictKind, tags,
+    InstanceKey, JobId, NodeId, NodePhase, ProviderKind, Slot, TerminalVerdict, UnixMillis, VerdictKind, tags,
 };
 use crate::placement::{
-    FleetView, Outcome, PlacementRequest, Pools, ProspectiveNodeIds, RecoveryContext,
-    apply_placement, place, validate_pools,
+    FleetView, Outcome, PlacementRequest, Pools, ProspectiveNodeIds, RecoveryContext, apply_placement, place,
+    validate_pools,
 };
 
 use super::binding::{Binding, BindingPhase};
 use super::core::{AutoManagerCore, Pending, Readiness};
 use super::fleet::{Provisioned, provisioned_tags};
 use super::notification::{Decision, PlacementDecisionInfo};
-use super::recovery::{
-    FailureVerdict, LossCause, MIN_RECOVERY_INTERVAL_MS, PROVISION_FAILURE_BACKOFF_MS, judge,
-};
+use super::recovery::{FailureVerdict, LossCause, MIN_RECOVERY_INTERVAL_MS, PROVISION_FAILURE_BACKOFF_MS, judge};
 use super::{CommandError, Notification, RequestId, Rpc, RpcFailure};
 
 /// Prospective node ids: `<pool>-<tier>-<serial>`, the serial counting up
@@ -147,24 +144,20 @@ impl AutoManagerCore {
             },
             Outcome::NoCapacityInAnyPool => Decision::NoCapacityInAnyPool,
         };
-        self.notify(Notification::PlacementDecision(Box::new(
-            PlacementDecisionInfo {
-                job_id: job_id.clone(),
-                bundle_id: job_ref.bundle_id.clone(),
-                replica_index: job_ref.replica_index,
-                job_name: job_ref.job_name.clone(),
-                recovery: recovery.is_some(),
-                decision: decision.clone(),
-                trace: placement.trace,
-            },
-        )));
+        self.notify(Notification::PlacementDecision(Box::new(PlacementDecisionInfo {
+            job_id: job_id.clone(),
+            bundle_id: job_ref.bundle_id.clone(),
+            replica_index: job_ref.replica_index,
+            job_name: job_ref.job_name.clone(),
+            recovery: recovery.is_some(),
+            decision: decision.clone(),
+            trace: placement.trace,
+        })));
         let (node_id, gpu_index) = match decision {
             Decision::NoCapacityInAnyPool => {
                 return self.placement_failed(job_id, "noCapacityInAnyPool".to_owned());
             }
-            Decision::Placed {
-                node_id, gpu_index, ..
-            } => (node_id, gpu_index),
+            Decision::Placed { node_id, gpu_index, .. } => (node_id, gpu_index),
             Decision::Provision {
                 node_id,
                 pool,
@@ -310,12 +303,7 @@ impl AutoManagerCore {
         }
     }
 
-    pub(super) fn rpc_result(
-        &mut self,
-        id: RequestId,
-        result: Result<(), RpcFailure>,
-        now: UnixMillis,
-    ) {
+    pub(super) fn rpc_result(&mut self, id: RequestId, result: Result<(), RpcFailure>, now: UnixMillis) {
         let Some(pending) = self.pending.remove(&id) else {
             return;
         };
@@ -324,9 +312,7 @@ impl AutoManagerCore {
                 self.reply(command, result.map_err(CommandError::Manager));
             }
             Pending::StartJob(job_id) => self.start_result(&job_id, id, result, now),
-            Pending::CreateNode { node_id, for_job } => {
-                self.create_result(&node_id, &for_job, result, now)
-            }
+            Pending::CreateNode { node_id, for_job } => self.create_result(&node_id, &for_job, result, now),
             Pending::Other => {
                 if let Err(failure) = result {
                     self.notify(Notification::Error {
@@ -337,13 +323,7 @@ impl AutoManagerCore {
         }
     }
 
-    fn start_result(
-        &mut self,
-        job_id: &JobId,
-        id: RequestId,
-        result: Result<(), RpcFailure>,
-        now: UnixMillis,
-    ) {
+    fn start_result(&mut self, job_id: &JobId, id: RequestId, result: Result<(), RpcFailure>, now: UnixMillis) {
         let Some(record) = self.jobs.get_mut(job_id) else {
             return;
         };
@@ -372,13 +352,7 @@ impl AutoManagerCore {
         }
     }
 
-    fn create_result(
-        &mut self,
-        node_id: &NodeId,
-        for_job: &JobId,
-        result: Result<(), RpcFailure>,
-        now: UnixMillis,
-    ) {
+    fn create_result(&mut self, node_id: &NodeId, for_job: &JobId, result: Result<(), RpcFailure>, now: UnixMillis) {
         let counted = self
             .jobs
             .get_mut(for_job)

@@ -4,8 +4,8 @@
 //! paths, as if fresh, but nothing is recovered or placed.
 
 use crate::model::{
-    Bundle, JobHistoryEntry, JobId, JobState, JobStopReason, ManagerEvent, NodeId,
-    NodeInfo, NodePhase, RuntimeJob, Slot, UnixMillis, VerdictKind, tags,
+    Bundle, JobHistoryEntry, JobId, JobState, JobStopReason, ManagerEvent, NodeId, NodeInfo, NodePhase, RuntimeJob,
+    Slot, UnixMillis, VerdictKind, tags,
 };
 
 use super::Notification;
@@ -29,9 +29,7 @@ impl AutoManagerCore {
                 }
                 self.notify(Notification::NodeStarting { node: info });
             }
-            ManagerEvent::NodeStarted(info) | ManagerEvent::NodeRunning { node: info, .. } => {
-                self.node_started(info)
-            }
+            ManagerEvent::NodeStarted(info) | ManagerEvent::NodeRunning { node: info, .. } => self.node_started(info),
             ManagerEvent::PhysicalNodeConnected { node_id, tags, .. } => {
                 let node = self.fleet.entry(&node_id, NodePhase::Running);
                 node.tags = tags;
@@ -104,15 +102,11 @@ impl AutoManagerCore {
                 self.bundles.remove(&bundle_id);
                 self.notify(Notification::BundleDeleted { bundle_id });
             }
-            ManagerEvent::JobInfo { job_id, role, text } => {
-                self.notify(Notification::JobInfo { job_id, role, text })
-            }
+            ManagerEvent::JobInfo { job_id, role, text } => self.notify(Notification::JobInfo { job_id, role, text }),
             ManagerEvent::ImagesPrefetched { node_id, results } => {
                 self.notify(Notification::ImagesPrefetched { node_id, results })
             }
-            ManagerEvent::AuditAppended(entry) => {
-                self.notify(Notification::AuditAppended { entry })
-            }
+            ManagerEvent::AuditAppended(entry) => self.notify(Notification::AuditAppended { entry }),
             ManagerEvent::ProviderHealthChange
             | ManagerEvent::JobPrepared { .. }
             | ManagerEvent::MigrationSignal { .. }
@@ -197,8 +191,7 @@ impl AutoManagerCore {
             None if newer => self.revive(&bundle.bundle_id),
             _ => {}
         }
-        self.bundles
-            .insert(bundle.bundle_id.clone(), bundle.clone());
+        self.bundles.insert(bundle.bundle_id.clone(), bundle.clone());
         self.notify(Notification::BundleUpdated {
             bundle: Box::new(bundle),
         });
@@ -260,43 +253,29 @@ impl AutoManagerCore {
                     ..
                 } => self.instance_seen(job_id, role, node, BindingPhase::Running),
                 JobHistoryEntry::Stopping {
-                    role,
-                    node_id,
-                    reason,
-                    ..
-                } => {
-                    if self.binding_matches(job_id, &role, node_id.as_ref()) {
-                        match reason {
-                            JobStopReason::UserRequested => self.end_binding(job_id),
-                            JobStopReason::NodeStopped | JobStopReason::NodeTerminated => {
-                                self.lose_instance(job_id, LossCause::NodeLost, now)
-                            }
-                            JobStopReason::JobFailed
-                            | JobStopReason::UnknownJob
-                            | JobStopReason::Unknown(_) => {
-                                self.lose_instance(job_id, LossCause::Failed, now)
-                            }
-                        }
+                    role, node_id, reason, ..
+                } if self.binding_matches(job_id, &role, node_id.as_ref()) => match reason {
+                    JobStopReason::UserRequested => self.end_binding(job_id),
+                    JobStopReason::NodeStopped | JobStopReason::NodeTerminated => {
+                        self.lose_instance(job_id, LossCause::NodeLost, now)
                     }
-                }
-                JobHistoryEntry::Stopped { role, node_id, .. } => {
-                    // Stopped without a Stopping this core saw: it ended
-                    // without being asked to.
-                    if self.binding_matches(job_id, &role, node_id.as_ref()) {
-                        self.lose_instance(job_id, LossCause::Failed, now);
+                    JobStopReason::JobFailed | JobStopReason::UnknownJob | JobStopReason::Unknown(_) => {
+                        self.lose_instance(job_id, LossCause::Failed, now)
                     }
+                },
+                // Stopped without a Stopping this core saw: it ended without
+                // being asked to.
+                JobHistoryEntry::Stopped { role, node_id, .. }
+                    if self.binding_matches(job_id, &role, node_id.as_ref()) =>
+                {
+                    self.lose_instance(job_id, LossCause::Failed, now)
                 }
                 _ => {}
             }
         }
     }
 
-    fn binding_matches(
-        &self,
-        job_id: &JobId,
-        role: &crate::model::InstanceKey,
-        node: Option<&NodeId>,
-    ) -> bool {
+    fn binding_matches(&self, job_id: &JobId, role: &crate::model::InstanceKey, node: Option<&NodeId>) -> bool {
         self.jobs
             .get(job_id)
             .and_then(|r| r.binding.as_ref())
@@ -305,28 +284,26 @@ impl AutoManagerCore {
 
     /// An instance provisioned or running: confirms the binding, or (while
     /// hydrating) rebuilds it from Manager's history.
-    fn instance_seen(
-        &mut self,
-        job_id: &JobId,
-        role: crate::model::InstanceKey,
-        node_id: NodeId,
-        phase: BindingPhase,
-    ) {
+    fn instance_seen(&mut self, job_id: &JobId, role: crate::model::InstanceKey, node_id: NodeId, phase: BindingPhase) {
         let hydrated = self.hydrated;
         let node_usable = self.fleet.get(&node_id).is_some_and(|n| !n.is_going());
         let Some(record) = self.jobs.get_mut(job_id) else {
             return;
         };
         match &mut record.binding {
-            Some(binding) if binding.instance_key == role && binding.node_id == node_id => {
-                if phase == BindingPhase::Running && binding.phase != BindingPhase::Running {
-                    binding.phase = BindingPhase::Running;
-                    if let Some(node) = self.fleet.get_mut(&node_id)
-                        && node.health.job_running()
-                    {
-                        self.fleet_epoch += 1;
-                        self.notify(Notification::NodeHealthy { node_id });
-                    }
+            Some(binding)
+                if binding.instance_key == role
+                    && binding.node_id == node_id
+                    && phase == BindingPhase::Running
+                    && binding.phase != BindingPhase::Running =>
+            {
+                binding.phase = BindingPhase::Running;
+                // "Excluded until a job reaches running on it."
+                if let Some(node) = self.fleet.get_mut(&node_id)
+                    && node.health.job_running()
+                {
+                    self.fleet_epoch += 1;
+                    self.notify(Notification::NodeHealthy { node_id });
                 }
             }
             None if !hydrated && node_usable => {

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use crate::model::{
-    FleetNode, FleetSnapshot, InstanceShape, JobId, NodeId, NodeInfo, NodeInventory, NodePhase,
-    NodeStopReason, PlacedJob, ProviderKind, UnixMillis, tags,
+    FleetNode, FleetSnapshot, InstanceShape, JobId, NodeId, NodeInfo, NodeInventory, NodePhase, NodeStopReason,
+    PlacedJob, ProviderKind, UnixMillis, tags,
 };
 use crate::placement::Pools;
 

@@ -36,8 +36,8 @@ pub use notification::{Decision, Notification, PlacementDecisionInfo};
 pub use settings::{AutoSettings, AutoSettingsValidationError, validate_auto_settings};
 
 use crate::model::{
-    Bundle, BundleId, BundleJobRef, InstanceKey, JobId, LaunchMode, ManagerEvent, NodeId,
-    ProviderKind, TerminalVerdict, UnixMillis,
+    Bundle, BundleId, BundleJobRef, InstanceKey, JobId, LaunchMode, ManagerEvent, NodeId, ProviderKind,
+    TerminalVerdict, UnixMillis,
 };
 use crate::placement::BundleIssue;
 
@@ -98,7 +98,7 @@ pub struct RpcFailure {
 pub enum Input {
     /// An event from Manager's stream (the snapshot's events, then
     /// `InitialDataComplete`, then live ones).
-    Event(ManagerEvent),
+    Event(Box<ManagerEvent>),
     /// A command from the user.
     Command {
         /// Echoed in the reply.

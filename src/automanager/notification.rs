@@ -6,8 +6,8 @@
 use serde::Serialize;
 
 use crate::model::{
-    AuditEntry, Bundle, BundleId, ImagePrefetchResult, InstanceKey, JobId, NodeId, NodeInfo,
-    NodeStopReason, RejectionCode, RuntimeJob,
+    AuditEntry, Bundle, BundleId, ImagePrefetchResult, InstanceKey, JobId, NodeId, NodeInfo, NodeStopReason,
+    RejectionCode, RuntimeJob,
 };
 use crate::placement::{ResilienceFlag, Trace};
 

@@ -61,10 +61,7 @@ pub struct RestartHistory {
 impl RestartHistory {
     /// Restarts inside the hour before `now`.
     pub fn count(&self, now: UnixMillis) -> u32 {
-        self.restarts
-            .iter()
-            .filter(|&&at| at > now - RESTART_WINDOW_MS)
-            .count() as u32
+        self.restarts.iter().filter(|&&at| at > now - RESTART_WINDOW_MS).count() as u32
     }
 
     /// Forgets every restart (a node provisioned for the job started, or its
@@ -74,11 +71,7 @@ impl RestartHistory {
     }
 
     fn record(&mut self, now: UnixMillis) {
-        while self
-            .restarts
-            .front()
-            .is_some_and(|&at| at <= now - RESTART_WINDOW_MS)
-        {
+        while self.restarts.front().is_some_and(|&at| at <= now - RESTART_WINDOW_MS) {
             self.restarts.pop_front();
         }
         self.restarts.push_back(now);
@@ -144,17 +137,11 @@ impl NodeHealth {
     /// (`rejectionEscalationCount` inside `rejectionBackoffMs`).
     pub fn record_rejection(&mut self, settings: &AutoSettings, now: UnixMillis) -> bool {
         let window = settings.rejection_backoff_ms as i64;
-        while self
-            .rejections
-            .front()
-            .is_some_and(|&at| at <= now - window)
-        {
+        while self.rejections.front().is_some_and(|&at| at <= now - window) {
             self.rejections.pop_front();
         }
         self.rejections.push_back(now);
-        if self.unhealthy_until.is_none()
-            && self.rejections.len() as u32 >= settings.rejection_escalation_count
-        {
+        if self.unhealthy_until.is_none() && self.rejections.len() as u32 >= settings.rejection_escalation_count {
             self.rejections.clear();
             self.unhealthy_until = Some(now + settings.unhealthy_cooldown_ms as i64);
             return true;

@@ -174,9 +174,7 @@ pub struct ValidSettings {
 }
 
 /// Validates `settings`, listing every problem at once.
-pub fn validate_auto_settings(
-    settings: AutoSettings,
-) -> Result<ValidSettings, AutoSettingsValidationError> {
+pub fn validate_auto_settings(settings: AutoSettings) -> Result<ValidSettings, AutoSettingsValidationError> {
     let mut errors = Vec::new();
     let mut core = |code, path: &str, message: &str| {
         errors.push(AutoSettingsIssue {
@@ -186,11 +184,7 @@ pub fn validate_auto_settings(
         });
     };
     if settings.url.trim().is_empty() {
-        core(
-            CoreSettingsErrorCode::EmptyUrl,
-            "url",
-            "no Manager address given",
-        );
+        core(CoreSettingsErrorCode::EmptyUrl, "url", "no Manager address given");
     }
     if settings.rejection_escalation_count == 0 {
         core(

@@ -113,8 +113,10 @@ pub fn plan_output(args: &Args) -> Result<String, PlanCommandError> {
     for file in &args.bundles {
         bundles.extend(input::read_bundles(file)?);
     }
-    let mut view =
-        FleetView::new(&fleet, pools).map_err(|source| PlanCommandError::Fleet { file: args.fleet.clone(), source })?;
+    let mut view = FleetView::new(&fleet, pools).map_err(|source| PlanCommandError::Fleet {
+        file: args.fleet.clone(),
+        source,
+    })?;
     let rows = plan_bundles(&mut view, &bundles, args.explain, &mut SequentialNodeIds::default())?;
     Ok(match args.output {
         Output::Table => render::table(&rows),

@@ -33,11 +33,7 @@ pub type BundleStatus = CommonStatus;
 impl Bundle {
     /// `<namespace>/<name>`, the namespace `default` when absent.
     pub fn bundle_id(&self) -> BundleId {
-        let namespace = self
-            .metadata
-            .namespace
-            .as_deref()
-            .unwrap_or(DEFAULT_NAMESPACE);
+        let namespace = self.metadata.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
         BundleId(format!(
             "{namespace}/{}",
             self.metadata.name.as_deref().unwrap_or_default()

@@ -48,10 +48,7 @@ mod tests {
         for crd in [PlacementPool::crd(), Bundle::crd(), HotSparePolicy::crd()] {
             assert_eq!(crd.spec.group, GROUP);
             assert_eq!(crd.spec.versions[0].name, VERSION);
-            assert_eq!(
-                crd.spec.names.categories.as_deref(),
-                Some(&["norsk".to_owned()][..])
-            );
+            assert_eq!(crd.spec.names.categories.as_deref(), Some(&["norsk".to_owned()][..]));
         }
     }
 

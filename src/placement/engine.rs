@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::model::{
-    BundleId, InstanceShape, IntraReplicaAz, NodeId, PackingStrategy, PlacedJob, PlacementTier,
-    Reliability, ScaleOut, runtime_job_id,
+    BundleId, InstanceShape, IntraReplicaAz, NodeId, PackingStrategy, PlacedJob, PlacementTier, Reliability, ScaleOut,
+    runtime_job_id,
 };
 
 use super::PlacementError;
@@ -114,10 +114,7 @@ pub struct SequentialNodeIds {
 
 impl ProspectiveNodeIds for SequentialNodeIds {
     fn prospective_node_id(&mut self, view: &FleetView, pool: &str, tier: &str) -> NodeId {
-        let counter = self
-            .next
-            .entry((pool.to_owned(), tier.to_owned()))
-            .or_insert(0);
+        let counter = self.next.entry((pool.to_owned(), tier.to_owned())).or_insert(0);
         loop {
             *counter += 1;
             let id = NodeId(format!("{pool}-{tier}-{counter}"));
@@ -139,10 +136,7 @@ pub fn place(
         .pools()
         .at(demand.pool)
         .ok_or_else(|| PlacementError::UnknownPool {
-            pool: request
-                .bundle
-                .pool_for_replica(request.replica_index)
-                .to_owned(),
+            pool: request.bundle.pool_for_replica(request.replica_index).to_owned(),
         })?;
     let mut trace = request.trace.then(Trace::default);
     for (t, tier) in pool.tiers.iter().enumerate() {
@@ -190,9 +184,7 @@ pub fn place(
                     nodes,
                 );
                 let gpu_index = if demand.own_gpu {
-                    fit_gpus(&shape_gpus(shape), &demand.needs.gpu_asks)
-                        .ok()
-                        .flatten()
+                    fit_gpus(&shape_gpus(shape), &demand.needs.gpu_asks).ok().flatten()
                 } else {
                     None
                 };
@@ -226,9 +218,7 @@ pub fn apply_placement(
     outcome: &Outcome,
 ) -> Result<(), FleetError> {
     let (node_id, gpu_index) = match outcome {
-        Outcome::Placed {
-            node_id, gpu_index, ..
-        } => (node_id, *gpu_index),
+        Outcome::Placed { node_id, gpu_index, .. } => (node_id, *gpu_index),
         Outcome::Provision {
             node_id,
             pool,
@@ -290,12 +280,7 @@ fn candidates<'s>(view: &'s FleetView, demand: &'s Demand<'_>, tier: usize) -> &
     }
 }
 
-fn rank<'v>(
-    view: &'v FleetView,
-    demand: &Demand<'_>,
-    tier: usize,
-    packing: PackingStrategy,
-) -> Option<Best<'v>> {
+fn rank<'v>(view: &'v FleetView, demand: &Demand<'_>, tier: usize, packing: PackingStrategy) -> Option<Best<'v>> {
     let mut best: Option<Best<'v>> = None;
     for &idx in candidates(view, demand, tier) {
         let Ok(gpu_index) = check(view, idx, demand, tier) else {
@@ -303,11 +288,7 @@ fn rank<'v>(
         };
         let key = key(view, idx, demand, packing);
         if best.as_ref().is_none_or(|b| key < b.key) {
-            best = Some(Best {
-                key,
-                idx,
-                gpu_index,
-            });
+            best = Some(Best { key, idx, gpu_index });
         }
     }
     best
@@ -341,11 +322,7 @@ fn rank_traced<'v>(
                     },
                 });
                 if best.as_ref().is_none_or(|b| key < b.key) {
-                    best = Some(Best {
-                        key,
-                        idx,
-                        gpu_index,
-                    });
+                    best = Some(Best { key, idx, gpu_index });
                 }
             }
         }
@@ -413,11 +390,7 @@ enum Chosen<'p> {
     NewNode(&'p PlacementTier),
 }
 
-fn resilience_report(
-    view: &FleetView,
-    demand: &Demand<'_>,
-    chosen: Chosen<'_>,
-) -> ResilienceReport {
+fn resilience_report(view: &FleetView, demand: &Demand<'_>, chosen: Chosen<'_>) -> ResilienceReport {
     let Some(resilience) = &demand.resilience else {
         return ResilienceReport::default();
     };
@@ -425,28 +398,19 @@ fn resilience_report(
         return ResilienceReport::default();
     }
     let (bits, chosen_durable) = match chosen {
-        Chosen::Node(idx) => (
-            resilience_violations(view, idx, demand),
-            view.node(idx).durable,
-        ),
+        Chosen::Node(idx) => (resilience_violations(view, idx, demand), view.node(idx).durable),
         // A new node shares no node and no known AZ with the primary; only
         // its provider can already be told.
         Chosen::NewNode(tier) => {
-            let same_cloud = resilience.same_cloud
-                && resilience
-                    .other_replica
-                    .iter()
-                    .any(|&o| view.node(o).kind == tier.kind);
+            let same_cloud =
+                resilience.same_cloud && resilience.other_replica.iter().any(|&o| view.node(o).kind == tier.kind);
             (
                 if same_cloud { SAME_CLOUD } else { 0 },
                 tier.effective_reliability() == Reliability::Durable,
             )
         }
     };
-    let others_durable = resilience
-        .other_replica
-        .iter()
-        .all(|&o| view.node(o).durable);
+    let others_durable = resilience.other_replica.iter().all(|&o| view.node(o).durable);
     let (primary_durable, backup_durable) = if demand.request.replica_index == 0 {
         (chosen_durable, others_durable)
     } else {

@@ -157,9 +157,7 @@ impl Rejection {
             Rejection::OtherPool { .. } => Filter::Pool,
             Rejection::OtherTier { .. } => Filter::Tier,
             Rejection::ExcludedByRecovery => Filter::RecoveryExclusion,
-            Rejection::NoInventory | Rejection::NotRunning { .. } | Rejection::Unhealthy => {
-                Filter::Reachable
-            }
+            Rejection::NoInventory | Rejection::NotRunning { .. } | Rejection::Unhealthy => Filter::Reachable,
             Rejection::Cordoned => Filter::Cordoned,
             Rejection::ReservedForOtherTemplates => Filter::ExclusiveReservation,
             Rejection::MissingCapability { .. } => Filter::Capabilities,
@@ -168,9 +166,7 @@ impl Rejection {
             Rejection::HostPortTaken { .. } => Filter::HostPorts,
             Rejection::NoGpuFits { .. } => Filter::GpuFit,
             Rejection::NodeNotEmpty { .. } | Rejection::HeldExclusively => Filter::Exclusivity,
-            Rejection::AwayFromCoLocatedPeer { .. } | Rejection::HostsSeparatedPeer { .. } => {
-                Filter::IntraReplica
-            }
+            Rejection::AwayFromCoLocatedPeer { .. } | Rejection::HostsSeparatedPeer { .. } => Filter::IntraReplica,
             Rejection::OutsidePeerAz { .. } => Filter::IntraReplicaAz,
         }
     }
@@ -242,12 +238,8 @@ pub(crate) fn check(
     if let Some(&port) = needs.ports.iter().find(|p| node.ports.contains(p)) {
         return Err(Rejection::HostPortTaken { port });
     }
-    let gpu_index = fit_gpus(&node.gpus, &needs.gpu_asks).map_err(|(needed, largest_free)| {
-        Rejection::NoGpuFits {
-            needed,
-            largest_free,
-        }
-    })?;
+    let gpu_index = fit_gpus(&node.gpus, &needs.gpu_asks)
+        .map_err(|(needed, largest_free)| Rejection::NoGpuFits { needed, largest_free })?;
     exclusivity(view, node, demand)?;
     intra_replica(idx, demand)?;
     hard_az(view, idx, demand)?;
@@ -278,11 +270,7 @@ fn exclusivity(view: &FleetView, node: &NodeEntry, demand: &Demand<'_>) -> Resul
     let mut other_jobs = 0;
     let mut held = false;
     for occupant in occupants {
-        if !demand.is_group_peer(
-            occupant.bundle.as_ref(),
-            occupant.replica,
-            occupant.job_name.as_str(),
-        ) {
+        if !demand.is_group_peer(occupant.bundle.as_ref(), occupant.replica, occupant.job_name.as_str()) {
             other_jobs += 1;
             held |= occupant.exclusive;
         }
@@ -328,11 +316,7 @@ fn hard_az(view: &FleetView, idx: NodeIdx, demand: &Demand<'_>) -> Result<(), Re
 /// Two nodes share an AZ when they are the same node or both advertise the
 /// same AZ; an unknown AZ (a prospective node) matches nothing else.
 pub(crate) fn same_az(view: &FleetView, a: NodeIdx, b: NodeIdx) -> bool {
-    a == b
-        || view
-            .node(a)
-            .az
-            .is_some_and(|az| view.node(b).az == Some(az))
+    a == b || view.node(a).az.is_some_and(|az| view.node(b).az == Some(az))
 }
 
 /// Fits every GPU ask onto the devices, each device's free capacity derived
@@ -362,19 +346,11 @@ pub(crate) fn fit_gpus(devices: &[GpuDevice], asks: &[GpuAsk]) -> Result<Option<
     }
 }
 
-fn best_fit(
-    free: impl Iterator<Item = f64>,
-    devices: &[GpuDevice],
-    ask: &GpuAsk,
-) -> Result<u32, (f64, f64)> {
+fn best_fit(free: impl Iterator<Item = f64>, devices: &[GpuDevice], ask: &GpuAsk) -> Result<u32, (f64, f64)> {
     let mut best: Option<(u32, f64)> = None;
     let mut largest_free: f64 = 0.0;
     for (i, (free, device)) in free.zip(devices).enumerate() {
-        if ask
-            .model
-            .as_deref()
-            .is_some_and(|m| m != device.model.as_str())
-        {
+        if ask.model.as_deref().is_some_and(|m| m != device.model.as_str()) {
             continue;
         }
         largest_free = largest_free.max(free);

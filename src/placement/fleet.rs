@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::model::{
-    BundleId, FleetNode, FleetSnapshot, HostPort, InstanceShape, NodeId, NodeInventory, NodePhase,
-    PlacedJob, PlacementPool, ProviderKind, Reliability, tags,
+    BundleId, FleetNode, FleetSnapshot, HostPort, InstanceShape, NodeId, NodeInventory, NodePhase, PlacedJob,
+    PlacementPool, ProviderKind, Reliability, tags,
 };
 
 use super::settings::Pools;
@@ -232,10 +232,7 @@ impl FleetView {
     /// every placed job as a reservation.
     pub fn new(snapshot: &FleetSnapshot, pools: Pools) -> Result<Self, FleetError> {
         let mut view = FleetView {
-            tiers: pools
-                .iter()
-                .map(|p| vec![Vec::new(); p.tiers.len()])
-                .collect(),
+            tiers: pools.iter().map(|p| vec![Vec::new(); p.tiers.len()]).collect(),
             pools,
             nodes: Vec::with_capacity(snapshot.nodes.len()),
             order: Vec::with_capacity(snapshot.nodes.len()),
@@ -299,10 +296,7 @@ impl FleetView {
             let device = job.gpu_index.and_then(|i| entry.gpus.get_mut(i as usize));
             match device {
                 Some(device) => device.used += job.required_gpu_capacity,
-                None => entry
-                    .gpus
-                    .iter_mut()
-                    .for_each(|d| d.used += job.required_gpu_capacity),
+                None => entry.gpus.iter_mut().for_each(|d| d.used += job.required_gpu_capacity),
             }
         }
         entry.occupants.push(occupant);
@@ -317,10 +311,7 @@ impl FleetView {
             exclusive: job.exclusive,
         });
         if let Some(bundle) = &job.bundle {
-            self.replicas
-                .entry(bundle.clone())
-                .or_default()
-                .push(occupant);
+            self.replicas.entry(bundle.clone()).or_default().push(occupant);
         }
         Ok(())
     }
@@ -384,9 +375,7 @@ impl FleetView {
 
     /// Interned images of a template; empty for a template with none known.
     pub(crate) fn template_images(&self, template: &str) -> &[u32] {
-        self.template_images
-            .get(template)
-            .map_or(&[], Vec::as_slice)
+        self.template_images.get(template).map_or(&[], Vec::as_slice)
     }
 
     /// How many nodes of a tier count against its `maxNodes`: every node not
@@ -405,9 +394,7 @@ impl FleetView {
         }
         let idx = self.nodes.len() as NodeIdx;
         let nodes = &self.nodes;
-        let at = self
-            .order
-            .partition_point(|&i| nodes[i as usize].id < entry.id);
+        let at = self.order.partition_point(|&i| nodes[i as usize].id < entry.id);
         self.order.insert(at, idx);
         if let Some((pool, tier)) = entry.slot {
             let list = &mut self.tiers[pool as usize][tier as usize];
@@ -482,15 +469,9 @@ impl FleetView {
         entry.usable = (total * cap - inventory.reserved_capacity.max(0.0)).max(0.0);
         entry.total_cores = inventory.total_cores;
         for capability in &inventory.capabilities {
-            entry
-                .capabilities
-                .insert(self.capabilities.intern(capability));
+            entry.capabilities.insert(self.capabilities.intern(capability));
         }
-        let mut images: Vec<u32> = inventory
-            .images
-            .iter()
-            .filter_map(|i| self.images.get(i))
-            .collect();
+        let mut images: Vec<u32> = inventory.images.iter().filter_map(|i| self.images.get(i)).collect();
         images.sort_unstable();
         images.dedup();
         entry.images = images;

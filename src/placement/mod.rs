@@ -21,8 +21,8 @@ mod trace;
 mod validate;
 
 pub use engine::{
-    Outcome, Placement, ProspectiveNodeIds, ResilienceFlag, ResilienceReport, SequentialNodeIds,
-    apply_placement, place, placed_job,
+    Outcome, Placement, ProspectiveNodeIds, ResilienceFlag, ResilienceReport, SequentialNodeIds, apply_placement,
+    place, placed_job,
 };
 pub use filter::{Filter, Rejection};
 pub use fleet::{FleetError, FleetView, Name};
@@ -30,13 +30,12 @@ pub use key::PlacementKey;
 pub use plan::{PlanError, PlanRow, PlannedOutcome, plan_bundles};
 pub use request::{PlacementRequest, RecoveryContext};
 pub use settings::{
-    Pools, SettingsErrorCode, SettingsIssue, SettingsValidationError, validate_pools,
-    validate_settings,
+    Pools, SettingsErrorCode, SettingsIssue, SettingsValidationError, validate_pools, validate_settings,
 };
 pub use trace::{NoProvisionReason, NodeTrace, TierDecision, TierTrace, Trace, Verdict};
 pub use validate::{
-    Admission, BundleIssue, BundleIssueCode, BundleValidation, Unplaceable, place_dry_run,
-    validate_bundle, validate_bundle_admission,
+    Admission, BundleIssue, BundleIssueCode, BundleValidation, Unplaceable, place_dry_run, validate_bundle,
+    validate_bundle_admission,
 };
 
 /// Why a placement could not even be attempted.

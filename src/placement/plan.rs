@@ -119,10 +119,7 @@ pub fn plan_bundles(
             trace: None,
         };
         if !validation.errors.is_empty() {
-            let names: Vec<&str> = order
-                .iter()
-                .map(|&j| spec.jobs[j].job_name.as_str())
-                .collect();
+            let names: Vec<&str> = order.iter().map(|&j| spec.jobs[j].job_name.as_str()).collect();
             let names = if names.is_empty() { vec![""] } else { names };
             for replica_index in 0..spec.replica_count() {
                 for name in &names {
@@ -136,21 +133,17 @@ pub fn plan_bundles(
         for replica_index in 0..spec.replica_count() {
             for &j in &order {
                 let job_name = spec.jobs[j].job_name.as_str();
-                let request = PlacementRequest::launch(bundle_id, spec, replica_index, job_name)
-                    .with_trace(trace);
-                let placement =
-                    place(view, request, ids).map_err(|source| PlanError::Placement {
-                        bundle: bundle_id.clone(),
-                        replica_index,
-                        job_name: job_name.to_owned(),
-                        source,
-                    })?;
-                apply_placement(view, &request, &placement.outcome).map_err(|source| {
-                    PlanError::Apply {
-                        bundle: bundle_id.clone(),
-                        job_name: job_name.to_owned(),
-                        source,
-                    }
+                let request = PlacementRequest::launch(bundle_id, spec, replica_index, job_name).with_trace(trace);
+                let placement = place(view, request, ids).map_err(|source| PlanError::Placement {
+                    bundle: bundle_id.clone(),
+                    replica_index,
+                    job_name: job_name.to_owned(),
+                    source,
+                })?;
+                apply_placement(view, &request, &placement.outcome).map_err(|source| PlanError::Apply {
+                    bundle: bundle_id.clone(),
+                    job_name: job_name.to_owned(),
+                    source,
                 })?;
                 let mut planned = match placement.outcome {
                     Outcome::Placed {
@@ -179,14 +172,11 @@ pub fn plan_bundles(
                         gpu_index,
                         ..row(replica_index, job_name, PlannedOutcome::Provision)
                     },
-                    Outcome::NoCapacityInAnyPool => {
-                        row(replica_index, job_name, PlannedOutcome::NoCapacityInAnyPool)
-                    }
+                    Outcome::NoCapacityInAnyPool => row(replica_index, job_name, PlannedOutcome::NoCapacityInAnyPool),
                 };
                 planned.resilience_violations = placement.resilience.violations;
-                planned.interruptible_primary_without_durable_backup = placement
-                    .resilience
-                    .interruptible_primary_without_durable_backup;
+                planned.interruptible_primary_without_durable_backup =
+                    placement.resilience.interruptible_primary_without_durable_backup;
                 planned.trace = placement.trace;
                 rows.push(planned);
             }

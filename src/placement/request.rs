@@ -7,8 +7,7 @@
 //! filter chain and key only compare numbers and interned ids.
 
 use crate::model::{
-    BundleId, BundleSpec, HostPort, IntraReplicaAz, JobSpec, NodeId, OnLaunch, OnRuntimeFailure,
-    ResilienceRule,
+    BundleId, BundleSpec, HostPort, IntraReplicaAz, JobSpec, NodeId, OnLaunch, OnRuntimeFailure, ResilienceRule,
 };
 
 use super::PlacementError;
@@ -53,12 +52,7 @@ pub struct PlacementRequest<'a> {
 impl<'a> PlacementRequest<'a> {
     /// A launch: the bundle's `onLaunch` and `overrideReservation` apply, no
     /// pin, no trace.
-    pub fn launch(
-        bundle_id: &'a BundleId,
-        bundle: &'a BundleSpec,
-        replica_index: u32,
-        job_name: &'a str,
-    ) -> Self {
+    pub fn launch(bundle_id: &'a BundleId, bundle: &'a BundleSpec, replica_index: u32, job_name: &'a str) -> Self {
         PlacementRequest {
             bundle_id,
             bundle,
@@ -160,11 +154,7 @@ impl Needs {
         self.ports.extend_from_slice(&asked.required_host_ports);
         self.exclusive |= job.exclusive;
         for capability in &asked.required_capabilities {
-            if !self
-                .capabilities
-                .iter()
-                .any(|(_, n)| n.as_str() == capability)
-            {
+            if !self.capabilities.iter().any(|(_, n)| n.as_str() == capability) {
                 let id = view.capabilities.get(capability);
                 let name = id.map_or_else(
                     || Name::from(capability.as_str()),
@@ -212,10 +202,7 @@ pub(crate) struct Demand<'a> {
 
 impl<'a> Demand<'a> {
     /// Compiles `request` against `view`.
-    pub(crate) fn compile(
-        view: &FleetView,
-        request: PlacementRequest<'a>,
-    ) -> Result<Self, PlacementError> {
+    pub(crate) fn compile(view: &FleetView, request: PlacementRequest<'a>) -> Result<Self, PlacementError> {
         let bundle = request.bundle;
         let replica_count = bundle.replica_count();
         if request.replica_index >= replica_count {
@@ -243,10 +230,7 @@ impl<'a> Demand<'a> {
         let groups = JobGroups::of(bundle);
         let group: Vec<usize> = groups.members(job_index).collect();
         let peers = placed_peers(view, &request);
-        let co_located_with = peers
-            .iter()
-            .find(|p| is_member(bundle, &group, &p.name))
-            .cloned();
+        let co_located_with = peers.iter().find(|p| is_member(bundle, &group, &p.name)).cloned();
         // "The first mover of a co-located group sizes its node for the whole
         // group"; a later member only needs room for itself.
         let sized: Vec<&JobSpec> = if co_located_with.is_none() {
@@ -266,8 +250,7 @@ impl<'a> Demand<'a> {
 
         // The placing job's own GPU ask goes first so its device is the one
         // reported as `gpuIndex`.
-        let ordered = std::iter::once(job)
-            .chain(sized.iter().copied().filter(|j| j.job_name != job.job_name));
+        let ordered = std::iter::once(job).chain(sized.iter().copied().filter(|j| j.job_name != job.job_name));
         let needs = Needs::of(view, ordered);
         Ok(Demand {
             request,
@@ -276,21 +259,13 @@ impl<'a> Demand<'a> {
             pin: request.target_node.map(|id| view.node_index(id)),
             excluded: request
                 .recovery
-                .map(|r| {
-                    r.excluded_nodes
-                        .iter()
-                        .filter_map(|id| view.node_index(id))
-                        .collect()
-                })
+                .map(|r| r.excluded_nodes.iter().filter_map(|id| view.node_index(id)).collect())
                 .unwrap_or_default(),
             warm_images: view.template_images(&job.template).to_vec(),
             spare_policy: spare_policy(&request),
             needs,
             own_gpu: job.requirements.required_gpu_capacity > 0.0,
-            group: group
-                .iter()
-                .map(|&i| bundle.jobs[i].job_name.as_str())
-                .collect(),
+            group: group.iter().map(|&i| bundle.jobs[i].job_name.as_str()).collect(),
             co_located_with,
             separated_from,
             same_az: bundle.intra_replica_placement.same_az,
@@ -301,12 +276,7 @@ impl<'a> Demand<'a> {
 
     /// Whether an occupant of a node is one of the job's co-located group
     /// (the only company an exclusive job tolerates).
-    pub(crate) fn is_group_peer(
-        &self,
-        bundle: Option<&BundleId>,
-        replica: u32,
-        job_name: &str,
-    ) -> bool {
+    pub(crate) fn is_group_peer(&self, bundle: Option<&BundleId>, replica: u32, job_name: &str) -> bool {
         bundle == Some(self.request.bundle_id)
             && replica == self.request.replica_index
             && self.group.contains(&job_name)
@@ -314,9 +284,7 @@ impl<'a> Demand<'a> {
 }
 
 fn is_member(bundle: &BundleSpec, group: &[usize], name: &Name) -> bool {
-    group
-        .iter()
-        .any(|&i| bundle.jobs[i].job_name == name.as_str())
+    group.iter().any(|&i| bundle.jobs[i].job_name == name.as_str())
 }
 
 /// Placed jobs of the same replica, the job itself excepted.

@@ -71,11 +71,7 @@ pub struct SettingsValidationError {
 }
 
 fn list(errors: &[SettingsIssue]) -> String {
-    errors
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+    errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
 }
 
 /// A validated pool list, indexed by name. Only [`validate_pools`] and
@@ -111,10 +107,7 @@ impl Pools {
     /// Checks a `hotSpares` list against these pools: one entry per pool,
     /// every pool known. Used at start and by `updateHotSpareSpecs`, which
     /// rejects the list whole.
-    pub fn validate_hot_spares(
-        &self,
-        hot_spares: &[HotSpareSpec],
-    ) -> Result<(), SettingsValidationError> {
+    pub fn validate_hot_spares(&self, hot_spares: &[HotSpareSpec]) -> Result<(), SettingsValidationError> {
         let mut errors = Vec::new();
         self.check_hot_spares(hot_spares, &mut errors);
         if errors.is_empty() {
@@ -132,10 +125,7 @@ impl Pools {
                 errors.push(issue(
                     SettingsErrorCode::UnknownPool,
                     format!("{path}.pool"),
-                    format!(
-                        "hot spares name pool {:?}, which is not configured",
-                        entry.pool
-                    ),
+                    format!("hot spares name pool {:?}, which is not configured", entry.pool),
                 ));
             }
             if !seen.insert(entry.pool.as_str()) {
@@ -160,11 +150,7 @@ impl Pools {
 }
 
 fn issue(code: SettingsErrorCode, path: String, message: String) -> SettingsIssue {
-    SettingsIssue {
-        code,
-        path,
-        message,
-    }
+    SettingsIssue { code, path, message }
 }
 
 /// Validates pools and hot spares together, listing every problem at once.
@@ -254,10 +240,7 @@ fn check_tiers(pool: &PlacementPool, path: &str, errors: &mut Vec<SettingsIssue>
             ScaleOut::Elastic if tier.candidate_instance_types.is_empty() => errors.push(issue(
                 SettingsErrorCode::NoCandidateInstanceTypes,
                 format!("{tier_path}.candidateInstanceTypes"),
-                format!(
-                    "elastic tier {:?} has no instance types to provision",
-                    tier.name
-                ),
+                format!("elastic tier {:?} has no instance types to provision", tier.name),
             )),
             ScaleOut::Elastic => {}
         }

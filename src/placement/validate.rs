@@ -159,11 +159,7 @@ pub fn validate_bundle(view: &FleetView, bundle: &BundleSpec) -> BundleValidatio
 /// "Would each replica place right now?": validation, then every job of
 /// every replica through the engine in plan order, each seeing the ones
 /// before it (on a copy of the view; nothing is kept).
-pub fn validate_bundle_admission(
-    view: &FleetView,
-    bundle_id: &BundleId,
-    bundle: &BundleSpec,
-) -> Admission {
+pub fn validate_bundle_admission(view: &FleetView, bundle_id: &BundleId, bundle: &BundleSpec) -> Admission {
     let validation = validate_bundle(view, bundle);
     if !validation.errors.is_empty() {
         return Admission::ValidationErrors {
@@ -213,8 +209,7 @@ pub fn place_dry_run(
     replica_index: u32,
     job_name: &str,
 ) -> Result<Placement, PlacementError> {
-    let request =
-        PlacementRequest::launch(bundle_id, bundle, replica_index, job_name).with_trace(true);
+    let request = PlacementRequest::launch(bundle_id, bundle, replica_index, job_name).with_trace(true);
     place(view, request, &mut SequentialNodeIds::default())
 }
 
@@ -226,10 +221,7 @@ fn check_pools(view: &FleetView, bundle: &BundleSpec, found: &mut BundleValidati
             format!("pool {:?} is not configured", bundle.pool),
         );
     }
-    if let Some(pool) = bundle
-        .resilience_policy
-        .as_ref()
-        .and_then(|r| r.pool.as_ref())
+    if let Some(pool) = bundle.resilience_policy.as_ref().and_then(|r| r.pool.as_ref())
         && view.pools().get(pool).is_none()
     {
         found.error(
@@ -292,10 +284,7 @@ fn check_jobs(bundle: &BundleSpec, found: &mut BundleValidation) {
             found.error(
                 BundleIssueCode::SingleUseRequiresExclusive,
                 format!("{path}.singleUse"),
-                format!(
-                    "job {:?} is singleUse, which requires exclusive: true",
-                    job.job_name
-                ),
+                format!("job {:?} is singleUse, which requires exclusive: true", job.job_name),
             );
         }
         check_requirements(job, &path, found);
@@ -353,12 +342,7 @@ fn check_groups(bundle: &BundleSpec, found: &mut BundleValidation) {
                 );
             }
             let b_ports = &b.requirements.required_host_ports;
-            if let Some(port) = a
-                .requirements
-                .required_host_ports
-                .iter()
-                .find(|p| b_ports.contains(p))
-            {
+            if let Some(port) = a.requirements.required_host_ports.iter().find(|p| b_ports.contains(p)) {
                 found.error(
                     BundleIssueCode::HostPortConflictInGroup,
                     format!("{path}.requirements.requiredHostPorts"),
@@ -373,7 +357,10 @@ fn check_groups(bundle: &BundleSpec, found: &mut BundleValidation) {
             found.error(
                 BundleIssueCode::SingleUseInGroup,
                 format!("{path}.singleUse"),
-                format!("single-use job {:?} is co-located with other jobs; its node is terminated when it ends", a.job_name),
+                format!(
+                    "single-use job {:?} is co-located with other jobs; its node is terminated when it ends",
+                    a.job_name
+                ),
             );
         }
     }
@@ -393,8 +380,7 @@ fn check_overrides(bundle: &BundleSpec, found: &mut BundleValidation) {
         found.warning(
             BundleIssueCode::BackupOverridesWithoutBackup,
             "backupParameterOverrides",
-            "there is no backup replica without a resiliencePolicy; the overrides are unused"
-                .to_owned(),
+            "there is no backup replica without a resiliencePolicy; the overrides are unused".to_owned(),
         );
     }
 }
@@ -408,10 +394,7 @@ fn check_satisfiable(view: &FleetView, bundle: &BundleSpec, found: &mut BundleVa
     pools.dedup();
     let groups = JobGroups::of(bundle);
     for pool_name in pools {
-        let (Some(pool_idx), Some(pool)) = (
-            view.pools().index_of(pool_name),
-            view.pools().get(pool_name),
-        ) else {
+        let (Some(pool_idx), Some(pool)) = (view.pools().index_of(pool_name), view.pools().get(pool_name)) else {
             continue;
         };
         for (i, job) in bundle.jobs.iter().enumerate() {
@@ -423,11 +406,7 @@ fn check_satisfiable(view: &FleetView, bundle: &BundleSpec, found: &mut BundleVa
                 .tiers
                 .iter()
                 .filter(|t| t.scale_out == ScaleOut::Elastic)
-                .any(|t| {
-                    t.candidate_instance_types
-                        .iter()
-                        .any(|s| shape_fits(s, &needs))
-                });
+                .any(|t| t.candidate_instance_types.iter().any(|s| shape_fits(s, &needs)));
             let node_fits_any = (0..pool.tiers.len())
                 .flat_map(|t| view.tier_nodes(pool_idx, t))
                 .any(|&n| could_ever_fit(view.node(n), &needs));
@@ -440,11 +419,7 @@ fn check_satisfiable(view: &FleetView, bundle: &BundleSpec, found: &mut BundleVa
                 job.job_name,
                 needs.capacity,
                 needs.cores,
-                needs
-                    .capabilities
-                    .iter()
-                    .map(|(_, n)| n.as_str())
-                    .collect::<Vec<_>>()
+                needs.capabilities.iter().map(|(_, n)| n.as_str()).collect::<Vec<_>>()
             );
             if pool.fixed_tier().is_some() {
                 found.warning(
@@ -462,14 +437,7 @@ fn check_satisfiable(view: &FleetView, bundle: &BundleSpec, found: &mut BundleVa
 /// Whether an empty `node` would take `needs` (its totals, not what is free
 /// now).
 fn could_ever_fit(node: &NodeEntry, needs: &Needs) -> bool {
-    let empty_gpus: Vec<GpuDevice> = node
-        .gpus
-        .iter()
-        .map(|g| GpuDevice {
-            used: 0.0,
-            ..g.clone()
-        })
-        .collect();
+    let empty_gpus: Vec<GpuDevice> = node.gpus.iter().map(|g| GpuDevice { used: 0.0, ..g.clone() }).collect();
     node.has_inventory
         && needs.capacity <= node.usable + CAPACITY_EPSILON
         && needs.cores <= node.total_cores

@@ -6,8 +6,7 @@
 
 use norsk_auto_manager::model::{BundleId, BundleSpec, FleetSnapshot, PlacementPool};
 use norsk_auto_manager::placement::{
-    FleetView, Outcome, Placement, PlacementRequest, Pools, Rejection, SequentialNodeIds, Verdict,
-    validate_pools,
+    FleetView, Outcome, Placement, PlacementRequest, Pools, Rejection, SequentialNodeIds, Verdict, validate_pools,
 };
 
 /// One pool `p` with one fixed tier `t`: nothing is ever provisioned.
@@ -68,10 +67,13 @@ pub fn node_of(placement: &Placement) -> Option<&str> {
 pub fn rejection(placement: &Placement, node: &str) -> Option<Rejection> {
     let trace = placement.trace.as_ref().expect("trace recorded");
     let tier = trace.tiers.first().expect("a tier walked");
-    tier.nodes.iter().find(|n| n.node_id.as_str() == node).and_then(|n| match &n.verdict {
-        Verdict::Rejected { rejection, .. } => Some(rejection.clone()),
-        Verdict::Survived { .. } => None,
-    })
+    tier.nodes
+        .iter()
+        .find(|n| n.node_id.as_str() == node)
+        .and_then(|n| match &n.verdict {
+            Verdict::Rejected { rejection, .. } => Some(rejection.clone()),
+            Verdict::Survived { .. } => None,
+        })
 }
 
 /// Applies a placement to the view, as plan does.

@@ -50,8 +50,8 @@ use kube::{
     config::{AuthInfo, KubeConfigOptions, Kubeconfig},
 };
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose,
 };
 
 const BINARIES: [&str; 4] = ["etcd", "kube-apiserver", "kubectl", "helm"];
@@ -63,8 +63,7 @@ const LOG_TAIL_LINES: usize = 40;
 /// Panics (failing the calling test) when it cannot start; the message carries the tail of
 /// the etcd and kube-apiserver logs. Later callers get the same failure without retrying.
 pub async fn shared() -> &'static ControlPlane {
-    static SHARED: tokio::sync::OnceCell<Result<ControlPlane, String>> =
-        tokio::sync::OnceCell::const_new();
+    static SHARED: tokio::sync::OnceCell<Result<ControlPlane, String>> = tokio::sync::OnceCell::const_new();
     match SHARED.get_or_init(ControlPlane::start).await {
         Ok(control_plane) => control_plane,
         Err(message) => panic!("control plane unavailable: {message}"),
@@ -240,18 +239,14 @@ impl ControlPlane {
 
     async fn wait_ready(&self, timeout: Duration) -> Result<(), StartFailure> {
         let started = Instant::now();
-        let client = Client::try_from(self.config.clone())
-            .map_err(|e| StartFailure::plain(format!("client: {e}")))?;
+        let client = Client::try_from(self.config.clone()).map_err(|e| StartFailure::plain(format!("client: {e}")))?;
         let mut last = String::from("no answer yet");
         loop {
             if let Some((name, status)) = self.exited() {
                 return Err(self.failure(format!("{name} exited ({status}) during start")));
             }
-            let request = http::Request::get("/readyz")
-                .body(Vec::new())
-                .expect("static request");
-            match tokio::time::timeout(Duration::from_secs(5), client.request_text(request)).await
-            {
+            let request = http::Request::get("/readyz").body(Vec::new()).expect("static request");
+            match tokio::time::timeout(Duration::from_secs(5), client.request_text(request)).await {
                 Ok(Ok(body)) if body.trim() == "ok" => return Ok(()),
                 Ok(Ok(body)) => last = body,
                 Ok(Err(e)) => last = e.to_string(),
@@ -514,11 +509,7 @@ fn run_with_stdin(mut command: Command, input: &str) -> io::Result<Output> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
-    child
-        .stdin
-        .take()
-        .expect("piped stdin")
-        .write_all(input.as_bytes())?;
+    child.stdin.take().expect("piped stdin").write_all(input.as_bytes())?;
     child.wait_with_output()
 }
 
@@ -538,9 +529,7 @@ impl Pki {
     fn generate() -> Result<Pki, rcgen::Error> {
         let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "norsk-test-ca");
+        ca_params.distinguished_name.push(DnType::CommonName, "norsk-test-ca");
         ca_params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
             KeyUsagePurpose::CrlSign,
@@ -556,9 +545,7 @@ impl Pki {
             "kubernetes.default".to_owned(),
             "kubernetes.default.svc".to_owned(),
         ])?;
-        serving
-            .distinguished_name
-            .push(DnType::CommonName, "kube-apiserver");
+        serving.distinguished_name.push(DnType::CommonName, "kube-apiserver");
         serving.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let serving_cert = serving.signed_by(&serving_key, &ca)?;
@@ -634,11 +621,7 @@ fn spawn_tied_to_process(mut command: Command, log: &Path) -> io::Result<Child> 
     let out = File::create(log)?;
     let err = out.try_clone()?;
     let parent = std::process::id();
-    command
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .process_group(0);
+    command.stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);
     // SAFETY: the hook runs between fork and exec and only makes async-signal-safe calls.
     unsafe {
         command.pre_exec(move || {
@@ -659,9 +642,7 @@ fn spawn_tied_to_process(mut command: Command, log: &Path) -> io::Result<Child> 
     let child = answer
         .recv()
         .map_err(|_| io::Error::other("spawner thread did not answer"))??;
-    LIVE.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(child.id());
+    LIVE.lock().unwrap_or_else(|p| p.into_inner()).push(child.id());
     if let Some(dir) = log.parent() {
         let mut dirs = DIRS_AT_EXIT.lock().unwrap_or_else(|p| p.into_inner());
         if !dirs.iter().any(|d| d == dir) {
@@ -679,9 +660,7 @@ fn kill_group(pid: u32) {
 }
 
 fn forget_pid(pid: u32) {
-    LIVE.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .retain(|p| *p != pid);
+    LIVE.lock().unwrap_or_else(|p| p.into_inner()).retain(|p| *p != pid);
 }
 
 extern "C" fn kill_all_at_exit() {

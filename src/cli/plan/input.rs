@@ -77,11 +77,18 @@ pub fn read_fleet(file: &Path) -> Result<FleetSnapshot, InputError> {
 }
 
 fn read(file: &Path) -> Result<String, InputError> {
-    std::fs::read_to_string(file).map_err(|source| InputError::Unreadable { file: file.to_owned(), source })
+    std::fs::read_to_string(file).map_err(|source| InputError::Unreadable {
+        file: file.to_owned(),
+        source,
+    })
 }
 
 fn document_error(file: &Path, document: usize, message: String) -> InputError {
-    InputError::Document { file: file.to_owned(), document, message }
+    InputError::Document {
+        file: file.to_owned(),
+        document,
+        message,
+    }
 }
 
 /// Reads every non-empty document of `file` as a `K`. The documents are

@@ -57,7 +57,10 @@ pub fn json(rows: &[PlanRow]) -> Result<String, serde_json::Error> {
                 errors: row
                     .errors
                     .iter()
-                    .map(|e| JsonError { code: e.code, message: e.to_string() })
+                    .map(|e| JsonError {
+                        code: e.code,
+                        message: e.to_string(),
+                    })
                     .collect(),
                 trace: match &row.trace {
                     Some(trace) => serde_json::to_value(trace)?,
@@ -72,7 +75,18 @@ pub fn json(rows: &[PlanRow]) -> Result<String, serde_json::Error> {
 /// The plan as a table, one row per job, then validation messages and (with
 /// traces) each placement's trace.
 pub fn table(rows: &[PlanRow]) -> String {
-    let header = ["BUNDLE", "REPLICA", "JOB", "OUTCOME", "NODE", "POOL", "TIER", "INSTANCE TYPE", "GPU", "RESILIENCE"];
+    let header = [
+        "BUNDLE",
+        "REPLICA",
+        "JOB",
+        "OUTCOME",
+        "NODE",
+        "POOL",
+        "TIER",
+        "INSTANCE TYPE",
+        "GPU",
+        "RESILIENCE",
+    ];
     let body: Vec<Vec<String>> = rows
         .iter()
         .map(|row| {
@@ -100,12 +114,20 @@ pub fn table(rows: &[PlanRow]) -> String {
             out.push_str(&format!("error   {}: {} [{}]\n", row.bundle, error, code(&error.code)));
         }
         for warning in &row.warnings {
-            out.push_str(&format!("warning {}: {} [{}]\n", row.bundle, warning, code(&warning.code)));
+            out.push_str(&format!(
+                "warning {}: {} [{}]\n",
+                row.bundle,
+                warning,
+                code(&warning.code)
+            ));
         }
     }
     for row in rows {
         if let Some(trace) = &row.trace {
-            out.push_str(&format!("\n{} replica {} job {}:\n", row.bundle, row.replica_index, row.job_name));
+            out.push_str(&format!(
+                "\n{} replica {} job {}:\n",
+                row.bundle, row.replica_index, row.job_name
+            ));
             out.push_str(&explain(trace));
         }
     }
@@ -123,7 +145,11 @@ fn explain(trace: &Trace) -> String {
             .iter()
             .map(|n| match &n.verdict {
                 Verdict::Rejected { filter, rejection } => {
-                    vec![n.node_id.to_string(), format!("rejected: {}", code(filter)), rejection.to_string()]
+                    vec![
+                        n.node_id.to_string(),
+                        format!("rejected: {}", code(filter)),
+                        rejection.to_string(),
+                    ]
                 }
                 Verdict::Survived { key } => vec![n.node_id.to_string(), "survived".to_owned(), key.to_string()],
             })
@@ -151,11 +177,19 @@ fn outcome_name(outcome: PlannedOutcome) -> &'static str {
 }
 
 fn resilience(row: &PlanRow) -> String {
-    let mut parts: Vec<String> = row.resilience_violations.iter().map(|f| format!("violates {}", code(f))).collect();
+    let mut parts: Vec<String> = row
+        .resilience_violations
+        .iter()
+        .map(|f| format!("violates {}", code(f)))
+        .collect();
     if row.interruptible_primary_without_durable_backup {
         parts.push("interruptible primary without durable backup".to_owned());
     }
-    if parts.is_empty() { "-".to_owned() } else { parts.join(", ") }
+    if parts.is_empty() {
+        "-".to_owned()
+    } else {
+        parts.join(", ")
+    }
 }
 
 fn why_not(why: &NoProvisionReason) -> String {
