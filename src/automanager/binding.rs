@@ -1,6 +1,6 @@
 //! "Where is job J": one record per bundle job. The record holds the job as
 //! Manager last described it, its binding (node, instance key, placement of
-//! record, phase, in-flight gate), its restart history and what its next
+//! record, phase), its in-flight gate, its restart history and what its next
 //! placement must honour (recovery context, earliest attempt). No other
 //! module keeps a second answer to "where is J".
 
@@ -33,9 +33,6 @@ pub struct Binding {
     pub gpu_index: Option<u32>,
     /// Where it is in its life.
     pub phase: BindingPhase,
-    /// The in-flight gate: the RPC whose result is awaited. While set, the
-    /// job is never dispatched again.
-    pub in_flight: Option<RequestId>,
     /// The placement has not yet been counted as succeeded or
     /// dispatch-failed (its first wire call is still to come or pending).
     pub uncounted: bool,
@@ -50,6 +47,10 @@ pub struct JobRecord {
     pub bundle_ref: BundleJobRef,
     /// Its placement of record, if bound.
     pub binding: Option<Binding>,
+    /// The in-flight gate: the `StartJob` whose result is awaited. While
+    /// set the job is never dispatched (nor placed) again, even if the
+    /// binding it was for has ended meanwhile.
+    pub in_flight: Option<RequestId>,
     /// History entries already applied.
     pub history_seen: usize,
     /// Restarts in the trailing hour.
@@ -74,6 +75,7 @@ impl JobRecord {
             job,
             bundle_ref,
             binding: None,
+            in_flight: None,
             history_seen: 0,
             restarts: RestartHistory::default(),
             recovery: None,

@@ -362,6 +362,7 @@ impl AutoManagerCore {
     /// When a job may be placed (see the rules in `dispatch`).
     pub(super) fn readiness(&self, record: &JobRecord) -> Readiness {
         if record.binding.is_some()
+            || record.in_flight.is_some()
             || record.dropped
             || record.job.dormant
             || record.job.terminal_verdict.is_some()

@@ -110,12 +110,19 @@ impl AutoManagerCore {
             request = request.recovering(context);
         }
         self.counters.placements_attempted += 1;
+        if recovery.is_some()
+            && let Some(record) = self.jobs.get_mut(job_id)
+        {
+            // Every recovery attempt counts for the spacing, whatever it
+            // found.
+            record.last_recovery_at = Some(now);
+        }
         let mut ids = NodeIds {
             serial: &mut self.next_node_serial,
         };
         let placement = match place(view, request, &mut ids) {
             Ok(placement) => placement,
-            Err(e) => return self.placement_failed(job_id, e.to_string()),
+            Err(e) => return self.placement_failed(job_id, e.to_string(), now),
         };
         let decision = match &placement.outcome {
             Outcome::Placed {
@@ -155,7 +162,7 @@ impl AutoManagerCore {
         })));
         let (node_id, gpu_index) = match decision {
             Decision::NoCapacityInAnyPool => {
-                return self.placement_failed(job_id, "noCapacityInAnyPool".to_owned());
+                return self.placement_failed(job_id, "noCapacityInAnyPool".to_owned(), now);
             }
             Decision::Placed { node_id, gpu_index, .. } => (node_id, gpu_index),
             Decision::Provision {
@@ -194,23 +201,23 @@ impl AutoManagerCore {
                 instance_key: InstanceKey::slot(Slot::of_replica(job_ref.replica_index)),
                 gpu_index,
                 phase: BindingPhase::AwaitingNode,
-                in_flight: None,
                 uncounted: true,
             });
             record.awaiting_capacity_since = None;
-            if record.recovery.take().is_some() {
-                record.last_recovery_at = Some(now);
-            }
+            record.recovery = None;
         }
         if running {
             self.dispatch_start(job_id);
         }
     }
 
-    fn placement_failed(&mut self, job_id: &JobId, reason: String) {
+    fn placement_failed(&mut self, job_id: &JobId, reason: String, now: UnixMillis) {
         self.counters.placements_failed += 1;
         if let Some(record) = self.jobs.get_mut(job_id) {
             record.awaiting_capacity_since = Some(self.fleet_epoch);
+            if record.recovery.is_some() {
+                record.not_before = now + MIN_RECOVERY_INTERVAL_MS;
+            }
         }
         self.notify(Notification::PlacementFailed {
             job_id: job_id.clone(),
@@ -279,11 +286,14 @@ impl AutoManagerCore {
     }
 
     fn dispatch_start(&mut self, job_id: &JobId) {
-        let Some(binding) = self.jobs.get(job_id).and_then(|r| r.binding.as_ref()) else {
+        let Some(record) = self.jobs.get(job_id) else {
+            return;
+        };
+        let Some(binding) = &record.binding else {
             return;
         };
         // The in-flight gate: never a second dispatch while one is pending.
-        if binding.in_flight.is_some() || binding.phase != BindingPhase::AwaitingNode {
+        if record.in_flight.is_some() || binding.phase != BindingPhase::AwaitingNode {
             return;
         }
         let rpc = Rpc::StartJob {
@@ -297,9 +307,11 @@ impl AutoManagerCore {
                 .map_or_else(|| binding.instance_key.0.clone(), |s| s.as_str().to_owned()),
         };
         let id = self.call(rpc, Pending::StartJob(job_id.clone()));
-        if let Some(binding) = self.jobs.get_mut(job_id).and_then(|r| r.binding.as_mut()) {
-            binding.phase = BindingPhase::Dispatched;
-            binding.in_flight = Some(id);
+        if let Some(record) = self.jobs.get_mut(job_id) {
+            record.in_flight = Some(id);
+            if let Some(binding) = record.binding.as_mut() {
+                binding.phase = BindingPhase::Dispatched;
+            }
         }
     }
 
@@ -324,13 +336,16 @@ impl AutoManagerCore {
     }
 
     fn start_result(&mut self, job_id: &JobId, id: RequestId, result: Result<(), RpcFailure>, now: UnixMillis) {
-        let Some(record) = self.jobs.get_mut(job_id) else {
+        let Some(record) = self.jobs.get_mut(job_id).filter(|r| r.in_flight == Some(id)) else {
             return;
         };
-        let Some(binding) = record.binding.as_mut().filter(|b| b.in_flight == Some(id)) else {
+        record.in_flight = None;
+        // While the gate was shut the job could not be placed again, so a
+        // binding now is the one this start was for; none means it ended
+        // meanwhile (its node lost) and there is nothing more to do.
+        let Some(binding) = record.binding.as_mut() else {
             return;
         };
-        binding.in_flight = None;
         let counted = std::mem::replace(&mut binding.uncounted, false);
         match result {
             Ok(()) => {

@@ -139,7 +139,6 @@ impl AutoManagerCore {
                     instance_key: crate::model::InstanceKey::slot(slot),
                     gpu_index: None,
                     phase: BindingPhase::AwaitingNode,
-                    in_flight: None,
                     uncounted: false,
                 });
             }
@@ -312,7 +311,6 @@ impl AutoManagerCore {
                     instance_key: role,
                     gpu_index: None,
                     phase,
-                    in_flight: None,
                     uncounted: false,
                 });
             }

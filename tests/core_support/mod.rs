@@ -48,7 +48,8 @@ pub fn settings() -> AutoSettings {
 pub struct Harness {
     pub core: AutoManagerCore,
     pub now: UnixMillis,
-    pub actions: Vec<Action>,
+    /// Every action emitted and not yet taken, with the time it was emitted.
+    pub actions: Vec<(UnixMillis, Action)>,
     pub next_deadline: Option<UnixMillis>,
     next_command: u64,
 }
@@ -84,7 +85,8 @@ impl Harness {
     /// Feeds one input at the current time.
     pub fn input(&mut self, input: Input) {
         let step = self.core.handle(input, self.now);
-        self.actions.extend(step.actions);
+        let now = self.now;
+        self.actions.extend(step.actions.into_iter().map(|a| (now, a)));
         self.next_deadline = step.next_deadline;
     }
 
@@ -119,7 +121,7 @@ impl Harness {
     /// Every RPC emitted so far (drained), in order.
     pub fn take_calls(&mut self) -> Vec<(RequestId, Rpc)> {
         let mut calls = Vec::new();
-        self.actions.retain(|a| match a {
+        self.actions.retain(|(_, a)| match a {
             Action::Call { id, rpc } => {
                 calls.push((*id, rpc.clone()));
                 false
@@ -132,7 +134,7 @@ impl Harness {
     /// Every notification emitted so far (drained), in order.
     pub fn take_notifications(&mut self) -> Vec<Notification> {
         let mut out = Vec::new();
-        self.actions.retain(|a| match a {
+        self.actions.retain(|(_, a)| match a {
             Action::Notify(n) => {
                 out.push(n.clone());
                 false
@@ -145,7 +147,7 @@ impl Harness {
     /// Every command reply so far (drained).
     pub fn take_replies(&mut self) -> Vec<(CommandId, Result<(), CommandError>)> {
         let mut out = Vec::new();
-        self.actions.retain(|a| match a {
+        self.actions.retain(|(_, a)| match a {
             Action::Reply { command, result } => {
                 out.push((*command, result.clone()));
                 false
