@@ -90,6 +90,13 @@ impl AutoManagerCore {
         let mut core = Self::new(valid, previous.started_at);
         core.counters = previous.counters.clone();
         core.next_request = previous.next_request;
+        // Commands still waiting on Manager are answered by the new core.
+        core.pending = previous
+            .pending
+            .iter()
+            .filter(|(_, p)| matches!(p, Pending::Command(_)))
+            .map(|(id, p)| (*id, p.clone()))
+            .collect();
         core
     }
 

@@ -24,6 +24,7 @@ pub mod fleet;
 pub mod metrics;
 pub mod notification;
 pub mod recovery;
+pub mod runtime;
 pub mod settings;
 
 use std::collections::BTreeMap;
@@ -33,6 +34,7 @@ use serde::Serialize;
 pub use self::core::AutoManagerCore;
 pub use metrics::{Metrics, PoolGauge};
 pub use notification::{Decision, Notification, PlacementDecisionInfo};
+pub use runtime::{AutoManager, AutoManagerHandle, QueryError, RunError, RunOptions};
 pub use settings::{AutoSettings, AutoSettingsValidationError, validate_auto_settings};
 
 use crate::model::{
