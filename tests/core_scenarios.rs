@@ -708,3 +708,38 @@ fn placement_failure_is_reported_and_retried_when_capacity_appears() {
     h.cluster_node("a", 4.0);
     assert_eq!(start_jobs(&h.take_calls()).len(), 1);
 }
+
+#[test]
+fn restart_history_survives_rehydration_from_manager_history() {
+    let mut settings = settings();
+    settings.max_restarts_per_hour = Some(2);
+    let mut h = Harness::with(settings);
+    h.cluster_node("a", 4.0);
+    h.cluster_node("b", 4.0);
+    let bundle = bundle("b", ONE_JOB);
+    h.event(ManagerEvent::BundleUpdated(bundle.clone()));
+    let mut job = jobs_of(&bundle).remove(0);
+    let role = norsk_auto_manager::model::InstanceKey("primary".into());
+    for (at, node) in [(h.now - 20_000, "a"), (h.now - 10_000, "b")] {
+        job.history.push(JobHistoryEntry::Stopping {
+            at: Some(at),
+            role: role.clone(),
+            node_id: Some(NodeId::from(node)),
+            reason: norsk_auto_manager::model::JobStopReason::JobFailed,
+        });
+    }
+    job.history.push(JobHistoryEntry::Running {
+        at: Some(h.now - 5_000),
+        role,
+        node_id: Some(NodeId::from("a")),
+    });
+    let id = job.job_id.clone();
+    h.event(ManagerEvent::JobActive(job));
+    h.event(ManagerEvent::InitialDataComplete);
+    h.failed(&id, &NodeId::from("a"));
+    assert_eq!(
+        h.core.broken_bundles().len(),
+        1,
+        "the two failures before the reconnect were forgotten"
+    );
+}

@@ -36,7 +36,8 @@ pub(super) enum Readiness {
 }
 
 /// The AutoManager core (see the module docs of [`crate::automanager`]).
-#[derive(Debug)]
+/// Cloning it forks the whole state (what benchmarks and what-if runs do).
+#[derive(Clone, Debug)]
 pub struct AutoManagerCore {
     pub(super) settings: AutoSettings,
     pub(super) pools: Pools,

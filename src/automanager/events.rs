@@ -240,6 +240,9 @@ impl AutoManagerCore {
         let fresh: Vec<JobHistoryEntry> = record.job.history[record.history_seen..].to_vec();
         record.history_seen = record.job.history.len();
         for entry in fresh {
+            if !self.hydrated {
+                self.replay_restart(job_id, &entry);
+            }
             match entry {
                 JobHistoryEntry::Provisioned {
                     role,
@@ -271,6 +274,25 @@ impl AutoManagerCore {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// While hydrating, the restart history is rebuilt from Manager's job
+    /// history — every runtime failure since the job's spec last changed —
+    /// so a fresh core after a reconnect keeps counting against the same
+    /// ceiling ("the history clears when the bundle is updated").
+    fn replay_restart(&mut self, job_id: &JobId, entry: &JobHistoryEntry) {
+        let Some(record) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        match entry {
+            JobHistoryEntry::Updated { .. } => record.restarts.clear(),
+            JobHistoryEntry::Stopping {
+                at: Some(at),
+                reason: JobStopReason::JobFailed | JobStopReason::UnknownJob | JobStopReason::Unknown(_),
+                ..
+            } => record.restarts.replay(*at),
+            _ => {}
         }
     }
 

@@ -173,7 +173,9 @@ impl Fleet {
                 unhealthy: node.health.is_unhealthy(),
                 spare: node.tags.get(tags::SPARE).is_some_and(|v| v == "true"),
                 spare_spec: Default::default(),
-                tags: node.tags.clone(),
+                // Placement reads pool, tier and spare from the fields above;
+                // copying every tag of every node would only cost.
+                tags: BTreeMap::new(),
                 inventory: node.inventory.clone().or_else(|| {
                     let p = node.provisioned.as_ref()?;
                     let shape = shape_of(pools, p)?;

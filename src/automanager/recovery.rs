@@ -70,6 +70,12 @@ impl RestartHistory {
         self.restarts.clear();
     }
 
+    /// Adds a restart that happened at `at` (rebuilding the history from
+    /// Manager's job history at hydration).
+    pub fn replay(&mut self, at: UnixMillis) {
+        self.record(at);
+    }
+
     fn record(&mut self, now: UnixMillis) {
         while self.restarts.front().is_some_and(|&at| at <= now - RESTART_WINDOW_MS) {
             self.restarts.pop_front();
