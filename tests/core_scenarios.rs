@@ -452,10 +452,20 @@ fn broken_mark_clears_when_the_bundle_is_updated() {
     h.ok_all();
     bundle.generation = 2;
     h.command(Command::UpdateBundle(bundle));
-    assert!(h.core.broken_bundles().is_empty());
+    assert_eq!(
+        h.core.broken_bundles().len(),
+        1,
+        "revived before Manager accepted the update"
+    );
     let calls = h.take_calls();
-    assert!(calls.iter().any(|(_, r)| matches!(r, Rpc::UpdateBundle(_))));
-    assert_eq!(start_jobs(&calls).len(), 1, "the revived bundle was not placed");
+    assert!(matches!(calls[0].1, Rpc::UpdateBundle(_)));
+    h.ok(calls[0].0);
+    assert!(h.core.broken_bundles().is_empty());
+    assert_eq!(
+        start_jobs(&h.take_calls()).len(),
+        1,
+        "the revived bundle was not placed"
+    );
 }
 
 #[test]
@@ -741,5 +751,26 @@ fn restart_history_survives_rehydration_from_manager_history() {
         h.core.broken_bundles().len(),
         1,
         "the two failures before the reconnect were forgotten"
+    );
+}
+
+#[test]
+fn a_terminated_node_manager_no_longer_knows_is_forgotten() {
+    let mut h = empty_hydrated();
+    h.bundle("b", ONE_JOB);
+    let calls = h.take_calls();
+    let (node, _, _) = create_node(&calls).unwrap();
+    h.ok(calls[0].0);
+    h.advance(600_000);
+    let terminate = h
+        .take_calls()
+        .into_iter()
+        .find(|(_, r)| matches!(r, Rpc::TerminateNode { .. }))
+        .expect("terminated past its startup grace");
+    assert!(h.core.fleet().contains(&node));
+    h.fail(terminate.0, RpcFailureKind::NotFound);
+    assert!(
+        !h.core.fleet().contains(&node),
+        "it would count against maxNodes forever"
     );
 }

@@ -24,8 +24,14 @@ pub(super) enum Pending {
         node_id: crate::model::NodeId,
         for_job: JobId,
     },
+    TerminateNode(crate::model::NodeId),
     Other,
-    Command(CommandId),
+    /// A command's RPC; on success the bundle named is revived (an update
+    /// or delete clears its broken mark and restart histories).
+    Command {
+        id: CommandId,
+        revives: Option<BundleId>,
+    },
 }
 
 /// When a job may be placed.
@@ -95,7 +101,7 @@ impl AutoManagerCore {
         core.pending = previous
             .pending
             .iter()
-            .filter(|(_, p)| matches!(p, Pending::Command(_)))
+            .filter(|(_, p)| matches!(p, Pending::Command { .. }))
             .map(|(id, p)| (*id, p.clone()))
             .collect();
         core
@@ -290,31 +296,28 @@ impl AutoManagerCore {
     }
 
     fn command(&mut self, id: CommandId, command: Command, _now: UnixMillis) {
-        let rpc = match command {
+        let (rpc, revives) = match command {
             Command::CreateBundle(bundle) => match self.refuse_invalid(&bundle) {
                 Some(error) => return self.reply(id, Err(error)),
-                None => Rpc::CreateBundle(bundle),
+                None => (Rpc::CreateBundle(bundle), None),
             },
             Command::UpdateBundle(bundle) => match self.refuse_invalid(&bundle) {
                 Some(error) => return self.reply(id, Err(error)),
                 None => {
-                    self.revive(&bundle.bundle_id);
-                    Rpc::UpdateBundle(bundle)
+                    let bundle_id = bundle.bundle_id.clone();
+                    (Rpc::UpdateBundle(bundle), Some(bundle_id))
                 }
             },
-            Command::DeleteBundle(bundle_id) => {
-                self.revive(&bundle_id);
-                Rpc::DeleteBundle(bundle_id)
-            }
-            Command::StartBundleJob(job) => Rpc::StartBundleJob(job),
-            Command::StopBundleJob(job) => Rpc::StopBundleJob(job),
+            Command::DeleteBundle(bundle_id) => (Rpc::DeleteBundle(bundle_id.clone()), Some(bundle_id)),
+            Command::StartBundleJob(job) => (Rpc::StartBundleJob(job), None),
+            Command::StopBundleJob(job) => (Rpc::StopBundleJob(job), None),
             Command::SetTemplateImages(images) => {
                 self.settings.template_images = images;
                 self.fleet_epoch += 1;
                 return self.reply(id, Ok(()));
             }
         };
-        self.call(rpc, Pending::Command(id));
+        self.call(rpc, Pending::Command { id, revives });
     }
 
     fn refuse_invalid(&mut self, bundle: &Bundle) -> Option<CommandError> {
@@ -357,7 +360,7 @@ impl AutoManagerCore {
             .pending
             .values()
             .filter_map(|p| match p {
-                Pending::Command(id) => Some(*id),
+                Pending::Command { id, .. } => Some(*id),
                 _ => None,
             })
             .collect();

@@ -17,7 +17,7 @@ use super::core::{AutoManagerCore, Pending, Readiness};
 use super::fleet::{Provisioned, provisioned_tags};
 use super::notification::{Decision, PlacementDecisionInfo};
 use super::recovery::{FailureVerdict, LossCause, MIN_RECOVERY_INTERVAL_MS, PROVISION_FAILURE_BACKOFF_MS, judge};
-use super::{CommandError, Notification, RequestId, Rpc, RpcFailure};
+use super::{CommandError, Notification, RequestId, Rpc, RpcFailure, RpcFailureKind};
 
 /// Prospective node ids: `<pool>-<tier>-<serial>`, the serial counting up
 /// for the core's life and skipping ids the fleet holds, so the same inputs
@@ -320,9 +320,25 @@ impl AutoManagerCore {
             return;
         };
         match pending {
-            Pending::Command(command) => {
+            Pending::Command { id: command, revives } => {
+                if let (Ok(()), Some(bundle_id)) = (&result, revives) {
+                    self.revive(&bundle_id);
+                }
                 self.reply(command, result.map_err(CommandError::Manager));
             }
+            Pending::TerminateNode(node_id) => match result {
+                // Manager no longer knows it (it never came up, or is gone
+                // already): forget it, or it would count against its tier's
+                // `maxNodes` forever.
+                Err(failure) if failure.kind == RpcFailureKind::NotFound => {
+                    self.fleet.remove(&node_id);
+                    self.fleet_epoch += 1;
+                }
+                Err(failure) => self.notify(Notification::Error {
+                    message: format!("terminating {node_id} failed: {}", failure.message),
+                }),
+                Ok(()) => {}
+            },
             Pending::StartJob(job_id) => self.start_result(&job_id, id, result, now),
             Pending::CreateNode { node_id, for_job } => self.create_result(&node_id, &for_job, result, now),
             Pending::Other => {
@@ -539,7 +555,7 @@ impl AutoManagerCore {
             Rpc::TerminateNode {
                 node_id: node_id.clone(),
             },
-            Pending::Other,
+            Pending::TerminateNode(node_id.clone()),
         );
         self.notify(Notification::NodeTerminated {
             node_id: node_id.clone(),

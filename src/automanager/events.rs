@@ -80,8 +80,9 @@ impl AutoManagerCore {
                     detail: detail.clone(),
                 });
                 let settings = &self.settings;
-                let node = self.fleet.entry(&node_id, NodePhase::Running);
-                if node.health.record_rejection(settings, now) {
+                if let Some(node) = self.fleet.get_mut(&node_id)
+                    && node.health.record_rejection(settings, now)
+                {
                     self.fleet_epoch += 1;
                     self.notify(Notification::NodeUnhealthy {
                         node_id: node_id.clone(),
