@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 pub mod plan;
 pub mod sim;
 pub mod simctl;
+pub mod standalone;
 
 /// Placement policy for fleets of Norsk live-video workers.
 #[derive(Debug, Parser)]
@@ -27,6 +28,9 @@ pub enum Command {
     Simctl(simctl::Args),
     /// Plan bundles against a fleet snapshot offline, with a full trace.
     Plan(plan::Args),
+    /// Run the AutoManager against a Manager without Kubernetes: settings,
+    /// pools and a bundle directory from YAML, notifications printed.
+    Standalone(standalone::Args),
 }
 
 /// Runs the parsed command line and returns the process exit code.
@@ -35,5 +39,6 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Sim(args) => sim::run(args).await,
         Command::Simctl(args) => simctl::run(args).await,
         Command::Plan(args) => plan::run(args).await,
+        Command::Standalone(args) => standalone::run(args).await,
     }
 }
