@@ -774,3 +774,23 @@ fn a_terminated_node_manager_no_longer_knows_is_forgotten() {
         "it would count against maxNodes forever"
     );
 }
+
+#[test]
+fn a_recovery_keeps_away_from_the_failed_node_after_a_refused_provision() {
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.event(ManagerEvent::InitialDataComplete);
+    h.bundle("b", ONE_JOB);
+    let job = job_id("b", 0, "encode");
+    h.start_all();
+    h.failed(&job, &NodeId::from("a"));
+    let calls = h.take_calls();
+    let (aws, _, _) = create_node(&calls).expect("the recovery provisions: `a` is excluded");
+    h.fail(calls[0].0, RpcFailureKind::InsufficientCapacity);
+    h.advance(5_000);
+    let calls = h.take_calls();
+    assert!(start_jobs(&calls).is_empty(), "sent back to the node it failed on");
+    let (oci, provider, _) = create_node(&calls).expect("the cascade spills on");
+    assert_ne!(oci, aws);
+    assert_eq!(provider, ProviderKind::Oci);
+}

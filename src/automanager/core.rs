@@ -13,6 +13,7 @@ use crate::placement::{
 use super::binding::JobRecord;
 use super::fleet::Fleet;
 use super::metrics::{Counters, Metrics, PoolGauge};
+use super::recovery::MIN_RECOVERY_INTERVAL_MS;
 use super::settings::ValidSettings;
 use super::{Action, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId, Rpc, Step};
 
@@ -388,8 +389,14 @@ impl AutoManagerCore {
         if bundle.state != BundleState::Live {
             return Readiness::Never;
         }
+        // `MIN_RECOVERY_INTERVAL_MS` between consecutive recovery attempts,
+        // however the previous one ended.
+        let not_before = match (&record.recovery, record.last_recovery_at) {
+            (Some(_), Some(last)) => record.not_before.max(last + MIN_RECOVERY_INTERVAL_MS),
+            _ => record.not_before,
+        };
         let at = match (record.job.state, record.job.start_date_time) {
-            (JobState::Active, _) => record.not_before,
+            (JobState::Active, _) => not_before,
             // A scheduled start is placed `placementLeadMs` ahead.
             (JobState::Pre, Some(start)) => {
                 let pool = bundle.spec.pool_for_replica(record.bundle_ref.replica_index);
@@ -400,7 +407,7 @@ impl AutoManagerCore {
                         .max()
                         .unwrap_or(0)
                 });
-                record.not_before.max(start - lead as i64)
+                not_before.max(start - lead as i64)
             }
             _ => return Readiness::Never,
         };

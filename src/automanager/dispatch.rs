@@ -204,7 +204,6 @@ impl AutoManagerCore {
                 uncounted: true,
             });
             record.awaiting_capacity_since = None;
-            record.recovery = None;
         }
         if running {
             self.dispatch_start(job_id);
@@ -365,6 +364,10 @@ impl AutoManagerCore {
         let counted = std::mem::replace(&mut binding.uncounted, false);
         match result {
             Ok(()) => {
+                // The re-placement is done: its context (the nodes to keep
+                // away from) is kept until here, so a refused provision or
+                // dispatch never sends the job back to the node it failed on.
+                record.recovery = None;
                 if counted {
                     self.counters.placements_succeeded += 1;
                 }
@@ -411,6 +414,13 @@ impl AutoManagerCore {
         for record in self.jobs.values_mut() {
             if record.is_bound_to(node_id) {
                 record.binding = None;
+                // A recovery's next attempt keeps its spacing.
+                if record.recovery.is_some() {
+                    let earliest = record
+                        .last_recovery_at
+                        .map_or(now, |last| last + MIN_RECOVERY_INTERVAL_MS);
+                    record.not_before = record.not_before.max(earliest);
+                }
             }
         }
         self.notify(Notification::Error {
@@ -439,10 +449,8 @@ impl AutoManagerCore {
                         on_runtime_failure: Some(requirements.on_runtime_failure),
                         excluded_nodes: vec![binding.node_id.clone()],
                     });
-                    // `MIN_RECOVERY_INTERVAL_MS` between consecutive recoveries.
-                    record.not_before = record
-                        .last_recovery_at
-                        .map_or(now, |last| now.max(last + MIN_RECOVERY_INTERVAL_MS));
+                    // Spaced from the previous recovery by `readiness`.
+                    record.not_before = now;
                 }
                 FailureVerdict::Terminal {
                     reason,

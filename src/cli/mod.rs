@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod demo;
 pub mod plan;
 pub mod sim;
 pub mod simctl;
@@ -31,6 +32,9 @@ pub enum Command {
     /// Run the AutoManager against a Manager without Kubernetes: settings,
     /// pools and a bundle directory from YAML, notifications printed.
     Standalone(standalone::Args),
+    /// A scripted tour against an in-process simulator: node loss, tier
+    /// spill, a crash loop breaking its bundle, an invalid spec.
+    Demo(demo::Args),
 }
 
 /// Runs the parsed command line and returns the process exit code.
@@ -40,5 +44,6 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Simctl(args) => simctl::run(args).await,
         Command::Plan(args) => plan::run(args).await,
         Command::Standalone(args) => standalone::run(args).await,
+        Command::Demo(args) => demo::run(args).await,
     }
 }
