@@ -343,7 +343,7 @@ async fn service_account_without_rights_is_forbidden() {
             ..Default::default()
         },
         role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
             kind: "Role".into(),
             name: "widget-reader".into(),
         },

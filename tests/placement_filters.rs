@@ -423,3 +423,26 @@ nodes:
     ];
     assert!(order.windows(2).all(|w| w[0] < w[1]));
 }
+
+#[test]
+fn capabilities_beyond_the_sixty_fourth_are_checked_too() {
+    let many: Vec<String> = (0..70).map(|i| format!("c{i}")).collect();
+    let fleet = format!(
+        "
+nodes:
+  - {{id: a, pool: p, tier: t, phase: running, inventory: {{kind: aws, totalCapacity: 4, capabilities: [{}]}}}}
+  - {{id: b, pool: p, tier: t, phase: running, inventory: {{kind: aws, totalCapacity: 4, capabilities: [{}]}}}}
+",
+        many[..69].join(", "),
+        many.join(", ")
+    );
+    let spec = bundle("pool: p\njobs: [{jobName: j, requirements: {requiredCapabilities: [c3, c69]}}]");
+    let placement = launch(&view(ONE_FIXED_TIER, &fleet), &spec, 0, "j");
+    assert_eq!(node_of(&placement), Some("b"));
+    assert_eq!(
+        rejection(&placement, "a"),
+        Some(Rejection::MissingCapability {
+            capability: Name::from("c69")
+        })
+    );
+}

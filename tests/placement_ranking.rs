@@ -4,8 +4,6 @@
 
 mod placement_support;
 
-use std::borrow::Cow;
-
 use norsk_auto_manager::model::{OnRuntimeFailure, PackingStrategy};
 use norsk_auto_manager::placement::{PlacementKey, PlacementRequest, RecoveryContext, ResilienceFlag};
 use placement_support::*;
@@ -270,7 +268,7 @@ nodes:
 
 /// A key whose component `c` (1-9) is `better` or not, and every other
 /// component set to `others_better`.
-fn key_with(c: usize, better: bool, others_better: bool) -> PlacementKey<'static> {
+fn key_with(c: usize, better: bool, others_better: bool) -> PlacementKey {
     let pick = |i: usize| {
         if i == c {
             better
@@ -290,7 +288,7 @@ fn key_with(c: usize, better: bool, others_better: bool) -> PlacementKey<'static
         fill: if pick(7) { 0.9 } else { 0.1 },
         packing: PackingStrategy::Binpack,
         outside_peer_az: !pick(8),
-        node_id: Cow::Owned(if pick(9) { "a" } else { "b" }.to_owned()),
+        node_order: if pick(9) { 0 } else { 1 },
     }
 }
 
@@ -303,4 +301,20 @@ fn each_key_component_decides_only_when_every_component_above_it_ties() {
         let loser = key_with(c, false, true);
         assert!(winner < loser, "component {c} must decide: {winner} vs {loser}");
     }
+}
+
+#[test]
+fn warmth_counts_every_template_image_however_many_there_are() {
+    let images: Vec<String> = (0..70).map(|i| format!("img{i}")).collect();
+    let fleet = format!(
+        "
+templateImages: {{xyz: [{}]}}
+nodes:
+  - {{id: a, pool: p, tier: t, phase: running, inventory: {{kind: aws, totalCapacity: 8, images: [img1]}}}}
+  - {{id: b, pool: p, tier: t, phase: running, inventory: {{kind: aws, totalCapacity: 8, images: [img1, img69]}}}}
+",
+        images.join(", ")
+    );
+    let placement = launch(&view(ONE_FIXED_TIER, &fleet), &bundle(ONE_JOB), 0, "j");
+    assert_eq!(node_of(&placement), Some("b"));
 }

@@ -259,3 +259,25 @@ fn a_dry_run_traces_one_job_without_acting() {
         "no backup without a resilience policy"
     );
 }
+
+#[test]
+fn a_replacement_hot_spare_list_is_validated_as_at_start_and_rejected_whole() {
+    let pools = pools(ONE_FIXED_TIER);
+    let good: Vec<HotSpareSpec> = serde_yaml::from_str("[{pool: p, targetCount: 2, spec: {instanceType: m}}]").unwrap();
+    assert!(pools.validate_hot_spares(&good).is_ok());
+    let bad: Vec<HotSpareSpec> = serde_yaml::from_str(
+        "[{pool: p, targetCount: 2, spec: {instanceType: m}}, {pool: p, targetCount: 1, spec: {instanceType: m}}, {pool: q, targetCount: 1, spec: {instanceType: m}}]",
+    )
+    .unwrap();
+    let codes: Vec<SettingsErrorCode> = pools
+        .validate_hot_spares(&bad)
+        .unwrap_err()
+        .errors
+        .iter()
+        .map(|e| e.code)
+        .collect();
+    assert_eq!(
+        codes,
+        vec![SettingsErrorCode::DuplicateHotSparePool, SettingsErrorCode::UnknownPool]
+    );
+}

@@ -227,3 +227,39 @@ async fn job_search_finds_jobs_by_id_with_their_instances() {
     assert_eq!(jobs[0].instances[0].node_id.as_ref().unwrap().node_id, "rack-1");
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn extreme_but_valid_values_leave_the_simulator_serving() {
+    let sim = Sim::start().await;
+    let mut admin = sim.admin.clone();
+    sim.register("rack-1", 4.0).await;
+    let capacity = sim_admin::SetCapacityRequest {
+        region: "eu-west-1".into(),
+        instance_type: "m5.xlarge".into(),
+        available: i64::MAX,
+    };
+    admin.set_capacity(capacity).await.unwrap();
+    sim.manager
+        .clone()
+        .create_aws_node(aws_node("n1", "eu-west-1", "m5.xlarge"))
+        .await
+        .unwrap();
+    let interrupt = sim_admin::InterruptNodeRequest {
+        node_id: "rack-1".into(),
+        kind: pb::InterruptionKind::SpotInterruption as i32,
+        deadline_s: 1e300,
+    };
+    admin.interrupt_node(interrupt).await.unwrap();
+    admin
+        .set_time_scale(sim_admin::SetTimeScaleRequest { time_scale: 1e-300 })
+        .await
+        .unwrap();
+    admin
+        .set_time_scale(sim_admin::SetTimeScaleRequest { time_scale: 1000.0 })
+        .await
+        .unwrap();
+    let snapshot = sim.snapshot().await;
+    assert_eq!(snapshot.nodes.len(), 2);
+    assert_eq!(snapshot.capacity[0].available, Some(i64::MAX - 1));
+    sim.shutdown().await;
+}

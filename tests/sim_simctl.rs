@@ -5,6 +5,11 @@ mod sim_support;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 
+use std::time::Duration;
+
+use norsk_auto_manager::manager::proto::manager::{
+    self as pb, event_stream_event::Event, manager_client::ManagerClient,
+};
 use norsk_auto_manager::sim::SimSnapshot;
 use sim_support::Sim;
 
@@ -94,7 +99,7 @@ impl Drop for Running {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_sim_command_serves_its_cluster_nodes_at_the_address_it_prints() {
+async fn the_sim_command_serves_its_cluster_nodes_at_the_address_it_prints_until_ctrl_c() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = dir.path().join("cluster.yaml");
     std::fs::write(
@@ -132,5 +137,30 @@ async fn the_sim_command_serves_its_cluster_nodes_at_the_address_it_prints() {
     let out = simctl(&url, &["snapshot"]).await;
     let snapshot: SimSnapshot = serde_json::from_slice(&out.stdout).expect("the snapshot is JSON");
     assert_eq!(snapshot.nodes[0].id.as_str(), "rack-9");
-    drop(sim);
+
+    // Ctrl-C ends open event streams and the process exits cleanly.
+    let mut manager = ManagerClient::connect(url).await.unwrap();
+    let mut events = manager
+        .event_stream(pb::EventStreamRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    while let Some(event) = events.message().await.unwrap() {
+        if matches!(event.event, Some(Event::InitialDataComplete(_))) {
+            break;
+        }
+    }
+    let pid = i32::try_from(sim.0.id()).unwrap();
+    // SAFETY: signals the child this test spawned, by its pid.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let ended = tokio::time::timeout(Duration::from_secs(10), events.message())
+        .await
+        .expect("the stream ends");
+    assert!(!matches!(ended, Ok(Some(_))), "{ended:?}");
+    let mut sim = sim;
+    let status = tokio::task::spawn_blocking(move || sim.0.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
 }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod bench;
 pub mod demo;
 pub mod plan;
 pub mod sim;
@@ -29,6 +30,8 @@ pub enum Command {
     Simctl(simctl::Args),
     /// Plan bundles against a fleet snapshot offline, with a full trace.
     Plan(plan::Args),
+    /// Measure the placement engine on a synthetic fleet.
+    Bench(bench::Args),
     /// Run the AutoManager against a Manager without Kubernetes: settings,
     /// pools and a bundle directory from YAML, notifications printed.
     Standalone(standalone::Args),
@@ -43,6 +46,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Sim(args) => sim::run(args).await,
         Command::Simctl(args) => simctl::run(args).await,
         Command::Plan(args) => plan::run(args).await,
+        Command::Bench(args) => bench::run(args).await,
         Command::Standalone(args) => standalone::run(args).await,
         Command::Demo(args) => demo::run(args).await,
     }

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::sim::{Catalog, ClusterNode, SimConfig, Simulator, StartError};
+use crate::sim::{Catalog, ClusterNode, SimConfig, SimTls, Simulator, StartError};
 
 /// Arguments of `sim`.
 #[derive(Debug, clap::Args)]
@@ -26,6 +26,25 @@ pub struct Args {
     /// start.
     #[arg(long)]
     pub cluster: Option<PathBuf>,
+    /// Serve TLS with this PEM certificate chain (needs --tls-key).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this PEM CA (mutual TLS).
+    #[arg(long, requires = "tls_cert")]
+    pub client_ca: Option<PathBuf>,
+    /// Require `authorization: Bearer <token>` on Manager calls.
+    #[arg(long, env = "NORSK_SIM_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+fn read(path: &PathBuf) -> Result<String, StartError> {
+    std::fs::read_to_string(path).map_err(|source| StartError::ReadFile {
+        path: path.clone(),
+        source,
+    })
 }
 
 /// Runs the simulator until interrupted; prints the URL it serves on.
@@ -48,12 +67,22 @@ async fn serve(args: Args) -> Result<(), StartError> {
         Some(path) => ClusterNode::load_all(path)?,
         None => vec![],
     };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(SimTls {
+            cert_pem: read(cert)?,
+            key_pem: read(key)?,
+            client_ca_pem: args.client_ca.as_ref().map(read).transpose()?,
+        }),
+        _ => None,
+    };
     let handle = Simulator::start(SimConfig {
         listen: args.listen,
         seed: args.seed,
         time_scale: args.time_scale,
         catalog,
         cluster_nodes,
+        tls,
+        bearer_token: args.token,
     })
     .await?;
     println!("{}", handle.url());

@@ -253,8 +253,17 @@ enum SimctlError {
 pub async fn run(args: Args) -> ExitCode {
     match execute(args).await {
         Ok(output) => {
-            println!("{output}");
-            ExitCode::SUCCESS
+            use std::io::Write;
+            // A reader that stops early (`simctl snapshot | head`) is not an
+            // error of ours: the command already did its work.
+            match writeln!(std::io::stdout().lock(), "{output}") {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: cannot write the result: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Err(e) => {
             eprintln!("error: {e}");

@@ -18,6 +18,7 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 #[kube(
     group = "automanager.norsk.video",
     version = "v1alpha1",
+    doc = "A bundle of jobs placed as a primary copy and, with a resilience policy, one backup.",
     kind = "Bundle",
     namespaced,
     category = "norsk",

@@ -15,6 +15,7 @@ use super::CommonStatus;
 #[kube(
     group = "automanager.norsk.video",
     version = "v1alpha1",
+    doc = "One pool's hot spares: warm nodes held ready to take jobs at once.",
     kind = "HotSparePolicy",
     category = "norsk",
     shortname = "nspare",

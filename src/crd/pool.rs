@@ -15,6 +15,7 @@ use super::CommonStatus;
 #[kube(
     group = "automanager.norsk.video",
     version = "v1alpha1",
+    doc = "A placement pool: an ordered cascade of capacity tiers, cheapest first.",
     kind = "PlacementPool",
     category = "norsk",
     shortname = "npool",

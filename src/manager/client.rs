@@ -292,34 +292,19 @@ impl ManagerClient {
         let req = self.request(pb::BundleId {
             bundle_id: bundle.0.clone(),
         });
-        self.inner
-            .clone()
-            .delete_bundle(req)
-            .await
-            .map(drop)
-            .map_err(|s| RpcError::from_status("DeleteBundle", s))
+        unit("DeleteBundle", self.inner.clone().delete_bundle(req)).await
     }
 
     /// Activates a dormant (`startMode: manual`) job.
     pub async fn start_bundle_job(&self, job: &BundleJobRef) -> Result<(), RpcError> {
         let req = self.request(job_ref_to_pb(job));
-        self.inner
-            .clone()
-            .start_bundle_job(req)
-            .await
-            .map(drop)
-            .map_err(|s| RpcError::from_status("StartBundleJob", s))
+        unit("StartBundleJob", self.inner.clone().start_bundle_job(req)).await
     }
 
     /// Flips a job back to dormant.
     pub async fn stop_bundle_job(&self, job: &BundleJobRef) -> Result<(), RpcError> {
         let req = self.request(job_ref_to_pb(job));
-        self.inner
-            .clone()
-            .stop_bundle_job(req)
-            .await
-            .map(drop)
-            .map_err(|s| RpcError::from_status("StopBundleJob", s))
+        unit("StopBundleJob", self.inner.clone().stop_bundle_job(req)).await
     }
 
     /// Starts (or, with `defer_start`, prepares) an instance on a node.
@@ -333,12 +318,7 @@ impl ManagerClient {
             runtime_role: start.runtime_role.clone(),
             migration_id: start.migration_id.clone().unwrap_or_default(),
         });
-        self.inner
-            .clone()
-            .start_job(req)
-            .await
-            .map(drop)
-            .map_err(|s| RpcError::from_status("StartJob", s))
+        unit("StartJob", self.inner.clone().start_job(req)).await
     }
 
     /// Starts an instance created with `defer_start`.
@@ -348,12 +328,7 @@ impl ManagerClient {
             role: key.0.clone(),
             node_id: Some(wire::node_id_to_pb(node)),
         });
-        self.inner
-            .clone()
-            .start_prepared_job(req)
-            .await
-            .map(drop)
-            .map_err(|s| RpcError::from_status("StartPreparedJob", s))
+        unit("StartPreparedJob", self.inner.clone().start_prepared_job(req)).await
     }
 
     /// Stops one instance.
@@ -363,12 +338,7 @@ impl ManagerClient {
             role: key.0.clone(),
             node_id: Some(wire::node_id_to_pb(node)),
         });
-        self.inner
-            .clone()
-            .stop_job(req)
-            .await
-            .map(drop)
-            .map_err(|s| RpcError::from_status("StopJob", s))
+        unit("StopJob", self.inner.clone().stop_job(req)).await
     }
 
     /// Provisions an EC2 node.
@@ -381,12 +351,7 @@ impl ManagerClient {
             launch_mode: node.launch_mode.clone(),
             ..Default::default()
         });
-        self.inner
-            .clone()
-            .create_aws_node(req)
-            .await
-            .map(drop)
-            .map_err(|s| RpcError::from_status("CreateAwsNode", s))
+        unit("CreateAwsNode", self.inner.clone().create_aws_node(req)).await
     }
 
     /// Provisions an OCI node.
@@ -399,23 +364,13 @@ impl ManagerClient {
             launch_mode: node.launch_mode.clone(),
             ..Default::default()
         });
-        self.inner
-            .clone()
-            .create_oci_node(req)
-            .await
-            .map(drop)
-            .map_err(|s| RpcError::from_status("CreateOciNode", s))
+        unit("CreateOciNode", self.inner.clone().create_oci_node(req)).await
     }
 
     /// Terminates a node.
     pub async fn terminate_node(&self, node: &NodeId) -> Result<(), RpcError> {
         let req = self.request(wire::node_id_to_pb(node));
-        self.inner
-            .clone()
-            .terminate_node(req)
-            .await
-            .map(drop)
-            .map_err(|s| RpcError::from_status("TerminateNode", s))
+        unit("TerminateNode", self.inner.clone().terminate_node(req)).await
     }
 
     /// Sets and removes node tags.
@@ -430,12 +385,7 @@ impl ManagerClient {
             set: set.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             remove: remove.to_vec(),
         });
-        self.inner
-            .clone()
-            .update_node_tags(req)
-            .await
-            .map(drop)
-            .map_err(|s| RpcError::from_status("UpdateNodeTags", s))
+        unit("UpdateNodeTags", self.inner.clone().update_node_tags(req)).await
     }
 
     /// Asks a node to pull images.
@@ -444,23 +394,13 @@ impl ManagerClient {
             node_id: Some(wire::node_id_to_pb(node)),
             images: images.to_vec(),
         });
-        self.inner
-            .clone()
-            .prefetch_images(req)
-            .await
-            .map(drop)
-            .map_err(|s| RpcError::from_status("PrefetchImages", s))
+        unit("PrefetchImages", self.inner.clone().prefetch_images(req)).await
     }
 
     /// Relays one migration step.
     pub async fn send_migration_signal(&self, signal: pb::MigrationSignalRequest) -> Result<(), RpcError> {
         let req = self.request(signal);
-        self.inner
-            .clone()
-            .send_migration_signal(req)
-            .await
-            .map(drop)
-            .map_err(|s| RpcError::from_status("SendMigrationSignal", s))
+        unit("SendMigrationSignal", self.inner.clone().send_migration_signal(req)).await
     }
 
     /// Records a terminal verdict for a bundle (or, with a job, a dropped
@@ -476,13 +416,16 @@ impl ManagerClient {
             job_id: job.map(wire::job_id_to_pb),
             verdict: Some(wire::verdict_to_pb(verdict)),
         });
-        self.inner
-            .clone()
-            .set_terminal_verdict(req)
-            .await
-            .map(drop)
-            .map_err(|s| RpcError::from_status("SetTerminalVerdict", s))
+        unit("SetTerminalVerdict", self.inner.clone().set_terminal_verdict(req)).await
     }
+}
+
+/// Awaits a call whose answer carries nothing, naming the RPC in its error.
+async fn unit<T>(
+    rpc: &'static str,
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<(), RpcError> {
+    call.await.map(drop).map_err(|s| RpcError::from_status(rpc, s))
 }
 
 fn job_ref_to_pb(job: &BundleJobRef) -> pb::BundleJobRef {

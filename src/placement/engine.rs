@@ -21,7 +21,7 @@ use crate::model::{
 
 use super::PlacementError;
 use super::filter::{CAPACITY_EPSILON, check, fit_gpus};
-use super::fleet::{FleetError, FleetView, GpuDevice, Name, NodeIdx};
+use super::fleet::{FleetError, FleetView, GpuDevice, Name, NodeIdx, flag};
 use super::key::{PlacementKey, SAME_AZ, SAME_CLOUD, SAME_NODE, key, resilience_violations};
 use super::request::{Demand, Needs, PlacementRequest};
 use super::trace::{NoProvisionReason, NodeTrace, TierDecision, TierTrace, Trace, Verdict};
@@ -263,8 +263,8 @@ pub fn placed_job(
     }
 }
 
-struct Best<'v> {
-    key: PlacementKey<'v>,
+struct Best {
+    key: PlacementKey,
     idx: NodeIdx,
     gpu_index: Option<u32>,
 }
@@ -280,8 +280,8 @@ fn candidates<'s>(view: &'s FleetView, demand: &'s Demand<'_>, tier: usize) -> &
     }
 }
 
-fn rank<'v>(view: &'v FleetView, demand: &Demand<'_>, tier: usize, packing: PackingStrategy) -> Option<Best<'v>> {
-    let mut best: Option<Best<'v>> = None;
+fn rank(view: &FleetView, demand: &Demand<'_>, tier: usize, packing: PackingStrategy) -> Option<Best> {
+    let mut best: Option<Best> = None;
     for &idx in candidates(view, demand, tier) {
         let Ok(gpu_index) = check(view, idx, demand, tier) else {
             continue;
@@ -294,14 +294,14 @@ fn rank<'v>(view: &'v FleetView, demand: &Demand<'_>, tier: usize, packing: Pack
     best
 }
 
-fn rank_traced<'v>(
-    view: &'v FleetView,
+fn rank_traced(
+    view: &FleetView,
     demand: &Demand<'_>,
     tier: usize,
     packing: PackingStrategy,
     nodes: &mut Vec<NodeTrace>,
-) -> Option<Best<'v>> {
-    let mut best: Option<Best<'v>> = None;
+) -> Option<Best> {
+    let mut best: Option<Best> = None;
     nodes.reserve(view.order.len());
     for &idx in &view.order {
         let node_id = view.node(idx).id.clone();
@@ -310,16 +310,14 @@ fn rank_traced<'v>(
                 node_id,
                 verdict: Verdict::Rejected {
                     filter: rejection.filter(),
-                    rejection,
+                    rejection: rejection.explain(view, idx, demand),
                 },
             }),
             Ok(gpu_index) => {
                 let key = key(view, idx, demand, packing);
                 nodes.push(NodeTrace {
                     node_id,
-                    verdict: Verdict::Survived {
-                        key: key.clone().into_owned(),
-                    },
+                    verdict: Verdict::Survived { key },
                 });
                 if best.as_ref().is_none_or(|b| key < b.key) {
                     best = Some(Best { key, idx, gpu_index });
@@ -398,19 +396,22 @@ fn resilience_report(view: &FleetView, demand: &Demand<'_>, chosen: Chosen<'_>) 
         return ResilienceReport::default();
     }
     let (bits, chosen_durable) = match chosen {
-        Chosen::Node(idx) => (resilience_violations(view, idx, demand), view.node(idx).durable),
+        Chosen::Node(idx) => (
+            resilience_violations(view, idx, demand),
+            view.hot(idx).has(flag::DURABLE),
+        ),
         // A new node shares no node and no known AZ with the primary; only
         // its provider can already be told.
         Chosen::NewNode(tier) => {
             let same_cloud =
-                resilience.same_cloud && resilience.other_replica.iter().any(|&o| view.node(o).kind == tier.kind);
+                resilience.same_cloud && resilience.other_replica.iter().any(|&o| view.hot(o).kind == tier.kind);
             (
                 if same_cloud { SAME_CLOUD } else { 0 },
                 tier.effective_reliability() == Reliability::Durable,
             )
         }
     };
-    let others_durable = resilience.other_replica.iter().all(|&o| view.node(o).durable);
+    let others_durable = resilience.other_replica.iter().all(|&o| view.hot(o).has(flag::DURABLE));
     let (primary_durable, backup_durable) = if demand.request.replica_index == 0 {
         (chosen_durable, others_durable)
     } else {

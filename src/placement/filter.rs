@@ -10,10 +10,10 @@
 
 use serde::Serialize;
 
-use crate::model::{HostPort, NodePhase};
+use crate::model::{HostPort, IntraReplicaAz, NodePhase};
 
-use super::fleet::{FleetView, GpuDevice, Name, NodeEntry, NodeIdx};
-use super::request::{Demand, GpuAsk};
+use super::fleet::{FleetView, GpuDevice, Hot, NO_SLOT, Name, NodeIdx, flag};
+use super::request::{Demand, GpuAsk, Needs};
 
 /// Tolerance for comparing fractional capacities, so that jobs summing to
 /// exactly a node's capacity (0.1 + 0.2 + 0.7) fit.
@@ -56,22 +56,28 @@ pub enum Filter {
 }
 
 /// Why a node was rejected, with the numbers behind it.
+pub type Rejection = RejectionOf<Name>;
+
+/// A [`Rejection`] whose names are of type `N`. The chain itself produces
+/// `RejectionOf<Lazy>`, whose names are references resolved only when a
+/// trace is recorded: cloning a shared name per rejected node would cost an
+/// atomic operation on the hot path.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "reason", rename_all = "camelCase")]
-pub enum Rejection {
+pub enum RejectionOf<N> {
     /// The job is pinned to another node.
     NotTargetNode,
     /// The node belongs to another pool (or none).
     #[serde(rename_all = "camelCase")]
     OtherPool {
         /// The node's pool.
-        node_pool: Option<Name>,
+        node_pool: Option<N>,
     },
     /// The node belongs to another tier (or none the pool knows).
     #[serde(rename_all = "camelCase")]
     OtherTier {
         /// The node's tier.
-        node_tier: Option<Name>,
+        node_tier: Option<N>,
     },
     /// The recovery or migration excludes the node.
     ExcludedByRecovery,
@@ -92,7 +98,7 @@ pub enum Rejection {
     /// A required capability the node does not advertise.
     MissingCapability {
         /// The first one missing.
-        capability: Name,
+        capability: N,
     },
     /// Not enough free capacity (`total × utilizationCap − reserved`).
     InsufficientCapacity {
@@ -132,182 +138,270 @@ pub enum Rejection {
     /// A co-located peer is placed on another node.
     AwayFromCoLocatedPeer {
         /// The peer.
-        peer: Name,
+        peer: N,
     },
     /// The node holds a job this one must be kept apart from.
     HostsSeparatedPeer {
         /// The peer.
-        peer: Name,
+        peer: N,
     },
     /// `sameAz: hard` and the node is not in the AZ of the placed peers.
     #[serde(rename_all = "camelCase")]
     OutsidePeerAz {
         /// The peers' AZ (unknown while their node is prospective).
-        peer_az: Option<Name>,
+        peer_az: Option<N>,
         /// The node's AZ.
-        node_az: Option<Name>,
+        node_az: Option<N>,
     },
 }
 
-impl Rejection {
+impl<N> RejectionOf<N> {
     /// The filter that produced this rejection.
     pub fn filter(&self) -> Filter {
         match self {
-            Rejection::NotTargetNode => Filter::TargetNode,
-            Rejection::OtherPool { .. } => Filter::Pool,
-            Rejection::OtherTier { .. } => Filter::Tier,
-            Rejection::ExcludedByRecovery => Filter::RecoveryExclusion,
-            Rejection::NoInventory | Rejection::NotRunning { .. } | Rejection::Unhealthy => Filter::Reachable,
-            Rejection::Cordoned => Filter::Cordoned,
-            Rejection::ReservedForOtherTemplates => Filter::ExclusiveReservation,
-            Rejection::MissingCapability { .. } => Filter::Capabilities,
-            Rejection::InsufficientCapacity { .. } => Filter::Capacity,
-            Rejection::InsufficientCores { .. } => Filter::Cores,
-            Rejection::HostPortTaken { .. } => Filter::HostPorts,
-            Rejection::NoGpuFits { .. } => Filter::GpuFit,
-            Rejection::NodeNotEmpty { .. } | Rejection::HeldExclusively => Filter::Exclusivity,
-            Rejection::AwayFromCoLocatedPeer { .. } | Rejection::HostsSeparatedPeer { .. } => Filter::IntraReplica,
-            Rejection::OutsidePeerAz { .. } => Filter::IntraReplicaAz,
+            RejectionOf::NotTargetNode => Filter::TargetNode,
+            RejectionOf::OtherPool { .. } => Filter::Pool,
+            RejectionOf::OtherTier { .. } => Filter::Tier,
+            RejectionOf::ExcludedByRecovery => Filter::RecoveryExclusion,
+            RejectionOf::NoInventory | RejectionOf::NotRunning { .. } | RejectionOf::Unhealthy => Filter::Reachable,
+            RejectionOf::Cordoned => Filter::Cordoned,
+            RejectionOf::ReservedForOtherTemplates => Filter::ExclusiveReservation,
+            RejectionOf::MissingCapability { .. } => Filter::Capabilities,
+            RejectionOf::InsufficientCapacity { .. } => Filter::Capacity,
+            RejectionOf::InsufficientCores { .. } => Filter::Cores,
+            RejectionOf::HostPortTaken { .. } => Filter::HostPorts,
+            RejectionOf::NoGpuFits { .. } => Filter::GpuFit,
+            RejectionOf::NodeNotEmpty { .. } | RejectionOf::HeldExclusively => Filter::Exclusivity,
+            RejectionOf::AwayFromCoLocatedPeer { .. } | RejectionOf::HostsSeparatedPeer { .. } => Filter::IntraReplica,
+            RejectionOf::OutsidePeerAz { .. } => Filter::IntraReplicaAz,
+        }
+    }
+}
+
+/// A name a rejection refers to, resolved only for the trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lazy {
+    /// The rejected node's pool.
+    NodePool,
+    /// The rejected node's tier.
+    NodeTier,
+    /// The rejected node's AZ.
+    NodeAz,
+    /// The demand's capability at this position.
+    Capability(usize),
+    /// The placed co-located peer.
+    CoLocatedPeer,
+    /// The separated peer at this position.
+    SeparatedPeer(usize),
+    /// The AZ of the placed peer at this position.
+    PeerAz(usize),
+}
+
+impl Lazy {
+    fn resolve(self, view: &FleetView, idx: NodeIdx, demand: &Demand<'_>) -> Option<Name> {
+        let az = |node: NodeIdx| view.hot(node).az().map(|az| view.azs.name(az).clone());
+        match self {
+            Lazy::NodePool => view.node(idx).pool_name.clone(),
+            Lazy::NodeTier => view.node(idx).tier_name.clone(),
+            Lazy::NodeAz => az(idx),
+            Lazy::Capability(i) => demand.needs.capabilities.get(i).map(|(_, name)| name.clone()),
+            Lazy::CoLocatedPeer => demand.co_located_with.as_ref().map(|p| p.name.clone()),
+            Lazy::SeparatedPeer(i) => demand.separated_from.get(i).map(|p| p.name.clone()),
+            Lazy::PeerAz(i) => demand.peers.get(i).and_then(|p| az(p.node)),
+        }
+    }
+}
+
+impl RejectionOf<Lazy> {
+    /// The rejection with its names resolved, for the trace.
+    pub(crate) fn explain(self, view: &FleetView, idx: NodeIdx, demand: &Demand<'_>) -> Rejection {
+        let opt = |lazy: Option<Lazy>| lazy.and_then(|l| l.resolve(view, idx, demand));
+        // Every reference points into the demand or the node it came from.
+        let name = |lazy: Lazy| lazy.resolve(view, idx, demand).unwrap_or_else(|| Name::from(""));
+        match self {
+            RejectionOf::NotTargetNode => Rejection::NotTargetNode,
+            RejectionOf::OtherPool { node_pool } => Rejection::OtherPool {
+                node_pool: opt(node_pool),
+            },
+            RejectionOf::OtherTier { node_tier } => Rejection::OtherTier {
+                node_tier: opt(node_tier),
+            },
+            RejectionOf::ExcludedByRecovery => Rejection::ExcludedByRecovery,
+            RejectionOf::NoInventory => Rejection::NoInventory,
+            RejectionOf::NotRunning { phase } => Rejection::NotRunning { phase },
+            RejectionOf::Unhealthy => Rejection::Unhealthy,
+            RejectionOf::Cordoned => Rejection::Cordoned,
+            RejectionOf::ReservedForOtherTemplates => Rejection::ReservedForOtherTemplates,
+            RejectionOf::MissingCapability { capability } => Rejection::MissingCapability {
+                capability: name(capability),
+            },
+            RejectionOf::InsufficientCapacity { needed, free } => Rejection::InsufficientCapacity { needed, free },
+            RejectionOf::InsufficientCores { needed, free } => Rejection::InsufficientCores { needed, free },
+            RejectionOf::HostPortTaken { port } => Rejection::HostPortTaken { port },
+            RejectionOf::NoGpuFits { needed, largest_free } => Rejection::NoGpuFits { needed, largest_free },
+            RejectionOf::NodeNotEmpty { other_jobs } => Rejection::NodeNotEmpty { other_jobs },
+            RejectionOf::HeldExclusively => Rejection::HeldExclusively,
+            RejectionOf::AwayFromCoLocatedPeer { peer } => Rejection::AwayFromCoLocatedPeer { peer: name(peer) },
+            RejectionOf::HostsSeparatedPeer { peer } => Rejection::HostsSeparatedPeer { peer: name(peer) },
+            RejectionOf::OutsidePeerAz { peer_az, node_az } => Rejection::OutsidePeerAz {
+                peer_az: opt(peer_az),
+                node_az: opt(node_az),
+            },
         }
     }
 }
 
 /// Runs the chain for node `idx` while walking tier `tier` of the demand's
 /// pool. On success returns the GPU device chosen for the job, if it asked
-/// for one.
+/// for one. The node's hot part decides almost every node; its entry is read
+/// only when a reason needs a name or a list must be searched.
 pub(crate) fn check(
     view: &FleetView,
     idx: NodeIdx,
     demand: &Demand<'_>,
     tier: usize,
-) -> Result<Option<u32>, Rejection> {
-    let node = view.node(idx);
+) -> Result<Option<u32>, RejectionOf<Lazy>> {
+    let hot = view.hot(idx);
     if demand.pin.is_some_and(|pin| pin != Some(idx)) {
-        return Err(Rejection::NotTargetNode);
+        return Err(RejectionOf::NotTargetNode);
     }
-    let slot = node.slot.map(|(p, t)| (p as usize, t as usize));
-    if slot.map(|(p, _)| p) != Some(demand.pool) {
-        return Err(Rejection::OtherPool {
-            node_pool: node.pool_name.clone(),
+    if hot.slot == NO_SLOT || (hot.slot >> 16) as usize != demand.pool {
+        return Err(RejectionOf::OtherPool {
+            node_pool: Some(Lazy::NodePool),
         });
     }
-    if slot.map(|(_, t)| t) != Some(tier) {
-        return Err(Rejection::OtherTier {
-            node_tier: node.tier_name.clone(),
+    if (hot.slot & 0xffff) as usize != tier {
+        return Err(RejectionOf::OtherTier {
+            node_tier: Some(Lazy::NodeTier),
         });
     }
     if demand.excluded.contains(&idx) {
-        return Err(Rejection::ExcludedByRecovery);
+        return Err(RejectionOf::ExcludedByRecovery);
     }
-    reachable(node)?;
-    if node.cordoned {
-        return Err(Rejection::Cordoned);
+    reachable(view, idx, hot)?;
+    if hot.has(flag::CORDONED) {
+        return Err(RejectionOf::Cordoned);
     }
-    if node.is_unconsumed_spare()
-        && node.reservation_exclusive
-        && !node.reserved_for.is_empty()
+    if hot.has(flag::EXCLUSIVE_RESERVATION)
+        && hot.occupants == 0
         && !demand.request.override_reservation
-        && !node.reserved_for.contains(&demand.job.template)
+        && !view.node(idx).reserved_for.contains(&demand.job.template)
     {
-        return Err(Rejection::ReservedForOtherTemplates);
-    }
-    if let Some((_, name)) = demand
-        .needs
-        .capabilities
-        .iter()
-        .find(|(id, _)| !id.is_some_and(|id| node.capabilities.contains(id)))
-    {
-        return Err(Rejection::MissingCapability {
-            capability: name.clone(),
-        });
+        return Err(RejectionOf::ReservedForOtherTemplates);
     }
     let needs = &demand.needs;
-    let free = node.free_capacity();
-    if needs.capacity > free + CAPACITY_EPSILON {
-        return Err(Rejection::InsufficientCapacity {
+    if needs.capability_mask & !hot.capabilities != 0 || needs.wide_capabilities {
+        capabilities(view, idx, hot, needs)?;
+    }
+    if needs.capacity > hot.free + CAPACITY_EPSILON {
+        return Err(RejectionOf::InsufficientCapacity {
             needed: needs.capacity,
-            free,
+            free: hot.free,
         });
     }
-    if needs.cores > 0 && needs.cores > node.free_cores() {
-        return Err(Rejection::InsufficientCores {
+    if needs.cores > 0 && needs.cores > hot.free_cores() {
+        return Err(RejectionOf::InsufficientCores {
             needed: needs.cores,
-            free: node.free_cores(),
+            free: hot.free_cores(),
         });
     }
-    if let Some(&port) = needs.ports.iter().find(|p| node.ports.contains(p)) {
-        return Err(Rejection::HostPortTaken { port });
+    // A clear bit proves every asked port free; otherwise search the list.
+    if needs.port_mask & hot.ports != 0 {
+        let claimed = &view.node(idx).ports;
+        if let Some(&port) = needs.ports.iter().find(|p| claimed.contains(p)) {
+            return Err(RejectionOf::HostPortTaken { port });
+        }
     }
-    let gpu_index = fit_gpus(&node.gpus, &needs.gpu_asks)
-        .map_err(|(needed, largest_free)| Rejection::NoGpuFits { needed, largest_free })?;
-    exclusivity(view, node, demand)?;
+    let gpu_index = if needs.gpu_asks.is_empty() {
+        None
+    } else {
+        fit_gpus(&view.node(idx).gpus, &needs.gpu_asks)
+            .map_err(|(needed, largest_free)| RejectionOf::NoGpuFits { needed, largest_free })?
+    };
+    if needs.exclusive || hot.exclusive_occupants > 0 {
+        exclusivity(view, idx, demand)?;
+    }
     intra_replica(idx, demand)?;
-    hard_az(view, idx, demand)?;
+    if demand.same_az == IntraReplicaAz::Hard {
+        hard_az(view, idx, demand)?;
+    }
     Ok(if demand.own_gpu { gpu_index } else { None })
 }
 
-fn reachable(node: &NodeEntry) -> Result<(), Rejection> {
-    if !node.has_inventory {
-        return Err(Rejection::NoInventory);
+fn reachable(view: &FleetView, idx: NodeIdx, hot: &Hot) -> Result<(), RejectionOf<Lazy>> {
+    if !hot.has(flag::INVENTORY) {
+        return Err(RejectionOf::NoInventory);
     }
-    if matches!(node.phase, NodePhase::Stopping | NodePhase::Stopped) {
-        return Err(Rejection::NotRunning { phase: node.phase });
+    if hot.has(flag::GONE) {
+        return Err(RejectionOf::NotRunning {
+            phase: view.node(idx).phase,
+        });
     }
-    if node.unhealthy {
-        return Err(Rejection::Unhealthy);
+    if hot.has(flag::UNHEALTHY) {
+        return Err(RejectionOf::Unhealthy);
     }
     Ok(())
+}
+
+/// The first required capability the node lacks, in the order asked.
+#[inline]
+fn capabilities(view: &FleetView, idx: NodeIdx, hot: &Hot, needs: &Needs) -> Result<(), RejectionOf<Lazy>> {
+    let held = |id: u32| {
+        if id < 64 {
+            hot.capabilities & (1 << id) != 0
+        } else {
+            view.node(idx).capabilities.contains(id)
+        }
+    };
+    match needs.capabilities.iter().position(|(id, _)| !id.is_some_and(held)) {
+        Some(i) => Err(RejectionOf::MissingCapability {
+            capability: Lazy::Capability(i),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// "`exclusive: true` gives a job a node of its own (co-located peers
 /// excepted)": an exclusive demand needs a node holding only its peers, and
 /// a node holding an exclusive job takes only that job's peers.
-fn exclusivity(view: &FleetView, node: &NodeEntry, demand: &Demand<'_>) -> Result<(), Rejection> {
-    if !demand.needs.exclusive && node.exclusive_occupants == 0 {
-        return Ok(());
-    }
-    let occupants = node.occupants.iter().map(|&o| &view.occupants[o as usize]);
+fn exclusivity(view: &FleetView, idx: NodeIdx, demand: &Demand<'_>) -> Result<(), RejectionOf<Lazy>> {
     let mut other_jobs = 0;
     let mut held = false;
-    for occupant in occupants {
+    for &o in &view.node(idx).occupants {
+        let occupant = &view.occupants[o as usize];
         if !demand.is_group_peer(occupant.bundle.as_ref(), occupant.replica, occupant.job_name.as_str()) {
             other_jobs += 1;
             held |= occupant.exclusive;
         }
     }
     if demand.needs.exclusive && other_jobs > 0 {
-        return Err(Rejection::NodeNotEmpty { other_jobs });
+        return Err(RejectionOf::NodeNotEmpty { other_jobs });
     }
     if held {
-        return Err(Rejection::HeldExclusively);
+        return Err(RejectionOf::HeldExclusively);
     }
     Ok(())
 }
 
-fn intra_replica(idx: NodeIdx, demand: &Demand<'_>) -> Result<(), Rejection> {
-    if let Some(peer) = &demand.co_located_with
-        && peer.node != idx
-    {
-        return Err(Rejection::AwayFromCoLocatedPeer {
-            peer: peer.name.clone(),
+fn intra_replica(idx: NodeIdx, demand: &Demand<'_>) -> Result<(), RejectionOf<Lazy>> {
+    if demand.co_located_with.as_ref().is_some_and(|peer| peer.node != idx) {
+        return Err(RejectionOf::AwayFromCoLocatedPeer {
+            peer: Lazy::CoLocatedPeer,
         });
     }
-    if let Some(peer) = demand.separated_from.iter().find(|p| p.node == idx) {
-        return Err(Rejection::HostsSeparatedPeer {
-            peer: peer.name.clone(),
+    if let Some(i) = demand.separated_from.iter().position(|p| p.node == idx) {
+        return Err(RejectionOf::HostsSeparatedPeer {
+            peer: Lazy::SeparatedPeer(i),
         });
     }
     Ok(())
 }
 
-fn hard_az(view: &FleetView, idx: NodeIdx, demand: &Demand<'_>) -> Result<(), Rejection> {
-    if demand.same_az != crate::model::IntraReplicaAz::Hard {
-        return Ok(());
-    }
-    match demand.peers.iter().find(|p| !same_az(view, idx, p.node)) {
-        Some(peer) => Err(Rejection::OutsidePeerAz {
-            peer_az: view.node(peer.node).az.map(|az| view.azs.name(az).clone()),
-            node_az: view.node(idx).az.map(|az| view.azs.name(az).clone()),
+fn hard_az(view: &FleetView, idx: NodeIdx, demand: &Demand<'_>) -> Result<(), RejectionOf<Lazy>> {
+    match demand.peers.iter().position(|p| !same_az(view, idx, p.node)) {
+        Some(i) => Err(RejectionOf::OutsidePeerAz {
+            peer_az: Some(Lazy::PeerAz(i)),
+            node_az: Some(Lazy::NodeAz),
         }),
         None => Ok(()),
     }
@@ -316,7 +410,7 @@ fn hard_az(view: &FleetView, idx: NodeIdx, demand: &Demand<'_>) -> Result<(), Re
 /// Two nodes share an AZ when they are the same node or both advertise the
 /// same AZ; an unknown AZ (a prospective node) matches nothing else.
 pub(crate) fn same_az(view: &FleetView, a: NodeIdx, b: NodeIdx) -> bool {
-    a == b || view.node(a).az.is_some_and(|az| view.node(b).az == Some(az))
+    a == b || view.hot(a).az().is_some_and(|az| view.hot(b).az == az)
 }
 
 /// Fits every GPU ask onto the devices, each device's free capacity derived
@@ -373,18 +467,32 @@ impl std::fmt::Display for Rejection {
             Rejection::NotRunning { phase } => write!(f, "{phase:?}"),
             Rejection::Unhealthy => write!(f, "unhealthy"),
             Rejection::Cordoned => write!(f, "cordoned"),
-            Rejection::ReservedForOtherTemplates => write!(f, "spare exclusively reserved for other templates"),
-            Rejection::MissingCapability { capability } => write!(f, "lacks capability {capability}"),
-            Rejection::InsufficientCapacity { needed, free } => write!(f, "needs {needed} vCPU, {free} free"),
-            Rejection::InsufficientCores { needed, free } => write!(f, "needs {needed} cores, {free} free"),
+            Rejection::ReservedForOtherTemplates => {
+                write!(f, "spare exclusively reserved for other templates")
+            }
+            Rejection::MissingCapability { capability } => {
+                write!(f, "lacks capability {capability}")
+            }
+            Rejection::InsufficientCapacity { needed, free } => {
+                write!(f, "needs {needed} vCPU, {free} free")
+            }
+            Rejection::InsufficientCores { needed, free } => {
+                write!(f, "needs {needed} cores, {free} free")
+            }
             Rejection::HostPortTaken { port } => write!(f, "host port {port} taken"),
             Rejection::NoGpuFits { needed, largest_free } => {
                 write!(f, "needs {needed} of a GPU, largest free {largest_free}")
             }
-            Rejection::NodeNotEmpty { other_jobs } => write!(f, "exclusive job, {other_jobs} other jobs on node"),
+            Rejection::NodeNotEmpty { other_jobs } => {
+                write!(f, "exclusive job, {other_jobs} other jobs on node")
+            }
             Rejection::HeldExclusively => write!(f, "held exclusively by another job"),
-            Rejection::AwayFromCoLocatedPeer { peer } => write!(f, "co-located peer {peer} is elsewhere"),
-            Rejection::HostsSeparatedPeer { peer } => write!(f, "hosts {peer}, which must be kept apart"),
+            Rejection::AwayFromCoLocatedPeer { peer } => {
+                write!(f, "co-located peer {peer} is elsewhere")
+            }
+            Rejection::HostsSeparatedPeer { peer } => {
+                write!(f, "hosts {peer}, which must be kept apart")
+            }
             Rejection::OutsidePeerAz { peer_az, node_az } => {
                 write!(f, "in AZ {}, peers in {}", name(node_az), name(peer_az))
             }

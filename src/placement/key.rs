@@ -15,9 +15,9 @@
 //! | 6 | `preferredSpare` | an unconsumed spare, recovering with `preferSpare` |
 //! | 7 | `packing` | fuller under `binpack`, emptier under `spread` |
 //! | 8 | `sameAz` | sharing an AZ with a same-replica peer (soft) |
-//! | 9 | node id | lexicographic, for determinism |
+//! | 9 | node id | lexicographic, for determinism (compared by the node's
+//! |   |   | position in node-id order, so no id is read while ranking) |
 
-use std::borrow::Cow;
 use std::cmp::Ordering;
 
 use serde::Serialize;
@@ -25,13 +25,13 @@ use serde::Serialize;
 use crate::model::{IntraReplicaAz, PackingStrategy};
 
 use super::filter::same_az;
-use super::fleet::{FleetView, NodeIdx};
+use super::fleet::{FleetView, NodeIdx, flag};
 use super::request::{Demand, SparePolicy};
 
 /// The rank of one surviving node (see the module docs for the order).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PlacementKey<'a> {
+pub struct PlacementKey {
     /// 1. How many `forbid` resilience domains the node violates.
     pub resilience_violations: u8,
     /// 2. The node is still launching (prospective or starting).
@@ -54,19 +54,13 @@ pub struct PlacementKey<'a> {
     /// 8. `sameAz: soft` and the node shares no AZ with a placed peer of the
     ///    replica.
     pub outside_peer_az: bool,
-    /// 9. The node id.
-    pub node_id: Cow<'a, str>,
+    /// 9. The node's position in node-id order (lexicographic; the trace
+    ///    names the node beside its key).
+    pub node_order: u32,
 }
 
-impl PlacementKey<'_> {
-    /// The key with its node id owned, to outlive the view (traces).
-    pub fn into_owned(self) -> PlacementKey<'static> {
-        PlacementKey {
-            node_id: Cow::Owned(self.node_id.into_owned()),
-            ..self
-        }
-    }
-
+impl PlacementKey {
+    #[inline]
     fn packing_order(&self, other: &Self) -> Ordering {
         match self.packing {
             PackingStrategy::Binpack => other.fill.total_cmp(&self.fill),
@@ -75,8 +69,9 @@ impl PlacementKey<'_> {
     }
 }
 
-impl Ord for PlacementKey<'_> {
+impl Ord for PlacementKey {
     /// Lexicographic over the nine components; `Less` wins.
+    #[inline]
     fn cmp(&self, other: &Self) -> Ordering {
         self.resilience_violations
             .cmp(&other.resilience_violations)
@@ -87,31 +82,33 @@ impl Ord for PlacementKey<'_> {
             .then(other.preferred_spare.cmp(&self.preferred_spare))
             .then_with(|| self.packing_order(other))
             .then(self.outside_peer_az.cmp(&other.outside_peer_az))
-            .then_with(|| self.node_id.cmp(&other.node_id))
+            .then(self.node_order.cmp(&other.node_order))
     }
 }
 
-impl PartialOrd for PlacementKey<'_> {
+impl PartialOrd for PlacementKey {
+    #[inline]
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl PartialEq for PlacementKey<'_> {
+impl PartialEq for PlacementKey {
     fn eq(&self, other: &Self) -> bool {
         self.cmp(other) == Ordering::Equal
     }
 }
 
-impl Eq for PlacementKey<'_> {}
+impl Eq for PlacementKey {}
 
 /// The resilience flags a node would violate, as a bit set of
 /// [`SAME_NODE`], [`SAME_AZ`] and [`SAME_CLOUD`].
+#[inline]
 pub(crate) fn resilience_violations(view: &FleetView, idx: NodeIdx, demand: &Demand<'_>) -> u8 {
     let Some(resilience) = &demand.resilience else {
         return 0;
     };
-    let node = view.node(idx);
+    let kind = view.hot(idx).kind;
     let mut violated = 0;
     for &other in &resilience.other_replica {
         if resilience.same_node && other == idx {
@@ -120,7 +117,7 @@ pub(crate) fn resilience_violations(view: &FleetView, idx: NodeIdx, demand: &Dem
         if resilience.same_az && same_az(view, idx, other) {
             violated |= SAME_AZ;
         }
-        if resilience.same_cloud && view.node(other).kind == node.kind {
+        if resilience.same_cloud && view.hot(other).kind == kind {
             violated |= SAME_CLOUD;
         }
     }
@@ -135,42 +132,36 @@ pub(crate) const SAME_AZ: u8 = 2;
 pub(crate) const SAME_CLOUD: u8 = 4;
 
 /// The key of node `idx` for `demand` in a tier packed by `packing`.
-pub(crate) fn key<'v>(
-    view: &'v FleetView,
-    idx: NodeIdx,
-    demand: &Demand<'_>,
-    packing: PackingStrategy,
-) -> PlacementKey<'v> {
+pub(crate) fn key(view: &FleetView, idx: NodeIdx, demand: &Demand<'_>, packing: PackingStrategy) -> PlacementKey {
+    let hot = view.hot(idx);
     let node = view.node(idx);
-    let unconsumed_spare = node.is_unconsumed_spare();
-    let warmth = demand
-        .warm_images
+    let unconsumed_spare = hot.is_unconsumed_spare();
+    let wide_warmth = demand
+        .warm_wide
         .iter()
         .filter(|i| node.images.binary_search(i).is_ok())
-        .count() as u32;
-    let fill = if node.usable > 0.0 {
-        (node.used / node.usable).clamp(0.0, 1.0)
-    } else {
-        1.0
-    };
+        .count();
+    let warmth = (demand.warm_mask & hot.images).count_ones() + wide_warmth as u32;
     let outside_peer_az = demand.same_az == IntraReplicaAz::Soft
         && !demand.peers.is_empty()
         && !demand.peers.iter().any(|p| same_az(view, idx, p.node));
     PlacementKey {
         resilience_violations: resilience_violations(view, idx, demand).count_ones() as u8,
-        prospective: node.is_launching(),
+        prospective: hot.has(flag::LAUNCHING),
         avoided_spare: unconsumed_spare && demand.spare_policy == SparePolicy::Avoid,
         warmth,
-        reservation_match: unconsumed_spare && node.reserved_for.contains(&demand.job.template),
+        reservation_match: unconsumed_spare
+            && hot.has(flag::RESERVED)
+            && node.reserved_for.contains(&demand.job.template),
         preferred_spare: unconsumed_spare && demand.spare_policy == SparePolicy::Prefer,
-        fill,
+        fill: hot.fill,
         packing,
         outside_peer_az,
-        node_id: Cow::Borrowed(node.id.as_str()),
+        node_order: hot.rank,
     }
 }
 
-impl std::fmt::Display for PlacementKey<'_> {
+impl std::fmt::Display for PlacementKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let packing = match self.packing {
             PackingStrategy::Binpack => "binpack",

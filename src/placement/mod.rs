@@ -24,7 +24,7 @@ pub use engine::{
     Outcome, Placement, ProspectiveNodeIds, ResilienceFlag, ResilienceReport, SequentialNodeIds, apply_placement,
     place, placed_job,
 };
-pub use filter::{Filter, Rejection};
+pub use filter::{Filter, Rejection, RejectionOf};
 pub use fleet::{FleetError, FleetView, Name};
 pub use key::PlacementKey;
 pub use plan::{PlanError, PlanRow, PlannedOutcome, plan_bundles};

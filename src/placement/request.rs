@@ -11,7 +11,7 @@ use crate::model::{
 };
 
 use super::PlacementError;
-use super::fleet::{FleetView, Name, NodeIdx};
+use super::fleet::{FleetView, Name, NodeIdx, port_bit};
 use super::groups::{JobGroups, separated};
 
 /// The context of a re-placement (recovery or migration).
@@ -135,6 +135,13 @@ pub(crate) struct Needs {
     pub gpu_asks: Vec<GpuAsk>,
     /// The node will be held exclusively.
     pub exclusive: bool,
+    /// The capabilities with ids below 64, as the hot mask holds them.
+    pub capability_mask: u64,
+    /// Some capability has an id of 64 or more, or no node advertises it:
+    /// the node's full set must be searched.
+    pub wide_capabilities: bool,
+    /// The hot port bits of `ports`.
+    pub port_mask: u64,
 }
 
 impl Needs {
@@ -153,15 +160,23 @@ impl Needs {
         self.cores += asked.required_cores;
         self.ports.extend_from_slice(&asked.required_host_ports);
         self.exclusive |= job.exclusive;
+        for port in &asked.required_host_ports {
+            self.port_mask |= port_bit(port);
+        }
         for capability in &asked.required_capabilities {
-            if !self.capabilities.iter().any(|(_, n)| n.as_str() == capability) {
-                let id = view.capabilities.get(capability);
-                let name = id.map_or_else(
-                    || Name::from(capability.as_str()),
-                    |id| view.capabilities.name(id).clone(),
-                );
-                self.capabilities.push((id, name));
+            if self.capabilities.iter().any(|(_, n)| n.as_str() == capability) {
+                continue;
             }
+            let id = view.capabilities.get(capability);
+            let name = id.map_or_else(
+                || Name::from(capability.as_str()),
+                |id| view.capabilities.name(id).clone(),
+            );
+            match id {
+                Some(id) if id < 64 => self.capability_mask |= 1 << id,
+                _ => self.wide_capabilities = true,
+            }
+            self.capabilities.push((id, name));
         }
         if asked.required_gpu_capacity > 0.0 {
             self.gpu_asks.push(GpuAsk {
@@ -181,7 +196,10 @@ pub(crate) struct Demand<'a> {
     /// `Some(None)`: pinned to a node the fleet does not hold.
     pub pin: Option<Option<NodeIdx>>,
     pub excluded: Vec<NodeIdx>,
-    pub warm_images: Vec<u32>,
+    /// The template's images with ids below 64, as the hot mask holds them.
+    pub warm_mask: u64,
+    /// The template's images with higher ids.
+    pub warm_wide: Vec<u32>,
     pub spare_policy: SparePolicy,
     /// What the node must have free.
     pub needs: Needs,
@@ -261,7 +279,17 @@ impl<'a> Demand<'a> {
                 .recovery
                 .map(|r| r.excluded_nodes.iter().filter_map(|id| view.node_index(id)).collect())
                 .unwrap_or_default(),
-            warm_images: view.template_images(&job.template).to_vec(),
+            warm_mask: view
+                .template_images(&job.template)
+                .iter()
+                .filter(|&&i| i < 64)
+                .fold(0, |m, &i| m | (1 << i)),
+            warm_wide: view
+                .template_images(&job.template)
+                .iter()
+                .copied()
+                .filter(|&i| i >= 64)
+                .collect(),
             spare_policy: spare_policy(&request),
             needs,
             own_gpu: job.requirements.required_gpu_capacity > 0.0,

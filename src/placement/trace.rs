@@ -55,7 +55,7 @@ pub enum Verdict {
     /// Passed every filter; ranked by this key.
     Survived {
         /// The key.
-        key: PlacementKey<'static>,
+        key: PlacementKey,
     },
 }
 

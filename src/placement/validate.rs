@@ -19,7 +19,7 @@ use crate::model::{BundleId, BundleSpec, ScaleOut};
 use super::PlacementError;
 use super::engine::{Outcome, Placement, SequentialNodeIds, apply_placement, place, shape_fits};
 use super::filter::{CAPACITY_EPSILON, fit_gpus};
-use super::fleet::{FleetView, GpuDevice, NodeEntry};
+use super::fleet::{FleetView, GpuDevice, NodeIdx, flag};
 use super::groups::{JobGroups, separated};
 use super::request::{Needs, PlacementRequest};
 
@@ -409,7 +409,7 @@ fn check_satisfiable(view: &FleetView, bundle: &BundleSpec, found: &mut BundleVa
                 .any(|t| t.candidate_instance_types.iter().any(|s| shape_fits(s, &needs)));
             let node_fits_any = (0..pool.tiers.len())
                 .flat_map(|t| view.tier_nodes(pool_idx, t))
-                .any(|&n| could_ever_fit(view.node(n), &needs));
+                .any(|&n| could_ever_fit(view, n, &needs));
             if shape_fits_any || node_fits_any {
                 continue;
             }
@@ -434,13 +434,15 @@ fn check_satisfiable(view: &FleetView, bundle: &BundleSpec, found: &mut BundleVa
     }
 }
 
-/// Whether an empty `node` would take `needs` (its totals, not what is free
-/// now).
-fn could_ever_fit(node: &NodeEntry, needs: &Needs) -> bool {
+/// Whether node `idx`, emptied, would take `needs` (its totals, not what
+/// is free now).
+fn could_ever_fit(view: &FleetView, idx: NodeIdx, needs: &Needs) -> bool {
+    let hot = view.hot(idx);
+    let node = view.node(idx);
     let empty_gpus: Vec<GpuDevice> = node.gpus.iter().map(|g| GpuDevice { used: 0.0, ..g.clone() }).collect();
-    node.has_inventory
+    hot.has(flag::INVENTORY)
         && needs.capacity <= node.usable + CAPACITY_EPSILON
-        && needs.cores <= node.total_cores
+        && needs.cores <= u32::from(hot.total_cores)
         && needs
             .capabilities
             .iter()

@@ -66,7 +66,7 @@ impl SimAdmin for AdminService {
     }
 
     async fn rpc_fault(&self, req: Request<sim_admin::RpcFaultRequest>) -> Result<Response<()>, Status> {
-        self.call(|w| w.faults_mut().0.apply(req.into_inner()))
+        self.call(|w| w.set_rpc_fault(req.into_inner()))
     }
 
     async fn drop_stream(&self, _: Request<()>) -> Result<Response<()>, Status> {
@@ -78,6 +78,15 @@ impl SimAdmin for AdminService {
         let response = self.call(|w| w.set_time_scale(req.get_ref().time_scale));
         self.shared.wake_timers();
         response
+    }
+
+    async fn inject_event(&self, req: Request<sim_admin::InjectEventRequest>) -> Result<Response<()>, Status> {
+        let event = req
+            .into_inner()
+            .event
+            .ok_or_else(|| Status::invalid_argument("InjectEvent.event is missing"))?;
+        self.shared.lock().inject(event);
+        Ok(Response::new(()))
     }
 
     async fn set_job_behaviour(&self, req: Request<sim_admin::SetJobBehaviourRequest>) -> Result<Response<()>, Status> {

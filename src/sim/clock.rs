@@ -6,6 +6,10 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// The longest single real wait; a tiny time scale makes simulated delays
+/// astronomically long in real time, and a wait is re-planned after this.
+pub const MAX_REAL_WAIT: Duration = Duration::from_secs(3600);
+
 /// A clock whose rate can change while it runs (`set-time-scale`): each
 /// change re-anchors it, so simulated time stays continuous.
 #[derive(Debug, Clone)]
@@ -34,7 +38,9 @@ impl SimClock {
     /// Simulated milliseconds since the Unix epoch.
     pub fn now_ms(&self) -> i64 {
         let real_ms = self.anchor_real.elapsed().as_secs_f64() * 1000.0;
-        self.anchor_sim_ms + (real_ms * self.scale) as i64
+        // A float-to-int cast saturates, and so does the sum: an absurd
+        // scale stops time at the end of the range instead of overflowing.
+        self.anchor_sim_ms.saturating_add((real_ms * self.scale) as i64)
     }
 
     /// The current scale (simulated seconds per real second).
@@ -49,10 +55,11 @@ impl SimClock {
         self.scale = scale;
     }
 
-    /// How long to really wait until simulated instant `at_ms`.
+    /// How long to really wait until simulated instant `at_ms`, at most
+    /// [`MAX_REAL_WAIT`] (the caller simply waits again).
     pub fn real_wait_until(&self, at_ms: i64) -> Duration {
-        let sim_ms = (at_ms - self.now_ms()).max(0) as f64;
-        Duration::from_secs_f64(sim_ms / self.scale / 1000.0)
+        let sim_ms = at_ms.saturating_sub(self.now_ms()).max(0) as f64;
+        Duration::try_from_secs_f64(sim_ms / self.scale / 1000.0).map_or(MAX_REAL_WAIT, |d| d.min(MAX_REAL_WAIT))
     }
 }
 
@@ -78,6 +85,12 @@ mod tests {
         let before = clock.now_ms();
         clock.set_scale(1_000_000.0);
         assert!(clock.now_ms() >= before);
+    }
+
+    #[test]
+    fn a_tiny_scale_waits_at_most_the_maximum_instead_of_overflowing() {
+        let clock = SimClock::start(1e-300);
+        assert_eq!(clock.real_wait_until(i64::MAX), MAX_REAL_WAIT);
     }
 
     #[test]

@@ -24,5 +24,5 @@ pub use catalog::{Catalog, CatalogError};
 pub use error::RequestError;
 pub use faults::manager_rpcs;
 pub use inspect::SimSnapshot;
-pub use server::{ClusterNode, SimConfig, SimHandle, Simulator, StartError};
+pub use server::{ClusterNode, SimConfig, SimHandle, SimTls, Simulator, StartError};
 pub use world::{KEEPALIVE_TIMEOUT_MS, SPOT_INTERRUPTION_DEADLINE_MS};

@@ -14,6 +14,8 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::Status;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
 use super::RequestError;
 use super::admin_service::AdminService;
@@ -39,6 +41,22 @@ pub struct SimConfig {
     pub catalog: Catalog,
     /// Cluster (`local-servers`) nodes registered at start.
     pub cluster_nodes: Vec<ClusterNode>,
+    /// Serve TLS instead of plaintext.
+    pub tls: Option<SimTls>,
+    /// Require `authorization: Bearer <token>` on every Manager call (the
+    /// admin service stays open: it is a test tool).
+    pub bearer_token: Option<String>,
+}
+
+/// TLS for the simulator, as PEM text.
+#[derive(Debug, Clone)]
+pub struct SimTls {
+    /// The serving certificate chain.
+    pub cert_pem: String,
+    /// Its private key.
+    pub key_pem: String,
+    /// When set, clients must present a certificate signed by this CA.
+    pub client_ca_pem: Option<String>,
 }
 
 impl Default for SimConfig {
@@ -49,6 +67,8 @@ impl Default for SimConfig {
             time_scale: 1.0,
             catalog: Catalog::builtin(),
             cluster_nodes: vec![],
+            tls: None,
+            bearer_token: None,
         }
     }
 }
@@ -131,6 +151,20 @@ pub enum StartError {
         /// Why.
         source: std::io::Error,
     },
+    /// A file named on the command line could not be read.
+    #[error("failed to read {path}: {source}")]
+    ReadFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TLS material was refused.
+    #[error("invalid TLS settings: {0}")]
+    Tls(tonic::transport::Error),
+    /// The bearer token cannot be compared with a header value.
+    #[error("the bearer token contains characters not allowed in a header")]
+    Token,
     /// The gRPC server failed.
     #[error("simulator server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
@@ -177,11 +211,7 @@ impl Shared {
     /// Applies the injected fault for `rpc`, if any: waits its delay, then
     /// fails the call when the draw says so.
     pub async fn fault(&self, rpc: &str) -> Result<(), Status> {
-        let verdict = {
-            let mut world = self.lock();
-            let (faults, rng) = world.faults_mut();
-            faults.decide(rpc, rng)
-        };
+        let verdict = self.lock().rpc_fault(rpc);
         if !verdict.delay.is_zero() {
             tokio::time::sleep(verdict.delay).await;
         }
@@ -232,8 +262,33 @@ impl Simulator {
         });
         let timers = tokio::spawn(run_timers(shared.clone(), shutdown_rx.clone()));
         let mut until_shutdown = shutdown_rx;
-        let server = tonic::transport::Server::builder()
-            .add_service(ManagerServer::new(ManagerService::new(shared.clone())))
+        let mut builder = tonic::transport::Server::builder();
+        let scheme = if let Some(tls) = &config.tls {
+            let mut server_tls = ServerTlsConfig::new().identity(Identity::from_pem(&tls.cert_pem, &tls.key_pem));
+            if let Some(ca) = &tls.client_ca_pem {
+                server_tls = server_tls.client_ca_root(Certificate::from_pem(ca));
+            }
+            builder = builder.tls_config(server_tls).map_err(StartError::Tls)?;
+            "https"
+        } else {
+            "http"
+        };
+        let expected: Option<MetadataValue<Ascii>> = config
+            .bearer_token
+            .as_ref()
+            .map(|t| format!("Bearer {t}").parse().map_err(|_| StartError::Token))
+            .transpose()?;
+        let check_token = move |req: tonic::Request<()>| match &expected {
+            Some(token) if req.metadata().get("authorization") != Some(token) => {
+                Err(Status::unauthenticated("missing or wrong bearer token"))
+            }
+            _ => Ok(req),
+        };
+        let server = builder
+            .add_service(ManagerServer::with_interceptor(
+                ManagerService::new(shared.clone()),
+                check_token,
+            ))
             .add_service(SimAdminServer::new(AdminService::new(shared)))
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
                 // Either the flag flips or the sender is gone: both mean stop.
@@ -242,6 +297,7 @@ impl Simulator {
         let server = tokio::spawn(server);
         Ok(SimHandle {
             addr,
+            scheme,
             shutdown: shutdown_tx,
             server,
             timers,
@@ -249,10 +305,11 @@ impl Simulator {
     }
 }
 
-/// A running simulator.
+/// A running simulator. Dropping the handle stops it too, without waiting.
 #[derive(Debug)]
 pub struct SimHandle {
     addr: SocketAddr,
+    scheme: &'static str,
     shutdown: watch::Sender<bool>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     timers: JoinHandle<()>,
@@ -266,7 +323,7 @@ impl SimHandle {
 
     /// The URL a client connects to (`http://127.0.0.1:6789`).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
     }
 
     /// Ends every stream, stops serving and waits until the server is done.

@@ -41,7 +41,7 @@ pub(crate) fn open_event_stream(shared: &Shared) -> EventStream {
             tokio::select! {
                 received = live.recv() => match received {
                     Ok(event) => {
-                        if tx.send(Ok(event)).await.is_err() {
+                        if tx.send(Ok(pb::EventStreamEvent::clone(&event))).await.is_err() {
                             return;
                         }
                     }

@@ -55,6 +55,9 @@ use rcgen::{
 };
 
 const BINARIES: [&str; 4] = ["etcd", "kube-apiserver", "kubectl", "helm"];
+/// Working directories are `$TMPDIR/norsk-cp-XXXXXX`, holding the owner's pid in `owner.pid`.
+const DIR_PREFIX: &str = "norsk-cp-";
+const OWNER_FILE: &str = "owner.pid";
 /// Lines of each log shown when the control plane fails to start.
 const LOG_TAIL_LINES: usize = 40;
 
@@ -110,8 +113,9 @@ impl ControlPlane {
     }
 
     async fn start_once(bin_dir: &Path, timeout: Duration) -> Result<ControlPlane, StartFailure> {
+        remove_abandoned_dirs();
         let dir = tempfile::Builder::new()
-            .prefix("norsk-cp-")
+            .prefix(DIR_PREFIX)
             .tempdir()
             .map_err(|e| StartFailure::plain(format!("cannot create a temp dir: {e}")))?
             .keep();
@@ -133,6 +137,7 @@ impl ControlPlane {
     async fn launch(&mut self, timeout: Duration) -> Result<(), StartFailure> {
         let dir = self.dir.clone();
         let io_err = |what: &str, e: io::Error| StartFailure::plain(format!("{what}: {e}"));
+        fs::write(dir.join(OWNER_FILE), std::process::id().to_string()).map_err(|e| io_err(OWNER_FILE, e))?;
 
         let pki = Pki::generate().map_err(|e| StartFailure::plain(format!("certificates: {e}")))?;
         let pki_dir = dir.join("pki");
@@ -159,13 +164,13 @@ impl ControlPlane {
 
         let mut etcd = Command::new(self.bin_dir.join("etcd"));
         etcd.args([
-            "--name=default",
+            "--name=norsk-test",
             &format!("--data-dir={}", dir.join("etcd").display()),
             &format!("--listen-client-urls={etcd_url}"),
             &format!("--advertise-client-urls={etcd_url}"),
             &format!("--listen-peer-urls={peer_url}"),
             &format!("--initial-advertise-peer-urls={peer_url}"),
-            &format!("--initial-cluster=default={peer_url}"),
+            &format!("--initial-cluster=norsk-test={peer_url}"),
             // The data is thrown away after the run: durability only costs time.
             "--unsafe-no-fsync",
             "--log-level=warn",
@@ -240,7 +245,7 @@ impl ControlPlane {
     async fn wait_ready(&self, timeout: Duration) -> Result<(), StartFailure> {
         let started = Instant::now();
         let client = Client::try_from(self.config.clone()).map_err(|e| StartFailure::plain(format!("client: {e}")))?;
-        let mut last = String::from("no answer yet");
+        let mut last;
         loop {
             if let Some((name, status)) = self.exited() {
                 return Err(self.failure(format!("{name} exited ({status}) during start")));
@@ -272,7 +277,10 @@ impl ControlPlane {
         let logs = self.log_tails(LOG_TAIL_LINES);
         let port_clash = logs.contains("address already in use");
         StartFailure {
-            message: format!("{message}\n(working directory {})\n{logs}", self.dir.display()),
+            message: format!(
+                "{message}\n(working directory {}; NORSK_CP_KEEP=1 keeps it)\n{logs}",
+                self.dir.display()
+            ),
             port_clash,
         }
     }
@@ -366,10 +374,10 @@ impl ControlPlane {
             Err(e) => panic!("create ServiceAccount {namespace}/{name}: {e}"),
         }
         let request = TokenRequest {
-            spec: TokenRequestSpec {
+            spec: Some(TokenRequestSpec {
                 expiration_seconds: Some(3600),
                 ..Default::default()
-            },
+            }),
             ..Default::default()
         };
         let token = accounts
@@ -377,8 +385,8 @@ impl ControlPlane {
             .await
             .unwrap_or_else(|e| panic!("token for ServiceAccount {namespace}/{name}: {e}"))
             .status
-            .expect("TokenRequest answered without status")
-            .token;
+            .and_then(|status| status.token)
+            .expect("TokenRequest answered without a token");
         let mut config = self.config.clone();
         config.auth_info = AuthInfo {
             token: Some(token.into()),
@@ -496,6 +504,31 @@ fn locate_binaries() -> Result<PathBuf, String> {
         }
     }
     Ok(dir)
+}
+
+/// A test binary killed with SIGKILL runs no exit hook: its processes die with it (see
+/// below) but its working directory stays. The next run removes those whose owner is gone.
+fn remove_abandoned_dirs() {
+    let Ok(entries) = fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(DIR_PREFIX) {
+            continue;
+        }
+        let path = entry.path();
+        let Some(pid) = fs::read_to_string(path.join(OWNER_FILE))
+            .ok()
+            .and_then(|s| s.trim().parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only asks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = fs::remove_dir_all(&path);
+        }
+    }
 }
 
 fn free_port() -> io::Result<u16> {
@@ -677,11 +710,11 @@ extern "C" fn kill_all_at_exit() {
             }
         }
     }
-    if !keep_dir() {
-        if let Ok(dirs) = DIRS_AT_EXIT.try_lock() {
-            for dir in dirs.iter() {
-                let _ = fs::remove_dir_all(dir);
-            }
+    if !keep_dir()
+        && let Ok(dirs) = DIRS_AT_EXIT.try_lock()
+    {
+        for dir in dirs.iter() {
+            let _ = fs::remove_dir_all(dir);
         }
     }
 }

@@ -122,7 +122,9 @@ fn check_type(value: &serde_yaml::Value, kind: &str) -> Result<(), String> {
     let field = |name: &str| value.get(name).and_then(serde_yaml::Value::as_str);
     match field("apiVersion") {
         Some(API_VERSION) => {}
-        Some(other) => return Err(format!("apiVersion: expected {API_VERSION}, found {other:?}")),
+        Some(other) => {
+            return Err(format!("apiVersion: expected {API_VERSION}, found {other:?}"));
+        }
         None => return Err(format!("apiVersion: missing (expected {API_VERSION})")),
     }
     match field("kind") {

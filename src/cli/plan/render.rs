@@ -160,7 +160,9 @@ fn explain(trace: &Trace) -> String {
         let decision = match &tier.decision {
             TierDecision::Placed { node_id } => format!("placed on {node_id}"),
             TierDecision::Provision { instance_type } => format!("provision {instance_type}"),
-            TierDecision::NotProvisioned { why } => format!("no placement, not provisioning: {}", why_not(why)),
+            TierDecision::NotProvisioned { why } => {
+                format!("no placement, not provisioning: {}", why_not(why))
+            }
         };
         out.push_str(&format!("    => {decision}\n"));
     }
@@ -198,7 +200,9 @@ fn why_not(why: &NoProvisionReason) -> String {
         NoProvisionReason::FixedTier => "fixed tier".to_owned(),
         NoProvisionReason::CoLocatedPeerPlaced => "a co-located peer is already placed".to_owned(),
         NoProvisionReason::PeerAzUnknownForNewNode => "sameAz hard: a new node's AZ is unknown".to_owned(),
-        NoProvisionReason::AtMaxNodes { nodes, max_nodes } => format!("at maxNodes ({nodes} of {max_nodes})"),
+        NoProvisionReason::AtMaxNodes { nodes, max_nodes } => {
+            format!("at maxNodes ({nodes} of {max_nodes})")
+        }
         NoProvisionReason::NoShapeFits => "no candidate instance type fits".to_owned(),
     }
 }

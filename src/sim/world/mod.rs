@@ -130,7 +130,8 @@ pub(crate) struct World {
     /// of delays add up exactly in simulated time.
     firing_at: Option<i64>,
     rng: StdRng,
-    events: broadcast::Sender<pb::EventStreamEvent>,
+    /// Live events, shared between streams (each stream sends its own copy).
+    events: broadcast::Sender<Arc<pb::EventStreamEvent>>,
     wake: Arc<Notify>,
     timers: timers::Timers,
     incarnations: u64,
@@ -211,14 +212,19 @@ impl World {
         Ok(())
     }
 
-    /// The RPC fault table.
-    pub fn faults_mut(&mut self) -> (&mut RpcFaults, &mut StdRng) {
-        (&mut self.faults, &mut self.rng)
+    /// `rpc-fault`: sets or clears an RPC's injected fault.
+    pub fn set_rpc_fault(&mut self, req: sim_admin::RpcFaultRequest) -> Result<(), super::RequestError> {
+        self.faults.apply(req)
+    }
+
+    /// What a call to `rpc` suffers now (drawn from the seeded generator).
+    pub fn rpc_fault(&mut self, rpc: &str) -> super::faults::Verdict {
+        self.faults.decide(rpc, &mut self.rng)
     }
 
     /// A new receiver of live events. Taken under the same lock as the
     /// snapshot it follows, so a stream neither misses nor repeats an event.
-    pub fn subscribe(&self) -> broadcast::Receiver<pb::EventStreamEvent> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<pb::EventStreamEvent>> {
         self.events.subscribe()
     }
 
@@ -228,15 +234,22 @@ impl World {
     }
 
     /// Publishes a live event.
+    /// Sends a raw event to the live streams without touching the world
+    /// (the admin `InjectEvent`).
+    pub fn inject(&self, event: pb::EventStreamEvent) {
+        // No receiver is not an error: nobody is watching.
+        let _ = self.events.send(Arc::new(event));
+    }
+
     fn emit(&self, event: Event) {
         // A send only fails when no stream is open; the event is then
         // nobody's to lose (a later stream starts from the snapshot).
-        let _ = self.events.send(pb::EventStreamEvent { event: Some(event) });
+        let _ = self.events.send(Arc::new(pb::EventStreamEvent { event: Some(event) }));
     }
 
     /// Runs `action` `delay_ms` simulated milliseconds from now.
     fn schedule(&mut self, delay_ms: i64, action: Action) {
-        let at = self.now() + delay_ms.max(0);
+        let at = self.now().saturating_add(delay_ms.max(0));
         if self.timers.push(at, action) {
             self.wake.notify_one();
         }

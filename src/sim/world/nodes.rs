@@ -432,7 +432,7 @@ impl World {
                 limit: instance_type.launch_limit.map(i64::from),
                 in_use: 0,
             });
-        launches.limit = (req.available >= 0).then(|| launches.in_use + req.available);
+        launches.limit = (req.available >= 0).then(|| launches.in_use.saturating_add(req.available));
         Ok(())
     }
 

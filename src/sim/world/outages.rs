@@ -77,7 +77,7 @@ impl World {
         let notice = pb::NodeInterruptionNotice {
             node_id: node_ref(node_id),
             kind: kind as i32,
-            deadline: in_ms.map(|ms| timestamp(now + ms)),
+            deadline: in_ms.map(|ms| timestamp(now.saturating_add(ms))),
             noticed_at: Some(timestamp(now)),
         };
         let kind_name = match kind {
@@ -97,7 +97,7 @@ impl World {
         }));
         let mut details = vec![("kind", kind_name.to_owned())];
         if let Some(ms) = in_ms {
-            details.push(("deadlineMs", (now + ms).to_string()));
+            details.push(("deadlineMs", (now.saturating_add(ms)).to_string()));
         }
         self.audit("node.interruption", node_id, &details);
         if let Some(ms) = in_ms {

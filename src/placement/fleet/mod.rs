@@ -9,12 +9,20 @@
 //! This module owns the accounting of the capacity, GPU and port contracts;
 //! it never decides where anything goes.
 
+mod names;
+mod node;
+
 use std::collections::HashMap;
-use std::sync::Arc;
+
+pub(crate) use names::Interner;
+pub use names::Name;
+pub(crate) use node::port_bit;
+use node::{CapabilitySet, cores, slot};
+pub(crate) use node::{GpuDevice, Hot, NO_AZ, NO_SLOT, NodeEntry, flag};
 
 use crate::model::{
-    BundleId, FleetNode, FleetSnapshot, HostPort, InstanceShape, NodeId, NodeInventory, NodePhase, PlacedJob,
-    PlacementPool, ProviderKind, Reliability, tags,
+    BundleId, FleetNode, FleetSnapshot, InstanceShape, NodeId, NodeInventory, NodePhase, PlacedJob, PlacementPool,
+    ProviderKind, Reliability, tags,
 };
 
 use super::settings::Pools;
@@ -44,160 +52,6 @@ pub enum FleetError {
     },
 }
 
-/// A shared, immutable name (pool, tier, AZ, capability, job): cloning it
-/// never allocates, so rejections can carry names on the hot path.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Name(Arc<str>);
-
-impl Name {
-    /// The name as a string slice.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<&str> for Name {
-    fn from(s: &str) -> Self {
-        Name(Arc::from(s))
-    }
-}
-
-impl std::borrow::Borrow<str> for Name {
-    fn borrow(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Display for Name {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl serde::Serialize for Name {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
-    }
-}
-
-/// Names interned to dense ids, so the hot path compares integers.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Interner {
-    ids: HashMap<Name, u32>,
-    names: Vec<Name>,
-}
-
-impl Interner {
-    pub(crate) fn intern(&mut self, name: &str) -> u32 {
-        if let Some(&id) = self.ids.get(name) {
-            return id;
-        }
-        let id = self.names.len() as u32;
-        let name = Name::from(name);
-        self.names.push(name.clone());
-        self.ids.insert(name, id);
-        id
-    }
-
-    pub(crate) fn get(&self, name: &str) -> Option<u32> {
-        self.ids.get(name).copied()
-    }
-
-    pub(crate) fn name(&self, id: u32) -> &Name {
-        &self.names[id as usize]
-    }
-}
-
-/// One GPU device and what placed jobs reserve on it.
-#[derive(Clone, Debug)]
-pub(crate) struct GpuDevice {
-    pub model: Name,
-    pub total: f64,
-    pub used: f64,
-}
-
-impl GpuDevice {
-    pub(crate) fn free(&self) -> f64 {
-        self.total - self.used
-    }
-}
-
-/// A set of interned capability ids.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct CapabilitySet(Vec<u64>);
-
-impl CapabilitySet {
-    fn insert(&mut self, id: u32) {
-        let word = (id / 64) as usize;
-        if self.0.len() <= word {
-            self.0.resize(word + 1, 0);
-        }
-        self.0[word] |= 1 << (id % 64);
-    }
-
-    pub(crate) fn contains(&self, id: u32) -> bool {
-        self.0
-            .get((id / 64) as usize)
-            .is_some_and(|w| w & (1 << (id % 64)) != 0)
-    }
-}
-
-/// A node as placement sees it.
-#[derive(Clone, Debug)]
-pub(crate) struct NodeEntry {
-    pub id: NodeId,
-    /// The pool and tier the node says it belongs to (for the trace).
-    pub pool_name: Option<Name>,
-    pub tier_name: Option<Name>,
-    /// `(pool index, tier index)` once resolved against the settings.
-    pub slot: Option<(u32, u32)>,
-    pub phase: NodePhase,
-    pub cordoned: bool,
-    pub unhealthy: bool,
-    pub has_inventory: bool,
-    pub spare: bool,
-    pub reserved_for: Vec<String>,
-    pub reservation_exclusive: bool,
-    pub kind: ProviderKind,
-    /// Interned AZ; `None` when the node does not say (a prospective node).
-    pub az: Option<u32>,
-    pub durable: bool,
-    /// `totalCapacity × utilizationCap − reserved`.
-    pub usable: f64,
-    /// Capacity reserved by placed jobs.
-    pub used: f64,
-    pub total_cores: u32,
-    pub used_cores: u32,
-    pub capabilities: CapabilitySet,
-    /// Interned ids of held images that some template names, sorted.
-    pub images: Vec<u32>,
-    pub gpus: Vec<GpuDevice>,
-    pub ports: Vec<HostPort>,
-    pub occupants: Vec<u32>,
-    pub exclusive_occupants: u32,
-}
-
-impl NodeEntry {
-    pub(crate) fn free_capacity(&self) -> f64 {
-        self.usable - self.used
-    }
-
-    pub(crate) fn free_cores(&self) -> u32 {
-        self.total_cores.saturating_sub(self.used_cores)
-    }
-
-    /// An unconsumed spare: tagged spare and carrying no job (in-plan
-    /// reservations included). Only these count as reserve.
-    pub(crate) fn is_unconsumed_spare(&self) -> bool {
-        self.spare && self.occupants.is_empty()
-    }
-
-    /// Booted, rather than still launching.
-    pub(crate) fn is_launching(&self) -> bool {
-        matches!(self.phase, NodePhase::Prospective | NodePhase::Starting)
-    }
-}
-
 /// A job placed on a node, as the intra-replica and resilience rules need it.
 #[derive(Clone, Debug)]
 pub(crate) struct Occupant {
@@ -213,6 +67,8 @@ pub(crate) struct Occupant {
 #[derive(Clone, Debug)]
 pub struct FleetView {
     pools: Pools,
+    /// The hot part of every node, indexed like `nodes`.
+    pub(crate) hot: Vec<Hot>,
     pub(crate) nodes: Vec<NodeEntry>,
     /// Every node, in node-id order.
     pub(crate) order: Vec<NodeIdx>,
@@ -234,6 +90,7 @@ impl FleetView {
         let mut view = FleetView {
             tiers: pools.iter().map(|p| vec![Vec::new(); p.tiers.len()]).collect(),
             pools,
+            hot: Vec::with_capacity(snapshot.nodes.len()),
             nodes: Vec::with_capacity(snapshot.nodes.len()),
             order: Vec::with_capacity(snapshot.nodes.len()),
             by_id: HashMap::with_capacity(snapshot.nodes.len()),
@@ -244,15 +101,28 @@ impl FleetView {
             azs: Interner::default(),
             template_images: HashMap::new(),
         };
+        // Template images are interned first, so they get the low ids the
+        // hot image mask holds.
         for (template, refs) in &snapshot.template_images {
             let ids = refs.iter().map(|r| view.images.intern(r)).collect();
             view.template_images.insert(template.clone(), ids);
         }
-        let mut sorted: Vec<&FleetNode> = snapshot.nodes.iter().collect();
-        sorted.sort_by(|a, b| a.id.cmp(&b.id));
-        for node in sorted {
-            let entry = view.entry_for(node);
-            view.push_node(entry)?;
+        // Nodes are numbered tier by tier, in id order within a tier, so a
+        // tier scan reads the hot parts front to back.
+        let mut sorted: Vec<(u32, &FleetNode)> = snapshot.nodes.iter().map(|n| (view.slot_of(n), n)).collect();
+        sorted.sort_by(|(a_slot, a), (b_slot, b)| a_slot.cmp(b_slot).then_with(|| a.id.cmp(&b.id)));
+        for (_, node) in sorted {
+            let (idx, slot) = view.append_node(node)?;
+            if slot != NO_SLOT {
+                view.tiers[(slot >> 16) as usize][(slot & 0xffff) as usize].push(idx);
+            }
+        }
+        let nodes = &view.nodes;
+        view.order = (0..nodes.len() as NodeIdx).collect();
+        view.order
+            .sort_by(|&a, &b| nodes[a as usize].id.cmp(&nodes[b as usize].id));
+        for (rank, &idx) in view.order.iter().enumerate() {
+            view.hot[idx as usize].rank = rank as u32;
         }
         for node in &snapshot.nodes {
             for job in &node.jobs {
@@ -288,21 +158,26 @@ impl FleetView {
             .get(node)
             .ok_or_else(|| FleetError::UnknownNode(node.clone()))?;
         let occupant = self.occupants.len() as u32;
+        let hot = &mut self.hot[idx as usize];
+        hot.free -= job.required_capacity.max(0.0);
+        hot.refill(self.nodes[idx as usize].usable);
+        hot.used_cores = hot.used_cores.saturating_add(cores(job.required_cores));
+        hot.occupants = hot.occupants.saturating_add(1);
+        if job.exclusive {
+            hot.exclusive_occupants = hot.exclusive_occupants.saturating_add(1);
+        }
+        for port in &job.required_host_ports {
+            hot.ports |= port_bit(port);
+        }
         let entry = &mut self.nodes[idx as usize];
-        entry.used += job.required_capacity.max(0.0);
-        entry.used_cores += job.required_cores;
         entry.ports.extend_from_slice(&job.required_host_ports);
         if job.required_gpu_capacity > 0.0 {
-            let device = job.gpu_index.and_then(|i| entry.gpus.get_mut(i as usize));
-            match device {
+            match job.gpu_index.and_then(|i| entry.gpus.get_mut(i as usize)) {
                 Some(device) => device.used += job.required_gpu_capacity,
                 None => entry.gpus.iter_mut().for_each(|d| d.used += job.required_gpu_capacity),
             }
         }
         entry.occupants.push(occupant);
-        if job.exclusive {
-            entry.exclusive_occupants += 1;
-        }
         self.occupants.push(Occupant {
             bundle: job.bundle.clone(),
             replica: job.replica_index,
@@ -348,8 +223,7 @@ impl FleetView {
             tier_spec.region.clone(),
             shape.ok_or_else(unknown)?,
         );
-        let entry = self.entry_for(&node);
-        self.push_node(entry)
+        self.push_node(&node)
     }
 
     /// The nodes of one tier, in node-id order.
@@ -366,6 +240,10 @@ impl FleetView {
 
     pub(crate) fn node(&self, idx: NodeIdx) -> &NodeEntry {
         &self.nodes[idx as usize]
+    }
+
+    pub(crate) fn hot(&self, idx: NodeIdx) -> &Hot {
+        &self.hot[idx as usize]
     }
 
     /// Occupant indices of one bundle (every replica).
@@ -388,75 +266,122 @@ impl FleetView {
         live.count() as u32
     }
 
-    fn push_node(&mut self, entry: NodeEntry) -> Result<(), FleetError> {
-        if self.by_id.contains_key(&entry.id) {
-            return Err(FleetError::DuplicateNode(entry.id));
-        }
-        let idx = self.nodes.len() as NodeIdx;
+    /// Adds a node after the view was built: into its tier's list and the
+    /// id order at its place, shifting the ranks after it.
+    fn push_node(&mut self, node: &FleetNode) -> Result<(), FleetError> {
+        let (idx, slot) = self.append_node(node)?;
         let nodes = &self.nodes;
-        let at = self.order.partition_point(|&i| nodes[i as usize].id < entry.id);
-        self.order.insert(at, idx);
-        if let Some((pool, tier)) = entry.slot {
-            let list = &mut self.tiers[pool as usize][tier as usize];
-            let at = list.partition_point(|&i| nodes[i as usize].id < entry.id);
+        let id = &nodes[idx as usize].id;
+        if slot != NO_SLOT {
+            let list = &mut self.tiers[(slot >> 16) as usize][(slot & 0xffff) as usize];
+            let at = list.partition_point(|&i| nodes[i as usize].id < *id);
             list.insert(at, idx);
         }
-        self.by_id.insert(entry.id.clone(), idx);
-        self.nodes.push(entry);
+        let at = self.order.partition_point(|&i| nodes[i as usize].id < *id);
+        for other in &mut self.hot {
+            if other.rank as usize >= at {
+                other.rank += 1;
+            }
+        }
+        self.hot[idx as usize].rank = at as u32;
+        self.order.insert(at, idx);
         Ok(())
     }
 
-    fn entry_for(&mut self, node: &FleetNode) -> NodeEntry {
-        let pool_name = node
-            .pool
-            .as_deref()
-            .or_else(|| node.tags.get(tags::POOL).map(String::as_str));
-        let tier_name = node
-            .tier
-            .as_deref()
-            .or_else(|| node.tags.get(tags::TIER).map(String::as_str));
-        let slot = resolve_slot(&self.pools, pool_name, tier_name);
+    /// Numbers a node and records it, returning its index and slot.
+    fn append_node(&mut self, node: &FleetNode) -> Result<(NodeIdx, u32), FleetError> {
+        if self.by_id.contains_key(&node.id) {
+            return Err(FleetError::DuplicateNode(node.id.clone()));
+        }
+        let (hot, entry) = self.describe(node);
+        let idx = self.nodes.len() as NodeIdx;
+        self.by_id.insert(entry.id.clone(), idx);
+        self.hot.push(hot);
+        self.nodes.push(entry);
+        Ok((idx, hot.slot))
+    }
+
+    /// The pool and tier a node belongs to, packed as [`Hot::slot`].
+    fn slot_of(&self, node: &FleetNode) -> u32 {
+        let (pool, tier) = membership(node);
+        resolve_slot(&self.pools, pool, tier).map_or(NO_SLOT, |(p, t)| slot(p, t))
+    }
+
+    /// The hot and cold parts of a node, before any job is reserved on it.
+    fn describe(&mut self, node: &FleetNode) -> (Hot, NodeEntry) {
+        let (pool_name, tier_name) = membership(node);
+        let resolved = resolve_slot(&self.pools, pool_name, tier_name);
+        let resolved_tier = resolved.and_then(|(p, t)| self.pools.at(p)?.tiers.get(t));
         // An untagged cluster node is reported under the fixed tier it
         // resolved to.
-        let resolved_tier = slot.and_then(|(p, t)| self.pools.at(p as usize)?.tiers.get(t as usize));
         let tier_name = tier_name.or(resolved_tier.map(|t| t.name.as_str()));
-        let durable = resolved_tier.is_none_or(|tier| tier.effective_reliability() == Reliability::Durable);
         let spare = node.spare || node.tags.get(tags::SPARE).is_some_and(|v| v == "true");
-        let mut entry = NodeEntry {
-            id: node.id.clone(),
-            pool_name: pool_name.map(Name::from),
-            tier_name: tier_name.map(Name::from),
-            slot,
-            phase: node.phase,
-            cordoned: node.cordoned,
-            unhealthy: node.unhealthy,
-            has_inventory: node.inventory.is_some(),
-            spare,
-            reserved_for: node.spare_spec.reserved_for.clone(),
-            reservation_exclusive: node.spare_spec.exclusive,
-            kind: ProviderKind::LocalServers,
-            az: None,
-            durable,
-            usable: 0.0,
-            used: 0.0,
+        let reserved = spare && !node.spare_spec.reserved_for.is_empty();
+        let mut flags = 0;
+        for (on, bit) in [
+            (node.inventory.is_some(), flag::INVENTORY),
+            (
+                matches!(node.phase, NodePhase::Stopping | NodePhase::Stopped),
+                flag::GONE,
+            ),
+            (node.unhealthy, flag::UNHEALTHY),
+            (node.cordoned, flag::CORDONED),
+            (spare, flag::SPARE),
+            (reserved, flag::RESERVED),
+            (reserved && node.spare_spec.exclusive, flag::EXCLUSIVE_RESERVATION),
+            (
+                matches!(node.phase, NodePhase::Prospective | NodePhase::Starting),
+                flag::LAUNCHING,
+            ),
+            (
+                resolved_tier.is_none_or(|t| t.effective_reliability() == Reliability::Durable),
+                flag::DURABLE,
+            ),
+        ] {
+            if on {
+                flags |= bit;
+            }
+        }
+        let mut hot = Hot {
+            free: 0.0,
+            fill: 1.0,
+            capabilities: 0,
+            ports: 0,
+            images: 0,
+            slot: resolved.map_or(NO_SLOT, |(p, t)| slot(p, t)),
+            az: NO_AZ,
+            rank: 0,
             total_cores: 0,
             used_cores: 0,
+            occupants: 0,
+            exclusive_occupants: 0,
+            flags,
+            kind: ProviderKind::LocalServers,
+        };
+        let mut entry = NodeEntry {
+            id: node.id.clone(),
+            usable: 0.0,
+            pool_name: pool_name.map(Name::from),
+            tier_name: tier_name.map(Name::from),
+            phase: node.phase,
+            reserved_for: node.spare_spec.reserved_for.clone(),
             capabilities: CapabilitySet::default(),
             images: Vec::new(),
             gpus: Vec::new(),
             ports: Vec::new(),
             occupants: Vec::new(),
-            exclusive_occupants: 0,
         };
         if let Some(inventory) = &node.inventory {
-            self.apply_inventory(&mut entry, inventory);
+            self.apply_inventory(&mut hot, &mut entry, inventory);
         }
-        entry
+        (hot, entry)
     }
 
-    fn apply_inventory(&mut self, entry: &mut NodeEntry, inventory: &NodeInventory) {
-        entry.kind = inventory.kind;
-        entry.az = (!inventory.az.is_empty()).then(|| self.azs.intern(&inventory.az));
+    fn apply_inventory(&mut self, hot: &mut Hot, entry: &mut NodeEntry, inventory: &NodeInventory) {
+        hot.kind = inventory.kind;
+        if !inventory.az.is_empty() {
+            hot.az = self.azs.intern(&inventory.az);
+        }
         // "utilizationCap is a fraction (0, 1]; anything else is read as 1",
         // so a node can never advertise more than its declared capacity.
         let cap = inventory.utilization_cap;
@@ -467,13 +392,17 @@ impl FleetView {
             0.0
         };
         entry.usable = (total * cap - inventory.reserved_capacity.max(0.0)).max(0.0);
-        entry.total_cores = inventory.total_cores;
+        hot.free = entry.usable;
+        hot.refill(entry.usable);
+        hot.total_cores = cores(inventory.total_cores);
         for capability in &inventory.capabilities {
             entry.capabilities.insert(self.capabilities.intern(capability));
         }
+        hot.capabilities = entry.capabilities.low_word();
         let mut images: Vec<u32> = inventory.images.iter().filter_map(|i| self.images.get(i)).collect();
         images.sort_unstable();
         images.dedup();
+        hot.images = images.iter().filter(|&&i| i < 64).fold(0, |mask, &i| mask | (1 << i));
         entry.images = images;
         entry.gpus = inventory
             .gpus
@@ -491,7 +420,16 @@ impl FleetView {
     }
 }
 
-fn resolve_slot(pools: &Pools, pool: Option<&str>, tier: Option<&str>) -> Option<(u32, u32)> {
+/// The pool and tier a node names: its fields, else its tags.
+fn membership(node: &FleetNode) -> (Option<&str>, Option<&str>) {
+    let tag = |name| node.tags.get(name).map(String::as_str);
+    (
+        node.pool.as_deref().or_else(|| tag(tags::POOL)),
+        node.tier.as_deref().or_else(|| tag(tags::TIER)),
+    )
+}
+
+fn resolve_slot(pools: &Pools, pool: Option<&str>, tier: Option<&str>) -> Option<(usize, usize)> {
     let pool_idx = pools.index_of(pool?)?;
     let spec: &PlacementPool = pools.at(pool_idx)?;
     // An untagged cluster node belongs to its pool's fixed tier.
@@ -502,7 +440,7 @@ fn resolve_slot(pools: &Pools, pool: Option<&str>, tier: Option<&str>) -> Option
             .iter()
             .position(|t| t.scale_out == crate::model::ScaleOut::Fixed)?,
     };
-    Some((pool_idx as u32, tier_idx as u32))
+    Some((pool_idx, tier_idx))
 }
 
 fn prospective_node(
@@ -538,5 +476,72 @@ fn prospective_node(
             nics: Vec::new(),
         }),
         jobs: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::validate_pools;
+
+    fn view() -> FleetView {
+        let pools = serde_yaml::from_str(
+            "- {name: p, tiers: [{name: t, kind: aws, candidateInstanceTypes: [{instanceType: m, totalCapacity: 4}]}]}",
+        )
+        .unwrap();
+        let fleet: FleetSnapshot = serde_yaml::from_str(
+            "nodes:\n- {id: d, pool: p, tier: t, inventory: {kind: aws, totalCapacity: 4}}\n- {id: b, pool: p, tier: t, inventory: {kind: aws, totalCapacity: 4}}",
+        )
+        .unwrap();
+        FleetView::new(&fleet, validate_pools(pools).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn ranks_follow_node_id_order_as_prospective_nodes_arrive() {
+        let mut view = view();
+        for id in ["c", "a", "e"] {
+            view.add_prospective_node(NodeId::from(id), "p", "t", "m").unwrap();
+        }
+        let mut ranked: Vec<(u32, &str)> = (0..view.node_count() as u32)
+            .map(|i| (view.hot(i).rank, view.node(i).id.as_str()))
+            .collect();
+        ranked.sort_unstable();
+        assert_eq!(ranked, vec![(0, "a"), (1, "b"), (2, "c"), (3, "d"), (4, "e")]);
+        assert_eq!(
+            view.tier_nodes(0, 0)
+                .iter()
+                .map(|&i| view.node(i).id.as_str())
+                .collect::<Vec<_>>(),
+            ["a", "b", "c", "d", "e"]
+        );
+    }
+
+    #[test]
+    fn a_reservation_takes_capacity_cores_ports_and_gpu_from_its_node() {
+        let mut view = view();
+        let job: PlacedJob =
+            serde_yaml::from_str("{jobId: x, requiredCapacity: 1.5, requiredCores: 2, requiredHostPorts: [1935/tcp]}")
+                .unwrap();
+        view.reserve(&NodeId::from("b"), &job).unwrap();
+        let idx = view.node_index(&NodeId::from("b")).unwrap();
+        assert_eq!(view.hot(idx).free, 2.5);
+        assert_eq!(view.hot(idx).used_cores, 2);
+        assert_eq!(view.hot(idx).occupants, 1);
+        assert_eq!(view.node(idx).ports, vec!["1935/tcp".parse().unwrap()]);
+        assert!(view.hot(idx).ports & port_bit(&"1935/tcp".parse().unwrap()) != 0);
+        assert_eq!(
+            view.reserve(&NodeId::from("nope"), &job),
+            Err(FleetError::UnknownNode(NodeId::from("nope")))
+        );
+    }
+
+    #[test]
+    fn a_node_listed_twice_is_refused() {
+        let fleet: FleetSnapshot = serde_yaml::from_str("nodes: [{id: a}, {id: a}]").unwrap();
+        let pools = validate_pools(vec![]).unwrap();
+        assert_eq!(
+            FleetView::new(&fleet, pools).unwrap_err(),
+            FleetError::DuplicateNode(NodeId::from("a"))
+        );
     }
 }
