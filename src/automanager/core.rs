@@ -2,7 +2,7 @@
 //! input, then — once hydrated — expire timers and run placement), the
 //! commands, the read-only queries and the next timer deadline.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::model::{Bundle, BundleId, BundleSpec, BundleState, JobId, JobState, NodePhase, PlacedJob, UnixMillis};
 use crate::placement::{
@@ -187,13 +187,13 @@ impl AutoManagerCore {
     pub(super) fn view_with(&self, pools: Pools) -> Result<FleetView, FleetError> {
         let snapshot = self
             .fleet
-            .snapshot(&pools, &self.placed_jobs(), &self.settings.template_images);
+            .snapshot(&pools, self.placed_jobs(), &self.settings.template_images);
         FleetView::new(&snapshot, pools)
     }
 
     /// What every bound job reserves, by node.
-    pub(super) fn placed_jobs(&self) -> BTreeMap<&crate::model::NodeId, Vec<PlacedJob>> {
-        let mut placed: BTreeMap<&crate::model::NodeId, Vec<PlacedJob>> = BTreeMap::new();
+    pub(super) fn placed_jobs(&self) -> HashMap<&crate::model::NodeId, Vec<PlacedJob>> {
+        let mut placed: HashMap<&crate::model::NodeId, Vec<PlacedJob>> = HashMap::new();
         for record in self.jobs.values() {
             let Some(binding) = &record.binding else {
                 continue;

@@ -4,7 +4,7 @@
 //! are not kept here: they are derived from the job bindings whenever a
 //! placement view is built ([`Fleet::snapshot`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::model::{
     FleetNode, FleetSnapshot, InstanceShape, JobId, NodeId, NodeInfo, NodeInventory, NodePhase, NodeStopReason,
@@ -153,7 +153,7 @@ impl Fleet {
     pub fn snapshot(
         &self,
         pools: &Pools,
-        placed: &BTreeMap<&NodeId, Vec<PlacedJob>>,
+        mut placed: HashMap<&NodeId, Vec<PlacedJob>>,
         template_images: &BTreeMap<String, Vec<String>>,
     ) -> FleetSnapshot {
         let nodes = self
@@ -181,7 +181,7 @@ impl Fleet {
                     let shape = shape_of(pools, p)?;
                     Some(shape_inventory(p, shape))
                 }),
-                jobs: placed.get(&node.id).cloned().unwrap_or_default(),
+                jobs: placed.remove(&node.id).unwrap_or_default(),
             })
             .collect();
         FleetSnapshot {
