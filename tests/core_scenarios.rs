@@ -794,3 +794,90 @@ fn a_recovery_keeps_away_from_the_failed_node_after_a_refused_provision() {
     assert_ne!(oci, aws);
     assert_eq!(provider, ProviderKind::Oci);
 }
+
+#[test]
+fn a_node_still_launching_for_a_job_takes_it_back_at_hydration() {
+    let mut h = Harness::new();
+    h.bundle("b", ONE_JOB);
+    let job = job_id("b", 0, "encode");
+    let node_tags = [
+        (tags::POOL, "production"),
+        (tags::TIER, "aws"),
+        (tags::PROVISIONED_FOR, job.as_str()),
+    ];
+    h.event(ManagerEvent::NodeStarting(node_info("production-aws-9", &node_tags)));
+    h.event(ManagerEvent::InitialDataComplete);
+    assert!(
+        h.take_calls().is_empty(),
+        "a second node was provisioned for a job whose node is launching"
+    );
+    assert_eq!(h.bound_node(&job), Some(NodeId::from("production-aws-9")));
+    h.provisioned_node_starts("production-aws-9", ProviderKind::Aws, &node_tags);
+    assert_eq!(
+        start_jobs(&h.take_calls()),
+        vec![(job.0.clone(), "production-aws-9".to_owned())]
+    );
+    drop(bundle);
+}
+
+#[test]
+fn a_backup_in_the_primarys_failure_domain_is_reported_as_degraded() {
+    let mut settings = settings();
+    settings.placement_pools = serde_yaml::from_str(
+        "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n",
+    )
+    .unwrap();
+    let mut h = Harness::with(settings);
+    h.cluster_node("a", 8.0);
+    h.event(ManagerEvent::InitialDataComplete);
+    h.bundle(
+        "b",
+        "pool: production\nresiliencePolicy: {sameNode: forbid}\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1}}\n",
+    );
+    let degraded = h.take_notifications().into_iter().find_map(|n| match n {
+        Notification::ResilienceDegraded { job_id, violations, .. } => Some((job_id, violations)),
+        _ => None,
+    });
+    let (job, violations) = degraded.expect("resilienceDegraded fired");
+    assert_eq!(job, job_id("b", 1, "encode"));
+    assert_eq!(
+        violations,
+        vec![norsk_auto_manager::placement::ResilienceFlag::SameNode]
+    );
+    assert_eq!(
+        start_jobs(&h.take_calls()).len(),
+        2,
+        "best-effort: the backup is placed anyway"
+    );
+}
+
+#[test]
+fn template_images_set_at_runtime_steer_placement_by_warmth() {
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.event(ManagerEvent::NodeStarted(node_info(
+        "warm",
+        &[(tags::POOL, "production")],
+    )));
+    let mut inventory = inventory(ProviderKind::LocalServers, 4.0);
+    inventory.images = vec!["registry.example/encoder:1".into()];
+    h.event(ManagerEvent::NodeInventory {
+        node_id: NodeId::from("warm"),
+        inventory,
+    });
+    h.event(ManagerEvent::InitialDataComplete);
+    let id = h.command(Command::SetTemplateImages(
+        [("encoder".to_owned(), vec!["registry.example/encoder:1".to_owned()])].into(),
+    ));
+    assert_eq!(h.take_replies(), vec![(id, Ok(()))]);
+    assert_eq!(h.core.template_images()["encoder"].len(), 1);
+    h.bundle(
+        "b",
+        "pool: production\njobs:\n  - {jobName: encode, template: encoder, requirements: {requiredCapacity: 1}}\n",
+    );
+    // `a` would win on node id; the warm node holds the template's image.
+    assert_eq!(
+        start_jobs(&h.take_calls()),
+        vec![("b/0/encode".to_owned(), "warm".to_owned())]
+    );
+}

@@ -22,7 +22,7 @@ pub const DEFAULT_UNHEALTHY_COOLDOWN_MS: u64 = 10 * 60_000;
 
 /// One `failurePolicies` entry.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct FailurePolicy {
     /// The restart ceiling of jobs with this policy, per trailing hour.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -32,7 +32,7 @@ pub struct FailurePolicy {
 /// `failurePolicies`: a ceiling per re-placing policy (`drop` never
 /// restarts, so it has none).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct FailurePolicies {
     /// For `onRuntimeFailure: preferSpare`.
     pub prefer_spare: FailurePolicy,
@@ -41,9 +41,10 @@ pub struct FailurePolicies {
 }
 
 /// The settings the core runs with (the seed's `AutoSettings`; durations in
-/// seconds where the seed has seconds, `...Ms` in milliseconds).
+/// seconds where the seed has seconds, `...Ms` in milliseconds). A key this
+/// build does not know is refused, so a typo never passes silently.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct AutoSettings {
     /// Manager's address (`host:port` or a URL).
     pub url: String,
@@ -228,6 +229,12 @@ mod tests {
         assert_eq!(s.rejection_backoff_ms, 5_000);
         assert_eq!(s.unhealthy_cooldown_ms, 600_000);
         assert_eq!(s.restart_ceiling(&Requirements::default()), Some(6));
+    }
+
+    #[test]
+    fn a_misspelt_setting_is_refused() {
+        let refused = serde_yaml::from_str::<AutoSettings>("url: m:1\nmaxRestartPerHour: 3\n");
+        assert!(refused.unwrap_err().to_string().contains("maxRestartPerHour"));
     }
 
     #[test]
