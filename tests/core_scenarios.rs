@@ -817,7 +817,6 @@ fn a_node_still_launching_for_a_job_takes_it_back_at_hydration() {
         start_jobs(&h.take_calls()),
         vec![(job.0.clone(), "production-aws-9".to_owned())]
     );
-    drop(bundle);
 }
 
 #[test]
