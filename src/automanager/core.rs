@@ -110,24 +110,16 @@ impl AutoManagerCore {
 
     /// Feeds one input at `now`; returns what to do and when to wake.
     pub fn handle(&mut self, input: Input, now: UnixMillis) -> Step {
-        if self.closed {
-            if let Input::Command { id, .. } = input {
-                self.out.push(Action::Reply {
-                    command: id,
-                    result: Err(CommandError::Closed),
-                });
-            }
-            return Step {
-                actions: std::mem::take(&mut self.out),
-                next_deadline: None,
-            };
-        }
-        match input {
-            Input::Event(event) => self.apply_event(*event, now),
-            Input::Command { id, command } => self.command(id, command, now),
-            Input::RpcResult { id, result } => self.rpc_result(id, result, now),
-            Input::Timer => {}
-            Input::Close => self.close(),
+        self.handle_all([input], now)
+    }
+
+    /// Feeds several inputs that arrived together at `now`, then expires
+    /// timers and places once: the same outcome as feeding them one by one
+    /// with the clock standing still, without a placement round per input
+    /// (a snapshot of 100,000 events is one round, not 100,000).
+    pub fn handle_all(&mut self, inputs: impl IntoIterator<Item = Input>, now: UnixMillis) -> Step {
+        for input in inputs {
+            self.apply(input, now);
         }
         if self.hydrated && !self.closed {
             self.expire(now);
@@ -136,6 +128,22 @@ impl AutoManagerCore {
         Step {
             actions: std::mem::take(&mut self.out),
             next_deadline: self.next_deadline(now),
+        }
+    }
+
+    fn apply(&mut self, input: Input, now: UnixMillis) {
+        if self.closed {
+            if let Input::Command { id, .. } = input {
+                self.reply(id, Err(CommandError::Closed));
+            }
+            return;
+        }
+        match input {
+            Input::Event(event) => self.apply_event(*event, now),
+            Input::Command { id, command } => self.command(id, command, now),
+            Input::RpcResult { id, result } => self.rpc_result(id, result, now),
+            Input::Timer => {}
+            Input::Close => self.close(),
         }
     }
 

@@ -27,6 +27,11 @@ use super::{
 
 /// How many notifications a subscriber may fall behind before it lags.
 const NOTIFICATION_BUFFER: usize = 4096;
+/// The most inputs fed to the core as one step.
+const MAX_BATCH: usize = 1024;
+
+/// Where RPC results are sent back to the loop.
+type Results = mpsc::UnboundedSender<(RequestId, Result<(), RpcFailure>)>;
 
 /// Why `run` refused to start.
 #[derive(Debug, thiserror::Error)]
@@ -288,13 +293,17 @@ impl Shell {
             tokio::select! {
                 item = session.items.recv() => match item {
                     Some(StreamItem::Snapshot(events)) => self.hydrate(events, &results_tx),
-                    Some(StreamItem::Event(event)) => self.feed(Input::Event(event), &results_tx),
-                    Some(StreamItem::Rejected(e)) => self.publish(Notification::Error {
-                        message: format!("unreadable Manager event skipped: {e}"),
-                    }),
+                    Some(StreamItem::Event(event)) => {
+                        let batch = vec![Input::Event(event)];
+                        self.feed_batch(batch, &mut session.items, &mut results, &results_tx);
+                    }
+                    Some(StreamItem::Rejected(e)) => self.rejected(&e),
                     None => break,
                 },
-                Some((id, result)) = results.recv() => self.feed(Input::RpcResult { id, result }, &results_tx),
+                Some((id, result)) = results.recv() => {
+                    let batch = vec![Input::RpcResult { id, result }];
+                    self.feed_batch(batch, &mut session.items, &mut results, &results_tx);
+                }
                 request = requests.recv() => match request {
                     Some(Request::Command(command, reply)) => {
                         self.next_command += 1;
@@ -327,21 +336,65 @@ impl Shell {
     }
 
     /// A new stream's snapshot: the old core is disposed and a fresh one
-    /// hydrated from it, as if every event were fresh.
-    fn hydrate(
-        &mut self,
-        events: Vec<ManagerEvent>,
-        results: &mpsc::UnboundedSender<(RequestId, Result<(), RpcFailure>)>,
-    ) {
+    /// hydrated from it, as if every event were fresh (one batch).
+    fn hydrate(&mut self, events: Vec<ManagerEvent>, results: &Results) {
         self.core = AutoManagerCore::succeeding(self.valid.clone(), &self.core);
-        for event in events {
-            self.feed(Input::Event(Box::new(event)), results);
-        }
-        self.feed(Input::Event(Box::new(ManagerEvent::InitialDataComplete)), results);
+        let inputs = events
+            .into_iter()
+            .chain([ManagerEvent::InitialDataComplete])
+            .map(|event| Input::Event(Box::new(event)));
+        let step = self.core.handle_all(inputs, self.clock.now());
+        self.carry_out(step, results);
     }
 
-    fn feed(&mut self, input: Input, results: &mpsc::UnboundedSender<(RequestId, Result<(), RpcFailure>)>) {
-        let Step { actions, next_deadline } = self.core.handle(input, self.clock.now());
+    /// Feeds `batch` plus whatever else has already arrived (events and RPC
+    /// results, up to `MAX_BATCH`) as one step; a new snapshot met on the way
+    /// is hydrated after it.
+    fn feed_batch(
+        &mut self,
+        mut batch: Vec<Input>,
+        items: &mut mpsc::Receiver<StreamItem>,
+        arrived: &mut mpsc::UnboundedReceiver<(RequestId, Result<(), RpcFailure>)>,
+        results: &Results,
+    ) {
+        let mut snapshot = None;
+        while batch.len() < MAX_BATCH {
+            match items.try_recv() {
+                Ok(StreamItem::Event(event)) => batch.push(Input::Event(event)),
+                Ok(StreamItem::Rejected(e)) => self.rejected(&e),
+                Ok(StreamItem::Snapshot(events)) => {
+                    snapshot = Some(events);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        while batch.len() < MAX_BATCH {
+            match arrived.try_recv() {
+                Ok((id, result)) => batch.push(Input::RpcResult { id, result }),
+                Err(_) => break,
+            }
+        }
+        let step = self.core.handle_all(batch, self.clock.now());
+        self.carry_out(step, results);
+        if let Some(events) = snapshot {
+            self.hydrate(events, results);
+        }
+    }
+
+    fn feed(&mut self, input: Input, results: &Results) {
+        let step = self.core.handle(input, self.clock.now());
+        self.carry_out(step, results);
+    }
+
+    fn rejected(&self, e: &crate::manager::wire::WireError) {
+        self.publish(Notification::Error {
+            message: format!("unreadable Manager event skipped: {e}"),
+        });
+    }
+
+    fn carry_out(&mut self, step: Step, results: &Results) {
+        let Step { actions, next_deadline } = step;
         self.deadline = next_deadline;
         for action in actions {
             match action {
