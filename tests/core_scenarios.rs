@@ -880,3 +880,43 @@ fn template_images_set_at_runtime_steer_placement_by_warmth() {
         vec![("b/0/encode".to_owned(), "warm".to_owned())]
     );
 }
+
+#[test]
+fn inputs_fed_together_are_one_step_with_the_outcome_of_feeding_them_one_by_one() {
+    let snapshot = || {
+        let bundle = bundle("b", ONE_JOB);
+        let mut events = vec![
+            ManagerEvent::NodeStarted(node_info("a", &[(tags::POOL, "production")])),
+            ManagerEvent::NodeInventory {
+                node_id: NodeId::from("a"),
+                inventory: inventory(ProviderKind::LocalServers, 4.0),
+            },
+            ManagerEvent::BundleUpdated(bundle.clone()),
+        ];
+        events.extend(jobs_of(&bundle).into_iter().map(ManagerEvent::JobActive));
+        events.push(ManagerEvent::InitialDataComplete);
+        events
+    };
+    let mut one_by_one = Harness::new();
+    for event in snapshot() {
+        one_by_one.event(event);
+    }
+    let mut together = Harness::new();
+    let inputs = snapshot().into_iter().map(|e| Input::Event(Box::new(e)));
+    let step = together.core.handle_all(inputs, together.now);
+    let starts = |calls: Vec<(norsk_auto_manager::automanager::RequestId, Rpc)>| start_jobs(&calls);
+    let batched: Vec<_> = step
+        .actions
+        .into_iter()
+        .filter_map(|a| match a {
+            norsk_auto_manager::automanager::Action::Call { id, rpc } => Some((id, rpc)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(starts(batched), starts(one_by_one.take_calls()));
+    assert_eq!(
+        together.core.metrics(together.now).counters.placements_attempted,
+        1,
+        "placed more than once for one batch"
+    );
+}
