@@ -98,6 +98,9 @@ impl AutoManagerCore {
         let mut core = Self::new(valid, previous.started_at);
         core.counters = previous.counters.clone();
         core.next_request = previous.next_request;
+        // Node ids keep counting, so a node Manager has already forgotten is
+        // never named again by this process.
+        core.next_node_serial = previous.next_node_serial;
         // Commands still waiting on Manager are answered by the new core.
         core.pending = previous
             .pending
