@@ -5,6 +5,7 @@
 //! ([`manager`], `controller`, [`cli`]). The model never imports `kube`,
 //! `tonic`, `tokio` or a clock.
 
+pub mod automanager;
 pub mod cli;
 pub mod crd;
 pub mod manager;

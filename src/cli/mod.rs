@@ -6,9 +6,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod bench;
+pub mod demo;
 pub mod plan;
 pub mod sim;
 pub mod simctl;
+pub mod standalone;
 
 /// Placement policy for fleets of Norsk live-video workers.
 #[derive(Debug, Parser)]
@@ -30,6 +32,12 @@ pub enum Command {
     Plan(plan::Args),
     /// Measure the placement engine on a synthetic fleet.
     Bench(bench::Args),
+    /// Run the AutoManager against a Manager without Kubernetes: settings,
+    /// pools and a bundle directory from YAML, notifications printed.
+    Standalone(standalone::Args),
+    /// A scripted tour against an in-process simulator: node loss, tier
+    /// spill, a crash loop breaking its bundle, an invalid spec.
+    Demo(demo::Args),
 }
 
 /// Runs the parsed command line and returns the process exit code.
@@ -39,5 +47,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Simctl(args) => simctl::run(args).await,
         Command::Plan(args) => plan::run(args).await,
         Command::Bench(args) => bench::run(args).await,
+        Command::Standalone(args) => standalone::run(args).await,
+        Command::Demo(args) => demo::run(args).await,
     }
 }

@@ -13,7 +13,7 @@ use crate::placement::{
     FleetError, FleetView, PlanError, SequentialNodeIds, SettingsValidationError, plan_bundles, validate_settings,
 };
 
-mod input;
+pub(crate) mod input;
 mod render;
 
 pub use input::InputError;

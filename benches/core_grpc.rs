@@ -1,0 +1,100 @@
+//! Jobs dispatched per second through gRPC against the simulator (target:
+//! at least 2,000/s): 2,000 one-job bundles created concurrently on a
+//! running AutoManager, timed from the first `CreateBundle` until every job's
+//! `StartJob` has been answered (`placementsSucceeded` reaches 2,000).
+//! Each sample starts a fresh simulator and AutoManager outside the timing.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use norsk_auto_manager::automanager::{AutoManager, AutoSettings, RunOptions};
+use norsk_auto_manager::model::{Bundle, BundleId, NodeInventory, ProviderKind, tags};
+use norsk_auto_manager::sim::{ClusterNode, SimConfig, Simulator};
+
+const JOBS: usize = 2_000;
+
+fn cluster_node(i: usize) -> ClusterNode {
+    ClusterNode {
+        id: format!("n{i}"),
+        tags: BTreeMap::from([(tags::POOL.to_owned(), "production".to_owned())]),
+        inventory: NodeInventory {
+            kind: ProviderKind::LocalServers,
+            region: "site".into(),
+            az: "rack-1".into(),
+            instance_type: String::new(),
+            total_capacity: 512.0,
+            total_cores: 512,
+            utilization_cap: 1.0,
+            reserved_capacity: 0.0,
+            capabilities: vec![],
+            gpus: vec![],
+            images: vec![],
+            nics: vec![],
+        },
+    }
+}
+
+async fn one_run() -> Duration {
+    let sim = Simulator::start(SimConfig {
+        time_scale: 1_000.0,
+        cluster_nodes: (0..8).map(cluster_node).collect(),
+        ..SimConfig::default()
+    })
+    .await
+    .expect("simulator starts");
+    let settings = AutoSettings {
+        url: sim.url(),
+        placement_pools: serde_yaml::from_str(
+            "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n",
+        )
+        .expect("pools parse"),
+        trace_placements: false,
+        ..AutoSettings::default()
+    };
+    let (am, join) = AutoManager::run_with(settings, RunOptions { time_scale: 1_000.0 }).expect("runs");
+    let spec: norsk_auto_manager::model::BundleSpec =
+        serde_yaml::from_str("pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1}}\n")
+            .expect("bundle parses");
+    let started = Instant::now();
+    let creates: Vec<_> = (0..JOBS)
+        .map(|i| {
+            let am = am.clone();
+            let bundle = Bundle {
+                bundle_id: BundleId(format!("b{i}")),
+                spec: spec.clone(),
+                ..Bundle::default()
+            };
+            tokio::spawn(async move { am.create_bundle(bundle).await })
+        })
+        .collect();
+    for create in creates {
+        create.await.expect("task").expect("bundle accepted");
+    }
+    while am.metrics().await.expect("metrics").counters.placements_succeeded < JOBS as u64 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let elapsed = started.elapsed();
+    am.close().await;
+    join.await.expect("loop ends");
+    sim.shutdown().await.expect("simulator stops");
+    elapsed
+}
+
+fn dispatch(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut group = c.benchmark_group("core_grpc");
+    group.throughput(Throughput::Elements(JOBS as u64));
+    group.sample_size(10);
+    group.bench_function("bundles_created_and_jobs_dispatched_2000", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| runtime.block_on(one_run())).sum())
+    });
+    group.finish();
+}
+
+criterion_group!(benches, dispatch);
+criterion_main!(benches);

@@ -1,0 +1,98 @@
+//! "Where is job J": one record per bundle job. The record holds the job as
+//! Manager last described it, its binding (node, instance key, placement of
+//! record, phase), its in-flight gate, its restart history and what its next
+//! placement must honour (recovery context, earliest attempt). No other
+//! module keeps a second answer to "where is J".
+
+use crate::model::{BundleJobRef, InstanceKey, JobId, NodeId, RuntimeJob, UnixMillis};
+use crate::placement::RecoveryContext;
+
+use super::RequestId;
+use super::recovery::RestartHistory;
+
+/// Where a bound instance is in its life, as this core knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindingPhase {
+    /// Placed on a node that has not started yet; `StartJob` follows when
+    /// it does.
+    AwaitingNode,
+    /// `StartJob` issued (or Manager reported the instance provisioned).
+    Dispatched,
+    /// Manager reported the instance running.
+    Running,
+}
+
+/// The placement of record of one job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Binding {
+    /// The node.
+    pub node_id: NodeId,
+    /// The key the instance wears.
+    pub instance_key: InstanceKey,
+    /// The GPU device placement chose.
+    pub gpu_index: Option<u32>,
+    /// Where it is in its life.
+    pub phase: BindingPhase,
+    /// The placement has not yet been counted as succeeded or
+    /// dispatch-failed (its first wire call is still to come or pending).
+    pub uncounted: bool,
+}
+
+/// One bundle job.
+#[derive(Clone, Debug)]
+pub struct JobRecord {
+    /// The job as Manager last sent it.
+    pub job: RuntimeJob,
+    /// Its place in its bundle.
+    pub bundle_ref: BundleJobRef,
+    /// Its placement of record, if bound.
+    pub binding: Option<Binding>,
+    /// The in-flight gate: the `StartJob` whose result is awaited. While
+    /// set the job is never dispatched (nor placed) again, even if the
+    /// binding it was for has ended meanwhile.
+    pub in_flight: Option<RequestId>,
+    /// History entries already applied.
+    pub history_seen: usize,
+    /// Restarts in the trailing hour.
+    pub restarts: RestartHistory,
+    /// Set while the next placement is a re-placement.
+    pub recovery: Option<RecoveryContext>,
+    /// When the last recovery placement was made (recoveries are spaced by
+    /// `MIN_RECOVERY_INTERVAL_MS`).
+    pub last_recovery_at: Option<UnixMillis>,
+    /// Not placed before this instant.
+    pub not_before: UnixMillis,
+    /// The last placement found nowhere; retried when the fleet changes.
+    pub awaiting_capacity_since: Option<u64>,
+    /// Dropped: terminal, never placed again.
+    pub dropped: bool,
+}
+
+impl JobRecord {
+    /// A fresh record for a bundle job.
+    pub fn new(job: RuntimeJob, bundle_ref: BundleJobRef) -> Self {
+        Self {
+            job,
+            bundle_ref,
+            binding: None,
+            in_flight: None,
+            history_seen: 0,
+            restarts: RestartHistory::default(),
+            recovery: None,
+            last_recovery_at: None,
+            not_before: UnixMillis::MIN,
+            awaiting_capacity_since: None,
+            dropped: false,
+        }
+    }
+
+    /// The job id.
+    pub fn job_id(&self) -> &JobId {
+        &self.job.job_id
+    }
+
+    /// Whether the job is bound to `node`.
+    pub fn is_bound_to(&self, node: &NodeId) -> bool {
+        self.binding.as_ref().is_some_and(|b| &b.node_id == node)
+    }
+}

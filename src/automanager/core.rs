@@ -1,0 +1,519 @@
+//! The state machine itself: what it holds, the `handle` loop (apply the
+//! input, then — once hydrated — expire timers and run placement), the
+//! commands, the read-only queries and the next timer deadline.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::model::{Bundle, BundleId, BundleSpec, BundleState, JobId, JobState, NodePhase, PlacedJob, UnixMillis};
+use crate::placement::{
+    Admission, BundleValidation, FleetError, FleetView, Placement, PlacementError, Pools, place_dry_run, placed_job,
+    validate_bundle, validate_bundle_admission,
+};
+
+use super::binding::JobRecord;
+use super::fleet::Fleet;
+use super::metrics::{Counters, Metrics, PoolGauge};
+use super::recovery::MIN_RECOVERY_INTERVAL_MS;
+use super::settings::ValidSettings;
+use super::{Action, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId, Rpc, Step};
+
+/// What an outstanding RPC was for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Pending {
+    StartJob(JobId),
+    CreateNode {
+        node_id: crate::model::NodeId,
+        for_job: JobId,
+    },
+    TerminateNode(crate::model::NodeId),
+    Other,
+    /// A command's RPC; on success the bundle named is revived (an update
+    /// or delete clears its broken mark and restart histories).
+    Command {
+        id: CommandId,
+        revives: Option<BundleId>,
+    },
+}
+
+/// When a job may be placed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Readiness {
+    At(UnixMillis),
+    Never,
+}
+
+/// The AutoManager core (see the module docs of [`crate::automanager`]).
+/// Cloning it forks the whole state (what benchmarks and what-if runs do).
+#[derive(Clone, Debug)]
+pub struct AutoManagerCore {
+    pub(super) settings: AutoSettings,
+    pub(super) pools: Pools,
+    pub(super) started_at: UnixMillis,
+    pub(super) hydrated: bool,
+    pub(super) closed: bool,
+    pub(super) fleet: Fleet,
+    pub(super) jobs: BTreeMap<JobId, JobRecord>,
+    pub(super) bundles: BTreeMap<BundleId, Bundle>,
+    pub(super) broken: BTreeMap<BundleId, String>,
+    pub(super) pending: BTreeMap<RequestId, Pending>,
+    pub(super) next_request: u64,
+    pub(super) next_node_serial: u64,
+    pub(super) counters: Counters,
+    /// Bumped whenever capacity may have appeared; a job that found nowhere
+    /// is retried once it moves.
+    pub(super) fleet_epoch: u64,
+    /// (pool, tier) -> until when provisioning there is held back.
+    pub(super) tier_backoff: BTreeMap<(String, String), UnixMillis>,
+    pub(super) out: Vec<Action>,
+}
+
+impl AutoManagerCore {
+    /// A core for validated settings, started at `now`. It places nothing
+    /// until Manager's `InitialDataComplete`.
+    pub fn new(valid: ValidSettings, now: UnixMillis) -> Self {
+        Self {
+            settings: valid.settings,
+            pools: valid.pools,
+            started_at: now,
+            hydrated: false,
+            closed: false,
+            fleet: Fleet::default(),
+            jobs: BTreeMap::new(),
+            bundles: BTreeMap::new(),
+            broken: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            next_request: 0,
+            next_node_serial: 0,
+            counters: Counters::default(),
+            fleet_epoch: 0,
+            tier_backoff: BTreeMap::new(),
+            out: Vec::new(),
+        }
+    }
+
+    /// A fresh core that carries on the counters (and start time) of a
+    /// disposed one: after a stream break the runtime hydrates a new core
+    /// from the new snapshot, and `metrics()` stays cumulative.
+    pub fn succeeding(valid: ValidSettings, previous: &AutoManagerCore) -> Self {
+        let mut core = Self::new(valid, previous.started_at);
+        core.counters = previous.counters.clone();
+        core.next_request = previous.next_request;
+        // Node ids keep counting, so a node Manager has already forgotten is
+        // never named again by this process.
+        core.next_node_serial = previous.next_node_serial;
+        // Commands still waiting on Manager are answered by the new core.
+        core.pending = previous
+            .pending
+            .iter()
+            .filter(|(_, p)| matches!(p, Pending::Command { .. }))
+            .map(|(id, p)| (*id, p.clone()))
+            .collect();
+        core
+    }
+
+    /// Feeds one input at `now`; returns what to do and when to wake.
+    pub fn handle(&mut self, input: Input, now: UnixMillis) -> Step {
+        self.handle_all([input], now)
+    }
+
+    /// Feeds several inputs that arrived together at `now`, then expires
+    /// timers and places once: the same outcome as feeding them one by one
+    /// with the clock standing still, without a placement round per input
+    /// (a snapshot of 100,000 events is one round, not 100,000).
+    pub fn handle_all(&mut self, inputs: impl IntoIterator<Item = Input>, now: UnixMillis) -> Step {
+        for input in inputs {
+            self.apply(input, now);
+        }
+        if self.hydrated && !self.closed {
+            self.expire(now);
+            self.place_ready(now);
+        }
+        Step {
+            actions: std::mem::take(&mut self.out),
+            next_deadline: self.next_deadline(now),
+        }
+    }
+
+    fn apply(&mut self, input: Input, now: UnixMillis) {
+        if self.closed {
+            if let Input::Command { id, .. } = input {
+                self.reply(id, Err(CommandError::Closed));
+            }
+            return;
+        }
+        match input {
+            Input::Event(event) => self.apply_event(*event, now),
+            Input::Command { id, command } => self.command(id, command, now),
+            Input::RpcResult { id, result } => self.rpc_result(id, result, now),
+            Input::Timer => {}
+            Input::Close => self.close(),
+        }
+    }
+
+    /// Whether `InitialDataComplete` has been seen.
+    pub fn is_hydrated(&self) -> bool {
+        self.hydrated
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &AutoSettings {
+        &self.settings
+    }
+
+    /// The fleet view.
+    pub fn fleet(&self) -> &Fleet {
+        &self.fleet
+    }
+
+    /// Every bundle job's record.
+    pub fn jobs(&self) -> impl Iterator<Item = &JobRecord> {
+        self.jobs.values()
+    }
+
+    /// One job's record.
+    pub fn job(&self, id: &JobId) -> Option<&JobRecord> {
+        self.jobs.get(id)
+    }
+
+    /// The bundles Manager holds.
+    pub fn bundles(&self) -> impl Iterator<Item = &Bundle> {
+        self.bundles.values()
+    }
+
+    /// Broken bundles with their reasons.
+    pub fn broken_bundles(&self) -> &BTreeMap<BundleId, String> {
+        &self.broken
+    }
+
+    /// `templateImages`: what warmth is scored against.
+    pub fn template_images(&self) -> &BTreeMap<String, Vec<String>> {
+        &self.settings.template_images
+    }
+
+    /// The placement view of the fleet as it stands.
+    pub fn view(&self) -> Result<FleetView, FleetError> {
+        self.view_with(self.pools.clone())
+    }
+
+    pub(super) fn view_with(&self, pools: Pools) -> Result<FleetView, FleetError> {
+        let snapshot = self
+            .fleet
+            .snapshot(&pools, self.placed_jobs(), &self.settings.template_images);
+        FleetView::new(&snapshot, pools)
+    }
+
+    /// What every bound job reserves, by node.
+    pub(super) fn placed_jobs(&self) -> HashMap<&crate::model::NodeId, Vec<PlacedJob>> {
+        let mut placed: HashMap<&crate::model::NodeId, Vec<PlacedJob>> = HashMap::new();
+        for record in self.jobs.values() {
+            let Some(binding) = &record.binding else {
+                continue;
+            };
+            let r = &record.bundle_ref;
+            placed.entry(&binding.node_id).or_default().push(placed_job(
+                &r.bundle_id,
+                r.replica_index,
+                &record.job.spec,
+                binding.gpu_index,
+            ));
+        }
+        placed
+    }
+
+    /// `validateBundle`: static shape and satisfiability.
+    pub fn validate_bundle(&self, bundle: &BundleSpec) -> Result<BundleValidation, FleetError> {
+        Ok(validate_bundle(&self.view()?, bundle))
+    }
+
+    /// `validateBundleAdmission`: would each replica place right now?
+    pub fn validate_bundle_admission(
+        &self,
+        bundle_id: &BundleId,
+        bundle: &BundleSpec,
+    ) -> Result<Admission, FleetError> {
+        Ok(validate_bundle_admission(&self.view()?, bundle_id, bundle))
+    }
+
+    /// `placeDryRun`: one job of one replica through the engine, with the
+    /// trace, without acting.
+    pub fn place_dry_run(
+        &self,
+        bundle_id: &BundleId,
+        bundle: &BundleSpec,
+        replica_index: u32,
+        job_name: &str,
+    ) -> Result<Result<Placement, PlacementError>, FleetError> {
+        let view = self.view()?;
+        Ok(place_dry_run(&view, bundle_id, bundle, replica_index, job_name))
+    }
+
+    /// `metrics()`: counters since `startedAt`, pool gauges computed now.
+    pub fn metrics(&self, now: UnixMillis) -> Metrics {
+        let placed = self.placed_jobs();
+        let pools = self
+            .pools
+            .iter()
+            .map(|pool| {
+                let mut gauge = PoolGauge {
+                    pool_name: pool.name.clone(),
+                    node_count: 0,
+                    live_spares: 0,
+                    spare_target: self
+                        .settings
+                        .hot_spares
+                        .iter()
+                        .find(|s| s.pool == pool.name)
+                        .map_or(0, |s| s.target_count),
+                    used_capacity_fraction: 0.0,
+                };
+                let (mut used, mut usable) = (0.0, 0.0);
+                let members = self.fleet.iter().filter(|n| {
+                    n.tags.get(crate::model::tags::POOL) == Some(&pool.name) && !n.is_going() && !n.terminated
+                });
+                for node in members {
+                    gauge.node_count += 1;
+                    let jobs = placed.get(&node.id);
+                    let spare = node.tags.get(crate::model::tags::SPARE).map(String::as_str) == Some("true");
+                    if spare && jobs.is_none_or(Vec::is_empty) {
+                        gauge.live_spares += 1;
+                    }
+                    usable += node.inventory.as_ref().map_or(0.0, |i| i.usable_capacity());
+                    used += jobs.map_or(0.0, |j| j.iter().map(|p| p.required_capacity).sum());
+                }
+                if usable > 0.0 {
+                    gauge.used_capacity_fraction = used / usable;
+                }
+                gauge
+            })
+            .collect();
+        Metrics {
+            started_at: self.started_at,
+            uptime_ms: now - self.started_at,
+            counters: self.counters.clone(),
+            pools,
+            broken_bundle_ids: self.broken.keys().cloned().collect(),
+        }
+    }
+
+    pub(super) fn notify(&mut self, notification: Notification) {
+        self.out.push(Action::Notify(notification));
+    }
+
+    pub(super) fn call(&mut self, rpc: Rpc, pending: Pending) -> RequestId {
+        self.next_request += 1;
+        let id = RequestId(self.next_request);
+        self.pending.insert(id, pending);
+        self.out.push(Action::Call { id, rpc });
+        id
+    }
+
+    fn command(&mut self, id: CommandId, command: Command, _now: UnixMillis) {
+        let (rpc, revives) = match command {
+            Command::CreateBundle(bundle) => match self.refuse_invalid(&bundle) {
+                Some(error) => return self.reply(id, Err(error)),
+                None => (Rpc::CreateBundle(bundle), None),
+            },
+            Command::UpdateBundle(bundle) => match self.refuse_invalid(&bundle) {
+                Some(error) => return self.reply(id, Err(error)),
+                None => {
+                    let bundle_id = bundle.bundle_id.clone();
+                    (Rpc::UpdateBundle(bundle), Some(bundle_id))
+                }
+            },
+            Command::DeleteBundle(bundle_id) => (Rpc::DeleteBundle(bundle_id.clone()), Some(bundle_id)),
+            Command::StartBundleJob(job) => (Rpc::StartBundleJob(job), None),
+            Command::StopBundleJob(job) => (Rpc::StopBundleJob(job), None),
+            Command::SetTemplateImages(images) => {
+                self.settings.template_images = images;
+                self.fleet_epoch += 1;
+                return self.reply(id, Ok(()));
+            }
+        };
+        self.call(rpc, Pending::Command { id, revives });
+    }
+
+    fn refuse_invalid(&mut self, bundle: &Bundle) -> Option<CommandError> {
+        match self.validate_bundle(&bundle.spec) {
+            Ok(found) if found.errors.is_empty() => None,
+            Ok(found) => Some(CommandError::InvalidBundle { errors: found.errors }),
+            Err(e) => {
+                // The view is built from this core's own fleet, which never
+                // holds two nodes of one id; still, say so rather than guess.
+                self.notify(Notification::Error {
+                    message: format!("could not build the fleet view: {e}"),
+                });
+                None
+            }
+        }
+    }
+
+    pub(super) fn reply(&mut self, command: CommandId, result: Result<(), CommandError>) {
+        self.out.push(Action::Reply { command, result });
+    }
+
+    /// A bundle was updated or deleted: its broken mark, its jobs' drops
+    /// and their restart histories clear ("the broken mark clears when the
+    /// bundle is updated or deleted").
+    pub(super) fn revive(&mut self, bundle_id: &BundleId) {
+        self.broken.remove(bundle_id);
+        for record in self.jobs.values_mut() {
+            if &record.bundle_ref.bundle_id == bundle_id {
+                record.dropped = false;
+                record.restarts.clear();
+                record.recovery = None;
+                record.awaiting_capacity_since = None;
+            }
+        }
+    }
+
+    fn close(&mut self) {
+        self.closed = true;
+        let waiting: Vec<CommandId> = self
+            .pending
+            .values()
+            .filter_map(|p| match p {
+                Pending::Command { id, .. } => Some(*id),
+                _ => None,
+            })
+            .collect();
+        for id in waiting {
+            self.reply(id, Err(CommandError::Closed));
+        }
+        self.pending.clear();
+    }
+
+    /// When a job may be placed (see the rules in `dispatch`).
+    pub(super) fn readiness(&self, record: &JobRecord) -> Readiness {
+        if record.binding.is_some()
+            || record.in_flight.is_some()
+            || record.dropped
+            || record.job.dormant
+            || record.job.terminal_verdict.is_some()
+            || self.broken.contains_key(&record.bundle_ref.bundle_id)
+            || record.awaiting_capacity_since == Some(self.fleet_epoch)
+        {
+            return Readiness::Never;
+        }
+        let Some(bundle) = self.bundles.get(&record.bundle_ref.bundle_id) else {
+            return Readiness::Never;
+        };
+        if bundle.state != BundleState::Live {
+            return Readiness::Never;
+        }
+        // `MIN_RECOVERY_INTERVAL_MS` between consecutive recovery attempts,
+        // however the previous one ended.
+        let not_before = match (&record.recovery, record.last_recovery_at) {
+            (Some(_), Some(last)) => record.not_before.max(last + MIN_RECOVERY_INTERVAL_MS),
+            _ => record.not_before,
+        };
+        let at = match (record.job.state, record.job.start_date_time) {
+            (JobState::Active, _) => not_before,
+            // A scheduled start is placed `placementLeadMs` ahead.
+            (JobState::Pre, Some(start)) => {
+                let pool = bundle.spec.pool_for_replica(record.bundle_ref.replica_index);
+                let lead = self.pools.get(pool).map_or(0, |p| {
+                    p.tiers
+                        .iter()
+                        .map(|t| t.effective_placement_lead_ms())
+                        .max()
+                        .unwrap_or(0)
+                });
+                not_before.max(start - lead as i64)
+            }
+            _ => return Readiness::Never,
+        };
+        Readiness::At(at)
+    }
+
+    fn next_deadline(&self, now: UnixMillis) -> Option<UnixMillis> {
+        if !self.hydrated || self.closed {
+            return None;
+        }
+        let jobs = self.jobs.values().filter_map(|r| match self.readiness(r) {
+            Readiness::At(at) if at > now => Some(at),
+            _ => None,
+        });
+        let sweep_after = self.settings.remove_stopped_nodes_after as i64 * 1_000;
+        let nodes = self.fleet.iter().flat_map(|n| {
+            let start = n
+                .provisioned
+                .as_ref()
+                .filter(|_| n.is_launching() && !n.terminated)
+                .map(|p| p.start_deadline);
+            let sweep = n.stopped_at.map(|at| at + sweep_after);
+            [start, n.health.unhealthy_until(), sweep]
+        });
+        jobs.chain(nodes.flatten())
+            .chain(self.tier_backoff.values().copied())
+            .min()
+            .map(|at| at.max(now))
+    }
+
+    /// Timers due at `now`: provisions that never started, unhealthy
+    /// cooldowns, the stopped-node sweep, provision backoffs.
+    fn expire(&mut self, now: UnixMillis) {
+        let overdue: Vec<_> = self
+            .fleet
+            .iter()
+            .filter(|n| {
+                n.is_launching() && !n.terminated && n.provisioned.as_ref().is_some_and(|p| p.start_deadline <= now)
+            })
+            .map(|n| n.id.clone())
+            .collect();
+        for node_id in overdue {
+            // `provisionTimeoutMs`: its jobs are re-placed; the node, past
+            // its startup grace, is terminated.
+            let bound: Vec<JobId> = self
+                .jobs
+                .values()
+                .filter(|r| r.is_bound_to(&node_id))
+                .map(|r| r.job_id().clone())
+                .collect();
+            for job_id in bound {
+                if let Some(record) = self.jobs.get_mut(&job_id) {
+                    record.binding = None;
+                }
+            }
+            self.terminate(&node_id);
+            self.fleet_epoch += 1;
+        }
+        let healed: Vec<_> = self
+            .fleet
+            .iter()
+            .filter(|n| n.health.unhealthy_until().is_some_and(|at| at <= now))
+            .map(|n| n.id.clone())
+            .collect();
+        for node_id in healed {
+            if let Some(node) = self.fleet.get_mut(&node_id)
+                && node.health.expire(now)
+            {
+                self.fleet_epoch += 1;
+                self.notify(Notification::NodeHealthy { node_id });
+            }
+        }
+        let sweep_after = self.settings.remove_stopped_nodes_after as i64 * 1_000;
+        let swept: Vec<_> = self
+            .fleet
+            .iter()
+            .filter(|n| n.phase == NodePhase::Stopped && n.stopped_at.is_some_and(|at| at + sweep_after <= now))
+            .map(|n| n.id.clone())
+            .collect();
+        for node_id in swept {
+            // A provider-stopped instance still exists (and costs); the
+            // sweep terminates it. Anything else stopped is already gone.
+            if self
+                .fleet
+                .get(&node_id)
+                .is_some_and(|n| n.stop_reason == Some(crate::model::NodeStopReason::ProviderStop) && !n.terminated)
+            {
+                self.terminate(&node_id);
+            }
+            self.fleet.remove(&node_id);
+        }
+        let before = self.tier_backoff.len();
+        self.tier_backoff.retain(|_, until| *until > now);
+        if self.tier_backoff.len() != before {
+            self.fleet_epoch += 1;
+        }
+    }
+}

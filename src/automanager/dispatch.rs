@@ -1,0 +1,572 @@
+//! Placing and dispatching: every ready job through the placement engine
+//! (one fleet view per round, each placement seeing the ones before it),
+//! the resulting `StartJob` / `CreateAwsNode` / `CreateOciNode` calls, their
+//! results, and what ends a binding: a loss judged by the failure policy, a
+//! job that ended, a terminal verdict, a released or terminated node.
+
+use crate::model::{
+    InstanceKey, JobId, NodeId, NodePhase, ProviderKind, Slot, TerminalVerdict, UnixMillis, VerdictKind, tags,
+};
+use crate::placement::{
+    FleetView, Outcome, PlacementRequest, Pools, ProspectiveNodeIds, RecoveryContext, apply_placement, place,
+    validate_pools,
+};
+
+use super::binding::{Binding, BindingPhase};
+use super::core::{AutoManagerCore, Pending, Readiness};
+use super::fleet::{Provisioned, provisioned_tags};
+use super::notification::{Decision, PlacementDecisionInfo};
+use super::recovery::{FailureVerdict, LossCause, MIN_RECOVERY_INTERVAL_MS, PROVISION_FAILURE_BACKOFF_MS, judge};
+use super::{CommandError, Notification, RequestId, Rpc, RpcFailure, RpcFailureKind};
+
+/// Prospective node ids: `<pool>-<tier>-<serial>`, the serial counting up
+/// for the core's life and skipping ids the fleet holds, so the same inputs
+/// always name the same nodes.
+struct NodeIds<'a> {
+    serial: &'a mut u64,
+}
+
+impl ProspectiveNodeIds for NodeIds<'_> {
+    fn prospective_node_id(&mut self, view: &FleetView, pool: &str, tier: &str) -> NodeId {
+        loop {
+            *self.serial += 1;
+            let id = NodeId(format!("{pool}-{tier}-{}", self.serial));
+            if !view.contains(&id) {
+                return id;
+            }
+        }
+    }
+}
+
+impl AutoManagerCore {
+    /// Places every job that is ready now.
+    pub(super) fn place_ready(&mut self, now: UnixMillis) {
+        let ready: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|r| matches!(self.readiness(r), Readiness::At(at) if at <= now))
+            .map(|r| r.job_id().clone())
+            .collect();
+        if ready.is_empty() {
+            return;
+        }
+        let view = self
+            .effective_pools(now)
+            .and_then(|pools| self.view_with(pools).map_err(|e| e.to_string()));
+        let mut view = match view {
+            Ok(view) => view,
+            Err(message) => {
+                return self.notify(Notification::Error {
+                    message: format!("placement skipped: {message}"),
+                });
+            }
+        };
+        for job_id in ready {
+            self.place_one(&mut view, &job_id, now);
+        }
+    }
+
+    /// The pools, with every tier whose provider recently refused a
+    /// provision capped at its current node count, so the cascade spills to
+    /// the next tier for `PROVISION_FAILURE_BACKOFF_MS`.
+    fn effective_pools(&self, now: UnixMillis) -> Result<Pools, String> {
+        if !self.tier_backoff.values().any(|&until| until > now) {
+            return Ok(self.pools.clone());
+        }
+        let mut pools: Vec<_> = self.pools.iter().cloned().collect();
+        for pool in &mut pools {
+            for tier in &mut pool.tiers {
+                let key = (pool.name.clone(), tier.name.clone());
+                if self.tier_backoff.get(&key).is_some_and(|&until| until > now) {
+                    let live = self.fleet.iter().filter(|n| {
+                        n.tags.get(tags::POOL) == Some(&pool.name)
+                            && n.tags.get(tags::TIER) == Some(&tier.name)
+                            && n.phase != NodePhase::Stopped
+                    });
+                    tier.max_nodes = Some(live.count() as u32);
+                }
+            }
+        }
+        validate_pools(pools).map_err(|e| e.to_string())
+    }
+
+    fn place_one(&mut self, view: &mut FleetView, job_id: &JobId, now: UnixMillis) {
+        let Some(record) = self.jobs.get(job_id) else {
+            return;
+        };
+        let Some(bundle) = self.bundles.get(&record.bundle_ref.bundle_id).cloned() else {
+            return;
+        };
+        let job_ref = record.bundle_ref.clone();
+        let recovery = record.recovery.clone();
+        let mut request = PlacementRequest::launch(
+            &bundle.bundle_id,
+            &bundle.spec,
+            job_ref.replica_index,
+            &job_ref.job_name,
+        )
+        .with_trace(self.settings.trace_placements);
+        if let Some(context) = &recovery {
+            request = request.recovering(context);
+        }
+        self.counters.placements_attempted += 1;
+        if recovery.is_some()
+            && let Some(record) = self.jobs.get_mut(job_id)
+        {
+            // Every recovery attempt counts for the spacing, whatever it
+            // found.
+            record.last_recovery_at = Some(now);
+        }
+        let mut ids = NodeIds {
+            serial: &mut self.next_node_serial,
+        };
+        let placement = match place(view, request, &mut ids) {
+            Ok(placement) => placement,
+            Err(e) => return self.placement_failed(job_id, e.to_string(), now),
+        };
+        let decision = match &placement.outcome {
+            Outcome::Placed {
+                node_id,
+                pool,
+                tier,
+                gpu_index,
+            } => Decision::Placed {
+                node_id: node_id.clone(),
+                pool: pool.clone(),
+                tier: tier.clone(),
+                gpu_index: *gpu_index,
+            },
+            Outcome::Provision {
+                node_id,
+                pool,
+                tier,
+                instance_type,
+                gpu_index,
+            } => Decision::Provision {
+                node_id: node_id.clone(),
+                pool: pool.clone(),
+                tier: tier.clone(),
+                instance_type: instance_type.clone(),
+                gpu_index: *gpu_index,
+            },
+            Outcome::NoCapacityInAnyPool => Decision::NoCapacityInAnyPool,
+        };
+        self.notify(Notification::PlacementDecision(Box::new(PlacementDecisionInfo {
+            job_id: job_id.clone(),
+            bundle_id: job_ref.bundle_id.clone(),
+            replica_index: job_ref.replica_index,
+            job_name: job_ref.job_name.clone(),
+            recovery: recovery.is_some(),
+            decision: decision.clone(),
+            trace: placement.trace,
+        })));
+        let (node_id, gpu_index) = match decision {
+            Decision::NoCapacityInAnyPool => {
+                return self.placement_failed(job_id, "noCapacityInAnyPool".to_owned(), now);
+            }
+            Decision::Placed { node_id, gpu_index, .. } => (node_id, gpu_index),
+            Decision::Provision {
+                node_id,
+                pool,
+                tier,
+                instance_type,
+                gpu_index,
+            } => {
+                self.provision(job_id, &node_id, pool, tier, instance_type, now);
+                (node_id, gpu_index)
+            }
+        };
+        if let Err(e) = apply_placement(view, &request, &placement.outcome) {
+            self.notify(Notification::Error {
+                message: format!("placement of {job_id} could not be reserved: {e}"),
+            });
+        }
+        if placement.resilience.is_degraded() {
+            self.notify(Notification::ResilienceDegraded {
+                job_id: job_id.clone(),
+                node_id: node_id.clone(),
+                violations: placement.resilience.violations.clone(),
+                interruptible_primary_without_durable_backup: placement
+                    .resilience
+                    .interruptible_primary_without_durable_backup,
+            });
+        }
+        let running = self
+            .fleet
+            .get(&node_id)
+            .is_some_and(|n| n.phase == NodePhase::Running && !n.terminated);
+        if let Some(record) = self.jobs.get_mut(job_id) {
+            record.binding = Some(Binding {
+                node_id,
+                instance_key: InstanceKey::slot(Slot::of_replica(job_ref.replica_index)),
+                gpu_index,
+                phase: BindingPhase::AwaitingNode,
+                uncounted: true,
+            });
+            record.awaiting_capacity_since = None;
+        }
+        if running {
+            self.dispatch_start(job_id);
+        }
+    }
+
+    fn placement_failed(&mut self, job_id: &JobId, reason: String, now: UnixMillis) {
+        self.counters.placements_failed += 1;
+        if let Some(record) = self.jobs.get_mut(job_id) {
+            record.awaiting_capacity_since = Some(self.fleet_epoch);
+            if record.recovery.is_some() {
+                record.not_before = now + MIN_RECOVERY_INTERVAL_MS;
+            }
+        }
+        self.notify(Notification::PlacementFailed {
+            job_id: job_id.clone(),
+            reason,
+        });
+    }
+
+    fn provision(
+        &mut self,
+        job_id: &JobId,
+        node_id: &NodeId,
+        pool: String,
+        tier: String,
+        instance_type: String,
+        now: UnixMillis,
+    ) {
+        let Some(tier_spec) = self
+            .pools
+            .get(&pool)
+            .and_then(|p| p.tiers.iter().find(|t| t.name == tier))
+        else {
+            return;
+        };
+        let provisioned = Provisioned {
+            kind: tier_spec.kind,
+            region: tier_spec.region.clone().unwrap_or_default(),
+            start_deadline: now + tier_spec.effective_provision_timeout_ms() as i64,
+            pool,
+            tier,
+            instance_type,
+            for_job: job_id.clone(),
+        };
+        let rpc = Rpc::CreateNode {
+            provider: provisioned.kind,
+            node_id: node_id.clone(),
+            tags: provisioned_tags(&provisioned),
+            region: provisioned.region.clone(),
+            instance_type: provisioned.instance_type.clone(),
+            launch_mode: tier_spec.launch_mode,
+        };
+        self.fleet.add_provisioned(node_id.clone(), provisioned);
+        self.call(
+            rpc,
+            Pending::CreateNode {
+                node_id: node_id.clone(),
+                for_job: job_id.clone(),
+            },
+        );
+    }
+
+    /// `StartJob` for every job waiting on a node that just started.
+    pub(super) fn dispatch_awaiting(&mut self, node_id: &NodeId) {
+        let waiting: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|r| {
+                r.binding
+                    .as_ref()
+                    .is_some_and(|b| &b.node_id == node_id && b.phase == BindingPhase::AwaitingNode)
+            })
+            .map(|r| r.job_id().clone())
+            .collect();
+        for job_id in waiting {
+            self.dispatch_start(&job_id);
+        }
+    }
+
+    fn dispatch_start(&mut self, job_id: &JobId) {
+        let Some(record) = self.jobs.get(job_id) else {
+            return;
+        };
+        let Some(binding) = &record.binding else {
+            return;
+        };
+        // The in-flight gate: never a second dispatch while one is pending.
+        if record.in_flight.is_some() || binding.phase != BindingPhase::AwaitingNode {
+            return;
+        }
+        let rpc = Rpc::StartJob {
+            job_id: job_id.clone(),
+            instance_key: binding.instance_key.clone(),
+            node_id: binding.node_id.clone(),
+            gpu_index: binding.gpu_index,
+            runtime_role: binding
+                .instance_key
+                .slot_of()
+                .map_or_else(|| binding.instance_key.0.clone(), |s| s.as_str().to_owned()),
+        };
+        let id = self.call(rpc, Pending::StartJob(job_id.clone()));
+        if let Some(record) = self.jobs.get_mut(job_id) {
+            record.in_flight = Some(id);
+            if let Some(binding) = record.binding.as_mut() {
+                binding.phase = BindingPhase::Dispatched;
+            }
+        }
+    }
+
+    pub(super) fn rpc_result(&mut self, id: RequestId, result: Result<(), RpcFailure>, now: UnixMillis) {
+        let Some(pending) = self.pending.remove(&id) else {
+            return;
+        };
+        match pending {
+            Pending::Command { id: command, revives } => {
+                if let (Ok(()), Some(bundle_id)) = (&result, revives) {
+                    self.revive(&bundle_id);
+                }
+                self.reply(command, result.map_err(CommandError::Manager));
+            }
+            Pending::TerminateNode(node_id) => match result {
+                // Manager no longer knows it (it never came up, or is gone
+                // already): forget it, or it would count against its tier's
+                // `maxNodes` forever.
+                Err(failure) if failure.kind == RpcFailureKind::NotFound => {
+                    self.fleet.remove(&node_id);
+                    self.fleet_epoch += 1;
+                }
+                Err(failure) => self.notify(Notification::Error {
+                    message: format!("terminating {node_id} failed: {}", failure.message),
+                }),
+                Ok(()) => {}
+            },
+            Pending::StartJob(job_id) => self.start_result(&job_id, id, result, now),
+            Pending::CreateNode { node_id, for_job } => self.create_result(&node_id, &for_job, result, now),
+            Pending::Other => {
+                if let Err(failure) = result {
+                    self.notify(Notification::Error {
+                        message: failure.message,
+                    });
+                }
+            }
+        }
+    }
+
+    fn start_result(&mut self, job_id: &JobId, id: RequestId, result: Result<(), RpcFailure>, now: UnixMillis) {
+        let Some(record) = self.jobs.get_mut(job_id).filter(|r| r.in_flight == Some(id)) else {
+            return;
+        };
+        record.in_flight = None;
+        // While the gate was shut the job could not be placed again, so a
+        // binding now is the one this start was for; none means it ended
+        // meanwhile (its node lost) and there is nothing more to do.
+        let Some(binding) = record.binding.as_mut() else {
+            return;
+        };
+        let counted = std::mem::replace(&mut binding.uncounted, false);
+        match result {
+            Ok(()) => {
+                // The re-placement is done: its context (the nodes to keep
+                // away from) is kept until here, so a refused provision or
+                // dispatch never sends the job back to the node it failed on.
+                record.recovery = None;
+                if counted {
+                    self.counters.placements_succeeded += 1;
+                }
+            }
+            Err(failure) => {
+                if counted {
+                    self.counters.placements_dispatch_failed += 1;
+                }
+                // Retried no sooner than a recovery would be.
+                record.not_before = now + MIN_RECOVERY_INTERVAL_MS;
+                self.end_binding(job_id);
+                self.notify(Notification::Error {
+                    message: format!("StartJob for {job_id} failed: {}", failure.message),
+                });
+            }
+        }
+    }
+
+    fn create_result(&mut self, node_id: &NodeId, for_job: &JobId, result: Result<(), RpcFailure>, now: UnixMillis) {
+        let counted = self
+            .jobs
+            .get_mut(for_job)
+            .and_then(|r| r.binding.as_mut())
+            .filter(|b| &b.node_id == node_id)
+            .is_some_and(|b| std::mem::replace(&mut b.uncounted, false));
+        let Err(failure) = result else {
+            if counted {
+                self.counters.placements_succeeded += 1;
+            }
+            return;
+        };
+        if counted {
+            self.counters.placements_dispatch_failed += 1;
+        }
+        // No phantom node: it is forgotten, its jobs re-placed, and its tier
+        // held back so the cascade spills past it.
+        if let Some(node) = self.fleet.remove(node_id)
+            && let Some(p) = node.provisioned
+        {
+            self.tier_backoff
+                .insert((p.pool, p.tier), now + PROVISION_FAILURE_BACKOFF_MS);
+        }
+        self.fleet_epoch += 1;
+        for record in self.jobs.values_mut() {
+            if record.is_bound_to(node_id) {
+                record.binding = None;
+                // A recovery's next attempt keeps its spacing.
+                if record.recovery.is_some() {
+                    let earliest = record
+                        .last_recovery_at
+                        .map_or(now, |last| last + MIN_RECOVERY_INTERVAL_MS);
+                    record.not_before = record.not_before.max(earliest);
+                }
+            }
+        }
+        self.notify(Notification::Error {
+            message: format!("provisioning {node_id} failed: {}", failure.message),
+        });
+    }
+
+    /// An instance was lost: the binding ends and the failure policy judges
+    /// whether the job is re-placed or ends terminally. While hydrating,
+    /// only the binding ends.
+    pub(super) fn lose_instance(&mut self, job_id: &JobId, cause: LossCause, now: UnixMillis) {
+        let hydrated = self.hydrated;
+        let Some(record) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        let Some(binding) = record.binding.take() else {
+            return;
+        };
+        self.fleet_epoch += 1;
+        let single_use = record.job.spec.single_use;
+        if hydrated {
+            let requirements = record.job.spec.requirements.clone();
+            match judge(&self.settings, &requirements, &mut record.restarts, &cause, now) {
+                FailureVerdict::Restart => {
+                    record.recovery = Some(RecoveryContext {
+                        on_runtime_failure: Some(requirements.on_runtime_failure),
+                        excluded_nodes: vec![binding.node_id.clone()],
+                    });
+                    // Spaced from the previous recovery by `readiness`.
+                    record.not_before = now;
+                }
+                FailureVerdict::Terminal {
+                    reason,
+                    ceiling_reached,
+                } => self.terminal(job_id, reason, ceiling_reached, now),
+            }
+        }
+        if cause != LossCause::NodeLost {
+            self.release_node(&binding.node_id, single_use);
+        }
+    }
+
+    /// A runtime ended terminally: an essential one breaks its bundle
+    /// (verdict to Manager, `bundleBroken`, no replica placed again); a
+    /// non-essential one is dropped alone.
+    fn terminal(&mut self, job_id: &JobId, reason: String, ceiling: bool, now: UnixMillis) {
+        let Some(record) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        record.dropped = true;
+        record.recovery = None;
+        let essential = record.job.spec.requirements.is_essential();
+        let bundle_id = record.bundle_ref.bundle_id.clone();
+        // `jobDropped`: `drop`, an invalid spec, or a non-essential job
+        // past its ceiling.
+        if !ceiling || !essential {
+            self.counters.jobs_dropped += 1;
+            self.notify(Notification::JobDropped {
+                job_id: job_id.clone(),
+                reason: reason.clone(),
+            });
+        }
+        let (job, kind) = if essential {
+            if self.broken.contains_key(&bundle_id) {
+                return;
+            }
+            self.broken.insert(bundle_id.clone(), reason.clone());
+            self.counters.bundles_broken += 1;
+            self.notify(Notification::BundleBroken {
+                bundle_id: bundle_id.clone(),
+                reason: reason.clone(),
+            });
+            (None, VerdictKind::Broken)
+        } else {
+            (Some(job_id.clone()), VerdictKind::Dropped)
+        };
+        self.call(
+            Rpc::SetTerminalVerdict {
+                bundle_id,
+                job_id: job,
+                verdict: TerminalVerdict {
+                    kind,
+                    reason,
+                    at: Some(now),
+                },
+            },
+            Pending::Other,
+        );
+    }
+
+    /// The job's instance ended without a failure (window over, stopped on
+    /// request, deleted, dispatch refused): the binding ends, nothing is
+    /// counted.
+    pub(super) fn end_binding(&mut self, job_id: &JobId) {
+        let Some(record) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        let Some(binding) = record.binding.take() else {
+            return;
+        };
+        let single_use = record.job.spec.single_use;
+        self.fleet_epoch += 1;
+        self.release_node(&binding.node_id, single_use);
+    }
+
+    /// After a job left `node_id`: a node this core provisioned that is
+    /// still launching and now carries nothing is terminated (it would be a
+    /// leaked node), and a `singleUse` job's provisioned cloud node is
+    /// terminated rather than left for reuse (never a cluster node).
+    pub(super) fn release_node(&mut self, node_id: &NodeId, single_use: bool) {
+        let Some(node) = self.fleet.get(node_id) else {
+            return;
+        };
+        if node.terminated || node.is_going() || self.jobs.values().any(|r| r.is_bound_to(node_id)) {
+            return;
+        }
+        let provisioned_here = node.provisioned.is_some();
+        let provisioned_cloud = (provisioned_here || node.tags.contains_key(tags::PROVISIONED_FOR))
+            && node
+                .inventory
+                .as_ref()
+                .map_or(provisioned_here, |i| i.kind != ProviderKind::LocalServers);
+        if (provisioned_here && node.is_launching()) || (single_use && provisioned_cloud) {
+            self.terminate(node_id);
+        }
+    }
+
+    /// `TerminateNode`, with `nodeTerminated` fired once per node at issue
+    /// time.
+    pub(super) fn terminate(&mut self, node_id: &NodeId) {
+        let Some(node) = self.fleet.get_mut(node_id) else {
+            return;
+        };
+        if node.terminated {
+            return;
+        }
+        node.terminated = true;
+        self.fleet_epoch += 1;
+        self.call(
+            Rpc::TerminateNode {
+                node_id: node_id.clone(),
+            },
+            Pending::TerminateNode(node_id.clone()),
+        );
+        self.notify(Notification::NodeTerminated {
+            node_id: node_id.clone(),
+        });
+    }
+}

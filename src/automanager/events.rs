@@ -1,0 +1,343 @@
+//! Applying Manager's events to the core: jobs (and their history, which
+//! says where each instance is), nodes, inventories, bundles, rejections.
+//! Before `InitialDataComplete` the snapshot is replayed through these same
+//! paths, as if fresh, but nothing is recovered or placed.
+
+use crate::model::{
+    Bundle, JobHistoryEntry, JobId, JobState, JobStopReason, ManagerEvent, NodeId, NodeInfo, NodePhase, RuntimeJob,
+    Slot, UnixMillis, VerdictKind, tags,
+};
+
+use super::Notification;
+use super::binding::{Binding, BindingPhase, JobRecord};
+use super::core::AutoManagerCore;
+use super::recovery::LossCause;
+
+impl AutoManagerCore {
+    pub(super) fn apply_event(&mut self, event: ManagerEvent, now: UnixMillis) {
+        match event {
+            ManagerEvent::JobActive(job)
+            | ManagerEvent::JobPending(job)
+            | ManagerEvent::JobUpdated(job)
+            | ManagerEvent::JobOutOfWindow(job) => self.job_changed(job, now),
+            ManagerEvent::JobDeleted(job_id) => self.job_deleted(job_id),
+            ManagerEvent::InitialDataComplete => self.hydrated_now(),
+            ManagerEvent::NodeStarting(info) => {
+                let node = self.fleet.describe(&info, NodePhase::Starting);
+                if node.phase == NodePhase::Prospective {
+                    node.phase = NodePhase::Starting;
+                }
+                self.notify(Notification::NodeStarting { node: info });
+            }
+            ManagerEvent::NodeStarted(info) | ManagerEvent::NodeRunning { node: info, .. } => self.node_started(info),
+            ManagerEvent::PhysicalNodeConnected { node_id, tags, .. } => {
+                let node = self.fleet.entry(&node_id, NodePhase::Running);
+                node.tags = tags;
+                node.phase = NodePhase::Running;
+                self.fleet_epoch += 1;
+                self.dispatch_awaiting(&node_id);
+            }
+            ManagerEvent::NodeInventory { node_id, inventory } => {
+                self.fleet.entry(&node_id, NodePhase::Starting).inventory = Some(inventory);
+                self.fleet_epoch += 1;
+            }
+            ManagerEvent::NodeTagsUpdated { node_id, tags } => {
+                self.fleet.entry(&node_id, NodePhase::Starting).tags = tags;
+                self.fleet_epoch += 1;
+            }
+            ManagerEvent::NodeStopping { node_id, reason } => {
+                let node = self.fleet.entry(&node_id, NodePhase::Stopping);
+                if node.phase != NodePhase::Stopped {
+                    node.phase = NodePhase::Stopping;
+                }
+                node.stop_reason = Some(reason);
+                self.lose_node(&node_id, now);
+                self.notify(Notification::NodeStopping { node_id, reason });
+            }
+            ManagerEvent::NodeStopped(node_id) => {
+                // "A node's NodeStopped alone (no prior Stopping) unbinds and
+                // recovers its jobs."
+                let node = self.fleet.entry(&node_id, NodePhase::Stopped);
+                node.phase = NodePhase::Stopped;
+                node.stopped_at = Some(now);
+                self.lose_node(&node_id, now);
+                self.notify(Notification::NodeStopped { node_id });
+            }
+            ManagerEvent::JobRejected {
+                job_id,
+                role,
+                node_id,
+                code,
+                detail,
+                ..
+            } => {
+                self.counters.jobs_rejected += 1;
+                self.notify(Notification::JobRejected {
+                    job_id: job_id.clone(),
+                    role: role.clone(),
+                    node_id: node_id.clone(),
+                    code,
+                    detail: detail.clone(),
+                });
+                let settings = &self.settings;
+                if let Some(node) = self.fleet.get_mut(&node_id)
+                    && node.health.record_rejection(settings, now)
+                {
+                    self.fleet_epoch += 1;
+                    self.notify(Notification::NodeUnhealthy {
+                        node_id: node_id.clone(),
+                    });
+                }
+                let matches = self.jobs.get(&job_id).is_some_and(|r| {
+                    r.binding
+                        .as_ref()
+                        .is_some_and(|b| b.instance_key == role && b.node_id == node_id)
+                });
+                if matches {
+                    self.lose_instance(&job_id, LossCause::Rejected { code, detail }, now);
+                }
+            }
+            ManagerEvent::BundleUpdated(bundle) => self.bundle_updated(bundle),
+            ManagerEvent::BundleDeleted(bundle_id) => {
+                self.revive(&bundle_id);
+                self.bundles.remove(&bundle_id);
+                self.notify(Notification::BundleDeleted { bundle_id });
+            }
+            ManagerEvent::JobInfo { job_id, role, text } => self.notify(Notification::JobInfo { job_id, role, text }),
+            ManagerEvent::ImagesPrefetched { node_id, results } => {
+                self.notify(Notification::ImagesPrefetched { node_id, results })
+            }
+            ManagerEvent::AuditAppended(entry) => self.notify(Notification::AuditAppended { entry }),
+            ManagerEvent::ProviderHealthChange
+            | ManagerEvent::JobPrepared { .. }
+            | ManagerEvent::MigrationSignal { .. }
+            | ManagerEvent::NodeInterruptionNotice { .. }
+            | ManagerEvent::Unknown => {}
+        }
+    }
+
+    fn hydrated_now(&mut self) {
+        self.hydrated = true;
+        // A node provisioned for a job (by this core's predecessor) that is
+        // still launching takes that job back, so a new instance never
+        // provisions a second node for it.
+        let launching: Vec<(NodeId, JobId)> = self
+            .fleet
+            .iter()
+            .filter(|n| n.is_launching())
+            .filter_map(|n| {
+                let job = n.tags.get(tags::PROVISIONED_FOR)?;
+                Some((n.id.clone(), JobId(job.clone())))
+            })
+            .collect();
+        for (node_id, job_id) in launching {
+            if let Some(record) = self.jobs.get_mut(&job_id)
+                && record.binding.is_none()
+            {
+                let slot = Slot::of_replica(record.bundle_ref.replica_index);
+                record.binding = Some(Binding {
+                    node_id,
+                    instance_key: crate::model::InstanceKey::slot(slot),
+                    gpu_index: None,
+                    phase: BindingPhase::AwaitingNode,
+                    uncounted: false,
+                });
+            }
+        }
+    }
+
+    fn node_started(&mut self, info: NodeInfo) {
+        let node = self.fleet.describe(&info, NodePhase::Running);
+        node.phase = NodePhase::Running;
+        let provisioned_for = node.tags.get(tags::PROVISIONED_FOR).cloned();
+        self.fleet_epoch += 1;
+        // "The history clears when a node provisioned for the job starts."
+        if let Some(job) = provisioned_for
+            && let Some(record) = self.jobs.get_mut(&JobId(job))
+        {
+            record.restarts.clear();
+        }
+        self.dispatch_awaiting(&info.node_id);
+        self.notify(Notification::NodeStarted { node: info });
+    }
+
+    /// Every job bound to a stopping or stopped node is lost with it.
+    fn lose_node(&mut self, node_id: &NodeId, now: UnixMillis) {
+        self.fleet_epoch += 1;
+        let bound: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|r| r.is_bound_to(node_id))
+            .map(|r| r.job_id().clone())
+            .collect();
+        for job_id in bound {
+            self.lose_instance(&job_id, LossCause::NodeLost, now);
+        }
+    }
+
+    fn bundle_updated(&mut self, bundle: Bundle) {
+        let newer = self
+            .bundles
+            .get(&bundle.bundle_id)
+            .is_some_and(|known| bundle.generation > known.generation);
+        match &bundle.terminal_verdict {
+            Some(verdict) if verdict.kind == VerdictKind::Broken => {
+                self.broken
+                    .entry(bundle.bundle_id.clone())
+                    .or_insert_with(|| verdict.reason.clone());
+            }
+            // A newer generation without a verdict is a revival (an update
+            // made elsewhere).
+            None if newer => self.revive(&bundle.bundle_id),
+            _ => {}
+        }
+        self.bundles.insert(bundle.bundle_id.clone(), bundle.clone());
+        self.notify(Notification::BundleUpdated {
+            bundle: Box::new(bundle),
+        });
+    }
+
+    fn job_deleted(&mut self, job_id: JobId) {
+        if let Some(record) = self.jobs.remove(&job_id)
+            && let Some(binding) = record.binding
+        {
+            self.fleet_epoch += 1;
+            self.release_node(&binding.node_id, record.job.spec.single_use);
+        }
+        self.notify(Notification::JobDeleted { job_id });
+    }
+
+    fn job_changed(&mut self, job: RuntimeJob, now: UnixMillis) {
+        self.notify(Notification::JobUpdated {
+            job: Box::new(job.clone()),
+        });
+        let Some(bundle_ref) = job.bundle_ref.clone() else {
+            // Plain Manager jobs are not this core's to place.
+            return;
+        };
+        let job_id = job.job_id.clone();
+        let post = job.state == JobState::Post;
+        let record = self
+            .jobs
+            .entry(job_id.clone())
+            .or_insert_with(|| JobRecord::new(job.clone(), bundle_ref));
+        if job.history.len() < record.history_seen {
+            record.history_seen = 0;
+        }
+        record.job = job;
+        self.apply_history(&job_id, now);
+        if post {
+            // The window is over: Manager stops the instance; the job ended.
+            self.end_binding(&job_id);
+        }
+    }
+
+    /// Applies history entries not seen before: where instances were
+    /// provisioned, reached running, stopped.
+    fn apply_history(&mut self, job_id: &JobId, now: UnixMillis) {
+        let Some(record) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        let fresh: Vec<JobHistoryEntry> = record.job.history[record.history_seen..].to_vec();
+        record.history_seen = record.job.history.len();
+        for entry in fresh {
+            if !self.hydrated {
+                self.replay_restart(job_id, &entry);
+            }
+            match entry {
+                JobHistoryEntry::Provisioned {
+                    role,
+                    node_id: Some(node),
+                    ..
+                } => self.instance_seen(job_id, role, node, BindingPhase::Dispatched),
+                JobHistoryEntry::Running {
+                    role,
+                    node_id: Some(node),
+                    ..
+                } => self.instance_seen(job_id, role, node, BindingPhase::Running),
+                JobHistoryEntry::Stopping {
+                    role, node_id, reason, ..
+                } if self.binding_matches(job_id, &role, node_id.as_ref()) => match reason {
+                    JobStopReason::UserRequested => self.end_binding(job_id),
+                    JobStopReason::NodeStopped | JobStopReason::NodeTerminated => {
+                        self.lose_instance(job_id, LossCause::NodeLost, now)
+                    }
+                    JobStopReason::JobFailed | JobStopReason::UnknownJob | JobStopReason::Unknown(_) => {
+                        self.lose_instance(job_id, LossCause::Failed, now)
+                    }
+                },
+                // Stopped without a Stopping this core saw: it ended without
+                // being asked to.
+                JobHistoryEntry::Stopped { role, node_id, .. }
+                    if self.binding_matches(job_id, &role, node_id.as_ref()) =>
+                {
+                    self.lose_instance(job_id, LossCause::Failed, now)
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// While hydrating, the restart history is rebuilt from Manager's job
+    /// history — every runtime failure since the job's spec last changed —
+    /// so a fresh core after a reconnect keeps counting against the same
+    /// ceiling ("the history clears when the bundle is updated").
+    fn replay_restart(&mut self, job_id: &JobId, entry: &JobHistoryEntry) {
+        let Some(record) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        match entry {
+            JobHistoryEntry::Updated { .. } => record.restarts.clear(),
+            JobHistoryEntry::Stopping {
+                at: Some(at),
+                reason: JobStopReason::JobFailed | JobStopReason::UnknownJob | JobStopReason::Unknown(_),
+                ..
+            } => record.restarts.replay(*at),
+            _ => {}
+        }
+    }
+
+    fn binding_matches(&self, job_id: &JobId, role: &crate::model::InstanceKey, node: Option<&NodeId>) -> bool {
+        self.jobs
+            .get(job_id)
+            .and_then(|r| r.binding.as_ref())
+            .is_some_and(|b| &b.instance_key == role && node.is_none_or(|n| n == &b.node_id))
+    }
+
+    /// An instance provisioned or running: confirms the binding, or (while
+    /// hydrating) rebuilds it from Manager's history.
+    fn instance_seen(&mut self, job_id: &JobId, role: crate::model::InstanceKey, node_id: NodeId, phase: BindingPhase) {
+        let hydrated = self.hydrated;
+        let node_usable = self.fleet.get(&node_id).is_some_and(|n| !n.is_going());
+        let Some(record) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        match &mut record.binding {
+            Some(binding)
+                if binding.instance_key == role
+                    && binding.node_id == node_id
+                    && phase == BindingPhase::Running
+                    && binding.phase != BindingPhase::Running =>
+            {
+                binding.phase = BindingPhase::Running;
+                // "Excluded until a job reaches running on it."
+                if let Some(node) = self.fleet.get_mut(&node_id)
+                    && node.health.job_running()
+                {
+                    self.fleet_epoch += 1;
+                    self.notify(Notification::NodeHealthy { node_id });
+                }
+            }
+            None if !hydrated && node_usable => {
+                record.binding = Some(Binding {
+                    node_id,
+                    instance_key: role,
+                    gpu_index: None,
+                    phase,
+                    uncounted: false,
+                });
+            }
+            _ => {}
+        }
+    }
+}

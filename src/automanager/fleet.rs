@@ -1,0 +1,230 @@
+//! The core's fleet view: every node Manager reported (or this core asked
+//! for), its phase, tags and inventory, its health, what this core
+//! provisioned and when, and whether this core terminated it. Reservations
+//! are not kept here: they are derived from the job bindings whenever a
+//! placement view is built ([`Fleet::snapshot`]).
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::model::{
+    FleetNode, FleetSnapshot, InstanceShape, JobId, NodeId, NodeInfo, NodeInventory, NodePhase, NodeStopReason,
+    PlacedJob, ProviderKind, UnixMillis, tags,
+};
+use crate::placement::Pools;
+
+use super::recovery::NodeHealth;
+
+/// A node this core provisioned.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Provisioned {
+    /// The pool.
+    pub pool: String,
+    /// The tier.
+    pub tier: String,
+    /// The shape asked for.
+    pub instance_type: String,
+    /// The provider.
+    pub kind: ProviderKind,
+    /// Its region.
+    pub region: String,
+    /// The job it was provisioned for.
+    pub for_job: JobId,
+    /// If it has not started by then, its jobs are re-placed and it is
+    /// terminated (`provisionTimeoutMs`, which is also its startup grace).
+    pub start_deadline: UnixMillis,
+}
+
+/// One node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeState {
+    /// The node id.
+    pub id: NodeId,
+    /// Its tags (pool, tier, spare, ...).
+    pub tags: BTreeMap<String, String>,
+    /// Lifecycle phase.
+    pub phase: NodePhase,
+    /// What the worker advertises.
+    pub inventory: Option<NodeInventory>,
+    /// Set when this core provisioned it.
+    pub provisioned: Option<Provisioned>,
+    /// This core issued a terminate for it (once per node).
+    pub terminated: bool,
+    /// When it stopped and why it was stopping.
+    pub stopped_at: Option<UnixMillis>,
+    /// The last `NodeStopping` reason.
+    pub stop_reason: Option<NodeStopReason>,
+    /// Rejection count and exclusion.
+    pub health: NodeHealth,
+}
+
+impl NodeState {
+    fn new(id: NodeId, phase: NodePhase) -> Self {
+        Self {
+            id,
+            tags: BTreeMap::new(),
+            phase,
+            inventory: None,
+            provisioned: None,
+            terminated: false,
+            stopped_at: None,
+            stop_reason: None,
+            health: NodeHealth::default(),
+        }
+    }
+
+    /// Whether a provisioned cloud node (never a registered cluster node):
+    /// the only kind `singleUse` may terminate.
+    pub fn is_provisioned_cloud(&self) -> bool {
+        self.provisioned.is_some()
+            && self
+                .inventory
+                .as_ref()
+                .is_none_or(|inventory| inventory.kind.is_cloud())
+    }
+
+    /// Still launching: prospective or starting.
+    pub fn is_launching(&self) -> bool {
+        matches!(self.phase, NodePhase::Prospective | NodePhase::Starting)
+    }
+
+    /// Gone or going.
+    pub fn is_going(&self) -> bool {
+        matches!(self.phase, NodePhase::Stopping | NodePhase::Stopped)
+    }
+}
+
+/// Every node.
+#[derive(Clone, Debug, Default)]
+pub struct Fleet {
+    nodes: BTreeMap<NodeId, NodeState>,
+}
+
+impl Fleet {
+    /// The node `id`.
+    pub fn get(&self, id: &NodeId) -> Option<&NodeState> {
+        self.nodes.get(id)
+    }
+
+    /// The node `id`, mutably.
+    pub fn get_mut(&mut self, id: &NodeId) -> Option<&mut NodeState> {
+        self.nodes.get_mut(id)
+    }
+
+    /// Every node, in id order.
+    pub fn iter(&self) -> impl Iterator<Item = &NodeState> {
+        self.nodes.values()
+    }
+
+    /// Whether the fleet holds `id`.
+    pub fn contains(&self, id: &NodeId) -> bool {
+        self.nodes.contains_key(id)
+    }
+
+    /// The node `id`, created in `phase` when unknown.
+    pub fn entry(&mut self, id: &NodeId, phase: NodePhase) -> &mut NodeState {
+        self.nodes
+            .entry(id.clone())
+            .or_insert_with(|| NodeState::new(id.clone(), phase))
+    }
+
+    /// Records what Manager said about a node (tags).
+    pub fn describe(&mut self, info: &NodeInfo, phase: NodePhase) -> &mut NodeState {
+        let node = self.entry(&info.node_id, phase);
+        node.tags = info.tags.clone();
+        node
+    }
+
+    /// Adds a node this core is about to provision.
+    pub fn add_provisioned(&mut self, id: NodeId, provisioned: Provisioned) {
+        let mut node = NodeState::new(id.clone(), NodePhase::Prospective);
+        node.tags = provisioned_tags(&provisioned);
+        node.provisioned = Some(provisioned);
+        self.nodes.insert(id, node);
+    }
+
+    /// Forgets a node.
+    pub fn remove(&mut self, id: &NodeId) -> Option<NodeState> {
+        self.nodes.remove(id)
+    }
+
+    /// The fleet as placement sees it: each node with the jobs `placed`
+    /// on it. A provisioned node with no inventory yet advertises its
+    /// shape, so later placements can plan on it while it launches.
+    pub fn snapshot(
+        &self,
+        pools: &Pools,
+        mut placed: HashMap<&NodeId, Vec<PlacedJob>>,
+        template_images: &BTreeMap<String, Vec<String>>,
+    ) -> FleetSnapshot {
+        let nodes = self
+            .nodes
+            .values()
+            .map(|node| FleetNode {
+                id: node.id.clone(),
+                pool: node.tags.get(tags::POOL).cloned(),
+                tier: node.tags.get(tags::TIER).cloned(),
+                // A node this core terminated takes nothing new.
+                phase: if node.terminated {
+                    NodePhase::Stopping
+                } else {
+                    node.phase
+                },
+                cordoned: false,
+                unhealthy: node.health.is_unhealthy(),
+                spare: node.tags.get(tags::SPARE).is_some_and(|v| v == "true"),
+                spare_spec: Default::default(),
+                // Placement reads pool, tier and spare from the fields above;
+                // copying every tag of every node would only cost.
+                tags: BTreeMap::new(),
+                inventory: node.inventory.clone().or_else(|| {
+                    let p = node.provisioned.as_ref()?;
+                    let shape = shape_of(pools, p)?;
+                    Some(shape_inventory(p, shape))
+                }),
+                jobs: placed.remove(&node.id).unwrap_or_default(),
+            })
+            .collect();
+        FleetSnapshot {
+            template_images: template_images.clone(),
+            nodes,
+        }
+    }
+}
+
+/// The tags a provisioned node carries: its pool, tier and the job it was
+/// provisioned for.
+pub fn provisioned_tags(p: &Provisioned) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (tags::POOL.to_owned(), p.pool.clone()),
+        (tags::TIER.to_owned(), p.tier.clone()),
+        (tags::PROVISIONED_FOR.to_owned(), p.for_job.0.clone()),
+    ])
+}
+
+fn shape_of<'p>(pools: &'p Pools, p: &Provisioned) -> Option<&'p InstanceShape> {
+    pools
+        .get(&p.pool)?
+        .tiers
+        .iter()
+        .find(|t| t.name == p.tier)?
+        .candidate_instance_types
+        .iter()
+        .find(|s| s.instance_type == p.instance_type)
+}
+
+fn shape_inventory(p: &Provisioned, shape: &InstanceShape) -> NodeInventory {
+    NodeInventory {
+        kind: p.kind,
+        region: p.region.clone(),
+        az: String::new(),
+        instance_type: shape.instance_type.clone(),
+        total_capacity: shape.total_capacity,
+        total_cores: shape.total_cores,
+        utilization_cap: 1.0,
+        reserved_capacity: 0.0,
+        capabilities: shape.capabilities.clone(),
+        gpus: shape.gpus.clone(),
+        images: Vec::new(),
+        nics: Vec::new(),
+    }
+}

@@ -1,0 +1,61 @@
+//! `metrics()`: cumulative counters since `startedAt` and per-pool gauges
+//! computed at call time. `placementsSucceeded` counts a dispatched wire
+//! call; a decision whose `StartJob` / `CreateAwsNode` / `CreateOciNode`
+//! then fails counts under `placementsDispatchFailed` instead.
+
+use serde::Serialize;
+
+use crate::model::{BundleId, UnixMillis};
+
+/// The cumulative counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Counters {
+    /// Placement runs.
+    pub placements_attempted: u64,
+    /// Placements whose first wire call succeeded.
+    pub placements_succeeded: u64,
+    /// Placements that found nowhere (or could not be attempted).
+    pub placements_failed: u64,
+    /// Placements whose first wire call failed.
+    pub placements_dispatch_failed: u64,
+    /// Worker rejections.
+    pub jobs_rejected: u64,
+    /// Bundles marked broken.
+    pub bundles_broken: u64,
+    /// Jobs dropped.
+    pub jobs_dropped: u64,
+}
+
+/// One pool's gauges.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolGauge {
+    /// The pool.
+    pub pool_name: String,
+    /// Nodes of the pool not stopped (launching ones included).
+    pub node_count: u32,
+    /// Unconsumed spares.
+    pub live_spares: u32,
+    /// `hotSpares[].targetCount` for the pool.
+    pub spare_target: u32,
+    /// Capacity reserved by bound jobs over usable capacity, 0 when none.
+    pub used_capacity_fraction: f64,
+}
+
+/// What `metrics()` returns.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metrics {
+    /// When this AutoManager started.
+    pub started_at: UnixMillis,
+    /// Now minus `startedAt`.
+    pub uptime_ms: i64,
+    /// The counters.
+    #[serde(flatten)]
+    pub counters: Counters,
+    /// Per pool.
+    pub pools: Vec<PoolGauge>,
+    /// Bundles currently broken.
+    pub broken_bundle_ids: Vec<BundleId>,
+}

@@ -1,0 +1,228 @@
+//! The AutoManager policy core: a sans-IO state machine,
+//! [`AutoManagerCore::handle`]`(input, now) -> Step`. Inputs are Manager
+//! events, commands, RPC results and timer expiries; a step holds the
+//! actions to carry out (Manager RPCs, notifications, command replies) and
+//! the next timer deadline. No tokio, no tonic, no clock: time comes in as
+//! a [`UnixMillis`] value, so every rule can be tested with a virtual clock.
+//! [`runtime`] is the only async part.
+//!
+//! - [`settings`]: `AutoSettings`, defaults, validation.
+//! - [`fleet`]: the fleet view (nodes, inventories, what this core
+//!   provisioned and terminated).
+//! - [`binding`]: one record per job (node, instance key, placement of
+//!   record, in-flight gate).
+//! - [`recovery`]: runtime-failure policy, restart ceiling, node health.
+//! - `events` / `dispatch`: applying Manager events; placing and
+//!   dispatching.
+//! - [`metrics`], [`notification`].
+
+pub mod binding;
+mod core;
+mod dispatch;
+mod events;
+pub mod fleet;
+pub mod metrics;
+pub mod notification;
+pub mod recovery;
+pub mod runtime;
+pub mod settings;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+pub use self::core::AutoManagerCore;
+pub use metrics::{Metrics, PoolGauge};
+pub use notification::{Decision, Notification, PlacementDecisionInfo};
+pub use runtime::{AutoManager, AutoManagerHandle, QueryError, RunError, RunOptions};
+pub use settings::{AutoSettings, AutoSettingsValidationError, validate_auto_settings};
+
+use crate::model::{
+    Bundle, BundleId, BundleJobRef, InstanceKey, JobId, LaunchMode, ManagerEvent, NodeId, ProviderKind,
+    TerminalVerdict, UnixMillis,
+};
+use crate::placement::BundleIssue;
+
+/// Identifies one RPC the core asked for, so its result finds its way back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct RequestId(pub u64);
+
+/// Identifies one command, so its reply finds its caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct CommandId(pub u64);
+
+/// A change asked of the core by its user.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    /// `createBundle`: validated, then stored on Manager (which expands it).
+    CreateBundle(Bundle),
+    /// `updateBundle`: always `state: live`; clears the broken mark and the
+    /// restart history of the bundle's jobs.
+    UpdateBundle(Bundle),
+    /// `deleteBundle`: Manager's stop-then-delete saga.
+    DeleteBundle(BundleId),
+    /// `startBundleJob`: activates a dormant (`startMode: manual`) job.
+    StartBundleJob(BundleJobRef),
+    /// `stopBundleJob`: flips a job back to dormant.
+    StopBundleJob(BundleJobRef),
+    /// `setTemplateImages`: what warmth is scored against.
+    SetTemplateImages(BTreeMap<String, Vec<String>>),
+}
+
+/// How a failed RPC should be treated (the client's classification).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RpcFailureKind {
+    /// Manager unreachable or timed out.
+    Transient,
+    /// The provider has no capacity for that shape there.
+    InsufficientCapacity,
+    /// The thing named does not exist.
+    NotFound,
+    /// It exists already with a different spec.
+    AlreadyExists,
+    /// Refused as invalid or out of order.
+    Rejected,
+}
+
+/// A failed RPC.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
+#[error("{message}")]
+pub struct RpcFailure {
+    /// How to treat it.
+    pub kind: RpcFailureKind,
+    /// Manager's words.
+    pub message: String,
+}
+
+/// One input to the core.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Input {
+    /// An event from Manager's stream (the snapshot's events, then
+    /// `InitialDataComplete`, then live ones).
+    Event(Box<ManagerEvent>),
+    /// A command from the user.
+    Command {
+        /// Echoed in the reply.
+        id: CommandId,
+        /// What to do.
+        command: Command,
+    },
+    /// The result of an RPC the core asked for.
+    RpcResult {
+        /// The request.
+        id: RequestId,
+        /// Its outcome.
+        result: Result<(), RpcFailure>,
+    },
+    /// The timer deadline of the previous step was reached.
+    Timer,
+    /// `close()`: no timer runs and nothing is hydrated or placed any more.
+    Close,
+}
+
+/// A Manager RPC the core asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Rpc {
+    /// `StartJob`: one instance on a node.
+    StartJob {
+        /// The job.
+        job_id: JobId,
+        /// The key the instance wears.
+        instance_key: InstanceKey,
+        /// Where.
+        node_id: NodeId,
+        /// The GPU device placement chose.
+        gpu_index: Option<u32>,
+        /// The slot told to the runtime (`NORSK_RUNTIME_ROLE`).
+        runtime_role: String,
+    },
+    /// `CreateAwsNode` / `CreateOciNode`, with the deterministic node id and
+    /// the pool/tier tags.
+    CreateNode {
+        /// `aws` or `oci`.
+        provider: ProviderKind,
+        /// The id chosen here (idempotent on Manager).
+        node_id: NodeId,
+        /// pool, tier, provisionedFor.
+        tags: BTreeMap<String, String>,
+        /// Region.
+        region: String,
+        /// Instance type or shape.
+        instance_type: String,
+        /// The tier's launch mode.
+        launch_mode: Option<LaunchMode>,
+    },
+    /// `TerminateNode`.
+    TerminateNode {
+        /// The node.
+        node_id: NodeId,
+    },
+    /// `SetTerminalVerdict`: a broken bundle, or a dropped job.
+    SetTerminalVerdict {
+        /// The bundle.
+        bundle_id: BundleId,
+        /// The job, for a dropped job.
+        job_id: Option<JobId>,
+        /// The verdict.
+        verdict: TerminalVerdict,
+    },
+    /// `CreateBundle`.
+    CreateBundle(Bundle),
+    /// `UpdateBundle`.
+    UpdateBundle(Bundle),
+    /// `DeleteBundle`.
+    DeleteBundle(BundleId),
+    /// `StartBundleJob`.
+    StartBundleJob(BundleJobRef),
+    /// `StopBundleJob`.
+    StopBundleJob(BundleJobRef),
+}
+
+/// Why a command failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum CommandError {
+    /// The bundle failed validation; nothing was sent to Manager.
+    #[error("the bundle is invalid: {}", .errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    InvalidBundle {
+        /// Every error.
+        errors: Vec<BundleIssue>,
+    },
+    /// Manager refused or could not be reached.
+    #[error("Manager refused: {0}")]
+    Manager(RpcFailure),
+    /// The core was closed before the command completed.
+    #[error("AutoManager is closed")]
+    Closed,
+}
+
+/// Something the runtime must do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Issue an RPC and feed its result back as [`Input::RpcResult`].
+    Call {
+        /// Echo in the result.
+        id: RequestId,
+        /// The call.
+        rpc: Rpc,
+    },
+    /// Deliver a notification to subscribers.
+    Notify(Notification),
+    /// Answer a command's caller.
+    Reply {
+        /// The command.
+        command: CommandId,
+        /// Its outcome.
+        result: Result<(), CommandError>,
+    },
+}
+
+/// The result of one [`AutoManagerCore::handle`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Step {
+    /// In order.
+    pub actions: Vec<Action>,
+    /// Feed [`Input::Timer`] at this instant (none: nothing is waiting).
+    pub next_deadline: Option<UnixMillis>,
+}

@@ -1,0 +1,225 @@
+//! Notifications: the seed's callbacks as one typed enum. Each serialises
+//! with `kind` set to the callback's name without `on`, lowerCamelCase
+//! (`placementDecision`, `bundleBroken`, `jobDropped`, ...), which is what
+//! `standalone` prints and subscribers receive.
+
+use serde::Serialize;
+
+use crate::model::{
+    AuditEntry, Bundle, BundleId, ImagePrefetchResult, InstanceKey, JobId, NodeId, NodeInfo, NodeStopReason,
+    RejectionCode, RuntimeJob,
+};
+use crate::placement::{ResilienceFlag, Trace};
+
+/// Where a placement decided a job goes (the engine's outcome, serialisable).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "decision", rename_all = "camelCase")]
+pub enum Decision {
+    /// Onto an existing (or prospective) node.
+    #[serde(rename_all = "camelCase")]
+    Placed {
+        /// The node.
+        node_id: NodeId,
+        /// Its pool.
+        pool: String,
+        /// Its tier.
+        tier: String,
+        /// The GPU device chosen.
+        gpu_index: Option<u32>,
+    },
+    /// Onto a node being provisioned.
+    #[serde(rename_all = "camelCase")]
+    Provision {
+        /// The prospective node's id.
+        node_id: NodeId,
+        /// The pool.
+        pool: String,
+        /// The tier provisioned from.
+        tier: String,
+        /// The shape.
+        instance_type: String,
+        /// The GPU device chosen on the shape.
+        gpu_index: Option<u32>,
+    },
+    /// Nowhere.
+    NoCapacityInAnyPool,
+}
+
+/// `onPlacementDecision`'s payload.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementDecisionInfo {
+    /// The runtime job.
+    pub job_id: JobId,
+    /// Its bundle.
+    pub bundle_id: BundleId,
+    /// 0 primary, 1 backup.
+    pub replica_index: u32,
+    /// The job's name in the bundle.
+    pub job_name: String,
+    /// A re-placement after a loss (rather than a first placement).
+    pub recovery: bool,
+    /// Where it goes.
+    pub decision: Decision,
+    /// Every node's verdict, when traces are on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Trace>,
+}
+
+/// A notification (one per seed callback the core or its runtime fires).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Notification {
+    /// `onConnectionStateChange`: `idle | connecting | ready |
+    /// transientFailure | shutdown`.
+    ConnectionStateChange {
+        /// The new state's name.
+        state: String,
+    },
+    /// `onError`: the catch-all.
+    Error {
+        /// What went wrong.
+        message: String,
+    },
+    /// `onJobUpdated` (also replayed for every job of the snapshot).
+    JobUpdated {
+        /// The job with its history.
+        job: Box<RuntimeJob>,
+    },
+    /// `onJobInfo`: an informational worker message.
+    #[serde(rename_all = "camelCase")]
+    JobInfo {
+        /// The job.
+        job_id: JobId,
+        /// The instance.
+        role: InstanceKey,
+        /// The message.
+        text: String,
+    },
+    /// `onJobDeleted`.
+    #[serde(rename_all = "camelCase")]
+    JobDeleted {
+        /// The job.
+        job_id: JobId,
+    },
+    /// `onJobRejected`: a worker refused a placement.
+    #[serde(rename_all = "camelCase")]
+    JobRejected {
+        /// The job.
+        job_id: JobId,
+        /// The instance refused.
+        role: InstanceKey,
+        /// Where.
+        node_id: NodeId,
+        /// The typed reason.
+        code: RejectionCode,
+        /// The worker's words.
+        detail: String,
+    },
+    /// `onJobDropped`: a failed job is not restarted.
+    #[serde(rename_all = "camelCase")]
+    JobDropped {
+        /// The job.
+        job_id: JobId,
+        /// Why.
+        reason: String,
+    },
+    /// `onNodeStarting`.
+    NodeStarting {
+        /// The node.
+        node: NodeInfo,
+    },
+    /// `onNodeStarted`.
+    NodeStarted {
+        /// The node.
+        node: NodeInfo,
+    },
+    /// `onNodeStopping`: the prompt "worker dropped" signal.
+    #[serde(rename_all = "camelCase")]
+    NodeStopping {
+        /// The node.
+        node_id: NodeId,
+        /// Why.
+        reason: NodeStopReason,
+    },
+    /// `onNodeStopped`.
+    #[serde(rename_all = "camelCase")]
+    NodeStopped {
+        /// The node.
+        node_id: NodeId,
+    },
+    /// `onNodeTerminated`: this core issued a terminate (once per node, at
+    /// issue time).
+    #[serde(rename_all = "camelCase")]
+    NodeTerminated {
+        /// The node.
+        node_id: NodeId,
+    },
+    /// `onNodeUnhealthy`: excluded from placement after repeated rejections.
+    #[serde(rename_all = "camelCase")]
+    NodeUnhealthy {
+        /// The node.
+        node_id: NodeId,
+    },
+    /// `onNodeHealthy`: the exclusion cleared.
+    #[serde(rename_all = "camelCase")]
+    NodeHealthy {
+        /// The node.
+        node_id: NodeId,
+    },
+    /// `onBundleUpdated` (also replayed for every bundle of the snapshot).
+    BundleUpdated {
+        /// The bundle.
+        bundle: Box<Bundle>,
+    },
+    /// `onBundleDeleted`.
+    #[serde(rename_all = "camelCase")]
+    BundleDeleted {
+        /// The bundle.
+        bundle_id: BundleId,
+    },
+    /// `onBundleBroken`: the production ended; no replica is placed again
+    /// until the bundle is updated or deleted.
+    #[serde(rename_all = "camelCase")]
+    BundleBroken {
+        /// The bundle.
+        bundle_id: BundleId,
+        /// Why.
+        reason: String,
+    },
+    /// `onPlacementDecision`: every time placement runs.
+    PlacementDecision(Box<PlacementDecisionInfo>),
+    /// `onPlacementFailed`: no tier could place or provision.
+    #[serde(rename_all = "camelCase")]
+    PlacementFailed {
+        /// The job.
+        job_id: JobId,
+        /// Why.
+        reason: String,
+    },
+    /// `onResilienceDegraded`.
+    #[serde(rename_all = "camelCase")]
+    ResilienceDegraded {
+        /// The job placed.
+        job_id: JobId,
+        /// Where it went.
+        node_id: NodeId,
+        /// `forbid` flags violated.
+        violations: Vec<ResilienceFlag>,
+        /// The primary is interruptible and no backup is durable.
+        interruptible_primary_without_durable_backup: bool,
+    },
+    /// `onImagesPrefetched`: one prefetch batch settled on a node.
+    #[serde(rename_all = "camelCase")]
+    ImagesPrefetched {
+        /// The node.
+        node_id: NodeId,
+        /// Per image.
+        results: Vec<ImagePrefetchResult>,
+    },
+    /// `onAuditAppended`: pass-through of Manager's audit log.
+    AuditAppended {
+        /// The entry.
+        entry: AuditEntry,
+    },
+}

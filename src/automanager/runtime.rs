@@ -1,0 +1,500 @@
+//! The runtime shell, the only async part: one task owns the core, feeds it
+//! Manager's stream (snapshot, then live events), commands, RPC results and
+//! timer expiries, and carries out its actions — RPCs run concurrently on
+//! the [`ManagerClient`], notifications go to a broadcast channel (a slow or
+//! failing subscriber lags; it never blocks the loop), replies go to their
+//! callers. When the stream breaks and a new snapshot arrives, the core is
+//! disposed and a fresh one hydrated from it (counters carried over).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::manager::client::{
+    ClientSettings, ConnectError, CreateNode, ManagerClient, RpcError, RpcErrorKind, StartJob,
+};
+use crate::manager::stream::{StreamItem, StreamSession, StreamSettings};
+use crate::model::{Bundle, BundleId, BundleJobRef, BundleSpec, ManagerEvent, ProviderKind, UnixMillis};
+use crate::placement::{Admission, BundleValidation, FleetError, Placement, PlacementError};
+
+use super::settings::{ValidSettings, validate_auto_settings};
+use super::{
+    Action, AutoManagerCore, AutoSettings, AutoSettingsValidationError, Command, CommandError, CommandId, Input,
+    Metrics, Notification, RequestId, Rpc, RpcFailure, RpcFailureKind, Step,
+};
+
+/// How many notifications a subscriber may fall behind before it lags.
+const NOTIFICATION_BUFFER: usize = 4096;
+/// The most inputs fed to the core as one step.
+const MAX_BATCH: usize = 1024;
+
+/// Where RPC results are sent back to the loop.
+type Results = mpsc::UnboundedSender<(RequestId, Result<(), RpcFailure>)>;
+
+/// Why `run` refused to start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The settings are invalid (every problem listed).
+    #[error(transparent)]
+    InvalidSettings(#[from] AutoSettingsValidationError),
+    /// The Manager client could not be built.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+}
+
+/// Why a query could not be answered.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// The AutoManager is closed.
+    #[error("AutoManager is closed")]
+    Closed,
+    /// The fleet view could not be built.
+    #[error(transparent)]
+    Fleet(#[from] FleetError),
+}
+
+/// How the runtime runs.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Core milliseconds per real millisecond: 1 in production; the demo
+    /// and tests run a simulator with a compressed clock and match it.
+    pub time_scale: f64,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self { time_scale: 1.0 }
+    }
+}
+
+/// The core's clock: wall time at start plus elapsed time, scaled.
+#[derive(Clone, Copy, Debug)]
+struct Clock {
+    origin_wall: UnixMillis,
+    origin: Instant,
+    scale: f64,
+}
+
+impl Clock {
+    fn new(scale: f64) -> Self {
+        let origin_wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as UnixMillis);
+        Self {
+            origin_wall,
+            origin: Instant::now(),
+            scale: if scale.is_finite() && scale > 0.0 { scale } else { 1.0 },
+        }
+    }
+
+    fn now(&self) -> UnixMillis {
+        self.origin_wall + (self.origin.elapsed().as_secs_f64() * 1_000.0 * self.scale) as UnixMillis
+    }
+
+    fn instant_of(&self, at: UnixMillis) -> Instant {
+        let real_ms = ((at - self.origin_wall).max(0) as f64 / self.scale).min(1e12);
+        self.origin + Duration::from_secs_f64(real_ms / 1_000.0)
+    }
+}
+
+type Query = Box<dyn FnOnce(&AutoManagerCore, UnixMillis) + Send>;
+
+enum Request {
+    Command(Command, oneshot::Sender<Result<(), CommandError>>),
+    Query(Query),
+    Close,
+}
+
+/// The AutoManager: `run` validates the settings, connects to Manager and
+/// starts the loop.
+pub struct AutoManager;
+
+impl AutoManager {
+    /// Starts with the default options. Returns the handle and the loop's
+    /// join handle, which completes after [`AutoManagerHandle::close`].
+    pub fn run(settings: AutoSettings) -> Result<(AutoManagerHandle, JoinHandle<()>), RunError> {
+        Self::run_with(settings, RunOptions::default())
+    }
+
+    /// Starts with `options`.
+    pub fn run_with(
+        settings: AutoSettings,
+        options: RunOptions,
+    ) -> Result<(AutoManagerHandle, JoinHandle<()>), RunError> {
+        let valid = validate_auto_settings(settings)?;
+        let client = ManagerClient::connect_lazy(&ClientSettings::plaintext(valid.settings.url.clone()))?;
+        let (requests, requests_rx) = mpsc::channel(256);
+        let (notifications, _) = broadcast::channel(NOTIFICATION_BUFFER);
+        let clock = Clock::new(options.time_scale);
+        let shell = Shell {
+            core: AutoManagerCore::new(valid.clone(), clock.now()),
+            clock,
+            valid,
+            client,
+            notifications: notifications.clone(),
+            replies: HashMap::new(),
+            next_command: 0,
+            deadline: None,
+        };
+        let join = tokio::spawn(shell.run(requests_rx));
+        Ok((
+            AutoManagerHandle {
+                requests,
+                notifications,
+            },
+            join,
+        ))
+    }
+}
+
+/// The caller's side: commands, queries, subscriptions, close. Cheap to
+/// clone.
+#[derive(Clone)]
+pub struct AutoManagerHandle {
+    requests: mpsc::Sender<Request>,
+    notifications: broadcast::Sender<Notification>,
+}
+
+impl AutoManagerHandle {
+    async fn command(&self, command: Command) -> Result<(), CommandError> {
+        let (reply, answer) = oneshot::channel();
+        self.requests
+            .send(Request::Command(command, reply))
+            .await
+            .map_err(|_| CommandError::Closed)?;
+        answer.await.unwrap_or(Err(CommandError::Closed))
+    }
+
+    async fn query<T: Send + 'static>(
+        &self,
+        ask: impl FnOnce(&AutoManagerCore, UnixMillis) -> T + Send + 'static,
+    ) -> Result<T, QueryError> {
+        let (reply, answer) = oneshot::channel();
+        let query: Query = Box::new(move |core, now| {
+            // The caller may have gone; then nobody wants the answer.
+            let _ = reply.send(ask(core, now));
+        });
+        self.requests
+            .send(Request::Query(query))
+            .await
+            .map_err(|_| QueryError::Closed)?;
+        answer.await.map_err(|_| QueryError::Closed)
+    }
+
+    /// `createBundle`: validated, then stored on Manager.
+    pub async fn create_bundle(&self, bundle: Bundle) -> Result<(), CommandError> {
+        self.command(Command::CreateBundle(bundle)).await
+    }
+
+    /// `updateBundle` (always `state: live`).
+    pub async fn update_bundle(&self, bundle: Bundle) -> Result<(), CommandError> {
+        self.command(Command::UpdateBundle(bundle)).await
+    }
+
+    /// `deleteBundle`: Manager's stop-then-delete saga.
+    pub async fn delete_bundle(&self, bundle_id: BundleId) -> Result<(), CommandError> {
+        self.command(Command::DeleteBundle(bundle_id)).await
+    }
+
+    /// `startBundleJob`.
+    pub async fn start_bundle_job(&self, job: BundleJobRef) -> Result<(), CommandError> {
+        self.command(Command::StartBundleJob(job)).await
+    }
+
+    /// `stopBundleJob`.
+    pub async fn stop_bundle_job(&self, job: BundleJobRef) -> Result<(), CommandError> {
+        self.command(Command::StopBundleJob(job)).await
+    }
+
+    /// `setTemplateImages`: what warmth is scored against.
+    pub async fn set_template_images(&self, images: BTreeMap<String, Vec<String>>) -> Result<(), CommandError> {
+        self.command(Command::SetTemplateImages(images)).await
+    }
+
+    /// `templateImages`.
+    pub async fn template_images(&self) -> Result<BTreeMap<String, Vec<String>>, QueryError> {
+        self.query(|core, _| core.template_images().clone()).await
+    }
+
+    /// `validateBundle`.
+    pub async fn validate_bundle(&self, bundle: BundleSpec) -> Result<BundleValidation, QueryError> {
+        Ok(self.query(move |core, _| core.validate_bundle(&bundle)).await??)
+    }
+
+    /// `validateBundleAdmission`.
+    pub async fn validate_bundle_admission(&self, bundle: Bundle) -> Result<Admission, QueryError> {
+        Ok(self
+            .query(move |core, _| core.validate_bundle_admission(&bundle.bundle_id, &bundle.spec))
+            .await??)
+    }
+
+    /// `placeDryRun`: one job of one replica, with the trace, without acting.
+    pub async fn place_dry_run(
+        &self,
+        bundle: Bundle,
+        replica_index: u32,
+        job_name: String,
+    ) -> Result<Result<Placement, PlacementError>, QueryError> {
+        Ok(self
+            .query(move |core, _| core.place_dry_run(&bundle.bundle_id, &bundle.spec, replica_index, &job_name))
+            .await??)
+    }
+
+    /// `metrics()`.
+    pub async fn metrics(&self) -> Result<Metrics, QueryError> {
+        self.query(|core, now| core.metrics(now)).await
+    }
+
+    /// Every notification from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Notification> {
+        self.notifications.subscribe()
+    }
+
+    /// `close()`: cancels the timers, stops the loop and the stream, answers
+    /// waiting commands with `Closed`. Idempotent.
+    pub async fn close(&self) {
+        // A closed loop no longer listens; that is what was asked.
+        let _ = self.requests.send(Request::Close).await;
+    }
+}
+
+struct Shell {
+    clock: Clock,
+    core: AutoManagerCore,
+    valid: ValidSettings,
+    client: ManagerClient,
+    notifications: broadcast::Sender<Notification>,
+    replies: HashMap<CommandId, oneshot::Sender<Result<(), CommandError>>>,
+    next_command: u64,
+    deadline: Option<UnixMillis>,
+}
+
+impl Shell {
+    async fn run(mut self, mut requests: mpsc::Receiver<Request>) {
+        let mut session = StreamSession::start(
+            self.client.clone(),
+            StreamSettings {
+                pending_window_s: self.valid.settings.pending_window.min(i32::MAX as u32) as i32,
+                ..StreamSettings::default()
+            },
+        );
+        let mut state = session.state.clone();
+        let (results_tx, mut results) = mpsc::unbounded_channel::<(RequestId, Result<(), RpcFailure>)>();
+        loop {
+            let wake = self.deadline.map(|at| self.clock.instant_of(at));
+            let timer = async {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                item = session.items.recv() => match item {
+                    Some(StreamItem::Snapshot(events)) => self.hydrate(events, &results_tx),
+                    Some(StreamItem::Event(event)) => {
+                        let batch = vec![Input::Event(event)];
+                        self.feed_batch(batch, &mut session.items, &mut results, &results_tx);
+                    }
+                    Some(StreamItem::Rejected(e)) => self.rejected(&e),
+                    None => break,
+                },
+                Some((id, result)) = results.recv() => {
+                    let batch = vec![Input::RpcResult { id, result }];
+                    self.feed_batch(batch, &mut session.items, &mut results, &results_tx);
+                }
+                request = requests.recv() => match request {
+                    Some(Request::Command(command, reply)) => {
+                        self.next_command += 1;
+                        let id = CommandId(self.next_command);
+                        self.replies.insert(id, reply);
+                        self.feed(Input::Command { id, command }, &results_tx);
+                    }
+                    Some(Request::Query(ask)) => ask(&self.core, self.clock.now()),
+                    Some(Request::Close) | None => break,
+                },
+                Ok(()) = state.changed() => {
+                    let current = *state.borrow_and_update();
+                    let name = serde_json::to_value(current)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default();
+                    self.publish(Notification::ConnectionStateChange { state: name });
+                }
+                () = timer => self.feed(Input::Timer, &results_tx),
+            }
+        }
+        self.feed(Input::Close, &results_tx);
+        for (_, reply) in self.replies.drain() {
+            let _ = reply.send(Err(CommandError::Closed));
+        }
+        session.close().await;
+        self.publish(Notification::ConnectionStateChange {
+            state: "shutdown".to_owned(),
+        });
+    }
+
+    /// A new stream's snapshot: the old core is disposed and a fresh one
+    /// hydrated from it, as if every event were fresh (one batch).
+    fn hydrate(&mut self, events: Vec<ManagerEvent>, results: &Results) {
+        self.core = AutoManagerCore::succeeding(self.valid.clone(), &self.core);
+        let inputs = events
+            .into_iter()
+            .chain([ManagerEvent::InitialDataComplete])
+            .map(|event| Input::Event(Box::new(event)));
+        let step = self.core.handle_all(inputs, self.clock.now());
+        self.carry_out(step, results);
+    }
+
+    /// Feeds `batch` plus whatever else has already arrived (events and RPC
+    /// results, up to `MAX_BATCH`) as one step; a new snapshot met on the way
+    /// is hydrated after it.
+    fn feed_batch(
+        &mut self,
+        mut batch: Vec<Input>,
+        items: &mut mpsc::Receiver<StreamItem>,
+        arrived: &mut mpsc::UnboundedReceiver<(RequestId, Result<(), RpcFailure>)>,
+        results: &Results,
+    ) {
+        let mut snapshot = None;
+        while batch.len() < MAX_BATCH {
+            match items.try_recv() {
+                Ok(StreamItem::Event(event)) => batch.push(Input::Event(event)),
+                Ok(StreamItem::Rejected(e)) => self.rejected(&e),
+                Ok(StreamItem::Snapshot(events)) => {
+                    snapshot = Some(events);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        while batch.len() < MAX_BATCH {
+            match arrived.try_recv() {
+                Ok((id, result)) => batch.push(Input::RpcResult { id, result }),
+                Err(_) => break,
+            }
+        }
+        let step = self.core.handle_all(batch, self.clock.now());
+        self.carry_out(step, results);
+        if let Some(events) = snapshot {
+            self.hydrate(events, results);
+        }
+    }
+
+    fn feed(&mut self, input: Input, results: &Results) {
+        let step = self.core.handle(input, self.clock.now());
+        self.carry_out(step, results);
+    }
+
+    fn rejected(&self, e: &crate::manager::wire::WireError) {
+        self.publish(Notification::Error {
+            message: format!("unreadable Manager event skipped: {e}"),
+        });
+    }
+
+    fn carry_out(&mut self, step: Step, results: &Results) {
+        let Step { actions, next_deadline } = step;
+        self.deadline = next_deadline;
+        for action in actions {
+            match action {
+                Action::Call { id, rpc } => {
+                    let client = self.client.clone();
+                    let results = results.clone();
+                    tokio::spawn(async move {
+                        let result = execute(&client, rpc).await.map_err(failure);
+                        // The loop may have ended; the result is moot then.
+                        let _ = results.send((id, result));
+                    });
+                }
+                Action::Notify(notification) => self.publish(notification),
+                Action::Reply { command, result } => {
+                    if let Some(reply) = self.replies.remove(&command) {
+                        // The caller may have stopped waiting.
+                        let _ = reply.send(result);
+                    }
+                }
+            }
+        }
+    }
+
+    fn publish(&self, notification: Notification) {
+        if let Notification::Error { message } = &notification {
+            tracing::warn!(%message, "automanager error");
+        }
+        // No subscriber is not an error: notifications are fire-and-forget.
+        let _ = self.notifications.send(notification);
+    }
+}
+
+fn failure(e: RpcError) -> RpcFailure {
+    let kind = match e.kind() {
+        RpcErrorKind::Transient => RpcFailureKind::Transient,
+        RpcErrorKind::InsufficientCapacity => RpcFailureKind::InsufficientCapacity,
+        RpcErrorKind::NotFound => RpcFailureKind::NotFound,
+        RpcErrorKind::AlreadyExists => RpcFailureKind::AlreadyExists,
+        RpcErrorKind::Rejected => RpcFailureKind::Rejected,
+    };
+    RpcFailure {
+        kind,
+        message: e.to_string(),
+    }
+}
+
+async fn execute(client: &ManagerClient, rpc: Rpc) -> Result<(), RpcError> {
+    match rpc {
+        Rpc::StartJob {
+            job_id,
+            instance_key,
+            node_id,
+            gpu_index,
+            runtime_role,
+        } => {
+            client
+                .start_job(&StartJob {
+                    job_id,
+                    instance_key,
+                    node_id,
+                    gpu_index,
+                    defer_start: false,
+                    runtime_role,
+                    migration_id: None,
+                })
+                .await
+        }
+        Rpc::CreateNode {
+            provider,
+            node_id,
+            tags,
+            region,
+            instance_type,
+            launch_mode,
+        } => {
+            let node = CreateNode {
+                node_id,
+                tags,
+                region,
+                instance_type,
+                launch_mode: launch_mode.map(|m| m.as_str().to_owned()).unwrap_or_default(),
+            };
+            match provider {
+                ProviderKind::Oci => client.create_oci_node(&node).await,
+                // Placement provisions only from elastic tiers; a
+                // `local-servers` elastic tier is provisioned like AWS and
+                // Manager refuses it if it has no such provider.
+                ProviderKind::Aws | ProviderKind::LocalServers => client.create_aws_node(&node).await,
+            }
+        }
+        Rpc::TerminateNode { node_id } => client.terminate_node(&node_id).await,
+        Rpc::SetTerminalVerdict {
+            bundle_id,
+            job_id,
+            verdict,
+        } => client.set_terminal_verdict(&bundle_id, job_id.as_ref(), &verdict).await,
+        Rpc::CreateBundle(bundle) => client.create_bundle(&bundle).await.map(drop),
+        Rpc::UpdateBundle(bundle) => client.update_bundle(&bundle).await.map(drop),
+        Rpc::DeleteBundle(bundle_id) => client.delete_bundle(&bundle_id).await,
+        Rpc::StartBundleJob(job) => client.start_bundle_job(&job).await,
+        Rpc::StopBundleJob(job) => client.stop_bundle_job(&job).await,
+    }
+}

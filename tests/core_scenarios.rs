@@ -1,0 +1,922 @@
+//! Scenario tests of the AutoManager core, one per rule, on a virtual clock:
+//! the test plays Manager (events in, RPC results back) and asserts what the
+//! core asks Manager to do and what it notifies.
+
+mod core_support;
+
+use core_support::*;
+use norsk_auto_manager::automanager::{Command, CommandError, Input, Notification, Rpc, RpcFailureKind};
+use norsk_auto_manager::model::{
+    JobHistoryEntry, JobState, ManagerEvent, NodeId, NodeStopReason, ProviderKind, RejectionCode, VerdictKind, tags,
+};
+
+const ONE_JOB: &str = "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 2}}\n";
+
+fn start_jobs(calls: &[(norsk_auto_manager::automanager::RequestId, Rpc)]) -> Vec<(String, String)> {
+    calls
+        .iter()
+        .filter_map(|(_, rpc)| match rpc {
+            Rpc::StartJob { job_id, node_id, .. } => Some((job_id.0.clone(), node_id.0.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn nothing_is_placed_before_initial_data_complete() {
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.bundle("b", ONE_JOB);
+    assert!(h.take_calls().is_empty(), "placed before the snapshot was complete");
+    assert_eq!(h.next_deadline, None, "a timer ran before hydration");
+    h.event(ManagerEvent::InitialDataComplete);
+    assert_eq!(
+        start_jobs(&h.take_calls()),
+        vec![("b/0/encode".to_owned(), "a".to_owned())]
+    );
+}
+
+#[test]
+fn snapshot_is_replayed_through_the_ordinary_callbacks() {
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.bundle("b", ONE_JOB);
+    let kinds = kinds(&h.take_notifications());
+    for expected in ["nodeStarted", "bundleUpdated", "jobUpdated"] {
+        assert!(
+            kinds.iter().any(|k| k == expected),
+            "{expected} not replayed: {kinds:?}"
+        );
+    }
+}
+
+#[test]
+fn hydration_rebinds_instances_from_history_without_dispatching_again() {
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    let bundle = bundle("b", ONE_JOB);
+    h.event(ManagerEvent::BundleUpdated(bundle.clone()));
+    let mut job = jobs_of(&bundle).remove(0);
+    job.history.push(JobHistoryEntry::Running {
+        at: None,
+        role: norsk_auto_manager::model::InstanceKey("primary".into()),
+        node_id: Some(NodeId::from("a")),
+    });
+    h.event(ManagerEvent::JobActive(job));
+    h.event(ManagerEvent::InitialDataComplete);
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "a running job was started twice"
+    );
+    assert_eq!(h.bound_node(&job_id("b", 0, "encode")), Some(NodeId::from("a")));
+}
+
+#[test]
+fn no_second_dispatch_while_one_is_in_flight() {
+    let mut h = Harness::hydrated();
+    h.bundle("b", ONE_JOB);
+    let first = h.take_calls();
+    assert_eq!(start_jobs(&first).len(), 1);
+    let job = h.core.job(&job_id("b", 0, "encode")).unwrap().job.clone();
+    h.event(ManagerEvent::JobUpdated(job.clone()));
+    h.event(ManagerEvent::JobActive(job));
+    h.advance(60_000);
+    assert!(
+        h.take_calls().is_empty(),
+        "dispatched again while the first StartJob was in flight"
+    );
+    h.ok(first[0].0);
+    h.advance(60_000);
+    assert!(h.take_calls().is_empty());
+}
+
+#[test]
+fn failed_dispatch_counts_as_dispatch_failed_and_is_retried() {
+    let mut h = Harness::hydrated();
+    h.bundle("b", ONE_JOB);
+    let (id, _) = h.take_calls().remove(0);
+    h.fail(id, RpcFailureKind::Transient);
+    let m = h.core.metrics(h.now);
+    assert_eq!(m.counters.placements_dispatch_failed, 1);
+    assert_eq!(m.counters.placements_succeeded, 0);
+    assert!(h.take_calls().is_empty(), "retried at once");
+    h.advance(5_000);
+    let retry = h.take_calls();
+    assert_eq!(start_jobs(&retry).len(), 1);
+    h.ok(retry[0].0);
+    let m = h.core.metrics(h.now);
+    assert_eq!(m.counters.placements_succeeded, 1);
+    assert_eq!(m.counters.placements_attempted, 2);
+}
+
+fn empty_hydrated() -> Harness {
+    let mut h = Harness::new();
+    h.event(ManagerEvent::InitialDataComplete);
+    h
+}
+
+fn create_node(
+    calls: &[(norsk_auto_manager::automanager::RequestId, Rpc)],
+) -> Option<(NodeId, ProviderKind, std::collections::BTreeMap<String, String>)> {
+    calls.iter().find_map(|(_, rpc)| match rpc {
+        Rpc::CreateNode {
+            node_id,
+            provider,
+            tags,
+            ..
+        } => Some((node_id.clone(), *provider, tags.clone())),
+        _ => None,
+    })
+}
+
+#[test]
+fn provisioning_creates_a_tagged_node_and_starts_the_job_when_it_starts() {
+    let mut h = empty_hydrated();
+    h.bundle("b", ONE_JOB);
+    let calls = h.take_calls();
+    let (node, provider, node_tags) = create_node(&calls).expect("a node is provisioned");
+    assert_eq!(provider, ProviderKind::Aws);
+    assert_eq!(node_tags[tags::POOL], "production");
+    assert_eq!(node_tags[tags::TIER], "aws");
+    assert_eq!(node_tags[tags::PROVISIONED_FOR], "b/0/encode");
+    assert!(start_jobs(&calls).is_empty(), "started before the node exists");
+    h.ok(calls[0].0);
+    let t: Vec<(&str, &str)> = node_tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    h.provisioned_node_starts(node.as_str(), ProviderKind::Aws, &t);
+    assert_eq!(
+        start_jobs(&h.take_calls()),
+        vec![("b/0/encode".to_owned(), node.0.clone())]
+    );
+    assert_eq!(h.core.metrics(h.now).counters.placements_succeeded, 1);
+}
+
+#[test]
+fn later_jobs_are_placed_on_a_prospective_node() {
+    let mut h = empty_hydrated();
+    h.bundle(
+        "b",
+        "pool: production\njobs:\n  - {jobName: a, requirements: {requiredCapacity: 2}}\n  - {jobName: c, requirements: {requiredCapacity: 2}}\n",
+    );
+    let calls = h.take_calls();
+    let creates = calls
+        .iter()
+        .filter(|(_, r)| matches!(r, Rpc::CreateNode { .. }))
+        .count();
+    assert_eq!(
+        creates, 1,
+        "a second node was provisioned for a job that fits the first"
+    );
+    assert_eq!(h.bound_node(&job_id("b", 0, "a")), h.bound_node(&job_id("b", 0, "c")));
+}
+
+#[test]
+fn jobs_of_a_provision_still_prospective_after_its_timeout_are_replaced() {
+    let mut h = empty_hydrated();
+    h.bundle("b", ONE_JOB);
+    let calls = h.take_calls();
+    let (first, _, _) = create_node(&calls).unwrap();
+    h.ok(calls[0].0);
+    h.take_notifications();
+    h.advance(599_000);
+    assert!(h.take_calls().is_empty(), "re-placed before provisionTimeoutMs");
+    h.advance(1_000);
+    let calls = h.take_calls();
+    assert!(
+        calls
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::TerminateNode { node_id } if *node_id == first)),
+        "the node that never started was not terminated"
+    );
+    let (second, _, _) = create_node(&calls).expect("the job is re-placed");
+    assert_ne!(second, first);
+    let terminated: Vec<_> = h
+        .take_notifications()
+        .into_iter()
+        .filter(|n| matches!(n, Notification::NodeTerminated { .. }))
+        .collect();
+    assert_eq!(terminated.len(), 1, "nodeTerminated fires once per node");
+}
+
+#[test]
+fn failed_provision_leaves_no_phantom_node_and_spills_to_the_next_tier() {
+    let mut h = empty_hydrated();
+    h.bundle("b", ONE_JOB);
+    let calls = h.take_calls();
+    let (node, _, _) = create_node(&calls).unwrap();
+    h.fail(calls[0].0, RpcFailureKind::InsufficientCapacity);
+    assert!(!h.core.fleet().contains(&node), "a phantom node was kept");
+    let (_, provider, node_tags) = create_node(&h.take_calls()).expect("the cascade went on");
+    assert_eq!(provider, ProviderKind::Oci);
+    assert_eq!(node_tags[tags::TIER], "oci");
+    assert_eq!(h.core.metrics(h.now).counters.placements_dispatch_failed, 1);
+}
+
+#[test]
+fn scheduled_start_is_placed_placement_lead_ahead() {
+    let mut h = Harness::hydrated();
+    let bundle = bundle("b", ONE_JOB);
+    h.event(ManagerEvent::BundleUpdated(bundle.clone()));
+    let mut job = jobs_of(&bundle).remove(0);
+    job.state = JobState::Pre;
+    job.start_date_time = Some(h.now + 10 * 60_000);
+    h.event(ManagerEvent::JobPending(job));
+    // The pool's cloud tiers lead by their default 5 minutes.
+    h.advance(4 * 60_000 + 59_000);
+    assert!(h.take_calls().is_empty(), "placed before placementLeadMs");
+    h.advance(1_000);
+    assert_eq!(start_jobs(&h.take_calls()).len(), 1);
+}
+
+fn placed_and_running() -> (Harness, norsk_auto_manager::model::JobId, NodeId) {
+    let mut h = Harness::hydrated();
+    h.bundle("b", ONE_JOB);
+    let started = h.start_all();
+    let (job, node) = started[0].clone();
+    h.take_notifications();
+    (h, job, node)
+}
+
+#[test]
+fn node_stopped_without_stopping_recovers_jobs() {
+    let (mut h, job, node) = placed_and_running();
+    h.event(ManagerEvent::NodeStopped(node.clone()));
+    let starts = start_jobs(&h.take_calls());
+    assert_eq!(starts, vec![(job.0.clone(), "b".to_owned())]);
+    let decision = h.take_notifications().into_iter().find_map(|n| match n {
+        Notification::PlacementDecision(info) => Some(info),
+        _ => None,
+    });
+    assert!(decision.expect("placement ran").recovery, "not placed as a recovery");
+}
+
+#[test]
+fn node_stopping_recovers_jobs_away_from_the_node() {
+    let (mut h, job, node) = placed_and_running();
+    assert_eq!(node.as_str(), "a");
+    h.node_stopping("a", NodeStopReason::HealthPingTimeExceeded);
+    assert_eq!(start_jobs(&h.take_calls()), vec![(job.0.clone(), "b".to_owned())]);
+    h.event(ManagerEvent::NodeStopped(node));
+    assert!(h.take_calls().is_empty(), "recovered twice for one node loss");
+}
+
+/// Fails the job where it runs, lets the recovery interval pass, and
+/// starts the re-placement; returns the calls made.
+fn fail_and_recover(
+    h: &mut Harness,
+    job: &norsk_auto_manager::model::JobId,
+) -> Vec<(norsk_auto_manager::automanager::RequestId, Rpc)> {
+    let node = h.bound_node(job).expect("job is bound");
+    h.failed(job, &node);
+    h.advance(5_000);
+    let calls = h.take_calls();
+    for (id, rpc) in &calls {
+        h.ok(*id);
+        if let Rpc::StartJob { job_id, node_id, .. } = rpc {
+            h.running(job_id, node_id);
+        }
+    }
+    calls
+}
+
+#[test]
+fn restart_ceiling_counts_a_trailing_hour() {
+    let (mut h, job, _) = placed_and_running();
+    for _ in 0..6 {
+        assert_eq!(start_jobs(&fail_and_recover(&mut h, &job)).len(), 1);
+    }
+    // The seventh inside the hour would trip the ceiling of 6; an hour after
+    // the first restart, one has aged out.
+    h.advance(3_600_000 - 6 * 5_000);
+    assert_eq!(start_jobs(&fail_and_recover(&mut h, &job)).len(), 1);
+    assert!(h.core.broken_bundles().is_empty());
+}
+
+#[test]
+fn consecutive_recoveries_are_spaced_by_min_recovery_interval() {
+    let (mut h, job, node) = placed_and_running();
+    h.failed(&job, &node);
+    let calls = h.take_calls();
+    let starts = start_jobs(&calls);
+    assert_eq!(starts.len(), 1, "the first recovery waits for nothing");
+    h.ok(calls[0].0);
+    let second = NodeId(starts[0].1.clone());
+    h.running(&job, &second);
+    h.advance(1_000);
+    h.failed(&job, &second);
+    h.advance(3_000);
+    assert!(
+        h.take_calls().is_empty(),
+        "recovered twice inside MIN_RECOVERY_INTERVAL_MS"
+    );
+    h.advance(1_000);
+    assert_eq!(start_jobs(&h.take_calls()).len(), 1);
+}
+
+const RESILIENT: &str = "pool: production\nresiliencePolicy: {}\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1, maxRestartsPerHour: 2}}\n";
+
+#[test]
+fn essential_job_past_its_ceiling_breaks_its_bundle() {
+    let mut h = Harness::hydrated();
+    h.bundle("b", RESILIENT);
+    h.start_all();
+    let primary = job_id("b", 0, "encode");
+    fail_and_recover(&mut h, &primary);
+    fail_and_recover(&mut h, &primary);
+    h.take_notifications();
+    let calls = fail_and_recover(&mut h, &primary);
+    assert!(start_jobs(&calls).is_empty(), "restarted past its ceiling");
+    assert!(calls.iter().any(|(_, r)| matches!(
+        r,
+        Rpc::SetTerminalVerdict { job_id: None, verdict, .. } if verdict.kind == VerdictKind::Broken
+    )));
+    let kinds = kinds(&h.take_notifications());
+    assert!(kinds.contains(&"bundleBroken".to_owned()));
+    assert!(
+        !kinds.contains(&"jobDropped".to_owned()),
+        "an essential ceiling trip is not a drop"
+    );
+    // Every replica stops being placed.
+    let backup = job_id("b", 1, "encode");
+    let node = h.bound_node(&backup).unwrap();
+    h.failed(&backup, &node);
+    h.advance(60_000);
+    assert!(start_jobs(&h.take_calls()).is_empty(), "a broken bundle was placed");
+    let m = h.core.metrics(h.now);
+    assert_eq!(m.counters.bundles_broken, 1);
+    assert_eq!(m.broken_bundle_ids.len(), 1);
+}
+
+#[test]
+fn non_essential_job_past_its_ceiling_is_dropped_alone() {
+    let mut h = Harness::hydrated();
+    h.bundle(
+        "b",
+        "pool: production\njobs:\n  - {jobName: main, requirements: {requiredCapacity: 1}}\n  - {jobName: extra, requirements: {requiredCapacity: 1, essential: false, maxRestartsPerHour: 0}}\n",
+    );
+    h.start_all();
+    h.take_notifications();
+    let extra = job_id("b", 0, "extra");
+    let calls = fail_and_recover(&mut h, &extra);
+    assert!(start_jobs(&calls).is_empty());
+    assert!(calls.iter().any(|(_, r)| matches!(
+        r,
+        Rpc::SetTerminalVerdict { job_id: Some(j), verdict, .. } if *j == extra && verdict.kind == VerdictKind::Dropped
+    )));
+    let kinds = kinds(&h.take_notifications());
+    assert!(kinds.contains(&"jobDropped".to_owned()));
+    assert!(!kinds.contains(&"bundleBroken".to_owned()));
+    assert!(
+        h.bound_node(&job_id("b", 0, "main")).is_some(),
+        "the rest of the production stopped"
+    );
+    assert_eq!(h.core.metrics(h.now).counters.jobs_dropped, 1);
+}
+
+#[test]
+fn drop_policy_never_restarts() {
+    let mut h = Harness::hydrated();
+    h.bundle(
+        "b",
+        "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1, onRuntimeFailure: drop}}\n",
+    );
+    h.start_all();
+    h.take_notifications();
+    let calls = fail_and_recover(&mut h, &job_id("b", 0, "encode"));
+    assert!(start_jobs(&calls).is_empty(), "a drop job was restarted");
+    let kinds = kinds(&h.take_notifications());
+    assert!(kinds.contains(&"jobDropped".to_owned()));
+    assert!(
+        kinds.contains(&"bundleBroken".to_owned()),
+        "an essential drop ends the production"
+    );
+}
+
+fn reject(h: &mut Harness, job: &norsk_auto_manager::model::JobId, node: &str, code: RejectionCode, detail: &str) {
+    h.event(ManagerEvent::JobRejected {
+        job_id: job.clone(),
+        role: norsk_auto_manager::model::InstanceKey("primary".into()),
+        node_id: NodeId::from(node),
+        code,
+        detail: detail.into(),
+        inventory: None,
+    });
+}
+
+#[test]
+fn invalid_spec_is_terminal_on_first_rejection() {
+    let mut h = Harness::hydrated();
+    h.bundle("b", ONE_JOB);
+    h.ok_all();
+    h.take_notifications();
+    let job = job_id("b", 0, "encode");
+    reject(&mut h, &job, "a", RejectionCode::InvalidSpec, "unknown codec h266");
+    h.advance(60_000);
+    assert!(start_jobs(&h.take_calls()).is_empty(), "an invalid spec was retried");
+    let notes = h.take_notifications();
+    let dropped = notes.iter().find_map(|n| match n {
+        Notification::JobDropped { reason, .. } => Some(reason.clone()),
+        _ => None,
+    });
+    assert_eq!(dropped.as_deref(), Some("unknown codec h266"), "not the worker's words");
+    assert!(
+        notes
+            .iter()
+            .any(|n| matches!(n, Notification::BundleBroken { reason, .. } if reason == "unknown codec h266"))
+    );
+    assert_eq!(h.core.metrics(h.now).counters.jobs_rejected, 1);
+}
+
+#[test]
+fn a_rejected_job_is_re_placed_on_another_node() {
+    let mut h = Harness::hydrated();
+    h.bundle("b", ONE_JOB);
+    h.ok_all();
+    let job = job_id("b", 0, "encode");
+    reject(&mut h, &job, "a", RejectionCode::PortInUse, "1935/tcp in use");
+    assert_eq!(start_jobs(&h.take_calls()), vec![(job.0.clone(), "b".to_owned())]);
+}
+
+#[test]
+fn broken_mark_clears_when_the_bundle_is_updated() {
+    let mut h = Harness::hydrated();
+    let mut bundle = h.bundle("b", ONE_JOB);
+    h.ok_all();
+    reject(
+        &mut h,
+        &job_id("b", 0, "encode"),
+        "a",
+        RejectionCode::InvalidSpec,
+        "bad",
+    );
+    assert_eq!(h.core.broken_bundles().len(), 1);
+    h.ok_all();
+    bundle.generation = 2;
+    h.command(Command::UpdateBundle(bundle));
+    assert_eq!(
+        h.core.broken_bundles().len(),
+        1,
+        "revived before Manager accepted the update"
+    );
+    let calls = h.take_calls();
+    assert!(matches!(calls[0].1, Rpc::UpdateBundle(_)));
+    h.ok(calls[0].0);
+    assert!(h.core.broken_bundles().is_empty());
+    assert_eq!(
+        start_jobs(&h.take_calls()).len(),
+        1,
+        "the revived bundle was not placed"
+    );
+}
+
+#[test]
+fn restart_history_clears_when_a_node_provisioned_for_the_job_starts() {
+    let mut settings = settings();
+    settings.max_restarts_per_hour = Some(1);
+    let mut h = Harness::with(settings);
+    h.event(ManagerEvent::InitialDataComplete);
+    h.bundle("b", ONE_JOB);
+    let job = job_id("b", 0, "encode");
+    let start_on_new_node = |h: &mut Harness| {
+        let calls = h.take_calls();
+        let (node, _, node_tags) = create_node(&calls).expect("provisions");
+        for (id, _) in &calls {
+            h.ok(*id);
+        }
+        let t: Vec<(&str, &str)> = node_tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        h.provisioned_node_starts(node.as_str(), ProviderKind::Aws, &t);
+        h.start_all();
+        node
+    };
+    let first = start_on_new_node(&mut h);
+    h.failed(&job, &first);
+    // One restart used; the re-placement provisions (the failed node is
+    // excluded) and that node, provisioned for the job, clears the history.
+    let second = start_on_new_node(&mut h);
+    assert_ne!(first, second);
+    h.advance(5_000);
+    h.failed(&job, &second);
+    assert!(h.core.broken_bundles().is_empty(), "the history was not cleared");
+}
+
+#[test]
+fn repeated_rejections_make_a_node_unhealthy_until_a_job_runs_there() {
+    let mut h = Harness::hydrated();
+    h.bundle("x", ONE_JOB);
+    h.ok_all();
+    let x = job_id("x", 0, "encode");
+    assert_eq!(h.bound_node(&x), Some(NodeId::from("a")));
+    for other in ["o1", "o2", "o3"] {
+        reject(&mut h, &job_id(other, 0, "j"), "a", RejectionCode::PortInUse, "busy");
+    }
+    assert!(kinds(&h.take_notifications()).contains(&"nodeUnhealthy".to_owned()));
+    // `a` has room (2 of 4 used) and binpack prefers it, but it is excluded.
+    h.bundle("y", ONE_JOB);
+    assert_eq!(
+        start_jobs(&h.take_calls()),
+        vec![("y/0/encode".to_owned(), "b".to_owned())]
+    );
+    h.running(&x, &NodeId::from("a"));
+    assert!(kinds(&h.take_notifications()).contains(&"nodeHealthy".to_owned()));
+}
+
+#[test]
+fn unhealthy_node_is_readmitted_after_its_cooldown() {
+    let mut h = Harness::hydrated();
+    for other in ["o1", "o2", "o3"] {
+        reject(&mut h, &job_id(other, 0, "j"), "a", RejectionCode::PortInUse, "busy");
+    }
+    h.take_notifications();
+    h.advance(600_000);
+    assert!(kinds(&h.take_notifications()).contains(&"nodeHealthy".to_owned()));
+    h.bundle("y", ONE_JOB);
+    assert_eq!(
+        start_jobs(&h.take_calls()),
+        vec![("y/0/encode".to_owned(), "a".to_owned())]
+    );
+}
+
+const SINGLE_USE: &str = "pool: production\njobs:\n  - {jobName: encode, exclusive: true, singleUse: true, requirements: {requiredCapacity: 2}}\n";
+
+fn job_ends(h: &mut Harness, job: &norsk_auto_manager::model::JobId) {
+    let mut runtime = h.core.job(job).unwrap().job.clone();
+    runtime.state = JobState::Post;
+    h.event(ManagerEvent::JobOutOfWindow(runtime));
+}
+
+#[test]
+fn single_use_node_is_terminated_when_its_job_ends() {
+    let mut h = empty_hydrated();
+    h.bundle("b", SINGLE_USE);
+    let calls = h.take_calls();
+    let (node, _, node_tags) = create_node(&calls).unwrap();
+    h.ok(calls[0].0);
+    let t: Vec<(&str, &str)> = node_tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    h.provisioned_node_starts(node.as_str(), ProviderKind::Aws, &t);
+    h.start_all();
+    h.take_notifications();
+    job_ends(&mut h, &job_id("b", 0, "encode"));
+    assert!(
+        h.take_calls()
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::TerminateNode { node_id } if *node_id == node))
+    );
+    assert!(kinds(&h.take_notifications()).contains(&"nodeTerminated".to_owned()));
+}
+
+#[test]
+fn single_use_never_terminates_a_cluster_node() {
+    let mut h = Harness::hydrated();
+    h.bundle("b", SINGLE_USE);
+    h.start_all();
+    job_ends(&mut h, &job_id("b", 0, "encode"));
+    assert!(
+        !h.take_calls()
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::TerminateNode { .. }))
+    );
+}
+
+#[test]
+fn stopped_nodes_are_swept_after_remove_stopped_nodes_after() {
+    let mut h = Harness::hydrated();
+    h.node_stopping("a", NodeStopReason::ProviderStop);
+    h.event(ManagerEvent::NodeStopped(NodeId::from("a")));
+    h.node_stopping("b", NodeStopReason::HealthPingTimeExceeded);
+    h.event(ManagerEvent::NodeStopped(NodeId::from("b")));
+    h.take_notifications();
+    h.advance(3_599_000);
+    assert!(h.core.fleet().contains(&NodeId::from("a")));
+    h.advance(1_000);
+    let terminates: Vec<_> = h
+        .take_calls()
+        .into_iter()
+        .filter_map(|(_, r)| match r {
+            Rpc::TerminateNode { node_id } => Some(node_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        terminates,
+        vec![NodeId::from("a")],
+        "only the provider-stopped instance still exists"
+    );
+    assert!(!h.core.fleet().contains(&NodeId::from("a")));
+    assert!(!h.core.fleet().contains(&NodeId::from("b")));
+}
+
+#[test]
+fn manual_start_mode_job_waits_for_start_bundle_job() {
+    let mut h = Harness::hydrated();
+    h.bundle(
+        "b",
+        "pool: production\njobs:\n  - {jobName: encode, startMode: manual, requirements: {requiredCapacity: 1}}\n",
+    );
+    assert!(h.take_calls().is_empty(), "a dormant job was placed");
+    let job = job_id("b", 0, "encode");
+    let reference = h.core.job(&job).unwrap().bundle_ref.clone();
+    h.command(Command::StartBundleJob(reference));
+    let calls = h.take_calls();
+    assert!(matches!(calls[0].1, Rpc::StartBundleJob(_)));
+    h.ok(calls[0].0);
+    assert!(h.take_replies()[0].1.is_ok());
+    let mut runtime = h.core.job(&job).unwrap().job.clone();
+    runtime.dormant = false;
+    h.event(ManagerEvent::JobUpdated(runtime));
+    assert_eq!(start_jobs(&h.take_calls()).len(), 1);
+}
+
+#[test]
+fn invalid_bundle_is_refused_without_calling_manager() {
+    let mut h = Harness::hydrated();
+    let bad = bundle("b", "pool: nowhere\njobs:\n  - {jobName: encode}\n");
+    let id = h.command(Command::CreateBundle(bad));
+    assert!(h.take_calls().is_empty());
+    let replies = h.take_replies();
+    assert_eq!(replies[0].0, id);
+    assert!(matches!(replies[0].1, Err(CommandError::InvalidBundle { .. })));
+}
+
+#[test]
+fn snapshot_after_close_is_not_hydrated() {
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.bundle("b", ONE_JOB);
+    h.input(Input::Close);
+    h.event(ManagerEvent::InitialDataComplete);
+    assert!(!h.core.is_hydrated());
+    assert!(h.take_calls().is_empty());
+    assert_eq!(h.next_deadline, None, "a timer survived close");
+    h.command(Command::DeleteBundle("b".into()));
+    assert!(matches!(h.take_replies()[0].1, Err(CommandError::Closed)));
+}
+
+#[test]
+fn notification_kinds_are_callback_names_without_on() {
+    let node_id = NodeId::from("a");
+    let cases = [
+        (
+            Notification::NodeUnhealthy {
+                node_id: node_id.clone(),
+            },
+            "nodeUnhealthy",
+        ),
+        (
+            Notification::NodeTerminated {
+                node_id: node_id.clone(),
+            },
+            "nodeTerminated",
+        ),
+        (
+            Notification::BundleBroken {
+                bundle_id: "b".into(),
+                reason: "r".into(),
+            },
+            "bundleBroken",
+        ),
+        (
+            Notification::PlacementFailed {
+                job_id: job_id("b", 0, "j"),
+                reason: "r".into(),
+            },
+            "placementFailed",
+        ),
+    ];
+    for (notification, name) in cases {
+        assert_eq!(kinds(&[notification]), vec![name.to_owned()]);
+    }
+}
+
+#[test]
+fn pool_gauges_are_computed_on_read() {
+    let mut h = Harness::hydrated();
+    h.bundle("b", ONE_JOB);
+    h.start_all();
+    let pool = &h.core.metrics(h.now).pools[0];
+    assert_eq!(pool.pool_name, "production");
+    assert_eq!(pool.node_count, 2);
+    assert!((pool.used_capacity_fraction - 0.25).abs() < 1e-9);
+}
+
+#[test]
+fn placement_failure_is_reported_and_retried_when_capacity_appears() {
+    let mut settings = settings();
+    settings.placement_pools = serde_yaml::from_str(
+        "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n",
+    )
+    .unwrap();
+    let mut h = Harness::with(settings);
+    h.event(ManagerEvent::InitialDataComplete);
+    h.bundle("b", ONE_JOB);
+    assert!(kinds(&h.take_notifications()).contains(&"placementFailed".to_owned()));
+    assert_eq!(h.core.metrics(h.now).counters.placements_failed, 1);
+    h.advance(60_000);
+    assert_eq!(
+        h.core.metrics(h.now).counters.placements_failed,
+        1,
+        "retried with nothing changed"
+    );
+    h.cluster_node("a", 4.0);
+    assert_eq!(start_jobs(&h.take_calls()).len(), 1);
+}
+
+#[test]
+fn restart_history_survives_rehydration_from_manager_history() {
+    let mut settings = settings();
+    settings.max_restarts_per_hour = Some(2);
+    let mut h = Harness::with(settings);
+    h.cluster_node("a", 4.0);
+    h.cluster_node("b", 4.0);
+    let bundle = bundle("b", ONE_JOB);
+    h.event(ManagerEvent::BundleUpdated(bundle.clone()));
+    let mut job = jobs_of(&bundle).remove(0);
+    let role = norsk_auto_manager::model::InstanceKey("primary".into());
+    for (at, node) in [(h.now - 20_000, "a"), (h.now - 10_000, "b")] {
+        job.history.push(JobHistoryEntry::Stopping {
+            at: Some(at),
+            role: role.clone(),
+            node_id: Some(NodeId::from(node)),
+            reason: norsk_auto_manager::model::JobStopReason::JobFailed,
+        });
+    }
+    job.history.push(JobHistoryEntry::Running {
+        at: Some(h.now - 5_000),
+        role,
+        node_id: Some(NodeId::from("a")),
+    });
+    let id = job.job_id.clone();
+    h.event(ManagerEvent::JobActive(job));
+    h.event(ManagerEvent::InitialDataComplete);
+    h.failed(&id, &NodeId::from("a"));
+    assert_eq!(
+        h.core.broken_bundles().len(),
+        1,
+        "the two failures before the reconnect were forgotten"
+    );
+}
+
+#[test]
+fn a_terminated_node_manager_no_longer_knows_is_forgotten() {
+    let mut h = empty_hydrated();
+    h.bundle("b", ONE_JOB);
+    let calls = h.take_calls();
+    let (node, _, _) = create_node(&calls).unwrap();
+    h.ok(calls[0].0);
+    h.advance(600_000);
+    let terminate = h
+        .take_calls()
+        .into_iter()
+        .find(|(_, r)| matches!(r, Rpc::TerminateNode { .. }))
+        .expect("terminated past its startup grace");
+    assert!(h.core.fleet().contains(&node));
+    h.fail(terminate.0, RpcFailureKind::NotFound);
+    assert!(
+        !h.core.fleet().contains(&node),
+        "it would count against maxNodes forever"
+    );
+}
+
+#[test]
+fn a_recovery_keeps_away_from_the_failed_node_after_a_refused_provision() {
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.event(ManagerEvent::InitialDataComplete);
+    h.bundle("b", ONE_JOB);
+    let job = job_id("b", 0, "encode");
+    h.start_all();
+    h.failed(&job, &NodeId::from("a"));
+    let calls = h.take_calls();
+    let (aws, _, _) = create_node(&calls).expect("the recovery provisions: `a` is excluded");
+    h.fail(calls[0].0, RpcFailureKind::InsufficientCapacity);
+    h.advance(5_000);
+    let calls = h.take_calls();
+    assert!(start_jobs(&calls).is_empty(), "sent back to the node it failed on");
+    let (oci, provider, _) = create_node(&calls).expect("the cascade spills on");
+    assert_ne!(oci, aws);
+    assert_eq!(provider, ProviderKind::Oci);
+}
+
+#[test]
+fn a_node_still_launching_for_a_job_takes_it_back_at_hydration() {
+    let mut h = Harness::new();
+    h.bundle("b", ONE_JOB);
+    let job = job_id("b", 0, "encode");
+    let node_tags = [
+        (tags::POOL, "production"),
+        (tags::TIER, "aws"),
+        (tags::PROVISIONED_FOR, job.as_str()),
+    ];
+    h.event(ManagerEvent::NodeStarting(node_info("production-aws-9", &node_tags)));
+    h.event(ManagerEvent::InitialDataComplete);
+    assert!(
+        h.take_calls().is_empty(),
+        "a second node was provisioned for a job whose node is launching"
+    );
+    assert_eq!(h.bound_node(&job), Some(NodeId::from("production-aws-9")));
+    h.provisioned_node_starts("production-aws-9", ProviderKind::Aws, &node_tags);
+    assert_eq!(
+        start_jobs(&h.take_calls()),
+        vec![(job.0.clone(), "production-aws-9".to_owned())]
+    );
+}
+
+#[test]
+fn a_backup_in_the_primarys_failure_domain_is_reported_as_degraded() {
+    let mut settings = settings();
+    settings.placement_pools = serde_yaml::from_str(
+        "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n",
+    )
+    .unwrap();
+    let mut h = Harness::with(settings);
+    h.cluster_node("a", 8.0);
+    h.event(ManagerEvent::InitialDataComplete);
+    h.bundle(
+        "b",
+        "pool: production\nresiliencePolicy: {sameNode: forbid}\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1}}\n",
+    );
+    let degraded = h.take_notifications().into_iter().find_map(|n| match n {
+        Notification::ResilienceDegraded { job_id, violations, .. } => Some((job_id, violations)),
+        _ => None,
+    });
+    let (job, violations) = degraded.expect("resilienceDegraded fired");
+    assert_eq!(job, job_id("b", 1, "encode"));
+    assert_eq!(
+        violations,
+        vec![norsk_auto_manager::placement::ResilienceFlag::SameNode]
+    );
+    assert_eq!(
+        start_jobs(&h.take_calls()).len(),
+        2,
+        "best-effort: the backup is placed anyway"
+    );
+}
+
+#[test]
+fn template_images_set_at_runtime_steer_placement_by_warmth() {
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.event(ManagerEvent::NodeStarted(node_info(
+        "warm",
+        &[(tags::POOL, "production")],
+    )));
+    let mut inventory = inventory(ProviderKind::LocalServers, 4.0);
+    inventory.images = vec!["registry.example/encoder:1".into()];
+    h.event(ManagerEvent::NodeInventory {
+        node_id: NodeId::from("warm"),
+        inventory,
+    });
+    h.event(ManagerEvent::InitialDataComplete);
+    let id = h.command(Command::SetTemplateImages(
+        [("encoder".to_owned(), vec!["registry.example/encoder:1".to_owned()])].into(),
+    ));
+    assert_eq!(h.take_replies(), vec![(id, Ok(()))]);
+    assert_eq!(h.core.template_images()["encoder"].len(), 1);
+    h.bundle(
+        "b",
+        "pool: production\njobs:\n  - {jobName: encode, template: encoder, requirements: {requiredCapacity: 1}}\n",
+    );
+    // `a` would win on node id; the warm node holds the template's image.
+    assert_eq!(
+        start_jobs(&h.take_calls()),
+        vec![("b/0/encode".to_owned(), "warm".to_owned())]
+    );
+}
+
+#[test]
+fn inputs_fed_together_are_one_step_with_the_outcome_of_feeding_them_one_by_one() {
+    let snapshot = || {
+        let bundle = bundle("b", ONE_JOB);
+        let mut events = vec![
+            ManagerEvent::NodeStarted(node_info("a", &[(tags::POOL, "production")])),
+            ManagerEvent::NodeInventory {
+                node_id: NodeId::from("a"),
+                inventory: inventory(ProviderKind::LocalServers, 4.0),
+            },
+            ManagerEvent::BundleUpdated(bundle.clone()),
+        ];
+        events.extend(jobs_of(&bundle).into_iter().map(ManagerEvent::JobActive));
+        events.push(ManagerEvent::InitialDataComplete);
+        events
+    };
+    let mut one_by_one = Harness::new();
+    for event in snapshot() {
+        one_by_one.event(event);
+    }
+    let mut together = Harness::new();
+    let inputs = snapshot().into_iter().map(|e| Input::Event(Box::new(e)));
+    let step = together.core.handle_all(inputs, together.now);
+    let starts = |calls: Vec<(norsk_auto_manager::automanager::RequestId, Rpc)>| start_jobs(&calls);
+    let batched: Vec<_> = step
+        .actions
+        .into_iter()
+        .filter_map(|a| match a {
+            norsk_auto_manager::automanager::Action::Call { id, rpc } => Some((id, rpc)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(starts(batched), starts(one_by_one.take_calls()));
+    assert_eq!(
+        together.core.metrics(together.now).counters.placements_attempted,
+        1,
+        "placed more than once for one batch"
+    );
+}
