@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod bench;
+pub mod crds;
 pub mod plan;
 pub mod sim;
 pub mod simctl;
@@ -30,6 +31,8 @@ pub enum Command {
     Plan(plan::Args),
     /// Measure the placement engine on a synthetic fleet.
     Bench(bench::Args),
+    /// Print (or write) the custom resource definitions.
+    Crds(crds::Args),
 }
 
 /// Runs the parsed command line and returns the process exit code.
@@ -39,5 +42,6 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Simctl(args) => simctl::run(args).await,
         Command::Plan(args) => plan::run(args).await,
         Command::Bench(args) => bench::run(args).await,
+        Command::Crds(args) => crds::run(args).await,
     }
 }
