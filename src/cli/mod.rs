@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod bench;
+pub mod crds;
 pub mod demo;
 pub mod plan;
 pub mod sim;
@@ -38,6 +39,8 @@ pub enum Command {
     /// A scripted tour against an in-process simulator: node loss, tier
     /// spill, a crash loop breaking its bundle, an invalid spec.
     Demo(demo::Args),
+    /// Print (or write) the custom resource definitions.
+    Crds(crds::Args),
 }
 
 /// Runs the parsed command line and returns the process exit code.
@@ -49,5 +52,6 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Bench(args) => bench::run(args).await,
         Command::Standalone(args) => standalone::run(args).await,
         Command::Demo(args) => demo::run(args).await,
+        Command::Crds(args) => crds::run(args).await,
     }
 }

@@ -14,7 +14,9 @@ pub use bundle::{Bundle, BundleResourceSpec, BundleStatus};
 pub use hot_spare::{HotSparePolicy, HotSparePolicySpec, HotSparePolicyStatus};
 pub use pool::{PlacementPool, PlacementPoolSpec, PlacementPoolStatus};
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{CustomResourceDefinition, ValidationRule};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResourceExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -37,9 +39,45 @@ pub struct CommonStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// Every custom resource definition, as `norsk-auto-manager crds` writes
+/// them into `crds/`.
+pub fn definitions() -> Vec<CustomResourceDefinition> {
+    let mut hot_spares = HotSparePolicy::crd();
+    // The pool is the key (one policy per pool): naming the resource after
+    // its pool makes the API server itself refuse a second policy for it.
+    add_root_rule(
+        &mut hot_spares,
+        "self.metadata.name == self.spec.pool",
+        "metadata.name must equal spec.pool: one HotSparePolicy per pool, named after it",
+    );
+    vec![PlacementPool::crd(), hot_spares, Bundle::crd()]
+}
+
+/// Adds a CEL rule at the root of every version's schema (where
+/// `self.metadata.name` is visible).
+fn add_root_rule(crd: &mut CustomResourceDefinition, rule: &str, message: &str) {
+    for version in &mut crd.spec.versions {
+        if let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) {
+            schema
+                .x_kubernetes_validations
+                .get_or_insert_with(Vec::new)
+                .push(ValidationRule {
+                    rule: rule.to_owned(),
+                    message: Some(message.to_owned()),
+                    ..Default::default()
+                });
+        }
+    }
+}
+
+/// The file name of a definition in `crds/`: `<plural>.<group>.yaml`.
+pub fn file_name(crd: &CustomResourceDefinition) -> String {
+    format!("{}.yaml", crd.metadata.name.as_deref().unwrap_or("unnamed"))
+}
+
 #[cfg(test)]
 mod tests {
-    use kube::{CustomResourceExt, Resource};
+    use kube::Resource;
 
     use super::*;
 

@@ -22,9 +22,16 @@ use super::CommonStatus;
     status = "PlacementPoolStatus"
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.tiers.all(t, self.tiers.exists_one(u, u.name == t.name))",
+     "message": "tier names must be unique within a pool"},
+    {"rule": "self.tiers.filter(t, has(t.scaleOut) && t.scaleOut == 'fixed').size() <= 1",
+     "message": "a pool has at most one fixed tier (its pre-registered cluster nodes)"}
+]))]
 pub struct PlacementPoolSpec {
     /// Tiers in cascade order: placement walks them cheapest first and takes
     /// the first that can place or provision.
+    #[schemars(length(min = 1, max = 16))]
     pub tiers: Vec<PlacementTier>,
 }
 

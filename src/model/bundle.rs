@@ -97,6 +97,20 @@ pub struct TerminalVerdict {
 /// The bundle spec as users write it (the seed's `Bundle` minus its id).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+// Shape rules the API server enforces itself (CEL); what needs the fleet is
+// reported on the resource's status instead.
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.jobs.all(j, self.jobs.exists_one(k, k.jobName == j.jobName))",
+     "message": "job names must be unique within a bundle"},
+    {"rule": "self.jobs.all(j, !has(j.coLocateWith) || j.coLocateWith.all(n, n != j.jobName && self.jobs.exists(k, k.jobName == n)))",
+     "message": "coLocateWith must name other jobs of this bundle"},
+    {"rule": "self.jobs.all(j, !has(j.separateFrom) || j.separateFrom.all(n, n != j.jobName && self.jobs.exists(k, k.jobName == n)))",
+     "message": "separateFrom must name other jobs of this bundle"},
+    {"rule": "self.jobs.all(j, !has(j.coLocateWith) || !has(j.separateFrom) || j.coLocateWith.all(n, !(n in j.separateFrom)))",
+     "message": "a job cannot both co-locate with and separate from the same job"},
+    {"rule": "!has(self.backupParameterOverrides) || self.backupParameterOverrides.all(n, self.jobs.exists(k, k.jobName == n))",
+     "message": "backupParameterOverrides must be keyed by job names of this bundle"}
+]))]
 pub struct BundleSpec {
     /// The one pool the primary is placed into.
     pub pool: String,
@@ -104,6 +118,8 @@ pub struct BundleSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resilience_policy: Option<ResiliencePolicy>,
     /// The jobs of each replica, in order.
+    // Bounds keep the CEL rules above within the API server's cost budget.
+    #[schemars(length(min = 1, max = 32))]
     pub jobs: Vec<JobSpec>,
     /// Rules between jobs of one replica.
     #[serde(default)]
@@ -116,6 +132,7 @@ pub struct BundleSpec {
     pub override_reservation: bool,
     /// Parameter values that differ on the backup, keyed by job name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 32))]
     pub backup_parameter_overrides: BTreeMap<String, BTreeMap<String, String>>,
 }
 

@@ -167,8 +167,13 @@ impl Requirements {
 /// One job of a bundle (`BundleJobSpec`): the atomic placeable unit.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!has(self.singleUse) || !self.singleUse || (has(self.exclusive) && self.exclusive)",
+     "message": "singleUse requires exclusive: true"}
+]))]
 pub struct JobSpec {
     /// Unique within the bundle.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     pub job_name: String,
     /// The product template the job runs; warmth is scored against its images.
     #[serde(default)]
@@ -178,9 +183,11 @@ pub struct JobSpec {
     pub requirements: Requirements,
     /// Jobs of the same replica that must share this job's node (hard).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(max = 63)))]
     pub co_locate_with: Vec<String>,
     /// Jobs of the same replica that must not share this job's node (hard).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(max = 63)))]
     pub separate_from: Vec<String>,
     /// A node of its own (co-located peers excepted).
     #[serde(default)]

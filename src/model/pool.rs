@@ -101,6 +101,7 @@ pub struct InstanceShape {
 #[serde(rename_all = "camelCase")]
 pub struct PlacementTier {
     /// Unique within the pool; provisioned nodes are tagged with it.
+    #[schemars(length(min = 1, max = 63))]
     pub name: String,
     /// `aws`, `oci` or `local-servers`.
     pub kind: ProviderKind,

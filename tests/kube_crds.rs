@@ -1,0 +1,223 @@
+//! The custom resource definitions: `crds/` is exactly what the Rust types
+//! generate, the real API server accepts them and every document in
+//! `examples/`, and it refuses each shape error with the CEL rule's message
+//! (one test per rule).
+
+#[path = "support/control_plane.rs"]
+mod control_plane;
+
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::wait::{await_condition, conditions};
+use norsk_auto_manager::cli::crds::render;
+use norsk_auto_manager::crd;
+use tokio::sync::OnceCell;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+#[test]
+fn crds_directory_matches_the_generated_definitions() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+    for definition in crd::definitions() {
+        let path = dir.join(crd::file_name(&definition));
+        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(
+            on_disk,
+            render(&definition).unwrap(),
+            "{} is out of date: run `cargo run -- crds --dir crds`",
+            path.display()
+        );
+    }
+    let files = std::fs::read_dir(&dir).unwrap().count();
+    assert_eq!(files, crd::definitions().len(), "crds/ holds a file no type generates");
+}
+
+/// Installs the definitions once per test binary and waits until served.
+async fn installed() -> &'static control_plane::ControlPlane {
+    static INSTALLED: OnceCell<()> = OnceCell::const_new();
+    let cp = control_plane::shared().await;
+    INSTALLED
+        .get_or_init(|| async {
+            let crds: Api<CustomResourceDefinition> = Api::all(cp.client());
+            for definition in crd::definitions() {
+                let name = definition.metadata.name.clone().unwrap();
+                crds.patch(
+                    &name,
+                    &PatchParams::apply("norsk-crds-test").force(),
+                    &Patch::Apply(&definition),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("the API server refused {name}: {e}"));
+                tokio::time::timeout(
+                    WAIT,
+                    await_condition(crds.clone(), &name, conditions::is_crd_established()),
+                )
+                .await
+                .expect("definition established in time")
+                .expect("watch the definition");
+            }
+        })
+        .await;
+    cp
+}
+
+/// Applies a manifest and returns the API server's refusal.
+async fn refused(manifest: &str) -> String {
+    let cp = installed().await;
+    let ns = cp.namespace("crd").await;
+    match cp.kubectl_apply(&ns, manifest) {
+        Ok(out) => panic!("the API server accepted an invalid object: {out}"),
+        Err(message) => message,
+    }
+}
+
+fn bundle(name: &str, spec: &str) -> String {
+    format!("apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {{name: {name}}}\nspec:\n{spec}")
+}
+
+#[tokio::test]
+async fn the_examples_apply_cleanly() {
+    let cp = installed().await;
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    // The example bundles live in the `studio` namespace, as a user's would.
+    let ns = cp
+        .kubectl()
+        .args(["create", "namespace", "studio"])
+        .output()
+        .expect("run kubectl");
+    let stderr = String::from_utf8_lossy(&ns.stderr);
+    assert!(ns.status.success() || stderr.contains("AlreadyExists"), "{stderr}");
+    let out = cp
+        .kubectl()
+        .args(["apply", "-f"])
+        .arg(&examples)
+        .output()
+        .expect("run kubectl");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kubectl apply -f examples/ failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("placementpool.automanager.norsk.video/production"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("hotsparepolicy.automanager.norsk.video/production"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("bundle.automanager.norsk.video/"), "{stdout}");
+}
+
+#[tokio::test]
+async fn duplicate_job_names_are_refused() {
+    let msg = refused(&bundle(
+        "dup",
+        "  pool: p\n  jobs: [{jobName: encode}, {jobName: encode}]\n",
+    ))
+    .await;
+    assert!(msg.contains("job names must be unique within a bundle"), "{msg}");
+}
+
+#[tokio::test]
+async fn co_locate_with_must_name_a_job_of_the_bundle() {
+    let msg = refused(&bundle(
+        "coloc",
+        "  pool: p\n  jobs: [{jobName: encode, coLocateWith: [ghost]}]\n",
+    ))
+    .await;
+    assert!(
+        msg.contains("coLocateWith must name other jobs of this bundle"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn separate_from_must_name_a_job_of_the_bundle() {
+    let msg = refused(&bundle(
+        "sep",
+        "  pool: p\n  jobs: [{jobName: encode, separateFrom: [encode]}]\n",
+    ))
+    .await;
+    assert!(
+        msg.contains("separateFrom must name other jobs of this bundle"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn co_locating_and_separating_the_same_job_is_refused() {
+    let spec = "  pool: p\n  jobs:\n  - {jobName: a, coLocateWith: [b], separateFrom: [b]}\n  - {jobName: b}\n";
+    let msg = refused(&bundle("contra", spec)).await;
+    assert!(
+        msg.contains("cannot both co-locate with and separate from the same job"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn single_use_requires_exclusive() {
+    let msg = refused(&bundle(
+        "single",
+        "  pool: p\n  jobs: [{jobName: encode, singleUse: true}]\n",
+    ))
+    .await;
+    assert!(msg.contains("singleUse requires exclusive: true"), "{msg}");
+}
+
+#[tokio::test]
+async fn backup_overrides_must_name_jobs_of_the_bundle() {
+    let spec = "  pool: p\n  jobs: [{jobName: encode}]\n  backupParameterOverrides: {ghost: {bitrate: '1'}}\n";
+    let msg = refused(&bundle("overrides", spec)).await;
+    assert!(
+        msg.contains("backupParameterOverrides must be keyed by job names"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn host_ports_must_be_port_slash_protocol() {
+    let spec = "  pool: p\n  jobs: [{jobName: encode, requirements: {requiredHostPorts: ['1935']}}]\n";
+    let msg = refused(&bundle("ports", spec)).await;
+    assert!(msg.contains("requiredHostPorts"), "{msg}");
+}
+
+#[tokio::test]
+async fn enums_are_refused_with_their_allowed_values() {
+    let spec = "  pool: p\n  onLaunch: sometimes\n  jobs: [{jobName: encode}]\n";
+    let msg = refused(&bundle("enum", spec)).await;
+    assert!(msg.contains("Unsupported value: \"sometimes\""), "{msg}");
+}
+
+fn pool(tiers: &str) -> String {
+    format!(
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: PlacementPool\nmetadata: {{name: bad-pool}}\nspec:\n  tiers:\n{tiers}"
+    )
+}
+
+#[tokio::test]
+async fn tier_names_must_be_unique() {
+    let msg = refused(&pool("  - {name: a, kind: aws}\n  - {name: a, kind: oci}\n")).await;
+    assert!(msg.contains("tier names must be unique within a pool"), "{msg}");
+}
+
+#[tokio::test]
+async fn a_pool_has_at_most_one_fixed_tier() {
+    let tiers =
+        "  - {name: a, kind: local-servers, scaleOut: fixed}\n  - {name: b, kind: local-servers, scaleOut: fixed}\n";
+    let msg = refused(&pool(tiers)).await;
+    assert!(msg.contains("at most one fixed tier"), "{msg}");
+}
+
+#[tokio::test]
+async fn a_hot_spare_policy_is_named_after_its_pool() {
+    let manifest = "apiVersion: automanager.norsk.video/v1alpha1\nkind: HotSparePolicy\nmetadata: {name: spares}\n\
+                    spec: {pool: production, targetCount: 1, spec: {instanceType: m5.xlarge}}\n";
+    let msg = refused(manifest).await;
+    assert!(msg.contains("metadata.name must equal spec.pool"), "{msg}");
+}
