@@ -319,6 +319,50 @@ async fn an_oci_node_lands_in_the_availability_domain_it_names() {
     sim.shutdown().await;
 }
 
+#[tokio::test]
+async fn an_oci_node_asked_for_by_region_gets_one_of_its_domains() {
+    let sim = Sim::start().await;
+    let mut events = sim.events().await;
+    events.snapshot().await;
+    let request = pb::CreateOciNodeRequest {
+        node_id: Some(common::NodeId { node_id: "o2".into() }),
+        region: "eu-frankfurt-1".into(),
+        shape: "VM.Standard2.4".into(),
+        ..Default::default()
+    };
+    sim.manager.clone().create_oci_node(request).await.unwrap();
+    let (inventory, _) = events
+        .until(|e| match e {
+            Event::NodeInventory(i) => i.inventory.clone(),
+            _ => None,
+        })
+        .await;
+    assert_eq!(inventory.region, "eu-frankfurt-1");
+    assert!(
+        inventory.availability_zone.starts_with("EU-FRANKFURT-1-AD-"),
+        "{}",
+        inventory.availability_zone
+    );
+    // Neither a region nor a domain: refused, saying what is missing.
+    let status = sim
+        .manager
+        .clone()
+        .create_oci_node(pb::CreateOciNodeRequest {
+            node_id: Some(common::NodeId { node_id: "o3".into() }),
+            shape: "VM.Standard2.4".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().contains("availabilityDomain or region"),
+        "{}",
+        status.message()
+    );
+    sim.shutdown().await;
+}
+
 async fn fleet_of_seed(seed: u64) -> SimSnapshot {
     let sim = Sim::start_with(SimConfig {
         seed,

@@ -54,35 +54,41 @@ impl World {
         })
     }
 
-    /// `CreateOciNode`: the availability domain must be one of the region's
-    /// (an empty region is inferred from the domain).
+    /// `CreateOciNode`: a region, an availability domain, or both (the
+    /// domain must then be one of the region's). With a region alone the
+    /// domain is chosen like an AWS zone: a tier names a region, not a
+    /// domain.
     pub fn create_oci_node(&mut self, req: pb::CreateOciNodeRequest) -> Result<(), RequestError> {
         let node_id = required(node_id_of(&req.node_id), "node_id")?.to_owned();
-        let zone = required(&req.availability_domain, "availabilityDomain")?.to_owned();
+        let zone = (!req.availability_domain.is_empty()).then(|| req.availability_domain.clone());
+        if zone.is_none() {
+            required(&req.region, "availabilityDomain or region")?;
+        }
         required(&req.shape, "shape")?;
         let provider = &self.catalog.oci;
-        let region = if req.region.is_empty() {
-            provider
-                .region_of_zone(&zone)
+        let region = match (&zone, req.region.is_empty()) {
+            (Some(zone), true) => provider
+                .region_of_zone(zone)
                 .ok_or_else(|| RequestError::InvalidField {
                     field: "availabilityDomain",
                     why: format!(
                         "{zone:?} is in no OCI region (known domains: {})",
                         known(provider.regions.iter().flat_map(|r| r.zones.iter().map(String::as_str)))
                     ),
-                })?
-        } else {
-            provider
+                })?,
+            _ => provider
                 .region(&req.region)
                 .ok_or_else(|| RequestError::UnknownRegion {
                     provider: "oci",
                     region: req.region.clone(),
                     known: known(provider.regions.iter().map(|r| r.name.as_str())),
-                })?
+                })?,
         };
-        if !region.zones.contains(&zone) {
+        if let Some(zone) = &zone
+            && !region.zones.contains(zone)
+        {
             return Err(RequestError::UnknownZone {
-                zone,
+                zone: zone.clone(),
                 region: region.name.clone(),
                 known: known(region.zones.iter().map(String::as_str)),
             });
@@ -94,7 +100,7 @@ impl World {
             tags: req.tags,
             provider: ProviderKind::Oci,
             region,
-            zone: Some(zone),
+            zone,
             instance_type,
             launch_mode: req.launch_mode,
         })
