@@ -16,6 +16,10 @@ fn demo_runs_its_script_and_exits_zero() {
         String::from_utf8_lossy(&output.stderr)
     );
     for expected in [
+        // The examples: the backup of the cross-cloud channel in OCI, the GPU
+        // job on a provisioned GPU shape.
+        "default/ch1/1/encode on new VM.Standard.E4.Flex",
+        "studio/gpu-transcode/0/transcode on new g4dn.xlarge",
         "recovered    demo/ch",
         "(on-demand)",
         "BROKEN       demo/crashy: restart ceiling reached",

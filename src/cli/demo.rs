@@ -1,17 +1,20 @@
 //! `norsk-auto-manager demo`: the AutoManager against an in-process
-//! simulator on a compressed clock, driven through a scripted sequence — a
+//! simulator on a compressed clock, started on `examples/` (its pools and
+//! bundles), then driven through a scripted sequence — a
 //! node lost and its jobs recovered, a region out of capacity so the tier
 //! cascade spills, a job crash-looping until its ceiling breaks its bundle,
 //! an invalid spec — printing a readable timeline, then a fleet table and
 //! the metrics.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 use tonic::transport::Channel;
 
+use super::plan::input::{read_bundles, read_pools};
 use super::standalone::describe;
 use crate::automanager::{AutoManager, AutoManagerHandle, AutoSettings, Notification, RunOptions};
 use crate::manager::proto::manager::JobRejectionCode;
@@ -29,26 +32,14 @@ pub struct Args {
     /// Seed for the simulator's random choices.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// The resource documents the demo starts from: `pools.yaml` and the
+    /// `bundle-*.yaml` files.
+    #[arg(long, default_value = "examples")]
+    pub examples: PathBuf,
 }
 
 /// How long one scripted stage may take, in real time.
 const STAGE_TIMEOUT: Duration = Duration::from_secs(20);
-
-const POOLS: &str = "
-- name: production
-  tiers:
-    - {name: cluster, kind: local-servers, scaleOut: fixed}
-    - name: reserved
-      kind: aws
-      region: eu-west-1
-      launchMode: reserved
-      maxNodes: 2
-      candidateInstanceTypes: [{instanceType: m5.xlarge, totalCapacity: 4, totalCores: 4}]
-    - name: on-demand
-      kind: aws
-      region: eu-west-1
-      candidateInstanceTypes: [{instanceType: m5.2xlarge, totalCapacity: 8, totalCores: 8}]
-";
 
 /// Why the demo failed.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +52,8 @@ enum DemoError {
     Admin(String),
     #[error("{0}")]
     Stage(String),
+    #[error("cannot read the examples: {0}")]
+    Examples(#[from] super::plan::input::InputError),
 }
 
 /// Runs the scripted demo.
@@ -184,7 +177,7 @@ async fn demo(args: Args) -> Result<(), DemoError> {
     );
     let settings = AutoSettings {
         url: sim.url(),
-        placement_pools: serde_yaml::from_str(POOLS).map_err(|e| DemoError::Stage(e.to_string()))?,
+        placement_pools: read_pools(&args.examples.join("pools.yaml"))?,
         trace_placements: false,
         ..AutoSettings::default()
     };
@@ -201,7 +194,8 @@ async fn demo(args: Args) -> Result<(), DemoError> {
         running: BTreeMap::new(),
         broken: BTreeSet::new(),
     };
-    let outcome = script(&am, admin.clone(), &mut timeline).await;
+    let examples = example_bundles(&args.examples)?;
+    let outcome = script(&am, admin.clone(), &mut timeline, examples).await;
     if outcome.is_ok() {
         report(&am, admin).await?;
     }
@@ -217,8 +211,52 @@ async fn admin_call<T>(call: impl Future<Output = Result<T, tonic::Status>>) -> 
     call.await.map_err(|s| DemoError::Admin(s.message().to_owned()))
 }
 
-async fn script(am: &AutoManagerHandle, mut admin: SimAdminClient<Channel>, t: &mut Timeline) -> Result<(), DemoError> {
+/// The bundles of `examples/bundle-*.yaml`, in file order.
+fn example_bundles(dir: &Path) -> Result<Vec<Bundle>, DemoError> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| DemoError::Stage(format!("cannot list {}: {e}", dir.display())))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("bundle-") && n.ends_with(".yaml"))
+        })
+        .collect();
+    files.sort();
+    let mut bundles = Vec::new();
+    for file in files {
+        for (bundle_id, spec) in read_bundles(&file)? {
+            bundles.push(Bundle {
+                bundle_id,
+                spec,
+                ..Bundle::default()
+            });
+        }
+    }
+    Ok(bundles)
+}
+
+/// Jobs of the demo's own bundles (not the examples') that are running.
+fn demo_running(t: &Timeline) -> impl Iterator<Item = (&JobId, &NodeId)> {
+    t.running.iter().filter(|(job, _)| job.as_str().starts_with("demo/"))
+}
+
+async fn script(
+    am: &AutoManagerHandle,
+    mut admin: SimAdminClient<Channel>,
+    t: &mut Timeline,
+    examples: Vec<Bundle>,
+) -> Result<(), DemoError> {
     let create = |b: Bundle| async move { am.create_bundle(b).await.map_err(|e| DemoError::Stage(e.to_string())) };
+
+    heading("The example bundles: a cross-cloud channel with its OCI backup, a GPU transcode");
+    let mut expected = 0;
+    for bundle in examples {
+        expected += bundle.spec.jobs.len() * bundle.spec.replica_count() as usize;
+        create(bundle).await?;
+    }
+    t.until("every example job running", |t| t.running.len() == expected)
+        .await?;
 
     heading("Four channels placed on the studio's cluster servers");
     for i in 0..4 {
@@ -228,14 +266,13 @@ async fn script(am: &AutoManagerHandle, mut admin: SimAdminClient<Channel>, t: &
         )?)
         .await?;
     }
-    t.until("four channels running", |t| t.running.len() == 4).await?;
+    t.until("four channels running", |t| demo_running(t).count() == 4)
+        .await?;
 
     heading("A studio server dies; its channels are recovered on the other");
-    let victim = t
-        .running
-        .values()
+    let victim = demo_running(t)
+        .map(|(_, node)| node.clone())
         .next()
-        .cloned()
         .ok_or_else(|| DemoError::Stage("nothing runs".into()))?;
     t.print(&format!("kill         {victim}"));
     admin_call(admin.kill_node(sim_admin::NodeRef {
@@ -243,7 +280,7 @@ async fn script(am: &AutoManagerHandle, mut admin: SimAdminClient<Channel>, t: &
     }))
     .await?;
     t.until("the channels recovered", |t| {
-        t.running.len() == 4 && t.running.values().all(|n| *n != victim)
+        demo_running(t).count() == 4 && demo_running(t).all(|(_, n)| *n != victim)
     })
     .await?;
 
@@ -316,10 +353,10 @@ async fn report(am: &AutoManagerHandle, mut admin: SimAdminClient<Channel>) -> R
     let json = admin_call(admin.snapshot(())).await?.into_inner().json;
     let snapshot: crate::sim::SimSnapshot =
         serde_json::from_str(&json).map_err(|e| DemoError::Admin(format!("snapshot unreadable: {e}")))?;
-    println!("{:<28} {:<14} {:<12} {:<10} jobs", "node", "provider", "type", "phase");
+    println!("{:<28} {:<14} {:<20} {:<10} jobs", "node", "provider", "type", "phase");
     for node in &snapshot.nodes {
         println!(
-            "{:<28} {:<14} {:<12} {:<10} {}",
+            "{:<28} {:<14} {:<20} {:<10} {}",
             node.id.as_str(),
             node.provider.as_str(),
             node.instance_type,
