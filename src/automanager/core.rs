@@ -394,6 +394,16 @@ impl AutoManagerCore {
         {
             return Readiness::Never;
         }
+        // A failed instance still stopping wears the key its replacement
+        // would: the replacement waits for its `Stopped` (or for its node to
+        // go), and is placed in the step that brings either.
+        if record.stopping.as_ref().is_some_and(|s| {
+            self.fleet
+                .get(&s.node_id)
+                .is_some_and(|n| !n.is_going() && !n.terminated)
+        }) {
+            return Readiness::Never;
+        }
         let Some(bundle) = self.bundles.get(&record.bundle_ref.bundle_id) else {
             return Readiness::Never;
         };
