@@ -574,6 +574,29 @@ fn unhealthy_node_is_readmitted_after_its_cooldown() {
     );
 }
 
+#[test]
+fn capacity_an_ended_job_gave_back_is_placed_on_again() {
+    let mut h = Harness::hydrated();
+    for b in ["b1", "b2", "b3", "b4"] {
+        h.bundle(b, ONE_JOB);
+    }
+    let started = h.start_all();
+    assert_eq!(started.len(), 4, "two 2-vCPU jobs on each 4-vCPU node");
+    let (ended, node) = started
+        .iter()
+        .find(|(_, n)| n.as_str() == "a")
+        .expect("one job on a")
+        .clone();
+    job_ends(&mut h, &ended);
+    h.bundle("b5", ONE_JOB);
+    let calls = h.take_calls();
+    assert!(
+        create_node(&calls).is_none(),
+        "provisioned although {node} had room again"
+    );
+    assert_eq!(start_jobs(&calls), vec![("b5/0/encode".to_owned(), "a".to_owned())]);
+}
+
 const SINGLE_USE: &str = "pool: production\njobs:\n  - {jobName: encode, exclusive: true, singleUse: true, requirements: {requiredCapacity: 2}}\n";
 
 fn job_ends(h: &mut Harness, job: &norsk_auto_manager::model::JobId) {

@@ -118,6 +118,9 @@ impl AutoManagerCore {
 
     fn hydrated_now(&mut self) {
         self.hydrated = true;
+        // The placement view is built once here and kept up to date after;
+        // should it fail, the first placement round says why.
+        self.view_cache = self.synced_view().ok();
         // A node provisioned for a job (by this core's predecessor) that is
         // still launching takes that job back, so a new instance never
         // provisions a second node for it.

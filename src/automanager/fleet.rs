@@ -2,7 +2,7 @@
 //! for), its phase, tags and inventory, its health, what this core
 //! provisioned and when, and whether this core terminated it. Reservations
 //! are not kept here: they are derived from the job bindings whenever a
-//! placement view is built ([`Fleet::snapshot`]).
+//! placement view is built ([`Fleet::snapshot`]) or brought up to date.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -91,6 +91,15 @@ impl NodeState {
     pub fn is_going(&self) -> bool {
         matches!(self.phase, NodePhase::Stopping | NodePhase::Stopped)
     }
+
+    /// What a provisioned node with no inventory yet advertises to
+    /// placement: its shape, so later placements can plan on it while it
+    /// launches.
+    pub fn placement_inventory(&self, pools: &Pools) -> Option<NodeInventory> {
+        let p = self.provisioned.as_ref()?;
+        let shape = shape_of(pools, p)?;
+        Some(shape_inventory(p, shape))
+    }
 }
 
 /// Every node.
@@ -163,12 +172,7 @@ impl Fleet {
                 id: node.id.clone(),
                 pool: node.tags.get(tags::POOL).cloned(),
                 tier: node.tags.get(tags::TIER).cloned(),
-                // A node this core terminated takes nothing new.
-                phase: if node.terminated {
-                    NodePhase::Stopping
-                } else {
-                    node.phase
-                },
+                phase: super::view_cache::placement_phase(node),
                 cordoned: false,
                 unhealthy: node.health.is_unhealthy(),
                 spare: node.tags.get(tags::SPARE).is_some_and(|v| v == "true"),
@@ -176,11 +180,7 @@ impl Fleet {
                 // Placement reads pool, tier and spare from the fields above;
                 // copying every tag of every node would only cost.
                 tags: BTreeMap::new(),
-                inventory: node.inventory.clone().or_else(|| {
-                    let p = node.provisioned.as_ref()?;
-                    let shape = shape_of(pools, p)?;
-                    Some(shape_inventory(p, shape))
-                }),
+                inventory: node.inventory.clone().or_else(|| node.placement_inventory(pools)),
                 jobs: placed.remove(&node.id).unwrap_or_default(),
             })
             .collect();
