@@ -55,6 +55,9 @@ pub struct NodeState {
     pub stop_reason: Option<NodeStopReason>,
     /// Rejection count and exclusion.
     pub health: NodeHealth,
+    /// Bumped whenever the node is handed out for change, so the kept
+    /// placement view re-reads only the nodes that may have changed.
+    pub(super) revision: u64,
 }
 
 impl NodeState {
@@ -69,6 +72,7 @@ impl NodeState {
             stopped_at: None,
             stop_reason: None,
             health: NodeHealth::default(),
+            revision: 0,
         }
     }
 
@@ -106,6 +110,8 @@ impl NodeState {
 #[derive(Clone, Debug, Default)]
 pub struct Fleet {
     nodes: BTreeMap<NodeId, NodeState>,
+    /// The last revision handed to a node.
+    revision: u64,
 }
 
 impl Fleet {
@@ -116,7 +122,11 @@ impl Fleet {
 
     /// The node `id`, mutably.
     pub fn get_mut(&mut self, id: &NodeId) -> Option<&mut NodeState> {
-        self.nodes.get_mut(id)
+        self.revision += 1;
+        let revision = self.revision;
+        let node = self.nodes.get_mut(id)?;
+        node.revision = revision;
+        Some(node)
     }
 
     /// Every node, in id order.
@@ -131,9 +141,13 @@ impl Fleet {
 
     /// The node `id`, created in `phase` when unknown.
     pub fn entry(&mut self, id: &NodeId, phase: NodePhase) -> &mut NodeState {
-        self.nodes
+        self.revision += 1;
+        let node = self
+            .nodes
             .entry(id.clone())
-            .or_insert_with(|| NodeState::new(id.clone(), phase))
+            .or_insert_with(|| NodeState::new(id.clone(), phase));
+        node.revision = self.revision;
+        node
     }
 
     /// Records what Manager said about a node (tags).
@@ -148,6 +162,8 @@ impl Fleet {
         let mut node = NodeState::new(id.clone(), NodePhase::Prospective);
         node.tags = provisioned_tags(&provisioned);
         node.provisioned = Some(provisioned);
+        self.revision += 1;
+        node.revision = self.revision;
         self.nodes.insert(id, node);
     }
 

@@ -22,6 +22,8 @@ use super::fleet::{Fleet, NodeState};
 #[derive(Clone, Debug)]
 struct NodeMark {
     id: NodeId,
+    /// The node's revision when read.
+    revision: u64,
     pool: Option<String>,
     tier: Option<String>,
     spare: bool,
@@ -31,9 +33,10 @@ struct NodeMark {
 }
 
 impl NodeMark {
-    fn of(node: FleetNode) -> Self {
+    fn of(node: FleetNode, revision: u64) -> Self {
         Self {
             id: node.id,
+            revision,
             pool: node.pool,
             tier: node.tier,
             spare: node.spare,
@@ -51,8 +54,11 @@ pub(super) struct ViewCache {
     /// Every node the view holds, in id order (the fleet's order).
     nodes: Vec<NodeMark>,
     template_images: BTreeMap<String, Vec<String>>,
-    /// Every job reserved in the view, with its node.
-    reserved: HashMap<JobId, (NodeId, PlacedJob)>,
+    /// Every job reserved in the view, with its node and the sync that
+    /// last found it bound.
+    reserved: HashMap<JobId, (NodeId, PlacedJob, u64)>,
+    /// Counts syncs.
+    stamp: u64,
 }
 
 impl ViewCache {
@@ -67,17 +73,19 @@ impl ViewCache {
         let view = FleetView::new(&snapshot, pools.clone())?;
         let mut reserved = HashMap::new();
         let mut nodes = Vec::with_capacity(snapshot.nodes.len());
-        for mut node in snapshot.nodes {
+        // The snapshot holds the fleet's nodes in the fleet's order.
+        for (mut node, state) in snapshot.nodes.into_iter().zip(fleet.iter()) {
             for job in std::mem::take(&mut node.jobs) {
-                reserved.insert(job.job_id.clone(), (node.id.clone(), job));
+                reserved.insert(job.job_id.clone(), (node.id.clone(), job, 0));
             }
-            nodes.push(NodeMark::of(node));
+            nodes.push(NodeMark::of(node, state.revision));
         }
         Ok(Self {
             view,
             nodes,
             template_images: snapshot.template_images,
             reserved,
+            stamp: 0,
         })
     }
 
@@ -96,9 +104,13 @@ impl ViewCache {
         let mut count = 0;
         for (node, mark) in fleet.iter().zip(self.nodes.iter_mut()) {
             count += 1;
+            if node.revision == mark.revision && node.id == mark.id {
+                continue;
+            }
             if !same_node(node, mark, pools) {
                 return None;
             }
+            mark.revision = node.revision;
             let (phase, unhealthy) = (placement_phase(node), node.health.is_unhealthy());
             if (phase, unhealthy) != (mark.phase, mark.unhealthy) {
                 self.view.set_condition(&node.id, phase, unhealthy).ok()?;
@@ -108,20 +120,23 @@ impl ViewCache {
         if count != self.nodes.len() || fleet.iter().count() != count {
             return None;
         }
-        let mut bound = 0;
+        self.stamp += 1;
+        let stamp = self.stamp;
+        let mut kept = 0;
         for record in jobs.values() {
             let Some(binding) = &record.binding else {
                 continue;
             };
-            bound += 1;
             let id = record.job_id();
-            let kept = self.reserved.get(id).is_some_and(|(node, placed)| {
-                node == &binding.node_id && reserves(placed, &record.job.spec, binding.gpu_index)
-            });
-            if kept {
+            if let Some((node, placed, seen)) = self.reserved.get_mut(id)
+                && node == &binding.node_id
+                && reserves(placed, &record.job.spec, binding.gpu_index)
+            {
+                *seen = stamp;
+                kept += 1;
                 continue;
             }
-            if let Some((node, placed)) = self.reserved.remove(id) {
+            if let Some((node, placed, _)) = self.reserved.remove(id) {
                 self.view.release(&node, &placed).ok()?;
             }
             let r = &record.bundle_ref;
@@ -129,18 +144,21 @@ impl ViewCache {
             // A binding to a node the fleet no longer holds reserves
             // nothing, as in a freshly built view.
             if self.view.reserve(&binding.node_id, &placed).is_ok() {
-                self.reserved.insert(id.clone(), (binding.node_id.clone(), placed));
+                self.reserved
+                    .insert(id.clone(), (binding.node_id.clone(), placed, stamp));
+                kept += 1;
             }
         }
-        if self.reserved.len() > bound {
+        if self.reserved.len() > kept {
+            // What no binding holds any more is released.
             let ended: Vec<JobId> = self
                 .reserved
-                .keys()
-                .filter(|id| jobs.get(*id).is_none_or(|r| r.binding.is_none()))
-                .cloned()
+                .iter()
+                .filter(|(_, (_, _, seen))| *seen != stamp)
+                .map(|(id, _)| id.clone())
                 .collect();
             for id in ended {
-                if let Some((node, placed)) = self.reserved.remove(&id) {
+                if let Some((node, placed, _)) = self.reserved.remove(&id) {
                     self.view.release(&node, &placed).ok()?;
                 }
             }
@@ -155,7 +173,7 @@ impl ViewCache {
 
     /// Records a reservation a placement round made in the view.
     pub(super) fn reserved(&mut self, job_id: JobId, node_id: NodeId, placed: PlacedJob) {
-        self.reserved.insert(job_id, (node_id, placed));
+        self.reserved.insert(job_id, (node_id, placed, self.stamp));
     }
 }
 
