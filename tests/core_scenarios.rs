@@ -7,7 +7,8 @@ mod core_support;
 use core_support::*;
 use norsk_auto_manager::automanager::{Command, CommandError, Input, Notification, Rpc, RpcFailureKind};
 use norsk_auto_manager::model::{
-    JobHistoryEntry, JobState, ManagerEvent, NodeId, NodeStopReason, ProviderKind, RejectionCode, VerdictKind, tags,
+    InstanceKey, JobHistoryEntry, JobState, ManagerEvent, NodeId, NodeStopReason, ProviderKind, RejectionCode,
+    VerdictKind, tags,
 };
 
 const ONE_JOB: &str = "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 2}}\n";
@@ -312,6 +313,44 @@ fn consecutive_recoveries_are_spaced_by_min_recovery_interval() {
     assert_eq!(start_jobs(&h.take_calls()).len(), 1);
 }
 
+#[test]
+fn replacement_waits_for_the_failed_instance_to_stop() {
+    let (mut h, job, node) = placed_and_running();
+    h.failing(&job, &node);
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "the replacement was started while the failed instance (same instance key) was still stopping"
+    );
+    assert!(
+        kinds(&h.take_notifications()).iter().all(|k| k != "placementDecision"),
+        "placed before the failed instance stopped"
+    );
+    h.stopped(&job, &node, InstanceKey("primary".into()));
+    let starts = start_jobs(&h.take_calls());
+    assert_eq!(
+        starts.len(),
+        1,
+        "the replacement starts as soon as the failed instance has stopped"
+    );
+    assert_ne!(
+        starts[0].1, node.0,
+        "the replacement went back to the node it failed on"
+    );
+}
+
+#[test]
+fn replacement_of_a_stopping_instance_starts_once_its_node_is_gone() {
+    let (mut h, job, node) = placed_and_running();
+    h.failing(&job, &node);
+    assert!(start_jobs(&h.take_calls()).is_empty());
+    h.event(ManagerEvent::NodeStopped(node.clone()));
+    assert_eq!(
+        start_jobs(&h.take_calls()).len(),
+        1,
+        "the node's loss ended the failed instance"
+    );
+}
+
 const RESILIENT: &str = "pool: production\nresiliencePolicy: {}\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1, maxRestartsPerHour: 2}}\n";
 
 #[test]
@@ -533,6 +572,29 @@ fn unhealthy_node_is_readmitted_after_its_cooldown() {
         start_jobs(&h.take_calls()),
         vec![("y/0/encode".to_owned(), "a".to_owned())]
     );
+}
+
+#[test]
+fn capacity_an_ended_job_gave_back_is_placed_on_again() {
+    let mut h = Harness::hydrated();
+    for b in ["b1", "b2", "b3", "b4"] {
+        h.bundle(b, ONE_JOB);
+    }
+    let started = h.start_all();
+    assert_eq!(started.len(), 4, "two 2-vCPU jobs on each 4-vCPU node");
+    let (ended, node) = started
+        .iter()
+        .find(|(_, n)| n.as_str() == "a")
+        .expect("one job on a")
+        .clone();
+    job_ends(&mut h, &ended);
+    h.bundle("b5", ONE_JOB);
+    let calls = h.take_calls();
+    assert!(
+        create_node(&calls).is_none(),
+        "provisioned although {node} had room again"
+    );
+    assert_eq!(start_jobs(&calls), vec![("b5/0/encode".to_owned(), "a".to_owned())]);
 }
 
 const SINGLE_USE: &str = "pool: production\njobs:\n  - {jobName: encode, exclusive: true, singleUse: true, requirements: {requiredCapacity: 2}}\n";

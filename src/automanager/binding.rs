@@ -66,6 +66,20 @@ pub struct JobRecord {
     pub awaiting_capacity_since: Option<u64>,
     /// Dropped: terminal, never placed again.
     pub dropped: bool,
+    /// A failed instance Manager is still stopping (its `Stopping` seen,
+    /// not yet its `Stopped`): the replacement wears the same instance key,
+    /// so it is not started until this instance has stopped or its node is
+    /// gone.
+    pub stopping: Option<StoppingInstance>,
+}
+
+/// An instance that failed and is being stopped by Manager.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoppingInstance {
+    /// Where it ran.
+    pub node_id: NodeId,
+    /// The key it wears.
+    pub instance_key: InstanceKey,
 }
 
 impl JobRecord {
@@ -83,6 +97,7 @@ impl JobRecord {
             not_before: UnixMillis::MIN,
             awaiting_capacity_since: None,
             dropped: false,
+            stopping: None,
         }
     }
 

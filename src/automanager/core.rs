@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::model::{Bundle, BundleId, BundleSpec, BundleState, JobId, JobState, NodePhase, PlacedJob, UnixMillis};
 use crate::placement::{
-    Admission, BundleValidation, FleetError, FleetView, Placement, PlacementError, Pools, place_dry_run, placed_job,
+    Admission, BundleValidation, FleetError, FleetView, Placement, PlacementError, Pools, place_dry_run,
     validate_bundle, validate_bundle_admission,
 };
 
@@ -15,6 +15,7 @@ use super::fleet::Fleet;
 use super::metrics::{Counters, Metrics, PoolGauge};
 use super::recovery::MIN_RECOVERY_INTERVAL_MS;
 use super::settings::ValidSettings;
+use super::view_cache::{ViewCache, placed_jobs};
 use super::{Action, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId, Rpc, Step};
 
 /// What an outstanding RPC was for.
@@ -64,6 +65,8 @@ pub struct AutoManagerCore {
     pub(super) fleet_epoch: u64,
     /// (pool, tier) -> until when provisioning there is held back.
     pub(super) tier_backoff: BTreeMap<(String, String), UnixMillis>,
+    /// The placement view kept between rounds (built at hydration).
+    pub(super) view_cache: Option<ViewCache>,
     pub(super) out: Vec<Action>,
 }
 
@@ -87,6 +90,7 @@ impl AutoManagerCore {
             counters: Counters::default(),
             fleet_epoch: 0,
             tier_backoff: BTreeMap::new(),
+            view_cache: None,
             out: Vec::new(),
         }
     }
@@ -202,22 +206,23 @@ impl AutoManagerCore {
         FleetView::new(&snapshot, pools)
     }
 
+    /// The kept placement view, brought up to date (built again when it
+    /// cannot be).
+    pub(super) fn synced_view(&mut self) -> Result<ViewCache, FleetError> {
+        let (fleet, pools, jobs, images) = (&self.fleet, &self.pools, &self.jobs, &self.settings.template_images);
+        match self
+            .view_cache
+            .take()
+            .and_then(|cache| cache.sync(fleet, pools, jobs, images))
+        {
+            Some(cache) => Ok(cache),
+            None => ViewCache::build(fleet, pools, jobs, images),
+        }
+    }
+
     /// What every bound job reserves, by node.
     pub(super) fn placed_jobs(&self) -> HashMap<&crate::model::NodeId, Vec<PlacedJob>> {
-        let mut placed: HashMap<&crate::model::NodeId, Vec<PlacedJob>> = HashMap::new();
-        for record in self.jobs.values() {
-            let Some(binding) = &record.binding else {
-                continue;
-            };
-            let r = &record.bundle_ref;
-            placed.entry(&binding.node_id).or_default().push(placed_job(
-                &r.bundle_id,
-                r.replica_index,
-                &record.job.spec,
-                binding.gpu_index,
-            ));
-        }
-        placed
+        placed_jobs(&self.jobs)
     }
 
     /// `validateBundle`: static shape and satisfiability.
@@ -392,6 +397,16 @@ impl AutoManagerCore {
             || self.broken.contains_key(&record.bundle_ref.bundle_id)
             || record.awaiting_capacity_since == Some(self.fleet_epoch)
         {
+            return Readiness::Never;
+        }
+        // A failed instance still stopping wears the key its replacement
+        // would: the replacement waits for its `Stopped` (or for its node to
+        // go), and is placed in the step that brings either.
+        if record.stopping.as_ref().is_some_and(|s| {
+            self.fleet
+                .get(&s.node_id)
+                .is_some_and(|n| !n.is_going() && !n.terminated)
+        }) {
             return Readiness::Never;
         }
         let Some(bundle) = self.bundles.get(&record.bundle_ref.bundle_id) else {

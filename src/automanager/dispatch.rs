@@ -1,5 +1,6 @@
 //! Placing and dispatching: every ready job through the placement engine
-//! (one fleet view per round, each placement seeing the ones before it),
+//! (the kept fleet view brought up to date once per round, each placement
+//! seeing the ones before it),
 //! the resulting `StartJob` / `CreateAwsNode` / `CreateOciNode` calls, their
 //! results, and what ends a binding: a loss judged by the failure policy, a
 //! job that ended, a terminal verdict, a released or terminated node.
@@ -9,7 +10,7 @@ use crate::model::{
 };
 use crate::placement::{
     FleetView, Outcome, PlacementRequest, Pools, ProspectiveNodeIds, RecoveryContext, apply_placement, place,
-    validate_pools,
+    placed_job, validate_pools,
 };
 
 use super::binding::{Binding, BindingPhase};
@@ -17,6 +18,7 @@ use super::core::{AutoManagerCore, Pending, Readiness};
 use super::fleet::{Provisioned, provisioned_tags};
 use super::notification::{Decision, PlacementDecisionInfo};
 use super::recovery::{FailureVerdict, LossCause, MIN_RECOVERY_INTERVAL_MS, PROVISION_FAILURE_BACKOFF_MS, judge};
+use super::view_cache::ViewCache;
 use super::{CommandError, Notification, RequestId, Rpc, RpcFailure, RpcFailureKind};
 
 /// Prospective node ids: `<pool>-<tier>-<serial>`, the serial counting up
@@ -38,6 +40,23 @@ impl ProspectiveNodeIds for NodeIds<'_> {
     }
 }
 
+/// The view a placement round runs against.
+enum PlacementView {
+    /// The kept view, brought up to date.
+    Kept(Box<ViewCache>),
+    /// A view for this round only.
+    Once(Box<FleetView>),
+}
+
+impl PlacementView {
+    fn fleet_view(&mut self) -> &mut FleetView {
+        match self {
+            Self::Kept(cache) => cache.view_mut(),
+            Self::Once(view) => view,
+        }
+    }
+}
+
 impl AutoManagerCore {
     /// Places every job that is ready now.
     pub(super) fn place_ready(&mut self, now: UnixMillis) {
@@ -50,9 +69,19 @@ impl AutoManagerCore {
         if ready.is_empty() {
             return;
         }
-        let view = self
-            .effective_pools(now)
-            .and_then(|pools| self.view_with(pools).map_err(|e| e.to_string()));
+        let backed_off = self.tier_backoff.values().any(|&until| until > now);
+        let view = if backed_off {
+            // Backed-off tiers are capped for this round only: a view of
+            // its own, and the kept one is built again afterwards.
+            self.view_cache = None;
+            self.effective_pools(now)
+                .and_then(|pools| self.view_with(pools).map_err(|e| e.to_string()))
+                .map(|view| PlacementView::Once(Box::new(view)))
+        } else {
+            self.synced_view()
+                .map(|cache| PlacementView::Kept(Box::new(cache)))
+                .map_err(|e| e.to_string())
+        };
         let mut view = match view {
             Ok(view) => view,
             Err(message) => {
@@ -61,8 +90,23 @@ impl AutoManagerCore {
                 });
             }
         };
-        for job_id in ready {
-            self.place_one(&mut view, &job_id, now);
+        let mut intact = true;
+        for job_id in &ready {
+            intact &= self.place_one(view.fleet_view(), job_id, now);
+        }
+        if let (PlacementView::Kept(mut cache), true) = (view, intact) {
+            // What this round reserved in the view, so the next round's
+            // bring-up-to-date does not reserve it twice.
+            for job_id in ready {
+                if let Some(record) = self.jobs.get(&job_id)
+                    && let Some(binding) = &record.binding
+                {
+                    let r = &record.bundle_ref;
+                    let placed = placed_job(&r.bundle_id, r.replica_index, &record.job.spec, binding.gpu_index);
+                    cache.reserved(job_id, binding.node_id.clone(), placed);
+                }
+            }
+            self.view_cache = Some(*cache);
         }
     }
 
@@ -90,12 +134,14 @@ impl AutoManagerCore {
         validate_pools(pools).map_err(|e| e.to_string())
     }
 
-    fn place_one(&mut self, view: &mut FleetView, job_id: &JobId, now: UnixMillis) {
+    /// Places one job; false when the view could not take its reservation
+    /// (the view no longer matches the fleet).
+    fn place_one(&mut self, view: &mut FleetView, job_id: &JobId, now: UnixMillis) -> bool {
         let Some(record) = self.jobs.get(job_id) else {
-            return;
+            return true;
         };
         let Some(bundle) = self.bundles.get(&record.bundle_ref.bundle_id).cloned() else {
-            return;
+            return true;
         };
         let job_ref = record.bundle_ref.clone();
         let recovery = record.recovery.clone();
@@ -122,7 +168,10 @@ impl AutoManagerCore {
         };
         let placement = match place(view, request, &mut ids) {
             Ok(placement) => placement,
-            Err(e) => return self.placement_failed(job_id, e.to_string(), now),
+            Err(e) => {
+                self.placement_failed(job_id, e.to_string(), now);
+                return true;
+            }
         };
         let decision = match &placement.outcome {
             Outcome::Placed {
@@ -162,7 +211,8 @@ impl AutoManagerCore {
         })));
         let (node_id, gpu_index) = match decision {
             Decision::NoCapacityInAnyPool => {
-                return self.placement_failed(job_id, "noCapacityInAnyPool".to_owned(), now);
+                self.placement_failed(job_id, "noCapacityInAnyPool".to_owned(), now);
+                return true;
             }
             Decision::Placed { node_id, gpu_index, .. } => (node_id, gpu_index),
             Decision::Provision {
@@ -176,7 +226,8 @@ impl AutoManagerCore {
                 (node_id, gpu_index)
             }
         };
-        if let Err(e) = apply_placement(view, &request, &placement.outcome) {
+        let reserved = apply_placement(view, &request, &placement.outcome);
+        if let Err(e) = &reserved {
             self.notify(Notification::Error {
                 message: format!("placement of {job_id} could not be reserved: {e}"),
             });
@@ -208,6 +259,7 @@ impl AutoManagerCore {
         if running {
             self.dispatch_start(job_id);
         }
+        reserved.is_ok()
     }
 
     fn placement_failed(&mut self, job_id: &JobId, reason: String, now: UnixMillis) {

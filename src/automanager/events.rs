@@ -9,7 +9,7 @@ use crate::model::{
 };
 
 use super::Notification;
-use super::binding::{Binding, BindingPhase, JobRecord};
+use super::binding::{Binding, BindingPhase, JobRecord, StoppingInstance};
 use super::core::AutoManagerCore;
 use super::recovery::LossCause;
 
@@ -118,6 +118,9 @@ impl AutoManagerCore {
 
     fn hydrated_now(&mut self) {
         self.hydrated = true;
+        // The placement view is built once here and kept up to date after;
+        // should it fail, the first placement round says why.
+        self.view_cache = self.synced_view().ok();
         // A node provisioned for a job (by this core's predecessor) that is
         // still launching takes that job back, so a new instance never
         // provisions a second node for it.
@@ -263,6 +266,7 @@ impl AutoManagerCore {
                         self.lose_instance(job_id, LossCause::NodeLost, now)
                     }
                     JobStopReason::JobFailed | JobStopReason::UnknownJob | JobStopReason::Unknown(_) => {
+                        self.instance_stopping(job_id, role);
                         self.lose_instance(job_id, LossCause::Failed, now)
                     }
                 },
@@ -272,6 +276,9 @@ impl AutoManagerCore {
                     if self.binding_matches(job_id, &role, node_id.as_ref()) =>
                 {
                     self.lose_instance(job_id, LossCause::Failed, now)
+                }
+                JobHistoryEntry::Stopped { role, node_id, .. } => {
+                    self.instance_stopped(job_id, &role, node_id.as_ref())
                 }
                 _ => {}
             }
@@ -294,6 +301,33 @@ impl AutoManagerCore {
                 ..
             } => record.restarts.replay(*at),
             _ => {}
+        }
+    }
+
+    /// The bound instance failed and Manager is stopping it: remembered
+    /// until its `Stopped`, so its replacement (same instance key) is not
+    /// started on top of it.
+    fn instance_stopping(&mut self, job_id: &JobId, role: crate::model::InstanceKey) {
+        if let Some(record) = self.jobs.get_mut(job_id)
+            && let Some(binding) = &record.binding
+        {
+            record.stopping = Some(StoppingInstance {
+                node_id: binding.node_id.clone(),
+                instance_key: role,
+            });
+        }
+    }
+
+    /// A stopped instance: if it is the failed one being waited for, its
+    /// replacement may now start.
+    fn instance_stopped(&mut self, job_id: &JobId, role: &crate::model::InstanceKey, node: Option<&NodeId>) {
+        if let Some(record) = self.jobs.get_mut(job_id)
+            && record
+                .stopping
+                .as_ref()
+                .is_some_and(|s| &s.instance_key == role && node.is_none_or(|n| n == &s.node_id))
+        {
+            record.stopping = None;
         }
     }
 

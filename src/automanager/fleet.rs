@@ -2,7 +2,7 @@
 //! for), its phase, tags and inventory, its health, what this core
 //! provisioned and when, and whether this core terminated it. Reservations
 //! are not kept here: they are derived from the job bindings whenever a
-//! placement view is built ([`Fleet::snapshot`]).
+//! placement view is built ([`Fleet::snapshot`]) or brought up to date.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -55,6 +55,9 @@ pub struct NodeState {
     pub stop_reason: Option<NodeStopReason>,
     /// Rejection count and exclusion.
     pub health: NodeHealth,
+    /// Bumped whenever the node is handed out for change, so the kept
+    /// placement view re-reads only the nodes that may have changed.
+    pub(super) revision: u64,
 }
 
 impl NodeState {
@@ -69,6 +72,7 @@ impl NodeState {
             stopped_at: None,
             stop_reason: None,
             health: NodeHealth::default(),
+            revision: 0,
         }
     }
 
@@ -91,12 +95,23 @@ impl NodeState {
     pub fn is_going(&self) -> bool {
         matches!(self.phase, NodePhase::Stopping | NodePhase::Stopped)
     }
+
+    /// What a provisioned node with no inventory yet advertises to
+    /// placement: its shape, so later placements can plan on it while it
+    /// launches.
+    pub fn placement_inventory(&self, pools: &Pools) -> Option<NodeInventory> {
+        let p = self.provisioned.as_ref()?;
+        let shape = shape_of(pools, p)?;
+        Some(shape_inventory(p, shape))
+    }
 }
 
 /// Every node.
 #[derive(Clone, Debug, Default)]
 pub struct Fleet {
     nodes: BTreeMap<NodeId, NodeState>,
+    /// The last revision handed to a node.
+    revision: u64,
 }
 
 impl Fleet {
@@ -107,7 +122,11 @@ impl Fleet {
 
     /// The node `id`, mutably.
     pub fn get_mut(&mut self, id: &NodeId) -> Option<&mut NodeState> {
-        self.nodes.get_mut(id)
+        self.revision += 1;
+        let revision = self.revision;
+        let node = self.nodes.get_mut(id)?;
+        node.revision = revision;
+        Some(node)
     }
 
     /// Every node, in id order.
@@ -122,9 +141,13 @@ impl Fleet {
 
     /// The node `id`, created in `phase` when unknown.
     pub fn entry(&mut self, id: &NodeId, phase: NodePhase) -> &mut NodeState {
-        self.nodes
+        self.revision += 1;
+        let node = self
+            .nodes
             .entry(id.clone())
-            .or_insert_with(|| NodeState::new(id.clone(), phase))
+            .or_insert_with(|| NodeState::new(id.clone(), phase));
+        node.revision = self.revision;
+        node
     }
 
     /// Records what Manager said about a node (tags).
@@ -139,6 +162,8 @@ impl Fleet {
         let mut node = NodeState::new(id.clone(), NodePhase::Prospective);
         node.tags = provisioned_tags(&provisioned);
         node.provisioned = Some(provisioned);
+        self.revision += 1;
+        node.revision = self.revision;
         self.nodes.insert(id, node);
     }
 
@@ -163,12 +188,7 @@ impl Fleet {
                 id: node.id.clone(),
                 pool: node.tags.get(tags::POOL).cloned(),
                 tier: node.tags.get(tags::TIER).cloned(),
-                // A node this core terminated takes nothing new.
-                phase: if node.terminated {
-                    NodePhase::Stopping
-                } else {
-                    node.phase
-                },
+                phase: super::view_cache::placement_phase(node),
                 cordoned: false,
                 unhealthy: node.health.is_unhealthy(),
                 spare: node.tags.get(tags::SPARE).is_some_and(|v| v == "true"),
@@ -176,11 +196,7 @@ impl Fleet {
                 // Placement reads pool, tier and spare from the fields above;
                 // copying every tag of every node would only cost.
                 tags: BTreeMap::new(),
-                inventory: node.inventory.clone().or_else(|| {
-                    let p = node.provisioned.as_ref()?;
-                    let shape = shape_of(pools, p)?;
-                    Some(shape_inventory(p, shape))
-                }),
+                inventory: node.inventory.clone().or_else(|| node.placement_inventory(pools)),
                 jobs: placed.remove(&node.id).unwrap_or_default(),
             })
             .collect();

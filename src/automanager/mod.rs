@@ -14,6 +14,8 @@
 //! - [`recovery`]: runtime-failure policy, restart ceiling, node health.
 //! - `events` / `dispatch`: applying Manager events; placing and
 //!   dispatching.
+//! - `view_cache`: the placement view kept between rounds and brought up
+//!   to date instead of rebuilt.
 //! - [`metrics`], [`notification`].
 
 pub mod binding;
@@ -26,6 +28,7 @@ pub mod notification;
 pub mod recovery;
 pub mod runtime;
 pub mod settings;
+mod view_cache;
 
 use std::collections::BTreeMap;
 

@@ -304,16 +304,31 @@ impl Shell {
                     let batch = vec![Input::RpcResult { id, result }];
                     self.feed_batch(batch, &mut session.items, &mut results, &results_tx);
                 }
-                request = requests.recv() => match request {
-                    Some(Request::Command(command, reply)) => {
-                        self.next_command += 1;
-                        let id = CommandId(self.next_command);
-                        self.replies.insert(id, reply);
-                        self.feed(Input::Command { id, command }, &results_tx);
+                request = requests.recv() => {
+                    // Commands that arrived together are one step: a burst of
+                    // `createBundle`s is not a placement round each. Anything
+                    // else met on the way is served after them, in order.
+                    let mut batch = Vec::new();
+                    let mut next = request;
+                    while let Some(Request::Command(command, reply)) = next {
+                        batch.push(self.command_input(command, reply));
+                        if batch.len() >= MAX_BATCH {
+                            next = None;
+                            break;
+                        }
+                        next = requests.try_recv().ok();
                     }
-                    Some(Request::Query(ask)) => ask(&self.core, self.clock.now()),
-                    Some(Request::Close) | None => break,
-                },
+                    let closed = batch.is_empty() && next.is_none();
+                    if !batch.is_empty() {
+                        self.feed_batch(batch, &mut session.items, &mut results, &results_tx);
+                    }
+                    match next {
+                        Some(Request::Query(ask)) => ask(&self.core, self.clock.now()),
+                        Some(Request::Close) => break,
+                        _ if closed => break,
+                        _ => {}
+                    }
+                }
                 Ok(()) = state.changed() => {
                     let current = *state.borrow_and_update();
                     let name = serde_json::to_value(current)
@@ -333,6 +348,14 @@ impl Shell {
         self.publish(Notification::ConnectionStateChange {
             state: "shutdown".to_owned(),
         });
+    }
+
+    /// A command as the core's input, its caller waiting for the reply.
+    fn command_input(&mut self, command: Command, reply: oneshot::Sender<Result<(), CommandError>>) -> Input {
+        self.next_command += 1;
+        let id = CommandId(self.next_command);
+        self.replies.insert(id, reply);
+        Input::Command { id, command }
     }
 
     /// A new stream's snapshot: the old core is disposed and a fresh one

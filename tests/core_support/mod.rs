@@ -240,8 +240,17 @@ impl Harness {
         );
     }
 
-    /// The instance of `job` on `node` failed at runtime.
+    /// The instance of `job` on `node` failed at runtime, as Manager reports
+    /// a crash: `Stopping` (job failed), then `Stopped`.
     pub fn failed(&mut self, job: &JobId, node: &NodeId) {
+        let role = self.role(job);
+        self.failing(job, node);
+        self.stopped(job, node, role);
+    }
+
+    /// The instance of `job` on `node` failed at runtime and Manager is
+    /// stopping it (`Stopping`, job failed; no `Stopped` yet).
+    pub fn failing(&mut self, job: &JobId, node: &NodeId) {
         let role = self.role(job);
         self.history(
             job,
@@ -250,6 +259,18 @@ impl Harness {
                 role,
                 node_id: Some(node.clone()),
                 reason: JobStopReason::JobFailed,
+            },
+        );
+    }
+
+    /// The instance `role` of `job` on `node` has stopped.
+    pub fn stopped(&mut self, job: &JobId, node: &NodeId, role: InstanceKey) {
+        self.history(
+            job,
+            JobHistoryEntry::Stopped {
+                at: Some(self.now),
+                role,
+                node_id: Some(node.clone()),
             },
         );
     }

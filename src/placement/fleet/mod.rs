@@ -191,6 +191,77 @@ impl FleetView {
         Ok(())
     }
 
+    /// Undoes [`FleetView::reserve`] of `job` on `node`: its capacity, cores,
+    /// host ports and GPU capacity are given back and it is no longer seen
+    /// by the intra-replica and resilience rules. A job not reserved there
+    /// changes nothing.
+    pub fn release(&mut self, node: &NodeId, job: &PlacedJob) -> Result<(), FleetError> {
+        let idx = *self
+            .by_id
+            .get(node)
+            .ok_or_else(|| FleetError::UnknownNode(node.clone()))?;
+        let occupants = &self.occupants;
+        let entry = &mut self.nodes[idx as usize];
+        let Some(at) = entry.occupants.iter().position(|&o| {
+            let o = &occupants[o as usize];
+            o.bundle == job.bundle && o.replica == job.replica_index && o.job_name.as_str() == job.job_name
+        }) else {
+            return Ok(());
+        };
+        let occupant = entry.occupants.remove(at);
+        for port in &job.required_host_ports {
+            if let Some(p) = entry.ports.iter().position(|p| p == port) {
+                entry.ports.remove(p);
+            }
+        }
+        if job.required_gpu_capacity > 0.0 {
+            match job.gpu_index.and_then(|i| entry.gpus.get_mut(i as usize)) {
+                Some(device) => device.used -= job.required_gpu_capacity,
+                None => entry.gpus.iter_mut().for_each(|d| d.used -= job.required_gpu_capacity),
+            }
+        }
+        let hot = &mut self.hot[idx as usize];
+        hot.free += job.required_capacity.max(0.0);
+        hot.refill(entry.usable);
+        hot.used_cores = hot.used_cores.saturating_sub(cores(job.required_cores));
+        hot.occupants = cores(entry.occupants.len() as u32);
+        let exclusive = entry.occupants.iter().filter(|&&o| occupants[o as usize].exclusive);
+        hot.exclusive_occupants = cores(exclusive.count() as u32);
+        hot.ports = entry.ports.iter().fold(0, |mask, p| mask | port_bit(p));
+        if let Some(bundle) = &job.bundle
+            && let Some(list) = self.replicas.get_mut(bundle)
+        {
+            list.retain(|&o| o != occupant);
+        }
+        Ok(())
+    }
+
+    /// Changes a node's lifecycle phase and health, as [`FleetView::new`]
+    /// would have read them.
+    pub fn set_condition(&mut self, node: &NodeId, phase: NodePhase, unhealthy: bool) -> Result<(), FleetError> {
+        let idx = *self
+            .by_id
+            .get(node)
+            .ok_or_else(|| FleetError::UnknownNode(node.clone()))?;
+        self.nodes[idx as usize].phase = phase;
+        let hot = &mut self.hot[idx as usize];
+        for (on, bit) in [
+            (matches!(phase, NodePhase::Stopping | NodePhase::Stopped), flag::GONE),
+            (unhealthy, flag::UNHEALTHY),
+            (
+                matches!(phase, NodePhase::Prospective | NodePhase::Starting),
+                flag::LAUNCHING,
+            ),
+        ] {
+            if on {
+                hot.flags |= bit;
+            } else {
+                hot.flags &= !bit;
+            }
+        }
+        Ok(())
+    }
+
     /// Adds a prospective node of `pool`/`tier` provisioned as
     /// `instance_type`, so later placements can use it. It advertises what
     /// the shape says, in the tier's provider and region, with no AZ yet.

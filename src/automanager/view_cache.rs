@@ -1,0 +1,232 @@
+//! The placement view the core keeps between placement rounds. Building a
+//! [`FleetView`] of a large fleet costs milliseconds (11 ms for 5,000 nodes
+//! and 5,200 jobs), which a recovery burst cannot afford; so the view built
+//! at hydration is kept and brought up to date before each round instead:
+//! nodes whose phase or health changed are updated in place, bindings that
+//! ended are released and new ones reserved. Anything else that changed
+//! what placement reads of a node (nodes added or removed, tags, inventory,
+//! template images) rebuilds it, as does a round on backed-off pools.
+//!
+//! The cache only remembers what the view holds; the fleet and the job
+//! bindings stay the one answer to "where is job J".
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::model::{FleetNode, JobId, JobSpec, NodeId, NodeInventory, NodePhase, PlacedJob};
+use crate::placement::{FleetError, FleetView, Pools, placed_job};
+
+use super::binding::JobRecord;
+use super::fleet::{Fleet, NodeState};
+
+/// What the view read of one node, to tell what changed since.
+#[derive(Clone, Debug)]
+struct NodeMark {
+    id: NodeId,
+    /// The node's revision when read.
+    revision: u64,
+    pool: Option<String>,
+    tier: Option<String>,
+    spare: bool,
+    inventory: Option<NodeInventory>,
+    phase: NodePhase,
+    unhealthy: bool,
+}
+
+impl NodeMark {
+    fn of(node: FleetNode, revision: u64) -> Self {
+        Self {
+            id: node.id,
+            revision,
+            pool: node.pool,
+            tier: node.tier,
+            spare: node.spare,
+            inventory: node.inventory,
+            phase: node.phase,
+            unhealthy: node.unhealthy,
+        }
+    }
+}
+
+/// A kept placement view and what it holds.
+#[derive(Clone, Debug)]
+pub(super) struct ViewCache {
+    view: FleetView,
+    /// Every node the view holds, in id order (the fleet's order).
+    nodes: Vec<NodeMark>,
+    template_images: BTreeMap<String, Vec<String>>,
+    /// Every job reserved in the view, with its node and the sync that
+    /// last found it bound.
+    reserved: HashMap<JobId, (NodeId, PlacedJob, u64)>,
+    /// Counts syncs.
+    stamp: u64,
+}
+
+impl ViewCache {
+    /// Builds the view of `fleet` with every binding of `jobs` reserved.
+    pub(super) fn build(
+        fleet: &Fleet,
+        pools: &Pools,
+        jobs: &BTreeMap<JobId, JobRecord>,
+        template_images: &BTreeMap<String, Vec<String>>,
+    ) -> Result<Self, FleetError> {
+        let snapshot = fleet.snapshot(pools, placed_jobs(jobs), template_images);
+        let view = FleetView::new(&snapshot, pools.clone())?;
+        let mut reserved = HashMap::new();
+        let mut nodes = Vec::with_capacity(snapshot.nodes.len());
+        // The snapshot holds the fleet's nodes in the fleet's order.
+        for (mut node, state) in snapshot.nodes.into_iter().zip(fleet.iter()) {
+            for job in std::mem::take(&mut node.jobs) {
+                reserved.insert(job.job_id.clone(), (node.id.clone(), job, 0));
+            }
+            nodes.push(NodeMark::of(node, state.revision));
+        }
+        Ok(Self {
+            view,
+            nodes,
+            template_images: snapshot.template_images,
+            reserved,
+            stamp: 0,
+        })
+    }
+
+    /// Brings the view up to date with `fleet` and `jobs`; `None` when what
+    /// changed can only be had by building it again.
+    pub(super) fn sync(
+        mut self,
+        fleet: &Fleet,
+        pools: &Pools,
+        jobs: &BTreeMap<JobId, JobRecord>,
+        template_images: &BTreeMap<String, Vec<String>>,
+    ) -> Option<Self> {
+        if &self.template_images != template_images || self.view.pools() != pools {
+            return None;
+        }
+        let mut count = 0;
+        for (node, mark) in fleet.iter().zip(self.nodes.iter_mut()) {
+            count += 1;
+            if node.revision == mark.revision && node.id == mark.id {
+                continue;
+            }
+            if !same_node(node, mark, pools) {
+                return None;
+            }
+            mark.revision = node.revision;
+            let (phase, unhealthy) = (placement_phase(node), node.health.is_unhealthy());
+            if (phase, unhealthy) != (mark.phase, mark.unhealthy) {
+                self.view.set_condition(&node.id, phase, unhealthy).ok()?;
+                (mark.phase, mark.unhealthy) = (phase, unhealthy);
+            }
+        }
+        if count != self.nodes.len() || fleet.iter().count() != count {
+            return None;
+        }
+        self.stamp += 1;
+        let stamp = self.stamp;
+        let mut kept = 0;
+        for record in jobs.values() {
+            let Some(binding) = &record.binding else {
+                continue;
+            };
+            let id = record.job_id();
+            if let Some((node, placed, seen)) = self.reserved.get_mut(id)
+                && node == &binding.node_id
+                && reserves(placed, &record.job.spec, binding.gpu_index)
+            {
+                *seen = stamp;
+                kept += 1;
+                continue;
+            }
+            if let Some((node, placed, _)) = self.reserved.remove(id) {
+                self.view.release(&node, &placed).ok()?;
+            }
+            let r = &record.bundle_ref;
+            let placed = placed_job(&r.bundle_id, r.replica_index, &record.job.spec, binding.gpu_index);
+            // A binding to a node the fleet no longer holds reserves
+            // nothing, as in a freshly built view.
+            if self.view.reserve(&binding.node_id, &placed).is_ok() {
+                self.reserved
+                    .insert(id.clone(), (binding.node_id.clone(), placed, stamp));
+                kept += 1;
+            }
+        }
+        if self.reserved.len() > kept {
+            // What no binding holds any more is released.
+            let ended: Vec<JobId> = self
+                .reserved
+                .iter()
+                .filter(|(_, (_, _, seen))| *seen != stamp)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in ended {
+                if let Some((node, placed, _)) = self.reserved.remove(&id) {
+                    self.view.release(&node, &placed).ok()?;
+                }
+            }
+        }
+        Some(self)
+    }
+
+    /// The view, for a placement round.
+    pub(super) fn view_mut(&mut self) -> &mut FleetView {
+        &mut self.view
+    }
+
+    /// Records a reservation a placement round made in the view.
+    pub(super) fn reserved(&mut self, job_id: JobId, node_id: NodeId, placed: PlacedJob) {
+        self.reserved.insert(job_id, (node_id, placed, self.stamp));
+    }
+}
+
+/// What every bound job reserves, by node.
+pub(super) fn placed_jobs(jobs: &BTreeMap<JobId, JobRecord>) -> HashMap<&NodeId, Vec<PlacedJob>> {
+    let mut placed: HashMap<&NodeId, Vec<PlacedJob>> = HashMap::new();
+    for record in jobs.values() {
+        let Some(binding) = &record.binding else {
+            continue;
+        };
+        let r = &record.bundle_ref;
+        placed.entry(&binding.node_id).or_default().push(placed_job(
+            &r.bundle_id,
+            r.replica_index,
+            &record.job.spec,
+            binding.gpu_index,
+        ));
+    }
+    placed
+}
+
+/// The phase placement sees: a node this core terminated takes nothing new.
+pub(super) fn placement_phase(node: &NodeState) -> NodePhase {
+    if node.terminated {
+        NodePhase::Stopping
+    } else {
+        node.phase
+    }
+}
+
+/// Whether the view's description of a node (everything but its phase and
+/// health) still holds.
+fn same_node(node: &NodeState, mark: &NodeMark, pools: &Pools) -> bool {
+    use crate::model::tags;
+    node.id == mark.id
+        && node.tags.get(tags::POOL) == mark.pool.as_ref()
+        && node.tags.get(tags::TIER) == mark.tier.as_ref()
+        && node.tags.get(tags::SPARE).is_some_and(|v| v == "true") == mark.spare
+        && match &node.inventory {
+            Some(inventory) => mark.inventory.as_ref() == Some(inventory),
+            None => node.placement_inventory(pools) == mark.inventory,
+        }
+}
+
+/// Whether `placed` is what a job of `spec` on GPU `gpu_index` reserves.
+fn reserves(placed: &PlacedJob, spec: &JobSpec, gpu_index: Option<u32>) -> bool {
+    let needs = &spec.requirements;
+    placed.gpu_index == gpu_index
+        && placed.job_name == spec.job_name
+        && placed.template == spec.template
+        && placed.required_capacity == needs.required_capacity
+        && placed.required_cores == needs.required_cores
+        && placed.required_host_ports == needs.required_host_ports
+        && placed.required_gpu_capacity == needs.required_gpu_capacity
+        && placed.exclusive == spec.exclusive
+}
