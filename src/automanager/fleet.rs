@@ -102,7 +102,7 @@ impl NodeState {
     pub fn placement_inventory(&self, pools: &Pools) -> Option<NodeInventory> {
         let p = self.provisioned.as_ref()?;
         let shape = shape_of(pools, p)?;
-        Some(shape_inventory(p, shape))
+        Some(shape.prospective_inventory(p.kind, p.region.clone()))
     }
 }
 
@@ -226,21 +226,4 @@ fn shape_of<'p>(pools: &'p Pools, p: &Provisioned) -> Option<&'p InstanceShape> 
         .candidate_instance_types
         .iter()
         .find(|s| s.instance_type == p.instance_type)
-}
-
-fn shape_inventory(p: &Provisioned, shape: &InstanceShape) -> NodeInventory {
-    NodeInventory {
-        kind: p.kind,
-        region: p.region.clone(),
-        az: String::new(),
-        instance_type: shape.instance_type.clone(),
-        total_capacity: shape.total_capacity,
-        total_cores: shape.total_cores,
-        utilization_cap: 1.0,
-        reserved_capacity: 0.0,
-        capabilities: shape.capabilities.clone(),
-        gpus: shape.gpus.clone(),
-        images: Vec::new(),
-        nics: Vec::new(),
-    }
 }

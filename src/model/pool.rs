@@ -96,6 +96,28 @@ pub struct InstanceShape {
     pub gpus: Vec<Gpu>,
 }
 
+impl InstanceShape {
+    /// What a node of this shape will advertise once it boots: what placement
+    /// plans on while the node is still prospective (no AZ, images or NICs
+    /// known yet; the whole capacity usable).
+    pub fn prospective_inventory(&self, kind: ProviderKind, region: String) -> super::NodeInventory {
+        super::NodeInventory {
+            kind,
+            region,
+            az: String::new(),
+            instance_type: self.instance_type.clone(),
+            total_capacity: self.total_capacity,
+            total_cores: self.total_cores,
+            utilization_cap: 1.0,
+            reserved_capacity: 0.0,
+            capabilities: self.capabilities.clone(),
+            gpus: self.gpus.clone(),
+            images: Vec::new(),
+            nics: Vec::new(),
+        }
+    }
+}
+
 /// `PlacementTier`: one homogeneous capacity segment.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -532,20 +532,7 @@ fn prospective_node(
         spare: false,
         spare_spec: Default::default(),
         tags: Default::default(),
-        inventory: Some(NodeInventory {
-            kind,
-            region: region.unwrap_or_default(),
-            az: String::new(),
-            instance_type: shape.instance_type.clone(),
-            total_capacity: shape.total_capacity,
-            total_cores: shape.total_cores,
-            utilization_cap: 1.0,
-            reserved_capacity: 0.0,
-            capabilities: shape.capabilities.clone(),
-            gpus: shape.gpus.clone(),
-            images: Vec::new(),
-            nics: Vec::new(),
-        }),
+        inventory: Some(shape.prospective_inventory(kind, region.unwrap_or_default())),
         jobs: Vec::new(),
     }
 }
