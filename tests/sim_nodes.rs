@@ -11,7 +11,7 @@ use norsk_auto_manager::manager::proto::manager::{
 use norsk_auto_manager::manager::proto::sim_admin;
 use norsk_auto_manager::model::{InterruptionKind, NodePhase, ProviderKind};
 use norsk_auto_manager::sim::{SimConfig, SimSnapshot};
-use sim_support::{Sim, TIME_SCALE, aws_node, job_update, kind, node_of};
+use sim_support::{Events, Sim, TIME_SCALE, aws_node, job_update, kind, node_of};
 use tonic::Code;
 
 async fn booted(sim: &Sim, node_id: &str) {
@@ -295,6 +295,17 @@ async fn a_rebalance_notice_carries_no_deadline_and_leaves_the_node_running() {
     sim.shutdown().await;
 }
 
+/// The next inventory a node advertises on the stream.
+async fn next_inventory(events: &mut Events) -> pb::NodeInventory {
+    let (inventory, _) = events
+        .until(|e| match e {
+            Event::NodeInventory(i) => i.inventory.clone(),
+            _ => None,
+        })
+        .await;
+    inventory
+}
+
 #[tokio::test]
 async fn an_oci_node_lands_in_the_availability_domain_it_names() {
     let sim = Sim::start().await;
@@ -307,12 +318,7 @@ async fn an_oci_node_lands_in_the_availability_domain_it_names() {
         ..Default::default()
     };
     sim.manager.clone().create_oci_node(request).await.unwrap();
-    let (inventory, _) = events
-        .until(|e| match e {
-            Event::NodeInventory(i) => i.inventory.clone(),
-            _ => None,
-        })
-        .await;
+    let inventory = next_inventory(&mut events).await;
     assert_eq!(inventory.region, "eu-frankfurt-1");
     assert_eq!(inventory.availability_zone, "EU-FRANKFURT-1-AD-2");
     assert_eq!(inventory.total_capacity, 8.0);
@@ -331,12 +337,7 @@ async fn an_oci_node_asked_for_by_region_gets_one_of_its_domains() {
         ..Default::default()
     };
     sim.manager.clone().create_oci_node(request).await.unwrap();
-    let (inventory, _) = events
-        .until(|e| match e {
-            Event::NodeInventory(i) => i.inventory.clone(),
-            _ => None,
-        })
-        .await;
+    let inventory = next_inventory(&mut events).await;
     assert_eq!(inventory.region, "eu-frankfurt-1");
     assert!(
         inventory.availability_zone.starts_with("EU-FRANKFURT-1-AD-"),
