@@ -10,7 +10,7 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 use norsk_auto_manager::automanager::{Action, AutoManagerCore, AutoSettings, Input, Rpc, validate_auto_settings};
 use norsk_auto_manager::model::{
     Bundle, BundleId, BundleJobRef, BundleSpec, InstanceKey, JobHistoryEntry, JobState, ManagerEvent, NodeId, NodeInfo,
-    NodeInventory, ProviderKind, ProviderMetadata, RuntimeJob, runtime_job_id, tags,
+    NodeInventory, ProviderMetadata, RuntimeJob, runtime_job_id, tags,
 };
 
 const NOW: i64 = 1_000_000;
@@ -31,20 +31,7 @@ fn node(core: &mut AutoManagerCore, id: &str, vcpus: f64) {
         core,
         ManagerEvent::NodeInventory {
             node_id: NodeId::from(id),
-            inventory: NodeInventory {
-                kind: ProviderKind::LocalServers,
-                region: String::new(),
-                az: format!("az{}", id.len() % 3),
-                instance_type: String::new(),
-                total_capacity: vcpus,
-                total_cores: vcpus as u32,
-                utilization_cap: 1.0,
-                reserved_capacity: 0.0,
-                capabilities: vec![],
-                gpus: vec![],
-                images: vec![],
-                nics: vec![],
-            },
+            inventory: NodeInventory::local_server(String::new(), format!("az{}", id.len() % 3), String::new(), vcpus),
         },
     );
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use norsk_auto_manager::automanager::{AutoManager, AutoSettings, Notification, RunOptions};
-use norsk_auto_manager::model::{Bundle, BundleId, NodeInventory, ProviderKind, tags};
+use norsk_auto_manager::model::{Bundle, BundleId, NodeInventory, tags};
 use norsk_auto_manager::sim::{ClusterNode, SimConfig, Simulator};
 use tokio::sync::broadcast;
 
@@ -20,20 +20,7 @@ fn cluster_node(i: usize) -> ClusterNode {
     ClusterNode {
         id: format!("n{i}"),
         tags: BTreeMap::from([(tags::POOL.to_owned(), "production".to_owned())]),
-        inventory: NodeInventory {
-            kind: ProviderKind::LocalServers,
-            region: "site".into(),
-            az: "rack-1".into(),
-            instance_type: String::new(),
-            total_capacity: 512.0,
-            total_cores: 512,
-            utilization_cap: 1.0,
-            reserved_capacity: 0.0,
-            capabilities: vec![],
-            gpus: vec![],
-            images: vec![],
-            nics: vec![],
-        },
+        inventory: NodeInventory::local_server("site", "rack-1", "", 512.0),
     }
 }
 

@@ -55,20 +55,7 @@ fn session(client: &ManagerClient) -> StreamSession {
 }
 
 fn inventory(capacity: f64) -> NodeInventory {
-    NodeInventory {
-        kind: ProviderKind::LocalServers,
-        region: "studio".into(),
-        az: "studio-a".into(),
-        instance_type: "rack".into(),
-        total_capacity: capacity,
-        total_cores: capacity as u32,
-        utilization_cap: 1.0,
-        reserved_capacity: 0.0,
-        capabilities: vec![],
-        gpus: vec![],
-        images: vec![],
-        nics: vec![],
-    }
+    NodeInventory::local_server("studio", "studio-a", "rack", capacity)
 }
 
 async fn register(admin: &mut SimAdminClient<Channel>, id: &str) {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use norsk_auto_manager::automanager::{AutoManager, AutoManagerHandle, AutoSettings, Notification, RunOptions};
 use norsk_auto_manager::manager::proto::sim_admin;
-use norsk_auto_manager::model::{Bundle, BundleId, JobHistoryEntry, JobId, NodeId, NodeInventory, ProviderKind, tags};
+use norsk_auto_manager::model::{Bundle, BundleId, JobHistoryEntry, JobId, NodeId, NodeInventory, tags};
 use norsk_auto_manager::sim::{ClusterNode, SimConfig};
 use sim_support::Sim;
 use tokio::sync::broadcast;
@@ -22,20 +22,7 @@ fn cluster_node(id: &str, vcpus: f64) -> ClusterNode {
     ClusterNode {
         id: id.to_owned(),
         tags: BTreeMap::from([(tags::POOL.to_owned(), "production".to_owned())]),
-        inventory: NodeInventory {
-            kind: ProviderKind::LocalServers,
-            region: "site".into(),
-            az: "rack-1".into(),
-            instance_type: String::new(),
-            total_capacity: vcpus,
-            total_cores: vcpus as u32,
-            utilization_cap: 1.0,
-            reserved_capacity: 0.0,
-            capabilities: vec![],
-            gpus: vec![],
-            images: vec![],
-            nics: vec![],
-        },
+        inventory: NodeInventory::local_server("site", "rack-1", "", vcpus),
     }
 }
 

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use norsk_auto_manager::model::{NodeInventory, ProviderKind, tags};
+use norsk_auto_manager::model::{NodeInventory, tags};
 use norsk_auto_manager::sim::{ClusterNode, SimConfig};
 use serde_json::Value;
 use sim_support::Sim;
@@ -22,20 +22,7 @@ fn cluster_node(id: &str) -> ClusterNode {
     ClusterNode {
         id: id.to_owned(),
         tags: BTreeMap::from([(tags::POOL.to_owned(), "production".to_owned())]),
-        inventory: NodeInventory {
-            kind: ProviderKind::LocalServers,
-            region: "site".into(),
-            az: "rack-1".into(),
-            instance_type: String::new(),
-            total_capacity: 8.0,
-            total_cores: 8,
-            utilization_cap: 1.0,
-            reserved_capacity: 0.0,
-            capabilities: vec![],
-            gpus: vec![],
-            images: vec![],
-            nics: vec![],
-        },
+        inventory: NodeInventory::local_server("site", "rack-1", "", 8.0),
     }
 }
 

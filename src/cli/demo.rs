@@ -19,7 +19,7 @@ use super::standalone::describe;
 use crate::automanager::{AutoManager, AutoManagerHandle, AutoSettings, Notification, RunOptions};
 use crate::manager::proto::manager::JobRejectionCode;
 use crate::manager::proto::sim_admin::{self, sim_admin_client::SimAdminClient};
-use crate::model::{Bundle, BundleId, BundleJobRef, JobHistoryEntry, JobId, NodeId, NodeInventory, ProviderKind, tags};
+use crate::model::{Bundle, BundleId, BundleJobRef, JobHistoryEntry, JobId, NodeId, NodeInventory, tags};
 use crate::sim::{ClusterNode, SimConfig, Simulator};
 
 /// Arguments of `demo`.
@@ -71,20 +71,7 @@ fn cluster_node(id: &str) -> ClusterNode {
     ClusterNode {
         id: id.to_owned(),
         tags: BTreeMap::from([(tags::POOL.to_owned(), "production".to_owned())]),
-        inventory: NodeInventory {
-            kind: ProviderKind::LocalServers,
-            region: "studio".into(),
-            az: "rack-1".into(),
-            instance_type: "r640".into(),
-            total_capacity: 8.0,
-            total_cores: 8,
-            utilization_cap: 1.0,
-            reserved_capacity: 0.0,
-            capabilities: vec![],
-            gpus: vec![],
-            images: vec![],
-            nics: vec![],
-        },
+        inventory: NodeInventory::local_server("studio", "rack-1", "r640", 8.0),
     }
 }
 

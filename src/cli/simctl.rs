@@ -12,7 +12,7 @@ use tonic::transport::Channel;
 use crate::manager::proto::manager as pb;
 use crate::manager::proto::sim_admin::{self, sim_admin_client::SimAdminClient};
 use crate::manager::wire::inventory_to_pb;
-use crate::model::{Gpu, NodeId, NodeInventory, ProviderKind, tags};
+use crate::model::{Gpu, NodeId, NodeInventory, tags};
 
 /// The largest snapshot simctl accepts (a fleet of tens of thousands of
 /// nodes fits).
@@ -434,18 +434,11 @@ fn register_request(a: RegisterNodeArgs) -> Result<sim_admin::RegisterNodeReques
     let inventory = match &a.inventory_json {
         Some(json) => serde_json::from_str::<NodeInventory>(json)?,
         None => NodeInventory {
-            kind: ProviderKind::LocalServers,
-            region: a.region,
-            az: a.az,
-            instance_type: String::new(),
-            total_capacity: a.capacity.unwrap_or_default(),
             total_cores: a.cores,
-            utilization_cap: 1.0,
-            reserved_capacity: 0.0,
             capabilities: a.capability,
             gpus: a.gpu,
             images: a.image,
-            nics: vec![],
+            ..NodeInventory::local_server(a.region, a.az, String::new(), a.capacity.unwrap_or_default())
         },
     };
     let mut node_tags: HashMap<String, String> = a.tags.into_iter().collect();

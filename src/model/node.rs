@@ -105,6 +105,30 @@ fn one() -> f64 {
 }
 
 impl NodeInventory {
+    /// A plain cluster (`local-servers`) server of `vcpus` vCPUs and as many
+    /// cores, all of it usable, advertising nothing else yet.
+    pub fn local_server(
+        region: impl Into<String>,
+        az: impl Into<String>,
+        instance_type: impl Into<String>,
+        vcpus: f64,
+    ) -> Self {
+        Self {
+            kind: ProviderKind::LocalServers,
+            region: region.into(),
+            az: az.into(),
+            instance_type: instance_type.into(),
+            total_capacity: vcpus,
+            total_cores: vcpus as u32,
+            utilization_cap: 1.0,
+            reserved_capacity: 0.0,
+            capabilities: Vec::new(),
+            gpus: Vec::new(),
+            images: Vec::new(),
+            nics: Vec::new(),
+        }
+    }
+
     /// Capacity placement may hand out before any job is placed:
     /// `totalCapacity × utilizationCap − reserved`.
     pub fn usable_capacity(&self) -> f64 {
