@@ -10,10 +10,11 @@ use crate::placement::{
     validate_bundle, validate_bundle_admission,
 };
 
-use super::binding::JobRecord;
+use super::binding::{JobRecord, StoppingInstance};
 use super::fleet::Fleet;
 use super::metrics::{Counters, Metrics, PoolGauge};
-use super::recovery::MIN_RECOVERY_INTERVAL_MS;
+use super::offerings::Offering;
+use super::recovery::{FAILED_INSTANCE_STOP_GRACE_MS, MIN_RECOVERY_INTERVAL_MS};
 use super::settings::ValidSettings;
 use super::view_cache::{ViewCache, placed_jobs};
 use super::{Action, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId, Rpc, Step};
@@ -65,6 +66,9 @@ pub struct AutoManagerCore {
     pub(super) fleet_epoch: u64,
     /// (pool, tier) -> until when provisioning there is held back.
     pub(super) tier_backoff: BTreeMap<(String, String), UnixMillis>,
+    /// Offerings a provider had no capacity for -> until when they are
+    /// skipped (see `offerings`).
+    pub(super) exhausted_offerings: BTreeMap<Offering, UnixMillis>,
     /// The placement view kept between rounds (built at hydration).
     pub(super) view_cache: Option<ViewCache>,
     pub(super) out: Vec<Action>,
@@ -90,6 +94,7 @@ impl AutoManagerCore {
             counters: Counters::default(),
             fleet_epoch: 0,
             tier_backoff: BTreeMap::new(),
+            exhausted_offerings: BTreeMap::new(),
             view_cache: None,
             out: Vec::new(),
         }
@@ -401,14 +406,11 @@ impl AutoManagerCore {
         }
         // A failed instance still stopping wears the key its replacement
         // would: the replacement waits for its `Stopped` (or for its node to
-        // go), and is placed in the step that brings either.
-        if record.stopping.as_ref().is_some_and(|s| {
-            self.fleet
-                .get(&s.node_id)
-                .is_some_and(|n| !n.is_going() && !n.terminated)
-        }) {
-            return Readiness::Never;
-        }
+        // go), and is placed in the step that brings either — or, failing
+        // both, `FAILED_INSTANCE_STOP_GRACE_MS` after the failure.
+        let stop_wait = self
+            .awaited_stop(record)
+            .map(|s| s.since + FAILED_INSTANCE_STOP_GRACE_MS);
         let Some(bundle) = self.bundles.get(&record.bundle_ref.bundle_id) else {
             return Readiness::Never;
         };
@@ -421,6 +423,7 @@ impl AutoManagerCore {
             (Some(_), Some(last)) => record.not_before.max(last + MIN_RECOVERY_INTERVAL_MS),
             _ => record.not_before,
         };
+        let not_before = not_before.max(stop_wait.unwrap_or(UnixMillis::MIN));
         let at = match (record.job.state, record.job.start_date_time) {
             (JobState::Active, _) => not_before,
             // A scheduled start is placed `placementLeadMs` ahead.
@@ -438,6 +441,16 @@ impl AutoManagerCore {
             _ => return Readiness::Never,
         };
         Readiness::At(at)
+    }
+
+    /// The failed instance a job's replacement waits for: still stopping,
+    /// on a node still up.
+    pub(super) fn awaited_stop<'r>(&self, record: &'r JobRecord) -> Option<&'r StoppingInstance> {
+        record.stopping.as_ref().filter(|s| {
+            self.fleet
+                .get(&s.node_id)
+                .is_some_and(|n| !n.is_going() && !n.terminated)
+        })
     }
 
     fn next_deadline(&self, now: UnixMillis) -> Option<UnixMillis> {
@@ -460,6 +473,7 @@ impl AutoManagerCore {
         });
         jobs.chain(nodes.flatten())
             .chain(self.tier_backoff.values().copied())
+            .chain(self.exhausted_offerings.values().copied())
             .min()
             .map(|at| at.max(now))
     }
@@ -525,9 +539,7 @@ impl AutoManagerCore {
             }
             self.fleet.remove(&node_id);
         }
-        let before = self.tier_backoff.len();
-        self.tier_backoff.retain(|_, until| *until > now);
-        if self.tier_backoff.len() != before {
+        if self.expire_held_back(now) {
             self.fleet_epoch += 1;
         }
     }

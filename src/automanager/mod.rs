@@ -16,6 +16,9 @@
 //!   dispatching.
 //! - `view_cache`: the placement view kept between rounds and brought up
 //!   to date instead of rebuilt.
+//! - `offerings`: what providers recently could not supply (an exhausted
+//!   shape is skipped for the tier's next one; a refusing tier is held
+//!   back).
 //! - [`metrics`], [`notification`].
 
 pub mod binding;
@@ -25,6 +28,7 @@ mod events;
 pub mod fleet;
 pub mod metrics;
 pub mod notification;
+mod offerings;
 pub mod recovery;
 pub mod runtime;
 pub mod settings;
