@@ -16,6 +16,8 @@
 //!   dispatching.
 //! - `view_cache`: the placement view kept between rounds and brought up
 //!   to date instead of rebuilt.
+//! - [`spares`]: the hot-spare reconciler, warmth, reservations.
+//! - [`node_services`]: eager node-service placement (experimental).
 //! - [`metrics`], [`notification`].
 
 pub mod binding;
@@ -28,6 +30,8 @@ pub mod notification;
 pub mod recovery;
 pub mod runtime;
 pub mod settings;
+pub mod spares;
+pub mod node_services;
 mod view_cache;
 
 use std::collections::BTreeMap;
@@ -180,6 +184,33 @@ pub enum Rpc {
     StartBundleJob(BundleJobRef),
     /// `StopBundleJob`.
     StopBundleJob(BundleJobRef),
+    /// `UpdateNodeTags`: sets then removes tags (a spare's `spare`,
+    /// `warmFor`, `reservedFor`, `exclusive`).
+    UpdateNodeTags {
+        /// The node.
+        node_id: NodeId,
+        /// Tags to set.
+        set: BTreeMap<String, String>,
+        /// Tags to remove.
+        remove: Vec<String>,
+    },
+    /// `PrefetchImages`: a spare pulls its `warmFor` images; answered by an
+    /// `images_prefetched` event.
+    PrefetchImages {
+        /// The node.
+        node_id: NodeId,
+        /// Image references.
+        images: Vec<String>,
+    },
+    /// `CreateJob`: a plain Manager job (a node service's job on one node).
+    CreateJob {
+        /// The job id.
+        job_id: JobId,
+        /// The template it runs.
+        template: String,
+        /// Its tags.
+        tags: BTreeMap<String, String>,
+    },
 }
 
 /// Why a command failed.
