@@ -485,7 +485,11 @@ fn random_hot_spares(rng: &mut StdRng) -> HotSpareSpec {
         pool: "production".into(),
         target_count: rng.random_range(0..=2),
         spec: serde_yaml::from_str("{instanceType: m5.xlarge}").expect("spec parses"),
-        warm_for: if rng.random_bool(0.5) { vec!["xyz".into()] } else { vec![] },
+        warm_for: if rng.random_bool(0.5) {
+            vec!["xyz".into()]
+        } else {
+            vec![]
+        },
         ..Default::default()
     }
 }
@@ -496,7 +500,7 @@ impl Model {
     /// spare count reached its target wherever capacity allowed.
     fn spares_converge(&mut self) -> Result<(), String> {
         self.calm = true;
-        for _ in 0..20 {
+        for _ in 0..6 {
             self.check(&BTreeSet::new(), &BTreeSet::new())?;
             while !self.pending.is_empty() {
                 self.answer();

@@ -36,7 +36,10 @@ fn spare_settings(spares: Vec<HotSpareSpec>) -> AutoSettings {
     AutoSettings {
         hot_spares: spares,
         template_images: BTreeMap::from([
-            ("xyz".to_owned(), vec!["reg/xyz:1".to_owned(), "reg/xyz-aux:1".to_owned()]),
+            (
+                "xyz".to_owned(),
+                vec!["reg/xyz:1".to_owned(), "reg/xyz-aux:1".to_owned()],
+            ),
             ("other".to_owned(), vec!["reg/other:1".to_owned()]),
         ]),
         ..settings()
@@ -102,7 +105,11 @@ fn underflows(notifications: &[Notification]) -> Vec<(String, u32, u32)> {
     notifications
         .iter()
         .filter_map(|n| match n {
-            Notification::SpareUnderflow { pool, effective, target } => Some((pool.clone(), *effective, *target)),
+            Notification::SpareUnderflow {
+                pool,
+                effective,
+                target,
+            } => Some((pool.clone(), *effective, *target)),
             _ => None,
         })
         .collect()
@@ -152,9 +159,9 @@ fn a_pool_without_an_elastic_tier_only_gets_the_underflow_callback() {
         pool: "racks".into(),
         ..entry(2, &[], &[], false)
     }]);
-    settings
-        .placement_pools
-        .push(serde_yaml::from_str("{name: racks, tiers: [{name: rack, kind: local-servers, scaleOut: fixed}]}").unwrap());
+    settings.placement_pools.push(
+        serde_yaml::from_str("{name: racks, tiers: [{name: rack, kind: local-servers, scaleOut: fixed}]}").unwrap(),
+    );
     let mut h = Harness::with(settings);
     h.event(ManagerEvent::InitialDataComplete);
     assert_eq!(underflows(&h.take_notifications()), vec![("racks".to_owned(), 0, 2)]);
@@ -174,15 +181,18 @@ fn the_reconciler_runs_on_its_periodic_tick() {
         pool: "racks".into(),
         ..entry(1, &[], &[], false)
     }]);
-    settings
-        .placement_pools
-        .push(serde_yaml::from_str("{name: racks, tiers: [{name: rack, kind: local-servers, scaleOut: fixed}]}").unwrap());
+    settings.placement_pools.push(
+        serde_yaml::from_str("{name: racks, tiers: [{name: rack, kind: local-servers, scaleOut: fixed}]}").unwrap(),
+    );
     settings.hot_spare_reconcile_interval_ms = 10_000;
     let mut h = Harness::with(settings);
     h.event(ManagerEvent::InitialDataComplete);
     assert_eq!(underflows(&h.take_notifications()).len(), 1);
     h.advance(9_999);
-    assert!(underflows(&h.take_notifications()).is_empty(), "nothing changed, no tick yet");
+    assert!(
+        underflows(&h.take_notifications()).is_empty(),
+        "nothing changed, no tick yet"
+    );
     h.advance(1);
     assert_eq!(
         underflows(&h.take_notifications()),
@@ -203,7 +213,10 @@ fn a_spare_that_stops_is_replaced_on_the_node_lifecycle_event() {
     let mut h = hydrated_with(vec![entry(1, &[], &[], false)]);
     let spare = running_spares(&mut h, &[&[]]).remove(0);
     h.take_notifications();
-    h.node_stopping(spare.as_str(), norsk_auto_manager::model::NodeStopReason::HealthPingTimeExceeded);
+    h.node_stopping(
+        spare.as_str(),
+        norsk_auto_manager::model::NodeStopReason::HealthPingTimeExceeded,
+    );
     assert_eq!(
         underflows(&h.take_notifications()),
         vec![("production".to_owned(), 0, 1)]
@@ -216,7 +229,9 @@ fn over_target_terminates_the_coldest_spares_first() {
     let mut h = hydrated_with(vec![entry(3, &["xyz"], &[], false)]);
     let spares = running_spares(&mut h, &[&["reg/xyz:1", "reg/xyz-aux:1"], &[], &["reg/xyz:1"]]);
     h.take_calls();
-    let (result, step) = h.core.update_hot_spare_specs(vec![entry(1, &["xyz"], &[], false)], h.now);
+    let (result, step) = h
+        .core
+        .update_hot_spare_specs(vec![entry(1, &["xyz"], &[], false)], h.now);
     absorb(&mut h, step);
     assert!(result.is_ok());
     let mut gone = terminated(&mut h);
@@ -238,7 +253,9 @@ fn last_activity_breaks_a_warmth_tie_least_recently_active_first() {
         inventory: inventory(ProviderKind::Aws, 4.0),
     });
     h.take_calls();
-    let (_, step) = h.core.update_hot_spare_specs(vec![entry(1, &["xyz"], &[], false)], h.now);
+    let (_, step) = h
+        .core
+        .update_hot_spare_specs(vec![entry(1, &["xyz"], &[], false)], h.now);
     absorb(&mut h, step);
     assert_eq!(terminated(&mut h), vec![spares[1].clone()]);
 }
@@ -249,8 +266,14 @@ fn a_spare_that_takes_a_job_becomes_an_ordinary_node_and_is_replaced() {
     let spare = running_spares(&mut h, &[&[]]).remove(0);
     h.take_calls();
     h.take_notifications();
-    let b = h.bundle("ch", "pool: production\nonLaunch: allowSpare\njobs: [{jobName: encode, requirements: {requiredCapacity: 2}}]");
-    assert_eq!(h.bound_node(&job_id(b.bundle_id.as_str(), 0, "encode")), Some(spare.clone()));
+    let b = h.bundle(
+        "ch",
+        "pool: production\nonLaunch: allowSpare\njobs: [{jobName: encode, requirements: {requiredCapacity: 2}}]",
+    );
+    assert_eq!(
+        h.bound_node(&job_id(b.bundle_id.as_str(), 0, "encode")),
+        Some(spare.clone())
+    );
     let calls = h.take_calls();
     let untag = calls.iter().find_map(|(_, rpc)| match rpc {
         Rpc::UpdateNodeTags { node_id, remove, .. } if node_id == &spare => Some(remove.clone()),
@@ -259,10 +282,15 @@ fn a_spare_that_takes_a_job_becomes_an_ordinary_node_and_is_replaced() {
     let removed = untag.expect("the spare loses its spare tags");
     assert!(removed.contains(&tags::SPARE.to_owned()));
     assert!(
-        calls.iter().any(|(_, rpc)| matches!(rpc, Rpc::CreateNode { tags, .. } if tags.get(tags::SPARE).is_some_and(|v| v == "true"))),
+        calls.iter().any(
+            |(_, rpc)| matches!(rpc, Rpc::CreateNode { tags, .. } if tags.get(tags::SPARE).is_some_and(|v| v == "true"))
+        ),
         "a replacement spare is provisioned"
     );
-    assert_eq!(underflows(&h.take_notifications()), vec![("production".to_owned(), 0, 1)]);
+    assert_eq!(
+        underflows(&h.take_notifications()),
+        vec![("production".to_owned(), 0, 1)]
+    );
     assert_eq!(h.core.spare_spec(&spare), None, "an ordinary node now");
 }
 
@@ -271,8 +299,14 @@ fn launch_avoids_an_unconsumed_spare_by_default() {
     let mut h = hydrated_with(vec![entry(1, &[], &[], false)]);
     let spare = running_spares(&mut h, &[&[]]).remove(0);
     h.cluster_node("a", 4.0);
-    let b = h.bundle("ch", "pool: production\njobs: [{jobName: encode, requirements: {requiredCapacity: 2}}]");
-    assert_eq!(h.bound_node(&job_id(b.bundle_id.as_str(), 0, "encode")), Some(NodeId::from("a")));
+    let b = h.bundle(
+        "ch",
+        "pool: production\njobs: [{jobName: encode, requirements: {requiredCapacity: 2}}]",
+    );
+    assert_eq!(
+        h.bound_node(&job_id(b.bundle_id.as_str(), 0, "encode")),
+        Some(NodeId::from("a"))
+    );
     assert!(h.core.spare_spec(&spare).is_some(), "still a spare");
 }
 
@@ -315,7 +349,9 @@ fn warm_for_starts_image_pulls_and_a_failed_image_leaves_the_spare_cold_for_it()
     });
     h.advance(120_000);
     assert!(
-        !h.take_calls().iter().any(|(_, rpc)| matches!(rpc, Rpc::PrefetchImages { .. })),
+        !h.take_calls()
+            .iter()
+            .any(|(_, rpc)| matches!(rpc, Rpc::PrefetchImages { .. })),
         "the failed image is not asked for again; the held one is warm"
     );
 }
@@ -375,7 +411,10 @@ fn reserved_for_without_exclusive_is_a_preference() {
         "ch",
         "pool: production\nonLaunch: allowSpare\njobs: [{jobName: encode, template: xyz, requirements: {requiredCapacity: 2}}]",
     );
-    assert_eq!(h.bound_node(&job_id(xyz.bundle_id.as_str(), 0, "encode")), Some(spares[1].clone()));
+    assert_eq!(
+        h.bound_node(&job_id(xyz.bundle_id.as_str(), 0, "encode")),
+        Some(spares[1].clone())
+    );
     let other = h.bundle(
         "ch2",
         "pool: production\nonLaunch: allowSpare\njobs: [{jobName: encode, template: other, requirements: {requiredCapacity: 4}}]",
@@ -407,7 +446,11 @@ fn update_hot_spare_specs_is_validated_as_at_boot_and_rejected_whole() {
         .map(|e| serde_json::to_value(e.code).unwrap().as_str().unwrap().to_owned())
         .collect();
     assert_eq!(codes, ["duplicateHotSparePool", "unknownPool"]);
-    assert_eq!(h.core.settings().hot_spares, vec![entry(1, &[], &[], false)], "nothing changed");
+    assert_eq!(
+        h.core.settings().hot_spares,
+        vec![entry(1, &[], &[], false)],
+        "nothing changed"
+    );
     assert!(creates(&mut h).is_empty());
 }
 
@@ -444,7 +487,11 @@ fn update_hot_spare_specs_converges_at_once_and_returns_the_diff_by_pool() {
     };
     assert_eq!(
         fields,
-        &[HotSpareField::TargetCount, HotSpareField::WarmFor, HotSpareField::Exclusive]
+        &[
+            HotSpareField::TargetCount,
+            HotSpareField::WarmFor,
+            HotSpareField::Exclusive
+        ]
     );
     assert_eq!(after, &changed);
     let calls = h.take_calls();
@@ -463,11 +510,16 @@ fn update_hot_spare_specs_converges_at_once_and_returns_the_diff_by_pool() {
     );
     assert!(remove.is_empty());
     assert!(
-        calls.iter().any(|(_, rpc)| matches!(rpc, Rpc::TerminateNode { node_id } if node_id == &edge)),
+        calls
+            .iter()
+            .any(|(_, rpc)| matches!(rpc, Rpc::TerminateNode { node_id } if node_id == &edge)),
         "the removed entry's spare is reaped as an orphan"
     );
     assert_eq!(
-        calls.iter().filter(|(_, rpc)| matches!(rpc, Rpc::CreateNode { .. })).count(),
+        calls
+            .iter()
+            .filter(|(_, rpc)| matches!(rpc, Rpc::CreateNode { .. }))
+            .count(),
         1,
         "the raised target is provisioned at once"
     );
@@ -525,9 +577,13 @@ fn update_hot_spare_node_edits_one_spare_and_spare_spec_reads_it_back() {
             (tags::EXCLUSIVE.to_owned(), "true".to_owned())
         ])]
     );
-    let (refused, _) = h.core.update_hot_spare_node(&NodeId::from("a"), SpareSpec::default(), h.now);
+    let (refused, _) = h
+        .core
+        .update_hot_spare_node(&NodeId::from("a"), SpareSpec::default(), h.now);
     assert_eq!(refused, Err(SpareError::NotASpare(NodeId::from("a"))));
-    let (unknown, _) = h.core.update_hot_spare_node(&NodeId::from("zz"), SpareSpec::default(), h.now);
+    let (unknown, _) = h
+        .core
+        .update_hot_spare_node(&NodeId::from("zz"), SpareSpec::default(), h.now);
     assert_eq!(unknown, Err(SpareError::UnknownNode(NodeId::from("zz"))));
 }
 
@@ -633,7 +689,11 @@ fn a_node_service_is_placed_eagerly_on_every_running_node_it_applies_to() {
     };
     assert_eq!(placed_on(&mut h), vec![NodeId::from("a")]);
     h.cluster_node("b", 4.0);
-    assert_eq!(placed_on(&mut h), vec![NodeId::from("b")], "a node that joins gets it too");
+    assert_eq!(
+        placed_on(&mut h),
+        vec![NodeId::from("b")],
+        "a node that joins gets it too"
+    );
     let phases: Vec<ServicePhase> = h.core.node_service_placements().map(|(_, _, p)| p).collect();
     assert_eq!(phases, [ServicePhase::Placed, ServicePhase::Placed]);
     h.advance(120_000);

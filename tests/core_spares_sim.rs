@@ -29,7 +29,10 @@ const POOLS: &str = "
       candidateInstanceTypes: [{instanceType: m5.xlarge, totalCapacity: 4, totalCores: 4}]
 ";
 
-async fn start(settings: AutoSettings, cluster: &[&str]) -> (Sim, AutoManagerHandle, broadcast::Receiver<Notification>) {
+async fn start(
+    settings: AutoSettings,
+    cluster: &[&str],
+) -> (Sim, AutoManagerHandle, broadcast::Receiver<Notification>) {
     let sim = Sim::start_with(SimConfig {
         seed: 5,
         time_scale: TIME_SCALE,
@@ -111,7 +114,10 @@ async fn hot_spares_converge_after_update_hot_spare_specs() {
     .await;
     until(&mut events, || async { live_spares(&am).await == 1 }).await;
 
-    let diff = am.update_hot_spare_specs(vec![entry(3, &["xyz"])]).await.expect("valid");
+    let diff = am
+        .update_hot_spare_specs(vec![entry(3, &["xyz"])])
+        .await
+        .expect("valid");
     let Some(HotSpareChange::Changed { fields, .. }) = diff.get("production") else {
         panic!("production changed: {diff:?}");
     };
@@ -124,11 +130,15 @@ async fn hot_spares_converge_after_update_hot_spare_specs() {
             && spares
                 .iter()
                 .all(|(t, _)| t.get(tags::RESERVED_FOR).map(String::as_str) == Some("xyz"))
-            && spares.iter().all(|(_, images)| images.contains(&"reg/xyz:1".to_owned()))
+            && spares
+                .iter()
+                .all(|(_, images)| images.contains(&"reg/xyz:1".to_owned()))
     })
     .await;
 
-    am.update_hot_spare_specs(vec![entry(1, &["xyz"])]).await.expect("valid");
+    am.update_hot_spare_specs(vec![entry(1, &["xyz"])])
+        .await
+        .expect("valid");
     until(&mut events, || async {
         live_spares(&am).await == 1 && sim_spares(&sim.snapshot().await).len() == 1
     })

@@ -26,12 +26,12 @@ mod dispatch;
 mod events;
 pub mod fleet;
 pub mod metrics;
+pub mod node_services;
 pub mod notification;
 pub mod recovery;
 pub mod runtime;
 pub mod settings;
 pub mod spares;
-pub mod node_services;
 mod view_cache;
 
 use std::collections::BTreeMap;

@@ -318,10 +318,7 @@ impl AutoManagerCore {
     /// When the reconciler next needs a step: its tick (while any pool has
     /// an entry) and the end of each provision backoff.
     pub(super) fn spares_deadline(&self) -> Option<UnixMillis> {
-        let tick = self
-            .spares
-            .next_tick
-            .filter(|_| !self.settings.hot_spares.is_empty());
+        let tick = self.spares.next_tick.filter(|_| !self.settings.hot_spares.is_empty());
         tick.into_iter().chain(self.spares.backoff.values().copied()).min()
     }
 
@@ -464,7 +461,12 @@ impl AutoManagerCore {
             tier: tier.name.clone(),
             instance_type: entry.spec.instance_type.clone(),
             kind: tier.kind,
-            region: entry.spec.region.clone().or_else(|| tier.region.clone()).unwrap_or_default(),
+            region: entry
+                .spec
+                .region
+                .clone()
+                .or_else(|| tier.region.clone())
+                .unwrap_or_default(),
             for_job: None,
             start_deadline: now + tier.effective_provision_timeout_ms() as i64,
         };
@@ -534,11 +536,15 @@ impl AutoManagerCore {
         if let Some(inventory) = &node.inventory {
             return inventory.kind.is_cloud();
         }
-        let tier = node.tags.get(tags::POOL).zip(node.tags.get(tags::TIER)).and_then(|(pool, tier)| {
-            self.pools
-                .get(pool)
-                .and_then(|p| p.tiers.iter().find(|t| &t.name == tier))
-        });
+        let tier = node
+            .tags
+            .get(tags::POOL)
+            .zip(node.tags.get(tags::TIER))
+            .and_then(|(pool, tier)| {
+                self.pools
+                    .get(pool)
+                    .and_then(|p| p.tiers.iter().find(|t| &t.name == tier))
+            });
         tier.is_some_and(|t| t.kind.is_cloud())
     }
 
@@ -598,9 +604,7 @@ impl AutoManagerCore {
                         record.binding = None;
                     }
                 }
-                self.spares
-                    .backoff
-                    .insert(pool, now + SPARE_PROVISION_RETRY_BACKOFF_MS);
+                self.spares.backoff.insert(pool, now + SPARE_PROVISION_RETRY_BACKOFF_MS);
                 self.fleet_epoch += 1;
                 self.notify(Notification::Error {
                     message: format!("provisioning spare {node_id} failed: {}", failure.message),

@@ -246,7 +246,11 @@ pub fn describe(notification: &Notification) -> String {
         }
         Notification::PlacementFailed { job_id, reason } => format!("unplaced     {job_id}: {reason}"),
         Notification::ResilienceDegraded { job_id, violations, .. } => format!("degraded     {job_id}: {violations:?}"),
-        Notification::SpareUnderflow { pool, effective, target } => {
+        Notification::SpareUnderflow {
+            pool,
+            effective,
+            target,
+        } => {
             format!("spares       {pool} short: {effective} of {target}")
         }
         Notification::ImagesPrefetched { node_id, results } => {
