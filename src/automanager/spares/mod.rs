@@ -21,18 +21,20 @@
 //!   they do not advertise yet.
 //!
 //! It never places jobs (placement decides who takes a spare) and never
-//! terminates a registered cluster node.
+//! terminates a registered cluster node. `commands` holds the run-time
+//! changes and the diff they return.
+
+mod commands;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-
-use serde::Serialize;
 
 use crate::model::{HotSpareSpec, ManagerEvent, NodeId, PlacementTier, SpareSpec, UnixMillis, tags};
 
 use super::core::{AutoManagerCore, Pending};
 use super::fleet::{NodeState, Provisioned, provisioned_tags};
-use super::settings::{AutoSettingsErrorCode, AutoSettingsIssue, AutoSettingsValidationError};
-use super::{Notification, Rpc, RpcFailure, Step};
+use super::{Notification, Rpc, RpcFailure};
+
+pub use commands::{HotSpareChange, HotSpareField, HotSpareSpecsDiff, SpareError, hot_spare_diff};
 
 /// `hotSpareReconcileIntervalMs` default: the periodic tick (60 s).
 pub const DEFAULT_HOT_SPARE_RECONCILE_INTERVAL_MS: u64 = 60_000;
@@ -42,69 +44,6 @@ pub const SPARE_PROVISION_RETRY_BACKOFF_MS: i64 = 60_000;
 
 /// The tags that make a node a spare; a spare that took a job loses them.
 const SPARE_TAGS: [&str; 4] = [tags::SPARE, tags::WARM_FOR, tags::RESERVED_FOR, tags::EXCLUSIVE];
-
-/// Why a hot-spare command was refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum SpareError {
-    /// `updateHotSpareSpecs`: the list failed validation; nothing changed.
-    #[error(transparent)]
-    InvalidSpecs(#[from] AutoSettingsValidationError),
-    /// No node of that id is known.
-    #[error("no node {0} is known")]
-    UnknownNode(NodeId),
-    /// The node is not an unconsumed hot spare.
-    #[error("node {0} is not an unconsumed hot spare")]
-    NotASpare(NodeId),
-    /// The AutoManager is closed.
-    #[error("AutoManager is closed")]
-    Closed,
-}
-
-/// A field of a `hotSpares[]` entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum HotSpareField {
-    /// `targetCount`.
-    TargetCount,
-    /// `spec` (instance type, region): applies to spares provisioned from
-    /// now on.
-    Spec,
-    /// `warmFor`.
-    WarmFor,
-    /// `reservedFor`.
-    ReservedFor,
-    /// `exclusive`.
-    Exclusive,
-}
-
-/// What `updateHotSpareSpecs` changed for one pool.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "change", rename_all = "camelCase")]
-pub enum HotSpareChange {
-    /// A new entry: its spares are provisioned.
-    Added {
-        /// The entry.
-        entry: HotSpareSpec,
-    },
-    /// An entry gone: its unconsumed spares are reaped as orphans.
-    Removed {
-        /// The entry as it was.
-        entry: HotSpareSpec,
-    },
-    /// An entry changed.
-    Changed {
-        /// As it was.
-        before: HotSpareSpec,
-        /// As it is now.
-        after: HotSpareSpec,
-        /// The fields that differ.
-        fields: Vec<HotSpareField>,
-    },
-}
-
-/// `HotSpareSpecsDiff`: what `updateHotSpareSpecs` changed, keyed by pool
-/// (pools whose entry stayed the same are absent).
-pub type HotSpareSpecsDiff = BTreeMap<String, HotSpareChange>;
 
 /// What a reconciler RPC was for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -148,133 +87,13 @@ pub(super) fn is_spare_tagged(node: &NodeState) -> bool {
 }
 
 impl AutoManagerCore {
-    /// `spareSpec(nodeId)`: what a live spare is warmed and reserved for;
-    /// `None` for a node that is not an unconsumed spare.
-    pub fn spare_spec(&self, node_id: &NodeId) -> Option<SpareSpec> {
-        let node = self.fleet.get(node_id)?;
-        (is_spare_tagged(node) && !node.is_going() && !node.terminated).then(|| SpareSpec::from_tags(&node.tags))
-    }
-
-    /// `updateHotSpareNode`: edits one live spare's `SpareSpec`, written to
-    /// its tags (only the fields that changed). Returns the outcome and the
-    /// step to carry out.
-    pub fn update_hot_spare_node(
-        &mut self,
-        node_id: &NodeId,
-        spec: SpareSpec,
-        now: UnixMillis,
-    ) -> (Result<(), SpareError>, Step) {
-        if self.closed {
-            return (Err(SpareError::Closed), Step::default());
-        }
-        let Some(node) = self.fleet.get(node_id) else {
-            return (Err(SpareError::UnknownNode(node_id.clone())), self.settle(now));
-        };
-        let bound = self.jobs.values().any(|r| r.is_bound_to(node_id));
-        if !is_spare_tagged(node) || node.is_going() || node.terminated || bound {
-            return (Err(SpareError::NotASpare(node_id.clone())), self.settle(now));
-        }
-        let before = SpareSpec::from_tags(&node.tags);
-        self.write_spare_spec(node_id, &before, &spec);
-        (Ok(()), self.settle(now))
-    }
-
-    /// `updateHotSpareSpecs(list)`: replaces the whole `hotSpares` list
-    /// without a reconnect. Validated as at boot (one entry per pool,
-    /// every pool known) and rejected whole; otherwise the reconciler
-    /// converges on it in this very step and the diff, keyed by pool, is
-    /// returned.
-    pub fn update_hot_spare_specs(
-        &mut self,
-        specs: Vec<HotSpareSpec>,
-        now: UnixMillis,
-    ) -> (Result<HotSpareSpecsDiff, SpareError>, Step) {
-        if self.closed {
-            return (Err(SpareError::Closed), Step::default());
-        }
-        if let Err(refused) = self.pools.validate_hot_spares(&specs) {
-            let errors = refused
-                .errors
-                .into_iter()
-                .map(|issue| AutoSettingsIssue {
-                    code: AutoSettingsErrorCode::Placement(issue.code),
-                    path: issue.path,
-                    message: issue.message,
-                })
-                .collect();
-            return (
-                Err(SpareError::InvalidSpecs(AutoSettingsValidationError { errors })),
-                self.settle(now),
-            );
-        }
-        let diff = hot_spare_diff(&self.settings.hot_spares, &specs);
-        for (pool, change) in &diff {
-            // A changed entry converges at once, not after an old backoff.
-            self.spares.backoff.remove(pool);
-            self.spares.underflow.remove(pool);
-            if let HotSpareChange::Changed { before, after, .. } = change {
-                let live: Vec<NodeId> = self.unconsumed_spares(pool).map(|n| n.id.clone()).collect();
-                for node_id in live {
-                    self.write_spare_spec(&node_id, &before.spare_spec(), &after.spare_spec());
-                }
-            }
-        }
-        self.settings.hot_spares = specs;
-        self.spares.forced = true;
-        (Ok(diff), self.settle(now))
-    }
-
-    /// Expires timers, places and reconciles, as any step does.
-    fn settle(&mut self, now: UnixMillis) -> Step {
-        self.handle_all(std::iter::empty(), now)
-    }
-
-    /// Writes the fields of `after` that differ from `before` to a spare's
-    /// tags, here at once (placement reads them) and on Manager.
-    fn write_spare_spec(&mut self, node_id: &NodeId, before: &SpareSpec, after: &SpareSpec) {
-        let (mut set, mut remove) = (BTreeMap::new(), Vec::new());
-        for ((name, old), (_, new)) in before.tag_values().into_iter().zip(after.tag_values()) {
-            match new {
-                _ if old == new => {}
-                Some(value) => {
-                    set.insert(name.to_owned(), value);
-                }
-                None => remove.push(name.to_owned()),
-            }
-        }
-        if set.is_empty() && remove.is_empty() {
-            return;
-        }
-        self.update_tags(node_id, set, remove);
-    }
-
-    fn update_tags(&mut self, node_id: &NodeId, set: BTreeMap<String, String>, remove: Vec<String>) {
-        if let Some(node) = self.fleet.get_mut(node_id) {
-            node.tags.extend(set.clone());
-            for name in &remove {
-                node.tags.remove(name);
-            }
-        }
-        self.fleet_epoch += 1;
-        self.call(
-            Rpc::UpdateNodeTags {
-                node_id: node_id.clone(),
-                set,
-                remove,
-            },
-            Pending::Spare(SpareRequest::Tags {
-                node_id: node_id.clone(),
-            }),
-        );
-    }
-
-    /// Spares of `pool` that count: tagged, carrying no job, not going.
-    fn unconsumed_spares<'a>(&'a self, pool: &'a str) -> impl Iterator<Item = &'a NodeState> + 'a {
-        let bound: HashSet<&NodeId> = self
-            .jobs
-            .values()
-            .filter_map(|r| r.binding.as_ref().map(|b| &b.node_id))
-            .collect();
+    /// Spares of `pool` that count: tagged, carrying no job (none of
+    /// `bound`), not going.
+    fn unconsumed_spares<'a>(
+        &'a self,
+        pool: &'a str,
+        bound: &'a HashSet<NodeId>,
+    ) -> impl Iterator<Item = &'a NodeState> + 'a {
         self.fleet.iter().filter(move |n| {
             is_spare_tagged(n)
                 && !n.is_going()
@@ -324,14 +143,23 @@ impl AutoManagerCore {
 
     /// One reconciler pass, when one is due (see the module docs).
     pub(super) fn reconcile_spares(&mut self, now: UnixMillis) {
-        let consumed = self.consumed_spares();
-        let tick = self.spares.next_tick.is_none_or(|at| at <= now);
+        let configured = !self.settings.hot_spares.is_empty();
+        let tick = configured && self.spares.next_tick.is_none_or(|at| at <= now);
         let backoff_ended = self.spares.backoff.values().any(|&until| until <= now);
         let changed = self.spares.seen_epoch != Some(self.fleet_epoch);
+        if !(configured || changed || backoff_ended || self.spares.forced) {
+            // Nothing can have changed for a spare: cost nothing.
+            return;
+        }
+        // Placing a job binds it without moving the fleet epoch, so while
+        // spares are configured a spare taking a job is looked for on
+        // every step.
+        let bound = self.bound_nodes();
+        let consumed = self.consumed_spares(&bound);
         if !(tick || backoff_ended || changed || self.spares.forced || !consumed.is_empty()) {
             return;
         }
-        if self.settings.hot_spares.is_empty() && !self.fleet.iter().any(is_spare_tagged) {
+        if !configured && !self.fleet.iter().any(is_spare_tagged) {
             self.spares.seen_epoch = Some(self.fleet_epoch);
             return;
         }
@@ -341,12 +169,12 @@ impl AutoManagerCore {
             self.update_tags(&node_id, BTreeMap::new(), SPARE_TAGS.map(str::to_owned).to_vec());
             self.spares.pulls.remove(&node_id);
         }
-        self.reap_orphans();
+        self.reap_orphans(&bound);
         let loud = tick || self.spares.forced;
         for entry in self.settings.hot_spares.clone() {
-            self.converge(&entry, loud, now);
+            self.converge(&entry, &bound, loud, now);
         }
-        self.prefetch_warm_for();
+        self.prefetch_warm_for(&bound);
         if tick {
             self.spares.next_tick = Some(now + self.settings.hot_spare_reconcile_interval_ms as i64);
         }
@@ -354,29 +182,25 @@ impl AutoManagerCore {
         self.spares.seen_epoch = Some(self.fleet_epoch);
     }
 
-    /// Spare-tagged nodes that carry a job.
-    fn consumed_spares(&self) -> Vec<NodeId> {
-        let spares: HashSet<&NodeId> = self
-            .fleet
-            .iter()
-            .filter(|n| is_spare_tagged(n) && !n.is_going() && !n.terminated)
-            .map(|n| &n.id)
-            .collect();
-        if spares.is_empty() {
-            return Vec::new();
-        }
-        let consumed: BTreeSet<NodeId> = self
-            .jobs
+    /// Every node some job is bound to.
+    fn bound_nodes(&self) -> HashSet<NodeId> {
+        self.jobs
             .values()
-            .filter_map(|r| r.binding.as_ref().map(|b| &b.node_id))
-            .filter(|n| spares.contains(n))
-            .cloned()
-            .collect();
-        consumed.into_iter().collect()
+            .filter_map(|r| r.binding.as_ref().map(|b| b.node_id.clone()))
+            .collect()
+    }
+
+    /// Spare-tagged nodes that carry a job.
+    fn consumed_spares(&self, bound: &HashSet<NodeId>) -> Vec<NodeId> {
+        self.fleet
+            .iter()
+            .filter(|n| is_spare_tagged(n) && !n.is_going() && !n.terminated && bound.contains(&n.id))
+            .map(|n| n.id.clone())
+            .collect()
     }
 
     /// Unconsumed spares of pools without an entry are orphans.
-    fn reap_orphans(&mut self) {
+    fn reap_orphans(&mut self, bound: &HashSet<NodeId>) {
         let entries: BTreeSet<&str> = self.settings.hot_spares.iter().map(|e| e.pool.as_str()).collect();
         let pools: BTreeSet<String> = self
             .fleet
@@ -387,7 +211,7 @@ impl AutoManagerCore {
             .collect();
         for pool in pools {
             let orphans: Vec<NodeId> = self
-                .unconsumed_spares(&pool)
+                .unconsumed_spares(&pool, bound)
                 .filter(|n| self.is_terminable(n))
                 .map(|n| n.id.clone())
                 .collect();
@@ -398,8 +222,8 @@ impl AutoManagerCore {
     }
 
     /// Brings one pool to its target.
-    fn converge(&mut self, entry: &HotSpareSpec, loud: bool, now: UnixMillis) {
-        let effective = self.unconsumed_spares(&entry.pool).count() as u32;
+    fn converge(&mut self, entry: &HotSpareSpec, bound: &HashSet<NodeId>, loud: bool, now: UnixMillis) {
+        let effective = self.unconsumed_spares(&entry.pool, bound).count() as u32;
         let target = entry.target_count;
         if effective < target {
             let last = self.spares.underflow.insert(entry.pool.clone(), (effective, target));
@@ -417,7 +241,7 @@ impl AutoManagerCore {
         }
         self.spares.underflow.remove(&entry.pool);
         if effective > target {
-            self.terminate_coldest(entry, effective - target);
+            self.terminate_coldest(entry, bound, effective - target);
         }
     }
 
@@ -503,7 +327,7 @@ impl AutoManagerCore {
     /// Terminates `excess` unconsumed spares of the entry's pool, coldest
     /// first (fewest of the entry's `warmFor` images held), the least
     /// recently active first among equals.
-    fn terminate_coldest(&mut self, entry: &HotSpareSpec, excess: u32) {
+    fn terminate_coldest(&mut self, entry: &HotSpareSpec, bound: &HashSet<NodeId>, excess: u32) {
         let warm_images: BTreeSet<&String> = entry
             .warm_for
             .iter()
@@ -511,7 +335,7 @@ impl AutoManagerCore {
             .flatten()
             .collect();
         let mut candidates: Vec<(usize, UnixMillis, NodeId)> = self
-            .unconsumed_spares(&entry.pool)
+            .unconsumed_spares(&entry.pool, bound)
             .filter(|n| self.is_terminable(n))
             .map(|n| {
                 let held = n.inventory.as_ref().map_or(0, |i| {
@@ -550,11 +374,11 @@ impl AutoManagerCore {
 
     /// Asks each running unconsumed spare to pull the images of its
     /// `warmFor` templates it neither holds, nor was asked for, nor failed.
-    fn prefetch_warm_for(&mut self) {
+    fn prefetch_warm_for(&mut self, bound: &HashSet<NodeId>) {
         let pools: Vec<String> = self.settings.hot_spares.iter().map(|e| e.pool.clone()).collect();
         let mut asks = Vec::new();
         for pool in &pools {
-            for node in self.unconsumed_spares(pool) {
+            for node in self.unconsumed_spares(pool, bound) {
                 if node.phase != crate::model::NodePhase::Running {
                     continue;
                 }
@@ -626,50 +450,4 @@ impl AutoManagerCore {
             }),
         }
     }
-}
-
-/// What changed between two `hotSpares` lists, keyed by pool.
-pub fn hot_spare_diff(before: &[HotSpareSpec], after: &[HotSpareSpec]) -> HotSpareSpecsDiff {
-    let old: BTreeMap<&str, &HotSpareSpec> = before.iter().map(|e| (e.pool.as_str(), e)).collect();
-    let new: BTreeMap<&str, &HotSpareSpec> = after.iter().map(|e| (e.pool.as_str(), e)).collect();
-    let mut diff = BTreeMap::new();
-    for (pool, entry) in &old {
-        if !new.contains_key(pool) {
-            diff.insert(
-                (*pool).to_owned(),
-                HotSpareChange::Removed {
-                    entry: (*entry).clone(),
-                },
-            );
-        }
-    }
-    for (pool, entry) in &new {
-        let change = match old.get(pool) {
-            None => HotSpareChange::Added {
-                entry: (*entry).clone(),
-            },
-            Some(previous) => {
-                let fields: Vec<HotSpareField> = [
-                    (previous.target_count != entry.target_count, HotSpareField::TargetCount),
-                    (previous.spec != entry.spec, HotSpareField::Spec),
-                    (previous.warm_for != entry.warm_for, HotSpareField::WarmFor),
-                    (previous.reserved_for != entry.reserved_for, HotSpareField::ReservedFor),
-                    (previous.exclusive != entry.exclusive, HotSpareField::Exclusive),
-                ]
-                .into_iter()
-                .filter_map(|(changed, field)| changed.then_some(field))
-                .collect();
-                if fields.is_empty() {
-                    continue;
-                }
-                HotSpareChange::Changed {
-                    before: (*previous).clone(),
-                    after: (*entry).clone(),
-                    fields,
-                }
-            }
-        };
-        diff.insert((*pool).to_owned(), change);
-    }
-    diff
 }
