@@ -619,3 +619,43 @@ fn the_simulation_exercises_recovery_breaking_and_provisioning() {
         "recoveries {recoveries}, broken {broken}, provisions {provisions}, dropped {dropped}"
     );
 }
+
+#[test]
+fn the_simulation_exercises_spares_being_provisioned_consumed_and_trimmed() {
+    // Guards the spare invariants: the paths they watch must be taken.
+    let (mut provisioned, mut consumed, mut trimmed) = (0, 0, 0);
+    for seed in 0..50 {
+        let mut model = Model::new(seed);
+        let mut spares = BTreeSet::new();
+        for _ in 0..300 {
+            for (_, action) in &model.h.actions {
+                match action {
+                    Action::Call {
+                        rpc: Rpc::CreateNode { node_id, tags, .. },
+                        ..
+                    } if tags.contains_key("spare") => {
+                        provisioned += 1;
+                        spares.insert(node_id.clone());
+                    }
+                    Action::Call {
+                        rpc: Rpc::UpdateNodeTags { remove, .. },
+                        ..
+                    } if remove.iter().any(|t| t == "spare") => consumed += 1,
+                    Action::Call {
+                        rpc: Rpc::TerminateNode { node_id },
+                        ..
+                    } if spares.contains(node_id) => trimmed += 1,
+                    _ => {}
+                }
+            }
+            model
+                .check(&BTreeSet::new(), &BTreeSet::new())
+                .expect("invariants hold");
+            model.step();
+        }
+    }
+    assert!(
+        provisioned > 0 && consumed > 0 && trimmed > 0,
+        "provisioned {provisioned}, consumed {consumed}, trimmed {trimmed}"
+    );
+}

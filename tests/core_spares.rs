@@ -699,3 +699,61 @@ fn a_node_service_is_placed_eagerly_on_every_running_node_it_applies_to() {
     h.advance(120_000);
     assert!(h.take_calls().is_empty(), "placed once per node");
 }
+
+#[test]
+fn hot_spare_status_tells_live_from_provisioning_and_reports_the_backoff() {
+    let mut h = hydrated_with(vec![entry(2, &[], &[], false)]);
+    let mut created = creates(&mut h);
+    let (failed, _, _) = created.remove(0);
+    h.fail(failed, RpcFailureKind::InsufficientCapacity);
+    let status = h.core.hot_spare_status();
+    assert_eq!(status.len(), 1);
+    assert_eq!((status[0].live, status[0].provisioning, status[0].target), (0, 1, 2));
+    assert_eq!(status[0].underflow, Some(1), "short by the failed one");
+    assert_eq!(status[0].backoff_until, Some(h.now + SPARE_PROVISION_RETRY_BACKOFF_MS));
+}
+
+#[test]
+fn a_spare_that_never_starts_is_terminated_at_its_provision_timeout_and_replaced() {
+    let mut h = hydrated_with(vec![entry(1, &[], &[], false)]);
+    let (id, node, _) = creates(&mut h).remove(0);
+    h.ok(id);
+    // The aws tier's provisionTimeoutMs is 10 minutes.
+    h.advance(600_000);
+    let calls = h.take_calls();
+    assert!(
+        calls
+            .iter()
+            .any(|(_, rpc)| matches!(rpc, Rpc::TerminateNode { node_id } if node_id == &node))
+    );
+    assert_eq!(
+        calls
+            .iter()
+            .filter(|(_, rpc)| matches!(rpc, Rpc::CreateNode { .. }))
+            .count(),
+        1,
+        "a replacement is provisioned"
+    );
+}
+
+#[test]
+fn spares_of_a_pool_without_an_entry_are_reaped_as_orphans_after_hydration() {
+    let mut h = Harness::with(spare_settings(vec![]));
+    h.provisioned_node_starts(
+        "old-spare",
+        ProviderKind::Aws,
+        &[(tags::POOL, "production"), (tags::TIER, "aws"), (tags::SPARE, "true")],
+    );
+    h.provisioned_node_starts(
+        "rack-spare",
+        ProviderKind::LocalServers,
+        &[(tags::POOL, "production"), (tags::SPARE, "true")],
+    );
+    assert!(h.take_calls().is_empty());
+    h.event(ManagerEvent::InitialDataComplete);
+    assert_eq!(
+        terminated(&mut h),
+        vec![NodeId::from("old-spare")],
+        "a cluster node is never terminated"
+    );
+}

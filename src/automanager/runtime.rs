@@ -23,7 +23,7 @@ use crate::placement::{Admission, BundleValidation, FleetError, Placement, Place
 
 use super::node_services::ServicePhase;
 use super::settings::{ValidSettings, validate_auto_settings};
-use super::spares::{HotSpareSpecsDiff, SpareError};
+use super::spares::{HotSpareSpecsDiff, HotSpareStatus, SpareError};
 use super::{
     Action, AutoManagerCore, AutoSettings, AutoSettingsValidationError, Command, CommandError, CommandId, Input,
     Metrics, Notification, RequestId, Rpc, RpcFailure, RpcFailureKind, Step,
@@ -229,6 +229,11 @@ impl AutoManagerHandle {
     /// that is not an unconsumed spare.
     pub async fn spare_spec(&self, node_id: NodeId) -> Result<Option<SpareSpec>, QueryError> {
         self.query(move |core, _| core.spare_spec(&node_id)).await
+    }
+
+    /// Each `hotSpares[]` entry's live and provisioning spares.
+    pub async fn hot_spare_status(&self) -> Result<Vec<HotSpareStatus>, QueryError> {
+        self.query(|core, _| core.hot_spare_status()).await
     }
 
     /// The live `hotSpares` list.

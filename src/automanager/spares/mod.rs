@@ -45,6 +45,25 @@ pub const SPARE_PROVISION_RETRY_BACKOFF_MS: i64 = 60_000;
 /// The tags that make a node a spare; a spare that took a job loses them.
 const SPARE_TAGS: [&str; 4] = [tags::SPARE, tags::WARM_FOR, tags::RESERVED_FOR, tags::EXCLUSIVE];
 
+/// One pool's spares as the reconciler sees them.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HotSpareStatus {
+    /// The pool.
+    pub pool: String,
+    /// `targetCount`.
+    pub target: u32,
+    /// Unconsumed spares that have booted.
+    pub live: u32,
+    /// Unconsumed spares still launching.
+    pub provisioning: u32,
+    /// While short of the target: the effective count last reported by
+    /// `spareUnderflow`.
+    pub underflow: Option<u32>,
+    /// Spare provisioning for the pool is held back until then.
+    pub backoff_until: Option<UnixMillis>,
+}
+
 /// What a reconciler RPC was for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum SpareRequest {
@@ -132,6 +151,35 @@ impl AutoManagerCore {
             }
             _ => {}
         }
+    }
+
+    /// Per `hotSpares[]` entry: its live and provisioning spares, its
+    /// target, the last underflow and any provision backoff (what a
+    /// `HotSparePolicy` status shows).
+    pub fn hot_spare_status(&self) -> Vec<HotSpareStatus> {
+        let bound = self.bound_nodes();
+        self.settings
+            .hot_spares
+            .iter()
+            .map(|entry| {
+                let (mut live, mut provisioning) = (0, 0);
+                for node in self.unconsumed_spares(&entry.pool, &bound) {
+                    if node.is_launching() {
+                        provisioning += 1;
+                    } else {
+                        live += 1;
+                    }
+                }
+                HotSpareStatus {
+                    pool: entry.pool.clone(),
+                    target: entry.target_count,
+                    live,
+                    provisioning,
+                    underflow: self.spares.underflow.get(&entry.pool).map(|&(effective, _)| effective),
+                    backoff_until: self.spares.backoff.get(&entry.pool).copied(),
+                }
+            })
+            .collect()
     }
 
     /// When the reconciler next needs a step: its tick (while any pool has
