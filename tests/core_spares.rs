@@ -7,7 +7,7 @@ mod core_support;
 use std::collections::BTreeMap;
 
 use core_support::*;
-use norsk_auto_manager::automanager::node_services::{NodeServiceSpec, ServicePhase};
+use norsk_auto_manager::automanager::node_services::{NODE_SERVICE_RETRY_BACKOFF_MS, NodeServiceSpec, ServicePhase};
 use norsk_auto_manager::automanager::settings::Experimental;
 use norsk_auto_manager::automanager::spares::{
     HotSpareChange, HotSpareField, SPARE_PROVISION_RETRY_BACKOFF_MS, SpareError,
@@ -755,5 +755,32 @@ fn spares_of_a_pool_without_an_entry_are_reaped_as_orphans_after_hydration() {
         terminated(&mut h),
         vec![NodeId::from("old-spare")],
         "a cluster node is never terminated"
+    );
+}
+
+#[test]
+fn a_refused_node_service_is_tried_again_after_its_backoff() {
+    let mut agent = service("agent", "eager");
+    agent.pools = vec!["production".into()];
+    let mut h = Harness::with(AutoSettings {
+        node_services: vec![agent],
+        experimental: Experimental { node_services: true },
+        ..settings()
+    });
+    h.cluster_node("a", 4.0);
+    // A node of no configured pool does not get the service.
+    h.event(ManagerEvent::NodeStarted(node_info("stray", &[])));
+    h.event(ManagerEvent::InitialDataComplete);
+    let calls = h.take_calls();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    h.fail(calls[0].0, RpcFailureKind::Transient);
+    assert!(kinds(&h.take_notifications()).contains(&"error".to_owned()));
+    h.advance(NODE_SERVICE_RETRY_BACKOFF_MS - 1);
+    assert!(h.take_calls().is_empty());
+    h.advance(1);
+    let again = h.take_calls();
+    assert!(
+        matches!(&again[..], [(_, Rpc::CreateJob { job_id, .. })] if job_id.0 == "nodeService/agent/a"),
+        "{again:?}"
     );
 }

@@ -132,6 +132,9 @@ pub(super) enum ServiceRequest {
 #[derive(Clone, Debug, Default)]
 pub(super) struct NodeServiceState {
     placements: BTreeMap<(String, NodeId), ServicePhase>,
+    /// `fleet_epoch` as the last round left it: nodes only come and go
+    /// when it moves.
+    seen_epoch: Option<u64>,
 }
 
 /// The job a service runs on one node.
@@ -151,9 +154,13 @@ impl AutoManagerCore {
     /// Places every service on every running node it applies to and is not
     /// on yet, and forgets the nodes that are gone.
     pub(super) fn place_node_services(&mut self, now: UnixMillis) {
-        if self.settings.node_services.is_empty() {
+        let retry_due = self.node_services_deadline().is_some_and(|at| at <= now);
+        if self.settings.node_services.is_empty()
+            || (self.node_services.seen_epoch == Some(self.fleet_epoch) && !retry_due)
+        {
             return;
         }
+        self.node_services.seen_epoch = Some(self.fleet_epoch);
         let fleet = &self.fleet;
         self.node_services
             .placements
