@@ -113,6 +113,28 @@ async fn hot_spares_converge_after_update_hot_spare_specs() {
     )
     .await;
     until(&mut events, || async { live_spares(&am).await == 1 }).await;
+    let snapshot = sim.snapshot().await;
+    let first = snapshot
+        .nodes
+        .iter()
+        .find(|n| n.tags.get(tags::SPARE).is_some_and(|v| v == "true"))
+        .map(|n| n.id.clone())
+        .expect("the spare is on Manager");
+    let mut edited = am.spare_spec(first.clone()).await.expect("query").expect("a spare");
+    assert_eq!(edited.warm_for, ["xyz"]);
+    edited.reserved_for = vec!["other".into()];
+    am.update_hot_spare_node(first.clone(), edited.clone())
+        .await
+        .expect("a live spare");
+    until(&mut events, || async {
+        let snapshot = sim.snapshot().await;
+        snapshot
+            .nodes
+            .iter()
+            .any(|n| n.id == first && n.tags.get(tags::RESERVED_FOR).map(String::as_str) == Some("other"))
+    })
+    .await;
+    assert_eq!(am.spare_spec(first).await.expect("query"), Some(edited));
 
     let diff = am
         .update_hot_spare_specs(vec![entry(3, &["xyz"])])
