@@ -97,6 +97,7 @@ pub(super) struct SpareState {
     underflow: BTreeMap<String, (u32, u32)>,
     /// `lastActivity`: when each node last started, advertised or pulled.
     activity: BTreeMap<NodeId, UnixMillis>,
+    /// The image pulls asked of each spare.
     pulls: BTreeMap<NodeId, Pulls>,
 }
 
@@ -195,9 +196,16 @@ impl AutoManagerCore {
         let tick = configured && self.spares.next_tick.is_none_or(|at| at <= now);
         let backoff_ended = self.spares.backoff.values().any(|&until| until <= now);
         let changed = self.spares.seen_epoch != Some(self.fleet_epoch);
-        if !(configured || changed || backoff_ended || self.spares.forced) {
-            // Nothing can have changed for a spare: cost nothing.
-            return;
+        if !configured {
+            // Only orphans can be left to reap, and only a fleet change
+            // can bring one.
+            if !(changed || self.spares.forced) {
+                return;
+            }
+            if !self.fleet.iter().any(is_spare_tagged) {
+                self.spares.seen_epoch = Some(self.fleet_epoch);
+                return;
+            }
         }
         // Placing a job binds it without moving the fleet epoch, so while
         // spares are configured a spare taking a job is looked for on
@@ -205,10 +213,6 @@ impl AutoManagerCore {
         let bound = self.bound_nodes();
         let consumed = self.consumed_spares(&bound);
         if !(tick || backoff_ended || changed || self.spares.forced || !consumed.is_empty()) {
-            return;
-        }
-        if !configured && !self.fleet.iter().any(is_spare_tagged) {
-            self.spares.seen_epoch = Some(self.fleet_epoch);
             return;
         }
         self.spares.backoff.retain(|_, until| *until > now);
