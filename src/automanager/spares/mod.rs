@@ -204,17 +204,18 @@ impl AutoManagerCore {
             }
             if !self.fleet.iter().any(is_spare_tagged) {
                 self.spares.seen_epoch = Some(self.fleet_epoch);
+                self.spares.forced = false;
                 return;
             }
         }
         // Placing a job binds it without moving the fleet epoch, so while
         // spares are configured a spare taking a job is looked for on
         // every step.
-        let bound = self.bound_nodes();
-        let consumed = self.consumed_spares(&bound);
+        let consumed = self.consumed_spares();
         if !(tick || backoff_ended || changed || self.spares.forced || !consumed.is_empty()) {
             return;
         }
+        let bound = self.bound_nodes();
         self.spares.backoff.retain(|_, until| *until > now);
         // "A spare that picks up a job is no longer a spare."
         for node_id in consumed {
@@ -243,12 +244,23 @@ impl AutoManagerCore {
     }
 
     /// Spare-tagged nodes that carry a job.
-    fn consumed_spares(&self, bound: &HashSet<NodeId>) -> Vec<NodeId> {
-        self.fleet
+    fn consumed_spares(&self) -> Vec<NodeId> {
+        let spares: HashSet<&NodeId> = self
+            .fleet
             .iter()
-            .filter(|n| is_spare_tagged(n) && !n.is_going() && !n.terminated && bound.contains(&n.id))
-            .map(|n| n.id.clone())
-            .collect()
+            .filter(|n| is_spare_tagged(n) && !n.is_going() && !n.terminated)
+            .map(|n| &n.id)
+            .collect();
+        if spares.is_empty() {
+            return Vec::new();
+        }
+        let consumed: BTreeSet<&NodeId> = self
+            .jobs
+            .values()
+            .filter_map(|r| r.binding.as_ref().map(|b| &b.node_id))
+            .filter(|n| spares.contains(n))
+            .collect();
+        consumed.into_iter().cloned().collect()
     }
 
     /// Unconsumed spares of pools without an entry are orphans.
