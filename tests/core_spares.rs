@@ -292,6 +292,7 @@ fn a_spare_that_takes_a_job_becomes_an_ordinary_node_and_is_replaced() {
         vec![("production".to_owned(), 0, 1)]
     );
     assert_eq!(h.core.spare_spec(&spare), None, "an ordinary node now");
+    assert_eq!(h.core.hot_spare_status()[0].consumed, 1);
 }
 
 #[test]
@@ -711,6 +712,7 @@ fn hot_spare_status_tells_live_from_provisioning_and_reports_the_backoff() {
     assert_eq!((status[0].live, status[0].provisioning, status[0].target), (0, 1, 2));
     assert_eq!(status[0].underflow, Some(1), "short by the failed one");
     assert_eq!(status[0].backoff_until, Some(h.now + SPARE_PROVISION_RETRY_BACKOFF_MS));
+    assert_eq!(status[0].last_underflow_at, Some(h.now));
 }
 
 #[test]

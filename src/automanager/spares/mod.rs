@@ -60,6 +60,10 @@ pub struct HotSpareStatus {
     /// While short of the target: the effective count last reported by
     /// `spareUnderflow`.
     pub underflow: Option<u32>,
+    /// When `spareUnderflow` last fired for the pool.
+    pub last_underflow_at: Option<UnixMillis>,
+    /// Spares that took a job (and became ordinary nodes) since start.
+    pub consumed: u64,
     /// Spare provisioning for the pool is held back until then.
     pub backoff_until: Option<UnixMillis>,
 }
@@ -95,6 +99,10 @@ pub(super) struct SpareState {
     /// Pool -> the last `spareUnderflow` fired, so a pass that changes
     /// nothing does not repeat it before the next tick.
     underflow: BTreeMap<String, (u32, u32)>,
+    /// Pool -> when `spareUnderflow` last fired.
+    underflow_at: BTreeMap<String, UnixMillis>,
+    /// Pool -> spares that took a job since start.
+    consumed: BTreeMap<String, u64>,
     /// `lastActivity`: when each node last started, advertised or pulled.
     activity: BTreeMap<NodeId, UnixMillis>,
     /// The image pulls asked of each spare.
@@ -177,6 +185,8 @@ impl AutoManagerCore {
                     live,
                     provisioning,
                     underflow: self.spares.underflow.get(&entry.pool).map(|&(effective, _)| effective),
+                    last_underflow_at: self.spares.underflow_at.get(&entry.pool).copied(),
+                    consumed: self.spares.consumed.get(&entry.pool).copied().unwrap_or(0),
                     backoff_until: self.spares.backoff.get(&entry.pool).copied(),
                 }
             })
@@ -219,6 +229,9 @@ impl AutoManagerCore {
         self.spares.backoff.retain(|_, until| *until > now);
         // "A spare that picks up a job is no longer a spare."
         for node_id in consumed {
+            if let Some(pool) = self.fleet.get(&node_id).and_then(|n| n.tags.get(tags::POOL)) {
+                *self.spares.consumed.entry(pool.clone()).or_default() += 1;
+            }
             self.update_tags(&node_id, BTreeMap::new(), SPARE_TAGS.map(str::to_owned).to_vec());
             self.spares.pulls.remove(&node_id);
         }
@@ -292,6 +305,7 @@ impl AutoManagerCore {
         if effective < target {
             let last = self.spares.underflow.insert(entry.pool.clone(), (effective, target));
             if loud || last != Some((effective, target)) {
+                self.spares.underflow_at.insert(entry.pool.clone(), now);
                 self.notify(Notification::SpareUnderflow {
                     pool: entry.pool.clone(),
                     effective,
