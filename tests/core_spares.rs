@@ -786,3 +786,28 @@ fn a_refused_node_service_is_tried_again_after_its_backoff() {
         "{again:?}"
     );
 }
+
+#[test]
+fn a_changed_warm_for_starts_pulls_on_the_live_spares_at_once() {
+    let mut h = hydrated_with(vec![entry(1, &[], &[], false)]);
+    let spare = running_spares(&mut h, &[&[]]).remove(0);
+    assert!(
+        !h.take_calls()
+            .iter()
+            .any(|(_, rpc)| matches!(rpc, Rpc::PrefetchImages { .. })),
+        "nothing to warm yet"
+    );
+    let (_, step) = h
+        .core
+        .update_hot_spare_specs(vec![entry(1, &["other"], &[], false)], h.now);
+    absorb(&mut h, step);
+    let pulls: Vec<(NodeId, Vec<String>)> = h
+        .take_calls()
+        .into_iter()
+        .filter_map(|(_, rpc)| match rpc {
+            Rpc::PrefetchImages { node_id, images } => Some((node_id, images)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pulls, vec![(spare, vec!["reg/other:1".to_owned()])]);
+}
