@@ -13,9 +13,12 @@ use crate::placement::{
 use super::binding::{JobRecord, StoppingInstance};
 use super::fleet::Fleet;
 use super::metrics::{Counters, Metrics, PoolGauge};
+use super::node_services::{NodeServiceState, ServiceRequest};
 use super::offerings::Offering;
 use super::recovery::{FAILED_INSTANCE_STOP_GRACE_MS, MIN_RECOVERY_INTERVAL_MS};
+
 use super::settings::ValidSettings;
+use super::spares::{SpareRequest, SpareState};
 use super::view_cache::{ViewCache, placed_jobs};
 use super::{Action, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId, Rpc, Step};
 
@@ -35,6 +38,10 @@ pub(super) enum Pending {
         id: CommandId,
         revives: Option<BundleId>,
     },
+    /// A hot-spare reconciler RPC.
+    Spare(SpareRequest),
+    /// A node-service placement RPC.
+    NodeService(ServiceRequest),
 }
 
 /// When a job may be placed.
@@ -71,6 +78,10 @@ pub struct AutoManagerCore {
     pub(super) exhausted_offerings: BTreeMap<Offering, UnixMillis>,
     /// The placement view kept between rounds (built at hydration).
     pub(super) view_cache: Option<ViewCache>,
+    /// The hot-spare reconciler's own state.
+    pub(super) spares: SpareState,
+    /// Where node services are placed.
+    pub(super) node_services: NodeServiceState,
     pub(super) out: Vec<Action>,
 }
 
@@ -96,6 +107,8 @@ impl AutoManagerCore {
             tier_backoff: BTreeMap::new(),
             exhausted_offerings: BTreeMap::new(),
             view_cache: None,
+            spares: SpareState::default(),
+            node_services: NodeServiceState::default(),
             out: Vec::new(),
         }
     }
@@ -106,6 +119,9 @@ impl AutoManagerCore {
     pub fn succeeding(valid: ValidSettings, previous: &AutoManagerCore) -> Self {
         let mut core = Self::new(valid, previous.started_at);
         core.counters = previous.counters.clone();
+        // `updateHotSpareSpecs` replaced the list without a reconnect; a
+        // reconnect keeps it.
+        core.settings.hot_spares = previous.settings.hot_spares.clone();
         core.next_request = previous.next_request;
         // Node ids keep counting, so a node Manager has already forgotten is
         // never named again by this process.
@@ -136,6 +152,8 @@ impl AutoManagerCore {
         if self.hydrated && !self.closed {
             self.expire(now);
             self.place_ready(now);
+            self.reconcile_spares(now);
+            self.place_node_services(now);
         }
         Step {
             actions: std::mem::take(&mut self.out),
@@ -151,7 +169,10 @@ impl AutoManagerCore {
             return;
         }
         match input {
-            Input::Event(event) => self.apply_event(*event, now),
+            Input::Event(event) => {
+                self.observe_for_spares(&event, now);
+                self.apply_event(*event, now)
+            }
             Input::Command { id, command } => self.command(id, command, now),
             Input::RpcResult { id, result } => self.rpc_result(id, result, now),
             Input::Timer => {}
@@ -284,7 +305,8 @@ impl AutoManagerCore {
                     gauge.node_count += 1;
                     let jobs = placed.get(&node.id);
                     let spare = node.tags.get(crate::model::tags::SPARE).map(String::as_str) == Some("true");
-                    if spare && jobs.is_none_or(Vec::is_empty) {
+                    // Live: booted; a spare still launching is provisioning.
+                    if spare && jobs.is_none_or(Vec::is_empty) && !node.is_launching() {
                         gauge.live_spares += 1;
                     }
                     usable += node.inventory.as_ref().map_or(0.0, |i| i.usable_capacity());
@@ -474,6 +496,8 @@ impl AutoManagerCore {
         jobs.chain(nodes.flatten())
             .chain(self.tier_backoff.values().copied())
             .chain(self.exhausted_offerings.values().copied())
+            .chain(self.spares_deadline())
+            .chain(self.node_services_deadline())
             .min()
             .map(|at| at.max(now))
     }

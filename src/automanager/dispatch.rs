@@ -289,7 +289,7 @@ impl AutoManagerCore {
             pool,
             tier,
             instance_type,
-            for_job: job_id.clone(),
+            for_job: Some(job_id.clone()),
         };
         let rpc = Rpc::CreateNode {
             provider: provisioned.kind,
@@ -382,6 +382,8 @@ impl AutoManagerCore {
             },
             Pending::StartJob(job_id) => self.start_result(&job_id, id, result, now),
             Pending::CreateNode { node_id, for_job } => self.create_result(&node_id, &for_job, result, now),
+            Pending::Spare(request) => self.spare_rpc_result(request, result, now),
+            Pending::NodeService(request) => self.node_service_rpc_result(request, result, now),
             Pending::Other => {
                 if let Err(failure) = result {
                     self.notify(Notification::Error {
