@@ -11,6 +11,7 @@ use crate::placement::{
 };
 
 use super::binding::JobRecord;
+use super::drain::Drains;
 use super::fleet::Fleet;
 use super::metrics::{Counters, Metrics, PoolGauge};
 use super::recovery::MIN_RECOVERY_INTERVAL_MS;
@@ -67,6 +68,8 @@ pub struct AutoManagerCore {
     pub(super) tier_backoff: BTreeMap<(String, String), UnixMillis>,
     /// The placement view kept between rounds (built at hydration).
     pub(super) view_cache: Option<ViewCache>,
+    /// Drains and interruption notices.
+    pub(super) drains: Drains,
     pub(super) out: Vec<Action>,
 }
 
@@ -91,6 +94,7 @@ impl AutoManagerCore {
             fleet_epoch: 0,
             tier_backoff: BTreeMap::new(),
             view_cache: None,
+            drains: Drains::default(),
             out: Vec::new(),
         }
     }
@@ -129,8 +133,10 @@ impl AutoManagerCore {
             self.apply(input, now);
         }
         if self.hydrated && !self.closed {
+            self.act_on_relayed_interruptions(now);
             self.expire(now);
             self.place_ready(now);
+            self.follow_drains();
         }
         Step {
             actions: std::mem::take(&mut self.out),
@@ -312,7 +318,7 @@ impl AutoManagerCore {
         id
     }
 
-    fn command(&mut self, id: CommandId, command: Command, _now: UnixMillis) {
+    fn command(&mut self, id: CommandId, command: Command, now: UnixMillis) {
         let (rpc, revives) = match command {
             Command::CreateBundle(bundle) => match self.refuse_invalid(&bundle) {
                 Some(error) => return self.reply(id, Err(error)),
@@ -332,6 +338,16 @@ impl AutoManagerCore {
                 self.settings.template_images = images;
                 self.fleet_epoch += 1;
                 return self.reply(id, Ok(()));
+            }
+            Command::CordonNode(node_id) => return self.reply_with(id, |core| core.cordon_node(&node_id)),
+            Command::UncordonNode(node_id) => return self.reply_with(id, |core| core.uncordon_node(&node_id)),
+            Command::TerminateNode(node_id) => return self.reply_with(id, |core| core.terminate_node(&node_id)),
+            Command::EvictNode(node_id) => return self.reply_with(id, |core| core.evict_node(&node_id)),
+            Command::DrainNode { node_id, options } => {
+                return self.reply_with(id, |core| core.drain_node(&node_id, options, now));
+            }
+            Command::HandleNodeInterruption { node_id, notice } => {
+                return self.reply_with(id, |core| core.handle_node_interruption(&node_id, notice, now, now));
             }
         };
         self.call(rpc, Pending::Command { id, revives });
@@ -354,6 +370,12 @@ impl AutoManagerCore {
 
     pub(super) fn reply(&mut self, command: CommandId, result: Result<(), CommandError>) {
         self.out.push(Action::Reply { command, result });
+    }
+
+    /// Runs a command answered at once, and replies with its outcome.
+    fn reply_with(&mut self, command: CommandId, run: impl FnOnce(&mut Self) -> Result<(), CommandError>) {
+        let result = run(self);
+        self.reply(command, result);
     }
 
     /// A bundle was updated or deleted: its broken mark, its jobs' drops
@@ -460,6 +482,7 @@ impl AutoManagerCore {
         });
         jobs.chain(nodes.flatten())
             .chain(self.tier_backoff.values().copied())
+            .chain(self.drains.next_deadline())
             .min()
             .map(|at| at.max(now))
     }
@@ -525,6 +548,7 @@ impl AutoManagerCore {
             }
             self.fleet.remove(&node_id);
         }
+        self.expire_drains(now);
         let before = self.tier_backoff.len();
         self.tier_backoff.retain(|_, until| *until > now);
         if self.tier_backoff.len() != before {

@@ -370,6 +370,9 @@ impl AutoManagerCore {
         let Some(pending) = self.pending.remove(&id) else {
             return;
         };
+        if let Pending::TerminateNode(node_id) = &pending {
+            self.drain_terminate_settled(node_id, result.as_ref().err());
+        }
         match pending {
             Pending::Command { id: command, revives } => {
                 if let (Ok(()), Some(bundle_id)) = (&result, revives) {
@@ -493,6 +496,10 @@ impl AutoManagerCore {
         };
         self.fleet_epoch += 1;
         let single_use = record.job.spec.single_use;
+        let cause = match cause {
+            LossCause::NodeLost if self.drains.is_reclaimed(&binding.node_id) => LossCause::Reclaimed,
+            cause => cause,
+        };
         if hydrated {
             let requirements = record.job.spec.requirements.clone();
             match judge(&self.settings, &requirements, &mut record.restarts, &cause, now) {
@@ -510,7 +517,7 @@ impl AutoManagerCore {
                 } => self.terminal(job_id, reason, ceiling_reached, now),
             }
         }
-        if cause != LossCause::NodeLost {
+        if !matches!(cause, LossCause::NodeLost | LossCause::Reclaimed) {
             self.release_node(&binding.node_id, single_use);
         }
     }

@@ -108,10 +108,15 @@ impl AutoManagerCore {
                 self.notify(Notification::ImagesPrefetched { node_id, results })
             }
             ManagerEvent::AuditAppended(entry) => self.notify(Notification::AuditAppended { entry }),
+            ManagerEvent::NodeInterruptionNotice {
+                node_id,
+                kind,
+                deadline,
+                noticed_at,
+            } => self.interruption_noticed(node_id, kind, deadline, noticed_at, now),
             ManagerEvent::ProviderHealthChange
             | ManagerEvent::JobPrepared { .. }
             | ManagerEvent::MigrationSignal { .. }
-            | ManagerEvent::NodeInterruptionNotice { .. }
             | ManagerEvent::Unknown => {}
         }
     }

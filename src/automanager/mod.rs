@@ -16,13 +16,17 @@
 //!   dispatching.
 //! - `view_cache`: the placement view kept between rounds and brought up
 //!   to date instead of rebuilt.
+//! - [`drain`]: cordon, drain, evict, terminate; [`interruption`]: spot
+//!   interruption / rebalance notices as forced drains.
 //! - [`metrics`], [`notification`].
 
 pub mod binding;
 mod core;
 mod dispatch;
+pub mod drain;
 mod events;
 pub mod fleet;
+pub mod interruption;
 pub mod metrics;
 pub mod notification;
 pub mod recovery;
@@ -35,6 +39,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 pub use self::core::AutoManagerCore;
+pub use drain::{DrainJob, DrainJobStatus, DrainOptions, DrainPhase, DrainState, StrategyFor};
+pub use interruption::{InterruptionNotice, NodeInterruptionState};
 pub use metrics::{Metrics, PoolGauge};
 pub use notification::{Decision, Notification, PlacementDecisionInfo};
 pub use runtime::{AutoManager, AutoManagerHandle, QueryError, RunError, RunOptions};
@@ -70,6 +76,29 @@ pub enum Command {
     StopBundleJob(BundleJobRef),
     /// `setTemplateImages`: what warmth is scored against.
     SetTemplateImages(BTreeMap<String, Vec<String>>),
+    /// `cordonNode`: no new placements land on the node.
+    CordonNode(NodeId),
+    /// `uncordonNode`: the reverse; cancels a drain that has not issued its
+    /// terminate and withdraws an interruption notice with it.
+    UncordonNode(NodeId),
+    /// `terminateNode`: terminate without cordoning.
+    TerminateNode(NodeId),
+    /// `evictNode`: cordon, then terminate at once.
+    EvictNode(NodeId),
+    /// `drainNode`: cordon, migrate every job away, terminate once empty.
+    DrainNode {
+        /// The node.
+        node_id: NodeId,
+        /// Timeout, force, per-job strategy.
+        options: DrainOptions,
+    },
+    /// `handleNodeInterruption`: a forced drain cut to fit the deadline.
+    HandleNodeInterruption {
+        /// The node.
+        node_id: NodeId,
+        /// Kind, deadline, per-job strategy.
+        notice: InterruptionNotice,
+    },
 }
 
 /// How a failed RPC should be treated (the client's classification).
@@ -198,6 +227,12 @@ pub enum CommandError {
     /// The core was closed before the command completed.
     #[error("AutoManager is closed")]
     Closed,
+    /// The fleet holds no node of that id.
+    #[error("no node {0} in the fleet")]
+    UnknownNode(NodeId),
+    /// The node is stopping, stopped or already terminated.
+    #[error("node {0} is already going")]
+    NodeGone(NodeId),
 }
 
 /// Something the runtime must do.

@@ -11,6 +11,9 @@ use crate::model::{
 };
 use crate::placement::{ResilienceFlag, Trace};
 
+use super::drain::DrainState;
+use super::interruption::NodeInterruptionState;
+
 /// Where a placement decided a job goes (the engine's outcome, serialisable).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "decision", rename_all = "camelCase")]
@@ -222,4 +225,10 @@ pub enum Notification {
         /// The entry.
         entry: AuditEntry,
     },
+    /// `onDrainProgress`: every phase transition of a node drain and every
+    /// change to a job's status within it.
+    DrainProgress(Box<DrainState>),
+    /// `onNodeInterrupted`: once per `handleNodeInterruption`, after the
+    /// node is cordoned and its drain started or tightened.
+    NodeInterrupted(Box<NodeInterruptionState>),
 }

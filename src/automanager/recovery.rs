@@ -28,6 +28,10 @@ pub enum LossCause {
     Failed,
     /// Its node stopped or is stopping.
     NodeLost,
+    /// Its node was reclaimed by the provider after an interruption notice:
+    /// recovered per `onRuntimeFailure`, but "none of it counts against the
+    /// restart ceiling" (a job lost with a reclaimed node did not fail).
+    Reclaimed,
     /// The worker refused to start it.
     Rejected {
         /// The worker's typed reason.
@@ -86,7 +90,8 @@ impl RestartHistory {
 
 /// Judges a loss: an invalid spec is terminal on the first rejection (with
 /// the worker's words), `drop` never restarts, and the re-placing policies
-/// restart until the ceiling's rate is reached inside the trailing hour.
+/// restart until the ceiling's rate is reached inside the trailing hour —
+/// except after a reclaim, which restarts without being counted.
 pub fn judge(
     settings: &AutoSettings,
     requirements: &Requirements,
@@ -110,6 +115,9 @@ pub fn judge(
             ceiling_reached: false,
         };
     };
+    if *cause == LossCause::Reclaimed {
+        return FailureVerdict::Restart;
+    }
     if history.count(now) >= ceiling {
         return FailureVerdict::Terminal {
             reason: format!("restart ceiling reached: {ceiling} restarts in the trailing hour"),

@@ -16,9 +16,11 @@ use crate::manager::client::{
     ClientSettings, ConnectError, CreateNode, ManagerClient, RpcError, RpcErrorKind, StartJob,
 };
 use crate::manager::stream::{StreamItem, StreamSession, StreamSettings};
-use crate::model::{Bundle, BundleId, BundleJobRef, BundleSpec, ManagerEvent, ProviderKind, UnixMillis};
+use crate::model::{Bundle, BundleId, BundleJobRef, BundleSpec, ManagerEvent, NodeId, ProviderKind, UnixMillis};
 use crate::placement::{Admission, BundleValidation, FleetError, Placement, PlacementError};
 
+use super::drain::{DrainOptions, DrainState};
+use super::interruption::{InterruptionNotice, NodeInterruptionState};
 use super::settings::{ValidSettings, validate_auto_settings};
 use super::{
     Action, AutoManagerCore, AutoSettings, AutoSettingsValidationError, Command, CommandError, CommandId, Input,
@@ -245,6 +247,72 @@ impl AutoManagerHandle {
     /// `metrics()`.
     pub async fn metrics(&self) -> Result<Metrics, QueryError> {
         self.query(|core, now| core.metrics(now)).await
+    }
+
+    /// `cordonNode`: no new placements land on the node.
+    pub async fn cordon_node(&self, node_id: NodeId) -> Result<(), CommandError> {
+        self.command(Command::CordonNode(node_id)).await
+    }
+
+    /// `uncordonNode`: the reverse; cancels a drain that has not issued its
+    /// terminate.
+    pub async fn uncordon_node(&self, node_id: NodeId) -> Result<(), CommandError> {
+        self.command(Command::UncordonNode(node_id)).await
+    }
+
+    /// `isCordoned`.
+    pub async fn is_cordoned(&self, node_id: NodeId) -> Result<bool, QueryError> {
+        self.query(move |core, _| core.is_cordoned(&node_id)).await
+    }
+
+    /// `terminateNode`: terminate without cordoning.
+    pub async fn terminate_node(&self, node_id: NodeId) -> Result<(), CommandError> {
+        self.command(Command::TerminateNode(node_id)).await
+    }
+
+    /// `evictNode`: cordon, then terminate at once.
+    pub async fn evict_node(&self, node_id: NodeId) -> Result<(), CommandError> {
+        self.command(Command::EvictNode(node_id)).await
+    }
+
+    /// `drainNode`: resolves once the migrations are started, with the
+    /// drain (the running one, if the node was draining already).
+    pub async fn drain_node(&self, node_id: NodeId, options: DrainOptions) -> Result<DrainState, CommandError> {
+        let asked = node_id.clone();
+        self.command(Command::DrainNode { node_id, options }).await?;
+        self.drain_status(asked.clone())
+            .await
+            .map_err(|_| CommandError::Closed)?
+            .ok_or(CommandError::UnknownNode(asked))
+    }
+
+    /// `drainStatus`: the node's running drain, or its last one.
+    pub async fn drain_status(&self, node_id: NodeId) -> Result<Option<DrainState>, QueryError> {
+        self.query(move |core, _| core.drain_status(&node_id).cloned()).await
+    }
+
+    /// Every drain (running, or the last one of its node).
+    pub async fn drains(&self) -> Result<Vec<DrainState>, QueryError> {
+        self.query(|core, _| core.drains().cloned().collect()).await
+    }
+
+    /// `handleNodeInterruption`: a forced drain cut to fit the deadline.
+    pub async fn handle_node_interruption(
+        &self,
+        node_id: NodeId,
+        notice: InterruptionNotice,
+    ) -> Result<NodeInterruptionState, CommandError> {
+        let asked = node_id.clone();
+        self.command(Command::HandleNodeInterruption { node_id, notice }).await?;
+        self.node_interruption(asked.clone())
+            .await
+            .map_err(|_| CommandError::Closed)?
+            .ok_or(CommandError::UnknownNode(asked))
+    }
+
+    /// `nodeInterruption`: the notice taken for the node, with its drain.
+    pub async fn node_interruption(&self, node_id: NodeId) -> Result<Option<NodeInterruptionState>, QueryError> {
+        self.query(move |core, _| core.node_interruption(&node_id)).await
     }
 
     /// Every notification from now on.

@@ -30,6 +30,7 @@ struct NodeMark {
     inventory: Option<NodeInventory>,
     phase: NodePhase,
     unhealthy: bool,
+    cordoned: bool,
 }
 
 impl NodeMark {
@@ -43,6 +44,7 @@ impl NodeMark {
             inventory: node.inventory,
             phase: node.phase,
             unhealthy: node.unhealthy,
+            cordoned: node.cordoned,
         }
     }
 }
@@ -208,7 +210,10 @@ pub(super) fn placement_phase(node: &NodeState) -> NodePhase {
 /// health) still holds.
 fn same_node(node: &NodeState, mark: &NodeMark, pools: &Pools) -> bool {
     use crate::model::tags;
+    // A cordon is rare (an operator's act, a drain): the view is built
+    // again rather than taught to flip it in place.
     node.id == mark.id
+        && node.cordoned == mark.cordoned
         && node.tags.get(tags::POOL) == mark.pool.as_ref()
         && node.tags.get(tags::TIER) == mark.tier.as_ref()
         && node.tags.get(tags::SPARE).is_some_and(|v| v == "true") == mark.spare

@@ -250,5 +250,14 @@ pub fn describe(notification: &Notification) -> String {
             format!("prefetched   {node_id}: {} image(s)", results.len())
         }
         Notification::AuditAppended { entry } => format!("audit        {} {}", entry.action, entry.subject),
+        Notification::DrainProgress(state) => format!(
+            "drain        {} {:?} ({} job(s))",
+            state.node_id,
+            state.phase,
+            state.jobs.len()
+        ),
+        Notification::NodeInterrupted(state) => {
+            format!("interrupted  {} {:?}, drain {:?}", state.node_id, state.kind, state.drain.phase)
+        }
     }
 }
