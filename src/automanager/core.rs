@@ -13,10 +13,13 @@ use crate::placement::{
 use super::binding::JobRecord;
 use super::fleet::Fleet;
 use super::metrics::{Counters, Metrics, PoolGauge};
+use super::migration::{MigrationCall, MigrationId, Migrations};
 use super::recovery::MIN_RECOVERY_INTERVAL_MS;
 use super::settings::ValidSettings;
 use super::view_cache::{ViewCache, placed_jobs};
-use super::{Action, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId, Rpc, Step};
+use super::{
+    Action, Answer, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId, Rpc, Step,
+};
 
 /// What an outstanding RPC was for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,6 +30,11 @@ pub(super) enum Pending {
         for_job: JobId,
     },
     TerminateNode(crate::model::NodeId),
+    /// A call of a migration's saga.
+    Migration {
+        migration_id: MigrationId,
+        call: MigrationCall,
+    },
     Other,
     /// A command's RPC; on success the bundle named is revived (an update
     /// or delete clears its broken mark and restart histories).
@@ -67,6 +75,8 @@ pub struct AutoManagerCore {
     pub(super) tier_backoff: BTreeMap<(String, String), UnixMillis>,
     /// The placement view kept between rounds (built at hydration).
     pub(super) view_cache: Option<ViewCache>,
+    /// Migrations in flight and the most recent ended ones.
+    pub(super) migrations: Migrations,
     pub(super) out: Vec<Action>,
 }
 
@@ -91,6 +101,7 @@ impl AutoManagerCore {
             fleet_epoch: 0,
             tier_backoff: BTreeMap::new(),
             view_cache: None,
+            migrations: Migrations::default(),
             out: Vec::new(),
         }
     }
@@ -130,6 +141,7 @@ impl AutoManagerCore {
         }
         if self.hydrated && !self.closed {
             self.expire(now);
+            self.step_migrations(now);
             self.place_ready(now);
         }
         Step {
@@ -150,7 +162,7 @@ impl AutoManagerCore {
             Input::Command { id, command } => self.command(id, command, now),
             Input::RpcResult { id, result } => self.rpc_result(id, result, now),
             Input::Timer => {}
-            Input::Close => self.close(),
+            Input::Close => self.close(now),
         }
     }
 
@@ -312,7 +324,7 @@ impl AutoManagerCore {
         id
     }
 
-    fn command(&mut self, id: CommandId, command: Command, _now: UnixMillis) {
+    fn command(&mut self, id: CommandId, command: Command, now: UnixMillis) {
         let (rpc, revives) = match command {
             Command::CreateBundle(bundle) => match self.refuse_invalid(&bundle) {
                 Some(error) => return self.reply(id, Err(error)),
@@ -332,6 +344,14 @@ impl AutoManagerCore {
                 self.settings.template_images = images;
                 self.fleet_epoch += 1;
                 return self.reply(id, Ok(()));
+            }
+            Command::MigrateJob { job_id, options } => {
+                let started = self.migrate_job(&job_id, &options, now);
+                return self.answer(id, started.map(Answer::Migration).map_err(CommandError::Migration));
+            }
+            Command::AbortMigration { migration_id, reason } => {
+                let aborted = self.abort_migration(&migration_id, &reason, now);
+                return self.reply(id, aborted.map_err(CommandError::Migration));
             }
         };
         self.call(rpc, Pending::Command { id, revives });
@@ -356,6 +376,10 @@ impl AutoManagerCore {
         self.out.push(Action::Reply { command, result });
     }
 
+    pub(super) fn answer(&mut self, command: CommandId, result: Result<Answer, CommandError>) {
+        self.out.push(Action::Answer { command, result });
+    }
+
     /// A bundle was updated or deleted: its broken mark, its jobs' drops
     /// and their restart histories clear ("the broken mark clears when the
     /// bundle is updated or deleted").
@@ -371,7 +395,11 @@ impl AutoManagerCore {
         }
     }
 
-    fn close(&mut self) {
+    fn close(&mut self, now: UnixMillis) {
+        // Before the timers stop: in-flight migrations are aborted (or,
+        // past the point of no return, marked lost) while calls can still
+        // be made.
+        self.close_migrations(now);
         self.closed = true;
         let waiting: Vec<CommandId> = self
             .pending
@@ -460,6 +488,7 @@ impl AutoManagerCore {
         });
         jobs.chain(nodes.flatten())
             .chain(self.tier_backoff.values().copied())
+            .chain(self.migrations.next_deadline())
             .min()
             .map(|at| at.max(now))
     }

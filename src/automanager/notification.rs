@@ -11,6 +11,8 @@ use crate::model::{
 };
 use crate::placement::{ResilienceFlag, Trace};
 
+use super::migration::{MigrationId, MigrationState};
+
 /// Where a placement decided a job goes (the engine's outcome, serialisable).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "decision", rename_all = "camelCase")]
@@ -221,5 +223,28 @@ pub enum Notification {
     AuditAppended {
         /// The entry.
         entry: AuditEntry,
+    },
+    /// `onMigrationPhase`: every phase transition of a migration.
+    MigrationPhase(Box<MigrationState>),
+    /// `onMigrationCompleted`: the job now lives on the target.
+    #[serde(rename_all = "camelCase")]
+    MigrationCompleted {
+        /// The migration.
+        migration_id: MigrationId,
+        /// The job moved.
+        job_id: JobId,
+    },
+    /// `onMigrationAborted`: rolled back, or (`lost`) past the point of no
+    /// return and not finished.
+    #[serde(rename_all = "camelCase")]
+    MigrationAborted {
+        /// The migration.
+        migration_id: MigrationId,
+        /// The job.
+        job_id: JobId,
+        /// Why.
+        reason: String,
+        /// Lost past the point of no return rather than rolled back.
+        lost: bool,
     },
 }
