@@ -14,10 +14,13 @@ use super::binding::JobRecord;
 use super::drain::Drains;
 use super::fleet::Fleet;
 use super::metrics::{Counters, Metrics, PoolGauge};
+use super::migration::{MigrationCall, MigrationId, Migrations};
 use super::recovery::MIN_RECOVERY_INTERVAL_MS;
 use super::settings::ValidSettings;
 use super::view_cache::{ViewCache, placed_jobs};
-use super::{Action, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId, Rpc, Step};
+use super::{
+    Action, Answer, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId, Rpc, Step,
+};
 
 /// What an outstanding RPC was for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +31,11 @@ pub(super) enum Pending {
         for_job: JobId,
     },
     TerminateNode(crate::model::NodeId),
+    /// A call of a migration's saga.
+    Migration {
+        migration_id: MigrationId,
+        call: MigrationCall,
+    },
     Other,
     /// A command's RPC; on success the bundle named is revived (an update
     /// or delete clears its broken mark and restart histories).
@@ -70,6 +78,8 @@ pub struct AutoManagerCore {
     pub(super) view_cache: Option<ViewCache>,
     /// Drains and interruption notices.
     pub(super) drains: Drains,
+    /// Migrations in flight and the most recent ended ones.
+    pub(super) migrations: Migrations,
     pub(super) out: Vec<Action>,
 }
 
@@ -95,6 +105,7 @@ impl AutoManagerCore {
             tier_backoff: BTreeMap::new(),
             view_cache: None,
             drains: Drains::default(),
+            migrations: Migrations::default(),
             out: Vec::new(),
         }
     }
@@ -135,6 +146,7 @@ impl AutoManagerCore {
         if self.hydrated && !self.closed {
             self.act_on_relayed_interruptions(now);
             self.expire(now);
+            self.step_migrations(now);
             self.place_ready(now);
             self.follow_drains();
         }
@@ -156,7 +168,7 @@ impl AutoManagerCore {
             Input::Command { id, command } => self.command(id, command, now),
             Input::RpcResult { id, result } => self.rpc_result(id, result, now),
             Input::Timer => {}
-            Input::Close => self.close(),
+            Input::Close => self.close(now),
         }
     }
 
@@ -349,6 +361,14 @@ impl AutoManagerCore {
             Command::HandleNodeInterruption { node_id, notice } => {
                 return self.reply_with(id, |core| core.handle_node_interruption(&node_id, notice, now, now));
             }
+            Command::MigrateJob { job_id, options } => {
+                let started = self.migrate_job(&job_id, &options, now);
+                return self.answer(id, started.map(Answer::Migration).map_err(CommandError::Migration));
+            }
+            Command::AbortMigration { migration_id, reason } => {
+                let aborted = self.abort_migration(&migration_id, &reason, now);
+                return self.reply(id, aborted.map_err(CommandError::Migration));
+            }
         };
         self.call(rpc, Pending::Command { id, revives });
     }
@@ -378,6 +398,10 @@ impl AutoManagerCore {
         self.reply(command, result);
     }
 
+    pub(super) fn answer(&mut self, command: CommandId, result: Result<Answer, CommandError>) {
+        self.out.push(Action::Answer { command, result });
+    }
+
     /// A bundle was updated or deleted: its broken mark, its jobs' drops
     /// and their restart histories clear ("the broken mark clears when the
     /// bundle is updated or deleted").
@@ -393,7 +417,11 @@ impl AutoManagerCore {
         }
     }
 
-    fn close(&mut self) {
+    fn close(&mut self, now: UnixMillis) {
+        // Before the timers stop: in-flight migrations are aborted (or,
+        // past the point of no return, marked lost) while calls can still
+        // be made.
+        self.close_migrations(now);
         self.closed = true;
         let waiting: Vec<CommandId> = self
             .pending
@@ -483,6 +511,7 @@ impl AutoManagerCore {
         jobs.chain(nodes.flatten())
             .chain(self.tier_backoff.values().copied())
             .chain(self.drains.next_deadline())
+            .chain(self.migrations.next_deadline())
             .min()
             .map(|at| at.max(now))
     }

@@ -24,8 +24,8 @@ use super::{CommandError, Notification, RequestId, Rpc, RpcFailure, RpcFailureKi
 /// Prospective node ids: `<pool>-<tier>-<serial>`, the serial counting up
 /// for the core's life and skipping ids the fleet holds, so the same inputs
 /// always name the same nodes.
-struct NodeIds<'a> {
-    serial: &'a mut u64,
+pub(super) struct NodeIds<'a> {
+    pub(super) serial: &'a mut u64,
 }
 
 impl ProspectiveNodeIds for NodeIds<'_> {
@@ -113,7 +113,7 @@ impl AutoManagerCore {
     /// The pools, with every tier whose provider recently refused a
     /// provision capped at its current node count, so the cascade spills to
     /// the next tier for `PROVISION_FAILURE_BACKOFF_MS`.
-    fn effective_pools(&self, now: UnixMillis) -> Result<Pools, String> {
+    pub(super) fn effective_pools(&self, now: UnixMillis) -> Result<Pools, String> {
         if !self.tier_backoff.values().any(|&until| until > now) {
             return Ok(self.pools.clone());
         }
@@ -276,7 +276,7 @@ impl AutoManagerCore {
         });
     }
 
-    fn provision(
+    pub(super) fn provision(
         &mut self,
         job_id: &JobId,
         node_id: &NodeId,
@@ -395,6 +395,7 @@ impl AutoManagerCore {
             },
             Pending::StartJob(job_id) => self.start_result(&job_id, id, result, now),
             Pending::CreateNode { node_id, for_job } => self.create_result(&node_id, &for_job, result, now),
+            Pending::Migration { migration_id, call } => self.migration_call_result(&migration_id, call, result, now),
             Pending::Other => {
                 if let Err(failure) = result {
                     self.notify(Notification::Error {
@@ -593,7 +594,11 @@ impl AutoManagerCore {
         let Some(node) = self.fleet.get(node_id) else {
             return;
         };
-        if node.terminated || node.is_going() || self.jobs.values().any(|r| r.is_bound_to(node_id)) {
+        if node.terminated
+            || node.is_going()
+            || self.jobs.values().any(|r| r.is_bound_to(node_id))
+            || self.hosts_migration_target(node_id)
+        {
             return;
         }
         let provisioned_here = node.provisioned.is_some();

@@ -19,7 +19,7 @@ use crate::model::{JobId, NodeId, UnixMillis};
 
 use super::core::AutoManagerCore;
 use super::interruption::Interruptions;
-use super::migration::{MigrationId, MigrationStrategy};
+use super::migration::{MigrationEnd, MigrationId, MigrationOptions, MigrationStrategy};
 use super::{CommandError, Notification, RpcFailure, RpcFailureKind};
 
 /// `DEFAULT_DRAIN_TIMEOUT_MS`: how long a drain waits for its node to empty
@@ -333,18 +333,24 @@ impl AutoManagerCore {
         let mut jobs = Vec::with_capacity(bound.len());
         for job_id in bound {
             let strategy = options.strategy_for.strategy(&job_id);
-            jobs.push(match self.start_drain_migration(&job_id, strategy, now) {
+            let options = MigrationOptions {
+                strategy,
+                ..MigrationOptions::default()
+            };
+            jobs.push(match self.migrate_job(&job_id, &options, now) {
                 Ok(migration_id) => DrainJob {
                     job_id,
                     status: DrainJobStatus::Migrating,
                     migration_id: Some(migration_id),
                     reason: None,
                 },
-                Err(reason) => DrainJob {
+                // Refused (not running, not placed here, already migrating)
+                // or nowhere to place the target: stuck where it is.
+                Err(refusal) => DrainJob {
                     job_id,
                     status: DrainJobStatus::Stuck,
                     migration_id: None,
-                    reason: Some(reason),
+                    reason: Some(refusal.to_string()),
                 },
             });
         }
@@ -385,15 +391,20 @@ impl AutoManagerCore {
         for job in &mut state.jobs {
             let on_node = self.jobs.get(&job.job_id).is_some_and(|r| r.is_bound_to(node_id));
             match job.status {
-                DrainJobStatus::Migrating => match job.migration_id.as_ref().map(|id| self.drain_migration_end(id)) {
-                    Some(Some(Ok(()))) => job.status = DrainJobStatus::Migrated,
-                    Some(Some(Err(reason))) if on_node => {
-                        job.status = DrainJobStatus::Stuck;
-                        job.reason = Some(reason);
+                DrainJobStatus::Migrating => {
+                    let migration = job.migration_id.as_ref().and_then(|id| self.migrations.get(id));
+                    match migration.map(|m| (m.end(), &m.reason)) {
+                        Some((None, _)) => {}
+                        Some((Some(MigrationEnd::Completed), _)) => job.status = DrainJobStatus::Migrated,
+                        // Aborted (or lost past its point of no return) with
+                        // the job still here: stuck until the timeout.
+                        Some((Some(end), reason)) if on_node => {
+                            job.status = DrainJobStatus::Stuck;
+                            job.reason = Some(reason.clone().unwrap_or_else(|| format!("migration {end:?}")));
+                        }
+                        _ => job.status = DrainJobStatus::Moved,
                     }
-                    Some(Some(Err(_))) | None => job.status = DrainJobStatus::Moved,
-                    Some(None) => {}
-                },
+                }
                 DrainJobStatus::Stuck if !on_node => {
                     job.status = DrainJobStatus::Moved;
                     job.reason = None;

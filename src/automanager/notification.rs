@@ -13,6 +13,7 @@ use crate::placement::{ResilienceFlag, Trace};
 
 use super::drain::DrainState;
 use super::interruption::NodeInterruptionState;
+use super::migration::{MigrationId, MigrationState};
 
 /// Where a placement decided a job goes (the engine's outcome, serialisable).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -231,4 +232,27 @@ pub enum Notification {
     /// `onNodeInterrupted`: once per `handleNodeInterruption`, after the
     /// node is cordoned and its drain started or tightened.
     NodeInterrupted(Box<NodeInterruptionState>),
+    /// `onMigrationPhase`: every phase transition of a migration.
+    MigrationPhase(Box<MigrationState>),
+    /// `onMigrationCompleted`: the job now lives on the target.
+    #[serde(rename_all = "camelCase")]
+    MigrationCompleted {
+        /// The migration.
+        migration_id: MigrationId,
+        /// The job moved.
+        job_id: JobId,
+    },
+    /// `onMigrationAborted`: rolled back, or (`lost`) past the point of no
+    /// return and not finished.
+    #[serde(rename_all = "camelCase")]
+    MigrationAborted {
+        /// The migration.
+        migration_id: MigrationId,
+        /// The job.
+        job_id: JobId,
+        /// Why.
+        reason: String,
+        /// Lost past the point of no return rather than rolled back.
+        lost: bool,
+    },
 }

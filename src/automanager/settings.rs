@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::model::{HotSpareSpec, OnRuntimeFailure, PlacementPool, Requirements};
 use crate::placement::{Pools, SettingsErrorCode, validate_settings};
 
+use super::migration::MigrationSettings;
+
 /// The flat restart ceiling when nothing more specific is configured.
 pub const DEFAULT_MAX_RESTARTS_PER_HOUR: u32 = 6;
 /// `rejectionEscalationCount` default.
@@ -74,6 +76,8 @@ pub struct AutoSettings {
     /// filter verdict). On by default, as the spec describes; very large
     /// fleets may turn it off.
     pub trace_placements: bool,
+    /// The migration saga's phase deadlines.
+    pub migration: MigrationSettings,
 }
 
 impl Default for AutoSettings {
@@ -91,6 +95,7 @@ impl Default for AutoSettings {
             unhealthy_cooldown_ms: DEFAULT_UNHEALTHY_COOLDOWN_MS,
             template_images: BTreeMap::new(),
             trace_placements: true,
+            migration: MigrationSettings::default(),
         }
     }
 }
@@ -138,6 +143,9 @@ pub enum CoreSettingsErrorCode {
     /// `rejectionBackoffMs` is 0: no two rejections could ever be counted
     /// together.
     ZeroRejectionBackoff,
+    /// A `migration` phase deadline is 0: every migration would expire in
+    /// that phase.
+    ZeroMigrationPhaseTimeout,
 }
 
 /// One settings problem.
@@ -200,6 +208,15 @@ pub fn validate_auto_settings(settings: AutoSettings) -> Result<ValidSettings, A
             "rejectionBackoffMs",
             "must be positive (default 5000)",
         );
+    }
+    for (name, ms) in settings.migration.named() {
+        if ms == 0 {
+            core(
+                CoreSettingsErrorCode::ZeroMigrationPhaseTimeout,
+                &format!("migration.{name}"),
+                "must be positive",
+            );
+        }
     }
     let pools = match validate_settings(settings.placement_pools.clone(), &settings.hot_spares) {
         Ok(pools) => Some(pools),

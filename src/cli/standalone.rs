@@ -259,5 +259,21 @@ pub fn describe(notification: &Notification) -> String {
         Notification::NodeInterrupted(state) => {
             format!("interrupted  {} {:?}, drain {:?}", state.node_id, state.kind, state.drain.phase)
         }
+        Notification::MigrationPhase(state) => format!(
+            "migration    {} {}: {:?} ({} -> {})",
+            state.migration_id, state.job_id, state.phase, state.source_node_id, state.target_node_id
+        ),
+        Notification::MigrationCompleted { migration_id, job_id } => {
+            format!("migrated     {job_id} ({migration_id})")
+        }
+        Notification::MigrationAborted {
+            migration_id,
+            job_id,
+            reason,
+            lost,
+        } => {
+            let verb = if *lost { "mig. lost" } else { "mig. abort" };
+            format!("{verb:<12} {job_id} ({migration_id}): {reason}")
+        }
     }
 }

@@ -1,0 +1,606 @@
+//! The migration saga: moving a running bundle job from one node to another
+//! (`migrateJob`). This module owns the saga's vocabulary — ids,
+//! strategies, phases, the state every phase transition is recorded in, the
+//! `migration` settings (one deadline per phase), and why a migration is
+//! refused — and, in its submodules, the saga itself: placing the target
+//! through the ordinary placement path ([`start`]), driving each strategy
+//! through its phases on Manager's events ([`observe`]), and deadlines,
+//! aborts and `close()` ([`wind_down`]).
+//!
+//! The job's record ([`super::binding::JobRecord`]) carries the migration
+//! claim: the target instance, reserved on its node next to the source for
+//! as long as both exist, and moved into the binding at `done`.
+
+mod observe;
+mod start;
+mod wind_down;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{InstanceKey, JobId, NodeId, UnixMillis};
+
+use super::binding::MigrationClaim;
+use super::core::{AutoManagerCore, Pending};
+use super::{MigrationStep, Notification, Rpc};
+
+/// `CLOSE_ABORT_GRACE_MS`: how long `close()` holds the channel open for
+/// the aborts of in-flight migrations to be sent (5 s at most; with nothing
+/// in flight it closes at once).
+pub const CLOSE_ABORT_GRACE_MS: u64 = 5_000;
+
+/// How many ended migrations are kept for `migrationById` / `migrations()`
+/// besides those in flight (the oldest ended ones are forgotten first).
+pub const ENDED_MIGRATIONS_KEPT: usize = 1_024;
+
+/// A migration's id: eight hex digits, which are also the tag of the
+/// target's instance key (`migrationTargetRole(slot, id)`:
+/// `primary@3f9c1e2a`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MigrationId(pub String);
+
+impl MigrationId {
+    /// The id of tag `tag`.
+    pub fn of_tag(tag: u32) -> Self {
+        Self(format!("{tag:08x}"))
+    }
+
+    /// The id as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for MigrationId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// How the job moves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MigrationStrategy {
+    /// The target is created without starting (`deferStart`), the source
+    /// stopped, the prepared target started. Never two running at once; a
+    /// gap of one container start. No job cooperation.
+    #[default]
+    StopThenStart,
+    /// The target started, and once running the source stopped. Both run
+    /// for a moment. No job cooperation.
+    Overlap,
+    /// Cooperative: the target signals ready (with an opaque payload), the
+    /// source stops output at that point and reports where, the target
+    /// applies from there and confirms; only then is the source stopped.
+    Handover,
+}
+
+/// `migrateJob`'s options.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct MigrationOptions {
+    /// The strategy (default `stopThenStart`).
+    pub strategy: MigrationStrategy,
+    /// A hard pin: only this node may take the target.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_node_id: Option<NodeId>,
+    /// The target may take a spare exclusively reserved for other
+    /// templates.
+    pub override_reservation: bool,
+}
+
+/// Where a migration is. The phases a strategy passes through:
+///
+/// - `stopThenStart`: `placing -> preparing -> stoppingSource ->
+///   startingTarget -> done`
+/// - `overlap`: `placing -> starting -> stoppingSource -> done`
+/// - `handover`: `placing -> starting -> awaitingReady -> stoppingOutput ->
+///   applying -> stoppingSource -> done`
+///
+/// Any phase before the point of no return may end `aborted`; after it a
+/// migration ends `done` (failing forward) or, when its target is lost or
+/// the AutoManager closes, `lost`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MigrationPhase {
+    /// The target is placed on a node that is still being provisioned; its
+    /// `StartJob` follows when the node starts.
+    Placing,
+    /// `stopThenStart`: the target was created with `deferStart`; waiting
+    /// for `job_prepared`.
+    Preparing,
+    /// `overlap` / `handover`: the target was started; waiting for it to
+    /// run.
+    Starting,
+    /// `handover`: both instances were told (`propose`); waiting for the
+    /// target's `target_ready`.
+    AwaitingReady,
+    /// `handover`: the source was told to stop output at the target's
+    /// payload (the point of no return); waiting for `source_stopped_at`.
+    StoppingOutput,
+    /// `handover`: the target was told to apply from the source's position;
+    /// waiting for `target_applied`.
+    Applying,
+    /// The source was told to stop (for `stopThenStart` and `overlap`, the
+    /// point of no return); waiting for it to stop.
+    StoppingSource,
+    /// `stopThenStart`: the prepared target was started; waiting for it to
+    /// run.
+    StartingTarget,
+    /// The job lives on the target: binding, placement of record and
+    /// active instance key moved there.
+    Done,
+    /// Rolled back before the point of no return: both instance keys told,
+    /// the target stopped, the source still running.
+    Aborted,
+    /// Past the point of no return and could not finish (its target lost,
+    /// or the AutoManager closed): the job is left to what Manager's
+    /// history says of it.
+    Lost,
+}
+
+impl MigrationPhase {
+    /// Whether the migration has ended.
+    pub fn is_ended(self) -> bool {
+        matches!(self, Self::Done | Self::Aborted | Self::Lost)
+    }
+}
+
+/// How a migration ended, for whoever started it (a drain consults this).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MigrationEnd {
+    /// `done`: the job lives on the target.
+    Completed,
+    /// `aborted`: rolled back; the job is where it was.
+    Aborted,
+    /// `lost`: past the point of no return and not finished.
+    Lost,
+}
+
+/// One phase transition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PhaseTransition {
+    /// The phase entered.
+    pub phase: MigrationPhase,
+    /// When.
+    pub at: UnixMillis,
+}
+
+/// A migration as the core knows it (`migrationById`, `onMigrationPhase`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationState {
+    /// Its id.
+    pub migration_id: MigrationId,
+    /// The job moved.
+    pub job_id: JobId,
+    /// How.
+    pub strategy: MigrationStrategy,
+    /// Where it is.
+    pub phase: MigrationPhase,
+    /// Every phase entered, with when, in order (the first is `placing`).
+    pub transitions: Vec<PhaseTransition>,
+    /// The node the job runs on.
+    pub source_node_id: NodeId,
+    /// The instance key it wears there.
+    pub source_key: InstanceKey,
+    /// The node placement chose for the target.
+    pub target_node_id: NodeId,
+    /// The key the target wears (`<slot>@<id>`).
+    pub target_key: InstanceKey,
+    /// The source has been told to stop (or to stop output): from here
+    /// there is no rollback and the saga fails forward.
+    pub past_point_of_no_return: bool,
+    /// When the current phase's deadline (from the `migration` settings)
+    /// expires; none once ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase_deadline: Option<UnixMillis>,
+    /// Why it was aborted or lost, or how it failed forward.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl MigrationState {
+    /// When the migration started.
+    pub fn started_at(&self) -> UnixMillis {
+        self.transitions.first().map_or(0, |t| t.at)
+    }
+
+    /// When the current phase was entered.
+    pub fn phase_entered_at(&self) -> UnixMillis {
+        self.transitions.last().map_or(0, |t| t.at)
+    }
+
+    /// How it ended; none while in flight.
+    pub fn end(&self) -> Option<MigrationEnd> {
+        match self.phase {
+            MigrationPhase::Done => Some(MigrationEnd::Completed),
+            MigrationPhase::Aborted => Some(MigrationEnd::Aborted),
+            MigrationPhase::Lost => Some(MigrationEnd::Lost),
+            _ => None,
+        }
+    }
+
+    /// Whether it is still in flight.
+    pub fn is_in_flight(&self) -> bool {
+        !self.phase.is_ended()
+    }
+}
+
+/// The `migration` settings: one deadline per phase, in milliseconds. A
+/// phase that outlives its deadline aborts the migration before the point
+/// of no return and fails it forward after.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct MigrationSettings {
+    /// `placing`: the target's node provisioned and started.
+    pub placing_timeout_ms: u64,
+    /// `preparing`: the deferred start prepared.
+    pub preparing_timeout_ms: u64,
+    /// `starting`: the started target running.
+    pub starting_timeout_ms: u64,
+    /// `awaitingReady`: the target's `target_ready`.
+    pub awaiting_ready_timeout_ms: u64,
+    /// `stoppingOutput`: the source's `source_stopped_at`.
+    pub stopping_output_timeout_ms: u64,
+    /// `applying`: the target's `target_applied`.
+    pub applying_timeout_ms: u64,
+    /// `stoppingSource`: the source stopped.
+    pub stopping_source_timeout_ms: u64,
+    /// `startingTarget`: the prepared target running.
+    pub starting_target_timeout_ms: u64,
+}
+
+/// `placingTimeoutMs` default: 10 min, the default `provisionTimeoutMs` of
+/// a cloud tier (`max(placementLeadMs, 5 min) × 2`).
+pub const DEFAULT_MIGRATION_PLACING_TIMEOUT_MS: u64 = 10 * 60_000;
+/// Default deadline of a container start (`preparing`, `starting`,
+/// `startingTarget`): 2 min.
+pub const DEFAULT_MIGRATION_START_TIMEOUT_MS: u64 = 2 * 60_000;
+/// Default deadline of one handover step (`awaitingReady`,
+/// `stoppingOutput`, `applying`): 30 s.
+pub const DEFAULT_MIGRATION_HANDOVER_STEP_TIMEOUT_MS: u64 = 30_000;
+/// `stoppingSourceTimeoutMs` default: 1 min.
+pub const DEFAULT_MIGRATION_STOPPING_SOURCE_TIMEOUT_MS: u64 = 60_000;
+
+impl Default for MigrationSettings {
+    fn default() -> Self {
+        Self {
+            placing_timeout_ms: DEFAULT_MIGRATION_PLACING_TIMEOUT_MS,
+            preparing_timeout_ms: DEFAULT_MIGRATION_START_TIMEOUT_MS,
+            starting_timeout_ms: DEFAULT_MIGRATION_START_TIMEOUT_MS,
+            awaiting_ready_timeout_ms: DEFAULT_MIGRATION_HANDOVER_STEP_TIMEOUT_MS,
+            stopping_output_timeout_ms: DEFAULT_MIGRATION_HANDOVER_STEP_TIMEOUT_MS,
+            applying_timeout_ms: DEFAULT_MIGRATION_HANDOVER_STEP_TIMEOUT_MS,
+            stopping_source_timeout_ms: DEFAULT_MIGRATION_STOPPING_SOURCE_TIMEOUT_MS,
+            starting_target_timeout_ms: DEFAULT_MIGRATION_START_TIMEOUT_MS,
+        }
+    }
+}
+
+impl MigrationSettings {
+    /// The deadline of `phase`, in milliseconds; none for an ended one.
+    pub fn timeout_ms(&self, phase: MigrationPhase) -> Option<u64> {
+        Some(match phase {
+            MigrationPhase::Placing => self.placing_timeout_ms,
+            MigrationPhase::Preparing => self.preparing_timeout_ms,
+            MigrationPhase::Starting => self.starting_timeout_ms,
+            MigrationPhase::AwaitingReady => self.awaiting_ready_timeout_ms,
+            MigrationPhase::StoppingOutput => self.stopping_output_timeout_ms,
+            MigrationPhase::Applying => self.applying_timeout_ms,
+            MigrationPhase::StoppingSource => self.stopping_source_timeout_ms,
+            MigrationPhase::StartingTarget => self.starting_target_timeout_ms,
+            MigrationPhase::Done | MigrationPhase::Aborted | MigrationPhase::Lost => return None,
+        })
+    }
+
+    /// Each deadline by its settings key, for validation.
+    pub fn named(&self) -> [(&'static str, u64); 8] {
+        [
+            ("placingTimeoutMs", self.placing_timeout_ms),
+            ("preparingTimeoutMs", self.preparing_timeout_ms),
+            ("startingTimeoutMs", self.starting_timeout_ms),
+            ("awaitingReadyTimeoutMs", self.awaiting_ready_timeout_ms),
+            ("stoppingOutputTimeoutMs", self.stopping_output_timeout_ms),
+            ("applyingTimeoutMs", self.applying_timeout_ms),
+            ("stoppingSourceTimeoutMs", self.stopping_source_timeout_ms),
+            ("startingTargetTimeoutMs", self.starting_target_timeout_ms),
+        ]
+    }
+}
+
+/// Why `migrateJob` or `abortMigration` was refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
+#[serde(tag = "refusal", rename_all = "camelCase")]
+pub enum MigrationRefusal {
+    /// The job is not one this AutoManager placed (no bundle job of that
+    /// id).
+    #[error("job {job_id} is not placed by this AutoManager")]
+    #[serde(rename_all = "camelCase")]
+    NotAutoManagerPlaced {
+        /// The job.
+        job_id: JobId,
+    },
+    /// The job has no instance running.
+    #[error("job {job_id} is not running")]
+    #[serde(rename_all = "camelCase")]
+    NotRunning {
+        /// The job.
+        job_id: JobId,
+    },
+    /// No concurrent migrations per job.
+    #[error("job {job_id} is already migrating ({migration_id})")]
+    #[serde(rename_all = "camelCase")]
+    AlreadyMigrating {
+        /// The job.
+        job_id: JobId,
+        /// The migration in flight.
+        migration_id: MigrationId,
+    },
+    /// The pin names the node the job already runs on.
+    #[error("job {job_id} already runs on {node_id}")]
+    #[serde(rename_all = "camelCase")]
+    TargetIsSource {
+        /// The job.
+        job_id: JobId,
+        /// The node.
+        node_id: NodeId,
+    },
+    /// Placement found nowhere for the target.
+    #[error("no target for job {job_id}: {reason}")]
+    #[serde(rename_all = "camelCase")]
+    NowhereToPlace {
+        /// The job.
+        job_id: JobId,
+        /// Placement's reason.
+        reason: String,
+    },
+    /// No migration of that id is known.
+    #[error("no migration {migration_id}")]
+    #[serde(rename_all = "camelCase")]
+    UnknownMigration {
+        /// The id asked for.
+        migration_id: MigrationId,
+    },
+    /// The migration has ended already.
+    #[error("migration {migration_id} has already ended ({phase:?})")]
+    #[serde(rename_all = "camelCase")]
+    AlreadyEnded {
+        /// The migration.
+        migration_id: MigrationId,
+        /// How it ended.
+        phase: MigrationPhase,
+    },
+    /// The source has been told to stop: no clean rollback any more; the
+    /// saga fails forward.
+    #[error("migration {migration_id} is past its point of no return")]
+    #[serde(rename_all = "camelCase")]
+    PastPointOfNoReturn {
+        /// The migration.
+        migration_id: MigrationId,
+    },
+}
+
+/// Every migration the core knows: those in flight and the most recent
+/// ended ones.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Migrations {
+    by_id: BTreeMap<MigrationId, MigrationState>,
+    /// Ended migrations, oldest first (forgotten past
+    /// [`ENDED_MIGRATIONS_KEPT`]).
+    ended: std::collections::VecDeque<MigrationId>,
+    /// Counts migrations started, for ids.
+    serial: u64,
+    /// Migrations whose target's `StartJob` awaits its answer.
+    start_pending: std::collections::BTreeSet<MigrationId>,
+    /// Aborted migrations whose target is stopped once its `StartJob` is
+    /// answered (so the stop cannot overtake the start).
+    stop_when_started: std::collections::BTreeSet<MigrationId>,
+}
+
+/// Which call of a saga an RPC result answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MigrationCall {
+    /// The target's `StartJob`.
+    StartTarget,
+    /// `StartPreparedJob` of the prepared target.
+    StartPrepared,
+    /// `StopJob` of the source.
+    StopSource,
+    /// `StopJob` of the target (abort).
+    StopTarget,
+    /// A `SendMigrationSignal`.
+    Signal,
+}
+
+impl Migrations {
+    /// One migration.
+    pub(crate) fn get(&self, id: &MigrationId) -> Option<&MigrationState> {
+        self.by_id.get(id)
+    }
+
+    fn get_mut(&mut self, id: &MigrationId) -> Option<&mut MigrationState> {
+        self.by_id.get_mut(id)
+    }
+
+    /// Every migration known, oldest first.
+    pub(crate) fn all(&self) -> Vec<&MigrationState> {
+        let mut all: Vec<&MigrationState> = self.by_id.values().collect();
+        all.sort_by(|a, b| (a.started_at(), &a.migration_id).cmp(&(b.started_at(), &b.migration_id)));
+        all
+    }
+
+    /// The ids of every migration in flight.
+    fn in_flight(&self) -> Vec<MigrationId> {
+        self.by_id
+            .values()
+            .filter(|m| m.is_in_flight())
+            .map(|m| m.migration_id.clone())
+            .collect()
+    }
+
+    /// The most recent ended migration of `job`.
+    fn latest_ended_for(&self, job: &JobId) -> Option<&MigrationState> {
+        self.ended
+            .iter()
+            .rev()
+            .filter_map(|id| self.by_id.get(id))
+            .find(|m| &m.job_id == job)
+    }
+
+    /// The earliest phase deadline of the migrations in flight.
+    pub(crate) fn next_deadline(&self) -> Option<UnixMillis> {
+        self.by_id.values().filter_map(|m| m.phase_deadline).min()
+    }
+
+    /// A fresh id: eight hex digits mixed from the job, a serial and the
+    /// time (FNV-1a), never one already known.
+    fn next_id(&mut self, job: &JobId, now: UnixMillis) -> MigrationId {
+        loop {
+            self.serial += 1;
+            let mut hash: u32 = 0x811c_9dc5;
+            let bytes = job.0.bytes().chain(self.serial.to_le_bytes()).chain(now.to_le_bytes());
+            for byte in bytes {
+                hash = (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193);
+            }
+            let id = MigrationId::of_tag(hash);
+            if !self.by_id.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    fn insert(&mut self, state: MigrationState) {
+        self.by_id.insert(state.migration_id.clone(), state);
+    }
+
+    /// Remembers that `id` ended; the oldest ended ones past
+    /// [`ENDED_MIGRATIONS_KEPT`] are forgotten.
+    fn mark_ended(&mut self, id: &MigrationId) {
+        self.ended.push_back(id.clone());
+        while self.ended.len() > ENDED_MIGRATIONS_KEPT {
+            if let Some(old) = self.ended.pop_front() {
+                self.by_id.remove(&old);
+            }
+        }
+    }
+}
+
+impl AutoManagerCore {
+    /// `migrationById`.
+    pub fn migration_by_id(&self, id: &MigrationId) -> Option<&MigrationState> {
+        self.migrations.get(id)
+    }
+
+    /// `migrationForJob`: the job's migration in flight, else its most
+    /// recent ended one.
+    pub fn migration_for_job(&self, job: &JobId) -> Option<&MigrationState> {
+        self.jobs
+            .get(job)
+            .and_then(|r| r.migration.as_ref())
+            .and_then(|c| self.migrations.get(&c.migration_id))
+            .or_else(|| self.migrations.latest_ended_for(job))
+    }
+
+    /// `migrations()`: in flight and recently ended, oldest first.
+    pub fn migrations(&self) -> Vec<&MigrationState> {
+        self.migrations.all()
+    }
+
+    /// Whether a migration target is placed on `node` (a node hosting one
+    /// is not released as empty).
+    pub(crate) fn hosts_migration_target(&self, node: &NodeId) -> bool {
+        self.jobs
+            .values()
+            .any(|r| r.migration_target().is_some_and(|t| &t.node_id == node))
+    }
+
+    /// Enters `phase` at `now`: recorded with its timestamp, its deadline
+    /// set from the `migration` settings, `migrationPhase` fired. Telling
+    /// the source to stop (or to stop output) passes the point of no
+    /// return.
+    fn enter_phase(&mut self, id: &MigrationId, phase: MigrationPhase, now: UnixMillis) {
+        let deadline = self.settings.migration.timeout_ms(phase).map(|ms| now + ms as i64);
+        let Some(state) = self.migrations.get_mut(id) else {
+            return;
+        };
+        state.phase = phase;
+        state.transitions.push(PhaseTransition { phase, at: now });
+        state.phase_deadline = deadline;
+        if matches!(phase, MigrationPhase::StoppingOutput | MigrationPhase::StoppingSource) {
+            state.past_point_of_no_return = true;
+        }
+        let snapshot = Box::new(state.clone());
+        if phase.is_ended() {
+            self.migrations.mark_ended(id);
+        }
+        self.notify(Notification::MigrationPhase(snapshot));
+    }
+
+    /// A relayed step to both of a migration's instances.
+    fn signal(&mut self, id: &MigrationId, step: MigrationStep) {
+        let Some(state) = self.migrations.get(id) else {
+            return;
+        };
+        let rpc = Rpc::SendMigrationSignal {
+            migration_id: id.clone(),
+            job_id: state.job_id.clone(),
+            source_key: state.source_key.clone(),
+            target_key: state.target_key.clone(),
+            signal: step,
+        };
+        self.call_for(id, rpc, MigrationCall::Signal);
+    }
+
+    /// `StopJob` of the source.
+    fn stop_source(&mut self, id: &MigrationId) {
+        let Some(state) = self.migrations.get(id) else {
+            return;
+        };
+        let rpc = Rpc::StopJob {
+            job_id: state.job_id.clone(),
+            instance_key: state.source_key.clone(),
+            node_id: state.source_node_id.clone(),
+        };
+        self.call_for(id, rpc, MigrationCall::StopSource);
+    }
+
+    /// `StartPreparedJob` of the target.
+    fn start_prepared(&mut self, id: &MigrationId) {
+        let Some(state) = self.migrations.get(id) else {
+            return;
+        };
+        let rpc = Rpc::StartPreparedJob {
+            job_id: state.job_id.clone(),
+            instance_key: state.target_key.clone(),
+            node_id: state.target_node_id.clone(),
+        };
+        self.call_for(id, rpc, MigrationCall::StartPrepared);
+    }
+
+    fn call_for(&mut self, id: &MigrationId, rpc: Rpc, call: MigrationCall) {
+        self.call(
+            rpc,
+            Pending::Migration {
+                migration_id: id.clone(),
+                call,
+            },
+        );
+    }
+
+    /// The in-flight migration `id` and its job's claim, when both hold.
+    fn in_flight(&self, id: &MigrationId) -> Option<(&MigrationState, &MigrationClaim)> {
+        let state = self.migrations.get(id).filter(|m| m.is_in_flight())?;
+        let claim = self
+            .jobs
+            .get(&state.job_id)?
+            .migration
+            .as_ref()
+            .filter(|c| &c.migration_id == id)?;
+        Some((state, claim))
+    }
+}
