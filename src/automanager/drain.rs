@@ -475,11 +475,7 @@ impl AutoManagerCore {
                     job.reason = Some("its migration was still in flight at the timeout".to_owned());
                 }
             }
-            let stuck = state
-                .jobs
-                .iter()
-                .filter(|j| j.status == DrainJobStatus::Stuck)
-                .count();
+            let stuck = state.jobs.iter().filter(|j| j.status == DrainJobStatus::Stuck).count();
             state.phase = DrainPhase::Partial;
             state.reason = Some(format!(
                 "timed out after {} ms with {stuck} job(s) stuck",

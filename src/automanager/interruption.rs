@@ -57,9 +57,7 @@ impl InterruptionNotice {
                 InterruptionKind::Rebalance => DEFAULT_REBALANCE_DRAIN_MS,
                 // A kind this build does not know is read as the more
                 // urgent one: the node may go at any moment.
-                InterruptionKind::SpotInterruption | InterruptionKind::Unknown(_) => {
-                    DEFAULT_SPOT_INTERRUPTION_DRAIN_MS
-                }
+                InterruptionKind::SpotInterruption | InterruptionKind::Unknown(_) => DEFAULT_SPOT_INTERRUPTION_DRAIN_MS,
             },
         }
     }

@@ -314,7 +314,8 @@ impl AutoManagerHandle {
         notice: InterruptionNotice,
     ) -> Result<NodeInterruptionState, CommandError> {
         let asked = node_id.clone();
-        self.command(Command::HandleNodeInterruption { node_id, notice }).await?;
+        self.command(Command::HandleNodeInterruption { node_id, notice })
+            .await?;
         self.node_interruption(asked.clone())
             .await
             .map_err(|_| CommandError::Closed)?

@@ -257,7 +257,10 @@ pub fn describe(notification: &Notification) -> String {
             state.jobs.len()
         ),
         Notification::NodeInterrupted(state) => {
-            format!("interrupted  {} {:?}, drain {:?}", state.node_id, state.kind, state.drain.phase)
+            format!(
+                "interrupted  {} {:?}, drain {:?}",
+                state.node_id, state.kind, state.drain.phase
+            )
         }
         Notification::MigrationPhase(state) => format!(
             "migration    {} {}: {:?} ({} -> {})",
