@@ -332,6 +332,22 @@ impl AutoManagerCore {
             .collect();
         let mut jobs = Vec::with_capacity(bound.len());
         for job_id in bound {
+            if let Some(bundle_id) = self
+                .jobs
+                .get(&job_id)
+                .map(|r| &r.bundle_ref.bundle_id)
+                .filter(|b| self.broken.contains_key(*b))
+            {
+                // "A broken bundle ... stops placing every replica of it":
+                // no target is placed for it either.
+                jobs.push(DrainJob {
+                    reason: Some(format!("its bundle {bundle_id} is broken")),
+                    job_id,
+                    status: DrainJobStatus::Stuck,
+                    migration_id: None,
+                });
+                continue;
+            }
             let strategy = options.strategy_for.strategy(&job_id);
             let options = MigrationOptions {
                 strategy,
