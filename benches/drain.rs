@@ -28,7 +28,10 @@ fn cluster_node(id: &str) -> ClusterNode {
 }
 
 /// The next notification `found` accepts.
-async fn until<T>(events: &mut broadcast::Receiver<Notification>, mut found: impl FnMut(&Notification) -> Option<T>) -> T {
+async fn until<T>(
+    events: &mut broadcast::Receiver<Notification>,
+    mut found: impl FnMut(&Notification) -> Option<T>,
+) -> T {
     loop {
         match events.recv().await {
             Ok(n) => {

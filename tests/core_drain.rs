@@ -10,9 +10,9 @@ use norsk_auto_manager::automanager::interruption::{
     DEFAULT_REBALANCE_DRAIN_MS, DEFAULT_SPOT_INTERRUPTION_DRAIN_MS, SPOT_INTERRUPTION_DRAIN_MARGIN_MS,
 };
 use norsk_auto_manager::automanager::{
-    Command, CommandError, DrainJobStatus, DrainOptions, DrainPhase, DrainState, InterruptionNotice, MigrationId,
-    MigrationPhase, MigrationState, MigrationStrategy, NodeInterruptionState, Notification, Rpc, RpcFailureKind,
-    StrategyFor,
+    AutoManagerCore, Command, CommandError, DrainJobStatus, DrainOptions, DrainPhase, DrainState, InterruptionNotice,
+    MigrationId, MigrationPhase, MigrationState, MigrationStrategy, NodeInterruptionState, Notification, Rpc,
+    RpcFailureKind, StrategyFor, validate_auto_settings,
 };
 use norsk_auto_manager::model::{
     InterruptionKind, JobHistoryEntry, JobId, JobStopReason, ManagerEvent, NodeId, NodeStopReason,
@@ -757,4 +757,22 @@ fn jobs_lost_with_a_reclaimed_node_do_not_count_against_the_restart_ceiling() {
     // The same losses without a notice do count.
     let control = lose_the_node_three_times(false);
     assert!(!control.core.broken_bundles().is_empty());
+}
+
+#[test]
+fn cordons_survive_a_fresh_core_hydrated_after_a_stream_break() {
+    let mut h = Harness::hydrated();
+    h.command(Command::CordonNode(a()));
+    let valid = validate_auto_settings(settings()).expect("settings are valid");
+    h.core = AutoManagerCore::succeeding(valid, &h.core);
+    h.cluster_node("a", 4.0);
+    h.cluster_node("b", 4.0);
+    h.event(ManagerEvent::InitialDataComplete);
+    assert!(h.core.is_cordoned(&a()));
+    h.bundle("b1", THREE_JOBS);
+    let started = h.start_all();
+    assert!(
+        started.iter().all(|(_, node)| node == &b()),
+        "placed on a cordoned node: {started:?}"
+    );
 }

@@ -120,6 +120,7 @@ impl AutoManagerCore {
         // Node ids keep counting, so a node Manager has already forgotten is
         // never named again by this process.
         core.next_node_serial = previous.next_node_serial;
+        core.drains = Drains::carried_from(previous);
         // Commands still waiting on Manager are answered by the new core.
         core.pending = previous
             .pending
@@ -144,7 +145,7 @@ impl AutoManagerCore {
             self.apply(input, now);
         }
         if self.hydrated && !self.closed {
-            self.act_on_relayed_interruptions(now);
+            self.prepare_drains(now);
             self.expire(now);
             self.step_migrations(now);
             self.place_ready(now);

@@ -174,9 +174,28 @@ impl Drain {
 pub(super) struct Drains {
     by_node: BTreeMap<NodeId, Drain>,
     pub(super) interruptions: Interruptions,
+    /// Cordons of a disposed core, applied once this one is hydrated.
+    carried_cordons: Vec<NodeId>,
 }
 
 impl Drains {
+    /// What a fresh core carries on from a disposed one (after a stream
+    /// break): its cordons, which are this AutoManager's own state and not
+    /// in Manager's snapshot. Drains and notices are not carried: the
+    /// disposed core's migrations end with it, and Manager replays its
+    /// interruption notices in the new snapshot.
+    pub(super) fn carried_from(previous: &AutoManagerCore) -> Self {
+        Self {
+            carried_cordons: previous
+                .fleet
+                .iter()
+                .filter(|n| n.cordoned)
+                .map(|n| n.id.clone())
+                .collect(),
+            ..Self::default()
+        }
+    }
+
     /// The drain of `node` (running, or the last one).
     pub(super) fn get(&self, node: &NodeId) -> Option<&DrainState> {
         self.by_node.get(node).map(|d| &d.state)
@@ -371,9 +390,14 @@ impl AutoManagerCore {
             });
         }
         let timeout_ms = options.timeout_ms.unwrap_or(DEFAULT_DRAIN_TIMEOUT_MS);
+        let migrating = jobs.iter().any(|j| j.status == DrainJobStatus::Migrating);
         let state = DrainState {
             node_id: node_id.clone(),
-            phase: DrainPhase::Migrating,
+            phase: if migrating {
+                DrainPhase::Migrating
+            } else {
+                DrainPhase::Waiting
+            },
             started: now,
             timeout_ms,
             force: options.force,
@@ -385,6 +409,18 @@ impl AutoManagerCore {
         self.drains.by_node.insert(node_id.clone(), Drain { state, deadline });
         self.follow_drain(node_id);
         Ok(())
+    }
+
+    /// Before a hydrated step's timers and placement round: cordons carried
+    /// from a disposed core take effect, and the interruption notices Manager
+    /// relayed are acted on.
+    pub(super) fn prepare_drains(&mut self, now: UnixMillis) {
+        for node_id in std::mem::take(&mut self.drains.carried_cordons) {
+            if let Some(node) = self.fleet.get_mut(&node_id) {
+                node.cordoned = true;
+            }
+        }
+        self.act_on_relayed_interruptions(now);
     }
 
     /// Brings every running drain up to date with its jobs and migrations;
@@ -429,8 +465,14 @@ impl AutoManagerCore {
             }
         }
         let node = self.fleet.get(node_id);
-        let empty = !state.jobs.iter().any(|j| j.status == DrainJobStatus::Migrating)
-            && !self.jobs.values().any(|r| r.is_bound_to(node_id));
+        // The drain's own jobs first; the whole job table (and the
+        // migration targets) only once they have all left.
+        let empty = !state
+            .jobs
+            .iter()
+            .any(|j| matches!(j.status, DrainJobStatus::Migrating | DrainJobStatus::Stuck))
+            && !self.jobs.values().any(|r| r.is_bound_to(node_id))
+            && !self.hosts_migration_target(node_id);
         match node {
             None => {
                 state.phase = DrainPhase::Failed;
