@@ -950,18 +950,20 @@ fn the_source_node_lost_before_the_target_runs_aborts_and_recovers_the_job() {
 fn the_target_lost_past_the_point_of_no_return_marks_the_migration_lost() {
     let (mut h, job, id) = up_to(MigrationStrategy::StopThenStart, MigrationPhase::StartingTarget);
     let s = state(&h, &id);
+    h.cluster_node("c", 4.0);
     h.node_stopping(s.target_node_id.as_str(), NodeStopReason::HealthPingTimeExceeded);
     assert_eq!(state(&h, &id).phase, MigrationPhase::Lost);
     let notes = h.take_notifications();
     assert_eq!(aborted(&notes).len(), 1);
     assert!(aborted(&notes)[0].1, "reported as lost");
     assert!(kinds(&notes).iter().any(|k| k == "error"));
-    // The job is not left running nowhere: it is placed afresh.
+    // The job is not left running nowhere: it is placed afresh, away from
+    // the node it was leaving.
     let placed = calls(&mut h);
     assert!(
-        placed
-            .iter()
-            .any(|c| matches!(c, Rpc::StartJob { job_id, .. } if job_id == &job)),
+        placed.iter().any(
+            |c| matches!(c, Rpc::StartJob { job_id, node_id, .. } if job_id == &job && node_id == &NodeId::from("c"))
+        ),
         "{placed:?}"
     );
 }

@@ -424,6 +424,7 @@ impl AutoManagerCore {
             || record.job.terminal_verdict.is_some()
             || self.broken.contains_key(&record.bundle_ref.bundle_id)
             || record.awaiting_capacity_since == Some(self.fleet_epoch)
+            || self.migrations.holds_placement_of(record.job_id())
         {
             return Readiness::Never;
         }

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{InstanceKey, JobId, NodeId, UnixMillis};
 
-use super::binding::MigrationClaim;
+use super::binding::{MigrationClaim, StoppingInstance};
 use super::core::{AutoManagerCore, Pending};
 use super::{MigrationStep, Notification, Rpc};
 
@@ -332,6 +332,16 @@ pub enum MigrationRefusal {
         /// The job.
         job_id: JobId,
     },
+    /// The job's bundle is broken: its production ended, nothing of it is
+    /// placed again until it is updated.
+    #[error("job {job_id} belongs to broken bundle {bundle_id}")]
+    #[serde(rename_all = "camelCase")]
+    BundleBroken {
+        /// The job.
+        job_id: JobId,
+        /// Its bundle.
+        bundle_id: crate::model::BundleId,
+    },
     /// No concurrent migrations per job.
     #[error("job {job_id} is already migrating ({migration_id})")]
     #[serde(rename_all = "camelCase")]
@@ -400,6 +410,24 @@ pub(crate) struct Migrations {
     /// Aborted migrations whose target is stopped once its `StartJob` is
     /// answered (so the stop cannot overtake the start).
     stop_when_started: std::collections::BTreeSet<MigrationId>,
+    /// Migrations whose source has been seen stopped.
+    source_stopped: std::collections::BTreeSet<MigrationId>,
+    /// Sources told to stop, by job, until their stop is answered and
+    /// they are seen stopped. Until then the job is not placed again: a new
+    /// instance in the same slot would wear the same key, and a stop still
+    /// addressed to the source could reach it.
+    stopping_sources: BTreeMap<JobId, SourceStop>,
+}
+
+/// A source told to stop.
+#[derive(Clone, Debug)]
+struct SourceStop {
+    /// The instance.
+    instance: StoppingInstance,
+    /// Its `StopJob` is answered.
+    answered: bool,
+    /// Its `Stopped` is seen.
+    stopped: bool,
 }
 
 /// Which call of a saga an RPC result answers.
@@ -474,6 +502,42 @@ impl Migrations {
         }
     }
 
+    /// Whether `job` waits for a migration's source to stop before it may
+    /// be placed again.
+    pub(crate) fn holds_placement_of(&self, job: &JobId) -> bool {
+        self.stopping_sources.contains_key(job)
+    }
+
+    /// An instance of `job` stopped: if it is a source being waited for,
+    /// the wait is over.
+    fn source_seen_stopped(&mut self, job: &JobId, role: &InstanceKey, node: Option<&NodeId>) {
+        if let Some(stop) = self.stopping_sources.get_mut(job)
+            && &stop.instance.instance_key == role
+            && node.is_none_or(|n| n == &stop.instance.node_id)
+        {
+            stop.stopped = true;
+            if stop.answered {
+                self.stopping_sources.remove(job);
+            }
+        }
+    }
+
+    /// A source's `StopJob` was answered; `gone` when Manager no longer
+    /// knows it (nothing left to see stop).
+    fn source_stop_answered(&mut self, job: &JobId, gone: bool) {
+        if let Some(stop) = self.stopping_sources.get_mut(job) {
+            stop.answered = true;
+            if stop.stopped || gone {
+                self.stopping_sources.remove(job);
+            }
+        }
+    }
+
+    /// Sources on a node that is gone are not waited for.
+    fn forget_sources_on(&mut self, node: &NodeId) {
+        self.stopping_sources.retain(|_, s| &s.instance.node_id != node);
+    }
+
     fn insert(&mut self, state: MigrationState) {
         self.by_id.insert(state.migration_id.clone(), state);
     }
@@ -482,6 +546,7 @@ impl Migrations {
     /// [`ENDED_MIGRATIONS_KEPT`] are forgotten.
     fn mark_ended(&mut self, id: &MigrationId) {
         self.ended.push_back(id.clone());
+        self.source_stopped.remove(id);
         while self.ended.len() > ENDED_MIGRATIONS_KEPT {
             if let Some(old) = self.ended.pop_front() {
                 self.by_id.remove(&old);
@@ -561,11 +626,21 @@ impl AutoManagerCore {
         let Some(state) = self.migrations.get(id) else {
             return;
         };
+        let source = StoppingInstance {
+            node_id: state.source_node_id.clone(),
+            instance_key: state.source_key.clone(),
+        };
         let rpc = Rpc::StopJob {
             job_id: state.job_id.clone(),
-            instance_key: state.source_key.clone(),
-            node_id: state.source_node_id.clone(),
+            instance_key: source.instance_key.clone(),
+            node_id: source.node_id.clone(),
         };
+        let stop = SourceStop {
+            instance: source,
+            answered: false,
+            stopped: false,
+        };
+        self.migrations.stopping_sources.insert(state.job_id.clone(), stop);
         self.call_for(id, rpc, MigrationCall::StopSource);
     }
 
