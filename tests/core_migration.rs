@@ -1054,3 +1054,88 @@ fn migration_for_job_answers_the_one_in_flight_then_the_latest_ended() {
         .collect();
     assert_eq!(all, vec![id, second]);
 }
+
+/// A job as Manager describes it after a migration the previous core did
+/// not finish: the source ran on `a`, the target `primary@0badcafe` runs
+/// on `b`, and (with `source_stopped`) the source was stopped.
+fn left_by_a_closed_instance(source_stopped: bool) -> (Harness, JobId) {
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.cluster_node("b", 4.0);
+    let bundle = bundle("b", ONE_JOB);
+    h.event(ManagerEvent::BundleUpdated(bundle.clone()));
+    let mut job = jobs_of(&bundle).remove(0);
+    let (primary, target) = (InstanceKey("primary".into()), InstanceKey("primary@0badcafe".into()));
+    let (a, b) = (Some(NodeId::from("a")), Some(NodeId::from("b")));
+    job.history.extend([
+        JobHistoryEntry::Running {
+            at: None,
+            role: primary.clone(),
+            node_id: a.clone(),
+        },
+        JobHistoryEntry::Provisioned {
+            at: None,
+            role: target.clone(),
+            node_id: b.clone(),
+        },
+        JobHistoryEntry::Running {
+            at: None,
+            role: target,
+            node_id: b,
+        },
+    ]);
+    if source_stopped {
+        job.history.extend([
+            JobHistoryEntry::Stopping {
+                at: None,
+                role: primary.clone(),
+                node_id: a.clone(),
+                reason: JobStopReason::UserRequested,
+            },
+            JobHistoryEntry::Stopped {
+                at: None,
+                role: primary,
+                node_id: a,
+            },
+        ]);
+    }
+    let id = job.job_id.clone();
+    h.event(ManagerEvent::JobActive(job));
+    h.event(ManagerEvent::InitialDataComplete);
+    (h, id)
+}
+
+#[test]
+fn hydration_rebuilds_the_binding_onto_a_target_left_carrying_the_job() {
+    let (mut h, job) = left_by_a_closed_instance(true);
+    assert_eq!(
+        bound(&h, &job),
+        (NodeId::from("b"), InstanceKey("primary@0badcafe".into()))
+    );
+    assert!(
+        !calls(&mut h).iter().any(|c| matches!(c, Rpc::StartJob { .. })),
+        "a job running on its target was placed again"
+    );
+}
+
+#[test]
+fn a_source_stopped_after_hydration_hands_the_binding_to_the_live_target() {
+    let (mut h, job) = left_by_a_closed_instance(false);
+    assert_eq!(bound(&h, &job).0, NodeId::from("a"));
+    let source = InstanceKey("primary".into());
+    h.history(
+        &job,
+        JobHistoryEntry::Stopping {
+            at: None,
+            role: source.clone(),
+            node_id: Some(NodeId::from("a")),
+            reason: JobStopReason::UserRequested,
+        },
+    );
+    h.stopped(&job, &NodeId::from("a"), source);
+    assert_eq!(
+        bound(&h, &job),
+        (NodeId::from("b"), InstanceKey("primary@0badcafe".into()))
+    );
+    assert!(!calls(&mut h).iter().any(|c| matches!(c, Rpc::StartJob { .. })));
+}

@@ -51,7 +51,7 @@ impl AutoManagerCore {
             self.migrations.source_seen_stopped(job, role, node);
         }
         let Some((id, which)) = self.instance_of(job, role, node) else {
-            return false;
+            return self.rebind_to_live_target(job, entry);
         };
         match (which, entry) {
             (Instance::Target, JobHistoryEntry::Provisioned { .. }) => true,
