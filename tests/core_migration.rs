@@ -1139,3 +1139,27 @@ fn a_source_stopped_after_hydration_hands_the_binding_to_the_live_target() {
     );
     assert!(!calls(&mut h).iter().any(|c| matches!(c, Rpc::StartJob { .. })));
 }
+
+#[test]
+fn a_core_hydrated_after_a_stream_break_marks_inherited_migrations_lost() {
+    let (mut h, _, id) = up_to(MigrationStrategy::Overlap, MigrationPhase::Starting);
+    let valid = norsk_auto_manager::automanager::validate_auto_settings(settings()).expect("valid");
+    h.core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &h.core, h.now);
+    h.event(ManagerEvent::InitialDataComplete);
+    assert_eq!(state(&h, &id).phase, MigrationPhase::Lost);
+    assert_eq!(
+        aborted(&h.take_notifications()),
+        vec![("the connection to Manager was re-established".into(), true)]
+    );
+}
+
+#[test]
+fn a_source_stop_manager_did_not_hear_is_sent_again() {
+    let (mut h, _, id) = up_to(MigrationStrategy::Overlap, MigrationPhase::Starting);
+    target_runs(&mut h, &id);
+    let stop = h.take_calls();
+    assert!(matches!(&stop[..], [(_, Rpc::StopJob { .. })]));
+    h.fail(stop[0].0, norsk_auto_manager::automanager::RpcFailureKind::Transient);
+    let s = state(&h, &id);
+    assert_eq!(stops(&calls(&mut h)), vec![(s.source_key, s.source_node_id)]);
+}

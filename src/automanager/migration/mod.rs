@@ -379,6 +379,29 @@ impl Migrations {
         }
     }
 
+    /// Whether the source of `id` was told to stop and is not yet seen
+    /// stopped.
+    fn awaits_source_stop(&self, id: &MigrationId) -> bool {
+        self.by_id.get(id).is_some_and(|m| {
+            self.stopping_sources
+                .get(&m.job_id)
+                .is_some_and(|s| !s.stopped && s.instance.instance_key == m.source_key)
+        })
+    }
+
+    /// The migrations a fresh core carries on from a disposed one (after a
+    /// stream break): the ended ones for the queries, the id serial, and
+    /// those in flight, which the fresh core fails (see
+    /// [`AutoManagerCore::fail_inherited_migrations`]).
+    pub(crate) fn inherited(previous: &Migrations) -> Self {
+        Self {
+            by_id: previous.by_id.clone(),
+            ended: previous.ended.clone(),
+            serial: previous.serial,
+            ..Self::default()
+        }
+    }
+
     /// Sources on a node that is gone are not waited for.
     fn forget_sources_on(&mut self, node: &NodeId) {
         self.stopping_sources.retain(|_, s| &s.instance.node_id != node);

@@ -330,6 +330,13 @@ impl AutoManagerCore {
             }
             // The source is gone already: what the stop was for.
             MigrationCall::StopSource if failure.kind == RpcFailureKind::NotFound => {}
+            // Manager did not hear it: the source is told again while it is
+            // still waited for.
+            MigrationCall::StopSource
+                if failure.kind == RpcFailureKind::Transient && self.migrations.awaits_source_stop(id) =>
+            {
+                self.stop_source(id);
+            }
             MigrationCall::StopTarget if failure.kind == RpcFailureKind::NotFound => {}
             MigrationCall::Signal
                 if in_flight && !self.migrations.get(id).is_some_and(|m| m.past_point_of_no_return) =>

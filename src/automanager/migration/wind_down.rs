@@ -227,7 +227,14 @@ impl AutoManagerCore {
                 self.start_prepared(id);
                 self.enter_phase(id, MigrationPhase::StartingTarget, now);
             }
-            _ => self.complete(id, Some(&reason), now),
+            // The target takes the job; a source not yet seen stopped is
+            // told again.
+            _ => {
+                if phase == MigrationPhase::StoppingSource && !self.migrations.source_stopped.contains(id) {
+                    self.stop_source(id);
+                }
+                self.complete(id, Some(&reason), now);
+            }
         }
     }
 
@@ -270,6 +277,16 @@ impl AutoManagerCore {
                 excluded_nodes: vec![source_node],
             });
             record.not_before = now;
+        }
+    }
+
+    /// A fresh core hydrated after a stream break does not know what its
+    /// predecessor's migrations in flight were waiting for: they are
+    /// marked lost (the binding is rebuilt from history, a live target
+    /// included).
+    pub(crate) fn fail_inherited_migrations(&mut self, now: UnixMillis) {
+        for id in self.migrations.in_flight() {
+            self.mark_lost(&id, "the connection to Manager was re-established", now);
         }
     }
 
