@@ -86,3 +86,32 @@ impl MigrationSettings {
         ]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::automanager::settings::{AutoSettings, validate_auto_settings};
+
+    #[test]
+    fn omitted_migration_deadlines_take_their_defaults() {
+        let s: AutoSettings = serde_yaml::from_str("url: m:1\nmigration: {startingTimeoutMs: 5000}\n").unwrap();
+        assert_eq!(s.migration.starting_timeout_ms, 5_000);
+        assert_eq!(s.migration.placing_timeout_ms, 600_000);
+        assert_eq!(s.migration.awaiting_ready_timeout_ms, 30_000);
+        assert_eq!(s.migration.stopping_source_timeout_ms, 60_000);
+    }
+
+    #[test]
+    fn a_zero_migration_deadline_is_refused() {
+        let s: AutoSettings = serde_yaml::from_str("url: m:1\nmigration: {applyingTimeoutMs: 0}\n").unwrap();
+        let errors = validate_auto_settings(s).unwrap_err().errors;
+        assert!(
+            errors.iter().any(|e| e.path == "migration.applyingTimeoutMs"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn a_misspelt_migration_deadline_is_refused() {
+        assert!(serde_yaml::from_str::<AutoSettings>("url: m:1\nmigration: {startTimeoutMs: 1}\n").is_err());
+    }
+}
