@@ -950,18 +950,20 @@ fn the_source_node_lost_before_the_target_runs_aborts_and_recovers_the_job() {
 fn the_target_lost_past_the_point_of_no_return_marks_the_migration_lost() {
     let (mut h, job, id) = up_to(MigrationStrategy::StopThenStart, MigrationPhase::StartingTarget);
     let s = state(&h, &id);
+    h.cluster_node("c", 4.0);
     h.node_stopping(s.target_node_id.as_str(), NodeStopReason::HealthPingTimeExceeded);
     assert_eq!(state(&h, &id).phase, MigrationPhase::Lost);
     let notes = h.take_notifications();
     assert_eq!(aborted(&notes).len(), 1);
     assert!(aborted(&notes)[0].1, "reported as lost");
     assert!(kinds(&notes).iter().any(|k| k == "error"));
-    // The job is not left running nowhere: it is placed afresh.
+    // The job is not left running nowhere: it is placed afresh, away from
+    // the node it was leaving.
     let placed = calls(&mut h);
     assert!(
-        placed
-            .iter()
-            .any(|c| matches!(c, Rpc::StartJob { job_id, .. } if job_id == &job)),
+        placed.iter().any(
+            |c| matches!(c, Rpc::StartJob { job_id, node_id, .. } if job_id == &job && node_id == &NodeId::from("c"))
+        ),
         "{placed:?}"
     );
 }
@@ -1051,4 +1053,113 @@ fn migration_for_job_answers_the_one_in_flight_then_the_latest_ended() {
         .map(|m| m.migration_id.clone())
         .collect();
     assert_eq!(all, vec![id, second]);
+}
+
+/// A job as Manager describes it after a migration the previous core did
+/// not finish: the source ran on `a`, the target `primary@0badcafe` runs
+/// on `b`, and (with `source_stopped`) the source was stopped.
+fn left_by_a_closed_instance(source_stopped: bool) -> (Harness, JobId) {
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.cluster_node("b", 4.0);
+    let bundle = bundle("b", ONE_JOB);
+    h.event(ManagerEvent::BundleUpdated(bundle.clone()));
+    let mut job = jobs_of(&bundle).remove(0);
+    let (primary, target) = (InstanceKey("primary".into()), InstanceKey("primary@0badcafe".into()));
+    let (a, b) = (Some(NodeId::from("a")), Some(NodeId::from("b")));
+    job.history.extend([
+        JobHistoryEntry::Running {
+            at: None,
+            role: primary.clone(),
+            node_id: a.clone(),
+        },
+        JobHistoryEntry::Provisioned {
+            at: None,
+            role: target.clone(),
+            node_id: b.clone(),
+        },
+        JobHistoryEntry::Running {
+            at: None,
+            role: target,
+            node_id: b,
+        },
+    ]);
+    if source_stopped {
+        job.history.extend([
+            JobHistoryEntry::Stopping {
+                at: None,
+                role: primary.clone(),
+                node_id: a.clone(),
+                reason: JobStopReason::UserRequested,
+            },
+            JobHistoryEntry::Stopped {
+                at: None,
+                role: primary,
+                node_id: a,
+            },
+        ]);
+    }
+    let id = job.job_id.clone();
+    h.event(ManagerEvent::JobActive(job));
+    h.event(ManagerEvent::InitialDataComplete);
+    (h, id)
+}
+
+#[test]
+fn hydration_rebuilds_the_binding_onto_a_target_left_carrying_the_job() {
+    let (mut h, job) = left_by_a_closed_instance(true);
+    assert_eq!(
+        bound(&h, &job),
+        (NodeId::from("b"), InstanceKey("primary@0badcafe".into()))
+    );
+    assert!(
+        !calls(&mut h).iter().any(|c| matches!(c, Rpc::StartJob { .. })),
+        "a job running on its target was placed again"
+    );
+}
+
+#[test]
+fn a_source_stopped_after_hydration_hands_the_binding_to_the_live_target() {
+    let (mut h, job) = left_by_a_closed_instance(false);
+    assert_eq!(bound(&h, &job).0, NodeId::from("a"));
+    let source = InstanceKey("primary".into());
+    h.history(
+        &job,
+        JobHistoryEntry::Stopping {
+            at: None,
+            role: source.clone(),
+            node_id: Some(NodeId::from("a")),
+            reason: JobStopReason::UserRequested,
+        },
+    );
+    h.stopped(&job, &NodeId::from("a"), source);
+    assert_eq!(
+        bound(&h, &job),
+        (NodeId::from("b"), InstanceKey("primary@0badcafe".into()))
+    );
+    assert!(!calls(&mut h).iter().any(|c| matches!(c, Rpc::StartJob { .. })));
+}
+
+#[test]
+fn a_core_hydrated_after_a_stream_break_marks_inherited_migrations_lost() {
+    let (mut h, _, id) = up_to(MigrationStrategy::Overlap, MigrationPhase::Starting);
+    let valid = norsk_auto_manager::automanager::validate_auto_settings(settings()).expect("valid");
+    h.core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &h.core, h.now);
+    h.event(ManagerEvent::InitialDataComplete);
+    assert_eq!(state(&h, &id).phase, MigrationPhase::Lost);
+    assert_eq!(
+        aborted(&h.take_notifications()),
+        vec![("the connection to Manager was re-established".into(), true)]
+    );
+}
+
+#[test]
+fn a_source_stop_manager_did_not_hear_is_sent_again() {
+    let (mut h, _, id) = up_to(MigrationStrategy::Overlap, MigrationPhase::Starting);
+    target_runs(&mut h, &id);
+    let stop = h.take_calls();
+    assert!(matches!(&stop[..], [(_, Rpc::StopJob { .. })]));
+    h.fail(stop[0].0, norsk_auto_manager::automanager::RpcFailureKind::Transient);
+    let s = state(&h, &id);
+    assert_eq!(stops(&calls(&mut h)), vec![(s.source_key, s.source_node_id)]);
 }

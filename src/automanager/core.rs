@@ -112,8 +112,9 @@ impl AutoManagerCore {
 
     /// A fresh core that carries on the counters (and start time) of a
     /// disposed one: after a stream break the runtime hydrates a new core
-    /// from the new snapshot, and `metrics()` stays cumulative.
-    pub fn succeeding(valid: ValidSettings, previous: &AutoManagerCore) -> Self {
+    /// from the new snapshot, and `metrics()` stays cumulative. Migrations
+    /// the disposed core had in flight are marked lost at `now`.
+    pub fn succeeding(valid: ValidSettings, previous: &AutoManagerCore, now: UnixMillis) -> Self {
         let mut core = Self::new(valid, previous.started_at);
         core.counters = previous.counters.clone();
         core.next_request = previous.next_request;
@@ -121,6 +122,8 @@ impl AutoManagerCore {
         // never named again by this process.
         core.next_node_serial = previous.next_node_serial;
         core.drains = Drains::carried_from(previous);
+        core.migrations = Migrations::inherited(&previous.migrations);
+        core.fail_inherited_migrations(now);
         // Commands still waiting on Manager are answered by the new core.
         core.pending = previous
             .pending
@@ -447,6 +450,7 @@ impl AutoManagerCore {
             || record.job.terminal_verdict.is_some()
             || self.broken.contains_key(&record.bundle_ref.bundle_id)
             || record.awaiting_capacity_since == Some(self.fleet_epoch)
+            || self.migrations.holds_placement_of(record.job_id())
         {
             return Readiness::Never;
         }

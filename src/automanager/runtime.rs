@@ -485,7 +485,7 @@ impl Shell {
     /// A new stream's snapshot: the old core is disposed and a fresh one
     /// hydrated from it, as if every event were fresh (one batch).
     fn hydrate(&mut self, events: Vec<ManagerEvent>, results: &Results) {
-        self.core = AutoManagerCore::succeeding(self.valid.clone(), &self.core);
+        self.core = AutoManagerCore::succeeding(self.valid.clone(), &self.core, self.clock.now());
         let inputs = events
             .into_iter()
             .chain([ManagerEvent::InitialDataComplete])

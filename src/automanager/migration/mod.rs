@@ -5,15 +5,25 @@
 //! refused — and, in its submodules, the saga itself: placing the target
 //! through the ordinary placement path ([`start`]), driving each strategy
 //! through its phases on Manager's events ([`observe`]), and deadlines,
-//! aborts and `close()` ([`wind_down`]).
+//! aborts and `close()` ([`wind_down`]). The `migration` settings and the
+//! refusals have a file each.
 //!
 //! The job's record ([`super::binding::JobRecord`]) carries the migration
 //! claim: the target instance, reserved on its node next to the source for
 //! as long as both exist, and moved into the binding at `done`.
 
 mod observe;
+mod rebind;
+mod refusal;
+mod settings;
 mod start;
 mod wind_down;
+
+pub use refusal::MigrationRefusal;
+pub use settings::{
+    DEFAULT_MIGRATION_HANDOVER_STEP_TIMEOUT_MS, DEFAULT_MIGRATION_PLACING_TIMEOUT_MS,
+    DEFAULT_MIGRATION_START_TIMEOUT_MS, DEFAULT_MIGRATION_STOPPING_SOURCE_TIMEOUT_MS, MigrationSettings,
+};
 
 use std::collections::BTreeMap;
 
@@ -21,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{InstanceKey, JobId, NodeId, UnixMillis};
 
-use super::binding::MigrationClaim;
+use super::binding::{MigrationClaim, StoppingInstance};
 use super::core::{AutoManagerCore, Pending};
 use super::{MigrationStep, Notification, Rpc};
 
@@ -231,160 +241,6 @@ impl MigrationState {
     }
 }
 
-/// The `migration` settings: one deadline per phase, in milliseconds. A
-/// phase that outlives its deadline aborts the migration before the point
-/// of no return and fails it forward after.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
-pub struct MigrationSettings {
-    /// `placing`: the target's node provisioned and started.
-    pub placing_timeout_ms: u64,
-    /// `preparing`: the deferred start prepared.
-    pub preparing_timeout_ms: u64,
-    /// `starting`: the started target running.
-    pub starting_timeout_ms: u64,
-    /// `awaitingReady`: the target's `target_ready`.
-    pub awaiting_ready_timeout_ms: u64,
-    /// `stoppingOutput`: the source's `source_stopped_at`.
-    pub stopping_output_timeout_ms: u64,
-    /// `applying`: the target's `target_applied`.
-    pub applying_timeout_ms: u64,
-    /// `stoppingSource`: the source stopped.
-    pub stopping_source_timeout_ms: u64,
-    /// `startingTarget`: the prepared target running.
-    pub starting_target_timeout_ms: u64,
-}
-
-/// `placingTimeoutMs` default: 10 min, the default `provisionTimeoutMs` of
-/// a cloud tier (`max(placementLeadMs, 5 min) × 2`).
-pub const DEFAULT_MIGRATION_PLACING_TIMEOUT_MS: u64 = 10 * 60_000;
-/// Default deadline of a container start (`preparing`, `starting`,
-/// `startingTarget`): 2 min.
-pub const DEFAULT_MIGRATION_START_TIMEOUT_MS: u64 = 2 * 60_000;
-/// Default deadline of one handover step (`awaitingReady`,
-/// `stoppingOutput`, `applying`): 30 s.
-pub const DEFAULT_MIGRATION_HANDOVER_STEP_TIMEOUT_MS: u64 = 30_000;
-/// `stoppingSourceTimeoutMs` default: 1 min.
-pub const DEFAULT_MIGRATION_STOPPING_SOURCE_TIMEOUT_MS: u64 = 60_000;
-
-impl Default for MigrationSettings {
-    fn default() -> Self {
-        Self {
-            placing_timeout_ms: DEFAULT_MIGRATION_PLACING_TIMEOUT_MS,
-            preparing_timeout_ms: DEFAULT_MIGRATION_START_TIMEOUT_MS,
-            starting_timeout_ms: DEFAULT_MIGRATION_START_TIMEOUT_MS,
-            awaiting_ready_timeout_ms: DEFAULT_MIGRATION_HANDOVER_STEP_TIMEOUT_MS,
-            stopping_output_timeout_ms: DEFAULT_MIGRATION_HANDOVER_STEP_TIMEOUT_MS,
-            applying_timeout_ms: DEFAULT_MIGRATION_HANDOVER_STEP_TIMEOUT_MS,
-            stopping_source_timeout_ms: DEFAULT_MIGRATION_STOPPING_SOURCE_TIMEOUT_MS,
-            starting_target_timeout_ms: DEFAULT_MIGRATION_START_TIMEOUT_MS,
-        }
-    }
-}
-
-impl MigrationSettings {
-    /// The deadline of `phase`, in milliseconds; none for an ended one.
-    pub fn timeout_ms(&self, phase: MigrationPhase) -> Option<u64> {
-        Some(match phase {
-            MigrationPhase::Placing => self.placing_timeout_ms,
-            MigrationPhase::Preparing => self.preparing_timeout_ms,
-            MigrationPhase::Starting => self.starting_timeout_ms,
-            MigrationPhase::AwaitingReady => self.awaiting_ready_timeout_ms,
-            MigrationPhase::StoppingOutput => self.stopping_output_timeout_ms,
-            MigrationPhase::Applying => self.applying_timeout_ms,
-            MigrationPhase::StoppingSource => self.stopping_source_timeout_ms,
-            MigrationPhase::StartingTarget => self.starting_target_timeout_ms,
-            MigrationPhase::Done | MigrationPhase::Aborted | MigrationPhase::Lost => return None,
-        })
-    }
-
-    /// Each deadline by its settings key, for validation.
-    pub fn named(&self) -> [(&'static str, u64); 8] {
-        [
-            ("placingTimeoutMs", self.placing_timeout_ms),
-            ("preparingTimeoutMs", self.preparing_timeout_ms),
-            ("startingTimeoutMs", self.starting_timeout_ms),
-            ("awaitingReadyTimeoutMs", self.awaiting_ready_timeout_ms),
-            ("stoppingOutputTimeoutMs", self.stopping_output_timeout_ms),
-            ("applyingTimeoutMs", self.applying_timeout_ms),
-            ("stoppingSourceTimeoutMs", self.stopping_source_timeout_ms),
-            ("startingTargetTimeoutMs", self.starting_target_timeout_ms),
-        ]
-    }
-}
-
-/// Why `migrateJob` or `abortMigration` was refused.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
-#[serde(tag = "refusal", rename_all = "camelCase")]
-pub enum MigrationRefusal {
-    /// The job is not one this AutoManager placed (no bundle job of that
-    /// id).
-    #[error("job {job_id} is not placed by this AutoManager")]
-    #[serde(rename_all = "camelCase")]
-    NotAutoManagerPlaced {
-        /// The job.
-        job_id: JobId,
-    },
-    /// The job has no instance running.
-    #[error("job {job_id} is not running")]
-    #[serde(rename_all = "camelCase")]
-    NotRunning {
-        /// The job.
-        job_id: JobId,
-    },
-    /// No concurrent migrations per job.
-    #[error("job {job_id} is already migrating ({migration_id})")]
-    #[serde(rename_all = "camelCase")]
-    AlreadyMigrating {
-        /// The job.
-        job_id: JobId,
-        /// The migration in flight.
-        migration_id: MigrationId,
-    },
-    /// The pin names the node the job already runs on.
-    #[error("job {job_id} already runs on {node_id}")]
-    #[serde(rename_all = "camelCase")]
-    TargetIsSource {
-        /// The job.
-        job_id: JobId,
-        /// The node.
-        node_id: NodeId,
-    },
-    /// Placement found nowhere for the target.
-    #[error("no target for job {job_id}: {reason}")]
-    #[serde(rename_all = "camelCase")]
-    NowhereToPlace {
-        /// The job.
-        job_id: JobId,
-        /// Placement's reason.
-        reason: String,
-    },
-    /// No migration of that id is known.
-    #[error("no migration {migration_id}")]
-    #[serde(rename_all = "camelCase")]
-    UnknownMigration {
-        /// The id asked for.
-        migration_id: MigrationId,
-    },
-    /// The migration has ended already.
-    #[error("migration {migration_id} has already ended ({phase:?})")]
-    #[serde(rename_all = "camelCase")]
-    AlreadyEnded {
-        /// The migration.
-        migration_id: MigrationId,
-        /// How it ended.
-        phase: MigrationPhase,
-    },
-    /// The source has been told to stop: no clean rollback any more; the
-    /// saga fails forward.
-    #[error("migration {migration_id} is past its point of no return")]
-    #[serde(rename_all = "camelCase")]
-    PastPointOfNoReturn {
-        /// The migration.
-        migration_id: MigrationId,
-    },
-}
-
 /// Every migration the core knows: those in flight and the most recent
 /// ended ones.
 #[derive(Clone, Debug, Default)]
@@ -400,6 +256,24 @@ pub(crate) struct Migrations {
     /// Aborted migrations whose target is stopped once its `StartJob` is
     /// answered (so the stop cannot overtake the start).
     stop_when_started: std::collections::BTreeSet<MigrationId>,
+    /// Migrations whose source has been seen stopped.
+    source_stopped: std::collections::BTreeSet<MigrationId>,
+    /// Sources told to stop, by job, until their stop is answered and
+    /// they are seen stopped. Until then the job is not placed again: a new
+    /// instance in the same slot would wear the same key, and a stop still
+    /// addressed to the source could reach it.
+    stopping_sources: BTreeMap<JobId, SourceStop>,
+}
+
+/// A source told to stop.
+#[derive(Clone, Debug)]
+struct SourceStop {
+    /// The instance.
+    instance: StoppingInstance,
+    /// Its `StopJob` is answered.
+    answered: bool,
+    /// Its `Stopped` is seen.
+    stopped: bool,
 }
 
 /// Which call of a saga an RPC result answers.
@@ -474,6 +348,65 @@ impl Migrations {
         }
     }
 
+    /// Whether `job` waits for a migration's source to stop before it may
+    /// be placed again.
+    pub(crate) fn holds_placement_of(&self, job: &JobId) -> bool {
+        self.stopping_sources.contains_key(job)
+    }
+
+    /// An instance of `job` stopped: if it is a source being waited for,
+    /// the wait is over.
+    fn source_seen_stopped(&mut self, job: &JobId, role: &InstanceKey, node: Option<&NodeId>) {
+        if let Some(stop) = self.stopping_sources.get_mut(job)
+            && &stop.instance.instance_key == role
+            && node.is_none_or(|n| n == &stop.instance.node_id)
+        {
+            stop.stopped = true;
+            if stop.answered {
+                self.stopping_sources.remove(job);
+            }
+        }
+    }
+
+    /// A source's `StopJob` was answered; `gone` when Manager no longer
+    /// knows it (nothing left to see stop).
+    fn source_stop_answered(&mut self, job: &JobId, gone: bool) {
+        if let Some(stop) = self.stopping_sources.get_mut(job) {
+            stop.answered = true;
+            if stop.stopped || gone {
+                self.stopping_sources.remove(job);
+            }
+        }
+    }
+
+    /// Whether the source of `id` was told to stop and is not yet seen
+    /// stopped.
+    fn awaits_source_stop(&self, id: &MigrationId) -> bool {
+        self.by_id.get(id).is_some_and(|m| {
+            self.stopping_sources
+                .get(&m.job_id)
+                .is_some_and(|s| !s.stopped && s.instance.instance_key == m.source_key)
+        })
+    }
+
+    /// The migrations a fresh core carries on from a disposed one (after a
+    /// stream break): the ended ones for the queries, the id serial, and
+    /// those in flight, which the fresh core fails (see
+    /// [`AutoManagerCore::fail_inherited_migrations`]).
+    pub(crate) fn inherited(previous: &Migrations) -> Self {
+        Self {
+            by_id: previous.by_id.clone(),
+            ended: previous.ended.clone(),
+            serial: previous.serial,
+            ..Self::default()
+        }
+    }
+
+    /// Sources on a node that is gone are not waited for.
+    fn forget_sources_on(&mut self, node: &NodeId) {
+        self.stopping_sources.retain(|_, s| &s.instance.node_id != node);
+    }
+
     fn insert(&mut self, state: MigrationState) {
         self.by_id.insert(state.migration_id.clone(), state);
     }
@@ -482,6 +415,7 @@ impl Migrations {
     /// [`ENDED_MIGRATIONS_KEPT`] are forgotten.
     fn mark_ended(&mut self, id: &MigrationId) {
         self.ended.push_back(id.clone());
+        self.source_stopped.remove(id);
         while self.ended.len() > ENDED_MIGRATIONS_KEPT {
             if let Some(old) = self.ended.pop_front() {
                 self.by_id.remove(&old);
@@ -561,11 +495,21 @@ impl AutoManagerCore {
         let Some(state) = self.migrations.get(id) else {
             return;
         };
+        let source = StoppingInstance {
+            node_id: state.source_node_id.clone(),
+            instance_key: state.source_key.clone(),
+        };
         let rpc = Rpc::StopJob {
             job_id: state.job_id.clone(),
-            instance_key: state.source_key.clone(),
-            node_id: state.source_node_id.clone(),
+            instance_key: source.instance_key.clone(),
+            node_id: source.node_id.clone(),
         };
+        let stop = SourceStop {
+            instance: source,
+            answered: false,
+            stopped: false,
+        };
+        self.migrations.stopping_sources.insert(state.job_id.clone(), stop);
         self.call_for(id, rpc, MigrationCall::StopSource);
     }
 

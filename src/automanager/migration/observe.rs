@@ -47,8 +47,11 @@ impl AutoManagerCore {
             | JobHistoryEntry::Stopped { role, node_id, .. } => (role, node_id.as_ref()),
             _ => return false,
         };
+        if let JobHistoryEntry::Stopped { .. } = entry {
+            self.migrations.source_seen_stopped(job, role, node);
+        }
         let Some((id, which)) = self.instance_of(job, role, node) else {
-            return false;
+            return self.rebind_to_live_target(job, entry);
         };
         match (which, entry) {
             (Instance::Target, JobHistoryEntry::Provisioned { .. }) => true,
@@ -137,13 +140,16 @@ impl AutoManagerCore {
         };
         if !state.past_point_of_no_return {
             if claim.target.phase == BindingPhase::Running {
+                self.migrations.source_stopped.insert(id.clone());
                 self.complete(id, Some("the source stopped; completed onto the running target"), now);
                 return true;
             }
             self.roll_back(id, "the source stopped", Target::Stop, now);
             return false;
         }
-        match (state.strategy, state.phase) {
+        let (strategy, phase) = (state.strategy, state.phase);
+        self.migrations.source_stopped.insert(id.clone());
+        match (strategy, phase) {
             (MigrationStrategy::StopThenStart, MigrationPhase::StoppingSource) => {
                 self.start_prepared(id);
                 self.enter_phase(id, MigrationPhase::StartingTarget, now);
@@ -247,6 +253,7 @@ impl AutoManagerCore {
     /// return is passed (the source was going anyway); otherwise the
     /// migration aborts and the ordinary recovery takes the job.
     pub(crate) fn migration_node_lost(&mut self, node: &NodeId, now: UnixMillis) {
+        self.migrations.forget_sources_on(node);
         for id in self.migrations.in_flight() {
             let Some((state, claim)) = self.in_flight(&id) else {
                 continue;
@@ -297,6 +304,12 @@ impl AutoManagerCore {
         result: Result<(), RpcFailure>,
         now: UnixMillis,
     ) {
+        if call == MigrationCall::StopSource
+            && let Some(job) = self.migrations.get(id).map(|m| m.job_id.clone())
+        {
+            let gone = matches!(&result, Err(f) if f.kind == RpcFailureKind::NotFound);
+            self.migrations.source_stop_answered(&job, gone);
+        }
         if call == MigrationCall::StartTarget {
             self.migrations.start_pending.remove(id);
             if self.migrations.stop_when_started.remove(id) && result.is_ok() {
@@ -316,7 +329,15 @@ impl AutoManagerCore {
                 self.target_lost(id, &format!("StartPreparedJob failed: {}", failure.message), now);
             }
             // The source is gone already: what the stop was for.
-            MigrationCall::StopSource | MigrationCall::StopTarget if failure.kind == RpcFailureKind::NotFound => {}
+            MigrationCall::StopSource if failure.kind == RpcFailureKind::NotFound => {}
+            // Manager did not hear it: the source is told again while it is
+            // still waited for.
+            MigrationCall::StopSource
+                if failure.kind == RpcFailureKind::Transient && self.migrations.awaits_source_stop(id) =>
+            {
+                self.stop_source(id);
+            }
+            MigrationCall::StopTarget if failure.kind == RpcFailureKind::NotFound => {}
             MigrationCall::Signal
                 if in_flight && !self.migrations.get(id).is_some_and(|m| m.past_point_of_no_return) =>
             {

@@ -51,6 +51,12 @@ impl AutoManagerCore {
             .clone()
             .filter(|b| b.phase == BindingPhase::Running && record.in_flight.is_none() && !record.dropped)
             .ok_or_else(|| MigrationRefusal::NotRunning { job_id: job_id.clone() })?;
+        if self.broken.contains_key(&record.bundle_ref.bundle_id) {
+            return Err(MigrationRefusal::BundleBroken {
+                job_id: job_id.clone(),
+                bundle_id: record.bundle_ref.bundle_id.clone(),
+            });
+        }
         if options.target_node_id.as_ref() == Some(&source.node_id) {
             return Err(MigrationRefusal::TargetIsSource {
                 job_id: job_id.clone(),
@@ -164,7 +170,8 @@ impl AutoManagerCore {
             bundle_id: job_ref.bundle_id.clone(),
             replica_index: job_ref.replica_index,
             job_name: job_ref.job_name.clone(),
-            recovery: true,
+            // A move, not a re-placement after a loss.
+            recovery: false,
             decision,
             trace: placement.trace.clone(),
         })));
@@ -192,7 +199,10 @@ impl AutoManagerCore {
             }
         };
         let reserved = apply_placement(view.fleet_view(), &request, &placement.outcome);
-        if reserved.is_ok() {
+        // A view that gained a prospective node no longer matches what it
+        // remembers of the fleet: it is built again next round.
+        let provisioned = matches!(placement.outcome, Outcome::Provision { .. });
+        if reserved.is_ok() && !provisioned {
             if let TargetView::Kept(cache) = &mut view
                 && let Some(spec) = bundle.spec.job(&job_ref.job_name)
             {
@@ -201,7 +211,6 @@ impl AutoManagerCore {
             }
             self.restore_view(view);
         } else {
-            // The view no longer matches the fleet: built again next round.
             self.view_cache = None;
         }
         if placement.resilience.is_degraded() {

@@ -8,6 +8,7 @@
 //! can and marks the rest lost.
 
 use crate::model::{JobId, UnixMillis};
+use crate::placement::RecoveryContext;
 
 use super::{MigrationId, MigrationPhase, MigrationRefusal, MigrationStrategy};
 use crate::automanager::binding::{Binding, BindingPhase};
@@ -226,7 +227,14 @@ impl AutoManagerCore {
                 self.start_prepared(id);
                 self.enter_phase(id, MigrationPhase::StartingTarget, now);
             }
-            _ => self.complete(id, Some(&reason), now),
+            // The target takes the job; a source not yet seen stopped is
+            // told again.
+            _ => {
+                if phase == MigrationPhase::StoppingSource && !self.migrations.source_stopped.contains(id) {
+                    self.stop_source(id);
+                }
+                self.complete(id, Some(&reason), now);
+            }
         }
     }
 
@@ -247,10 +255,39 @@ impl AutoManagerCore {
         if !state.past_point_of_no_return {
             return self.roll_back(id, reason, Target::Gone, now);
         }
-        let job_id = state.job_id.clone();
-        self.stop_source(id);
+        let (job_id, source_node) = (state.job_id.clone(), state.source_node_id.clone());
+        let told_to_stop = matches!(
+            state.phase,
+            MigrationPhase::StoppingSource | MigrationPhase::StartingTarget
+        );
+        // The source was told to stop (or to stop output): it is stopped,
+        // and the job placed afresh once it has (its replacement wears the
+        // same key).
+        if !self.migrations.source_stopped.contains(id) && !told_to_stop {
+            self.stop_source(id);
+        }
         self.mark_lost(id, reason, now);
         self.end_binding(&job_id);
+        if let Some(record) = self.jobs.get_mut(&job_id) {
+            // Placed afresh away from the node it was leaving (a stop still
+            // addressed to the source there cannot reach the new instance),
+            // and, as for any migration, without `onRuntimeFailure`.
+            record.recovery = Some(RecoveryContext {
+                on_runtime_failure: None,
+                excluded_nodes: vec![source_node],
+            });
+            record.not_before = now;
+        }
+    }
+
+    /// A fresh core hydrated after a stream break does not know what its
+    /// predecessor's migrations in flight were waiting for: they are
+    /// marked lost (the binding is rebuilt from history, a live target
+    /// included).
+    pub(crate) fn fail_inherited_migrations(&mut self, now: UnixMillis) {
+        for id in self.migrations.in_flight() {
+            self.mark_lost(&id, "the connection to Manager was re-established", now);
+        }
     }
 
     /// `close()`: in-flight migrations before the point of no return are
