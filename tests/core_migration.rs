@@ -1163,3 +1163,47 @@ fn a_source_stop_manager_did_not_hear_is_sent_again() {
     let s = state(&h, &id);
     assert_eq!(stops(&calls(&mut h)), vec![(s.source_key, s.source_node_id)]);
 }
+
+#[test]
+fn migrations_started_together_each_see_the_targets_placed_before_them() {
+    let mut h = Harness::new();
+    h.cluster_node("a", 8.0);
+    h.cluster_node("b", 4.0);
+    h.cluster_node("c", 4.0);
+    h.event(ManagerEvent::InitialDataComplete);
+    let three = "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 3}}\n";
+    h.bundle("x", three);
+    h.bundle("y", three);
+    let started = h.start_all();
+    assert!(
+        started.iter().all(|(_, node)| node == &NodeId::from("a")),
+        "both run on the big node: {started:?}"
+    );
+    // One step, two migrations: b and c (4 vCPUs each) can take one 3-vCPU
+    // target each, not two.
+    let inputs = started
+        .iter()
+        .enumerate()
+        .map(|(i, (job, _))| Input::Command {
+            id: norsk_auto_manager::automanager::CommandId(100 + i as u64),
+            command: Command::MigrateJob {
+                job_id: job.clone(),
+                options: options(MigrationStrategy::Overlap),
+            },
+        })
+        .collect::<Vec<_>>();
+    let step = h.core.handle_all(inputs, h.now);
+    let targets: Vec<NodeId> = step
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            norsk_auto_manager::automanager::Action::Call {
+                rpc: Rpc::StartMigrationTarget { node_id, .. },
+                ..
+            } => Some(node_id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(targets.len(), 2, "{:?}", step.actions);
+    assert_ne!(targets[0], targets[1], "two 3-vCPU targets on one 4-vCPU node");
+}

@@ -263,6 +263,12 @@ pub(crate) struct Migrations {
     /// instance in the same slot would wear the same key, and a stop still
     /// addressed to the source could reach it.
     stopping_sources: BTreeMap<JobId, SourceStop>,
+    /// The kept placement view is known to match the fleet and every
+    /// placement: it was brought up to date by the previous target
+    /// placement and nothing else has happened since. Consecutive
+    /// migrations (a drain's, a burst of `migrateJob`s) then skip bringing
+    /// it up to date again, which costs a pass over the fleet and every job.
+    view_in_sync: bool,
 }
 
 /// A source told to stop.
@@ -346,6 +352,12 @@ impl Migrations {
                 return id;
             }
         }
+    }
+
+    /// Anything but a target placement may have changed what the kept
+    /// view must reflect.
+    pub(crate) fn forget_view_sync(&mut self) {
+        self.view_in_sync = false;
     }
 
     /// Whether `job` waits for a migration's source to stop before it may
