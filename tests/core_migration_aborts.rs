@@ -119,7 +119,13 @@ fn stopping_output_deadline_fails_forward_to_stopping_the_source() {
     assert_eq!(s.phase, MigrationPhase::StoppingSource);
     assert_eq!(stops(&calls(&mut h)), vec![(s.source_key, s.source_node_id)]);
     source_stops(&mut h, &id);
-    assert_eq!(state(&h, &id).phase, MigrationPhase::Done);
+    let done = state(&h, &id);
+    assert_eq!(done.phase, MigrationPhase::Done);
+    assert_eq!(
+        done.reason.as_deref(),
+        Some("stoppingOutput deadline passed; failed forward"),
+        "how it failed forward is kept at done"
+    );
 }
 
 #[test]
