@@ -442,14 +442,7 @@ impl Model {
         }
         for (node_id, (capacity, _)) in &used {
             let Some(node) = self.h.core.fleet().get(node_id) else {
-                let who: Vec<_> = self
-                    .h
-                    .core
-                    .jobs()
-                    .filter(|r| r.binding.as_ref().is_some_and(|b| &b.node_id == node_id))
-                    .map(|r| format!("{:?} {:?}", r.job.job_id, r.binding))
-                    .collect();
-                return Err(format!("job bound to unknown node {node_id} {who:?}"));
+                return Err(format!("job bound to unknown node {node_id}"));
             };
             if node.terminated || node.is_going() {
                 return Err(format!("job bound to a node that is gone: {node_id}"));
