@@ -603,3 +603,28 @@ fn migrations_started_together_each_see_the_targets_placed_before_them() {
     assert_eq!(targets.len(), 2, "{:?}", step.actions);
     assert_ne!(targets[0], targets[1], "two 3-vCPU targets on one 4-vCPU node");
 }
+
+#[test]
+fn nothing_is_migrated_before_initial_data_complete() {
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.cluster_node("b", 4.0);
+    let bundle = bundle("b", ONE_JOB);
+    h.event(ManagerEvent::BundleUpdated(bundle.clone()));
+    let mut job = jobs_of(&bundle).remove(0);
+    job.history.push(JobHistoryEntry::Running {
+        at: None,
+        role: InstanceKey("primary".into()),
+        node_id: Some(NodeId::from("a")),
+    });
+    let id = job.job_id.clone();
+    h.event(ManagerEvent::JobActive(job));
+    assert_eq!(
+        try_migrate(&mut h, &id, options(MigrationStrategy::Overlap)),
+        Err(CommandError::Migration(MigrationRefusal::NotHydrated {
+            job_id: id.clone()
+        }))
+    );
+    h.event(ManagerEvent::InitialDataComplete);
+    assert!(try_migrate(&mut h, &id, options(MigrationStrategy::Overlap)).is_ok());
+}

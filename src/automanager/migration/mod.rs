@@ -337,9 +337,9 @@ impl Migrations {
         self.by_id.values().filter_map(|m| m.phase_deadline).min()
     }
 
-    /// A fresh id: eight hex digits mixed from the job, a serial and the
-    /// time (FNV-1a), never one already known.
-    fn next_id(&mut self, job: &JobId, now: UnixMillis) -> MigrationId {
+    /// A fresh id and its tag: eight hex digits mixed from the job, a
+    /// serial and the time (FNV-1a), never one already known.
+    fn next_id(&mut self, job: &JobId, now: UnixMillis) -> (MigrationId, u32) {
         loop {
             self.serial += 1;
             let mut hash: u32 = 0x811c_9dc5;
@@ -349,7 +349,7 @@ impl Migrations {
             }
             let id = MigrationId::of_tag(hash);
             if !self.by_id.contains_key(&id) {
-                return id;
+                return (id, hash);
             }
         }
     }

@@ -38,6 +38,10 @@ impl AutoManagerCore {
         options: &MigrationOptions,
         now: UnixMillis,
     ) -> Result<MigrationId, MigrationRefusal> {
+        // Nothing is placed before Manager's snapshot is complete.
+        if !self.hydrated {
+            return Err(MigrationRefusal::NotHydrated { job_id: job_id.clone() });
+        }
         let record = self
             .jobs
             .get(job_id)
@@ -70,8 +74,7 @@ impl AutoManagerCore {
             .slot_of()
             .unwrap_or_else(|| Slot::of_replica(record.bundle_ref.replica_index));
         let target = self.place_target(job_id, &source, options, now)?;
-        let migration_id = self.migrations.next_id(job_id, now);
-        let tag = u32::from_str_radix(migration_id.as_str(), 16).unwrap_or_default();
+        let (migration_id, tag) = self.migrations.next_id(job_id, now);
         let target_key = InstanceKey::migration_target(slot, tag);
         if let Some(record) = self.jobs.get_mut(job_id) {
             record.migration = Some(MigrationClaim {
@@ -85,7 +88,6 @@ impl AutoManagerCore {
                 },
             });
         }
-        self.fleet_epoch += 1;
         self.migrations.insert(MigrationState {
             migration_id: migration_id.clone(),
             job_id: job_id.clone(),
