@@ -1,170 +1,22 @@
-//! Scenario tests of the migration saga on a virtual clock: for each
-//! strategy every phase, each phase's deadline, aborts before and after the
-//! point of no return, a target rejected as an invalid spec, no concurrent
-//! migrations, the instance key moving at `done`, and `close()`.
+//! Scenario tests of the migration saga on a virtual clock: each strategy
+//! walked phase by phase, the target's placement (source excluded, pinned,
+//! on a new node, reserved beside the source), refusals, no concurrent
+//! migrations, the instance key moving at `done`, `close()`, the queries,
+//! and a fresh core finding a target left carrying the job. Deadlines,
+//! aborts and failures are in `core_migration_aborts.rs`.
 
 mod core_support;
 
+use core_support::migration::*;
 use core_support::*;
-use norsk_auto_manager::automanager::migration::{
-    DEFAULT_MIGRATION_HANDOVER_STEP_TIMEOUT_MS, DEFAULT_MIGRATION_PLACING_TIMEOUT_MS,
-    DEFAULT_MIGRATION_START_TIMEOUT_MS, DEFAULT_MIGRATION_STOPPING_SOURCE_TIMEOUT_MS,
-};
+use norsk_auto_manager::automanager::migration::DEFAULT_MIGRATION_PLACING_TIMEOUT_MS;
 use norsk_auto_manager::automanager::{
-    Answer, Command, CommandError, Input, MigrationId, MigrationOptions, MigrationPhase, MigrationRefusal,
-    MigrationState, MigrationStep, MigrationStrategy, Notification, Rpc,
+    Command, CommandError, Input, MigrationId, MigrationOptions, MigrationPhase, MigrationRefusal, MigrationStep,
+    MigrationStrategy, Notification, Rpc,
 };
 use norsk_auto_manager::model::{
-    InstanceKey, JobHistoryEntry, JobId, JobStopReason, ManagerEvent, MigrationSignal, NodeId, NodeStopReason,
-    RejectionCode,
+    InstanceKey, JobHistoryEntry, JobId, JobStopReason, ManagerEvent, MigrationSignal, NodeId,
 };
-
-const ONE_JOB: &str = "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 2}}\n";
-
-/// A hydrated core (cluster nodes `a`, `b`) with one job running.
-fn running_job() -> (Harness, JobId, NodeId) {
-    let mut h = Harness::hydrated();
-    h.bundle("b", ONE_JOB);
-    let (job, node) = h.start_all().remove(0);
-    h.take_notifications();
-    (h, job, node)
-}
-
-fn options(strategy: MigrationStrategy) -> MigrationOptions {
-    MigrationOptions {
-        strategy,
-        ..MigrationOptions::default()
-    }
-}
-
-fn try_migrate(h: &mut Harness, job: &JobId, options: MigrationOptions) -> Result<MigrationId, CommandError> {
-    let command = h.command(Command::MigrateJob {
-        job_id: job.clone(),
-        options,
-    });
-    let mut answers = h.take_answers();
-    assert_eq!(answers.len(), 1, "one answer per migrateJob");
-    let (id, result) = answers.remove(0);
-    assert_eq!(id, command);
-    result.map(|Answer::Migration(id)| id)
-}
-
-fn migrate(h: &mut Harness, job: &JobId, strategy: MigrationStrategy) -> MigrationId {
-    try_migrate(h, job, options(strategy)).expect("the migration starts")
-}
-
-fn state(h: &Harness, id: &MigrationId) -> MigrationState {
-    h.core.migration_by_id(id).expect("migration known").clone()
-}
-
-fn phases(h: &Harness, id: &MigrationId) -> Vec<MigrationPhase> {
-    state(h, id).transitions.iter().map(|t| t.phase).collect()
-}
-
-fn entry_running(h: &Harness, role: &InstanceKey, node: &NodeId) -> JobHistoryEntry {
-    JobHistoryEntry::Running {
-        at: Some(h.now),
-        role: role.clone(),
-        node_id: Some(node.clone()),
-    }
-}
-
-/// The target of `id` reached running.
-fn target_runs(h: &mut Harness, id: &MigrationId) {
-    let s = state(h, id);
-    let entry = entry_running(h, &s.target_key, &s.target_node_id);
-    h.history(&s.job_id, entry);
-}
-
-/// The source of `id` stopped as asked (`Stopping`, user requested, then
-/// `Stopped`).
-fn source_stops(h: &mut Harness, id: &MigrationId) {
-    let s = state(h, id);
-    h.history(
-        &s.job_id,
-        JobHistoryEntry::Stopping {
-            at: Some(h.now),
-            role: s.source_key.clone(),
-            node_id: Some(s.source_node_id.clone()),
-            reason: JobStopReason::UserRequested,
-        },
-    );
-    h.stopped(&s.job_id, &s.source_node_id, s.source_key.clone());
-}
-
-fn prepared(h: &mut Harness, id: &MigrationId) {
-    let s = state(h, id);
-    h.event(ManagerEvent::JobPrepared {
-        job_id: s.job_id,
-        role: s.target_key,
-        node_id: s.target_node_id,
-    });
-}
-
-fn signal(h: &mut Harness, id: &MigrationId, from_target: bool, signal: MigrationSignal) {
-    let s = state(h, id);
-    h.event(ManagerEvent::MigrationSignal {
-        migration_id: id.0.clone(),
-        job_id: s.job_id,
-        from_key: if from_target { s.target_key } else { s.source_key },
-        signal,
-    });
-}
-
-/// Answers every call with success; returns them.
-fn calls(h: &mut Harness) -> Vec<Rpc> {
-    h.ok_all()
-}
-
-fn stops(calls: &[Rpc]) -> Vec<(InstanceKey, NodeId)> {
-    calls
-        .iter()
-        .filter_map(|c| match c {
-            Rpc::StopJob {
-                instance_key, node_id, ..
-            } => Some((instance_key.clone(), node_id.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
-fn steps(calls: &[Rpc]) -> Vec<MigrationStep> {
-    calls
-        .iter()
-        .filter_map(|c| match c {
-            Rpc::SendMigrationSignal { signal, .. } => Some(signal.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn aborted(notifications: &[Notification]) -> Vec<(String, bool)> {
-    notifications
-        .iter()
-        .filter_map(|n| match n {
-            Notification::MigrationAborted { reason, lost, .. } => Some((reason.clone(), *lost)),
-            _ => None,
-        })
-        .collect()
-}
-
-fn completed(notifications: &[Notification]) -> usize {
-    notifications
-        .iter()
-        .filter(|n| matches!(n, Notification::MigrationCompleted { .. }))
-        .count()
-}
-
-/// (node, key) of the job's binding.
-fn bound(h: &Harness, job: &JobId) -> (NodeId, InstanceKey) {
-    let b = h.core.job(job).and_then(|r| r.binding.as_ref()).expect("bound");
-    (b.node_id.clone(), b.instance_key.clone())
-}
-
-fn is_target_key(key: &InstanceKey, slot: &str) -> bool {
-    let (base, tag) = key.as_str().split_once('@').unwrap_or_default();
-    base == slot && tag.len() == 8 && tag.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
-}
 
 #[test]
 fn stop_then_start_prepares_the_target_stops_the_source_then_starts_the_target() {
@@ -540,434 +392,6 @@ fn placing_deadline_aborts_and_the_unused_node_is_terminated() {
     assert_eq!(bound(&h, &job).0, source, "the source keeps running");
 }
 
-/// Runs a migration of `strategy` up to (not through) `phase`.
-fn up_to(strategy: MigrationStrategy, phase: MigrationPhase) -> (Harness, JobId, MigrationId) {
-    let (mut h, job, _) = running_job();
-    let id = migrate(&mut h, &job, strategy);
-    calls(&mut h);
-    let walk: &[MigrationPhase] = match strategy {
-        MigrationStrategy::StopThenStart => &[
-            MigrationPhase::Preparing,
-            MigrationPhase::StoppingSource,
-            MigrationPhase::StartingTarget,
-        ],
-        MigrationStrategy::Overlap => &[MigrationPhase::Starting, MigrationPhase::StoppingSource],
-        MigrationStrategy::Handover => &[
-            MigrationPhase::Starting,
-            MigrationPhase::AwaitingReady,
-            MigrationPhase::StoppingOutput,
-            MigrationPhase::Applying,
-            MigrationPhase::StoppingSource,
-        ],
-    };
-    for step in walk {
-        if *step == phase {
-            break;
-        }
-        match (strategy, step) {
-            (MigrationStrategy::StopThenStart, MigrationPhase::Preparing) => prepared(&mut h, &id),
-            (MigrationStrategy::StopThenStart, MigrationPhase::StoppingSource) => source_stops(&mut h, &id),
-            (_, MigrationPhase::Starting) => target_runs(&mut h, &id),
-            (_, MigrationPhase::AwaitingReady) => signal(&mut h, &id, true, MigrationSignal::TargetReady(vec![1])),
-            (_, MigrationPhase::StoppingOutput) => {
-                signal(&mut h, &id, false, MigrationSignal::SourceStoppedAt("p".into()))
-            }
-            (_, MigrationPhase::Applying) => signal(&mut h, &id, true, MigrationSignal::TargetApplied),
-            _ => unreachable!(),
-        }
-        calls(&mut h);
-    }
-    assert_eq!(state(&h, &id).phase, phase, "walked to {phase:?}");
-    h.take_notifications();
-    (h, job, id)
-}
-
-/// Before the point of no return a phase's expiry aborts: both keys told,
-/// the target stopped, the source still bound and running.
-fn expiry_aborts(strategy: MigrationStrategy, phase: MigrationPhase, timeout: u64, name: &str) {
-    let (mut h, job, id) = up_to(strategy, phase);
-    let s = state(&h, &id);
-    assert_eq!(s.phase_deadline, Some(h.now + timeout as i64));
-    h.advance(timeout as i64 - 1);
-    assert_eq!(state(&h, &id).phase, phase, "expired early");
-    h.advance(1);
-    let reason = format!("{name} deadline passed");
-    let after = calls(&mut h);
-    assert_eq!(steps(&after), vec![MigrationStep::Abort(reason.clone())]);
-    assert!(
-        after
-            .iter()
-            .any(|c| matches!(c, Rpc::SendMigrationSignal { source_key, target_key, .. } if source_key == &s.source_key && target_key == &s.target_key)),
-        "both instance keys are told"
-    );
-    assert_eq!(stops(&after), vec![(s.target_key.clone(), s.target_node_id.clone())]);
-    assert_eq!(state(&h, &id).phase, MigrationPhase::Aborted);
-    assert_eq!(aborted(&h.take_notifications()), vec![(reason, false)]);
-    assert_eq!(bound(&h, &job), (s.source_node_id, s.source_key));
-    assert!(h.core.job(&job).is_some_and(|r| r.migration.is_none()));
-}
-
-#[test]
-fn preparing_deadline_aborts_stop_then_start() {
-    expiry_aborts(
-        MigrationStrategy::StopThenStart,
-        MigrationPhase::Preparing,
-        DEFAULT_MIGRATION_START_TIMEOUT_MS,
-        "preparing",
-    );
-}
-
-#[test]
-fn starting_deadline_aborts_overlap() {
-    expiry_aborts(
-        MigrationStrategy::Overlap,
-        MigrationPhase::Starting,
-        DEFAULT_MIGRATION_START_TIMEOUT_MS,
-        "starting",
-    );
-}
-
-#[test]
-fn starting_deadline_aborts_handover() {
-    expiry_aborts(
-        MigrationStrategy::Handover,
-        MigrationPhase::Starting,
-        DEFAULT_MIGRATION_START_TIMEOUT_MS,
-        "starting",
-    );
-}
-
-#[test]
-fn awaiting_ready_deadline_aborts_handover() {
-    expiry_aborts(
-        MigrationStrategy::Handover,
-        MigrationPhase::AwaitingReady,
-        DEFAULT_MIGRATION_HANDOVER_STEP_TIMEOUT_MS,
-        "awaitingReady",
-    );
-}
-
-/// After the point of no return a phase's expiry fails forward: the
-/// source is stopped and the saga goes on towards the target.
-fn expiry_fails_forward(
-    strategy: MigrationStrategy,
-    phase: MigrationPhase,
-    timeout: u64,
-) -> (Harness, JobId, MigrationId) {
-    let (mut h, job, id) = up_to(strategy, phase);
-    h.advance(timeout as i64);
-    let s = state(&h, &id);
-    assert_ne!(s.phase, MigrationPhase::Aborted);
-    assert!(
-        s.reason.as_deref().is_some_and(|r| r.contains("failed forward")),
-        "{:?}",
-        s.reason
-    );
-    assert!(
-        aborted(&h.take_notifications()).is_empty(),
-        "no rollback past the point of no return"
-    );
-    (h, job, id)
-}
-
-#[test]
-fn stopping_output_deadline_fails_forward_to_stopping_the_source() {
-    let (mut h, _, id) = expiry_fails_forward(
-        MigrationStrategy::Handover,
-        MigrationPhase::StoppingOutput,
-        DEFAULT_MIGRATION_HANDOVER_STEP_TIMEOUT_MS,
-    );
-    let s = state(&h, &id);
-    assert_eq!(s.phase, MigrationPhase::StoppingSource);
-    assert_eq!(stops(&calls(&mut h)), vec![(s.source_key, s.source_node_id)]);
-    source_stops(&mut h, &id);
-    assert_eq!(state(&h, &id).phase, MigrationPhase::Done);
-}
-
-#[test]
-fn applying_deadline_fails_forward_to_stopping_the_source() {
-    let (mut h, _, id) = expiry_fails_forward(
-        MigrationStrategy::Handover,
-        MigrationPhase::Applying,
-        DEFAULT_MIGRATION_HANDOVER_STEP_TIMEOUT_MS,
-    );
-    let s = state(&h, &id);
-    assert_eq!(s.phase, MigrationPhase::StoppingSource);
-    assert_eq!(stops(&calls(&mut h)), vec![(s.source_key, s.source_node_id)]);
-}
-
-#[test]
-fn stopping_source_deadline_completes_overlap_onto_the_target() {
-    let (h, job, id) = expiry_fails_forward(
-        MigrationStrategy::Overlap,
-        MigrationPhase::StoppingSource,
-        DEFAULT_MIGRATION_STOPPING_SOURCE_TIMEOUT_MS,
-    );
-    let s = state(&h, &id);
-    assert_eq!(s.phase, MigrationPhase::Done);
-    assert_eq!(bound(&h, &job), (s.target_node_id, s.target_key));
-}
-
-#[test]
-fn stopping_source_deadline_completes_handover_onto_the_target() {
-    let (h, _, id) = expiry_fails_forward(
-        MigrationStrategy::Handover,
-        MigrationPhase::StoppingSource,
-        DEFAULT_MIGRATION_STOPPING_SOURCE_TIMEOUT_MS,
-    );
-    assert_eq!(state(&h, &id).phase, MigrationPhase::Done);
-}
-
-#[test]
-fn stopping_source_deadline_starts_the_prepared_target_anyway() {
-    let (mut h, _, id) = expiry_fails_forward(
-        MigrationStrategy::StopThenStart,
-        MigrationPhase::StoppingSource,
-        DEFAULT_MIGRATION_STOPPING_SOURCE_TIMEOUT_MS,
-    );
-    assert_eq!(state(&h, &id).phase, MigrationPhase::StartingTarget);
-    assert!(matches!(&calls(&mut h)[..], [Rpc::StartPreparedJob { .. }]));
-    target_runs(&mut h, &id);
-    assert_eq!(state(&h, &id).phase, MigrationPhase::Done);
-}
-
-#[test]
-fn starting_target_deadline_completes_onto_the_target() {
-    let (h, job, id) = expiry_fails_forward(
-        MigrationStrategy::StopThenStart,
-        MigrationPhase::StartingTarget,
-        DEFAULT_MIGRATION_START_TIMEOUT_MS,
-    );
-    let s = state(&h, &id);
-    assert_eq!(s.phase, MigrationPhase::Done);
-    assert_eq!(bound(&h, &job), (s.target_node_id, s.target_key));
-}
-
-#[test]
-fn phase_deadlines_come_from_the_migration_settings() {
-    let mut settings = settings();
-    settings.migration.starting_timeout_ms = 7_000;
-    let mut h = Harness::with(settings);
-    h.cluster_node("a", 4.0);
-    h.cluster_node("b", 4.0);
-    h.event(ManagerEvent::InitialDataComplete);
-    h.bundle("b", ONE_JOB);
-    let (job, _) = h.start_all().remove(0);
-    let id = migrate(&mut h, &job, MigrationStrategy::Overlap);
-    calls(&mut h);
-    assert_eq!(state(&h, &id).phase_deadline, Some(h.now + 7_000));
-    assert_eq!(h.next_deadline, Some(h.now + 7_000));
-    h.advance(7_000);
-    assert_eq!(state(&h, &id).phase, MigrationPhase::Aborted);
-}
-
-#[test]
-fn abort_before_the_point_of_no_return_rolls_back_cleanly() {
-    let (mut h, job, id) = up_to(MigrationStrategy::Handover, MigrationPhase::AwaitingReady);
-    let s = state(&h, &id);
-    let command = h.command(Command::AbortMigration {
-        migration_id: id.clone(),
-        reason: "operator changed mind".into(),
-    });
-    assert_eq!(h.take_replies(), vec![(command, Ok(()))]);
-    let after = calls(&mut h);
-    assert_eq!(
-        steps(&after),
-        vec![MigrationStep::Abort("operator changed mind".into())]
-    );
-    assert_eq!(stops(&after), vec![(s.target_key.clone(), s.target_node_id.clone())]);
-    assert_eq!(
-        aborted(&h.take_notifications()),
-        vec![("operator changed mind".into(), false)]
-    );
-    assert_eq!(bound(&h, &job), (s.source_node_id, s.source_key));
-    assert_eq!(
-        h.core.metrics(h.now).pools[0].used_capacity_fraction,
-        0.25,
-        "the target's reservation is released"
-    );
-    // Its instance stopping afterwards is no loss of the job.
-    h.history(
-        &job,
-        JobHistoryEntry::Stopping {
-            at: None,
-            role: s.target_key.clone(),
-            node_id: Some(s.target_node_id.clone()),
-            reason: JobStopReason::UserRequested,
-        },
-    );
-    h.stopped(&job, &s.target_node_id, s.target_key);
-    assert!(h.core.job(&job).is_some_and(|r| r.binding.is_some()));
-    assert!(calls(&mut h).is_empty(), "nothing re-placed");
-}
-
-#[test]
-fn abort_past_the_point_of_no_return_is_refused_and_the_saga_goes_on() {
-    let (mut h, _, id) = up_to(MigrationStrategy::Overlap, MigrationPhase::StoppingSource);
-    let command = h.command(Command::AbortMigration {
-        migration_id: id.clone(),
-        reason: "too late".into(),
-    });
-    assert_eq!(
-        h.take_replies(),
-        vec![(
-            command,
-            Err(CommandError::Migration(MigrationRefusal::PastPointOfNoReturn {
-                migration_id: id.clone()
-            }))
-        )]
-    );
-    assert!(calls(&mut h).is_empty());
-    source_stops(&mut h, &id);
-    assert_eq!(state(&h, &id).phase, MigrationPhase::Done);
-}
-
-#[test]
-fn abort_of_an_unknown_or_ended_migration_is_refused() {
-    let (mut h, _, id) = up_to(MigrationStrategy::Overlap, MigrationPhase::Starting);
-    let unknown = MigrationId("00000000".into());
-    let command = h.command(Command::AbortMigration {
-        migration_id: unknown.clone(),
-        reason: String::new(),
-    });
-    assert_eq!(
-        h.take_replies(),
-        vec![(
-            command,
-            Err(CommandError::Migration(MigrationRefusal::UnknownMigration {
-                migration_id: unknown
-            }))
-        )]
-    );
-    h.command(Command::AbortMigration {
-        migration_id: id.clone(),
-        reason: "first".into(),
-    });
-    let command = h.command(Command::AbortMigration {
-        migration_id: id.clone(),
-        reason: "second".into(),
-    });
-    assert!(matches!(
-        &h.take_replies()[..],
-        [_, (c, Err(CommandError::Migration(MigrationRefusal::AlreadyEnded { .. })))] if *c == command
-    ));
-}
-
-#[test]
-fn a_target_rejected_as_an_invalid_spec_aborts_and_the_source_keeps_running() {
-    let (mut h, job, id) = up_to(MigrationStrategy::StopThenStart, MigrationPhase::Preparing);
-    let s = state(&h, &id);
-    h.event(ManagerEvent::JobRejected {
-        job_id: job.clone(),
-        role: s.target_key.clone(),
-        node_id: s.target_node_id.clone(),
-        code: RejectionCode::InvalidSpec,
-        detail: "bad spec".into(),
-        inventory: None,
-    });
-    let m = state(&h, &id);
-    assert_eq!(m.phase, MigrationPhase::Aborted);
-    assert_eq!(m.reason.as_deref(), Some("the target was rejected: bad spec"));
-    let notes = kinds(&h.take_notifications());
-    assert!(notes.iter().any(|k| k == "migrationAborted"));
-    assert!(
-        !notes.iter().any(|k| k == "jobDropped" || k == "bundleBroken"),
-        "the job itself is not ended: {notes:?}"
-    );
-    let after = calls(&mut h);
-    assert!(
-        stops(&after).is_empty(),
-        "neither the source nor the gone target is stopped"
-    );
-    assert_eq!(bound(&h, &job), (s.source_node_id, s.source_key));
-}
-
-#[test]
-fn a_refused_handover_aborts_before_the_point_of_no_return() {
-    let (mut h, job, id) = up_to(MigrationStrategy::Handover, MigrationPhase::AwaitingReady);
-    signal(&mut h, &id, true, MigrationSignal::Refused("no handover here".into()));
-    assert_eq!(state(&h, &id).phase, MigrationPhase::Aborted);
-    assert_eq!(bound(&h, &job).0, state(&h, &id).source_node_id);
-}
-
-#[test]
-fn the_target_failing_before_the_point_of_no_return_aborts() {
-    let (mut h, job, id) = up_to(MigrationStrategy::Overlap, MigrationPhase::Starting);
-    let s = state(&h, &id);
-    h.history(
-        &job,
-        JobHistoryEntry::Stopping {
-            at: None,
-            role: s.target_key.clone(),
-            node_id: Some(s.target_node_id.clone()),
-            reason: JobStopReason::JobFailed,
-        },
-    );
-    assert_eq!(state(&h, &id).phase, MigrationPhase::Aborted);
-    assert_eq!(bound(&h, &job), (s.source_node_id, s.source_key));
-    assert!(
-        h.core.job(&job).is_some_and(|r| r.restarts.count(h.now) == 0),
-        "a failed target does not count against the job's ceiling"
-    );
-}
-
-#[test]
-fn the_target_node_lost_before_the_point_of_no_return_aborts() {
-    let (mut h, job, id) = up_to(MigrationStrategy::Overlap, MigrationPhase::Starting);
-    let s = state(&h, &id);
-    h.node_stopping(s.target_node_id.as_str(), NodeStopReason::HealthPingTimeExceeded);
-    assert_eq!(state(&h, &id).phase, MigrationPhase::Aborted);
-    assert_eq!(bound(&h, &job), (s.source_node_id, s.source_key));
-}
-
-#[test]
-fn the_source_node_lost_while_the_target_runs_completes_onto_the_target() {
-    let (mut h, job, id) = up_to(MigrationStrategy::Handover, MigrationPhase::AwaitingReady);
-    let s = state(&h, &id);
-    h.node_stopping(s.source_node_id.as_str(), NodeStopReason::HealthPingTimeExceeded);
-    assert_eq!(state(&h, &id).phase, MigrationPhase::Done);
-    assert_eq!(bound(&h, &job), (s.target_node_id, s.target_key));
-    assert!(
-        !calls(&mut h).iter().any(|c| matches!(c, Rpc::StartJob { .. })),
-        "the job was placed again though it runs on the target"
-    );
-}
-
-#[test]
-fn the_source_node_lost_before_the_target_runs_aborts_and_recovers_the_job() {
-    let (mut h, job, id) = up_to(MigrationStrategy::Overlap, MigrationPhase::Starting);
-    let s = state(&h, &id);
-    h.node_stopping(s.source_node_id.as_str(), NodeStopReason::HealthPingTimeExceeded);
-    assert_eq!(state(&h, &id).phase, MigrationPhase::Aborted);
-    assert!(
-        h.core
-            .job(&job)
-            .is_some_and(|r| r.binding.is_none() || r.binding.as_ref().is_some_and(|b| b.node_id != s.source_node_id))
-    );
-}
-
-#[test]
-fn the_target_lost_past_the_point_of_no_return_marks_the_migration_lost() {
-    let (mut h, job, id) = up_to(MigrationStrategy::StopThenStart, MigrationPhase::StartingTarget);
-    let s = state(&h, &id);
-    h.cluster_node("c", 4.0);
-    h.node_stopping(s.target_node_id.as_str(), NodeStopReason::HealthPingTimeExceeded);
-    assert_eq!(state(&h, &id).phase, MigrationPhase::Lost);
-    let notes = h.take_notifications();
-    assert_eq!(aborted(&notes).len(), 1);
-    assert!(aborted(&notes)[0].1, "reported as lost");
-    assert!(kinds(&notes).iter().any(|k| k == "error"));
-    // The job is not left running nowhere: it is placed afresh, away from
-    // the node it was leaving.
-    let placed = calls(&mut h);
-    assert!(
-        placed.iter().any(
-            |c| matches!(c, Rpc::StartJob { job_id, node_id, .. } if job_id == &job && node_id == &NodeId::from("c"))
-        ),
-        "{placed:?}"
-    );
-}
-
 #[test]
 fn close_rolls_back_migrations_before_the_point_of_no_return() {
     let (mut h, job, id) = up_to(MigrationStrategy::Overlap, MigrationPhase::Starting);
@@ -1004,23 +428,6 @@ fn close_with_a_target_start_in_flight_still_stops_the_target() {
     h.input(Input::Close);
     let after = h.take_calls().into_iter().map(|(_, c)| c).collect::<Vec<_>>();
     assert_eq!(stops(&after).len(), 1, "{after:?}");
-}
-
-#[test]
-fn an_abort_while_the_target_start_is_in_flight_stops_it_once_answered() {
-    let (mut h, job, _) = running_job();
-    let id = migrate(&mut h, &job, MigrationStrategy::Overlap);
-    let start = h.take_calls();
-    h.command(Command::AbortMigration {
-        migration_id: id.clone(),
-        reason: "changed mind".into(),
-    });
-    let before = h.take_calls().into_iter().map(|(_, c)| c).collect::<Vec<_>>();
-    assert!(stops(&before).is_empty(), "a stop could overtake the start");
-    h.ok(start[0].0);
-    let s = state(&h, &id);
-    let after = h.take_calls().into_iter().map(|(_, c)| c).collect::<Vec<_>>();
-    assert_eq!(stops(&after), vec![(s.target_key, s.target_node_id)]);
 }
 
 #[test]
@@ -1154,12 +561,70 @@ fn a_core_hydrated_after_a_stream_break_marks_inherited_migrations_lost() {
 }
 
 #[test]
-fn a_source_stop_manager_did_not_hear_is_sent_again() {
-    let (mut h, _, id) = up_to(MigrationStrategy::Overlap, MigrationPhase::Starting);
-    target_runs(&mut h, &id);
-    let stop = h.take_calls();
-    assert!(matches!(&stop[..], [(_, Rpc::StopJob { .. })]));
-    h.fail(stop[0].0, norsk_auto_manager::automanager::RpcFailureKind::Transient);
-    let s = state(&h, &id);
-    assert_eq!(stops(&calls(&mut h)), vec![(s.source_key, s.source_node_id)]);
+fn migrations_started_together_each_see_the_targets_placed_before_them() {
+    let mut h = Harness::new();
+    h.cluster_node("a", 8.0);
+    h.cluster_node("b", 4.0);
+    h.cluster_node("c", 4.0);
+    h.event(ManagerEvent::InitialDataComplete);
+    let three = "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 3}}\n";
+    h.bundle("x", three);
+    h.bundle("y", three);
+    let started = h.start_all();
+    assert!(
+        started.iter().all(|(_, node)| node == &NodeId::from("a")),
+        "both run on the big node: {started:?}"
+    );
+    // One step, two migrations: b and c (4 vCPUs each) can take one 3-vCPU
+    // target each, not two.
+    let inputs = started
+        .iter()
+        .enumerate()
+        .map(|(i, (job, _))| Input::Command {
+            id: norsk_auto_manager::automanager::CommandId(100 + i as u64),
+            command: Command::MigrateJob {
+                job_id: job.clone(),
+                options: options(MigrationStrategy::Overlap),
+            },
+        })
+        .collect::<Vec<_>>();
+    let step = h.core.handle_all(inputs, h.now);
+    let targets: Vec<NodeId> = step
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            norsk_auto_manager::automanager::Action::Call {
+                rpc: Rpc::StartMigrationTarget { node_id, .. },
+                ..
+            } => Some(node_id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(targets.len(), 2, "{:?}", step.actions);
+    assert_ne!(targets[0], targets[1], "two 3-vCPU targets on one 4-vCPU node");
+}
+
+#[test]
+fn nothing_is_migrated_before_initial_data_complete() {
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.cluster_node("b", 4.0);
+    let bundle = bundle("b", ONE_JOB);
+    h.event(ManagerEvent::BundleUpdated(bundle.clone()));
+    let mut job = jobs_of(&bundle).remove(0);
+    job.history.push(JobHistoryEntry::Running {
+        at: None,
+        role: InstanceKey("primary".into()),
+        node_id: Some(NodeId::from("a")),
+    });
+    let id = job.job_id.clone();
+    h.event(ManagerEvent::JobActive(job));
+    assert_eq!(
+        try_migrate(&mut h, &id, options(MigrationStrategy::Overlap)),
+        Err(CommandError::Migration(MigrationRefusal::NotHydrated {
+            job_id: id.clone()
+        }))
+    );
+    h.event(ManagerEvent::InitialDataComplete);
+    assert!(try_migrate(&mut h, &id, options(MigrationStrategy::Overlap)).is_ok());
 }

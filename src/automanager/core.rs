@@ -145,8 +145,20 @@ impl AutoManagerCore {
     /// (a snapshot of 100,000 events is one round, not 100,000).
     pub fn handle_all(&mut self, inputs: impl IntoIterator<Item = Input>, now: UnixMillis) -> Step {
         for input in inputs {
+            // Only consecutive `migrateJob`s may reuse the placement view
+            // the previous one left.
+            if !matches!(
+                &input,
+                Input::Command {
+                    command: Command::MigrateJob { .. },
+                    ..
+                }
+            ) {
+                self.migrations.forget_view_sync();
+            }
             self.apply(input, now);
         }
+        self.migrations.forget_view_sync();
         if self.hydrated && !self.closed {
             self.prepare_drains(now);
             self.expire(now);

@@ -459,7 +459,10 @@ impl AutoManagerCore {
             self.counters.placements_dispatch_failed += 1;
         }
         // No phantom node: it is forgotten, its jobs re-placed, and its tier
-        // held back so the cascade spills past it.
+        // held back so the cascade spills past it. The kept view may hold it
+        // as a prospective node without remembering it as one of the
+        // fleet's: it is built again.
+        self.view_cache = None;
         if let Some(node) = self.fleet.remove(node_id)
             && let Some(p) = node.provisioned
         {

@@ -132,10 +132,7 @@ impl ViewCache {
                 (mark.phase, mark.unhealthy) = (phase, unhealthy);
             }
         }
-        // A prospective node a round added to the view is in no mark: if
-        // the fleet dropped it again (its provision refused) before this
-        // sync, only the view's own count tells.
-        if count != self.nodes.len() || fleet.iter().count() != count || self.view.node_count() != count {
+        if count != self.nodes.len() || fleet.iter().count() != count {
             return None;
         }
         self.stamp += 1;

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod migration;
+
 use std::collections::BTreeMap;
 
 use norsk_auto_manager::automanager::{

@@ -263,6 +263,12 @@ pub(crate) struct Migrations {
     /// instance in the same slot would wear the same key, and a stop still
     /// addressed to the source could reach it.
     stopping_sources: BTreeMap<JobId, SourceStop>,
+    /// The kept placement view is known to match the fleet and every
+    /// placement: it was brought up to date by the previous target
+    /// placement and nothing else has happened since. Consecutive
+    /// migrations (a drain's, a burst of `migrateJob`s) then skip bringing
+    /// it up to date again, which costs a pass over the fleet and every job.
+    view_in_sync: bool,
 }
 
 /// A source told to stop.
@@ -331,9 +337,9 @@ impl Migrations {
         self.by_id.values().filter_map(|m| m.phase_deadline).min()
     }
 
-    /// A fresh id: eight hex digits mixed from the job, a serial and the
-    /// time (FNV-1a), never one already known.
-    fn next_id(&mut self, job: &JobId, now: UnixMillis) -> MigrationId {
+    /// A fresh id and its tag: eight hex digits mixed from the job, a
+    /// serial and the time (FNV-1a), never one already known.
+    fn next_id(&mut self, job: &JobId, now: UnixMillis) -> (MigrationId, u32) {
         loop {
             self.serial += 1;
             let mut hash: u32 = 0x811c_9dc5;
@@ -343,9 +349,15 @@ impl Migrations {
             }
             let id = MigrationId::of_tag(hash);
             if !self.by_id.contains_key(&id) {
-                return id;
+                return (id, hash);
             }
         }
+    }
+
+    /// Anything but a target placement may have changed what the kept
+    /// view must reflect.
+    pub(crate) fn forget_view_sync(&mut self) {
+        self.view_in_sync = false;
     }
 
     /// Whether `job` waits for a migration's source to stop before it may

@@ -9,6 +9,14 @@ use crate::model::{BundleId, JobId, NodeId};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
 #[serde(tag = "refusal", rename_all = "camelCase")]
 pub enum MigrationRefusal {
+    /// Manager's initial snapshot is not complete yet: nothing is placed
+    /// before it.
+    #[error("AutoManager has not yet seen Manager's snapshot; job {job_id} cannot move yet")]
+    #[serde(rename_all = "camelCase")]
+    NotHydrated {
+        /// The job.
+        job_id: JobId,
+    },
     /// The job is not one this AutoManager placed (no bundle job of that
     /// id).
     #[error("job {job_id} is not placed by this AutoManager")]

@@ -29,13 +29,19 @@ struct TargetPlacement {
 impl AutoManagerCore {
     /// `migrateJob`: places the target and dispatches its `StartJob` (or
     /// provisions its node); the saga then runs on Manager's events. The
-    /// drain calls this for every job of the node it drains.
+    /// drain calls this for every job of the node it drains: consecutive
+    /// calls with nothing else changing the fleet or the bindings in
+    /// between reuse the placement view as the previous one left it.
     pub(crate) fn migrate_job(
         &mut self,
         job_id: &JobId,
         options: &MigrationOptions,
         now: UnixMillis,
     ) -> Result<MigrationId, MigrationRefusal> {
+        // Nothing is placed before Manager's snapshot is complete.
+        if !self.hydrated {
+            return Err(MigrationRefusal::NotHydrated { job_id: job_id.clone() });
+        }
         let record = self
             .jobs
             .get(job_id)
@@ -68,8 +74,7 @@ impl AutoManagerCore {
             .slot_of()
             .unwrap_or_else(|| Slot::of_replica(record.bundle_ref.replica_index));
         let target = self.place_target(job_id, &source, options, now)?;
-        let migration_id = self.migrations.next_id(job_id, now);
-        let tag = u32::from_str_radix(migration_id.as_str(), 16).unwrap_or_default();
+        let (migration_id, tag) = self.migrations.next_id(job_id, now);
         let target_key = InstanceKey::migration_target(slot, tag);
         if let Some(record) = self.jobs.get_mut(job_id) {
             record.migration = Some(MigrationClaim {
@@ -83,7 +88,6 @@ impl AutoManagerCore {
                 },
             });
         }
-        self.fleet_epoch += 1;
         self.migrations.insert(MigrationState {
             migration_id: migration_id.clone(),
             job_id: job_id.clone(),
@@ -150,8 +154,16 @@ impl AutoManagerCore {
             let pools = self.effective_pools(now).map_err(nowhere)?;
             TargetView::Once(Box::new(self.view_with(pools).map_err(|e| nowhere(e.to_string()))?))
         } else {
-            TargetView::Kept(Box::new(self.synced_view().map_err(|e| nowhere(e.to_string()))?))
+            let kept = match self.view_cache.take() {
+                Some(cache) if self.migrations.view_in_sync => cache,
+                other => {
+                    self.view_cache = other;
+                    self.synced_view().map_err(|e| nowhere(e.to_string()))?
+                }
+            };
+            TargetView::Kept(Box::new(kept))
         };
+        self.migrations.view_in_sync = false;
         self.counters.placements_attempted += 1;
         let mut ids = NodeIds {
             serial: &mut self.next_node_serial,
@@ -209,6 +221,7 @@ impl AutoManagerCore {
                 let placed = placed_job(&bundle.bundle_id, job_ref.replica_index, spec, gpu_index);
                 cache.reserved_target(job_id.clone(), node_id.clone(), placed);
             }
+            self.migrations.view_in_sync = matches!(view, TargetView::Kept(_));
             self.restore_view(view);
         } else {
             self.view_cache = None;

@@ -120,8 +120,9 @@ impl AutoManagerCore {
         let single_use = record.job.spec.single_use;
         self.fleet_epoch += 1;
         self.release_node(&source_node, single_use);
-        if let Some(state) = self.migrations.get_mut(id) {
-            state.reason = reason.map(str::to_owned);
+        // A reason given earlier (how it failed forward) is kept.
+        if let Some(reason) = reason {
+            self.note_reason(id, reason);
         }
         self.enter_phase(id, MigrationPhase::Done, now);
         self.notify(Notification::MigrationCompleted {
