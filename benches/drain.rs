@@ -64,12 +64,11 @@ async fn one_drain() -> Duration {
     };
     let (am, join) = AutoManager::run_with(settings, RunOptions { time_scale: TIME_SCALE }).expect("runs");
     let mut events = am.subscribe();
-    until(&mut events, |n| match n {
-        Notification::NodeStarted { node } if node.node_id.as_str() == "b" => Some(()),
-        _ => None,
-    })
-    .await;
-    am.cordon_node(NodeId::from("b")).await.expect("b cordoned");
+    // `b` can be cordoned once the core has hydrated it; until then each
+    // attempt waits for the next notification.
+    while am.cordon_node(NodeId::from("b")).await.is_err() {
+        until(&mut events, |_| Some(())).await;
+    }
     let spec: norsk_auto_manager::model::BundleSpec =
         serde_yaml::from_str("pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 0.5}}\n")
             .expect("bundle parses");

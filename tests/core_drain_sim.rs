@@ -86,12 +86,11 @@ async fn twenty_jobs_on_a() -> Setup {
     };
     let (am, join) = AutoManager::run_with(settings, RunOptions { time_scale: TIME_SCALE }).expect("runs");
     let mut events = am.subscribe();
-    until("node b", &mut events, |n| match n {
-        Notification::NodeStarted { node } if node.node_id.as_str() == "b" => Some(()),
-        _ => None,
-    })
-    .await;
-    am.cordon_node(NodeId::from("b")).await.expect("b cordoned");
+    // `b` can be cordoned once the core has hydrated it; until then each
+    // attempt waits for the next notification.
+    while am.cordon_node(NodeId::from("b")).await.is_err() {
+        until("hydration", &mut events, |_| Some(())).await;
+    }
     for i in 0..JOBS {
         let bundle = Bundle {
             bundle_id: BundleId(format!("b{i}")),
@@ -167,6 +166,12 @@ async fn drain_twenty_jobs_under(strategy: MigrationStrategy) {
         ended.jobs.iter().all(|j| j.status == DrainJobStatus::Migrated),
         "{ended:?}"
     );
+    assert_eq!(
+        s.am.drain_status(NodeId::from("a")).await.expect("query"),
+        Some(ended.clone()),
+        "drainStatus reads what drainProgress reported"
+    );
+    assert!(s.am.is_cordoned(NodeId::from("a")).await.expect("query"));
     let on = instances(&s.sim).await;
     assert_eq!(on.len(), JOBS);
     assert!(
@@ -225,5 +230,11 @@ async fn a_spot_interruption_with_a_two_minute_deadline_empties_the_node_in_time
     let on = instances(&s.sim).await;
     assert_eq!(on.len(), JOBS);
     assert!(on.values().all(|nodes| nodes == &vec![NodeId::from("b")]), "{on:?}");
+    let notice = s.am.node_interruption(NodeId::from("a")).await.expect("query");
+    assert_eq!(
+        notice.map(|n| n.drain),
+        Some(ended),
+        "nodeInterruption reads the notice with its drain"
+    );
     stop(s).await;
 }
