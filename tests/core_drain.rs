@@ -776,3 +776,20 @@ fn cordons_survive_a_fresh_core_hydrated_after_a_stream_break() {
         "placed on a cordoned node: {started:?}"
     );
 }
+
+#[test]
+fn a_finished_drain_is_forgotten_once_its_node_leaves_the_fleet() {
+    let mut h = Harness::hydrated();
+    drain(&mut h, a(), DrainOptions::default()).expect("the drain starts");
+    h.ok_all();
+    assert_eq!(status(&h, &a()).phase, DrainPhase::Done);
+    h.node_stopping("a", NodeStopReason::UserRequested);
+    h.event(ManagerEvent::NodeStopped(a()));
+    assert!(
+        h.core.drain_status(&a()).is_some(),
+        "readable while Manager still reports the node"
+    );
+    h.advance(h.core.settings().remove_stopped_nodes_after as i64 * 1_000);
+    assert!(h.core.fleet().get(&a()).is_none(), "swept");
+    assert!(h.core.drain_status(&a()).is_none());
+}

@@ -429,7 +429,19 @@ impl AutoManagerCore {
         for node_id in self.drains.running_nodes() {
             self.follow_drain(&node_id);
         }
-        self.drains.interruptions.forget_missing(&self.fleet);
+        // What is kept of a node goes with it: its last drain and its notice.
+        let fleet = &self.fleet;
+        if self
+            .drains
+            .by_node
+            .iter()
+            .any(|(n, d)| d.state.phase.is_final() && !fleet.contains(n))
+        {
+            self.drains
+                .by_node
+                .retain(|n, d| !d.state.phase.is_final() || fleet.contains(n));
+        }
+        self.drains.interruptions.forget_missing(fleet);
     }
 
     fn follow_drain(&mut self, node_id: &NodeId) {
