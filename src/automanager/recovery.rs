@@ -195,6 +195,20 @@ mod tests {
     }
 
     #[test]
+    fn a_reclaim_restarts_without_counting_against_the_ceiling() {
+        let settings = AutoSettings::default();
+        let requirements = Requirements::default();
+        let mut h = RestartHistory::default();
+        for at in 0..10 {
+            assert_eq!(
+                judge(&settings, &requirements, &mut h, &LossCause::Reclaimed, at),
+                FailureVerdict::Restart
+            );
+        }
+        assert_eq!(h.count(10), 0);
+    }
+
+    #[test]
     fn rejections_outside_the_backoff_window_do_not_escalate() {
         let settings = AutoSettings::default();
         let mut health = NodeHealth::default();
