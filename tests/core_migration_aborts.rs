@@ -439,3 +439,43 @@ fn a_source_stop_manager_did_not_hear_is_sent_again() {
     let s = state(&h, &id);
     assert_eq!(stops(&calls(&mut h)), vec![(s.source_key, s.source_node_id)]);
 }
+
+#[test]
+fn the_job_is_not_placed_again_while_a_stop_to_its_source_is_on_its_way() {
+    let (mut h, job, id) = up_to(MigrationStrategy::Overlap, MigrationPhase::Starting);
+    let s = state(&h, &id);
+    target_runs(&mut h, &id);
+    let first = h.take_calls();
+    h.advance(DEFAULT_MIGRATION_STOPPING_SOURCE_TIMEOUT_MS as i64);
+    // Failed forward: done, and the source told once more.
+    assert_eq!(state(&h, &id).phase, MigrationPhase::Done);
+    let second = h.take_calls();
+    assert_eq!(second.len(), 1, "{second:?}");
+    source_stops(&mut h, &id);
+    h.ok(first[0].0);
+    // The target fails: its recovery waits for the stop still on its way,
+    // which would reach a new instance wearing the source's key there.
+    h.history(
+        &job,
+        JobHistoryEntry::Stopping {
+            at: None,
+            role: s.target_key.clone(),
+            node_id: Some(s.target_node_id.clone()),
+            reason: JobStopReason::JobFailed,
+        },
+    );
+    h.stopped(&job, &s.target_node_id, s.target_key.clone());
+    h.advance(60_000);
+    assert!(
+        !h.take_calls().iter().any(|(_, c)| matches!(c, Rpc::StartJob { .. })),
+        "placed again while a stop to its source is unanswered"
+    );
+    h.ok(second[0].0);
+    h.advance(1);
+    assert!(
+        h.take_calls()
+            .iter()
+            .any(|(_, c)| matches!(c, Rpc::StartJob { job_id, .. } if job_id == &job)),
+        "placed again once every stop is answered"
+    );
+}

@@ -323,3 +323,51 @@ async fn close_rolls_back_a_migration_in_flight() {
     assert_eq!((&list[0].0, list[0].1.as_str()), (&sources[&job(0)], "primary"));
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_holds_the_channel_open_only_for_its_grace() {
+    let mut s = start(&[("n1", 8.0), ("n2", 8.0)], patient).await;
+    running_jobs(&mut s, 1).await;
+    s.sim
+        .admin
+        .clone()
+        .set_job_behaviour(sim_admin::SetJobBehaviourRequest {
+            job_id: job(0).0,
+            behaviour: sim_admin::JobBehaviour::HangStart as i32,
+        })
+        .await
+        .expect("behaviour set");
+    let options = MigrationOptions {
+        strategy: MigrationStrategy::Overlap,
+        ..MigrationOptions::default()
+    };
+    s.am.migrate_job(job(0), options).await.expect("starts");
+    settled(&s.sim, |_, list| list.len() == 2).await;
+    // Manager takes 3 s (wall clock) to handle the rollback's calls; the
+    // grace is CLOSE_ABORT_GRACE_MS of the compressed clock (5 ms here).
+    for rpc in ["SendMigrationSignal", "StopJob"] {
+        s.sim
+            .admin
+            .clone()
+            .rpc_fault(sim_admin::RpcFaultRequest {
+                rpc: rpc.to_owned(),
+                delay_ms: 3_000,
+                failure_rate: 0.0,
+                clear: false,
+            })
+            .await
+            .expect("fault set");
+    }
+    let Setup { sim, am, join, .. } = s;
+    am.close().await;
+    join.await.expect("the loop ends cleanly");
+    // close() returned before Manager handled the stop: the target is
+    // still there, not stopping.
+    let list = &instances(&sim).await[&job(0)];
+    let target = list
+        .iter()
+        .find(|(_, key, _, _)| key.contains('@'))
+        .expect("the target");
+    assert_ne!(target.2, "stopping", "close() waited for Manager: {list:?}");
+    sim.shutdown().await;
+}

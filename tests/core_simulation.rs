@@ -52,6 +52,9 @@ struct Model {
     /// Migration targets, beside their job's instance: (instance, created
     /// with a deferred start and not yet started).
     targets: BTreeMap<JobId, (Instance, bool)>,
+    /// Sources a completed migration left running (its stop not yet
+    /// handled).
+    displaced: BTreeMap<JobId, Instance>,
     bundles: BTreeMap<BundleId, Bundle>,
     ended: BTreeSet<JobId>,
     last_recovery: BTreeMap<JobId, UnixMillis>,
@@ -104,6 +107,7 @@ impl Model {
             nodes: BTreeMap::new(),
             instances: BTreeMap::new(),
             targets: BTreeMap::new(),
+            displaced: BTreeMap::new(),
             bundles: BTreeMap::new(),
             ended: BTreeSet::new(),
             last_recovery: BTreeMap::new(),
@@ -161,6 +165,15 @@ impl Model {
                     return self.fail(id, RpcFailureKind::NotFound);
                 }
                 self.h.ok(id);
+                if self
+                    .displaced
+                    .get(&job_id)
+                    .is_some_and(|d| d.key == instance_key && d.node == node_id)
+                {
+                    self.violations.push(format!(
+                        "{job_id} started as {instance_key} over its source still stopping"
+                    ));
+                }
                 if let Some(existing) = self.instances.get(&job_id) {
                     self.violations.push(format!(
                         "{job_id} started on {node_id} while running on {}",
@@ -214,6 +227,7 @@ impl Model {
         self.nodes.remove(node);
         self.instances.retain(|_, i| &i.node != node);
         self.targets.retain(|_, (t, _)| &t.node != node);
+        self.displaced.retain(|_, i| &i.node != node);
         self.h.event(ManagerEvent::NodeStopped(node.clone()));
     }
 

@@ -71,6 +71,12 @@ impl Model {
                     .is_some_and(|(t, _)| t.key == instance_key && t.node == node_id)
                 {
                     self.targets.remove(&job_id).map(|(t, _)| t)
+                } else if self
+                    .displaced
+                    .get(&job_id)
+                    .is_some_and(|i| i.key == instance_key && i.node == node_id)
+                {
+                    self.displaced.remove(&job_id)
                 } else {
                     None
                 };
@@ -217,8 +223,12 @@ impl Model {
             .map(|(job, _)| job.clone())
             .collect();
         for job in adopted {
-            if let Some((target, _)) = self.targets.remove(&job) {
-                self.instances.insert(job, target);
+            if let Some((target, _)) = self.targets.remove(&job)
+                && let Some(source) = self.instances.insert(job.clone(), target)
+            {
+                // Done before the source stopped (failing forward): it
+                // still runs until its stop arrives.
+                self.displaced.insert(job, source);
             }
         }
     }

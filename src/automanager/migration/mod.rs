@@ -276,9 +276,10 @@ pub(crate) struct Migrations {
 struct SourceStop {
     /// The instance.
     instance: StoppingInstance,
-    /// Its `StopJob` is answered.
-    answered: bool,
-    /// Its `Stopped` is seen.
+    /// Its `StopJob`s not yet answered (a stop is sent again when Manager
+    /// did not hear it, or at a deadline).
+    unanswered: u32,
+    /// Its `Stopped` is seen, or Manager no longer knows it.
     stopped: bool,
 }
 
@@ -374,18 +375,20 @@ impl Migrations {
             && node.is_none_or(|n| n == &stop.instance.node_id)
         {
             stop.stopped = true;
-            if stop.answered {
+            if stop.unanswered == 0 {
                 self.stopping_sources.remove(job);
             }
         }
     }
 
-    /// A source's `StopJob` was answered; `gone` when Manager no longer
-    /// knows it (nothing left to see stop).
+    /// One of a source's `StopJob`s was answered; `gone` when Manager no
+    /// longer knows it (nothing left to see stop). The wait ends when it
+    /// is stopped and no stop addressed to it is still on its way.
     fn source_stop_answered(&mut self, job: &JobId, gone: bool) {
         if let Some(stop) = self.stopping_sources.get_mut(job) {
-            stop.answered = true;
-            if stop.stopped || gone {
+            stop.unanswered = stop.unanswered.saturating_sub(1);
+            stop.stopped |= gone;
+            if stop.stopped && stop.unanswered == 0 {
                 self.stopping_sources.remove(job);
             }
         }
@@ -516,12 +519,20 @@ impl AutoManagerCore {
             instance_key: source.instance_key.clone(),
             node_id: source.node_id.clone(),
         };
-        let stop = SourceStop {
-            instance: source,
-            answered: false,
+        let job_id = state.job_id.clone();
+        let stop = self.migrations.stopping_sources.entry(job_id).or_insert(SourceStop {
+            instance: source.clone(),
+            unanswered: 0,
             stopped: false,
-        };
-        self.migrations.stopping_sources.insert(state.job_id.clone(), stop);
+        });
+        if stop.instance != source {
+            *stop = SourceStop {
+                instance: source,
+                unanswered: 0,
+                stopped: false,
+            };
+        }
+        stop.unanswered += 1;
         self.call_for(id, rpc, MigrationCall::StopSource);
     }
 
