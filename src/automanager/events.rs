@@ -217,6 +217,7 @@ impl AutoManagerCore {
 
     fn job_deleted(&mut self, job_id: JobId, now: UnixMillis) {
         self.migration_job_ended(&job_id, "the job was deleted", now);
+        self.node_service_job_changed(&job_id, None, now);
         if let Some(record) = self.jobs.remove(&job_id)
             && let Some(binding) = record.binding
         {
@@ -231,8 +232,9 @@ impl AutoManagerCore {
             job: Box::new(job.clone()),
         });
         let Some(bundle_ref) = job.bundle_ref.clone() else {
-            // Plain Manager jobs are not this core's to place.
-            return;
+            // Plain Manager jobs are not this core's to place, a node
+            // service's excepted.
+            return self.node_service_job_changed(&job.job_id, Some(&job), now);
         };
         let job_id = job.job_id.clone();
         let post = job.state == JobState::Post;
