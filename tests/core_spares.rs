@@ -711,7 +711,7 @@ fn a_node_service_that_stops_is_placed_again_after_its_backoff() {
     });
     h.cluster_node("a", 4.0);
     h.event(ManagerEvent::InitialDataComplete);
-    let mut starts = |h: &mut Harness| -> usize {
+    let starts = |h: &mut Harness| -> usize {
         let mut started = 0;
         for _ in 0..2 {
             for (id, rpc) in h.take_calls() {
