@@ -41,8 +41,8 @@ pub use runtime::{AutoManager, AutoManagerHandle, QueryError, RunError, RunOptio
 pub use settings::{AutoSettings, AutoSettingsValidationError, validate_auto_settings};
 
 use crate::model::{
-    Bundle, BundleId, BundleJobRef, InstanceKey, JobId, LaunchMode, ManagerEvent, NodeId, ProviderKind,
-    TerminalVerdict, UnixMillis,
+    Bundle, BundleId, BundleJobRef, InstanceKey, JobId, LaunchMode, ManagerEvent, NodeId, PlacementPool,
+    ProviderKind, TerminalVerdict, UnixMillis,
 };
 use crate::placement::BundleIssue;
 
@@ -70,6 +70,9 @@ pub enum Command {
     StopBundleJob(BundleJobRef),
     /// `setTemplateImages`: what warmth is scored against.
     SetTemplateImages(BTreeMap<String, Vec<String>>),
+    /// Replaces the placement pools live (no reconnect): validated with
+    /// the rest of the settings, refused as a whole if any pool is invalid.
+    SetPlacementPools(Vec<PlacementPool>),
 }
 
 /// How a failed RPC should be treated (the client's classification).
@@ -191,6 +194,12 @@ pub enum CommandError {
     InvalidBundle {
         /// Every error.
         errors: Vec<BundleIssue>,
+    },
+    /// New settings (pools) were refused; the old ones stay in force.
+    #[error("the settings are invalid: {}", .errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    InvalidSettings {
+        /// Every problem.
+        errors: Vec<settings::AutoSettingsIssue>,
     },
     /// Manager refused or could not be reached.
     #[error("Manager refused: {0}")]

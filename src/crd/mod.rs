@@ -10,9 +10,9 @@ mod bundle;
 mod hot_spare;
 mod pool;
 
-pub use bundle::{Bundle, BundleResourceSpec, BundleStatus};
+pub use bundle::{Bundle, BundleResourceSpec, BundleStatus, DEFAULT_NAMESPACE, JobStatus, ReplicaStatus};
 pub use hot_spare::{HotSparePolicy, HotSparePolicySpec, HotSparePolicyStatus};
-pub use pool::{PlacementPool, PlacementPoolSpec, PlacementPoolStatus};
+pub use pool::{PlacementPool, PlacementPoolSpec, PlacementPoolStatus, TierStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{CustomResourceDefinition, ValidationRule};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -36,6 +36,7 @@ pub struct CommonStatus {
     pub observed_generation: Option<i64>,
     /// `Ready` and the conditions it summarises.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 }
 

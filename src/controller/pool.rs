@@ -1,0 +1,344 @@
+//! The `PlacementPool` and `HotSparePolicy` controllers. Pools: every
+//! valid `PlacementPool` is handed to the core as one set, live (no
+//! reconnect); a pool that does not validate is left out and its status
+//! says why (`Stalled`), so one bad pool never blocks the others. Status:
+//! nodes per tier, prospective nodes, used capacity, live spares.
+//! `HotSparePolicy`: `Stalled` when it names a pool the core does not run
+//! with; live / provisioning / consumed spares counted from the fleet.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use kube::api::Api;
+use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::reflector::Store;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+
+use crate::automanager::{AutoManagerCore, CommandError};
+use crate::automanager::fleet::NodeState;
+use crate::crd::{HotSparePolicy, HotSparePolicyStatus, PlacementPool, PlacementPoolStatus, TierStatus};
+use crate::model::{self, HotSpareSpec, NodeId, tags};
+use crate::placement::validate_pools;
+
+use super::conditions::{self, Observed, READY, STALLED};
+use super::{Context, ReconcileError, status};
+
+/// The pool controller's name (metrics label, field manager suffix).
+pub const POOL_CONTROLLER: &str = "placementpool";
+/// The hot-spare policy controller's name.
+pub const SPARE_CONTROLLER: &str = "hotsparepolicy";
+/// Hot spares applied to the core (false until the core reconciles spares).
+pub const SPARES_APPLIED: &str = "Applied";
+/// Gauges are refreshed at least this often without a change.
+const RESYNC: Duration = Duration::from_secs(60);
+
+/// What a pool controller reconcile reads besides its object.
+pub struct PoolContext {
+    shared: Arc<Context>,
+    pools: Store<PlacementPool>,
+}
+
+/// Runs the `PlacementPool` controller until `shutdown` resolves; every
+/// pool is reconciled again when `fleet_changed` yields.
+pub async fn run_pools(
+    ctx: Arc<Context>,
+    fleet_changed: impl Stream<Item = ()> + Send + 'static,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let api: Api<PlacementPool> = Api::all(ctx.client.clone());
+    // A deleted pool has no reconcile of its own: any pool event (deletes
+    // included) reconciles every pool, and each hands the whole set over.
+    let pool_events = watcher(api.clone(), watcher::Config::default())
+        .touched_objects()
+        .filter_map(|e| async move { e.ok().map(|_| ()) });
+    let controller = Controller::new(api, watcher::Config::default())
+        .with_config(Config::default().debounce(Duration::from_millis(200)));
+    let pools = controller.store();
+    let ctx = Arc::new(PoolContext { shared: ctx, pools });
+    controller
+        .reconcile_all_on(futures::stream::select(fleet_changed, pool_events))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile_pool, pool_error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
+}
+
+fn pool_error_policy(pool: Arc<PlacementPool>, error: &ReconcileError, ctx: Arc<PoolContext>) -> Action {
+    ctx.shared.failed(POOL_CONTROLLER, &pool.name_any(), error)
+}
+
+/// Why a pool is left out of the set, per pool name.
+fn valid_pools(pools: &Store<PlacementPool>) -> (Vec<model::PlacementPool>, BTreeMap<String, String>) {
+    let mut all: Vec<_> = pools
+        .state()
+        .into_iter()
+        .filter(|p| p.meta().deletion_timestamp.is_none())
+        .map(|p| p.to_model())
+        .collect();
+    all.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut invalid = BTreeMap::new();
+    let valid = all
+        .into_iter()
+        .filter(|pool| match validate_pools(vec![pool.clone()]) {
+            Ok(_) => true,
+            Err(e) => {
+                invalid.insert(pool.name.clone(), e.to_string());
+                false
+            }
+        })
+        .collect();
+    (valid, invalid)
+}
+
+async fn reconcile_pool(pool: Arc<PlacementPool>, ctx: Arc<PoolContext>) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let shared = &ctx.shared;
+    let name = pool.name_any();
+    let (valid, invalid) = valid_pools(&ctx.pools);
+    let in_force = shared
+        .core
+        .inspect(|core, _| core.settings().placement_pools.clone())
+        .await?;
+    let mut refused = invalid.get(&name).cloned();
+    if in_force != valid {
+        match shared.core.set_placement_pools(valid).await {
+            Ok(()) => {}
+            Err(CommandError::InvalidSettings { errors }) => {
+                // The pools are valid one by one; what the whole set fails
+                // on (a name twice, ...) is reported on every pool.
+                refused = Some(errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "));
+            }
+            Err(source) => {
+                return Err(ReconcileError::Command {
+                    action: "set the placement pools for",
+                    object: name,
+                    source,
+                });
+            }
+        }
+    }
+    let tiers: Vec<String> = pool.spec.tiers.iter().map(|t| t.name.clone()).collect();
+    let pool_name = name.clone();
+    let (observed, metrics) = shared
+        .core
+        .inspect(move |core, now| (observe_pool(core, &pool_name, &tiers), core.metrics(now)))
+        .await?;
+    shared.metrics.pools(&metrics);
+    let conditions = match &refused {
+        Some(why) => vec![
+            Observed::no(READY, "InvalidPool", why.clone()),
+            Observed::yes(STALLED, "InvalidPool", why.clone()),
+        ],
+        None => vec![
+            Observed::yes(READY, "InForce", "the core places with this pool"),
+            Observed::no(STALLED, "InForce", ""),
+        ],
+    };
+    let generation = pool.meta().generation;
+    let previous = pool.status.clone().unwrap_or_default();
+    let next = PlacementPoolStatus {
+        observed_generation: generation,
+        conditions: conditions::merge(&previous.conditions, conditions, generation),
+        ..observed
+    };
+    if status::differs(&previous, &next, |s: &mut PlacementPoolStatus| &mut s.conditions) {
+        let api: Api<PlacementPool> = Api::all(shared.client.clone());
+        status::apply(&api, &name, POOL_CONTROLLER, &next, &shared.metrics).await?;
+    }
+    shared.timed(POOL_CONTROLLER, started);
+    shared.succeeded(POOL_CONTROLLER, &name);
+    Ok(Action::requeue(RESYNC))
+}
+
+/// The capacity bound jobs reserve, by node.
+fn reserved_by_node(core: &AutoManagerCore) -> BTreeMap<NodeId, f64> {
+    let mut reserved = BTreeMap::new();
+    for record in core.jobs() {
+        if let Some(binding) = &record.binding {
+            *reserved.entry(binding.node_id.clone()).or_insert(0.0) += record.job.requirements().required_capacity;
+        }
+    }
+    reserved
+}
+
+fn members<'a>(core: &'a AutoManagerCore, pool: &'a str) -> impl Iterator<Item = &'a NodeState> {
+    core.fleet()
+        .iter()
+        .filter(move |n| n.tags.get(tags::POOL).map(String::as_str) == Some(pool) && !n.is_going() && !n.terminated)
+}
+
+fn is_spare(node: &NodeState) -> bool {
+    node.tags.get(tags::SPARE).is_some_and(|v| v == "true")
+}
+
+fn fraction(used: f64, usable: f64) -> f64 {
+    // Three decimals: finer is noise, and every change would be a write.
+    if usable > 0.0 { (used / usable * 1000.0).round() / 1000.0 } else { 0.0 }
+}
+
+/// A pool's status from the core's fleet (conditions left to the caller).
+fn observe_pool(core: &AutoManagerCore, pool: &str, tier_names: &[String]) -> PlacementPoolStatus {
+    let reserved = reserved_by_node(core);
+    let mut status = PlacementPoolStatus::default();
+    let (mut used_all, mut usable_all) = (0.0, 0.0);
+    let mut tiers: Vec<(TierStatus, f64, f64)> = tier_names
+        .iter()
+        .map(|name| {
+            (
+                TierStatus {
+                    name: name.clone(),
+                    ..TierStatus::default()
+                },
+                0.0,
+                0.0,
+            )
+        })
+        .collect();
+    for node in members(core, pool) {
+        let used = reserved.get(&node.id).copied().unwrap_or(0.0);
+        let usable = node.inventory.as_ref().map_or(0.0, model::NodeInventory::usable_capacity);
+        status.nodes += 1;
+        used_all += used;
+        usable_all += usable;
+        if is_spare(node) && !node.is_launching() && used == 0.0 {
+            status.live_spares += 1;
+        }
+        let tier = node.tags.get(tags::TIER);
+        if let Some((t, u, c)) = tiers.iter_mut().find(|(t, _, _)| Some(&t.name) == tier) {
+            if node.is_launching() {
+                t.prospective_nodes += 1;
+            } else {
+                t.nodes += 1;
+            }
+            *u += used;
+            *c += usable;
+        }
+    }
+    status.used_capacity_fraction = fraction(used_all, usable_all);
+    status.tiers = tiers
+        .into_iter()
+        .map(|(t, used, usable)| TierStatus {
+            used_capacity_fraction: fraction(used, usable),
+            ..t
+        })
+        .collect();
+    status
+}
+
+/// What a hot-spare policy reconcile reads besides its object.
+pub struct SpareContext {
+    shared: Arc<Context>,
+    policies: Store<HotSparePolicy>,
+}
+
+/// Runs the `HotSparePolicy` controller until `shutdown` resolves; every
+/// policy is reconciled again when `fleet_changed` yields (a pool appearing
+/// or going changes whether a policy is stalled).
+pub async fn run_spares(
+    ctx: Arc<Context>,
+    fleet_changed: impl Stream<Item = ()> + Send + 'static,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let api: Api<HotSparePolicy> = Api::all(ctx.client.clone());
+    let controller = Controller::new(api, watcher::Config::default())
+        .with_config(Config::default().debounce(Duration::from_millis(200)));
+    let policies = controller.store();
+    let ctx = Arc::new(SpareContext { shared: ctx, policies });
+    controller
+        .reconcile_all_on(fleet_changed)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile_spares, spare_error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
+}
+
+fn spare_error_policy(policy: Arc<HotSparePolicy>, error: &ReconcileError, ctx: Arc<SpareContext>) -> Action {
+    ctx.shared.failed(SPARE_CONTROLLER, &policy.name_any(), error)
+}
+
+/// Seam for the core's live hot-spare settings: the core of this build does
+/// not reconcile hot spares yet (no `update_hot_spare_specs` on its handle),
+/// so the specs of every policy naming a known pool are computed here and
+/// reported as not applied. When the handle gains
+/// `update_hot_spare_specs(specs)`, this is the one place to call it.
+async fn apply_hot_spare_specs(_ctx: &Context, specs: Vec<HotSpareSpec>) -> Observed {
+    Observed::no(
+        SPARES_APPLIED,
+        "CoreWithoutHotSpares",
+        format!(
+            "{} hot-spare polic{} valid; this build's core does not provision spares yet",
+            specs.len(),
+            if specs.len() == 1 { "y is" } else { "ies are" }
+        ),
+    )
+}
+
+async fn reconcile_spares(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let shared = &ctx.shared;
+    let name = policy.name_any();
+    let pool = policy.spec.0.pool.clone();
+    let known: Vec<String> = shared
+        .core
+        .inspect(|core, _| core.settings().placement_pools.iter().map(|p| p.name.clone()).collect())
+        .await?;
+    let specs: Vec<HotSpareSpec> = ctx
+        .policies
+        .state()
+        .iter()
+        .filter(|p| p.meta().deletion_timestamp.is_none() && known.contains(&p.spec.0.pool))
+        .map(|p| p.spec.0.clone())
+        .collect();
+    let applied = apply_hot_spare_specs(shared, specs).await;
+    let conditions = if known.contains(&pool) {
+        vec![
+            Observed::yes(READY, "Valid", format!("pool {pool} is in force")),
+            Observed::no(STALLED, "Valid", ""),
+            applied,
+        ]
+    } else {
+        let why = format!("pool {pool:?} is not a PlacementPool the operator places with; create it or fix spec.pool");
+        vec![
+            Observed::no(READY, "UnknownPool", why.clone()),
+            Observed::yes(STALLED, "UnknownPool", why),
+        ]
+    };
+    let pool_name = pool.clone();
+    let counts = shared
+        .core
+        .inspect(move |core, _| {
+            let reserved = reserved_by_node(core);
+            let (mut live, mut provisioning, mut consumed) = (0, 0, 0);
+            for node in members(core, &pool_name).filter(|n| is_spare(n)) {
+                if node.is_launching() {
+                    provisioning += 1;
+                } else if reserved.get(&node.id).is_some_and(|r| *r > 0.0) {
+                    consumed += 1;
+                } else {
+                    live += 1;
+                }
+            }
+            (live, provisioning, consumed)
+        })
+        .await?;
+    let generation = policy.meta().generation;
+    let previous = policy.status.clone().unwrap_or_default();
+    let next = HotSparePolicyStatus {
+        observed_generation: generation,
+        conditions: conditions::merge(&previous.conditions, conditions, generation),
+        live_spares: counts.0,
+        provisioning_spares: counts.1,
+        consumed_spares: counts.2,
+        last_underflow: previous.last_underflow.clone(),
+    };
+    if status::differs(&previous, &next, |s: &mut HotSparePolicyStatus| &mut s.conditions) {
+        let api: Api<HotSparePolicy> = Api::all(shared.client.clone());
+        status::apply(&api, &name, SPARE_CONTROLLER, &next, &shared.metrics).await?;
+    }
+    shared.timed(SPARE_CONTROLLER, started);
+    shared.succeeded(SPARE_CONTROLLER, &name);
+    Ok(Action::requeue(RESYNC))
+}

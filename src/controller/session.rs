@@ -1,0 +1,128 @@
+//! One term of leadership: the core is started (hydrating from Manager's
+//! snapshot), the controllers run and the core's notifications are
+//! followed — each becomes a metric, notes for status, an Event on the
+//! `Bundle` it concerns and a reconcile of it — until the term ends; then
+//! the controllers stop and the core is closed. A new term starts afresh,
+//! from Manager's snapshot and the resources.
+
+use std::sync::Arc;
+
+use kube::Client;
+use kube::runtime::reflector::ObjectRef;
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
+
+use crate::automanager::{AutoManager, AutoSettings, Notification, RunError, RunOptions};
+use crate::crd;
+use crate::manager::client::ClientSettings;
+use crate::telemetry::{Health, OperatorMetrics};
+
+use super::notes::{bundle_event, bundle_of};
+use super::{Context, bundle, pool};
+
+/// What a term runs with.
+#[derive(Clone, Debug)]
+pub struct SessionSettings {
+    /// The core's settings (pools come from the `PlacementPool` resources).
+    pub settings: AutoSettings,
+    /// How to reach Manager.
+    pub manager: ClientSettings,
+    /// The core's clock (1 in production).
+    pub options: RunOptions,
+    /// The Events' reporting instance (the pod name).
+    pub instance: Option<String>,
+}
+
+/// Runs one term until `ended` turns true.
+pub async fn lead(
+    client: Client,
+    session: SessionSettings,
+    metrics: Arc<OperatorMetrics>,
+    health: Arc<Health>,
+    mut ended: watch::Receiver<bool>,
+) -> Result<(), RunError> {
+    let (core, core_task) = AutoManager::run_with_client(session.settings, session.options, session.manager)?;
+    let (ctx, publisher) = Context::new(client, core.clone(), metrics, session.instance);
+    // Unbounded: the controller merges repeated triggers of one bundle, and
+    // a trigger dropped would leave a status stale until the resync.
+    let (bundles_tx, bundles_rx) = mpsc::unbounded_channel::<ObjectRef<crd::Bundle>>();
+    // Capacity one: a burst of fleet changes is one reconcile of every pool.
+    let (pools_tx, pools_rx) = mpsc::channel::<()>(1);
+    let (spares_tx, spares_rx) = mpsc::channel::<()>(1);
+    let follower = tokio::spawn(follow(ctx.clone(), core.subscribe(), bundles_tx, pools_tx, spares_tx, health));
+    let term = ended.clone();
+    let stop = move || {
+        let mut ended = term.clone();
+        async move {
+            // A dropped sender ends the term too.
+            let _ = ended.wait_for(|e| *e).await;
+        }
+    };
+    tokio::join!(
+        bundle::run(ctx.clone(), UnboundedReceiverStream::new(bundles_rx), stop()),
+        pool::run_pools(ctx.clone(), ReceiverStream::new(pools_rx), stop()),
+        pool::run_spares(ctx.clone(), ReceiverStream::new(spares_rx), stop()),
+    );
+    let _ = ended.wait_for(|e| *e).await;
+    follower.abort();
+    core.close().await;
+    // The loop answers every waiting command before it ends.
+    let _ = core_task.await;
+    drop(ctx);
+    let _ = publisher.await;
+    Ok(())
+}
+
+/// Follows the core's notifications for the rest of the term.
+async fn follow(
+    ctx: Arc<Context>,
+    mut notifications: broadcast::Receiver<Notification>,
+    bundles: mpsc::UnboundedSender<ObjectRef<crd::Bundle>>,
+    pools: mpsc::Sender<()>,
+    spares: mpsc::Sender<()>,
+    health: Arc<Health>,
+) {
+    loop {
+        let notification = match notifications.recv().await {
+            Ok(n) => n,
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::warn!(missed, "notifications lagged; every resource is reconciled");
+                let _ = pools.try_send(());
+                let _ = spares.try_send(());
+                continue;
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        ctx.metrics.count(&notification);
+        if let Notification::ConnectionStateChange { state } = &notification {
+            crate::telemetry::set(&health.serving, state == "ready");
+        }
+        ctx.notes().record(&notification);
+        if let Some(target) = bundle_of(&notification) {
+            if let Some(event) = bundle_event(&notification) {
+                ctx.publish(event, target.clone().into());
+            }
+            // The controller outlives the follower within a term.
+            let _ = bundles.send(target);
+        }
+        if touches_fleet(&notification) {
+            let _ = pools.try_send(());
+            let _ = spares.try_send(());
+        }
+    }
+}
+
+/// Notifications after which pool and spare status may read differently.
+fn touches_fleet(notification: &Notification) -> bool {
+    matches!(
+        notification,
+        Notification::NodeStarting { .. }
+            | Notification::NodeStarted { .. }
+            | Notification::NodeStopping { .. }
+            | Notification::NodeStopped { .. }
+            | Notification::NodeTerminated { .. }
+            | Notification::PlacementDecision(_)
+            | Notification::JobDeleted { .. }
+            | Notification::ConnectionStateChange { .. }
+    )
+}
