@@ -120,18 +120,38 @@ impl OperatorMetrics {
             prometheus_client::registry::Unit::Seconds,
             reconcile_duration.clone(),
         );
-        registry.register("status_writes", "Status writes (only when something changed)", status_writes.clone());
-        registry.register("notifications", "Notifications of the core, per kind", notifications.clone());
+        registry.register(
+            "status_writes",
+            "Status writes (only when something changed)",
+            status_writes.clone(),
+        );
+        registry.register(
+            "notifications",
+            "Notifications of the core, per kind",
+            notifications.clone(),
+        );
         registry.register("placements", "Placement decisions by result", placements.clone());
-        registry.register("events_dropped", "Kubernetes Events not published (queue full)", events_dropped.clone());
+        registry.register(
+            "events_dropped",
+            "Kubernetes Events not published (queue full)",
+            events_dropped.clone(),
+        );
         registry.register("pool_nodes", "Nodes of the pool not stopped", pool_nodes.clone());
-        registry.register("pool_live_spares", "Unconsumed hot spares of the pool", pool_live_spares.clone());
+        registry.register(
+            "pool_live_spares",
+            "Unconsumed hot spares of the pool",
+            pool_live_spares.clone(),
+        );
         registry.register(
             "pool_used_capacity_permille",
             "Reserved over usable capacity of the pool, in thousandths",
             pool_used_capacity_permille.clone(),
         );
-        registry.register("manager_connected", "1 while the stream to Manager is ready", manager_connected.clone());
+        registry.register(
+            "manager_connected",
+            "1 while the stream to Manager is ready",
+            manager_connected.clone(),
+        );
         registry.register("leader", "1 while this process leads", leader.clone());
         Self {
             registry,
@@ -184,7 +204,9 @@ impl OperatorMetrics {
                 pool: pool.pool_name.clone(),
             };
             self.pool_nodes.get_or_create(&labels).set(i64::from(pool.node_count));
-            self.pool_live_spares.get_or_create(&labels).set(i64::from(pool.live_spares));
+            self.pool_live_spares
+                .get_or_create(&labels)
+                .set(i64::from(pool.live_spares));
             self.pool_used_capacity_permille
                 .get_or_create(&labels)
                 .set((pool.used_capacity_fraction * 1000.0).round() as i64);

@@ -41,8 +41,8 @@ pub use runtime::{AutoManager, AutoManagerHandle, QueryError, RunError, RunOptio
 pub use settings::{AutoSettings, AutoSettingsValidationError, validate_auto_settings};
 
 use crate::model::{
-    Bundle, BundleId, BundleJobRef, InstanceKey, JobId, LaunchMode, ManagerEvent, NodeId, PlacementPool,
-    ProviderKind, TerminalVerdict, UnixMillis,
+    Bundle, BundleId, BundleJobRef, InstanceKey, JobId, LaunchMode, ManagerEvent, NodeId, PlacementPool, ProviderKind,
+    TerminalVerdict, UnixMillis,
 };
 use crate::placement::BundleIssue;
 

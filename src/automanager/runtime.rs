@@ -16,9 +16,7 @@ use crate::manager::client::{
     ClientSettings, ConnectError, CreateNode, ManagerClient, RpcError, RpcErrorKind, StartJob,
 };
 use crate::manager::stream::{StreamItem, StreamSession, StreamSettings};
-use crate::model::{
-    Bundle, BundleId, BundleJobRef, BundleSpec, ManagerEvent, PlacementPool, ProviderKind, UnixMillis,
-};
+use crate::model::{Bundle, BundleId, BundleJobRef, BundleSpec, ManagerEvent, PlacementPool, ProviderKind, UnixMillis};
 use crate::placement::{Admission, BundleValidation, FleetError, Placement, PlacementError};
 
 use super::settings::{ValidSettings, validate_auto_settings};

@@ -60,6 +60,9 @@ pub struct Args {
     /// This process's identity in the election (the pod name).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// Reconcile only the `Bundle`s of this namespace (all when absent).
+    #[arg(long, env = "NORSK_BUNDLE_NAMESPACE")]
+    pub bundle_namespace: Option<String>,
     /// How logs are written.
     #[arg(long, value_enum, default_value = "text", env = "NORSK_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
@@ -122,10 +125,7 @@ pub struct ConfigErrors(pub Vec<String>);
 
 /// Resolves the file, flags and environment into a validated config,
 /// reading files with `read` (so it can be tested without a disk).
-pub fn resolve(
-    args: &Args,
-    read: impl Fn(&Path) -> std::io::Result<String>,
-) -> Result<OperatorConfig, ConfigErrors> {
+pub fn resolve(args: &Args, read: impl Fn(&Path) -> std::io::Result<String>) -> Result<OperatorConfig, ConfigErrors> {
     let mut errors = Vec::new();
     let file = match &args.config {
         Some(path) => match read(path).map(|text| serde_yaml::from_str::<OperatorFile>(&text)) {
@@ -225,6 +225,7 @@ pub fn resolve(
             manager,
             options: RunOptions::default(),
             instance: Some(identity),
+            bundle_namespace: args.bundle_namespace.clone(),
         },
         metrics_addr,
     })
@@ -351,7 +352,12 @@ mod tests {
         a.manager_ca_file = Some(PathBuf::from("ca.pem"));
         a.manager_token = Some("secret".to_owned());
         let config = resolve(&a, |p| {
-            Ok(if p == Path::new("ca.pem") { "CA" } else { "settings: {url: 'localhost:1'}\n" }.to_owned())
+            Ok(if p == Path::new("ca.pem") {
+                "CA"
+            } else {
+                "settings: {url: 'localhost:1'}\n"
+            }
+            .to_owned())
         })
         .unwrap();
         assert_eq!(config.session.manager.url, "https://manager:6790");

@@ -32,14 +32,19 @@ pub const FINALIZER: &str = "automanager.norsk.video/bundle";
 /// Re-read even without a change: "restarts in the trailing hour" decays.
 const RESYNC: Duration = Duration::from_secs(300);
 
-/// Runs the controller until `shutdown` resolves. `notified` carries the
-/// bundles notifications were about.
+/// Runs the controller until `shutdown` resolves, over the bundles of
+/// `namespace` (all when `None`). `notified` carries the bundles
+/// notifications were about.
 pub async fn run(
     ctx: Arc<Context>,
+    namespace: Option<&str>,
     notified: impl Stream<Item = ObjectRef<crd::Bundle>> + Send + 'static,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let api: Api<crd::Bundle> = Api::all(ctx.client.clone());
+    let api: Api<crd::Bundle> = match namespace {
+        Some(namespace) => Api::namespaced(ctx.client.clone(), namespace),
+        None => Api::all(ctx.client.clone()),
+    };
     Controller::new(api, watcher::Config::default())
         .with_config(Config::default().debounce(Duration::from_millis(100)))
         .reconcile_on(notified)
@@ -148,10 +153,15 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
     if let Some(ready) = refused {
         // An invalid bundle waits for its spec to change.
         let stalled = Observed::yes(STALLED, ready.reason.clone(), ready.message.clone());
-        write_if_changed(bundle, api, ctx, ObservedBundle {
-            conditions: vec![ready, stalled],
-            ..ObservedBundle::default()
-        })
+        write_if_changed(
+            bundle,
+            api,
+            ctx,
+            ObservedBundle {
+                conditions: vec![ready, stalled],
+                ..ObservedBundle::default()
+            },
+        )
         .await?;
         return Ok(Action::await_change());
     }
@@ -162,7 +172,13 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
 
 async fn observe_bundle(bundle: &crd::Bundle, ctx: &Context) -> Result<ObservedBundle, ReconcileError> {
     let bundle_id = bundle.bundle_id();
-    let previous = bundle.status.as_ref();
+    let known = ctx.known_status(
+        CONTROLLER,
+        &key(bundle),
+        bundle.meta().resource_version.as_ref(),
+        bundle.status.clone(),
+    );
+    let previous = known.as_ref();
     let placed_before = previous
         .and_then(|s| conditions::find(&s.conditions, PLACED))
         .is_some_and(|c| c.status == "True");
@@ -210,7 +226,11 @@ async fn write_if_changed(
     ctx: &Context,
     observed: ObservedBundle,
 ) -> Result<(), ReconcileError> {
-    let previous = bundle.status.clone().unwrap_or_default();
+    let key = key(bundle);
+    let version = bundle.meta().resource_version.clone();
+    let previous = ctx
+        .known_status(CONTROLLER, &key, version.as_ref(), bundle.status.clone())
+        .unwrap_or_default();
     let generation = bundle.meta().generation;
     let next = BundleStatus {
         observed_generation: generation,
@@ -223,7 +243,9 @@ async fn write_if_changed(
     if !status::differs(&previous, &next, |s: &mut BundleStatus| &mut s.conditions) {
         return Ok(());
     }
-    status::apply(api, &bundle.name_any(), CONTROLLER, &next, &ctx.metrics).await
+    status::apply(api, &bundle.name_any(), CONTROLLER, &next, &ctx.metrics).await?;
+    ctx.wrote(CONTROLLER, &key, version, &next);
+    Ok(())
 }
 
 /// The finalizer: start Manager's stop-then-delete saga and hold the
@@ -235,11 +257,17 @@ async fn cleanup(bundle: &crd::Bundle, ctx: &Context) -> Result<Action, Reconcil
         return Err(ReconcileError::NotHydrated);
     }
     match found.bundle {
-        None => Ok(Action::await_change()),
+        None => {
+            ctx.forget(CONTROLLER, &key(bundle));
+            Ok(Action::await_change())
+        }
         Some((_, BundleState::Deleting)) => Err(ReconcileError::StillDeleting(bundle_id.to_string())),
         Some((_, BundleState::Live)) => match ctx.core.delete_bundle(bundle_id.clone()).await {
             Ok(()) => Err(ReconcileError::StillDeleting(bundle_id.to_string())),
-            Err(CommandError::Manager(f)) if f.kind == RpcFailureKind::NotFound => Ok(Action::await_change()),
+            Err(CommandError::Manager(f)) if f.kind == RpcFailureKind::NotFound => {
+                ctx.forget(CONTROLLER, &key(bundle));
+                Ok(Action::await_change())
+            }
             Err(source) => Err(ReconcileError::Command {
                 action: "delete",
                 object: bundle_id.to_string(),

@@ -107,7 +107,11 @@ pub fn observe(
                 degraded.push(format!("{index}/{}: {why}", job.job_name));
             }
             let node = binding.map(|b| b.node_id.to_string());
-            let first_node = if index == 0 { &mut observed.primary_node } else { &mut observed.backup_node };
+            let first_node = if index == 0 {
+                &mut observed.primary_node
+            } else {
+                &mut observed.backup_node
+            };
             if first_node.is_none() {
                 first_node.clone_from(&node);
             }
@@ -130,7 +134,9 @@ pub fn observe(
     conditions.push(match (&broken, deleting) {
         (Some(reason), _) => Observed::no(READY, "Broken", reason.clone()),
         (None, true) => Observed::no(READY, "Deleting", "Manager's stop-then-delete saga is running"),
-        (None, false) if running == active => Observed::yes(READY, "Running", format!("{running} of {active} jobs running")),
+        (None, false) if running == active => {
+            Observed::yes(READY, "Running", format!("{running} of {active} jobs running"))
+        }
         (None, false) if placed == active => {
             Observed::no(READY, "Starting", format!("{running} of {active} jobs running"))
         }

@@ -31,10 +31,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, Recorder, Reporter};
-use k8s_openapi::api::core::v1::ObjectReference;
 use tokio::sync::mpsc;
 
 use crate::automanager::{AutoManagerHandle, CommandError, QueryError};
@@ -118,6 +118,14 @@ pub struct Context {
     notes: Mutex<Notes>,
     events: mpsc::Sender<(Event, ObjectReference)>,
     failures: Mutex<HashMap<String, u32>>,
+    written: Mutex<HashMap<String, Written>>,
+}
+
+/// The last status a controller wrote to an object, and the
+/// resourceVersion of the object it was computed from.
+struct Written {
+    based_on: Option<String>,
+    status: serde_json::Value,
 }
 
 impl Context {
@@ -151,6 +159,7 @@ impl Context {
             notes: Mutex::new(Notes::default()),
             events,
             failures: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
         });
         (context, publisher)
     }
@@ -166,6 +175,48 @@ impl Context {
         if self.events.try_send((event, regarding)).is_err() {
             self.metrics.events_dropped.inc();
         }
+    }
+
+    fn written(&self) -> MutexGuard<'_, HashMap<String, Written>> {
+        self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The status `key` holds as far as `controller` knows. The watch cache
+    /// may not yet show this controller's last write: while the object in
+    /// hand is still the version that write was computed from, the written
+    /// status is the current one (else every trigger arriving before the
+    /// watch catches up would write the same status again).
+    pub fn known_status<S: serde::Serialize + serde::de::DeserializeOwned>(
+        &self,
+        controller: &str,
+        key: &str,
+        resource_version: Option<&String>,
+        cached: Option<S>,
+    ) -> Option<S> {
+        let written = self.written();
+        match written.get(&format!("{controller}/{key}")) {
+            Some(w) if w.based_on.as_ref() == resource_version => serde_json::from_value(w.status.clone()).ok(),
+            _ => cached,
+        }
+    }
+
+    /// Remembers that `controller` wrote `status` to `key`, computed from
+    /// the object at `resource_version`.
+    pub fn wrote(&self, controller: &str, key: &str, resource_version: Option<String>, status: &impl serde::Serialize) {
+        if let Ok(status) = serde_json::to_value(status) {
+            self.written().insert(
+                format!("{controller}/{key}"),
+                Written {
+                    based_on: resource_version,
+                    status,
+                },
+            );
+        }
+    }
+
+    /// Forgets what was written to a deleted object.
+    pub fn forget(&self, controller: &str, key: &str) {
+        self.written().remove(&format!("{controller}/{key}"));
     }
 
     fn failures(&self) -> MutexGuard<'_, HashMap<String, u32>> {

@@ -41,9 +41,7 @@ impl Notes {
                 notes.last_placement = Some(describe_decision(&info.decision, info.recovery));
                 notes.resilience_degraded = None;
             }
-            Notification::ResilienceDegraded {
-                job_id, violations, ..
-            } => {
+            Notification::ResilienceDegraded { job_id, violations, .. } => {
                 let words: Vec<String> = violations
                     .iter()
                     .map(|v| serde_json::to_value(v).ok().and_then(|v| v.as_str().map(str::to_owned)))
@@ -161,7 +159,11 @@ pub fn bundle_event(notification: &Notification) -> Option<Event> {
                 JobHistoryEntry::Stopping {
                     role, node_id, reason, ..
                 } => {
-                    let type_ = if matches!(reason, JobStopReason::UserRequested) { Normal } else { Warning };
+                    let type_ = if matches!(reason, JobStopReason::UserRequested) {
+                        Normal
+                    } else {
+                        Warning
+                    };
                     event(
                         type_,
                         "JobStopping",

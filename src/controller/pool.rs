@@ -17,8 +17,8 @@ use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
-use crate::automanager::{AutoManagerCore, CommandError};
 use crate::automanager::fleet::NodeState;
+use crate::automanager::{AutoManagerCore, CommandError};
 use crate::crd::{HotSparePolicy, HotSparePolicyStatus, PlacementPool, PlacementPoolStatus, TierStatus};
 use crate::model::{self, HotSpareSpec, NodeId, tags};
 use crate::placement::validate_pools;
@@ -138,7 +138,10 @@ async fn reconcile_pool(pool: Arc<PlacementPool>, ctx: Arc<PoolContext>) -> Resu
         ],
     };
     let generation = pool.meta().generation;
-    let previous = pool.status.clone().unwrap_or_default();
+    let version = pool.meta().resource_version.clone();
+    let previous = shared
+        .known_status(POOL_CONTROLLER, &name, version.as_ref(), pool.status.clone())
+        .unwrap_or_default();
     let next = PlacementPoolStatus {
         observed_generation: generation,
         conditions: conditions::merge(&previous.conditions, conditions, generation),
@@ -147,6 +150,7 @@ async fn reconcile_pool(pool: Arc<PlacementPool>, ctx: Arc<PoolContext>) -> Resu
     if status::differs(&previous, &next, |s: &mut PlacementPoolStatus| &mut s.conditions) {
         let api: Api<PlacementPool> = Api::all(shared.client.clone());
         status::apply(&api, &name, POOL_CONTROLLER, &next, &shared.metrics).await?;
+        shared.wrote(POOL_CONTROLLER, &name, version, &next);
     }
     shared.timed(POOL_CONTROLLER, started);
     shared.succeeded(POOL_CONTROLLER, &name);
@@ -176,7 +180,11 @@ fn is_spare(node: &NodeState) -> bool {
 
 fn fraction(used: f64, usable: f64) -> f64 {
     // Three decimals: finer is noise, and every change would be a write.
-    if usable > 0.0 { (used / usable * 1000.0).round() / 1000.0 } else { 0.0 }
+    if usable > 0.0 {
+        (used / usable * 1000.0).round() / 1000.0
+    } else {
+        0.0
+    }
 }
 
 /// A pool's status from the core's fleet (conditions left to the caller).
@@ -199,7 +207,10 @@ fn observe_pool(core: &AutoManagerCore, pool: &str, tier_names: &[String]) -> Pl
         .collect();
     for node in members(core, pool) {
         let used = reserved.get(&node.id).copied().unwrap_or(0.0);
-        let usable = node.inventory.as_ref().map_or(0.0, model::NodeInventory::usable_capacity);
+        let usable = node
+            .inventory
+            .as_ref()
+            .map_or(0.0, model::NodeInventory::usable_capacity);
         status.nodes += 1;
         used_all += used;
         usable_all += usable;
@@ -325,7 +336,10 @@ async fn reconcile_spares(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -
         })
         .await?;
     let generation = policy.meta().generation;
-    let previous = policy.status.clone().unwrap_or_default();
+    let version = policy.meta().resource_version.clone();
+    let previous = shared
+        .known_status(SPARE_CONTROLLER, &name, version.as_ref(), policy.status.clone())
+        .unwrap_or_default();
     let next = HotSparePolicyStatus {
         observed_generation: generation,
         conditions: conditions::merge(&previous.conditions, conditions, generation),
@@ -337,6 +351,7 @@ async fn reconcile_spares(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -
     if status::differs(&previous, &next, |s: &mut HotSparePolicyStatus| &mut s.conditions) {
         let api: Api<HotSparePolicy> = Api::all(shared.client.clone());
         status::apply(&api, &name, SPARE_CONTROLLER, &next, &shared.metrics).await?;
+        shared.wrote(SPARE_CONTROLLER, &name, version, &next);
     }
     shared.timed(SPARE_CONTROLLER, started);
     shared.succeeded(SPARE_CONTROLLER, &name);

@@ -31,6 +31,9 @@ pub struct SessionSettings {
     pub options: RunOptions,
     /// The Events' reporting instance (the pod name).
     pub instance: Option<String>,
+    /// Only `Bundle`s of this namespace (all namespaces when absent);
+    /// pools and hot-spare policies are cluster-wide either way.
+    pub bundle_namespace: Option<String>,
 }
 
 /// Runs one term until `ended` turns true.
@@ -41,15 +44,26 @@ pub async fn lead(
     health: Arc<Health>,
     mut ended: watch::Receiver<bool>,
 ) -> Result<(), RunError> {
-    let (core, core_task) = AutoManager::run_with_client(session.settings, session.options, session.manager)?;
-    let (ctx, publisher) = Context::new(client, core.clone(), metrics, session.instance);
+    let (core, core_task) = AutoManager::run_with_client(
+        session.settings.clone(),
+        session.options.clone(),
+        session.manager.clone(),
+    )?;
+    let (ctx, publisher) = Context::new(client, core.clone(), metrics, session.instance.clone());
     // Unbounded: the controller merges repeated triggers of one bundle, and
     // a trigger dropped would leave a status stale until the resync.
     let (bundles_tx, bundles_rx) = mpsc::unbounded_channel::<ObjectRef<crd::Bundle>>();
     // Capacity one: a burst of fleet changes is one reconcile of every pool.
     let (pools_tx, pools_rx) = mpsc::channel::<()>(1);
     let (spares_tx, spares_rx) = mpsc::channel::<()>(1);
-    let follower = tokio::spawn(follow(ctx.clone(), core.subscribe(), bundles_tx, pools_tx, spares_tx, health));
+    let follower = tokio::spawn(follow(
+        ctx.clone(),
+        core.subscribe(),
+        bundles_tx,
+        pools_tx,
+        spares_tx,
+        health,
+    ));
     let term = ended.clone();
     let stop = move || {
         let mut ended = term.clone();
@@ -59,7 +73,12 @@ pub async fn lead(
         }
     };
     tokio::join!(
-        bundle::run(ctx.clone(), UnboundedReceiverStream::new(bundles_rx), stop()),
+        bundle::run(
+            ctx.clone(),
+            session.bundle_namespace.as_deref(),
+            UnboundedReceiverStream::new(bundles_rx),
+            stop()
+        ),
         pool::run_pools(ctx.clone(), ReceiverStream::new(pools_rx), stop()),
         pool::run_spares(ctx.clone(), ReceiverStream::new(spares_rx), stop()),
     );

@@ -52,7 +52,11 @@ where
 /// Whether `next` says something `previous` does not: any field, or a
 /// condition's status, reason, message or generation (transition times
 /// aside, which `conditions::merge` keeps anyway).
-pub fn differs<S: Clone + PartialEq>(previous: &S, next: &S, conditions: impl Fn(&mut S) -> &mut Vec<Condition>) -> bool {
+pub fn differs<S: Clone + PartialEq>(
+    previous: &S,
+    next: &S,
+    conditions: impl Fn(&mut S) -> &mut Vec<Condition>,
+) -> bool {
     let (mut a, mut b) = (previous.clone(), next.clone());
     let (ca, cb) = (std::mem::take(conditions(&mut a)), std::mem::take(conditions(&mut b)));
     !super::conditions::same(&ca, &cb) || a != b

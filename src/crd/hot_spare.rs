@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::HotSpareSpec;
 
-
 /// The desired spares: `pool`, `targetCount`, `spec` (instance type,
 /// region), `warmFor`, `reservedFor`, `exclusive`.
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{self, PlacementTier};
 
-
 /// The desired pool: its tiers in cascade order, exactly as the seed's
 /// `PlacementTier`.
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -1,0 +1,427 @@
+//! The operator against the real control plane (etcd + kube-apiserver, see
+//! `support/control_plane.rs`) with the Manager simulator in-process: what
+//! `kubectl apply` of the examples leads to, recovery after a node loss, the
+//! delete finalizer, `Stalled` policies, status writes only on change, and
+//! one leader among two operator processes.
+//!
+//! Every test takes a namespace and a simulator of its own, and runs its
+//! own operator over that namespace's bundles (pools and hot-spare
+//! policies are cluster-wide and shared; every operator agrees on them).
+
+#[path = "support/control_plane.rs"]
+mod control_plane;
+mod sim_support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::wait::{Condition, await_condition, conditions};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use norsk_auto_manager::automanager::{AutoSettings, RunOptions};
+use norsk_auto_manager::controller::leader::LeaseSettings;
+use norsk_auto_manager::controller::process;
+use norsk_auto_manager::controller::session::SessionSettings;
+use norsk_auto_manager::crd::{self, Bundle, HotSparePolicy};
+use norsk_auto_manager::manager::client::ClientSettings;
+use norsk_auto_manager::manager::proto::sim_admin;
+use norsk_auto_manager::model::{NodeInventory, tags};
+use norsk_auto_manager::sim::{ClusterNode, SimConfig};
+use norsk_auto_manager::telemetry::{Health, OperatorMetrics};
+use sim_support::{Sim, TIME_SCALE};
+use tokio::sync::{OnceCell, watch};
+use tokio::task::JoinHandle;
+
+/// How long a test waits for the API server to show an outcome.
+const WAIT: Duration = Duration::from_secs(90);
+
+/// Installs the definitions and the example pools once per test binary.
+async fn installed() -> &'static control_plane::ControlPlane {
+    static INSTALLED: OnceCell<()> = OnceCell::const_new();
+    let cp = control_plane::shared().await;
+    INSTALLED
+        .get_or_init(|| async {
+            let crds: Api<CustomResourceDefinition> = Api::all(cp.client());
+            for definition in crd::definitions() {
+                let name = definition.metadata.name.clone().unwrap();
+                crds.patch(
+                    &name,
+                    &PatchParams::apply("norsk-operator-test").force(),
+                    &Patch::Apply(&definition),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("the API server refused {name}: {e}"));
+                tokio::time::timeout(
+                    WAIT,
+                    await_condition(crds.clone(), &name, conditions::is_crd_established()),
+                )
+                .await
+                .expect("definition established in time")
+                .expect("watch the definition");
+            }
+            let pools = example("pools.yaml");
+            cp.kubectl_apply("default", &pools).expect("pools apply");
+        })
+        .await;
+    cp
+}
+
+/// An example file, with its namespaces removed so it applies into the
+/// test's namespace.
+fn example(name: &str) -> String {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name))
+        .expect("example readable");
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("namespace:"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn cluster_node(id: &str, az: &str) -> ClusterNode {
+    ClusterNode {
+        id: id.to_owned(),
+        tags: BTreeMap::from([(tags::POOL.to_owned(), "production".to_owned())]),
+        inventory: NodeInventory::local_server("studio", az, "r640", 8.0),
+    }
+}
+
+async fn simulator() -> Sim {
+    Sim::start_with(SimConfig {
+        seed: 5,
+        time_scale: TIME_SCALE,
+        cluster_nodes: vec![cluster_node("node-a", "rack-1"), cluster_node("node-b", "rack-2")],
+        ..SimConfig::default()
+    })
+    .await
+}
+
+/// One operator process, in this test's runtime.
+struct Operator {
+    metrics: Arc<OperatorMetrics>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Operator {
+    async fn start(cp: &control_plane::ControlPlane, ns: &str, sim: &Sim, identity: &str) -> Operator {
+        let metrics = Arc::new(OperatorMetrics::new());
+        let (stop, stopped) = watch::channel(false);
+        let lease = LeaseSettings {
+            namespace: ns.to_owned(),
+            name: "norsk-auto-manager".to_owned(),
+            identity: identity.to_owned(),
+            duration_s: 4,
+            grace_s: 1,
+        };
+        let session = SessionSettings {
+            settings: AutoSettings {
+                url: sim.handle.url(),
+                trace_placements: false,
+                ..AutoSettings::default()
+            },
+            manager: ClientSettings::plaintext(sim.handle.url()),
+            options: RunOptions { time_scale: TIME_SCALE },
+            instance: Some(identity.to_owned()),
+            bundle_namespace: Some(ns.to_owned()),
+        };
+        let client = cp.client();
+        let m = metrics.clone();
+        let task = tokio::spawn(async move {
+            process::run(client, lease, session, m, Arc::new(Health::default()), stopped)
+                .await
+                .expect("operator runs");
+        });
+        Operator { metrics, stop, task }
+    }
+
+    fn is_leading(&self) -> bool {
+        self.metrics.leader.get() == 1
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.task.await.expect("operator stops cleanly");
+    }
+}
+
+/// Waits until `cond` holds for `name` (a watch, bounded by `WAIT`).
+async fn until<K>(api: &Api<K>, name: &str, what: &str, cond: impl Condition<K>) -> K
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    match tokio::time::timeout(WAIT, await_condition(api.clone(), name, cond)).await {
+        Ok(Ok(Some(object))) => object,
+        Ok(Ok(None)) => panic!("{name} is gone while waiting for {what}"),
+        Ok(Err(e)) => panic!("watch of {name} failed: {e}"),
+        Err(_) => {
+            let now = api.get_opt(name).await.ok().flatten();
+            panic!("{name} never reached {what}; it is {now:#?}")
+        }
+    }
+}
+
+fn condition(bundle: &Bundle, type_: &str) -> Option<(String, String)> {
+    bundle
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+fn is_ready(bundle: Option<&Bundle>) -> bool {
+    bundle.is_some_and(|b| condition(b, "Ready").is_some_and(|(s, _)| s == "True"))
+}
+
+/// A one-job bundle on the cluster tier of `production`.
+fn small_bundle(name: &str) -> String {
+    format!(
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {{name: {name}}}\nspec:\n  pool: production\n  jobs:\n    - {{jobName: encode, template: encoder, requirements: {{requiredCapacity: 2}}}}\n"
+    )
+}
+
+#[tokio::test]
+async fn applied_examples_become_ready_with_their_nodes_in_status() {
+    let cp = installed().await;
+    let ns = cp.namespace("examples").await;
+    let sim = simulator().await;
+    let operator = Operator::start(cp, &ns, &sim, "examples-0").await;
+    for file in ["bundle-channel.yaml", "bundle-gpu.yaml"] {
+        cp.kubectl_apply(&ns, &example(file)).expect("example applies");
+    }
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    for name in ["ch1", "ch2", "gpu-transcode"] {
+        let ready = until(&bundles, name, "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+        let status = ready.status.expect("status");
+        assert!(status.primary_node.is_some(), "{name}: {status:#?}");
+        assert!(
+            status.replicas[0]
+                .jobs
+                .iter()
+                .all(|j| j.state == "running" && j.node.is_some())
+        );
+        assert_eq!(status.observed_generation, ready.metadata.generation);
+    }
+    // ch1 has a resilience policy: its backup runs in OCI, not on a cluster node.
+    let ch1 = bundles.get("ch1").await.unwrap().status.unwrap();
+    let backup = ch1.backup_node.expect("ch1 has a backup node");
+    assert!(
+        !backup.starts_with("node-"),
+        "backup {backup} must leave the primary's cloud"
+    );
+    // `kubectl get norsk` lists pools and bundles together.
+    let out = cp
+        .kubectl()
+        .args(["get", "norsk", "-A"])
+        .output()
+        .expect("kubectl runs");
+    let listing = String::from_utf8_lossy(&out.stdout);
+    for expected in [
+        "placementpool.automanager.norsk.video/production",
+        "bundle.automanager.norsk.video/ch1",
+    ] {
+        assert!(listing.contains(expected), "{expected} missing from:\n{listing}");
+    }
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_killed_node_moves_the_bundle_and_an_event_says_why() {
+    let cp = installed().await;
+    let ns = cp.namespace("recovery").await;
+    let sim = simulator().await;
+    let operator = Operator::start(cp, &ns, &sim, "recovery-0").await;
+    cp.kubectl_apply(&ns, &small_bundle("news")).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let ready = until(&bundles, "news", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    let first = ready.status.and_then(|s| s.primary_node).expect("placed");
+    sim.admin
+        .clone()
+        .kill_node(sim_admin::NodeRef { node_id: first.clone() })
+        .await
+        .expect("node killed");
+    let moved = until(&bundles, "news", "Ready on another node", |b: Option<&Bundle>| {
+        is_ready(b)
+            && b.and_then(|b| b.status.as_ref()?.primary_node.clone())
+                .is_some_and(|n| n != first)
+    })
+    .await;
+    assert_ne!(moved.status.and_then(|s| s.primary_node), Some(first));
+    let events = watcher(Api::<Event>::namespaced(cp.client(), &ns), watcher::Config::default()).applied_objects();
+    let recovered = tokio::time::timeout(WAIT, async {
+        let mut events = pin!(events);
+        while let Some(e) = events.try_next().await.expect("watch events") {
+            if e.reason.as_deref() == Some("Recovered")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("news")
+            {
+                return e;
+            }
+        }
+        panic!("the event watch ended")
+    })
+    .await
+    .expect("a Recovered event on the bundle");
+    assert!(recovered.note.unwrap_or_default().contains("re-placed"));
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn deleting_a_bundle_removes_it_on_manager_before_the_finalizer_goes() {
+    let cp = installed().await;
+    let ns = cp.namespace("delete").await;
+    let sim = simulator().await;
+    let operator = Operator::start(cp, &ns, &sim, "delete-0").await;
+    cp.kubectl_apply(&ns, &small_bundle("gone")).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let ready = until(&bundles, "gone", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    assert!(ready.finalizers().iter().any(|f| f == "automanager.norsk.video/bundle"));
+    let id = format!("{ns}/gone");
+    assert!(sim.snapshot().await.bundles.iter().any(|b| b.bundle_id.0 == id));
+    bundles
+        .delete("gone", &Default::default())
+        .await
+        .expect("delete accepted");
+    let uid = ready.uid().expect("uid");
+    tokio::time::timeout(
+        WAIT,
+        await_condition(bundles.clone(), "gone", conditions::is_deleted(&uid)),
+    )
+    .await
+    .expect("deleted in time")
+    .expect("watch");
+    let snapshot = sim.snapshot().await;
+    assert!(
+        !snapshot.bundles.iter().any(|b| b.bundle_id.0 == id),
+        "Manager still holds {id}"
+    );
+    assert!(
+        !snapshot.jobs.iter().any(|j| j.job_id.0.starts_with(&id)),
+        "Manager still holds a job of {id}"
+    );
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_hot_spare_policy_naming_an_unknown_pool_is_stalled() {
+    let cp = installed().await;
+    let ns = cp.namespace("spares").await;
+    let sim = simulator().await;
+    let operator = Operator::start(cp, &ns, &sim, "spares-0").await;
+    cp.kubectl_apply(
+        &ns,
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: HotSparePolicy\nmetadata: {name: atlantis}\nspec:\n  pool: atlantis\n  targetCount: 1\n  spec: {instanceType: m5.xlarge, region: eu-west-1}\n",
+    )
+    .expect("policy applies");
+    let policies: Api<HotSparePolicy> = Api::all(cp.client());
+    let stalled = until(&policies, "atlantis", "Stalled", |p: Option<&HotSparePolicy>| {
+        p.and_then(|p| p.status.as_ref())
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == "True"))
+    })
+    .await;
+    let status = stalled.status.unwrap();
+    let stall = status.conditions.iter().find(|c| c.type_ == "Stalled").unwrap();
+    assert_eq!(stall.reason, "UnknownPool");
+    assert!(stall.message.contains("atlantis"), "{}", stall.message);
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.status, "False");
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn status_is_written_only_when_something_changed() {
+    let cp = installed().await;
+    let ns = cp.namespace("writes").await;
+    let sim = simulator().await;
+    let operator = Operator::start(cp, &ns, &sim, "writes-0").await;
+    cp.kubectl_apply(&ns, &small_bundle("steady")).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let before = until(&bundles, "steady", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    let writes = operator.metrics.status_writes_of("bundle");
+    assert!(writes >= 1);
+    // Three changes that are not the bundle's business: each is reconciled,
+    // none changes what the status says.
+    let mut version = String::new();
+    for i in 0..3 {
+        let reconciles = operator.metrics.reconciles_of("bundle");
+        let patch = serde_json::json!({"metadata": {"annotations": {"example.com/touch": i.to_string()}}});
+        let touched = bundles
+            .patch("steady", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("annotate");
+        version = touched.resource_version().expect("resourceVersion");
+        tokio::time::timeout(WAIT, async {
+            while operator.metrics.reconciles_of("bundle") <= reconciles {
+                // The reconcile runs on the operator's task; poll its counter.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .expect("the touch is reconciled");
+    }
+    let after = bundles.get("steady").await.unwrap();
+    assert_eq!(
+        operator.metrics.status_writes_of("bundle"),
+        writes,
+        "a reconcile rewrote an unchanged status: {:#?} -> {:#?}",
+        before.status,
+        after.status
+    );
+    assert_eq!(
+        bundles.get("steady").await.unwrap().resource_version(),
+        Some(version),
+        "the status write bumped resourceVersion"
+    );
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn of_two_operators_only_the_leader_writes_and_the_other_takes_over() {
+    let cp = installed().await;
+    let ns = cp.namespace("leader").await;
+    let sim = simulator().await;
+    let first = Operator::start(cp, &ns, &sim, "leader-0").await;
+    let second = Operator::start(cp, &ns, &sim, "leader-1").await;
+    cp.kubectl_apply(&ns, &small_bundle("shared")).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    until(&bundles, "shared", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    assert!(first.is_leading() != second.is_leading(), "exactly one operator leads");
+    let (leader, follower) = if first.is_leading() {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    assert!(leader.metrics.status_writes_of("bundle") >= 1);
+    assert_eq!(
+        follower.metrics.status_writes_of("bundle"),
+        0,
+        "a follower wrote status"
+    );
+    assert_eq!(follower.metrics.reconciles_of("bundle"), 0, "a follower reconciled");
+    leader.stop().await;
+    // The follower takes the Lease once it is released, and carries on.
+    cp.kubectl_apply(&ns, &small_bundle("after")).expect("bundle applies");
+    until(&bundles, "after", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    assert!(follower.is_leading());
+    let snapshot = sim.snapshot().await;
+    let shared_jobs = snapshot
+        .jobs
+        .iter()
+        .filter(|j| j.job_id.0.starts_with(&format!("{ns}/shared/")))
+        .count();
+    assert_eq!(shared_jobs, 1, "the new leader created the bundle's job again");
+    follower.stop().await;
+    sim.shutdown().await;
+}
