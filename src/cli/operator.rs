@@ -60,6 +60,9 @@ pub struct Args {
     /// This process's identity in the election (the pod name).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// The fleet (one Manager) this operator mirrors into `NorskNode`s.
+    #[arg(long, env = "NORSK_FLEET", default_value = "default")]
+    pub fleet: Option<String>,
     /// Reconcile only the `Bundle`s of this namespace (all when absent).
     #[arg(long, env = "NORSK_BUNDLE_NAMESPACE")]
     pub bundle_namespace: Option<String>,
@@ -226,6 +229,7 @@ pub fn resolve(args: &Args, read: impl Fn(&Path) -> std::io::Result<String>) -> 
             options: RunOptions::default(),
             instance: Some(identity),
             bundle_namespace: args.bundle_namespace.clone(),
+            fleet: args.fleet.clone().unwrap_or_else(|| "default".to_owned()),
         },
         metrics_addr,
     })

@@ -45,9 +45,13 @@ pub async fn run(
         Some(namespace) => Api::namespaced(ctx.client.clone(), namespace),
         None => Api::all(ctx.client.clone()),
     };
+    // A bundle refused for naming an unknown pool is tried again once the
+    // pools change.
+    let pool_changes = ctx.pool_changes();
     Controller::new(api, watcher::Config::default())
         .with_config(Config::default().debounce(Duration::from_millis(100)))
         .reconcile_on(notified)
+        .reconcile_all_on(pool_changes)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|_| async {})
@@ -114,6 +118,9 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
     let found = stored(ctx, &bundle_id).await?;
     if !found.hydrated {
         return Err(ReconcileError::NotHydrated);
+    }
+    if !ctx.pools_synced() {
+        return Err(ReconcileError::PoolsNotSynced);
     }
     let wanted = model::Bundle {
         bundle_id: bundle_id.clone(),

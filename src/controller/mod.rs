@@ -7,6 +7,8 @@
 //!   finalizer, per replica and job status, conditions.
 //! - [`pool`]: `PlacementPool` -> the core's pools, live; pool status.
 //!   `HotSparePolicy` status (and `Stalled` for an unknown pool).
+//! - [`node`]: `NorskNode` — the fleet mirrored into resources; cordon and
+//!   spare edits handed to the core.
 //! - [`notes`]: what the core's notifications say, as Events and as the
 //!   status facts the core does not keep.
 //! - [`conditions`]: `metav1.Condition` bookkeeping; [`status`]: writing
@@ -21,6 +23,8 @@ pub mod bundle;
 pub mod bundle_status;
 pub mod conditions;
 pub mod leader;
+pub mod node;
+pub mod node_status;
 pub mod notes;
 pub mod pool;
 pub mod process;
@@ -35,7 +39,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, Recorder, Reporter};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::automanager::{AutoManagerHandle, CommandError, QueryError};
 use crate::telemetry::OperatorMetrics;
@@ -72,6 +76,9 @@ pub enum ReconcileError {
         /// Why.
         source: CommandError,
     },
+    /// The pools have not yet been handed to the core this term.
+    #[error("waiting for the PlacementPools to be handed to the core")]
+    PoolsNotSynced,
     /// Manager is still running the stop-then-delete saga.
     #[error("bundle {0} is still being deleted on Manager")]
     StillDeleting(String),
@@ -99,6 +106,7 @@ impl ReconcileError {
         match self {
             Self::ReadCore(_) => "ReadCore",
             Self::NotHydrated => "NotHydrated",
+            Self::PoolsNotSynced => "PoolsNotSynced",
             Self::Command { .. } => "ManagerCommand",
             Self::StillDeleting(_) => "StillDeleting",
             Self::WriteStatus { .. } => "WriteStatus",
@@ -119,6 +127,8 @@ pub struct Context {
     events: mpsc::Sender<(Event, ObjectReference)>,
     failures: Mutex<HashMap<String, u32>>,
     written: Mutex<HashMap<String, Written>>,
+    /// Bumped whenever the pool controller changes the core's pools.
+    pools: watch::Sender<u64>,
 }
 
 /// The last status a controller wrote to an object, and the
@@ -160,8 +170,27 @@ impl Context {
             events,
             failures: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
+            pools: watch::Sender::new(0),
         });
         (context, publisher)
+    }
+
+    /// The pool controller handed the core a new set of pools (or found
+    /// the set in force right for the first time).
+    pub fn pools_applied(&self) {
+        self.pools.send_modify(|generation| *generation += 1);
+    }
+
+    /// Whether the core has been given the pools at least once this term:
+    /// until then a bundle naming a pool would be refused for nothing.
+    pub fn pools_synced(&self) -> bool {
+        *self.pools.borrow() > 0
+    }
+
+    /// Yields each time the pools change.
+    pub fn pool_changes(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
+        use futures::StreamExt;
+        tokio_stream::wrappers::WatchStream::from_changes(self.pools.subscribe()).map(|_| ())
     }
 
     /// The notification notes (a poisoned lock still holds usable notes:
@@ -241,7 +270,10 @@ impl Context {
         let count = failures.entry(format!("{controller}/{key}")).or_insert(0);
         let delay = FIRST_RETRY.saturating_mul(1 << (*count).min(16)).min(MAX_RETRY);
         *count += 1;
-        if !matches!(error, ReconcileError::NotHydrated | ReconcileError::StillDeleting(_)) {
+        if !matches!(
+            error,
+            ReconcileError::NotHydrated | ReconcileError::PoolsNotSynced | ReconcileError::StillDeleting(_)
+        ) {
             tracing::warn!(controller, object = key, error = %error, retry_in = ?delay, "reconcile failed");
         }
         Action::requeue(delay)

@@ -103,9 +103,13 @@ async fn reconcile_pool(pool: Arc<PlacementPool>, ctx: Arc<PoolContext>) -> Resu
         .inspect(|core, _| core.settings().placement_pools.clone())
         .await?;
     let mut refused = invalid.get(&name).cloned();
-    if in_force != valid {
+    if in_force == valid {
+        if !shared.pools_synced() {
+            shared.pools_applied();
+        }
+    } else {
         match shared.core.set_placement_pools(valid).await {
-            Ok(()) => {}
+            Ok(()) => shared.pools_applied(),
             Err(CommandError::InvalidSettings { errors }) => {
                 // The pools are valid one by one; what the whole set fails
                 // on (a name twice, ...) is reported on every pool.
@@ -257,9 +261,10 @@ pub async fn run_spares(
     let controller = Controller::new(api, watcher::Config::default())
         .with_config(Config::default().debounce(Duration::from_millis(200)));
     let policies = controller.store();
+    let pool_changes = ctx.pool_changes();
     let ctx = Arc::new(SpareContext { shared: ctx, policies });
     controller
-        .reconcile_all_on(fleet_changed)
+        .reconcile_all_on(futures::stream::select(fleet_changed, pool_changes))
         .graceful_shutdown_on(shutdown)
         .run(reconcile_spares, spare_error_policy, ctx)
         .for_each(|_| async {})
@@ -292,6 +297,10 @@ async fn reconcile_spares(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -
     let shared = &ctx.shared;
     let name = policy.name_any();
     let pool = policy.spec.0.pool.clone();
+    if !shared.pools_synced() {
+        // Every pool would look unknown before the first hand-over.
+        return Err(ReconcileError::PoolsNotSynced);
+    }
     let known: Vec<String> = shared
         .core
         .inspect(|core, _| core.settings().placement_pools.iter().map(|p| p.name.clone()).collect())

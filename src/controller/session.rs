@@ -18,7 +18,7 @@ use crate::manager::client::ClientSettings;
 use crate::telemetry::{Health, OperatorMetrics};
 
 use super::notes::{bundle_event, bundle_of};
-use super::{Context, bundle, pool};
+use super::{Context, bundle, node, pool};
 
 /// What a term runs with.
 #[derive(Clone, Debug)]
@@ -31,6 +31,10 @@ pub struct SessionSettings {
     pub options: RunOptions,
     /// The Events' reporting instance (the pod name).
     pub instance: Option<String>,
+    /// The name of the fleet (one Manager) this operator mirrors into
+    /// `NorskNode`s: several operators, each with its Manager, can share a
+    /// cluster as long as their fleets are named apart.
+    pub fleet: String,
     /// Only `Bundle`s of this namespace (all namespaces when absent);
     /// pools and hot-spare policies are cluster-wide either way.
     pub bundle_namespace: Option<String>,
@@ -56,14 +60,13 @@ pub async fn lead(
     // Capacity one: a burst of fleet changes is one reconcile of every pool.
     let (pools_tx, pools_rx) = mpsc::channel::<()>(1);
     let (spares_tx, spares_rx) = mpsc::channel::<()>(1);
-    let follower = tokio::spawn(follow(
-        ctx.clone(),
-        core.subscribe(),
-        bundles_tx,
-        pools_tx,
-        spares_tx,
-        health,
-    ));
+    let (nodes_tx, nodes_rx) = mpsc::channel::<()>(1);
+    let fleet = FleetTriggers {
+        pools: pools_tx,
+        spares: spares_tx,
+        nodes: nodes_tx,
+    };
+    let follower = tokio::spawn(follow(ctx.clone(), core.subscribe(), bundles_tx, fleet, health));
     let term = ended.clone();
     let stop = move || {
         let mut ended = term.clone();
@@ -81,6 +84,8 @@ pub async fn lead(
         ),
         pool::run_pools(ctx.clone(), ReceiverStream::new(pools_rx), stop()),
         pool::run_spares(ctx.clone(), ReceiverStream::new(spares_rx), stop()),
+        node::mirror(ctx.clone(), session.fleet.clone(), nodes_rx, stop()),
+        node::run_spec(ctx.clone(), stop()),
     );
     let _ = ended.wait_for(|e| *e).await;
     follower.abort();
@@ -97,8 +102,7 @@ async fn follow(
     ctx: Arc<Context>,
     mut notifications: broadcast::Receiver<Notification>,
     bundles: mpsc::UnboundedSender<ObjectRef<crd::Bundle>>,
-    pools: mpsc::Sender<()>,
-    spares: mpsc::Sender<()>,
+    fleet: FleetTriggers,
     health: Arc<Health>,
 ) {
     loop {
@@ -106,8 +110,7 @@ async fn follow(
             Ok(n) => n,
             Err(broadcast::error::RecvError::Lagged(missed)) => {
                 tracing::warn!(missed, "notifications lagged; every resource is reconciled");
-                let _ = pools.try_send(());
-                let _ = spares.try_send(());
+                fleet.changed();
                 continue;
             }
             Err(broadcast::error::RecvError::Closed) => return,
@@ -125,9 +128,25 @@ async fn follow(
             let _ = bundles.send(target);
         }
         if touches_fleet(&notification) {
-            let _ = pools.try_send(());
-            let _ = spares.try_send(());
+            fleet.changed();
         }
+    }
+}
+
+/// The controllers that follow the fleet as a whole. Each channel holds
+/// one wake-up: a burst of changes is one round.
+struct FleetTriggers {
+    pools: mpsc::Sender<()>,
+    spares: mpsc::Sender<()>,
+    nodes: mpsc::Sender<()>,
+}
+
+impl FleetTriggers {
+    fn changed(&self) {
+        // A full channel already holds the wake-up this would add.
+        let _ = self.pools.try_send(());
+        let _ = self.spares.try_send(());
+        let _ = self.nodes.try_send(());
     }
 }
 
@@ -142,6 +161,9 @@ fn touches_fleet(notification: &Notification) -> bool {
             | Notification::NodeTerminated { .. }
             | Notification::PlacementDecision(_)
             | Notification::JobDeleted { .. }
+            | Notification::JobUpdated { .. }
+            | Notification::NodeUnhealthy { .. }
+            | Notification::NodeHealthy { .. }
             | Notification::ConnectionStateChange { .. }
     )
 }
