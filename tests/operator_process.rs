@@ -8,14 +8,15 @@ mod control_plane;
 mod sim_support;
 
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
-use norsk_auto_manager::crd::{self, Bundle};
+use norsk_auto_manager::crd::{self, Bundle, PlacementPool};
 use norsk_auto_manager::model::{NodeInventory, tags};
 use norsk_auto_manager::sim::{ClusterNode, SimConfig};
 use sim_support::{Sim, TIME_SCALE};
@@ -64,9 +65,9 @@ async fn http_status(port: u16, path: &str) -> Option<String> {
     answer.lines().next().map(str::to_owned)
 }
 
-#[tokio::test]
-async fn the_operator_process_becomes_ready_places_a_bundle_and_stops_on_sigterm() {
-    let cp = control_plane::shared().await;
+/// Installs the definitions and a one-tier pool `studio`; returns a fresh
+/// namespace and a simulator with one cluster server `<ns>-a`.
+async fn setup(cp: &control_plane::ControlPlane, prefix: &str) -> (String, Sim) {
     let crds: Api<CustomResourceDefinition> = Api::all(cp.client());
     for definition in crd::definitions() {
         let name = definition.metadata.name.clone().unwrap();
@@ -85,12 +86,20 @@ async fn the_operator_process_becomes_ready_places_a_bundle_and_stops_on_sigterm
         .unwrap()
         .unwrap();
     }
-    let ns = cp.namespace("process").await;
-    cp.kubectl_apply(
-        &ns,
+    let ns = cp.namespace(prefix).await;
+    // Server-side apply: tests running at once may both make the pool.
+    let pool: PlacementPool = serde_yaml::from_str(
         "apiVersion: automanager.norsk.video/v1alpha1\nkind: PlacementPool\nmetadata: {name: studio}\nspec:\n  tiers: [{name: cluster, kind: local-servers, scaleOut: fixed}]\n",
     )
-    .expect("pool applies");
+    .unwrap();
+    Api::<PlacementPool>::all(cp.client())
+        .patch(
+            "studio",
+            &PatchParams::apply("norsk-process-test").force(),
+            &Patch::Apply(&pool),
+        )
+        .await
+        .expect("pool applies");
     let sim = Sim::start_with(SimConfig {
         seed: 9,
         time_scale: TIME_SCALE,
@@ -102,68 +111,149 @@ async fn the_operator_process_becomes_ready_places_a_bundle_and_stops_on_sigterm
         ..SimConfig::default()
     })
     .await;
-    // A free port for the telemetry endpoint.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("operator.yaml");
-    std::fs::write(
-        &config,
-        format!("settings:\n  tracePlacements: false\nmetricsAddr: 127.0.0.1:{port}\n"),
-    )
-    .unwrap();
-    let mut child = Command::new(BINARY)
-        .args(["operator", "--config"])
-        .arg(&config)
-        .args(["--manager-url", &sim.handle.url()])
-        .args(["--identity", "process-0", "--lease-namespace", &ns])
-        .args(["--bundle-namespace", &ns, "--fleet", &ns, "--log-format", "json"])
-        .env("KUBECONFIG", cp.kubeconfig())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the operator starts");
-    let ready = tokio::time::timeout(WAIT, async {
-        loop {
-            if http_status(port, "/readyz").await.is_some_and(|l| l.contains(" 200 ")) {
-                return;
-            }
-            // The process starts on its own clock; poll its endpoint.
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
-    if ready.is_err() {
-        let _ = child.kill();
-        panic!("the operator never became ready");
+    (ns, sim)
+}
+
+/// One operator process with its telemetry port.
+struct Process {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Process {
+    fn spawn(cp: &control_plane::ControlPlane, ns: &str, sim: &Sim, identity: &str) -> Process {
+        // A free port for the telemetry endpoint.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("operator.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "settings:\n  tracePlacements: false\nmetricsAddr: 127.0.0.1:{port}\nlease: {{durationSeconds: 3, graceSeconds: 1}}\n"
+            ),
+        )
+        .unwrap();
+        let child = Command::new(BINARY)
+            .args(["operator", "--config"])
+            .arg(&config)
+            .args(["--manager-url", &sim.handle.url()])
+            .args(["--identity", identity, "--lease-namespace", ns])
+            .args(["--bundle-namespace", ns, "--fleet", ns, "--log-format", "json"])
+            .env("KUBECONFIG", cp.kubeconfig())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the operator starts");
+        Process { child, port, _dir: dir }
     }
-    cp.kubectl_apply(
-        &ns,
-        "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {name: live}\nspec:\n  pool: studio\n  jobs: [{jobName: encode, requirements: {requiredCapacity: 2}}]\n",
+
+    /// Waits until `/readyz` answers 200.
+    async fn ready(&mut self) {
+        let ready = tokio::time::timeout(WAIT, async {
+            loop {
+                if http_status(self.port, "/readyz")
+                    .await
+                    .is_some_and(|l| l.contains(" 200 "))
+                {
+                    return;
+                }
+                // The process starts on its own clock; poll its endpoint.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        if ready.is_err() {
+            let _ = self.child.kill();
+            panic!("the operator never became ready");
+        }
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY: the pid is our own child's, not yet waited for.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        // A test that failed midway must not leave an operator running.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn bundle(name: &str) -> String {
+    format!(
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {{name: {name}}}\nspec:\n  pool: studio\n  jobs: [{{jobName: encode, requirements: {{requiredCapacity: 2}}}}]\n"
     )
-    .expect("bundle applies");
-    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
-    let placed = tokio::time::timeout(
+}
+
+async fn until_ready(cp: &control_plane::ControlPlane, ns: &str, name: &str) -> Bundle {
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), ns);
+    tokio::time::timeout(
         WAIT,
-        await_condition(bundles, "live", |b: Option<&Bundle>| {
+        await_condition(bundles, name, |b: Option<&Bundle>| {
             b.and_then(|b| b.status.as_ref())
                 .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
         }),
     )
-    .await;
-    let metrics = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok();
-    // SAFETY: the pid is our own child's, still running (not yet waited for).
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let status = child.wait().expect("the operator exits");
-    let placed = placed
-        .expect("the bundle is Ready in time")
-        .expect("watch")
-        .expect("bundle exists");
+    .await
+    .expect("the bundle is Ready in time")
+    .expect("watch")
+    .expect("bundle exists")
+}
+
+#[tokio::test]
+async fn the_operator_process_becomes_ready_places_a_bundle_and_stops_on_sigterm() {
+    let cp = control_plane::shared().await;
+    let (ns, sim) = setup(cp, "process").await;
+    let mut operator = Process::spawn(cp, &ns, &sim, "process-0");
+    operator.ready().await;
+    cp.kubectl_apply(&ns, &bundle("live")).expect("bundle applies");
+    let placed = until_ready(cp, &ns, "live").await;
     assert_eq!(placed.status.and_then(|s| s.primary_node), Some(format!("{ns}-a")));
-    assert!(metrics);
+    let metrics = http_status(operator.port, "/metrics").await;
+    assert!(metrics.is_some_and(|l| l.contains(" 200 ")));
+    operator.signal(libc::SIGTERM);
+    let status = operator.child.wait().expect("the operator exits");
     assert!(status.success(), "the operator exited with {status}");
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_killed_leader_is_replaced_and_nothing_is_created_twice() {
+    let cp = control_plane::shared().await;
+    let (ns, sim) = setup(cp, "handover").await;
+    let mut first = Process::spawn(cp, &ns, &sim, "handover-0");
+    let mut second = Process::spawn(cp, &ns, &sim, "handover-1");
+    first.ready().await;
+    second.ready().await;
+    cp.kubectl_apply(&ns, &bundle("before")).expect("bundle applies");
+    until_ready(cp, &ns, "before").await;
+    let leases: Api<Lease> = Api::namespaced(cp.client(), &ns);
+    let holder = |lease: Lease| lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+    let leader = holder(leases.get("norsk-auto-manager").await.expect("the Lease exists"));
+    let (killed, survivor) = match leader.as_str() {
+        "handover-0" => (&mut first, "handover-1"),
+        "handover-1" => (&mut second, "handover-0"),
+        other => panic!("unexpected Lease holder {other:?}"),
+    };
+    // No goodbye: the Lease is not released and must expire.
+    killed.signal(libc::SIGKILL);
+    let _ = killed.child.wait();
+    cp.kubectl_apply(&ns, &bundle("after")).expect("bundle applies");
+    until_ready(cp, &ns, "after").await;
+    assert_eq!(holder(leases.get("norsk-auto-manager").await.unwrap()), survivor);
+    let snapshot = sim.snapshot().await;
+    let mut bundles: Vec<_> = snapshot.bundles.iter().map(|b| b.bundle_id.0.clone()).collect();
+    bundles.sort();
+    assert_eq!(bundles, vec![format!("{ns}/after"), format!("{ns}/before")]);
+    assert_eq!(snapshot.jobs.len(), 2, "a job was created twice: {:?}", snapshot.jobs);
+    assert_eq!(snapshot.nodes.len(), 1, "a node was created: {:?}", snapshot.nodes);
     sim.shutdown().await;
 }
