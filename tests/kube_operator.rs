@@ -542,3 +542,47 @@ async fn a_bundle_the_fleet_cannot_hold_says_no_capacity() {
     operator.stop().await;
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_hot_spare_policy_keeps_a_live_spare_in_its_pool() {
+    let cp = installed().await;
+    let ns = cp.namespace("spares-live").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "spares-live-0").await;
+    cp.kubectl_apply(&ns, &example("hot-spares.yaml"))
+        .expect("policy applies");
+    let policies: Api<HotSparePolicy> = Api::all(cp.client());
+    let applied = until(
+        &policies,
+        "production",
+        "Applied with a live spare",
+        |p: Option<&HotSparePolicy>| {
+            p.and_then(|p| p.status.as_ref()).is_some_and(|s| {
+                s.live_spares == 1 && s.conditions.iter().any(|c| c.type_ == "Applied" && c.status == "True")
+            })
+        },
+    )
+    .await;
+    assert_eq!(applied.status.unwrap().observed_generation, applied.metadata.generation);
+    // The spare is in this operator's fleet, and mirrored as a spare.
+    let spares: Vec<_> = sim
+        .snapshot()
+        .await
+        .nodes
+        .into_iter()
+        .filter(|n| n.instance_type == "m5.xlarge")
+        .collect();
+    assert_eq!(spares.len(), 1, "{spares:?}");
+    let nodes: Api<NorskNode> = Api::all(cp.client());
+    let name = norsk_auto_manager::controller::node_status::resource_name(spares[0].id.as_str());
+    until(&nodes, &name, "mirrored as a spare", |n: Option<&NorskNode>| {
+        n.and_then(|n| n.status.as_ref()).is_some_and(|s| s.spare)
+    })
+    .await;
+    policies
+        .delete("production", &Default::default())
+        .await
+        .expect("policy deleted");
+    operator.stop().await;
+    sim.shutdown().await;
+}

@@ -1,10 +1,8 @@
-//! The `PlacementPool` and `HotSparePolicy` controllers. Pools: every
-//! valid `PlacementPool` is handed to the core as one set, live (no
-//! reconnect); a pool that does not validate is left out and its status
-//! says why (`Stalled`), so one bad pool never blocks the others. Status:
-//! nodes per tier, prospective nodes, used capacity, live spares.
-//! `HotSparePolicy`: `Stalled` when it names a pool the core does not run
-//! with; live / provisioning / consumed spares counted from the fleet.
+//! The `PlacementPool` controller: every valid `PlacementPool` is handed to
+//! the core as one set, live (no reconnect); a pool that does not validate
+//! is left out and its status says why (`Stalled`), so one bad pool never
+//! blocks the others. Status: nodes per tier, prospective nodes, used
+//! capacity, live spares.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,8 +17,8 @@ use kube::{Resource, ResourceExt};
 
 use crate::automanager::fleet::NodeState;
 use crate::automanager::{AutoManagerCore, CommandError};
-use crate::crd::{HotSparePolicy, HotSparePolicyStatus, PlacementPool, PlacementPoolStatus, TierStatus};
-use crate::model::{self, HotSpareSpec, NodeId, tags};
+use crate::crd::{PlacementPool, PlacementPoolStatus, TierStatus};
+use crate::model::{self, NodeId, tags};
 use crate::placement::validate_pools;
 
 use super::conditions::{self, Observed, READY, STALLED};
@@ -28,10 +26,6 @@ use super::{Context, ReconcileError, status};
 
 /// The pool controller's name (metrics label, field manager suffix).
 pub const POOL_CONTROLLER: &str = "placementpool";
-/// The hot-spare policy controller's name.
-pub const SPARE_CONTROLLER: &str = "hotsparepolicy";
-/// Hot spares applied to the core (false until the core reconciles spares).
-pub const SPARES_APPLIED: &str = "Applied";
 /// Gauges are refreshed at least this often without a change.
 const RESYNC: Duration = Duration::from_secs(60);
 
@@ -241,128 +235,4 @@ fn observe_pool(core: &AutoManagerCore, pool: &str, tier_names: &[String]) -> Pl
         })
         .collect();
     status
-}
-
-/// What a hot-spare policy reconcile reads besides its object.
-pub struct SpareContext {
-    shared: Arc<Context>,
-    policies: Store<HotSparePolicy>,
-}
-
-/// Runs the `HotSparePolicy` controller until `shutdown` resolves; every
-/// policy is reconciled again when `fleet_changed` yields (a pool appearing
-/// or going changes whether a policy is stalled).
-pub async fn run_spares(
-    ctx: Arc<Context>,
-    fleet_changed: impl Stream<Item = ()> + Send + 'static,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) {
-    let api: Api<HotSparePolicy> = Api::all(ctx.client.clone());
-    let controller = Controller::new(api, watcher::Config::default())
-        .with_config(Config::default().debounce(Duration::from_millis(200)));
-    let policies = controller.store();
-    let pool_changes = ctx.pool_changes();
-    let ctx = Arc::new(SpareContext { shared: ctx, policies });
-    controller
-        .reconcile_all_on(futures::stream::select(fleet_changed, pool_changes))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile_spares, spare_error_policy, ctx)
-        .for_each(|_| async {})
-        .await;
-}
-
-fn spare_error_policy(policy: Arc<HotSparePolicy>, error: &ReconcileError, ctx: Arc<SpareContext>) -> Action {
-    ctx.shared.failed(SPARE_CONTROLLER, &policy.name_any(), error)
-}
-
-/// Seam for the core's live hot-spare settings: the core of this build does
-/// not reconcile hot spares yet (no `update_hot_spare_specs` on its handle),
-/// so the specs of every policy naming a known pool are computed here and
-/// reported as not applied. When the handle gains
-/// `update_hot_spare_specs(specs)`, this is the one place to call it.
-async fn apply_hot_spare_specs(_ctx: &Context, specs: Vec<HotSpareSpec>) -> Observed {
-    Observed::no(
-        SPARES_APPLIED,
-        "CoreWithoutHotSpares",
-        format!(
-            "{} hot-spare polic{} valid; this build's core does not provision spares yet",
-            specs.len(),
-            if specs.len() == 1 { "y is" } else { "ies are" }
-        ),
-    )
-}
-
-async fn reconcile_spares(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
-    let shared = &ctx.shared;
-    let name = policy.name_any();
-    let pool = policy.spec.0.pool.clone();
-    if !shared.pools_synced() {
-        // Every pool would look unknown before the first hand-over.
-        return Err(ReconcileError::PoolsNotSynced);
-    }
-    let known: Vec<String> = shared
-        .core
-        .inspect(|core, _| core.settings().placement_pools.iter().map(|p| p.name.clone()).collect())
-        .await?;
-    let specs: Vec<HotSpareSpec> = ctx
-        .policies
-        .state()
-        .iter()
-        .filter(|p| p.meta().deletion_timestamp.is_none() && known.contains(&p.spec.0.pool))
-        .map(|p| p.spec.0.clone())
-        .collect();
-    let applied = apply_hot_spare_specs(shared, specs).await;
-    let conditions = if known.contains(&pool) {
-        vec![
-            Observed::yes(READY, "Valid", format!("pool {pool} is in force")),
-            Observed::no(STALLED, "Valid", ""),
-            applied,
-        ]
-    } else {
-        let why = format!("pool {pool:?} is not a PlacementPool the operator places with; create it or fix spec.pool");
-        vec![
-            Observed::no(READY, "UnknownPool", why.clone()),
-            Observed::yes(STALLED, "UnknownPool", why),
-        ]
-    };
-    let pool_name = pool.clone();
-    let counts = shared
-        .core
-        .inspect(move |core, _| {
-            let reserved = reserved_by_node(core);
-            let (mut live, mut provisioning, mut consumed) = (0, 0, 0);
-            for node in members(core, &pool_name).filter(|n| is_spare(n)) {
-                if node.is_launching() {
-                    provisioning += 1;
-                } else if reserved.get(&node.id).is_some_and(|r| *r > 0.0) {
-                    consumed += 1;
-                } else {
-                    live += 1;
-                }
-            }
-            (live, provisioning, consumed)
-        })
-        .await?;
-    let generation = policy.meta().generation;
-    let version = policy.meta().resource_version.clone();
-    let previous = shared
-        .known_status(SPARE_CONTROLLER, &name, version.as_ref(), policy.status.clone())
-        .unwrap_or_default();
-    let next = HotSparePolicyStatus {
-        observed_generation: generation,
-        conditions: conditions::merge(&previous.conditions, conditions, generation),
-        live_spares: counts.0,
-        provisioning_spares: counts.1,
-        consumed_spares: counts.2,
-        last_underflow: previous.last_underflow.clone(),
-    };
-    if status::differs(&previous, &next, |s: &mut HotSparePolicyStatus| &mut s.conditions) {
-        let api: Api<HotSparePolicy> = Api::all(shared.client.clone());
-        status::apply(&api, &name, SPARE_CONTROLLER, &next, &shared.metrics).await?;
-        shared.wrote(SPARE_CONTROLLER, &name, version, &next);
-    }
-    shared.timed(SPARE_CONTROLLER, started);
-    shared.succeeded(SPARE_CONTROLLER, &name);
-    Ok(Action::requeue(RESYNC))
 }
