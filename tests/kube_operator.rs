@@ -586,3 +586,45 @@ async fn a_hot_spare_policy_keeps_a_live_spare_in_its_pool() {
     operator.stop().await;
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_deleted_pool_is_taken_from_the_core_live() {
+    let cp = installed().await;
+    let ns = cp.namespace("pool-gone").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "pool-gone-0").await;
+    let pool = format!("{ns}-pool");
+    cp.kubectl_apply(
+        &ns,
+        &format!(
+            "apiVersion: automanager.norsk.video/v1alpha1\nkind: PlacementPool\nmetadata: {{name: {pool}}}\nspec:\n  tiers: [{{name: cluster, kind: local-servers, scaleOut: fixed}}]\n"
+        ),
+    )
+    .expect("pool applies");
+    let pools: Api<crd::PlacementPool> = Api::all(cp.client());
+    until(&pools, &pool, "InForce", |p: Option<&crd::PlacementPool>| {
+        p.and_then(|p| p.status.as_ref())
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == "InForce"))
+    })
+    .await;
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let accepted = |b: Option<&Bundle>| b.is_some_and(|b| condition(b, "Placed").is_some());
+    let stalled = |b: Option<&Bundle>| b.is_some_and(|b| condition(b, "Stalled").is_some_and(|(s, _)| s == "True"));
+    cp.kubectl_apply(
+        &ns,
+        &small_bundle("first").replace("pool: production", &format!("pool: {pool}")),
+    )
+    .expect("bundle applies");
+    let first = until(&bundles, "first", "accepted", accepted).await;
+    assert_eq!(condition(&first, "Stalled"), None);
+    pools.delete(&pool, &Default::default()).await.expect("pool deleted");
+    cp.kubectl_apply(
+        &ns,
+        &small_bundle("second").replace("pool: production", &format!("pool: {pool}")),
+    )
+    .expect("bundle applies");
+    let second = until(&bundles, "second", "Stalled", stalled).await;
+    assert_eq!(condition(&second, "Ready").map(|c| c.1), Some("InvalidBundle".into()));
+    operator.stop().await;
+    sim.shutdown().await;
+}

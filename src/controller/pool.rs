@@ -1,18 +1,19 @@
-//! The `PlacementPool` controller: every valid `PlacementPool` is handed to
-//! the core as one set, live (no reconnect); a pool that does not validate
-//! is left out and its status says why (`Stalled`), so one bad pool never
-//! blocks the others. Status: nodes per tier, prospective nodes, used
-//! capacity, live spares.
+//! The `PlacementPool` controller. A sync task hands every valid
+//! `PlacementPool` to the core as one set, live (no reconnect), after every
+//! pool event (deletes included); a pool that does not validate is left out
+//! and its status says why (`Stalled`), so one bad pool never blocks the
+//! others. The controller writes each pool's status: nodes per tier,
+//! prospective nodes, used capacity, live spares.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config, Controller};
-use kube::runtime::reflector::Store;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::automanager::fleet::NodeState;
@@ -29,35 +30,89 @@ pub const POOL_CONTROLLER: &str = "placementpool";
 /// Gauges are refreshed at least this often without a change.
 const RESYNC: Duration = Duration::from_secs(60);
 
-/// What a pool controller reconcile reads besides its object.
+/// What the controller shares with the sync task.
 pub struct PoolContext {
     shared: Arc<Context>,
     pools: Store<PlacementPool>,
+    /// Why the core last refused the whole set, if it did.
+    refused: Mutex<Option<String>>,
 }
 
-/// Runs the `PlacementPool` controller until `shutdown` resolves; every
-/// pool is reconciled again when `fleet_changed` yields.
+/// Runs the sync task and the `PlacementPool` controller until `shutdown`
+/// resolves; every pool's status is recomputed when `fleet_changed` yields.
 pub async fn run_pools(
     ctx: Arc<Context>,
     fleet_changed: impl Stream<Item = ()> + Send + 'static,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let api: Api<PlacementPool> = Api::all(ctx.client.clone());
-    // A deleted pool has no reconcile of its own: any pool event (deletes
-    // included) reconciles every pool, and each hands the whole set over.
-    let pool_events = watcher(api.clone(), watcher::Config::default())
-        .touched_objects()
+    // Every watch event, deletes and the end of the initial list included
+    // (so no pools at all is a set too).
+    let (pools, writer) = reflector::store();
+    let pool_events = reflector::reflector(writer, watcher(api.clone(), watcher::Config::default()))
         .filter_map(|e| async move { e.ok().map(|_| ()) });
+    let pools_ctx = Arc::new(PoolContext {
+        shared: ctx.clone(),
+        pools,
+        refused: Mutex::new(None),
+    });
+    let (wake_tx, wake_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let sync = sync(pools_ctx.clone(), pool_events, wake_tx);
     let controller = Controller::new(api, watcher::Config::default())
-        .with_config(Config::default().debounce(Duration::from_millis(200)));
-    let pools = controller.store();
-    let ctx = Arc::new(PoolContext { shared: ctx, pools });
-    controller
-        .reconcile_all_on(futures::stream::select(fleet_changed, pool_events))
+        .with_config(Config::default().debounce(Duration::from_millis(200)))
+        .reconcile_all_on(futures::stream::select(
+            fleet_changed,
+            tokio_stream::wrappers::ReceiverStream::new(wake_rx),
+        ))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile_pool, pool_error_policy, ctx)
-        .for_each(|_| async {})
-        .await;
+        .run(reconcile_pool, pool_error_policy, pools_ctx)
+        .for_each(|_| async {});
+    // The sync task ends with the controller (its stream never ends).
+    tokio::select! {
+        () = controller => {}
+        () = sync => {}
+    }
+}
+
+/// Hands the core the valid pools after every pool event; wakes the
+/// controller to write what came of it.
+async fn sync(ctx: Arc<PoolContext>, events: impl Stream<Item = ()>, wake: tokio::sync::mpsc::Sender<()>) {
+    let mut events = std::pin::pin!(events);
+    while events.next().await.is_some() {
+        let shared = &ctx.shared;
+        let (valid, _) = valid_pools(&ctx.pools);
+        let Ok(in_force) = shared
+            .core
+            .inspect(|core, _| core.settings().placement_pools.clone())
+            .await
+        else {
+            return;
+        };
+        let refusal = if in_force == valid {
+            if !shared.pools_synced() {
+                shared.pools_applied();
+            }
+            None
+        } else {
+            match shared.core.set_placement_pools(valid).await {
+                Ok(()) => {
+                    shared.pools_applied();
+                    None
+                }
+                Err(CommandError::InvalidSettings { errors }) => {
+                    // The pools are valid one by one; what the whole set
+                    // fails on (a hot-spare policy naming a pool being
+                    // removed, ...) is reported on every pool.
+                    Some(errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+                }
+                Err(CommandError::Closed) => return,
+                Err(e) => Some(e.to_string()),
+            }
+        };
+        *ctx.refused.lock().unwrap_or_else(PoisonError::into_inner) = refusal;
+        // A full channel already holds the wake-up.
+        let _ = wake.try_send(());
+    }
 }
 
 fn pool_error_policy(pool: Arc<PlacementPool>, error: &ReconcileError, ctx: Arc<PoolContext>) -> Action {
@@ -91,48 +146,31 @@ async fn reconcile_pool(pool: Arc<PlacementPool>, ctx: Arc<PoolContext>) -> Resu
     let started = Instant::now();
     let shared = &ctx.shared;
     let name = pool.name_any();
-    let (valid, invalid) = valid_pools(&ctx.pools);
-    let in_force = shared
-        .core
-        .inspect(|core, _| core.settings().placement_pools.clone())
-        .await?;
-    let mut refused = invalid.get(&name).cloned();
-    if in_force == valid {
-        if !shared.pools_synced() {
-            shared.pools_applied();
-        }
-    } else {
-        match shared.core.set_placement_pools(valid).await {
-            Ok(()) => shared.pools_applied(),
-            Err(CommandError::InvalidSettings { errors }) => {
-                // The pools are valid one by one; what the whole set fails
-                // on (a name twice, ...) is reported on every pool.
-                refused = Some(errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "));
-            }
-            Err(source) => {
-                return Err(ReconcileError::Command {
-                    action: "set the placement pools for",
-                    object: name,
-                    source,
-                });
-            }
-        }
-    }
+    let model = pool.to_model();
+    let (_, invalid) = valid_pools(&ctx.pools);
+    let set_refused = ctx.refused.lock().unwrap_or_else(PoisonError::into_inner).clone();
     let tiers: Vec<String> = pool.spec.tiers.iter().map(|t| t.name.clone()).collect();
     let pool_name = name.clone();
-    let (observed, metrics) = shared
+    let (observed, metrics, in_force) = shared
         .core
-        .inspect(move |core, now| (observe_pool(core, &pool_name, &tiers), core.metrics(now)))
+        .inspect(move |core, now| {
+            let in_force = core.settings().placement_pools.contains(&model);
+            (observe_pool(core, &pool_name, &tiers), core.metrics(now), in_force)
+        })
         .await?;
     shared.metrics.pools(&metrics);
-    let conditions = match &refused {
-        Some(why) => vec![
+    let conditions = match (invalid.get(&name).or(set_refused.as_ref()), in_force) {
+        (Some(why), _) => vec![
             Observed::no(READY, "InvalidPool", why.clone()),
             Observed::yes(STALLED, "InvalidPool", why.clone()),
         ],
-        None => vec![
+        (None, true) => vec![
             Observed::yes(READY, "InForce", "the core places with this pool"),
             Observed::no(STALLED, "InForce", ""),
+        ],
+        (None, false) => vec![
+            Observed::no(READY, "Pending", "not yet handed to the core"),
+            Observed::no(STALLED, "Pending", ""),
         ],
     };
     let generation = pool.meta().generation;
