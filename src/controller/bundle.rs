@@ -62,6 +62,7 @@ fn key(bundle: &crd::Bundle) -> String {
     bundle.bundle_id().to_string()
 }
 
+#[tracing::instrument(skip_all, fields(bundle = %key(&bundle)))]
 async fn reconcile(bundle: Arc<crd::Bundle>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let started = Instant::now();
     let namespace = bundle.namespace().unwrap_or_else(|| crd::DEFAULT_NAMESPACE.to_owned());
