@@ -7,8 +7,10 @@
 
 pub mod automanager;
 pub mod cli;
+pub mod controller;
 pub mod crd;
 pub mod manager;
 pub mod model;
 pub mod placement;
 pub mod sim;
+pub mod telemetry;

@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::model::{Bundle, BundleId, BundleSpec, BundleState, JobId, JobState, NodePhase, PlacedJob, UnixMillis};
+use crate::model::{
+    Bundle, BundleId, BundleSpec, BundleState, JobId, JobState, NodePhase, PlacedJob, PlacementPool, UnixMillis,
+};
 use crate::placement::{
     Admission, BundleValidation, FleetError, FleetView, Placement, PlacementError, Pools, place_dry_run,
     validate_bundle, validate_bundle_admission,
@@ -18,7 +20,7 @@ use super::migration::{MigrationCall, MigrationId, Migrations};
 use super::node_services::{NodeServiceState, ServiceRequest};
 use super::offerings::Offering;
 use super::recovery::{FAILED_INSTANCE_STOP_GRACE_MS, MIN_RECOVERY_INTERVAL_MS};
-use super::settings::ValidSettings;
+use super::settings::{ValidSettings, validate_auto_settings};
 use super::spares::{SpareRequest, SpareState};
 use super::view_cache::{ViewCache, placed_jobs};
 use super::{
@@ -411,8 +413,37 @@ impl AutoManagerCore {
                 let aborted = self.abort_migration(&migration_id, &reason, now);
                 return self.reply(id, aborted.map_err(CommandError::Migration));
             }
+            Command::SetPlacementPools(pools) => return self.set_placement_pools(id, pools),
         };
         self.call(rpc, Pending::Command { id, revives });
+    }
+
+    /// New pools take effect at once: the kept view is rebuilt on the next
+    /// round and jobs waiting for capacity are retried against them.
+    fn set_placement_pools(&mut self, id: CommandId, pools: Vec<PlacementPool>) {
+        let settings = AutoSettings {
+            placement_pools: pools,
+            ..self.settings.clone()
+        };
+        match validate_auto_settings(settings) {
+            Ok(valid) => {
+                self.settings = valid.settings;
+                self.pools = valid.pools;
+                self.view_cache = None;
+                self.fleet_epoch += 1;
+                self.reply(id, Ok(()));
+            }
+            Err(e) => self.reply(id, Err(CommandError::InvalidSettings { errors: e.errors })),
+        }
+    }
+
+    /// The settings and pools in force, as a successor core is built with
+    /// (what was changed live survives a reconnect).
+    pub(super) fn valid_settings(&self) -> ValidSettings {
+        ValidSettings {
+            settings: self.settings.clone(),
+            pools: self.pools.clone(),
+        }
     }
 
     fn refuse_invalid(&mut self, bundle: &Bundle) -> Option<CommandError> {

@@ -61,7 +61,7 @@ pub use runtime::{AutoManager, AutoManagerHandle, QueryError, RunError, RunOptio
 pub use settings::{AutoSettings, AutoSettingsValidationError, validate_auto_settings};
 
 use crate::model::{
-    Bundle, BundleId, BundleJobRef, InstanceKey, JobId, LaunchMode, ManagerEvent, NodeId, ProviderKind,
+    Bundle, BundleId, BundleJobRef, InstanceKey, JobId, LaunchMode, ManagerEvent, NodeId, PlacementPool, ProviderKind,
     TerminalVerdict, UnixMillis,
 };
 use crate::placement::BundleIssue;
@@ -129,6 +129,9 @@ pub enum Command {
         /// Why (reported with `migrationAborted`).
         reason: String,
     },
+    /// Replaces the placement pools live (no reconnect): validated with
+    /// the rest of the settings, refused as a whole if any pool is invalid.
+    SetPlacementPools(Vec<PlacementPool>),
 }
 
 /// A command's answer when it has more to say than "done".
@@ -349,6 +352,12 @@ pub enum CommandError {
     InvalidBundle {
         /// Every error.
         errors: Vec<BundleIssue>,
+    },
+    /// New settings (pools) were refused; the old ones stay in force.
+    #[error("the settings are invalid: {}", .errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    InvalidSettings {
+        /// Every problem.
+        errors: Vec<settings::AutoSettingsIssue>,
     },
     /// Manager refused or could not be reached.
     #[error("Manager refused: {0}")]

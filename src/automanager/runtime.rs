@@ -19,8 +19,8 @@ use crate::manager::proto::manager as pb;
 use crate::manager::stream::{StreamItem, StreamSession, StreamSettings};
 use crate::manager::wire;
 use crate::model::{
-    Bundle, BundleId, BundleJobRef, BundleSpec, HotSpareSpec, JobId, ManagerEvent, NodeId, ProviderKind, SpareSpec,
-    UnixMillis,
+    Bundle, BundleId, BundleJobRef, BundleSpec, HotSpareSpec, JobId, ManagerEvent, NodeId, PlacementPool, ProviderKind,
+    SpareSpec, UnixMillis,
 };
 use crate::placement::{Admission, BundleValidation, FleetError, Placement, PlacementError};
 
@@ -141,8 +141,19 @@ impl AutoManager {
         settings: AutoSettings,
         options: RunOptions,
     ) -> Result<(AutoManagerHandle, JoinHandle<()>), RunError> {
+        let client = ClientSettings::plaintext(settings.url.clone());
+        Self::run_with_client(settings, options, client)
+    }
+
+    /// Starts with `options`, reaching Manager as `client` says (TLS, bearer
+    /// token, timeouts); `client.url` is used as given.
+    pub fn run_with_client(
+        settings: AutoSettings,
+        options: RunOptions,
+        client: ClientSettings,
+    ) -> Result<(AutoManagerHandle, JoinHandle<()>), RunError> {
         let valid = validate_auto_settings(settings)?;
-        let client = ManagerClient::connect_lazy(&ClientSettings::plaintext(valid.settings.url.clone()))?;
+        let client = ManagerClient::connect_lazy(&client)?;
         let (requests, requests_rx) = mpsc::channel(256);
         let (notifications, _) = broadcast::channel(NOTIFICATION_BUFFER);
         let clock = Clock::new(options.time_scale);
@@ -293,6 +304,20 @@ impl AutoManagerHandle {
     /// `setTemplateImages`: what warmth is scored against.
     pub async fn set_template_images(&self, images: BTreeMap<String, Vec<String>>) -> Result<(), CommandError> {
         self.command(Command::SetTemplateImages(images)).await
+    }
+
+    /// Replaces the placement pools live, without reconnecting.
+    pub async fn set_placement_pools(&self, pools: Vec<PlacementPool>) -> Result<(), CommandError> {
+        self.command(Command::SetPlacementPools(pools)).await
+    }
+
+    /// Reads the core's state with `ask` on the core's own task (a
+    /// consistent view between two steps), e.g. to build status from it.
+    pub async fn inspect<T: Send + 'static>(
+        &self,
+        ask: impl FnOnce(&AutoManagerCore, UnixMillis) -> T + Send + 'static,
+    ) -> Result<T, QueryError> {
+        self.query(ask).await
     }
 
     /// `templateImages`.
@@ -558,6 +583,8 @@ impl Shell {
     /// A new stream's snapshot: the old core is disposed and a fresh one
     /// hydrated from it, as if every event were fresh (one batch).
     fn hydrate(&mut self, events: Vec<ManagerEvent>, results: &Results) {
+        // Settings changed live (pools, template images) carry over.
+        self.valid = self.core.valid_settings();
         self.core = AutoManagerCore::succeeding(self.valid.clone(), &self.core, self.clock.now());
         let inputs = events
             .into_iter()

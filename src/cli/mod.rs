@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 pub mod bench;
 pub mod crds;
 pub mod demo;
+pub mod operator;
 pub mod plan;
 pub mod sim;
 pub mod simctl;
@@ -41,6 +42,9 @@ pub enum Command {
     Demo(demo::Args),
     /// Print (or write) the custom resource definitions.
     Crds(crds::Args),
+    /// Run the Kubernetes operator: reconcile the custom resources, drive
+    /// Manager, write status (one leader among replicas).
+    Operator(operator::Args),
 }
 
 /// Runs the parsed command line and returns the process exit code.
@@ -53,5 +57,6 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Standalone(args) => standalone::run(args).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Crds(args) => crds::run(args).await,
+        Command::Operator(args) => operator::run(args).await,
     }
 }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{BundleId, BundleSpec};
 
-use super::CommonStatus;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// The namespace of a bundle document that names none.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -23,13 +23,87 @@ pub const DEFAULT_NAMESPACE: &str = "default";
     namespaced,
     category = "norsk",
     shortname = "nbundle",
-    status = "BundleStatus"
+    status = "BundleStatus",
+    printcolumn = r#"{"name":"Pool","type":"string","jsonPath":".spec.pool"}"#,
+    printcolumn = r#"{"name":"Primary","type":"string","jsonPath":".status.primaryNode","description":"The node of the primary replica's first job"}"#,
+    printcolumn = r#"{"name":"Backup","type":"string","jsonPath":".status.backupNode","description":"The node of the backup replica's first job"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(transparent)]
 pub struct BundleResourceSpec(pub BundleSpec);
 
-/// What the operator observed (filled in by the controllers).
-pub type BundleStatus = CommonStatus;
+/// What the operator observed: where every job of every replica is, and
+/// conditions `Ready`, `Placed`, `Degraded` (resilience degraded), `Broken`
+/// and `Admitted` (what admission against the fleet found).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BundleStatus {
+    /// The generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` and the conditions it summarises.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The node of the primary replica's first job (what `kubectl get` shows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_node: Option<String>,
+    /// The node of the backup replica's first job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_node: Option<String>,
+    /// Per replica (0 primary, 1 backup), its jobs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["index"]))]
+    pub replicas: Vec<ReplicaStatus>,
+    /// Why the bundle is broken (no replica is placed again until it is
+    /// updated or deleted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broken: Option<String>,
+}
+
+/// One replica of a bundle.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaStatus {
+    /// 0 for the primary, 1 for the backup.
+    pub index: u32,
+    /// Its jobs, in bundle order.
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["jobName"]))]
+    pub jobs: Vec<JobStatus>,
+}
+
+/// One job of one replica, as placed and as Manager last reported it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobStatus {
+    /// The job's name in the bundle.
+    pub job_name: String,
+    /// The runtime job id on Manager (`<bundle id>/<replica>/<job name>`).
+    pub job_id: String,
+    /// The node it is placed on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The key its instance wears (`primary`, `backup`, `primary@3f9c1e2a`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_key: Option<String>,
+    /// `pending`, `awaitingNode`, `starting`, `running`, `dormant`,
+    /// `dropped`, `broken` or `deleting`.
+    pub state: String,
+    /// Restarts in the trailing hour (the restart ceiling counts these).
+    #[serde(default)]
+    pub restarts_in_last_hour: u32,
+    /// The GPU device placement chose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_index: Option<u32>,
+    /// What its last placement decided, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_placement: Option<String>,
+    /// Resilience rules its placement could not honour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resilience_degraded: Option<String>,
+}
 
 impl Bundle {
     /// `<namespace>/<name>`, the namespace `default` when absent.

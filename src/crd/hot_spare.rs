@@ -1,13 +1,12 @@
 //! `HotSparePolicy`: one pool's hot spares (the seed's `hotSpares[]` entry),
 //! cluster-scoped. The pool is the key: one policy per pool.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::model::HotSpareSpec;
-
-use super::CommonStatus;
 
 /// The desired spares: `pool`, `targetCount`, `spec` (instance type,
 /// region), `warmFor`, `reservedFor`, `exclusive`.
@@ -19,10 +18,38 @@ use super::CommonStatus;
     kind = "HotSparePolicy",
     category = "norsk",
     shortname = "nspare",
-    status = "HotSparePolicyStatus"
+    status = "HotSparePolicyStatus",
+    printcolumn = r#"{"name":"Pool","type":"string","jsonPath":".spec.pool"}"#,
+    printcolumn = r#"{"name":"Target","type":"integer","jsonPath":".spec.targetCount"}"#,
+    printcolumn = r#"{"name":"Live","type":"integer","jsonPath":".status.liveSpares"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(transparent)]
 pub struct HotSparePolicySpec(pub HotSpareSpec);
 
-/// What the operator observed (filled in by the controllers).
-pub type HotSparePolicyStatus = CommonStatus;
+/// What the operator observed: live, provisioning and consumed spares, the
+/// last underflow, and `Stalled` when the policy names an unknown pool.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HotSparePolicyStatus {
+    /// The generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `Stalled` and the conditions they summarise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Spares up and unconsumed.
+    #[serde(default)]
+    pub live_spares: u32,
+    /// Spares asked for and not yet started.
+    #[serde(default)]
+    pub provisioning_spares: u32,
+    /// Spares that took a job (no longer spares).
+    #[serde(default)]
+    pub consumed_spares: u32,
+    /// When the live spares last fell below the target (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_underflow: Option<String>,
+}

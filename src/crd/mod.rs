@@ -3,22 +3,29 @@
 //!
 //! The specs embed the model types, so what `kubectl apply` takes, what
 //! `plan` reads and what the engine places are one definition. Every kind is
-//! in category `norsk` (`kubectl get norsk` lists them all). Status types are
-//! deliberately small here; the controllers fill them in.
+//! in category `norsk` (`kubectl get norsk` lists them all) and carries
+//! `status.conditions` as a list-map keyed by `type`, with a root `Ready`;
+//! `crate::controller` writes the status. Kinds: `PlacementPool`,
+//! `HotSparePolicy`, `Bundle`, `NorskNode`, `NodeDrain`, `JobMigration`.
 
 mod bundle;
+mod drain;
 mod hot_spare;
+mod migration;
+mod node;
 mod pool;
 
-pub use bundle::{Bundle, BundleResourceSpec, BundleStatus};
+pub use bundle::{Bundle, BundleResourceSpec, BundleStatus, DEFAULT_NAMESPACE, JobStatus, ReplicaStatus};
+pub use drain::{
+    DrainJobStatus, Interruption, InterruptionKind, MigrationStrategy, NodeDrain, NodeDrainSpec, NodeDrainStatus,
+};
 pub use hot_spare::{HotSparePolicy, HotSparePolicySpec, HotSparePolicyStatus};
-pub use pool::{PlacementPool, PlacementPoolSpec, PlacementPoolStatus};
+pub use migration::{JobMigration, JobMigrationSpec, JobMigrationStatus, PhaseTransition};
+pub use node::{NodeInventoryStatus, NorskNode, NorskNodeSpec, NorskNodeStatus};
+pub use pool::{PlacementPool, PlacementPoolSpec, PlacementPoolStatus, TierStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{CustomResourceDefinition, ValidationRule};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResourceExt;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
 /// The API group of every kind.
 pub const GROUP: &str = "automanager.norsk.video";
@@ -26,18 +33,6 @@ pub const GROUP: &str = "automanager.norsk.video";
 pub const VERSION: &str = "v1alpha1";
 /// `apiVersion` as it appears in resource documents.
 pub const API_VERSION: &str = "automanager.norsk.video/v1alpha1";
-
-/// Status every kind carries: conditions keyed by type.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct CommonStatus {
-    /// The generation the status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// `Ready` and the conditions it summarises.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-}
 
 /// Every custom resource definition, as `norsk-auto-manager crds` writes
 /// them into `crds/`.
@@ -50,7 +45,14 @@ pub fn definitions() -> Vec<CustomResourceDefinition> {
         "self.metadata.name == self.spec.pool",
         "metadata.name must equal spec.pool: one HotSparePolicy per pool, named after it",
     );
-    vec![PlacementPool::crd(), hot_spares, Bundle::crd()]
+    vec![
+        PlacementPool::crd(),
+        hot_spares,
+        Bundle::crd(),
+        NorskNode::crd(),
+        NodeDrain::crd(),
+        JobMigration::crd(),
+    ]
 }
 
 /// Adds a CEL rule at the root of every version's schema (where
@@ -83,7 +85,7 @@ mod tests {
 
     #[test]
     fn every_kind_is_in_the_norsk_category_of_the_api_group() {
-        for crd in [PlacementPool::crd(), Bundle::crd(), HotSparePolicy::crd()] {
+        for crd in definitions() {
             assert_eq!(crd.spec.group, GROUP);
             assert_eq!(crd.spec.versions[0].name, VERSION);
             assert_eq!(crd.spec.names.categories.as_deref(), Some(&["norsk".to_owned()][..]));
@@ -91,10 +93,13 @@ mod tests {
     }
 
     #[test]
-    fn pools_and_hot_spare_policies_are_cluster_scoped_and_bundles_namespaced() {
+    fn fleet_kinds_are_cluster_scoped_and_bundle_kinds_namespaced() {
         assert_eq!(PlacementPool::crd().spec.scope, "Cluster");
         assert_eq!(HotSparePolicy::crd().spec.scope, "Cluster");
         assert_eq!(Bundle::crd().spec.scope, "Namespaced");
+        assert_eq!(NorskNode::crd().spec.scope, "Cluster");
+        assert_eq!(NodeDrain::crd().spec.scope, "Cluster");
+        assert_eq!(JobMigration::crd().spec.scope, "Namespaced");
         assert_eq!(Bundle::api_version(&()), API_VERSION);
     }
 }

@@ -1,13 +1,12 @@
 //! `PlacementPool`: an ordered list of tiers, cheapest first. The pool's name
 //! is the resource's `metadata.name`.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{self, PlacementTier};
-
-use super::CommonStatus;
 
 /// The desired pool: its tiers in cascade order, exactly as the seed's
 /// `PlacementTier`.
@@ -19,7 +18,12 @@ use super::CommonStatus;
     kind = "PlacementPool",
     category = "norsk",
     shortname = "npool",
-    status = "PlacementPoolStatus"
+    status = "PlacementPoolStatus",
+    printcolumn = r#"{"name":"Nodes","type":"integer","jsonPath":".status.nodes"}"#,
+    printcolumn = r#"{"name":"Used","type":"number","jsonPath":".status.usedCapacityFraction","description":"Reserved capacity over usable capacity"}"#,
+    printcolumn = r#"{"name":"Spares","type":"integer","jsonPath":".status.liveSpares"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -35,8 +39,49 @@ pub struct PlacementPoolSpec {
     pub tiers: Vec<PlacementTier>,
 }
 
-/// What the operator observed (filled in by the controllers).
-pub type PlacementPoolStatus = CommonStatus;
+/// What the operator observed: nodes per tier, prospective nodes, used
+/// capacity and live spares; `Ready` once the core runs with this pool.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementPoolStatus {
+    /// The generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` and the conditions it summarises.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Nodes of the pool that are not stopped (launching ones included).
+    #[serde(default)]
+    pub nodes: u32,
+    /// Capacity reserved by placed jobs over usable capacity (0 to 1).
+    #[serde(default)]
+    pub used_capacity_fraction: f64,
+    /// Unconsumed hot spares.
+    #[serde(default)]
+    pub live_spares: u32,
+    /// Per tier, in cascade order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub tiers: Vec<TierStatus>,
+}
+
+/// One tier of a pool.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TierStatus {
+    /// The tier's name.
+    pub name: String,
+    /// Nodes of the tier that are up.
+    #[serde(default)]
+    pub nodes: u32,
+    /// Nodes asked for and not yet started.
+    #[serde(default)]
+    pub prospective_nodes: u32,
+    /// Capacity reserved by placed jobs over the tier's usable capacity.
+    #[serde(default)]
+    pub used_capacity_fraction: f64,
+}
 
 impl PlacementPool {
     /// The model pool: `metadata.name` is the pool name (empty when the

@@ -1,0 +1,286 @@
+//! The `Bundle` controller: a resource becomes `createBundle` /
+//! `updateBundle` on the core; deleting it runs Manager's stop-then-delete
+//! saga behind the finalizer `automanager.norsk.video/bundle`; the status
+//! says where each job of each replica runs (see [`super::bundle_status`]).
+//! It is reconciled on every change of the resource and on every
+//! notification about its bundle.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use kube::api::Api;
+use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+
+use crate::automanager::{CommandError, RpcFailureKind};
+use crate::crd::{self, BundleStatus};
+use crate::model::{self, BundleState, runtime_job_id};
+
+use super::bundle_status::{ADMITTED, AdmissionCheck, ObservedBundle, PLACED, observe, replica_count};
+use super::conditions::{self, Observed, READY, STALLED};
+use super::{Context, ReconcileError, status};
+
+/// The controller's name (metrics label, field manager suffix).
+pub const CONTROLLER: &str = "bundle";
+/// Held while Manager may still hold the bundle's jobs.
+pub const FINALIZER: &str = "automanager.norsk.video/bundle";
+/// Re-read even without a change: "restarts in the trailing hour" decays.
+const RESYNC: Duration = Duration::from_secs(300);
+
+/// Runs the controller until `shutdown` resolves, over the bundles of
+/// `namespace` (all when `None`). `notified` carries the bundles
+/// notifications were about.
+pub async fn run(
+    ctx: Arc<Context>,
+    namespace: Option<&str>,
+    notified: impl Stream<Item = ObjectRef<crd::Bundle>> + Send + 'static,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let api: Api<crd::Bundle> = match namespace {
+        Some(namespace) => Api::namespaced(ctx.client.clone(), namespace),
+        None => Api::all(ctx.client.clone()),
+    };
+    // A bundle refused for naming an unknown pool is tried again once the
+    // pools change.
+    let pool_changes = ctx.pool_changes();
+    Controller::new(api, watcher::Config::default())
+        .with_config(Config::default().debounce(Duration::from_millis(100)))
+        .reconcile_on(notified)
+        .reconcile_all_on(pool_changes)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
+}
+
+fn key(bundle: &crd::Bundle) -> String {
+    bundle.bundle_id().to_string()
+}
+
+#[tracing::instrument(skip_all, fields(bundle = %key(&bundle)))]
+async fn reconcile(bundle: Arc<crd::Bundle>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let namespace = bundle.namespace().unwrap_or_else(|| crd::DEFAULT_NAMESPACE.to_owned());
+    let api: Api<crd::Bundle> = Api::namespaced(ctx.client.clone(), &namespace);
+    let object = key(&bundle);
+    let result = finalizer(&api, FINALIZER, bundle, |event| async {
+        match event {
+            FinalizerEvent::Apply(bundle) => apply(&bundle, &api, &ctx).await,
+            FinalizerEvent::Cleanup(bundle) => cleanup(&bundle, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+        other => ReconcileError::Finalizer {
+            object: object.clone(),
+            message: other.to_string(),
+        },
+    });
+    ctx.timed(CONTROLLER, started);
+    if result.is_ok() {
+        ctx.succeeded(CONTROLLER, &object);
+    }
+    result
+}
+
+fn error_policy(bundle: Arc<crd::Bundle>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
+    ctx.failed(CONTROLLER, &key(&bundle), error)
+}
+
+/// What the core holds of a bundle.
+struct Stored {
+    hydrated: bool,
+    bundle: Option<(model::BundleSpec, BundleState)>,
+}
+
+async fn stored(ctx: &Context, bundle_id: &model::BundleId) -> Result<Stored, ReconcileError> {
+    let id = bundle_id.clone();
+    Ok(ctx
+        .core
+        .inspect(move |core, _| Stored {
+            hydrated: core.is_hydrated(),
+            bundle: core
+                .bundles()
+                .find(|b| b.bundle_id == id)
+                .map(|b| (b.spec.clone(), b.state)),
+        })
+        .await?)
+}
+
+/// Create or update on Manager, then write what the core reports.
+async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> Result<Action, ReconcileError> {
+    let bundle_id = bundle.bundle_id();
+    let found = stored(ctx, &bundle_id).await?;
+    if !found.hydrated {
+        return Err(ReconcileError::NotHydrated);
+    }
+    if !ctx.pools_synced() {
+        return Err(ReconcileError::PoolsNotSynced);
+    }
+    let wanted = model::Bundle {
+        bundle_id: bundle_id.clone(),
+        spec: bundle.spec.0.clone(),
+        ..model::Bundle::default()
+    };
+    let sent = match &found.bundle {
+        None => Some(("create", ctx.core.create_bundle(wanted).await)),
+        Some((_, BundleState::Deleting)) => {
+            // The resource was deleted and made again while Manager still
+            // runs the old one's saga: create once that has finished.
+            return Err(ReconcileError::StillDeleting(bundle_id.to_string()));
+        }
+        Some((spec, BundleState::Live)) if spec != &wanted.spec => {
+            Some(("update", ctx.core.update_bundle(wanted).await))
+        }
+        Some(_) => None,
+    };
+    let refused = match sent {
+        Some((_, Err(CommandError::InvalidBundle { errors }))) => Some(Observed::no(
+            READY,
+            "InvalidBundle",
+            errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+        )),
+        Some((_, Err(CommandError::Manager(failure)))) if failure.kind == RpcFailureKind::Rejected => {
+            Some(Observed::no(READY, "RejectedByManager", failure.message))
+        }
+        Some((action, Err(source))) => {
+            return Err(ReconcileError::Command {
+                action,
+                object: bundle_id.to_string(),
+                source,
+            });
+        }
+        _ => None,
+    };
+    if let Some(ready) = refused {
+        // An invalid bundle waits for its spec to change.
+        let stalled = Observed::yes(STALLED, ready.reason.clone(), ready.message.clone());
+        write_if_changed(
+            bundle,
+            api,
+            ctx,
+            ObservedBundle {
+                conditions: vec![ready, stalled],
+                ..ObservedBundle::default()
+            },
+        )
+        .await?;
+        return Ok(Action::await_change());
+    }
+    let observed = observe_bundle(bundle, ctx).await?;
+    write_if_changed(bundle, api, ctx, observed).await?;
+    Ok(Action::requeue(RESYNC))
+}
+
+async fn observe_bundle(bundle: &crd::Bundle, ctx: &Context) -> Result<ObservedBundle, ReconcileError> {
+    let bundle_id = bundle.bundle_id();
+    let known = ctx.known_status(
+        CONTROLLER,
+        &key(bundle),
+        bundle.meta().resource_version.as_ref(),
+        bundle.status.clone(),
+    );
+    let previous = known.as_ref();
+    let placed_before = previous
+        .and_then(|s| conditions::find(&s.conditions, PLACED))
+        .is_some_and(|c| c.status == "True");
+    let same_generation = previous.and_then(|s| s.observed_generation) == bundle.meta().generation;
+    let check = if placed_before && same_generation {
+        AdmissionCheck::Skip
+    } else {
+        AdmissionCheck::Check
+    };
+    let spec = bundle.spec.0.clone();
+    let notes: BTreeMap<_, _> = {
+        let notes = ctx.notes();
+        let bundle_id = &bundle_id;
+        (0..replica_count(&spec))
+            .flat_map(|r| spec.jobs.iter().map(move |j| runtime_job_id(bundle_id, r, &j.job_name)))
+            .map(|id| {
+                let known = notes.job(&id);
+                (id, known)
+            })
+            .collect()
+    };
+    let id = bundle.bundle_id();
+    let mut observed = ctx
+        .core
+        .inspect(move |core, now| observe(core, &id, &spec, &notes, check, now))
+        .await?;
+    if check == AdmissionCheck::Skip {
+        // Keep what admission found last time.
+        if let Some(admitted) = previous.and_then(|s| conditions::find(&s.conditions, ADMITTED)) {
+            observed.conditions.push(Observed {
+                type_: ADMITTED,
+                status: admitted.status == "True",
+                reason: admitted.reason.clone(),
+                message: admitted.message.clone(),
+            });
+        }
+    }
+    Ok(observed)
+}
+
+/// Writes the status when it differs from what the resource holds.
+async fn write_if_changed(
+    bundle: &crd::Bundle,
+    api: &Api<crd::Bundle>,
+    ctx: &Context,
+    observed: ObservedBundle,
+) -> Result<(), ReconcileError> {
+    let key = key(bundle);
+    let version = bundle.meta().resource_version.clone();
+    let previous = ctx
+        .known_status(CONTROLLER, &key, version.as_ref(), bundle.status.clone())
+        .unwrap_or_default();
+    let generation = bundle.meta().generation;
+    let next = BundleStatus {
+        observed_generation: generation,
+        conditions: conditions::merge(&previous.conditions, observed.conditions, generation),
+        primary_node: observed.primary_node,
+        backup_node: observed.backup_node,
+        replicas: observed.replicas,
+        broken: observed.broken,
+    };
+    if !status::differs(&previous, &next, |s: &mut BundleStatus| &mut s.conditions) {
+        return Ok(());
+    }
+    status::apply(api, &bundle.name_any(), CONTROLLER, &next, &ctx.metrics).await?;
+    ctx.wrote(CONTROLLER, &key, version, &next);
+    Ok(())
+}
+
+/// The finalizer: start Manager's stop-then-delete saga and hold the
+/// resource until Manager no longer has the bundle.
+async fn cleanup(bundle: &crd::Bundle, ctx: &Context) -> Result<Action, ReconcileError> {
+    let bundle_id = bundle.bundle_id();
+    let found = stored(ctx, &bundle_id).await?;
+    if !found.hydrated {
+        return Err(ReconcileError::NotHydrated);
+    }
+    match found.bundle {
+        None => {
+            ctx.forget(CONTROLLER, &key(bundle));
+            Ok(Action::await_change())
+        }
+        Some((_, BundleState::Deleting)) => Err(ReconcileError::StillDeleting(bundle_id.to_string())),
+        Some((_, BundleState::Live)) => match ctx.core.delete_bundle(bundle_id.clone()).await {
+            Ok(()) => Err(ReconcileError::StillDeleting(bundle_id.to_string())),
+            Err(CommandError::Manager(f)) if f.kind == RpcFailureKind::NotFound => {
+                ctx.forget(CONTROLLER, &key(bundle));
+                Ok(Action::await_change())
+            }
+            Err(source) => Err(ReconcileError::Command {
+                action: "delete",
+                object: bundle_id.to_string(),
+                source,
+            }),
+        },
+    }
+}

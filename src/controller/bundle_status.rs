@@ -1,0 +1,198 @@
+//! A `Bundle`'s status computed from the core's state: pure, run on the
+//! core's own task through [`AutoManagerHandle::inspect`], so the status is
+//! one consistent reading between two steps of the core.
+//!
+//! [`AutoManagerHandle::inspect`]: crate::automanager::AutoManagerHandle::inspect
+
+use std::collections::BTreeMap;
+
+use crate::automanager::AutoManagerCore;
+use crate::automanager::binding::BindingPhase;
+use crate::crd::{JobStatus, ReplicaStatus};
+use crate::model::{BundleId, BundleSpec, BundleState, JobId, UnixMillis, runtime_job_id};
+use crate::placement::Admission;
+
+use super::conditions::{Observed, READY};
+use super::notes::JobNotes;
+
+/// Every job holds a placement.
+pub const PLACED: &str = "Placed";
+/// A placement could not honour the resilience policy.
+pub const DEGRADED: &str = "Degraded";
+/// The bundle ended terminally (`onBundleBroken`).
+pub const BROKEN: &str = "Broken";
+/// What admission against the fleet found (`validateBundleAdmission`).
+pub const ADMITTED: &str = "Admitted";
+
+/// The status the core's state implies (conditions without timestamps).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ObservedBundle {
+    /// Per replica, its jobs.
+    pub replicas: Vec<ReplicaStatus>,
+    /// The primary replica's first placed job's node.
+    pub primary_node: Option<String>,
+    /// The backup replica's first placed job's node.
+    pub backup_node: Option<String>,
+    /// The broken reason.
+    pub broken: Option<String>,
+    /// `Ready`, `Placed`, `Degraded`, `Broken`, and `Admitted` when asked.
+    pub conditions: Vec<Observed>,
+}
+
+/// Whether admission is worth checking against the fleet: it builds a
+/// placement view, so it runs for a new spec or while jobs are unplaced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdmissionCheck {
+    /// Run `validateBundle` and `validateBundleAdmission`.
+    Check,
+    /// Every job was placed at the last reading; keep what was found.
+    Skip,
+}
+
+/// How many replicas a bundle has: a primary, and a backup when it has a
+/// resilience policy.
+pub fn replica_count(spec: &BundleSpec) -> u32 {
+    if spec.resilience_policy.is_some() { 2 } else { 1 }
+}
+
+/// Reads the bundle `bundle_id` with `spec` from the core at `now`.
+/// `notes` holds what notifications said about each job.
+pub fn observe(
+    core: &AutoManagerCore,
+    bundle_id: &BundleId,
+    spec: &BundleSpec,
+    notes: &BTreeMap<JobId, JobNotes>,
+    check: AdmissionCheck,
+    now: UnixMillis,
+) -> ObservedBundle {
+    let stored = core.bundles().find(|b| &b.bundle_id == bundle_id);
+    let deleting = stored.is_some_and(|b| b.state == BundleState::Deleting);
+    let broken = core.broken_bundles().get(bundle_id).cloned();
+    let mut observed = ObservedBundle {
+        broken: broken.clone(),
+        ..ObservedBundle::default()
+    };
+    let (mut active, mut placed, mut running, mut awaiting_capacity) = (0, 0, 0, Vec::new());
+    let mut degraded = Vec::new();
+    for index in 0..replica_count(spec) {
+        let mut jobs = Vec::new();
+        for job in &spec.jobs {
+            let job_id = runtime_job_id(bundle_id, index, &job.job_name);
+            let record = core.job(&job_id);
+            let binding = record.and_then(|r| r.binding.as_ref());
+            let job_notes = notes.get(&job_id).cloned().unwrap_or_default();
+            let state = match record {
+                _ if deleting => "deleting",
+                Some(r) if r.dropped => "dropped",
+                _ if broken.is_some() => "broken",
+                Some(r) if r.job.dormant => "dormant",
+                Some(_) => match binding.map(|b| b.phase) {
+                    Some(BindingPhase::AwaitingNode) => "awaitingNode",
+                    Some(BindingPhase::Dispatched) => "starting",
+                    Some(BindingPhase::Running) => "running",
+                    None if record.is_some_and(|r| r.awaiting_capacity_since.is_some()) => "awaitingCapacity",
+                    None => "pending",
+                },
+                None => "pending",
+            };
+            if !matches!(state, "dormant" | "dropped") {
+                active += 1;
+                placed += usize::from(binding.is_some());
+                running += usize::from(state == "running");
+                if state == "awaitingCapacity" {
+                    awaiting_capacity.push(format!("{}/{}", index, job.job_name));
+                }
+            }
+            if let Some(why) = &job_notes.resilience_degraded {
+                degraded.push(format!("{index}/{}: {why}", job.job_name));
+            }
+            let node = binding.map(|b| b.node_id.to_string());
+            let first_node = if index == 0 {
+                &mut observed.primary_node
+            } else {
+                &mut observed.backup_node
+            };
+            if first_node.is_none() {
+                first_node.clone_from(&node);
+            }
+            jobs.push(JobStatus {
+                job_name: job.job_name.clone(),
+                job_id: job_id.to_string(),
+                node,
+                instance_key: binding.map(|b| b.instance_key.to_string()),
+                state: state.to_owned(),
+                restarts_in_last_hour: record.map_or(0, |r| r.restarts.count(now)),
+                gpu_index: binding.and_then(|b| b.gpu_index),
+                last_placement: job_notes.last_placement,
+                resilience_degraded: job_notes.resilience_degraded,
+            });
+        }
+        observed.replicas.push(ReplicaStatus { index, jobs });
+    }
+
+    let conditions = &mut observed.conditions;
+    conditions.push(match (&broken, deleting) {
+        (Some(reason), _) => Observed::no(READY, "Broken", reason.clone()),
+        (None, true) => Observed::no(READY, "Deleting", "Manager's stop-then-delete saga is running"),
+        (None, false) if running == active => {
+            Observed::yes(READY, "Running", format!("{running} of {active} jobs running"))
+        }
+        (None, false) if placed == active => {
+            Observed::no(READY, "Starting", format!("{running} of {active} jobs running"))
+        }
+        (None, false) => Observed::no(READY, "Placing", format!("{placed} of {active} jobs placed")),
+    });
+    conditions.push(if placed == active {
+        Observed::yes(PLACED, "Placed", format!("{placed} of {active} jobs placed"))
+    } else if !awaiting_capacity.is_empty() {
+        Observed::no(
+            PLACED,
+            "AwaitingCapacity",
+            format!("no tier could place or provision {}", awaiting_capacity.join(", ")),
+        )
+    } else {
+        Observed::no(PLACED, "Pending", format!("{placed} of {active} jobs placed"))
+    });
+    conditions.push(if degraded.is_empty() {
+        Observed::no(DEGRADED, "ResilienceHonoured", "")
+    } else {
+        Observed::yes(DEGRADED, "ResilienceDegraded", degraded.join("; "))
+    });
+    conditions.push(match &broken {
+        Some(reason) => Observed::yes(BROKEN, "BundleBroken", reason.clone()),
+        None => Observed::no(BROKEN, "NotBroken", ""),
+    });
+    if check == AdmissionCheck::Check && !deleting {
+        conditions.push(admission(core, bundle_id, spec));
+    }
+    observed
+}
+
+/// `Admitted`: validation warnings and `noCapacity` need the fleet, so the
+/// API server cannot refuse them; they are reported here instead.
+fn admission(core: &AutoManagerCore, bundle_id: &BundleId, spec: &BundleSpec) -> Observed {
+    let warnings = match core.validate_bundle(spec) {
+        Ok(found) => found.warnings.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        Err(e) => return Observed::no(ADMITTED, "FleetUnreadable", e.to_string()),
+    };
+    match core.validate_bundle_admission(bundle_id, spec) {
+        Ok(Admission::Ok) if warnings.is_empty() => Observed::yes(ADMITTED, "Admitted", ""),
+        Ok(Admission::Ok) => Observed::yes(ADMITTED, "AdmittedWithWarnings", warnings.join("; ")),
+        Ok(Admission::ValidationErrors { errors }) => Observed::no(
+            ADMITTED,
+            "InvalidBundle",
+            errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+        ),
+        Ok(Admission::NoCapacity { unplaceable }) => Observed::no(
+            ADMITTED,
+            "NoCapacity",
+            unplaceable
+                .iter()
+                .map(|u| format!("{}/{}: {}", u.replica_index, u.job_name, u.reason))
+                .chain(warnings)
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+        Err(e) => Observed::no(ADMITTED, "FleetUnreadable", e.to_string()),
+    }
+}

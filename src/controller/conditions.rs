@@ -1,0 +1,132 @@
+//! `metav1.Condition` bookkeeping shared by every controller: conditions are
+//! computed afresh from what the core reports, then merged with the ones
+//! already on the resource so `lastTransitionTime` only moves when a
+//! condition's status does. A status is written only when it differs from
+//! what the resource holds, ignoring those timestamps.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+/// The root condition every kind carries (kstatus reads it).
+pub const READY: &str = "Ready";
+/// kstatus: the controller cannot make progress without a change.
+pub const STALLED: &str = "Stalled";
+
+/// A condition as computed now (no timestamp yet).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    /// The condition type (`Ready`, `Placed`, ...).
+    pub type_: &'static str,
+    /// True or false.
+    pub status: bool,
+    /// A CamelCase reason.
+    pub reason: String,
+    /// What a person reads.
+    pub message: String,
+}
+
+impl Observed {
+    /// A condition that holds.
+    pub fn yes(type_: &'static str, reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            type_,
+            status: true,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A condition that does not hold.
+    pub fn no(type_: &'static str, reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            type_,
+            status: false,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The conditions to write: each observed one, keeping the transition time
+/// of the previous condition of its type when its status did not change.
+pub fn merge(previous: &[Condition], observed: Vec<Observed>, generation: Option<i64>) -> Vec<Condition> {
+    let now = Time(Timestamp::now());
+    observed
+        .into_iter()
+        .map(|o| {
+            let status = if o.status { "True" } else { "False" }.to_owned();
+            let last_transition_time = previous
+                .iter()
+                .find(|c| c.type_ == o.type_ && c.status == status)
+                .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+            Condition {
+                type_: o.type_.to_owned(),
+                status,
+                reason: o.reason,
+                // The API server requires a message field; an empty one is fine.
+                message: o.message,
+                observed_generation: generation,
+                last_transition_time,
+            }
+        })
+        .collect()
+}
+
+/// Whether two condition lists say the same (timestamps aside).
+pub fn same(a: &[Condition], b: &[Condition]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.type_ == y.type_
+                && x.status == y.status
+                && x.reason == y.reason
+                && x.message == y.message
+                && x.observed_generation == y.observed_generation
+        })
+}
+
+/// The condition of `type_`, if present.
+pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn old(type_: &str, status: &str, at: i64) -> Condition {
+        Condition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            reason: "Before".to_owned(),
+            message: String::new(),
+            observed_generation: Some(1),
+            last_transition_time: Time(Timestamp::from_second(at).unwrap()),
+        }
+    }
+
+    #[test]
+    fn transition_time_moves_only_when_status_changes() {
+        let previous = [old(READY, "True", 100), old("Placed", "True", 200)];
+        let merged = merge(
+            &previous,
+            vec![
+                Observed::yes(READY, "Running", "all jobs running"),
+                Observed::no("Placed", "AwaitingCapacity", "no tier could place"),
+            ],
+            Some(2),
+        );
+        assert_eq!(merged[0].last_transition_time, previous[0].last_transition_time);
+        assert_ne!(merged[1].last_transition_time, previous[1].last_transition_time);
+        assert_eq!(merged[1].observed_generation, Some(2));
+    }
+
+    #[test]
+    fn same_ignores_timestamps_but_not_reasons() {
+        let a = [old(READY, "True", 1)];
+        let b = [old(READY, "True", 2)];
+        assert!(same(&a, &b));
+        let mut c = b.clone();
+        c[0].reason = "After".to_owned();
+        assert!(!same(&a, &c));
+    }
+}

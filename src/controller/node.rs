@@ -1,0 +1,313 @@
+//! `NorskNode`: the operator mirrors every node of the core's fleet into a
+//! resource (created when the node appears, status kept current, deleted
+//! once the core sweeps the node after `removeStoppedNodesAfter`). Fleet
+//! changes are coalesced — a burst of node events is one round — and each
+//! round writes only what changed, at most `MAX_WRITES_PER_ROUND` objects
+//! with `CONCURRENT_WRITES` in flight; the rest follows in the next round.
+//!
+//! People edit `spec.cordoned` and `spec.spare`; a second controller hands
+//! those to the core (`updateHotSpareNode`; cordoning waits for the core,
+//! see the seam below) and reports them as conditions under its own field
+//! manager.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, stream};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use tokio::sync::mpsc;
+
+use crate::automanager::spares::SpareError;
+use crate::crd::{NorskNode, NorskNodeStatus};
+use crate::model::NodeId;
+
+use super::conditions::{self, Observed};
+use super::node_status::mirrored_nodes;
+use super::{Context, ReconcileError, status};
+
+/// The mirror's name (metrics label, field manager suffix).
+pub const MIRROR: &str = "norsknode";
+/// The spec controller's name.
+pub const SPEC_CONTROLLER: &str = "norsknode-spec";
+/// Condition: the node takes no new placements.
+pub const CORDONED: &str = "Cordoned";
+/// Condition: `spec.spare` is the live spare's spec.
+pub const SPARE_SPEC_APPLIED: &str = "SpareSpecApplied";
+/// Label on every `NorskNode` the operator mirrors.
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Label naming the fleet a `NorskNode` belongs to.
+pub const FLEET: &str = "automanager.norsk.video/fleet";
+/// How long fleet changes are gathered into one round.
+const COALESCE: Duration = Duration::from_millis(500);
+/// A round runs at least this often without a change.
+const RESYNC: Duration = Duration::from_secs(60);
+/// The most objects one round writes.
+const MAX_WRITES_PER_ROUND: usize = 200;
+/// Writes in flight at once.
+const CONCURRENT_WRITES: usize = 8;
+
+/// Mirrors the fleet named `fleet` until `shutdown` resolves; a round
+/// follows every burst on `changed`.
+pub async fn mirror(
+    ctx: Arc<Context>,
+    fleet: String,
+    mut changed: mpsc::Receiver<()>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let api: Api<NorskNode> = Api::all(ctx.client.clone());
+    let mut written: HashMap<String, NorskNodeStatus> = HashMap::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = changed.recv() => {}
+            () = tokio::time::sleep(RESYNC) => {}
+            () = &mut shutdown => return,
+        }
+        tokio::select! {
+            () = tokio::time::sleep(COALESCE) => {}
+            () = &mut shutdown => return,
+        }
+        while changed.try_recv().is_ok() {}
+        let started = Instant::now();
+        match round(&ctx, &api, &fleet, &mut written).await {
+            Ok(more) => {
+                ctx.succeeded(MIRROR, "fleet");
+                if more {
+                    // Writes left over: another round soon, not a burst now.
+                    continue;
+                }
+            }
+            Err(e) => {
+                ctx.failed(MIRROR, "fleet", &e);
+            }
+        }
+        ctx.timed(MIRROR, started);
+    }
+}
+
+/// One round: create, update and delete what differs. Whether writes were
+/// left for the next round.
+async fn round(
+    ctx: &Context,
+    api: &Api<NorskNode>,
+    fleet: &str,
+    written: &mut HashMap<String, NorskNodeStatus>,
+) -> Result<bool, ReconcileError> {
+    let Some(desired) = ctx
+        .core
+        .inspect(|core, _| core.is_hydrated().then(|| mirrored_nodes(core)))
+        .await?
+    else {
+        return Ok(false);
+    };
+    let managed = ListParams::default().labels(&format!("{MANAGED_BY}={},{FLEET}={fleet}", super::OPERATOR_NAME));
+    let existing: BTreeMap<String, NorskNode> = api
+        .list(&managed)
+        .await
+        .map_err(|source| ReconcileError::WriteStatus {
+            object: "NorskNode list".to_owned(),
+            source,
+        })?
+        .items
+        .into_iter()
+        .map(|n| (n.name_any(), n))
+        .collect();
+    let mut writes = Vec::new();
+    for (name, node) in desired.iter() {
+        let current = existing.get(name);
+        let previous = written
+            .get(name)
+            .cloned()
+            .or_else(|| current.and_then(|c| c.status.clone()))
+            .unwrap_or_default();
+        let next = NorskNodeStatus {
+            conditions: conditions::merge(&previous.conditions, node.conditions.clone(), None),
+            ..node.status.clone()
+        };
+        if current.is_none() || status::differs(&previous, &next, |s: &mut NorskNodeStatus| &mut s.conditions) {
+            writes.push(Write::Mirror {
+                fleet: fleet.to_owned(),
+                name: name.clone(),
+                create: current.is_none(),
+                node_id: node.node_id.clone(),
+                status: Box::new(next),
+            });
+        }
+    }
+    for name in existing.keys().filter(|name| !desired.contains_key(*name)) {
+        writes.push(Write::Delete { name: name.clone() });
+    }
+    let more = writes.len() > MAX_WRITES_PER_ROUND;
+    writes.truncate(MAX_WRITES_PER_ROUND);
+    let results: Vec<_> = stream::iter(writes)
+        .map(|w| w.run(api, ctx))
+        .buffer_unordered(CONCURRENT_WRITES)
+        .collect()
+        .await;
+    let mut first_error = None;
+    for result in results {
+        match result {
+            Ok((name, Some(status))) => {
+                written.insert(name, status);
+            }
+            Ok((name, None)) => {
+                written.remove(&name);
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(more),
+    }
+}
+
+enum Write {
+    Mirror {
+        fleet: String,
+        name: String,
+        create: bool,
+        node_id: NodeId,
+        status: Box<NorskNodeStatus>,
+    },
+    Delete {
+        name: String,
+    },
+}
+
+impl Write {
+    /// Carries the write out; the status now held (none once deleted).
+    async fn run(
+        self,
+        api: &Api<NorskNode>,
+        ctx: &Context,
+    ) -> Result<(String, Option<NorskNodeStatus>), ReconcileError> {
+        match self {
+            Write::Mirror {
+                fleet,
+                name,
+                create,
+                node_id,
+                status,
+            } => {
+                if create {
+                    // Only the operator's own fields: `spec.cordoned` and
+                    // `spec.spare` stay with whoever set them.
+                    let object = serde_json::json!({
+                        "apiVersion": NorskNode::api_version(&()),
+                        "kind": NorskNode::kind(&()),
+                        "metadata": {"name": name, "labels": {MANAGED_BY: super::OPERATOR_NAME, FLEET: fleet}},
+                        "spec": {"nodeId": node_id.as_str()},
+                    });
+                    let params = PatchParams::apply(&status::field_manager(MIRROR)).force();
+                    api.patch(&name, &params, &Patch::Apply(&object))
+                        .await
+                        .map_err(|source| ReconcileError::WriteStatus {
+                            object: name.clone(),
+                            source,
+                        })?;
+                }
+                status::apply(api, &name, MIRROR, &*status, &ctx.metrics).await?;
+                Ok((name, Some(*status)))
+            }
+            Write::Delete { name } => match api.delete(&name, &Default::default()).await {
+                Ok(_) => Ok((name, None)),
+                Err(kube::Error::Api(e)) if e.code == 404 => Ok((name, None)),
+                Err(source) => Err(ReconcileError::WriteStatus { object: name, source }),
+            },
+        }
+    }
+}
+
+/// Runs the controller of what people edit on a `NorskNode` until
+/// `shutdown` resolves.
+pub async fn run_spec(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let api: Api<NorskNode> = Api::all(ctx.client.clone());
+    Controller::new(api, watcher::Config::default())
+        .with_config(Config::default().debounce(Duration::from_millis(200)))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile_spec, spec_error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
+}
+
+fn spec_error_policy(node: Arc<NorskNode>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
+    ctx.failed(SPEC_CONTROLLER, &node.name_any(), error)
+}
+
+/// Seam for `cordonNode` / `uncordonNode`: the core of this build cannot
+/// cordon (no `cordon_node` on its handle), so the wish is only reported.
+/// When the handle gains `cordon_node(node, cordoned)`, call it here.
+fn apply_cordon(cordoned: bool) -> Observed {
+    if cordoned {
+        Observed::no(
+            CORDONED,
+            "CoreWithoutCordon",
+            "this build's core cannot cordon; placement still uses the node",
+        )
+    } else {
+        Observed::no(CORDONED, "Uncordoned", "")
+    }
+}
+
+/// `spec.spare` -> `updateHotSpareNode`, when it differs from the live
+/// spare's spec.
+async fn apply_spare_spec(ctx: &Context, node: &NorskNode) -> Result<Option<Observed>, ReconcileError> {
+    let Some(wanted) = node.spec.spare.clone() else {
+        return Ok(None);
+    };
+    let node_id = NodeId(node.spec.node_id.clone());
+    let live = ctx.core.spare_spec(node_id.clone()).await?;
+    if live.as_ref() == Some(&wanted) {
+        return Ok(Some(Observed::yes(SPARE_SPEC_APPLIED, "InForce", "")));
+    }
+    Ok(Some(match ctx.core.update_hot_spare_node(node_id, wanted).await {
+        Ok(()) => Observed::yes(SPARE_SPEC_APPLIED, "InForce", ""),
+        Err(SpareError::Closed) => return Err(ReconcileError::ReadCore(crate::automanager::QueryError::Closed)),
+        // Not a spare (any more), or unknown: nothing to apply until it is.
+        Err(e) => Observed::no(SPARE_SPEC_APPLIED, "NotASpare", e.to_string()),
+    }))
+}
+
+#[tracing::instrument(skip_all, fields(node = %node.spec.node_id))]
+async fn reconcile_spec(node: Arc<NorskNode>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let name = node.name_any();
+    let mut observed = vec![apply_cordon(node.spec.cordoned)];
+    observed.extend(apply_spare_spec(&ctx, &node).await?);
+    let types: Vec<&str> = observed.iter().map(|o| o.type_).collect();
+    let previous: Vec<_> = node
+        .status
+        .as_ref()
+        .map(|s| {
+            s.conditions
+                .iter()
+                .filter(|c| types.contains(&c.type_.as_str()))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    let next = conditions::merge(&previous, observed, node.meta().generation);
+    if !conditions::same(&previous, &next) {
+        // A list-map keyed by type: this manager owns `Cordoned` and
+        // `SpareSpecApplied`, the mirror owns `Ready`.
+        let api: Api<NorskNode> = Api::all(ctx.client.clone());
+        status::apply(
+            &api,
+            &name,
+            SPEC_CONTROLLER,
+            &serde_json::json!({"conditions": next}),
+            &ctx.metrics,
+        )
+        .await?;
+    }
+    ctx.timed(SPEC_CONTROLLER, started);
+    ctx.succeeded(SPEC_CONTROLLER, &name);
+    Ok(Action::await_change())
+}

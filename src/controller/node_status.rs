@@ -1,0 +1,177 @@
+//! What a `NorskNode` mirrors, computed from the core's fleet: pure, run on
+//! the core's task. Also the resource name of a node id (node ids are
+//! Manager's and need not be valid Kubernetes names).
+
+use std::collections::BTreeMap;
+
+use crate::automanager::AutoManagerCore;
+use crate::automanager::fleet::NodeState;
+use crate::crd::{NodeInventoryStatus, NorskNodeStatus};
+use crate::model::{NodeId, NodePhase, tags};
+
+use super::conditions::{Observed, READY};
+
+/// How many job ids a `NorskNode` lists (`jobCount` has them all): a
+/// status stays small however dense the node.
+const LISTED_JOBS: usize = 50;
+/// The longest Kubernetes object name.
+const MAX_NAME: usize = 253;
+
+/// One node as its resource should read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MirroredNode {
+    /// Manager's node id.
+    pub node_id: NodeId,
+    /// The status (conditions without timestamps in `conditions`).
+    pub status: NorskNodeStatus,
+    /// `Ready` and why.
+    pub conditions: Vec<Observed>,
+}
+
+/// The resource name of `node_id`: lowercased, characters a name cannot
+/// hold replaced by `-`, and — when that changed anything — a stable hash
+/// of the exact id appended, so two ids never share a name.
+pub fn resource_name(node_id: &str) -> String {
+    let cleaned: String = node_id
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '-' | '.') => c,
+            _ => '-',
+        })
+        .collect();
+    let trimmed = cleaned.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    if trimmed == node_id && !trimmed.is_empty() && trimmed.len() <= MAX_NAME {
+        return trimmed.to_owned();
+    }
+    // FNV-1a: stable across builds and processes (std's hasher is not).
+    let hash = node_id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let keep: String = trimmed.chars().take(MAX_NAME - 17).collect();
+    let keep = keep.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    if keep.is_empty() {
+        format!("node-{hash:016x}")
+    } else {
+        format!("{keep}-{hash:016x}")
+    }
+}
+
+fn phase_name(phase: NodePhase) -> &'static str {
+    match phase {
+        NodePhase::Prospective => "prospective",
+        NodePhase::Starting => "starting",
+        NodePhase::Running => "running",
+        NodePhase::Stopping => "stopping",
+        NodePhase::Stopped => "stopped",
+    }
+}
+
+fn mirror(node: &NodeState, jobs: &[String]) -> MirroredNode {
+    let inventory = node.inventory.as_ref();
+    let unhealthy = node.health.is_unhealthy();
+    let status = NorskNodeStatus {
+        conditions: Vec::new(),
+        pool: node.tags.get(tags::POOL).cloned(),
+        tier: node
+            .tags
+            .get(tags::TIER)
+            .cloned()
+            .or_else(|| node.provisioned.as_ref().map(|p| p.tier.clone())),
+        provider: inventory
+            .map(|i| i.kind)
+            .or_else(|| node.provisioned.as_ref().map(|p| p.kind))
+            .map(|k| k.as_str().to_owned()),
+        instance_type: inventory
+            .map(|i| i.instance_type.clone())
+            .filter(|t| !t.is_empty())
+            .or_else(|| node.provisioned.as_ref().map(|p| p.instance_type.clone())),
+        region: inventory
+            .map(|i| i.region.clone())
+            .or_else(|| node.provisioned.as_ref().map(|p| p.region.clone())),
+        availability_zone: inventory.map(|i| i.az.clone()).filter(|az| !az.is_empty()),
+        phase: phase_name(node.phase).to_owned(),
+        inventory: inventory.map(|i| NodeInventoryStatus {
+            total_capacity: i.total_capacity,
+            total_cores: i.total_cores,
+            utilization_cap: i.utilization_cap,
+            gpus: i
+                .gpus
+                .iter()
+                .enumerate()
+                .map(|(index, g)| format!("{index}: {} ({})", g.model, g.total_capacity))
+                .collect(),
+            capabilities: i.capabilities.clone(),
+            images: i.images.clone(),
+        }),
+        job_count: u32::try_from(jobs.len()).unwrap_or(u32::MAX),
+        jobs: jobs.iter().take(LISTED_JOBS).cloned().collect(),
+        spare: node.tags.get(tags::SPARE).is_some_and(|v| v == "true"),
+        health: if unhealthy { "unhealthy" } else { "healthy" }.to_owned(),
+        interruption: node.tags.get(tags::INTERRUPTION).cloned(),
+    };
+    let ready = match (node.phase, unhealthy) {
+        (NodePhase::Running, false) => Observed::yes(READY, "Running", ""),
+        (NodePhase::Running, true) => Observed::no(
+            READY,
+            "Unhealthy",
+            "excluded from placement after repeated job rejections",
+        ),
+        (phase, _) => Observed::no(READY, capitalised(phase_name(phase)), ""),
+    };
+    MirroredNode {
+        node_id: node.id.clone(),
+        status,
+        conditions: vec![ready],
+    }
+}
+
+fn capitalised(word: &str) -> String {
+    let mut chars = word.chars();
+    chars
+        .next()
+        .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+        .unwrap_or_default()
+}
+
+/// Every node of the core's fleet as its resource should read, by
+/// resource name. A node the core has swept (stopped for longer than
+/// `removeStoppedNodesAfter`) is not here, so its resource goes.
+pub fn mirrored_nodes(core: &AutoManagerCore) -> BTreeMap<String, MirroredNode> {
+    let mut jobs: BTreeMap<&NodeId, Vec<String>> = BTreeMap::new();
+    for record in core.jobs() {
+        if let Some(binding) = &record.binding {
+            jobs.entry(&binding.node_id)
+                .or_default()
+                .push(record.job_id().to_string());
+        }
+    }
+    core.fleet()
+        .iter()
+        .map(|node| {
+            let bound = jobs.get(&node.id).map_or(&[][..], Vec::as_slice);
+            (resource_name(node.id.as_str()), mirror(node, bound))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_valid_node_id_is_its_own_name() {
+        assert_eq!(resource_name("node-a"), "node-a");
+        assert_eq!(resource_name("am-production-aws-3"), "am-production-aws-3");
+    }
+
+    #[test]
+    fn ids_that_are_not_names_get_distinct_stable_names() {
+        let a = resource_name("Node_A");
+        let b = resource_name("node-a");
+        assert_ne!(a, b);
+        assert!(a.starts_with("node-a-"), "{a}");
+        assert_eq!(a, resource_name("Node_A"));
+        assert!(resource_name("@@").starts_with("node-"));
+        assert!(resource_name(&"x".repeat(400)).len() <= MAX_NAME);
+    }
+}

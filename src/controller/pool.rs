@@ -1,0 +1,277 @@
+//! The `PlacementPool` controller. A sync task hands every valid
+//! `PlacementPool` to the core as one set, live (no reconnect), after every
+//! pool event (deletes included); a pool that does not validate is left out
+//! and its status says why (`Stalled`), so one bad pool never blocks the
+//! others. The controller writes each pool's status: nodes per tier,
+//! prospective nodes, used capacity, live spares.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use kube::api::Api;
+use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+
+use crate::automanager::fleet::NodeState;
+use crate::automanager::{AutoManagerCore, CommandError};
+use crate::crd::{PlacementPool, PlacementPoolStatus, TierStatus};
+use crate::model::{self, NodeId, tags};
+use crate::placement::validate_pools;
+
+use super::conditions::{self, Observed, READY, STALLED};
+use super::{Context, ReconcileError, status};
+
+/// The pool controller's name (metrics label, field manager suffix).
+pub const POOL_CONTROLLER: &str = "placementpool";
+/// Gauges are refreshed at least this often without a change.
+const RESYNC: Duration = Duration::from_secs(60);
+
+/// What the controller shares with the sync task.
+pub struct PoolContext {
+    shared: Arc<Context>,
+    pools: Store<PlacementPool>,
+    /// Why the core last refused the whole set, if it did.
+    refused: Mutex<Option<String>>,
+}
+
+/// Runs the sync task and the `PlacementPool` controller until `shutdown`
+/// resolves; every pool's status is recomputed when `fleet_changed` yields.
+pub async fn run_pools(
+    ctx: Arc<Context>,
+    fleet_changed: impl Stream<Item = ()> + Send + 'static,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let api: Api<PlacementPool> = Api::all(ctx.client.clone());
+    // Every watch event, deletes and the end of the initial list included
+    // (so no pools at all is a set too).
+    let (pools, writer) = reflector::store();
+    let pool_events = reflector::reflector(writer, watcher(api.clone(), watcher::Config::default()))
+        .filter_map(|e| async move { e.ok().map(|_| ()) });
+    let pools_ctx = Arc::new(PoolContext {
+        shared: ctx.clone(),
+        pools,
+        refused: Mutex::new(None),
+    });
+    let (wake_tx, wake_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let sync = sync(pools_ctx.clone(), pool_events, wake_tx);
+    let controller = Controller::new(api, watcher::Config::default())
+        .with_config(Config::default().debounce(Duration::from_millis(200)))
+        .reconcile_all_on(futures::stream::select(
+            fleet_changed,
+            tokio_stream::wrappers::ReceiverStream::new(wake_rx),
+        ))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile_pool, pool_error_policy, pools_ctx)
+        .for_each(|_| async {});
+    // The sync task ends with the controller (its stream never ends).
+    tokio::select! {
+        () = controller => {}
+        () = sync => {}
+    }
+}
+
+/// Hands the core the valid pools after every pool event; wakes the
+/// controller to write what came of it.
+async fn sync(ctx: Arc<PoolContext>, events: impl Stream<Item = ()>, wake: tokio::sync::mpsc::Sender<()>) {
+    let mut events = std::pin::pin!(events);
+    while events.next().await.is_some() {
+        let shared = &ctx.shared;
+        let (valid, _) = valid_pools(&ctx.pools);
+        let Ok(in_force) = shared
+            .core
+            .inspect(|core, _| core.settings().placement_pools.clone())
+            .await
+        else {
+            return;
+        };
+        let refusal = if in_force == valid {
+            if !shared.pools_synced() {
+                shared.pools_applied();
+            }
+            None
+        } else {
+            match shared.core.set_placement_pools(valid).await {
+                Ok(()) => {
+                    shared.pools_applied();
+                    None
+                }
+                Err(CommandError::InvalidSettings { errors }) => {
+                    // The pools are valid one by one; what the whole set
+                    // fails on (a hot-spare policy naming a pool being
+                    // removed, ...) is reported on every pool.
+                    Some(errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+                }
+                Err(CommandError::Closed) => return,
+                Err(e) => Some(e.to_string()),
+            }
+        };
+        *ctx.refused.lock().unwrap_or_else(PoisonError::into_inner) = refusal;
+        // A full channel already holds the wake-up.
+        let _ = wake.try_send(());
+    }
+}
+
+fn pool_error_policy(pool: Arc<PlacementPool>, error: &ReconcileError, ctx: Arc<PoolContext>) -> Action {
+    ctx.shared.failed(POOL_CONTROLLER, &pool.name_any(), error)
+}
+
+/// Why a pool is left out of the set, per pool name.
+fn valid_pools(pools: &Store<PlacementPool>) -> (Vec<model::PlacementPool>, BTreeMap<String, String>) {
+    let mut all: Vec<_> = pools
+        .state()
+        .into_iter()
+        .filter(|p| p.meta().deletion_timestamp.is_none())
+        .map(|p| p.to_model())
+        .collect();
+    all.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut invalid = BTreeMap::new();
+    let valid = all
+        .into_iter()
+        .filter(|pool| match validate_pools(vec![pool.clone()]) {
+            Ok(_) => true,
+            Err(e) => {
+                invalid.insert(pool.name.clone(), e.to_string());
+                false
+            }
+        })
+        .collect();
+    (valid, invalid)
+}
+
+#[tracing::instrument(skip_all, fields(pool = %pool.name_any()))]
+async fn reconcile_pool(pool: Arc<PlacementPool>, ctx: Arc<PoolContext>) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let shared = &ctx.shared;
+    let name = pool.name_any();
+    let model = pool.to_model();
+    let (_, invalid) = valid_pools(&ctx.pools);
+    let set_refused = ctx.refused.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let tiers: Vec<String> = pool.spec.tiers.iter().map(|t| t.name.clone()).collect();
+    let pool_name = name.clone();
+    let (observed, metrics, in_force) = shared
+        .core
+        .inspect(move |core, now| {
+            let in_force = core.settings().placement_pools.contains(&model);
+            (observe_pool(core, &pool_name, &tiers), core.metrics(now), in_force)
+        })
+        .await?;
+    shared.metrics.pools(&metrics);
+    let conditions = match (invalid.get(&name).or(set_refused.as_ref()), in_force) {
+        (Some(why), _) => vec![
+            Observed::no(READY, "InvalidPool", why.clone()),
+            Observed::yes(STALLED, "InvalidPool", why.clone()),
+        ],
+        (None, true) => vec![
+            Observed::yes(READY, "InForce", "the core places with this pool"),
+            Observed::no(STALLED, "InForce", ""),
+        ],
+        (None, false) => vec![
+            Observed::no(READY, "Pending", "not yet handed to the core"),
+            Observed::no(STALLED, "Pending", ""),
+        ],
+    };
+    let generation = pool.meta().generation;
+    let version = pool.meta().resource_version.clone();
+    let previous = shared
+        .known_status(POOL_CONTROLLER, &name, version.as_ref(), pool.status.clone())
+        .unwrap_or_default();
+    let next = PlacementPoolStatus {
+        observed_generation: generation,
+        conditions: conditions::merge(&previous.conditions, conditions, generation),
+        ..observed
+    };
+    if status::differs(&previous, &next, |s: &mut PlacementPoolStatus| &mut s.conditions) {
+        let api: Api<PlacementPool> = Api::all(shared.client.clone());
+        status::apply(&api, &name, POOL_CONTROLLER, &next, &shared.metrics).await?;
+        shared.wrote(POOL_CONTROLLER, &name, version, &next);
+    }
+    shared.timed(POOL_CONTROLLER, started);
+    shared.succeeded(POOL_CONTROLLER, &name);
+    Ok(Action::requeue(RESYNC))
+}
+
+/// The capacity bound jobs reserve, by node.
+fn reserved_by_node(core: &AutoManagerCore) -> BTreeMap<NodeId, f64> {
+    let mut reserved = BTreeMap::new();
+    for record in core.jobs() {
+        if let Some(binding) = &record.binding {
+            *reserved.entry(binding.node_id.clone()).or_insert(0.0) += record.job.requirements().required_capacity;
+        }
+    }
+    reserved
+}
+
+fn members<'a>(core: &'a AutoManagerCore, pool: &'a str) -> impl Iterator<Item = &'a NodeState> {
+    core.fleet()
+        .iter()
+        .filter(move |n| n.tags.get(tags::POOL).map(String::as_str) == Some(pool) && !n.is_going() && !n.terminated)
+}
+
+fn is_spare(node: &NodeState) -> bool {
+    node.tags.get(tags::SPARE).is_some_and(|v| v == "true")
+}
+
+fn fraction(used: f64, usable: f64) -> f64 {
+    // Three decimals: finer is noise, and every change would be a write.
+    if usable > 0.0 {
+        (used / usable * 1000.0).round() / 1000.0
+    } else {
+        0.0
+    }
+}
+
+/// A pool's status from the core's fleet (conditions left to the caller).
+fn observe_pool(core: &AutoManagerCore, pool: &str, tier_names: &[String]) -> PlacementPoolStatus {
+    let reserved = reserved_by_node(core);
+    let mut status = PlacementPoolStatus::default();
+    let (mut used_all, mut usable_all) = (0.0, 0.0);
+    let mut tiers: Vec<(TierStatus, f64, f64)> = tier_names
+        .iter()
+        .map(|name| {
+            (
+                TierStatus {
+                    name: name.clone(),
+                    ..TierStatus::default()
+                },
+                0.0,
+                0.0,
+            )
+        })
+        .collect();
+    for node in members(core, pool) {
+        let used = reserved.get(&node.id).copied().unwrap_or(0.0);
+        let usable = node
+            .inventory
+            .as_ref()
+            .map_or(0.0, model::NodeInventory::usable_capacity);
+        status.nodes += 1;
+        used_all += used;
+        usable_all += usable;
+        if is_spare(node) && !node.is_launching() && used == 0.0 {
+            status.live_spares += 1;
+        }
+        let tier = node.tags.get(tags::TIER);
+        if let Some((t, u, c)) = tiers.iter_mut().find(|(t, _, _)| Some(&t.name) == tier) {
+            if node.is_launching() {
+                t.prospective_nodes += 1;
+            } else {
+                t.nodes += 1;
+            }
+            *u += used;
+            *c += usable;
+        }
+    }
+    status.used_capacity_fraction = fraction(used_all, usable_all);
+    status.tiers = tiers
+        .into_iter()
+        .map(|(t, used, usable)| TierStatus {
+            used_capacity_fraction: fraction(used, usable),
+            ..t
+        })
+        .collect();
+    status
+}

@@ -1,0 +1,183 @@
+//! One term of leadership: the core is started (hydrating from Manager's
+//! snapshot), the controllers run and the core's notifications are
+//! followed — each becomes a metric, notes for status, an Event on the
+//! `Bundle` it concerns and a reconcile of it — until the term ends; then
+//! the controllers stop and the core is closed. A new term starts afresh,
+//! from Manager's snapshot and the resources.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
+use kube::runtime::reflector::ObjectRef;
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
+
+use crate::automanager::{AutoManager, AutoSettings, Notification, RunError, RunOptions};
+use crate::crd;
+use crate::manager::client::ClientSettings;
+use crate::telemetry::{Health, OperatorMetrics};
+
+use super::node_status::resource_name;
+use super::notes::{bundle_event, bundle_of, node_event};
+use super::{Context, bundle, hot_spare, node, pool};
+
+/// What a term runs with.
+#[derive(Clone, Debug)]
+pub struct SessionSettings {
+    /// The core's settings (pools come from the `PlacementPool` resources).
+    pub settings: AutoSettings,
+    /// How to reach Manager.
+    pub manager: ClientSettings,
+    /// The core's clock (1 in production).
+    pub options: RunOptions,
+    /// The Events' reporting instance (the pod name).
+    pub instance: Option<String>,
+    /// The name of the fleet (one Manager) this operator mirrors into
+    /// `NorskNode`s: several operators, each with its Manager, can share a
+    /// cluster as long as their fleets are named apart.
+    pub fleet: String,
+    /// Only `Bundle`s of this namespace (all namespaces when absent);
+    /// pools and hot-spare policies are cluster-wide either way.
+    pub bundle_namespace: Option<String>,
+}
+
+/// Runs one term until `ended` turns true.
+pub async fn lead(
+    client: Client,
+    session: SessionSettings,
+    metrics: Arc<OperatorMetrics>,
+    health: Arc<Health>,
+    mut ended: watch::Receiver<bool>,
+) -> Result<(), RunError> {
+    let (core, core_task) = AutoManager::run_with_client(
+        session.settings.clone(),
+        session.options.clone(),
+        session.manager.clone(),
+    )?;
+    let (ctx, publisher) = Context::new(client, core.clone(), metrics, session.instance.clone());
+    // Unbounded: the controller merges repeated triggers of one bundle, and
+    // a trigger dropped would leave a status stale until the resync.
+    let (bundles_tx, bundles_rx) = mpsc::unbounded_channel::<ObjectRef<crd::Bundle>>();
+    // Capacity one: a burst of fleet changes is one reconcile of every pool.
+    let (pools_tx, pools_rx) = mpsc::channel::<()>(1);
+    let (spares_tx, spares_rx) = mpsc::channel::<()>(1);
+    let (nodes_tx, nodes_rx) = mpsc::channel::<()>(1);
+    let fleet = FleetTriggers {
+        pools: pools_tx,
+        spares: spares_tx,
+        nodes: nodes_tx,
+    };
+    let follower = tokio::spawn(follow(ctx.clone(), core.subscribe(), bundles_tx, fleet, health));
+    let term = ended.clone();
+    let stop = move || {
+        let mut ended = term.clone();
+        async move {
+            // A dropped sender ends the term too.
+            let _ = ended.wait_for(|e| *e).await;
+        }
+    };
+    tokio::join!(
+        bundle::run(
+            ctx.clone(),
+            session.bundle_namespace.as_deref(),
+            UnboundedReceiverStream::new(bundles_rx),
+            stop()
+        ),
+        pool::run_pools(ctx.clone(), ReceiverStream::new(pools_rx), stop()),
+        hot_spare::run(ctx.clone(), ReceiverStream::new(spares_rx), stop()),
+        node::mirror(ctx.clone(), session.fleet.clone(), nodes_rx, stop()),
+        node::run_spec(ctx.clone(), stop()),
+    );
+    let _ = ended.wait_for(|e| *e).await;
+    follower.abort();
+    core.close().await;
+    // The loop answers every waiting command before it ends.
+    let _ = core_task.await;
+    drop(ctx);
+    let _ = publisher.await;
+    Ok(())
+}
+
+/// Follows the core's notifications for the rest of the term.
+async fn follow(
+    ctx: Arc<Context>,
+    mut notifications: broadcast::Receiver<Notification>,
+    bundles: mpsc::UnboundedSender<ObjectRef<crd::Bundle>>,
+    fleet: FleetTriggers,
+    health: Arc<Health>,
+) {
+    loop {
+        let notification = match notifications.recv().await {
+            Ok(n) => n,
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::warn!(missed, "notifications lagged; every resource is reconciled");
+                fleet.changed();
+                continue;
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        // The structured record of every callback (the Event and the metric
+        // follow).
+        tracing::debug!(?notification, "notification");
+        ctx.metrics.count(&notification);
+        if let Notification::ConnectionStateChange { state } = &notification {
+            crate::telemetry::set(&health.serving, state == "ready");
+        }
+        ctx.notes().record(&notification);
+        if let Some(target) = bundle_of(&notification) {
+            if let Some(event) = bundle_event(&notification) {
+                ctx.publish(event, target.clone().into());
+            }
+            // The controller outlives the follower within a term.
+            let _ = bundles.send(target);
+        }
+        if let Some((node_id, event)) = node_event(&notification) {
+            ctx.publish(event, norsk_node_ref(node_id));
+        }
+        if touches_fleet(&notification) {
+            fleet.changed();
+        }
+    }
+}
+
+/// The `NorskNode` mirroring `node_id` (cluster-scoped: its Events land in
+/// the `default` namespace).
+fn norsk_node_ref(node_id: &crate::model::NodeId) -> ObjectReference {
+    ObjectRef::<crd::NorskNode>::new(&resource_name(node_id.as_str())).into()
+}
+
+/// The controllers that follow the fleet as a whole. Each channel holds
+/// one wake-up: a burst of changes is one round.
+struct FleetTriggers {
+    pools: mpsc::Sender<()>,
+    spares: mpsc::Sender<()>,
+    nodes: mpsc::Sender<()>,
+}
+
+impl FleetTriggers {
+    fn changed(&self) {
+        // A full channel already holds the wake-up this would add.
+        let _ = self.pools.try_send(());
+        let _ = self.spares.try_send(());
+        let _ = self.nodes.try_send(());
+    }
+}
+
+/// Notifications after which pool and spare status may read differently.
+fn touches_fleet(notification: &Notification) -> bool {
+    matches!(
+        notification,
+        Notification::NodeStarting { .. }
+            | Notification::NodeStarted { .. }
+            | Notification::NodeStopping { .. }
+            | Notification::NodeStopped { .. }
+            | Notification::NodeTerminated { .. }
+            | Notification::PlacementDecision(_)
+            | Notification::JobDeleted { .. }
+            | Notification::JobUpdated { .. }
+            | Notification::NodeUnhealthy { .. }
+            | Notification::NodeHealthy { .. }
+            | Notification::ConnectionStateChange { .. }
+    )
+}

@@ -1,0 +1,123 @@
+//! `NodeDrain`: take one node out of service gracefully (`drainNode`), or
+//! ahead of a provider's reclaim (`handleNodeInterruption`), cluster-scoped.
+//! Deleting it before its terminate cancels the drain (`uncordonNode`).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// How a job is moved off the node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum MigrationStrategy {
+    /// Target prepared without starting, source stopped, target started.
+    #[default]
+    StopThenStart,
+    /// Target started; once running, the source stopped.
+    Overlap,
+    /// Cooperative: the job hands over at a point both instances agree on.
+    Handover,
+}
+
+/// A provider's notice that it takes the node back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum InterruptionKind {
+    /// A spot instance is reclaimed (EC2's two-minute warning).
+    SpotInterruption,
+    /// A rebalance recommendation.
+    Rebalance,
+}
+
+/// The interruption a drain answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Interruption {
+    /// `spot-interruption` or `rebalance`.
+    pub kind: InterruptionKind,
+    /// When the provider reclaims the node (RFC 3339); the kind's default
+    /// drain time when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<String>,
+}
+
+/// The drain wanted.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "automanager.norsk.video",
+    version = "v1alpha1",
+    doc = "A drain of one node: its jobs migrated elsewhere, then the node terminated.",
+    kind = "NodeDrain",
+    category = "norsk",
+    shortname = "ndrain",
+    status = "NodeDrainStatus",
+    printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.nodeId"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Force","type":"boolean","jsonPath":".spec.force"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.nodeId == oldSelf.nodeId", "message": "nodeId cannot change: delete this drain and create another"}
+]))]
+pub struct NodeDrainSpec {
+    /// The Manager node to drain.
+    #[schemars(length(min = 1, max = 253))]
+    pub node_id: String,
+    /// Seconds before a drain with stuck jobs ends `partial` (or, with
+    /// `force`, terminates the node anyway). Default 600
+    /// (`DEFAULT_DRAIN_TIMEOUT_MS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub timeout_seconds: Option<u32>,
+    /// Terminate at the timeout even with jobs still on the node.
+    #[serde(default)]
+    pub force: bool,
+    /// How each job is migrated.
+    #[serde(default)]
+    pub strategy: MigrationStrategy,
+    /// The provider notice this drain answers (a forced drain sized to the
+    /// deadline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interruption: Option<Interruption>,
+}
+
+/// One job of the drain.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainJobStatus {
+    /// The runtime job.
+    pub job_id: String,
+    /// `migrating`, `migrated`, `moved`, `stuck` or `terminated`.
+    pub status: String,
+    /// Its migration, while one runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_id: Option<String>,
+    /// Why it is stuck.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The seed's `DrainState`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeDrainStatus {
+    /// `Ready` (the drain ended `done`), `Stalled` (`partial` / `failed`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// `migrating`, `waiting`, `terminating`, `done`, `partial` or `failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// When the drain started (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<String>,
+    /// Every job that was on the node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["jobId"]))]
+    pub jobs: Vec<DrainJobStatus>,
+    /// Why the drain ended as it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}

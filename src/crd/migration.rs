@@ -1,0 +1,109 @@
+//! `JobMigration`: move one running job of a bundle to another node
+//! (`migrateJob`), namespaced with its bundle. `spec.abort` aborts it
+//! (`abortMigration`) — a clean rollback only before the point of no return.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::drain::MigrationStrategy;
+
+/// The migration wanted.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "automanager.norsk.video",
+    version = "v1alpha1",
+    doc = "A migration of one job of a bundle to another node.",
+    kind = "JobMigration",
+    namespaced,
+    category = "norsk",
+    shortname = "nmig",
+    status = "JobMigrationStatus",
+    printcolumn = r#"{"name":"Bundle","type":"string","jsonPath":".spec.bundle"}"#,
+    printcolumn = r#"{"name":"Job","type":"string","jsonPath":".spec.jobName"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Target","type":"string","jsonPath":".status.targetNodeId"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.bundle == oldSelf.bundle && self.replicaIndex == oldSelf.replicaIndex && self.jobName == oldSelf.jobName && self.strategy == oldSelf.strategy",
+     "message": "a migration's job and strategy cannot change: create another JobMigration"},
+    {"rule": "!has(oldSelf.abort) || !oldSelf.abort || self.abort",
+     "message": "an aborted migration cannot be resumed: create another JobMigration"}
+]))]
+pub struct JobMigrationSpec {
+    /// The `Bundle` (in this namespace) the job belongs to.
+    #[schemars(length(min = 1, max = 253))]
+    pub bundle: String,
+    /// 0 for the primary replica, 1 for the backup.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 1))]
+    pub replica_index: u32,
+    /// The job's name in the bundle.
+    #[schemars(length(min = 1, max = 63))]
+    pub job_name: String,
+    /// How the job is moved.
+    #[serde(default)]
+    pub strategy: MigrationStrategy,
+    /// Pin the target node (placement chooses when absent; the job's
+    /// current node is never a candidate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_node_id: Option<String>,
+    /// May take an exclusively reserved spare.
+    #[serde(default)]
+    pub override_reservation: bool,
+    /// Abort: a clean rollback before the point of no return; after it the
+    /// saga fails forward and the status says so.
+    #[serde(default)]
+    pub abort: bool,
+}
+
+/// One phase transition.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PhaseTransition {
+    /// The phase entered.
+    pub phase: String,
+    /// When (RFC 3339).
+    pub at: String,
+}
+
+/// What the migration saga reports.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobMigrationStatus {
+    /// `Ready` (done), `Stalled` (aborted or lost).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The saga's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_id: Option<String>,
+    /// The phase the saga is in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Every phase entered, in order, with its time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transitions: Vec<PhaseTransition>,
+    /// The node the job leaves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_node_id: Option<String>,
+    /// The node the job goes to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_node_id: Option<String>,
+    /// The source instance's key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_instance_key: Option<String>,
+    /// The target instance's key (`primary@3f9c1e2a`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_instance_key: Option<String>,
+    /// The source has been told to stop: no clean rollback any more.
+    #[serde(default)]
+    pub point_of_no_return_passed: bool,
+    /// Why it was aborted or failed forward; after a restart, whether it
+    /// was resumed or failed forward from its recorded phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}

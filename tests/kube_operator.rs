@@ -1,0 +1,471 @@
+//! The operator against the real control plane (etcd + kube-apiserver, see
+//! `support/control_plane.rs`) with the Manager simulator in-process: what
+//! `kubectl apply` of the examples leads to, recovery after a node loss, the
+//! delete finalizer, `Stalled` policies, status writes only on change, and
+//! one leader among two operator processes.
+//!
+//! Every test takes a namespace and a simulator of its own, and runs its
+//! own operator over that namespace's bundles (pools and hot-spare
+//! policies are cluster-wide and shared; every operator agrees on them).
+
+#[path = "support/control_plane.rs"]
+mod control_plane;
+mod operator_support;
+mod sim_support;
+
+use std::pin::pin;
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+use norsk_auto_manager::automanager::AutoSettings;
+use norsk_auto_manager::crd::{self, Bundle, HotSparePolicy, NorskNode};
+use norsk_auto_manager::manager::proto::sim_admin;
+use operator_support::{Operator, WAIT, condition, example, installed, is_ready, simulator, small_bundle, until};
+
+#[tokio::test]
+async fn applied_examples_become_ready_with_their_nodes_in_status() {
+    let cp = installed().await;
+    let ns = cp.namespace("examples").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "examples-0").await;
+    for file in ["bundle-channel.yaml", "bundle-gpu.yaml"] {
+        cp.kubectl_apply(&ns, &example(file)).expect("example applies");
+    }
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    for name in ["ch1", "ch2", "gpu-transcode"] {
+        let ready = until(&bundles, name, "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+        let status = ready.status.expect("status");
+        assert!(status.primary_node.is_some(), "{name}: {status:#?}");
+        assert!(
+            status.replicas[0]
+                .jobs
+                .iter()
+                .all(|j| j.state == "running" && j.node.is_some())
+        );
+        assert_eq!(status.observed_generation, ready.metadata.generation);
+    }
+    // ch1 has a resilience policy: its backup runs in OCI, not on a cluster node.
+    let ch1 = bundles.get("ch1").await.unwrap().status.unwrap();
+    let backup = ch1.backup_node.expect("ch1 has a backup node");
+    assert!(
+        !backup.starts_with("node-"),
+        "backup {backup} must leave the primary's cloud"
+    );
+    // Reconciling again finds Manager's copy equal to the resource: no
+    // update is sent (every bundle is still at generation 1 on Manager).
+    let reconciles = operator.metrics.reconciles_of("bundle");
+    let patch = serde_json::json!({"metadata": {"annotations": {"example.com/touch": "1"}}});
+    bundles
+        .patch("ch1", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("annotate");
+    tokio::time::timeout(WAIT, async {
+        while operator.metrics.reconciles_of("bundle") <= reconciles {
+            // The reconcile runs on the operator's task; poll its counter.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the touch is reconciled");
+    for stored in sim.snapshot().await.bundles {
+        assert_eq!(stored.generation, 1, "{} was updated for nothing", stored.bundle_id);
+    }
+    // `kubectl get norsk` lists pools and bundles together.
+    let out = cp
+        .kubectl()
+        .args(["get", "norsk", "-A"])
+        .output()
+        .expect("kubectl runs");
+    let listing = String::from_utf8_lossy(&out.stdout);
+    for expected in [
+        "placementpool.automanager.norsk.video/production",
+        "bundle.automanager.norsk.video/ch1",
+    ] {
+        assert!(listing.contains(expected), "{expected} missing from:\n{listing}");
+    }
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_killed_node_moves_the_bundle_and_an_event_says_why() {
+    let cp = installed().await;
+    let ns = cp.namespace("recovery").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "recovery-0").await;
+    cp.kubectl_apply(&ns, &small_bundle("news")).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let ready = until(&bundles, "news", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    let first = ready.status.and_then(|s| s.primary_node).expect("placed");
+    sim.admin
+        .clone()
+        .kill_node(sim_admin::NodeRef { node_id: first.clone() })
+        .await
+        .expect("node killed");
+    let moved = until(&bundles, "news", "Ready on another node", |b: Option<&Bundle>| {
+        is_ready(b)
+            && b.and_then(|b| b.status.as_ref()?.primary_node.clone())
+                .is_some_and(|n| n != first)
+    })
+    .await;
+    assert_ne!(moved.status.and_then(|s| s.primary_node), Some(first));
+    let events = watcher(Api::<Event>::namespaced(cp.client(), &ns), watcher::Config::default()).applied_objects();
+    let recovered = tokio::time::timeout(WAIT, async {
+        let mut events = pin!(events);
+        while let Some(e) = events.try_next().await.expect("watch events") {
+            if e.reason.as_deref() == Some("Recovered")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("news")
+            {
+                return e;
+            }
+        }
+        panic!("the event watch ended")
+    })
+    .await
+    .expect("a Recovered event on the bundle");
+    assert!(recovered.note.unwrap_or_default().contains("re-placed"));
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn deleting_a_bundle_removes_it_on_manager_before_the_finalizer_goes() {
+    let cp = installed().await;
+    let ns = cp.namespace("delete").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "delete-0").await;
+    cp.kubectl_apply(&ns, &small_bundle("gone")).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let ready = until(&bundles, "gone", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    assert!(ready.finalizers().iter().any(|f| f == "automanager.norsk.video/bundle"));
+    let id = format!("{ns}/gone");
+    assert!(sim.snapshot().await.bundles.iter().any(|b| b.bundle_id.0 == id));
+    bundles
+        .delete("gone", &Default::default())
+        .await
+        .expect("delete accepted");
+    let uid = ready.uid().expect("uid");
+    tokio::time::timeout(
+        WAIT,
+        await_condition(bundles.clone(), "gone", conditions::is_deleted(&uid)),
+    )
+    .await
+    .expect("deleted in time")
+    .expect("watch");
+    let snapshot = sim.snapshot().await;
+    assert!(
+        !snapshot.bundles.iter().any(|b| b.bundle_id.0 == id),
+        "Manager still holds {id}"
+    );
+    assert!(
+        !snapshot.jobs.iter().any(|j| j.job_id.0.starts_with(&id)),
+        "Manager still holds a job of {id}"
+    );
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_hot_spare_policy_naming_an_unknown_pool_is_stalled() {
+    let cp = installed().await;
+    let ns = cp.namespace("spares").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "spares-0").await;
+    cp.kubectl_apply(
+        &ns,
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: HotSparePolicy\nmetadata: {name: atlantis}\nspec:\n  pool: atlantis\n  targetCount: 1\n  spec: {instanceType: m5.xlarge, region: eu-west-1}\n",
+    )
+    .expect("policy applies");
+    let policies: Api<HotSparePolicy> = Api::all(cp.client());
+    let stalled = until(&policies, "atlantis", "Stalled", |p: Option<&HotSparePolicy>| {
+        p.and_then(|p| p.status.as_ref())
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == "True"))
+    })
+    .await;
+    let status = stalled.status.unwrap();
+    let stall = status.conditions.iter().find(|c| c.type_ == "Stalled").unwrap();
+    assert_eq!(stall.reason, "UnknownPool");
+    assert!(stall.message.contains("atlantis"), "{}", stall.message);
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.status, "False");
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn status_is_written_only_when_something_changed() {
+    let cp = installed().await;
+    let ns = cp.namespace("writes").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "writes-0").await;
+    cp.kubectl_apply(&ns, &small_bundle("steady")).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let before = until(&bundles, "steady", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    // Three changes that are not the bundle's business: each is reconciled,
+    // none changes what the status says. Counting starts once the first
+    // touch is reconciled, so no write from before Ready is in flight.
+    let mut writes = 0;
+    let mut version = String::new();
+    for i in 0..3 {
+        let reconciles = operator.metrics.reconciles_of("bundle");
+        let patch = serde_json::json!({"metadata": {"annotations": {"example.com/touch": i.to_string()}}});
+        let touched = bundles
+            .patch("steady", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("annotate");
+        version = touched.resource_version().expect("resourceVersion");
+        tokio::time::timeout(WAIT, async {
+            while operator.metrics.reconciles_of("bundle") <= reconciles {
+                // The reconcile runs on the operator's task; poll its counter.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .expect("the touch is reconciled");
+        if i == 0 {
+            writes = operator.metrics.status_writes_of("bundle");
+            assert!(writes >= 1);
+        }
+    }
+    let after = bundles.get("steady").await.unwrap();
+    assert_eq!(
+        operator.metrics.status_writes_of("bundle"),
+        writes,
+        "a reconcile rewrote an unchanged status: {:#?} -> {:#?}",
+        before.status,
+        after.status
+    );
+    assert_eq!(
+        bundles.get("steady").await.unwrap().resource_version(),
+        Some(version),
+        "the status write bumped resourceVersion"
+    );
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn of_two_operators_only_the_leader_writes_and_the_other_takes_over() {
+    let cp = installed().await;
+    let ns = cp.namespace("leader").await;
+    let sim = simulator(&ns).await;
+    let first = Operator::start(cp, &ns, &sim, "leader-0").await;
+    let second = Operator::start(cp, &ns, &sim, "leader-1").await;
+    cp.kubectl_apply(&ns, &small_bundle("shared")).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    until(&bundles, "shared", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    assert!(first.is_leading() != second.is_leading(), "exactly one operator leads");
+    let (leader, follower) = if first.is_leading() {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    assert!(leader.metrics.status_writes_of("bundle") >= 1);
+    assert_eq!(
+        follower.metrics.status_writes_of("bundle"),
+        0,
+        "a follower wrote status"
+    );
+    assert_eq!(follower.metrics.reconciles_of("bundle"), 0, "a follower reconciled");
+    leader.stop().await;
+    // The follower takes the Lease once it is released, and carries on.
+    cp.kubectl_apply(&ns, &small_bundle("after")).expect("bundle applies");
+    until(&bundles, "after", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    assert!(follower.is_leading());
+    let snapshot = sim.snapshot().await;
+    let shared_jobs = snapshot
+        .jobs
+        .iter()
+        .filter(|j| j.job_id.0.starts_with(&format!("{ns}/shared/")))
+        .count();
+    assert_eq!(shared_jobs, 1, "the new leader created the bundle's job again");
+    follower.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_fleet_is_mirrored_into_norsk_nodes_and_a_swept_node_goes() {
+    let cp = installed().await;
+    let ns = cp.namespace("mirror").await;
+    let sim = simulator(&ns).await;
+    let settings = AutoSettings {
+        // One simulated second: the sweep follows the stop at once.
+        remove_stopped_nodes_after: 1,
+        ..AutoSettings::default()
+    };
+    let operator = Operator::start_with(cp, &ns, &sim, "mirror-0", settings).await;
+    cp.kubectl_apply(&ns, &small_bundle("busy")).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let ready = until(&bundles, "busy", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    let busy_node = ready.status.and_then(|s| s.primary_node).expect("placed");
+    let nodes: Api<NorskNode> = Api::all(cp.client());
+    let mirrored = until(&nodes, &busy_node, "mirrored with its job", |n: Option<&NorskNode>| {
+        n.and_then(|n| n.status.as_ref()).is_some_and(|s| s.job_count == 1)
+    })
+    .await;
+    let status = mirrored.status.clone().unwrap();
+    assert_eq!(mirrored.spec.node_id, busy_node);
+    assert_eq!(status.phase, "running");
+    assert_eq!(status.pool.as_deref(), Some("production"));
+    assert_eq!(status.jobs, vec![format!("{ns}/busy/0/encode")]);
+    assert_eq!(status.inventory.map(|i| i.total_capacity), Some(8.0));
+    let uid = mirrored.uid().expect("uid");
+    sim.admin
+        .clone()
+        .kill_node(sim_admin::NodeRef {
+            node_id: busy_node.clone(),
+        })
+        .await
+        .expect("node killed");
+    tokio::time::timeout(
+        WAIT,
+        await_condition(nodes.clone(), &busy_node, conditions::is_deleted(&uid)),
+    )
+    .await
+    .expect("the swept node's resource is deleted in time")
+    .expect("watch");
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_bundle_naming_an_unknown_pool_is_stalled_until_it_changes() {
+    let cp = installed().await;
+    let ns = cp.namespace("invalid").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "invalid-0").await;
+    let manifest = small_bundle("lost").replace("pool: production", "pool: atlantis");
+    cp.kubectl_apply(&ns, &manifest)
+        .expect("the API server cannot know the pools");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let stalled = until(&bundles, "lost", "Stalled", |b: Option<&Bundle>| {
+        b.is_some_and(|b| condition(b, "Stalled").is_some_and(|(s, _)| s == "True"))
+    })
+    .await;
+    assert_eq!(
+        condition(&stalled, "Ready"),
+        Some(("False".into(), "InvalidBundle".into()))
+    );
+    assert!(
+        sim.snapshot().await.bundles.is_empty(),
+        "an invalid bundle reached Manager"
+    );
+    // Fixed, it goes through.
+    cp.kubectl_apply(&ns, &small_bundle("lost"))
+        .expect("fixed bundle applies");
+    until(&bundles, "lost", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_bundle_the_fleet_cannot_hold_says_no_capacity() {
+    let cp = installed().await;
+    let ns = cp.namespace("capacity").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "capacity-0").await;
+    // Bigger than any cluster server and any candidate shape of `production`.
+    let manifest = small_bundle("huge").replace("requiredCapacity: 2", "requiredCapacity: 64");
+    cp.kubectl_apply(&ns, &manifest).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let waiting = until(&bundles, "huge", "Admitted=False", |b: Option<&Bundle>| {
+        b.is_some_and(|b| condition(b, "Admitted").is_some_and(|(s, _)| s == "False"))
+    })
+    .await;
+    assert_eq!(condition(&waiting, "Admitted").map(|c| c.1), Some("NoCapacity".into()));
+    assert_eq!(condition(&waiting, "Ready").map(|c| c.0), Some("False".into()));
+    assert_eq!(condition(&waiting, "Placed").map(|c| c.0), Some("False".into()));
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_hot_spare_policy_keeps_a_live_spare_in_its_pool() {
+    let cp = installed().await;
+    let ns = cp.namespace("spares-live").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "spares-live-0").await;
+    cp.kubectl_apply(&ns, &example("hot-spares.yaml"))
+        .expect("policy applies");
+    let policies: Api<HotSparePolicy> = Api::all(cp.client());
+    let applied = until(
+        &policies,
+        "production",
+        "Applied with a live spare",
+        |p: Option<&HotSparePolicy>| {
+            p.and_then(|p| p.status.as_ref()).is_some_and(|s| {
+                s.live_spares == 1 && s.conditions.iter().any(|c| c.type_ == "Applied" && c.status == "True")
+            })
+        },
+    )
+    .await;
+    assert_eq!(applied.status.unwrap().observed_generation, applied.metadata.generation);
+    // The spare is in this operator's fleet, and mirrored as a spare.
+    let spares: Vec<_> = sim
+        .snapshot()
+        .await
+        .nodes
+        .into_iter()
+        .filter(|n| n.instance_type == "m5.xlarge")
+        .collect();
+    assert_eq!(spares.len(), 1, "{spares:?}");
+    let nodes: Api<NorskNode> = Api::all(cp.client());
+    let name = norsk_auto_manager::controller::node_status::resource_name(spares[0].id.as_str());
+    until(&nodes, &name, "mirrored as a spare", |n: Option<&NorskNode>| {
+        n.and_then(|n| n.status.as_ref()).is_some_and(|s| s.spare)
+    })
+    .await;
+    policies
+        .delete("production", &Default::default())
+        .await
+        .expect("policy deleted");
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_deleted_pool_is_taken_from_the_core_live() {
+    let cp = installed().await;
+    let ns = cp.namespace("pool-gone").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "pool-gone-0").await;
+    let pool = format!("{ns}-pool");
+    cp.kubectl_apply(
+        &ns,
+        &format!(
+            "apiVersion: automanager.norsk.video/v1alpha1\nkind: PlacementPool\nmetadata: {{name: {pool}}}\nspec:\n  tiers: [{{name: cluster, kind: local-servers, scaleOut: fixed}}]\n"
+        ),
+    )
+    .expect("pool applies");
+    let pools: Api<crd::PlacementPool> = Api::all(cp.client());
+    until(&pools, &pool, "InForce", |p: Option<&crd::PlacementPool>| {
+        p.and_then(|p| p.status.as_ref())
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == "InForce"))
+    })
+    .await;
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let accepted = |b: Option<&Bundle>| b.is_some_and(|b| condition(b, "Placed").is_some());
+    let stalled = |b: Option<&Bundle>| b.is_some_and(|b| condition(b, "Stalled").is_some_and(|(s, _)| s == "True"));
+    cp.kubectl_apply(
+        &ns,
+        &small_bundle("first").replace("pool: production", &format!("pool: {pool}")),
+    )
+    .expect("bundle applies");
+    let first = until(&bundles, "first", "accepted", accepted).await;
+    assert_eq!(condition(&first, "Stalled"), None);
+    pools.delete(&pool, &Default::default()).await.expect("pool deleted");
+    cp.kubectl_apply(
+        &ns,
+        &small_bundle("second").replace("pool: production", &format!("pool: {pool}")),
+    )
+    .expect("bundle applies");
+    let second = until(&bundles, "second", "Stalled", stalled).await;
+    assert_eq!(condition(&second, "Ready").map(|c| c.1), Some("InvalidBundle".into()));
+    operator.stop().await;
+    sim.shutdown().await;
+}
