@@ -10,6 +10,8 @@
 //!   spare counts, `Stalled` for an unknown pool.
 //! - [`node`]: `NorskNode` — the fleet mirrored into resources; cordon and
 //!   spare edits handed to the core.
+//! - [`drain`] / [`migration`]: `NodeDrain` and `JobMigration` -> drains
+//!   and migrations on the core, followed by [`drain_follow`].
 //! - [`notes`]: what the core's notifications say, as Events and as the
 //!   status facts the core does not keep.
 //! - [`conditions`]: `metav1.Condition` bookkeeping; [`status`]: writing
@@ -23,8 +25,13 @@
 pub mod bundle;
 pub mod bundle_status;
 pub mod conditions;
+pub mod drain;
+pub mod drain_follow;
+pub mod drain_status;
 pub mod hot_spare;
 pub mod leader;
+pub mod migration;
+pub mod migration_status;
 pub mod node;
 pub mod node_status;
 pub mod notes;

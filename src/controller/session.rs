@@ -20,7 +20,7 @@ use crate::telemetry::{Health, OperatorMetrics};
 
 use super::node_status::resource_name;
 use super::notes::{bundle_event, bundle_of, node_event};
-use super::{Context, bundle, hot_spare, node, pool};
+use super::{Context, bundle, drain_follow, hot_spare, node, pool};
 
 /// What a term runs with.
 #[derive(Clone, Debug)]
@@ -88,6 +88,12 @@ pub async fn lead(
         hot_spare::run(ctx.clone(), ReceiverStream::new(spares_rx), stop()),
         node::mirror(ctx.clone(), session.fleet.clone(), nodes_rx, stop()),
         node::run_spec(ctx.clone(), stop()),
+        drain_follow::run(
+            ctx.clone(),
+            session.fleet.clone(),
+            session.bundle_namespace.clone(),
+            &stop
+        ),
     );
     let _ = ended.wait_for(|e| *e).await;
     follower.abort();

@@ -1,0 +1,386 @@
+//! The `NodeDrain` controller: a resource starts `drainNode` on the core
+//! (`handleNodeInterruption` when it carries an interruption); its status
+//! is the core's `DrainState` (see [`super::drain_status`]), rewritten on
+//! every `drainProgress`; each migration the drain starts gets a
+//! `JobMigration` owned by the drain. Deleting it before its terminate
+//! cancels the drain (`uncordonNode`) behind the finalizer
+//! `automanager.norsk.video/drain`.
+//!
+//! Restarts and leader changes lose nothing: a drain whose status says it
+//! is in flight but which the (new) core does not run is started again —
+//! the core's drain is idempotent per node — and an Event says it was
+//! resumed; a drain that ended stays as its status says.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+
+use crate::automanager::{
+    CommandError, DrainOptions, DrainPhase, DrainState, InterruptionNotice, MigrationStrategy, StrategyFor,
+};
+use crate::crd::{self, JobMigration, JobMigrationSpec, NodeDrain, NodeDrainStatus};
+use crate::model::{self, NodeId};
+
+use super::conditions;
+use super::drain_follow::DrainContext;
+use super::drain_status::{conditions_of, is_final_name, millis, rfc3339, status_of};
+use super::migration::{DRAIN, MIGRATION_ID};
+use super::node::{FLEET, MANAGED_BY};
+use super::node_status::resource_name;
+use super::{ReconcileError, status};
+
+/// The controller's name (metrics label, field manager suffix).
+pub const CONTROLLER: &str = "nodedrain";
+/// Held until a drain deleted before its terminate has been cancelled.
+pub const FINALIZER: &str = "automanager.norsk.video/drain";
+/// A drain in flight is re-read at least this often.
+const RESYNC: Duration = Duration::from_secs(30);
+/// A drain of a node this fleet does not (yet) hold is looked at again.
+const UNKNOWN_NODE_RESYNC: Duration = Duration::from_secs(60);
+
+/// Runs the controller until `shutdown` resolves; `notified` carries the
+/// drains notifications were about.
+pub async fn run(
+    shared: Arc<DrainContext>,
+    notified: impl Stream<Item = ObjectRef<NodeDrain>> + Send + 'static,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let api: Api<NodeDrain> = Api::all(shared.ctx.client.clone());
+    Controller::new(api, watcher::Config::default())
+        .with_config(Config::default().debounce(Duration::from_millis(100)))
+        .reconcile_on(notified)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, shared)
+        .for_each(|_| async {})
+        .await;
+}
+
+#[tracing::instrument(skip_all, fields(drain = %drain.name_any()))]
+async fn reconcile(drain: Arc<NodeDrain>, shared: Arc<DrainContext>) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let ctx = &shared.ctx;
+    let name = drain.name_any();
+    let node = NodeId::from(drain.spec.node_id.as_str());
+    let asked = node.clone();
+    let (hydrated, known) = ctx
+        .core
+        .inspect(move |core, _| (core.is_hydrated(), core.fleet().contains(&asked)))
+        .await?;
+    if !hydrated {
+        return Err(ReconcileError::NotHydrated);
+    }
+    let labelled = drain.labels().get(FLEET) == Some(&shared.fleet);
+    if !known && !labelled {
+        // Another fleet's node (operators of several fleets share the
+        // cluster), or one Manager has not reported yet.
+        return Ok(Action::requeue(UNKNOWN_NODE_RESYNC));
+    }
+    shared.drain_named(&node, &name);
+    let api: Api<NodeDrain> = Api::all(ctx.client.clone());
+    if !labelled && drain.meta().deletion_timestamp.is_none() {
+        // Claim it for this fleet: it stays ours after the node has gone.
+        let patch = serde_json::json!({"metadata": {"labels": {FLEET: shared.fleet}}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| ReconcileError::Finalizer {
+                object: name.clone(),
+                message: e.to_string(),
+            })?;
+        return Ok(Action::await_change());
+    }
+    let result = finalizer(&api, FINALIZER, drain, |event| async {
+        match event {
+            FinalizerEvent::Apply(drain) => apply(&drain, &api, &shared).await,
+            FinalizerEvent::Cleanup(drain) => cleanup(&drain, &shared).await,
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+        other => ReconcileError::Finalizer {
+            object: name.clone(),
+            message: other.to_string(),
+        },
+    });
+    ctx.timed(CONTROLLER, started);
+    if result.is_ok() {
+        ctx.succeeded(CONTROLLER, &name);
+    }
+    result
+}
+
+fn error_policy(drain: Arc<NodeDrain>, error: &ReconcileError, shared: Arc<DrainContext>) -> Action {
+    shared.ctx.failed(CONTROLLER, &drain.name_any(), error)
+}
+
+/// The status this controller last wrote (or the resource's).
+fn recorded(drain: &NodeDrain, shared: &DrainContext) -> NodeDrainStatus {
+    shared
+        .ctx
+        .known_status(
+            CONTROLLER,
+            &drain.name_any(),
+            drain.meta().resource_version.as_ref(),
+            drain.status.clone(),
+        )
+        .unwrap_or_default()
+}
+
+/// The core's drain of the node when it is this resource's: one still
+/// running, or the ended one the status recorded.
+fn ours(core_drain: Option<DrainState>, recorded: &NodeDrainStatus) -> Option<DrainState> {
+    core_drain.filter(|s| !s.phase.is_final() || recorded.started == rfc3339(s.started))
+}
+
+async fn apply(drain: &NodeDrain, api: &Api<NodeDrain>, shared: &DrainContext) -> Result<Action, ReconcileError> {
+    let node = NodeId::from(drain.spec.node_id.as_str());
+    let recorded = recorded(drain, shared);
+    let next = match ours(shared.ctx.core.drain_status(node.clone()).await?, &recorded) {
+        Some(state) => status_of(&state),
+        None if recorded.phase.as_deref().is_some_and(is_final_name) => return Ok(Action::await_change()),
+        None => start(drain, shared, &recorded).await?,
+    };
+    create_migrations(drain, &next, shared).await;
+    let ended = next.phase.as_deref().is_none_or(is_final_name);
+    write_if_changed(drain, api, shared, &recorded, next).await?;
+    Ok(if ended {
+        Action::await_change()
+    } else {
+        Action::requeue(RESYNC)
+    })
+}
+
+fn strategy(strategy: crd::MigrationStrategy) -> MigrationStrategy {
+    match strategy {
+        crd::MigrationStrategy::StopThenStart => MigrationStrategy::StopThenStart,
+        crd::MigrationStrategy::Overlap => MigrationStrategy::Overlap,
+        crd::MigrationStrategy::Handover => MigrationStrategy::Handover,
+    }
+}
+
+fn interruption_kind(kind: crd::InterruptionKind) -> model::InterruptionKind {
+    match kind {
+        crd::InterruptionKind::SpotInterruption => model::InterruptionKind::SpotInterruption,
+        crd::InterruptionKind::Rebalance => model::InterruptionKind::Rebalance,
+    }
+}
+
+/// Starts the drain (again, when the status says it was in flight under a
+/// previous leader or core).
+async fn start(
+    drain: &NodeDrain,
+    shared: &DrainContext,
+    recorded: &NodeDrainStatus,
+) -> Result<NodeDrainStatus, ReconcileError> {
+    let ctx = &shared.ctx;
+    let node = NodeId::from(drain.spec.node_id.as_str());
+    let strategy_for = StrategyFor::all(strategy(drain.spec.strategy));
+    let result = match &drain.spec.interruption {
+        Some(interruption) => ctx
+            .core
+            .handle_node_interruption(
+                node.clone(),
+                InterruptionNotice {
+                    kind: interruption_kind(interruption.kind),
+                    deadline: interruption.deadline.as_deref().and_then(millis),
+                    strategy_for,
+                },
+            )
+            .await
+            .map(|s| s.drain),
+        None => {
+            ctx.core
+                .drain_node(
+                    node.clone(),
+                    DrainOptions {
+                        timeout_ms: drain.spec.timeout_seconds.map(|s| u64::from(s) * 1000),
+                        force: drain.spec.force,
+                        strategy_for,
+                    },
+                )
+                .await
+        }
+    };
+    let resumed = recorded.phase.clone();
+    match (result, resumed) {
+        (Ok(state), resumed) => {
+            if let Some(phase) = resumed {
+                publish(
+                    drain,
+                    shared,
+                    EventType::Normal,
+                    "DrainResumed",
+                    format!("the drain was {phase} when the operator's previous term ended: started again"),
+                );
+            }
+            Ok(status_of(&state))
+        }
+        (Err(CommandError::UnknownNode(_) | CommandError::NodeGone(_)), Some(phase)) => {
+            // The node went while no operator followed the drain: a
+            // terminate already issued did its work; anything else did not.
+            let mut next = recorded.clone();
+            let (outcome, reason) = if phase == "terminating" {
+                ("done", "the node was terminated while the operator was away")
+            } else {
+                ("failed", "the node left the fleet while the operator was away")
+            };
+            next.phase = Some(outcome.to_owned());
+            next.reason = Some(format!("{reason} (recorded phase {phase})"));
+            Ok(next)
+        }
+        (Err(e @ (CommandError::UnknownNode(_) | CommandError::NodeGone(_))), None) => Ok(NodeDrainStatus {
+            reason: Some(e.to_string()),
+            ..NodeDrainStatus::default()
+        }),
+        (Err(source), _) => Err(ReconcileError::Command {
+            action: "drain",
+            object: drain.name_any(),
+            source,
+        }),
+    }
+}
+
+fn publish(drain: &NodeDrain, shared: &DrainContext, type_: EventType, reason: &str, note: String) {
+    shared.ctx.publish(
+        Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: "Drain".to_owned(),
+            secondary: None,
+        },
+        ObjectRef::<NodeDrain>::new(&drain.name_any()).into(),
+    );
+}
+
+/// A `JobMigration` for each migration the drain started, owned by the
+/// drain and adopted (not started again) by the migration controller.
+async fn create_migrations(drain: &NodeDrain, next: &NodeDrainStatus, shared: &DrainContext) {
+    let Some(owner) = drain.controller_owner_ref(&()) else {
+        return;
+    };
+    for job in &next.jobs {
+        let Some(migration_id) = &job.migration_id else {
+            continue;
+        };
+        // Job ids are `<namespace>/<bundle>/<replica>/<job name>`.
+        let parts: Vec<&str> = job.job_id.splitn(4, '/').collect();
+        let [namespace, bundle, replica, job_name] = parts[..] else {
+            continue;
+        };
+        if shared.namespace.as_deref().is_some_and(|n| n != namespace) {
+            continue;
+        }
+        let Ok(replica_index) = replica.parse::<u32>() else {
+            continue;
+        };
+        let name = resource_name(&format!("{bundle}-{replica}-{job_name}-{migration_id}"));
+        let key = format!("{namespace}/{name}");
+        if shared.created(&key) {
+            continue;
+        }
+        let migration = JobMigration {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(namespace.to_owned()),
+                labels: Some(BTreeMap::from([
+                    (MANAGED_BY.to_owned(), super::OPERATOR_NAME.to_owned()),
+                    (DRAIN.to_owned(), drain.name_any()),
+                ])),
+                annotations: Some(BTreeMap::from([(MIGRATION_ID.to_owned(), migration_id.clone())])),
+                owner_references: Some(vec![owner.clone()]),
+                ..ObjectMeta::default()
+            },
+            spec: JobMigrationSpec {
+                bundle: bundle.to_owned(),
+                replica_index,
+                job_name: job_name.to_owned(),
+                strategy: drain.spec.strategy,
+                target_node_id: None,
+                override_reservation: false,
+                abort: false,
+            },
+            status: None,
+        };
+        let api: Api<JobMigration> = Api::namespaced(shared.ctx.client.clone(), namespace);
+        match api.create(&PostParams::default(), &migration).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => {
+                tracing::warn!(migration = %key, error = %e, "failed to create the JobMigration of a drain");
+                shared.not_created(&key);
+            }
+        }
+    }
+}
+
+/// Writes the status when it differs from what the resource holds.
+async fn write_if_changed(
+    drain: &NodeDrain,
+    api: &Api<NodeDrain>,
+    shared: &DrainContext,
+    previous: &NodeDrainStatus,
+    mut next: NodeDrainStatus,
+) -> Result<(), ReconcileError> {
+    let generation = drain.meta().generation;
+    let observed = conditions_of(next.phase.as_deref(), next.reason.as_deref());
+    next.conditions = conditions::merge(&previous.conditions, observed, generation);
+    if !status::differs(previous, &next, |s: &mut NodeDrainStatus| &mut s.conditions) {
+        return Ok(());
+    }
+    let name = drain.name_any();
+    status::apply(api, &name, CONTROLLER, &next, &shared.ctx.metrics).await?;
+    shared
+        .ctx
+        .wrote(CONTROLLER, &name, drain.meta().resource_version.clone(), &next);
+    Ok(())
+}
+
+/// The finalizer: a drain deleted before its terminate is cancelled
+/// (`uncordonNode` ends it `failed` and the node takes placements again).
+async fn cleanup(drain: &NodeDrain, shared: &DrainContext) -> Result<Action, ReconcileError> {
+    let ctx = &shared.ctx;
+    let name = drain.name_any();
+    let node = NodeId::from(drain.spec.node_id.as_str());
+    let recorded = recorded(drain, shared);
+    let core_drain = ours(ctx.core.drain_status(node.clone()).await?, &recorded);
+    let phase = core_drain.as_ref().map(|s| s.phase);
+    let before_terminate = match phase {
+        Some(phase) => !phase.is_final() && phase != DrainPhase::Terminating,
+        None => recorded
+            .phase
+            .as_deref()
+            .is_some_and(|p| !is_final_name(p) && p != "terminating"),
+    };
+    if before_terminate {
+        match ctx.core.uncordon_node(node.clone()).await {
+            Ok(()) | Err(CommandError::UnknownNode(_) | CommandError::NodeGone(_)) => {}
+            Err(source) => {
+                return Err(ReconcileError::Command {
+                    action: "cancel the drain of",
+                    object: name,
+                    source,
+                });
+            }
+        }
+        publish(
+            drain,
+            shared,
+            EventType::Normal,
+            "DrainCancelled",
+            format!("deleted before its terminate: {node} uncordoned"),
+        );
+    }
+    ctx.forget(CONTROLLER, &name);
+    shared.drain_gone(&node);
+    Ok(Action::await_change())
+}

@@ -1,0 +1,296 @@
+//! Drains and migrations in flight, followed through the core's
+//! notifications: each `drainProgress` that moves a drain or one of its
+//! jobs becomes an Event on its `NodeDrain` and a reconcile of it; each
+//! `nodeInterrupted` an Event and, when no `NodeDrain` names the node yet,
+//! one created with the interruption (so the work shows in `kubectl get
+//! norsk`); each migration notification a reconcile of its `JobMigration`.
+//! Runs the [`super::drain`] and [`super::migration`] controllers for the
+//! term and owns what they share.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use crate::automanager::{DrainState, MigrationId, NodeInterruptionState, Notification};
+use crate::crd::{self, Interruption, JobMigration, NodeDrain, NodeDrainSpec};
+use crate::model::{self, NodeId};
+
+use super::Context;
+use super::drain_status::{camel, job_changes, phase_name, rfc3339};
+use super::node::{FLEET, MANAGED_BY};
+use super::node_status::resource_name;
+use super::{drain, migration};
+
+/// What the drain and migration controllers share for one term.
+pub struct DrainContext {
+    /// The operator's context.
+    pub ctx: Arc<Context>,
+    /// The fleet this operator serves: `NodeDrain`s are cluster-wide, and
+    /// one names a node of this fleet or carries this fleet's label.
+    pub fleet: String,
+    /// Only `JobMigration`s of this namespace (all when absent), as for
+    /// bundles.
+    pub namespace: Option<String>,
+    /// The `NodeDrain` of each node, as last reconciled.
+    drain_names: Mutex<HashMap<NodeId, String>>,
+    /// The `JobMigration` following each migration.
+    followers: Mutex<HashMap<MigrationId, ObjectRef<JobMigration>>>,
+    /// Migrations this term started, by `JobMigration` (so a failed status
+    /// write does not start a second one).
+    started: Mutex<HashMap<String, MigrationId>>,
+    /// `JobMigration`s made for a drain's migrations this term.
+    created: Mutex<HashSet<String>>,
+    drains: mpsc::UnboundedSender<ObjectRef<NodeDrain>>,
+    migrations: mpsc::UnboundedSender<ObjectRef<JobMigration>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The maps are only ever updated entry by entry: a poisoned one is usable.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl DrainContext {
+    /// `name` is the `NodeDrain` of `node`.
+    pub fn drain_named(&self, node: &NodeId, name: &str) {
+        locked(&self.drain_names).insert(node.clone(), name.to_owned());
+    }
+
+    /// The `NodeDrain` of `node`: the one reconciled, else the name the
+    /// operator gives the drains it creates.
+    pub fn drain_of(&self, node: &NodeId) -> String {
+        locked(&self.drain_names)
+            .get(node)
+            .cloned()
+            .unwrap_or_else(|| resource_name(node.as_str()))
+    }
+
+    /// `NodeDrain` `name` is gone.
+    pub fn drain_gone(&self, node: &NodeId) {
+        locked(&self.drain_names).remove(node);
+    }
+
+    /// `follower` follows migration `id`.
+    pub fn follows(&self, id: MigrationId, follower: ObjectRef<JobMigration>) {
+        locked(&self.followers).insert(id, follower);
+    }
+
+    /// The migration this term started for `JobMigration` `key`.
+    pub fn started(&self, key: &str) -> Option<MigrationId> {
+        locked(&self.started).get(key).cloned()
+    }
+
+    /// This term started `id` for `JobMigration` `key`.
+    pub fn start(&self, key: &str, id: MigrationId) {
+        locked(&self.started).insert(key.to_owned(), id);
+    }
+
+    /// Whether `JobMigration` `key` was created this term; marks it so.
+    pub fn created(&self, key: &str) -> bool {
+        !locked(&self.created).insert(key.to_owned())
+    }
+
+    /// Forgets that `key` was created (its creation failed).
+    pub fn not_created(&self, key: &str) {
+        locked(&self.created).remove(key);
+    }
+
+    fn reconcile_drain(&self, node: &NodeId) {
+        // The controllers outlive the follower within a term.
+        let _ = self.drains.send(ObjectRef::new(&self.drain_of(node)));
+    }
+
+    fn reconcile_all(&self) {
+        for name in locked(&self.drain_names).values() {
+            let _ = self.drains.send(ObjectRef::new(name));
+        }
+        for follower in locked(&self.followers).values() {
+            let _ = self.migrations.send(follower.clone());
+        }
+    }
+}
+
+/// Runs the drain and migration controllers, and the follower feeding
+/// them, until `stop()` resolves.
+pub async fn run<F>(ctx: Arc<Context>, fleet: String, namespace: Option<String>, stop: impl Fn() -> F)
+where
+    F: Future<Output = ()> + Send + Sync + 'static,
+{
+    // Unbounded, as for bundles: the controllers merge repeated triggers.
+    let (drains, drains_rx) = mpsc::unbounded_channel();
+    let (migrations, migrations_rx) = mpsc::unbounded_channel();
+    let notifications = ctx.core.subscribe();
+    let shared = Arc::new(DrainContext {
+        ctx,
+        fleet,
+        namespace,
+        drain_names: Mutex::new(HashMap::new()),
+        followers: Mutex::new(HashMap::new()),
+        started: Mutex::new(HashMap::new()),
+        created: Mutex::new(HashSet::new()),
+        drains,
+        migrations,
+    });
+    let follower = tokio::spawn(follow(shared.clone(), notifications));
+    tokio::join!(
+        drain::run(shared.clone(), UnboundedReceiverStream::new(drains_rx), stop()),
+        migration::run(shared.clone(), UnboundedReceiverStream::new(migrations_rx), stop()),
+    );
+    follower.abort();
+}
+
+async fn follow(shared: Arc<DrainContext>, mut notifications: broadcast::Receiver<Notification>) {
+    let mut last: BTreeMap<NodeId, DrainState> = BTreeMap::new();
+    loop {
+        let notification = match notifications.recv().await {
+            Ok(n) => n,
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                shared.reconcile_all();
+                continue;
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        match notification {
+            Notification::DrainProgress(state) => {
+                if let Some(event) = progress_event(last.get(&state.node_id), &state) {
+                    publish(&shared, &state.node_id, event);
+                }
+                shared.reconcile_drain(&state.node_id);
+                last.insert(state.node_id.clone(), *state);
+            }
+            Notification::NodeInterrupted(state) => {
+                publish(&shared, &state.node_id, interrupted_event(&state));
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = ensure_drain(&shared, &state).await {
+                        tracing::warn!(node = %state.node_id, error = %e, "failed to create the NodeDrain of an interruption");
+                    }
+                    shared.reconcile_drain(&state.node_id);
+                });
+            }
+            Notification::MigrationPhase(state) => follow_migration(&shared, &state.migration_id),
+            Notification::MigrationCompleted { migration_id, .. }
+            | Notification::MigrationAborted { migration_id, .. } => follow_migration(&shared, &migration_id),
+            _ => {}
+        }
+    }
+}
+
+fn follow_migration(shared: &DrainContext, id: &MigrationId) {
+    if let Some(follower) = locked(&shared.followers).get(id) {
+        let _ = shared.migrations.send(follower.clone());
+    }
+}
+
+fn publish(shared: &DrainContext, node: &NodeId, event: Event) {
+    let regarding = ObjectRef::<NodeDrain>::new(&shared.drain_of(node)).into();
+    shared.ctx.publish(event, regarding);
+}
+
+/// The Event of a `drainProgress`: one per phase transition (its reason
+/// the phase) or job status change; none when nothing moved.
+fn progress_event(before: Option<&DrainState>, after: &DrainState) -> Option<Event> {
+    let changes = job_changes(before, after);
+    let phase_moved = before.is_none_or(|b| b.phase != after.phase);
+    if !phase_moved && changes.is_empty() {
+        return None;
+    }
+    let phase = phase_name(after.phase);
+    let warning = matches!(phase.as_str(), "partial" | "failed");
+    let mut note = format!("drain of {} is {phase}", after.node_id);
+    if let Some(reason) = &after.reason {
+        note.push_str(&format!(" ({reason})"));
+    }
+    if !changes.is_empty() {
+        note.push_str(": ");
+        note.push_str(&changes.join(", "));
+    }
+    Some(Event {
+        type_: if warning { EventType::Warning } else { EventType::Normal },
+        reason: if phase_moved {
+            format!("Drain{}", camel(&phase))
+        } else {
+            "DrainProgress".to_owned()
+        },
+        note: Some(note.chars().take(1000).collect()),
+        action: "Drain".to_owned(),
+        secondary: None,
+    })
+}
+
+fn interrupted_event(state: &NodeInterruptionState) -> Event {
+    let deadline = state
+        .deadline
+        .and_then(rfc3339)
+        .map_or_else(|| "no deadline given".to_owned(), |d| format!("reclaimed at {d}"));
+    Event {
+        type_: EventType::Warning,
+        reason: "NodeInterrupted".to_owned(),
+        note: Some(format!(
+            "{:?} notice for {}: {deadline}; its drain is {}",
+            state.kind,
+            state.node_id,
+            phase_name(state.drain.phase)
+        )),
+        action: "Drain".to_owned(),
+        secondary: None,
+    }
+}
+
+/// The crd's name for an interruption kind; a kind this build does not know
+/// is read as the more urgent one, as the core does.
+fn interruption_kind(kind: model::InterruptionKind) -> crd::InterruptionKind {
+    match kind {
+        model::InterruptionKind::Rebalance => crd::InterruptionKind::Rebalance,
+        model::InterruptionKind::SpotInterruption | model::InterruptionKind::Unknown(_) => {
+            crd::InterruptionKind::SpotInterruption
+        }
+    }
+}
+
+/// Creates the `NodeDrain` of an interrupted node unless one names it.
+async fn ensure_drain(shared: &DrainContext, state: &NodeInterruptionState) -> Result<(), kube::Error> {
+    let api: Api<NodeDrain> = Api::all(shared.ctx.client.clone());
+    let existing = api.list(&Default::default()).await?;
+    if let Some(found) = existing.items.iter().find(|d| d.spec.node_id == state.node_id.as_str()) {
+        if let Some(name) = &found.metadata.name {
+            shared.drain_named(&state.node_id, name);
+        }
+        return Ok(());
+    }
+    let name = resource_name(state.node_id.as_str());
+    let drain = NodeDrain {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(BTreeMap::from([
+                (MANAGED_BY.to_owned(), super::OPERATOR_NAME.to_owned()),
+                (FLEET.to_owned(), shared.fleet.clone()),
+            ])),
+            ..ObjectMeta::default()
+        },
+        spec: NodeDrainSpec {
+            node_id: state.node_id.to_string(),
+            timeout_seconds: None,
+            // An interruption's drain is forced: the provider takes the
+            // node at the deadline regardless.
+            force: true,
+            strategy: crd::MigrationStrategy::default(),
+            interruption: Some(Interruption {
+                kind: interruption_kind(state.kind),
+                deadline: state.deadline.and_then(rfc3339),
+            }),
+        },
+        status: None,
+    };
+    match api.create(&PostParams::default(), &drain).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e),
+    }
+    shared.drain_named(&state.node_id, &name);
+    Ok(())
+}

@@ -1,0 +1,195 @@
+//! What a `NodeDrain`'s status says: the core's `DrainState` (phase, jobs
+//! with their status, migration and reason) and the conditions derived
+//! from it — `Ready` once the drain is `done`, `Stalled` when it ended
+//! `partial` or `failed` (with the reason), `Reconciling` while it runs.
+//! Pure: the controller feeds it what the core reports.
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::automanager::{DrainJobStatus as CoreJobStatus, DrainPhase, DrainState};
+use crate::crd::{DrainJobStatus, NodeDrainStatus};
+use crate::model::UnixMillis;
+
+use super::conditions::{Observed, READY, STALLED};
+
+/// kstatus: the controller is working towards the wanted state.
+pub const RECONCILING: &str = "Reconciling";
+
+/// A core timestamp as RFC 3339.
+pub fn rfc3339(at: UnixMillis) -> Option<String> {
+    Timestamp::from_millisecond(at).ok().map(|t| t.to_string())
+}
+
+/// An RFC 3339 time as core milliseconds.
+pub fn millis(rfc3339: &str) -> Option<UnixMillis> {
+    rfc3339.parse::<Timestamp>().ok().map(|t| t.as_millisecond())
+}
+
+/// The wire name of a drain phase (`migrating`, `done`, ...).
+pub fn phase_name(phase: DrainPhase) -> String {
+    wire_name(&phase)
+}
+
+/// Whether a phase name recorded in status is one a drain ends in.
+pub fn is_final_name(phase: &str) -> bool {
+    ["done", "partial", "failed"].contains(&phase)
+}
+
+fn wire_name(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+/// The status fields (conditions aside) a drain state becomes.
+pub fn status_of(state: &DrainState) -> NodeDrainStatus {
+    NodeDrainStatus {
+        conditions: Vec::new(),
+        phase: Some(phase_name(state.phase)),
+        started: rfc3339(state.started),
+        jobs: state
+            .jobs
+            .iter()
+            .map(|j| DrainJobStatus {
+                job_id: j.job_id.to_string(),
+                status: job_status_name(j.status),
+                migration_id: j.migration_id.as_ref().map(ToString::to_string),
+                reason: j.reason.clone(),
+            })
+            .collect(),
+        reason: state.reason.clone(),
+    }
+}
+
+fn job_status_name(status: CoreJobStatus) -> String {
+    wire_name(&status)
+}
+
+/// The conditions of a drain in `phase` (a recorded phase name; none before
+/// the drain started), ended for `reason`.
+pub fn conditions_of(phase: Option<&str>, reason: Option<&str>) -> Vec<Observed> {
+    let why = reason.unwrap_or_default().to_owned();
+    match phase {
+        Some("done") => vec![
+            Observed::yes(READY, "Drained", "every job left the node and the node was terminated"),
+            Observed::no(RECONCILING, "Drained", ""),
+            Observed::no(STALLED, "Drained", ""),
+        ],
+        Some(ended @ ("partial" | "failed")) => {
+            let reason = if ended == "partial" { "Partial" } else { "Failed" };
+            vec![
+                Observed::no(READY, reason, why.clone()),
+                Observed::no(RECONCILING, reason, ""),
+                Observed::yes(STALLED, reason, why),
+            ]
+        }
+        Some(running) => {
+            let reason = camel(running);
+            vec![
+                Observed::no(READY, reason.clone(), format!("the drain is {running}")),
+                Observed::yes(RECONCILING, reason, format!("the drain is {running}")),
+                Observed::no(STALLED, "InProgress", ""),
+            ]
+        }
+        None => vec![
+            Observed::no(READY, "NotStarted", why.clone()),
+            Observed::no(RECONCILING, "NotStarted", ""),
+            Observed::yes(STALLED, "NotStarted", why),
+        ],
+    }
+}
+
+/// `migrating` -> `Migrating` (condition reasons are CamelCase).
+pub fn camel(name: &str) -> String {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .map(|first| first.to_ascii_uppercase().to_string() + chars.as_str())
+        .unwrap_or_default()
+}
+
+/// The jobs whose status changed between two drain states, as `job: was ->
+/// now` (for the `DrainProgress` Event).
+pub fn job_changes(before: Option<&DrainState>, after: &DrainState) -> Vec<String> {
+    after
+        .jobs
+        .iter()
+        .filter_map(|job| {
+            let was = before.and_then(|b| b.jobs.iter().find(|j| j.job_id == job.job_id));
+            match was {
+                Some(was) if was.status == job.status => None,
+                Some(was) => Some(format!(
+                    "{}: {} -> {}",
+                    job.job_id,
+                    job_status_name(was.status),
+                    job_status_name(job.status)
+                )),
+                None => Some(format!("{}: {}", job.job_id, job_status_name(job.status))),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::automanager::DrainJob;
+
+    fn drain(phase: DrainPhase, jobs: &[(&str, CoreJobStatus)]) -> DrainState {
+        DrainState {
+            node_id: "n1".into(),
+            phase,
+            started: 1_700_000_000_000,
+            timeout_ms: 600_000,
+            force: false,
+            jobs: jobs
+                .iter()
+                .map(|(id, status)| DrainJob {
+                    job_id: (*id).into(),
+                    status: *status,
+                    migration_id: None,
+                    reason: None,
+                })
+                .collect(),
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn status_carries_the_drain_state_in_wire_names() {
+        let status = status_of(&drain(
+            DrainPhase::Migrating,
+            &[("ns/b/0/enc", CoreJobStatus::Migrating)],
+        ));
+        assert_eq!(status.phase.as_deref(), Some("migrating"));
+        assert_eq!(status.jobs[0].status, "migrating");
+        assert_eq!(status.started.as_deref(), Some("2023-11-14T22:13:20Z"));
+        assert_eq!(status.started.as_deref().and_then(millis), Some(1_700_000_000_000));
+    }
+
+    #[test]
+    fn only_a_done_drain_is_ready_and_an_ended_one_stalls_with_its_reason() {
+        let ready = |c: &[Observed]| c.iter().any(|c| c.type_ == READY && c.status);
+        let stalled = |c: &[Observed]| c.iter().find(|c| c.type_ == STALLED && c.status).cloned();
+        assert!(ready(&conditions_of(Some("done"), None)));
+        let partial = conditions_of(Some("partial"), Some("job x stuck"));
+        assert!(!ready(&partial));
+        assert_eq!(stalled(&partial).map(|c| c.message), Some("job x stuck".to_owned()));
+        let running = conditions_of(Some("waiting"), None);
+        assert!(
+            running
+                .iter()
+                .any(|c| c.type_ == RECONCILING && c.status && c.reason == "Waiting")
+        );
+        assert!(stalled(&running).is_none());
+    }
+
+    #[test]
+    fn job_changes_name_each_transition() {
+        let before = drain(DrainPhase::Migrating, &[("a", CoreJobStatus::Migrating)]);
+        let after = drain(DrainPhase::Waiting, &[("a", CoreJobStatus::Migrated)]);
+        assert_eq!(job_changes(Some(&before), &after), vec!["a: migrating -> migrated"]);
+        assert!(job_changes(Some(&after), &after).is_empty());
+    }
+}

@@ -1,0 +1,328 @@
+//! The `JobMigration` controller: a resource starts `migrateJob` on the
+//! core for its job (bundle, replica and job name resolved to the runtime
+//! job id); one a drain created (annotated with its migration id) follows
+//! that migration instead. Status: see [`super::migration_status`], kept
+//! current on every migration notification. `spec.abort: true` aborts
+//! (`abortMigration`) — a clean rollback only before the point of no
+//! return; after it the status says the saga fails forward.
+//!
+//! Restarts and leader changes lose nothing: a migration recorded in
+//! flight that the (new) core does not hold is not silently dropped — the
+//! status ends `done` when the job is found running on its target, else
+//! `lost`, with the recorded phase and where the job is in the reason.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use kube::api::Api;
+use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+
+use crate::automanager::{CommandError, MigrationId, MigrationOptions, MigrationStrategy};
+use crate::crd::{self, JobMigration, JobMigrationStatus};
+use crate::model::{BundleId, JobId, NodeId, runtime_job_id};
+
+use super::conditions;
+use super::drain_follow::DrainContext;
+use super::migration_status::{conditions_of, ended_without_core, is_ended_name, is_recorded, status_of};
+use super::{ReconcileError, status};
+
+/// The controller's name (metrics label, field manager suffix).
+pub const CONTROLLER: &str = "jobmigration";
+/// Annotation: the migration a drain started for this resource.
+pub const MIGRATION_ID: &str = "automanager.norsk.video/migration-id";
+/// Label: the `NodeDrain` whose migration this is.
+pub const DRAIN: &str = "automanager.norsk.video/drain";
+/// A migration in flight is re-read at least this often.
+const RESYNC: Duration = Duration::from_secs(30);
+/// The reason given to `abortMigration`.
+const ABORT_REASON: &str = "spec.abort set on the JobMigration";
+
+/// Runs the controller until `shutdown` resolves, over the migrations of
+/// the shared namespace (all when none); `notified` carries the resources
+/// notifications were about.
+pub async fn run(
+    shared: Arc<DrainContext>,
+    notified: impl Stream<Item = ObjectRef<JobMigration>> + Send + 'static,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let api: Api<JobMigration> = match &shared.namespace {
+        Some(namespace) => Api::namespaced(shared.ctx.client.clone(), namespace),
+        None => Api::all(shared.ctx.client.clone()),
+    };
+    Controller::new(api, watcher::Config::default())
+        .with_config(Config::default().debounce(Duration::from_millis(100)))
+        .reconcile_on(notified)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, shared)
+        .for_each(|_| async {})
+        .await;
+}
+
+fn key(migration: &JobMigration) -> String {
+    format!(
+        "{}/{}",
+        migration
+            .namespace()
+            .unwrap_or_else(|| crd::DEFAULT_NAMESPACE.to_owned()),
+        migration.name_any()
+    )
+}
+
+fn job_of(migration: &JobMigration) -> JobId {
+    let namespace = migration
+        .namespace()
+        .unwrap_or_else(|| crd::DEFAULT_NAMESPACE.to_owned());
+    let bundle = BundleId(format!("{namespace}/{}", migration.spec.bundle));
+    runtime_job_id(&bundle, migration.spec.replica_index, &migration.spec.job_name)
+}
+
+#[tracing::instrument(skip_all, fields(migration = %key(&migration)))]
+async fn reconcile(migration: Arc<JobMigration>, shared: Arc<DrainContext>) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let ctx = &shared.ctx;
+    if migration.meta().deletion_timestamp.is_some() {
+        ctx.forget(CONTROLLER, &key(&migration));
+        return Ok(Action::await_change());
+    }
+    if !ctx.core.inspect(|core, _| core.is_hydrated()).await? {
+        return Err(ReconcileError::NotHydrated);
+    }
+    let result = apply(&migration, &shared).await;
+    ctx.timed(CONTROLLER, started);
+    if result.is_ok() {
+        ctx.succeeded(CONTROLLER, &key(&migration));
+    }
+    result
+}
+
+fn error_policy(migration: Arc<JobMigration>, error: &ReconcileError, shared: Arc<DrainContext>) -> Action {
+    shared.ctx.failed(CONTROLLER, &key(&migration), error)
+}
+
+async fn apply(migration: &JobMigration, shared: &DrainContext) -> Result<Action, ReconcileError> {
+    let key = key(migration);
+    let recorded = shared
+        .ctx
+        .known_status(
+            CONTROLLER,
+            &key,
+            migration.meta().resource_version.as_ref(),
+            migration.status.clone(),
+        )
+        .unwrap_or_default();
+    let adopted = migration
+        .annotations()
+        .get(MIGRATION_ID)
+        .map(|id| MigrationId(id.clone()));
+    let id = recorded
+        .migration_id
+        .clone()
+        .map(MigrationId)
+        .or(adopted)
+        .or_else(|| shared.started(&key));
+    let next = match id {
+        Some(id) => {
+            shared.follows(id.clone(), ObjectRef::from_obj(migration));
+            follow(migration, shared, id, &recorded).await?
+        }
+        None if migration.spec.abort => aborted_unstarted(shared).await?,
+        None => start(migration, shared, &key).await?,
+    };
+    let ended = next.phase.as_deref().is_none_or(is_ended_name);
+    write_if_changed(migration, shared, &recorded, next).await?;
+    Ok(if ended {
+        Action::await_change()
+    } else {
+        Action::requeue(RESYNC)
+    })
+}
+
+fn strategy(strategy: crd::MigrationStrategy) -> MigrationStrategy {
+    match strategy {
+        crd::MigrationStrategy::StopThenStart => MigrationStrategy::StopThenStart,
+        crd::MigrationStrategy::Overlap => MigrationStrategy::Overlap,
+        crd::MigrationStrategy::Handover => MigrationStrategy::Handover,
+    }
+}
+
+/// `migrateJob`; a refusal (the job not running, already migrating,
+/// nowhere to go) is recorded and waits for a change.
+async fn start(
+    migration: &JobMigration,
+    shared: &DrainContext,
+    key: &str,
+) -> Result<JobMigrationStatus, ReconcileError> {
+    let options = MigrationOptions {
+        strategy: strategy(migration.spec.strategy),
+        target_node_id: migration.spec.target_node_id.as_deref().map(NodeId::from),
+        override_reservation: migration.spec.override_reservation,
+    };
+    match shared.ctx.core.migrate_job(job_of(migration), options).await {
+        Ok(id) => {
+            shared.start(key, id.clone());
+            shared.follows(id.clone(), ObjectRef::from_obj(migration));
+            let state = shared.ctx.core.migration_by_id(id.clone()).await?;
+            Ok(state.map_or_else(
+                || JobMigrationStatus {
+                    migration_id: Some(id.to_string()),
+                    ..JobMigrationStatus::default()
+                },
+                |s| status_of(&s),
+            ))
+        }
+        Err(e @ (CommandError::Migration(_) | CommandError::UnknownNode(_) | CommandError::NodeGone(_))) => {
+            Ok(JobMigrationStatus {
+                reason: Some(e.to_string()),
+                ..JobMigrationStatus::default()
+            })
+        }
+        Err(source) => Err(ReconcileError::Command {
+            action: "migrate",
+            object: key.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// `spec.abort` before any migration started: nothing to roll back.
+async fn aborted_unstarted(shared: &DrainContext) -> Result<JobMigrationStatus, ReconcileError> {
+    let now = shared.ctx.core.inspect(|_, now| now).await?;
+    Ok(ended_without_core(
+        &JobMigrationStatus::default(),
+        "aborted",
+        now,
+        "aborted before it started: nothing was moved".to_owned(),
+    ))
+}
+
+/// The recorded migration as the core reports it, aborted when asked; or,
+/// when the core does not hold it, how it ended while no one followed it.
+async fn follow(
+    migration: &JobMigration,
+    shared: &DrainContext,
+    id: MigrationId,
+    recorded: &JobMigrationStatus,
+) -> Result<JobMigrationStatus, ReconcileError> {
+    let core = &shared.ctx.core;
+    let job_id = job_of(migration);
+    let found = core
+        .migration_by_id(id.clone())
+        .await?
+        .filter(|s| is_recorded(s, job_id.as_str(), recorded));
+    let Some(mut state) = found else {
+        return ended_elsewhere(shared, &job_id, recorded).await;
+    };
+    if migration.spec.abort && !state.phase.is_ended() {
+        if state.past_point_of_no_return {
+            let mut status = status_of(&state);
+            status.reason = Some("abort asked after the point of no return: the migration fails forward".to_owned());
+            return Ok(status);
+        }
+        match core.abort_migration(id.clone(), ABORT_REASON.to_owned()).await {
+            Ok(()) => {
+                if let Some(after) = core.migration_by_id(id).await? {
+                    state = after;
+                }
+            }
+            Err(CommandError::Migration(refusal)) => {
+                let mut status = status_of(&state);
+                status.reason = Some(refusal.to_string());
+                return Ok(status);
+            }
+            Err(source) => {
+                return Err(ReconcileError::Command {
+                    action: "abort",
+                    object: key(migration),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(status_of(&state))
+}
+
+/// A migration recorded in flight that this core does not hold (a new
+/// leader, a rebuilt core): `done` when the job runs on the recorded
+/// target, else `lost`; the reason says which and from what phase.
+async fn ended_elsewhere(
+    shared: &DrainContext,
+    job_id: &JobId,
+    recorded: &JobMigrationStatus,
+) -> Result<JobMigrationStatus, ReconcileError> {
+    let Some(phase) = recorded.phase.clone() else {
+        // Adopted from a drain and never written: it started under a
+        // previous term and nothing of it was recorded.
+        let now = shared.ctx.core.inspect(|_, now| now).await?;
+        return Ok(ended_without_core(
+            recorded,
+            "lost",
+            now,
+            "started under the operator's previous term and not inherited by this one".to_owned(),
+        ));
+    };
+    if is_ended_name(&phase) {
+        return Ok(recorded.clone());
+    }
+    let job = job_id.clone();
+    let (node, now) = shared
+        .ctx
+        .core
+        .inspect(move |core, now| {
+            let node = core
+                .job(&job)
+                .and_then(|j| j.binding.as_ref())
+                .map(|b| b.node_id.to_string());
+            (node, now)
+        })
+        .await?;
+    let on_target = node.is_some() && node == recorded.target_node_id;
+    Ok(if on_target {
+        ended_without_core(
+            recorded,
+            "done",
+            now,
+            format!("finished while the operator was away (recorded phase {phase}): the job runs on its target"),
+        )
+    } else {
+        let whereabouts = node.map_or_else(|| "no node".to_owned(), |n| format!("node {n}"));
+        ended_without_core(
+            recorded,
+            "lost",
+            now,
+            format!(
+                "the operator's term ended during {phase} and the saga was not inherited: failed forward, the job is where Manager's history puts it ({whereabouts})"
+            ),
+        )
+    })
+}
+
+/// Writes the status when it differs from what the resource holds.
+async fn write_if_changed(
+    migration: &JobMigration,
+    shared: &DrainContext,
+    previous: &JobMigrationStatus,
+    mut next: JobMigrationStatus,
+) -> Result<(), ReconcileError> {
+    let generation = migration.meta().generation;
+    let observed = conditions_of(next.phase.as_deref(), next.reason.as_deref());
+    next.conditions = conditions::merge(&previous.conditions, observed, generation);
+    if !status::differs(previous, &next, |s: &mut JobMigrationStatus| &mut s.conditions) {
+        return Ok(());
+    }
+    let namespace = migration
+        .namespace()
+        .unwrap_or_else(|| crd::DEFAULT_NAMESPACE.to_owned());
+    let api: Api<JobMigration> = Api::namespaced(shared.ctx.client.clone(), &namespace);
+    status::apply(&api, &migration.name_any(), CONTROLLER, &next, &shared.ctx.metrics).await?;
+    shared.ctx.wrote(
+        CONTROLLER,
+        &key(migration),
+        migration.meta().resource_version.clone(),
+        &next,
+    );
+    Ok(())
+}

@@ -1,0 +1,175 @@
+//! What a `JobMigration`'s status says: the saga's phase with a timestamp
+//! per transition, source and target node and instance keys, whether the
+//! point of no return has passed, the reason, and conditions — `Ready` once
+//! `done`, `Stalled` when `aborted` or `lost` (or refused), `Reconciling`
+//! while in flight. Pure: the controller feeds it what the core reports.
+
+use crate::automanager::{MigrationPhase, MigrationState};
+use crate::crd::{JobMigrationStatus, PhaseTransition};
+use crate::model::UnixMillis;
+
+use super::conditions::{Observed, READY, STALLED};
+use super::drain_status::{RECONCILING, camel, rfc3339};
+
+/// The wire name of a migration phase (`placing`, `stoppingSource`, ...).
+pub fn phase_name(phase: MigrationPhase) -> String {
+    match serde_json::to_value(phase) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+/// Whether a phase name recorded in status is one a migration ends in.
+pub fn is_ended_name(phase: &str) -> bool {
+    ["done", "aborted", "lost"].contains(&phase)
+}
+
+/// The status fields (conditions aside) a migration state becomes.
+pub fn status_of(state: &MigrationState) -> JobMigrationStatus {
+    JobMigrationStatus {
+        conditions: Vec::new(),
+        migration_id: Some(state.migration_id.to_string()),
+        phase: Some(phase_name(state.phase)),
+        transitions: state
+            .transitions
+            .iter()
+            .map(|t| PhaseTransition {
+                phase: phase_name(t.phase),
+                at: rfc3339(t.at).unwrap_or_default(),
+            })
+            .collect(),
+        source_node_id: Some(state.source_node_id.to_string()),
+        target_node_id: Some(state.target_node_id.to_string()),
+        source_instance_key: Some(state.source_key.to_string()),
+        target_instance_key: Some(state.target_key.to_string()),
+        point_of_no_return_passed: state.past_point_of_no_return,
+        reason: state.reason.clone(),
+    }
+}
+
+/// Whether `state` is the migration a status recorded: ids restart with
+/// every core, so the job and the start time must match too.
+pub fn is_recorded(state: &MigrationState, job_id: &str, recorded: &JobMigrationStatus) -> bool {
+    state.job_id.as_str() == job_id
+        && recorded
+            .transitions
+            .first()
+            .is_none_or(|first| rfc3339(state.started_at()).as_deref() == Some(first.at.as_str()))
+}
+
+/// A recorded status moved on to `phase` at `at` for `reason`, without
+/// the core (the migration was not found after a restart).
+pub fn ended_without_core(
+    recorded: &JobMigrationStatus,
+    phase: &str,
+    at: UnixMillis,
+    reason: String,
+) -> JobMigrationStatus {
+    let mut next = recorded.clone();
+    next.phase = Some(phase.to_owned());
+    next.transitions.push(PhaseTransition {
+        phase: phase.to_owned(),
+        at: rfc3339(at).unwrap_or_default(),
+    });
+    next.reason = Some(reason);
+    next.conditions = Vec::new();
+    next
+}
+
+/// The conditions of a migration in `phase` (none before it started).
+pub fn conditions_of(phase: Option<&str>, reason: Option<&str>) -> Vec<Observed> {
+    let why = reason.unwrap_or_default().to_owned();
+    match phase {
+        Some("done") => vec![
+            Observed::yes(READY, "Migrated", "the job runs on the target"),
+            Observed::no(RECONCILING, "Migrated", ""),
+            Observed::no(STALLED, "Migrated", why),
+        ],
+        Some(ended @ ("aborted" | "lost")) => {
+            let reason = camel(ended);
+            vec![
+                Observed::no(READY, reason.clone(), why.clone()),
+                Observed::no(RECONCILING, reason.clone(), ""),
+                Observed::yes(STALLED, reason, why),
+            ]
+        }
+        Some(running) => {
+            let reason = camel(running);
+            vec![
+                Observed::no(READY, reason.clone(), format!("the migration is {running}")),
+                Observed::yes(RECONCILING, reason, format!("the migration is {running}")),
+                Observed::no(STALLED, "InProgress", why),
+            ]
+        }
+        None => vec![
+            Observed::no(READY, "Refused", why.clone()),
+            Observed::no(RECONCILING, "Refused", ""),
+            Observed::yes(STALLED, "Refused", why),
+        ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::automanager::migration::PhaseTransition as CoreTransition;
+    use crate::automanager::{MigrationId, MigrationStrategy};
+    use crate::model::InstanceKey;
+
+    fn state(phase: MigrationPhase) -> MigrationState {
+        MigrationState {
+            migration_id: MigrationId::of_tag(1),
+            job_id: "ns/b/0/enc".into(),
+            strategy: MigrationStrategy::Overlap,
+            phase,
+            transitions: vec![
+                CoreTransition {
+                    phase: MigrationPhase::Placing,
+                    at: 1_000,
+                },
+                CoreTransition { phase, at: 2_000 },
+            ],
+            source_node_id: "a".into(),
+            source_key: InstanceKey("primary@1".to_owned()),
+            target_node_id: "b".into(),
+            target_key: InstanceKey("primary@2".to_owned()),
+            past_point_of_no_return: false,
+            phase_deadline: None,
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn status_lists_every_phase_with_its_time() {
+        let status = status_of(&state(MigrationPhase::Starting));
+        let phases: Vec<_> = status.transitions.iter().map(|t| t.phase.as_str()).collect();
+        assert_eq!(phases, ["placing", "starting"]);
+        assert_eq!(status.transitions[1].at, "1970-01-01T00:00:02Z");
+        assert_eq!(status.target_instance_key.as_deref(), Some("primary@2"));
+    }
+
+    #[test]
+    fn a_migration_of_another_core_with_the_same_id_is_not_the_recorded_one() {
+        let recorded = status_of(&state(MigrationPhase::Starting));
+        let mut other = state(MigrationPhase::Placing);
+        assert!(is_recorded(&other, "ns/b/0/enc", &recorded));
+        other.transitions[0].at = 5_000;
+        assert!(!is_recorded(&other, "ns/b/0/enc", &recorded));
+        assert!(!is_recorded(&state(MigrationPhase::Placing), "ns/b/0/other", &recorded));
+    }
+
+    #[test]
+    fn only_done_is_ready_and_lost_stalls_with_its_reason() {
+        assert!(
+            conditions_of(Some("done"), None)
+                .iter()
+                .any(|c| c.type_ == READY && c.status)
+        );
+        let lost = conditions_of(Some("lost"), Some("restarted in stoppingSource"));
+        assert!(
+            lost.iter()
+                .any(|c| c.type_ == STALLED && c.status && c.reason == "Lost")
+        );
+        assert!(!lost.iter().any(|c| c.type_ == READY && c.status));
+    }
+}
