@@ -8,8 +8,10 @@
 //!
 //! Restarts and leader changes lose nothing: a migration recorded in
 //! flight that the (new) core does not hold is not silently dropped — the
-//! status ends `done` when the job is found running on its target, else
-//! `lost`, with the recorded phase and where the job is in the reason.
+//! status ends `done` when the job is found running on its target,
+//! `aborted` when it still runs on its source short of the point of no
+//! return, else `lost`, with the recorded phase and where the job is in
+//! the reason.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -280,12 +282,25 @@ async fn ended_elsewhere(
         })
         .await?;
     let on_target = node.is_some() && node == recorded.target_node_id;
+    let on_source = node.is_some() && node == recorded.source_node_id;
     Ok(if on_target {
         ended_without_core(
             recorded,
             "done",
             now,
             format!("finished while the operator was away (recorded phase {phase}): the job runs on its target"),
+        )
+    } else if on_source && !recorded.point_of_no_return_passed {
+        // Closing the previous term's core rolls back what has not passed
+        // its point of no return.
+        let source = node.unwrap_or_default();
+        ended_without_core(
+            recorded,
+            "aborted",
+            now,
+            format!(
+                "the operator's term ended during {phase}, before the point of no return: rolled back, the job runs on its source {source}"
+            ),
         )
     } else {
         let whereabouts = node.map_or_else(|| "no node".to_owned(), |n| format!("node {n}"));

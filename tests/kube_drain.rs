@@ -1,0 +1,381 @@
+//! Drains and migrations through the operator, against the real control
+//! plane (see `support/control_plane.rs`) with the Manager simulator
+//! in-process: a `NodeDrain` empties its node and owns a `JobMigration` per
+//! job; deleting it before the terminate cancels it; a `JobMigration`
+//! moves a job and records each phase, and `spec.abort` rolls it back; a
+//! provider's interruption notice makes the operator create a `NodeDrain`
+//! itself; a migration in flight when the operator stops is accounted for
+//! by the next term.
+//!
+//! Every test takes a namespace and a simulator of its own (its nodes are
+//! `<ns>-a` and `<ns>-b`) and runs its own operator.
+
+#[path = "support/control_plane.rs"]
+mod control_plane;
+#[allow(dead_code)]
+mod operator_support;
+mod sim_support;
+
+use std::pin::pin;
+
+use futures::TryStreamExt;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use norsk_auto_manager::automanager::{AutoSettings, MigrationSettings};
+use norsk_auto_manager::crd::{Bundle, InterruptionKind, JobMigration, NodeDrain};
+use norsk_auto_manager::manager::proto::{manager as pb, sim_admin};
+use operator_support::{Operator, WAIT, installed, is_ready, simulator, small_bundle, until};
+use sim_support::Sim;
+
+/// A migration's target may hang in `starting` for a simulated day: long
+/// enough (in real time, on the compressed clock) for a test to act on
+/// it before its deadline aborts it.
+fn patient_migrations() -> AutoSettings {
+    AutoSettings {
+        migration: MigrationSettings {
+            starting_timeout_ms: 86_400_000,
+            ..MigrationSettings::default()
+        },
+        ..AutoSettings::default()
+    }
+}
+
+/// Applies a one-job bundle and waits until it runs; its node.
+async fn running_bundle(cp: &control_plane::ControlPlane, ns: &str, name: &str) -> String {
+    cp.kubectl_apply(ns, &small_bundle(name)).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), ns);
+    let ready = until(&bundles, name, "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    ready.status.and_then(|s| s.primary_node).expect("placed")
+}
+
+/// The runtime job of a one-job bundle.
+fn job_of(ns: &str, bundle: &str) -> String {
+    format!("{ns}/{bundle}/0/encode")
+}
+
+/// The target of `job` never reaches running.
+async fn hang_starts(sim: &Sim, job: &str) {
+    sim.admin
+        .clone()
+        .set_job_behaviour(sim_admin::SetJobBehaviourRequest {
+            job_id: job.to_owned(),
+            behaviour: sim_admin::JobBehaviour::HangStart as i32,
+        })
+        .await
+        .expect("behaviour set");
+}
+
+fn node_drain(name: &str, node: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: NodeDrain\nmetadata: {{name: {name}}}\nspec:\n  nodeId: {node}\n  strategy: overlap\n{extra}"
+    )
+}
+
+fn job_migration(name: &str, bundle: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: JobMigration\nmetadata: {{name: {name}}}\nspec:\n  bundle: {bundle}\n  jobName: encode\n  strategy: overlap\n{extra}"
+    )
+}
+
+fn drain_phase(d: Option<&NodeDrain>) -> Option<String> {
+    d?.status.as_ref()?.phase.clone()
+}
+
+fn migration_phase(m: Option<&JobMigration>) -> Option<String> {
+    m?.status.as_ref()?.phase.clone()
+}
+
+fn condition_of(
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    type_: &str,
+) -> Option<(String, String)> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+/// Waits for an Event with `reason` about `name` in `namespace`.
+async fn event_about(cp: &control_plane::ControlPlane, namespace: &str, name: &str, reason: &str) -> Event {
+    let events = watcher(
+        Api::<Event>::namespaced(cp.client(), namespace),
+        watcher::Config::default(),
+    )
+    .applied_objects();
+    tokio::time::timeout(WAIT, async {
+        let mut events = pin!(events);
+        while let Some(e) = events.try_next().await.expect("watch events") {
+            if e.reason.as_deref() == Some(reason) && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+            {
+                return e;
+            }
+        }
+        panic!("the event watch ended")
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {reason} Event about {name}"))
+}
+
+#[tokio::test]
+async fn an_applied_node_drain_empties_the_node_with_a_job_migration_per_job_it_owns() {
+    let cp = installed().await;
+    let ns = cp.namespace("drain").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "drain-0").await;
+    let node = running_bundle(cp, &ns, "one").await;
+    let other = running_bundle(cp, &ns, "two").await;
+    let drain_name = format!("{ns}-empty");
+    cp.kubectl_apply("default", &node_drain(&drain_name, &node, ""))
+        .expect("drain applies");
+    let drains: Api<NodeDrain> = Api::all(cp.client());
+    let done = until(&drains, &drain_name, "done", |d: Option<&NodeDrain>| {
+        drain_phase(d).as_deref() == Some("done")
+    })
+    .await;
+    let status = done.status.clone().expect("status");
+    assert_eq!(
+        condition_of(&status.conditions, "Ready"),
+        Some(("True".to_owned(), "Drained".to_owned()))
+    );
+    let on_node: Vec<String> = [("one", &node), ("two", &other)]
+        .iter()
+        .filter(|(_, n)| **n == node)
+        .map(|(b, _)| job_of(&ns, b))
+        .collect();
+    let drained: Vec<String> = status.jobs.iter().map(|j| j.job_id.clone()).collect();
+    assert_eq!(drained, on_node, "the drain covers exactly the node's jobs");
+    assert!(status.jobs.iter().all(|j| j.status == "migrated"), "{status:#?}");
+    // A JobMigration per migration, owned by the drain, each ended done.
+    let migrations: Api<JobMigration> = Api::namespaced(cp.client(), &ns);
+    let uid = done.meta().uid.clone().expect("uid");
+    for job in &status.jobs {
+        let id = job.migration_id.clone().expect("each job migrated by a migration");
+        let listed = migrations.list(&ListParams::default()).await.expect("list");
+        let owned = listed
+            .items
+            .iter()
+            .find(|m| m.annotations().get("automanager.norsk.video/migration-id") == Some(&id))
+            .unwrap_or_else(|| panic!("no JobMigration for migration {id}"));
+        assert!(
+            owned
+                .owner_references()
+                .iter()
+                .any(|o| o.uid == uid && o.kind == "NodeDrain")
+        );
+        let ended = until(&migrations, &owned.name_any(), "done", |m: Option<&JobMigration>| {
+            migration_phase(m).as_deref() == Some("done")
+        })
+        .await;
+        assert_ne!(ended.status.and_then(|s| s.target_node_id), Some(node.clone()));
+    }
+    // The node was terminated on Manager.
+    let snapshot = sim.snapshot().await;
+    let drained_node = snapshot
+        .nodes
+        .iter()
+        .find(|n| n.id.as_str() == node)
+        .expect("node known");
+    assert_ne!(format!("{:?}", drained_node.phase), "Running", "{drained_node:?}");
+    drains
+        .delete(&drain_name, &DeleteParams::default())
+        .await
+        .expect("delete");
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn deleting_a_node_drain_before_its_terminate_cancels_it_and_uncordons_the_node() {
+    let cp = installed().await;
+    let ns = cp.namespace("cancel").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start_with(cp, &ns, &sim, "cancel-0", patient_migrations()).await;
+    let node = running_bundle(cp, &ns, "stuck").await;
+    hang_starts(&sim, &job_of(&ns, "stuck")).await;
+    let drain_name = format!("{ns}-cancel");
+    cp.kubectl_apply("default", &node_drain(&drain_name, &node, "  timeoutSeconds: 86400\n"))
+        .expect("drain applies");
+    let drains: Api<NodeDrain> = Api::all(cp.client());
+    let running = until(&drains, &drain_name, "in flight", |d: Option<&NodeDrain>| {
+        drain_phase(d).as_deref() == Some("migrating")
+    })
+    .await;
+    assert_eq!(
+        condition_of(&running.status.clone().expect("status").conditions, "Reconciling").map(|c| c.0),
+        Some("True".to_owned())
+    );
+    let uid = running.metadata.uid.clone().expect("uid");
+    drains
+        .delete(&drain_name, &DeleteParams::default())
+        .await
+        .expect("delete");
+    tokio::time::timeout(
+        WAIT,
+        await_condition(drains.clone(), &drain_name, conditions::is_deleted(&uid)),
+    )
+    .await
+    .expect("the finalizer lets the drain go")
+    .expect("watch the drain");
+    event_about(cp, "default", &drain_name, "DrainCancelled").await;
+    // Uncordoned: with the other cluster server gone, a new bundle lands
+    // on the node again rather than on a provisioned one.
+    let other = if node.ends_with("-a") {
+        format!("{ns}-b")
+    } else {
+        format!("{ns}-a")
+    };
+    sim.admin
+        .clone()
+        .kill_node(sim_admin::NodeRef { node_id: other })
+        .await
+        .expect("node killed");
+    assert_eq!(running_bundle(cp, &ns, "after").await, node);
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_job_migration_with_overlap_moves_the_job_and_records_each_phase() {
+    let cp = installed().await;
+    let ns = cp.namespace("migrate").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "migrate-0").await;
+    let source = running_bundle(cp, &ns, "mover").await;
+    cp.kubectl_apply(&ns, &job_migration("move-it", "mover", ""))
+        .expect("migration applies");
+    let migrations: Api<JobMigration> = Api::namespaced(cp.client(), &ns);
+    let done = until(&migrations, "move-it", "done", |m: Option<&JobMigration>| {
+        migration_phase(m).as_deref() == Some("done")
+    })
+    .await;
+    let status = done.status.expect("status");
+    let phases: Vec<&str> = status.transitions.iter().map(|t| t.phase.as_str()).collect();
+    assert_eq!(phases, ["placing", "starting", "stoppingSource", "done"], "{status:#?}");
+    assert!(status.transitions.iter().all(|t| !t.at.is_empty()));
+    assert_eq!(status.source_node_id.as_deref(), Some(source.as_str()));
+    let target = status.target_node_id.clone().expect("target");
+    assert_ne!(target, source);
+    assert!(status.source_instance_key.is_some() && status.target_instance_key.is_some());
+    assert!(status.point_of_no_return_passed);
+    assert_eq!(
+        condition_of(&status.conditions, "Ready").map(|c| c.0),
+        Some("True".to_owned())
+    );
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    until(&bundles, "mover", "Ready on the target", |b: Option<&Bundle>| {
+        is_ready(b) && b.and_then(|b| b.status.as_ref()?.primary_node.clone()) == Some(target.clone())
+    })
+    .await;
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn aborting_a_job_migration_before_the_point_of_no_return_rolls_it_back() {
+    let cp = installed().await;
+    let ns = cp.namespace("abort").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start_with(cp, &ns, &sim, "abort-0", patient_migrations()).await;
+    let source = running_bundle(cp, &ns, "stay").await;
+    hang_starts(&sim, &job_of(&ns, "stay")).await;
+    cp.kubectl_apply(&ns, &job_migration("abort-it", "stay", ""))
+        .expect("migration applies");
+    let migrations: Api<JobMigration> = Api::namespaced(cp.client(), &ns);
+    until(&migrations, "abort-it", "starting", |m: Option<&JobMigration>| {
+        migration_phase(m).as_deref() == Some("starting")
+    })
+    .await;
+    let patch = serde_json::json!({"spec": {"abort": true}});
+    migrations
+        .patch("abort-it", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("abort asked");
+    let aborted = until(&migrations, "abort-it", "aborted", |m: Option<&JobMigration>| {
+        migration_phase(m).as_deref() == Some("aborted")
+    })
+    .await;
+    let status = aborted.status.expect("status");
+    assert!(!status.point_of_no_return_passed);
+    assert_eq!(
+        condition_of(&status.conditions, "Stalled"),
+        Some(("True".to_owned(), "Aborted".to_owned()))
+    );
+    assert!(status.reason.unwrap_or_default().contains("spec.abort"));
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let still = bundles.get("stay").await.expect("bundle");
+    assert_eq!(still.status.and_then(|s| s.primary_node), Some(source));
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_interruption_notice_makes_the_operator_create_a_node_drain_with_it() {
+    let cp = installed().await;
+    let ns = cp.namespace("interrupt").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "interrupt-0").await;
+    let node = running_bundle(cp, &ns, "spot").await;
+    sim.admin
+        .clone()
+        .interrupt_node(sim_admin::InterruptNodeRequest {
+            node_id: node.clone(),
+            kind: pb::InterruptionKind::SpotInterruption as i32,
+            // An hour of simulated time: the drain ends before the reclaim.
+            deadline_s: 3600.0,
+        })
+        .await
+        .expect("notice sent");
+    let drains: Api<NodeDrain> = Api::all(cp.client());
+    // Named after the node (node names here are valid resource names).
+    let drain = until(&drains, &node, "created", |d: Option<&NodeDrain>| d.is_some()).await;
+    let interruption = drain.spec.interruption.clone().expect("the interruption is recorded");
+    assert_eq!(interruption.kind, InterruptionKind::SpotInterruption);
+    assert!(interruption.deadline.is_some());
+    assert_eq!(drain.spec.node_id, node);
+    let done = until(&drains, &node, "done", |d: Option<&NodeDrain>| {
+        drain_phase(d).as_deref() == Some("done")
+    })
+    .await;
+    let status = done.status.expect("status");
+    assert_eq!(status.jobs.len(), 1);
+    assert_eq!(status.jobs[0].job_id, job_of(&ns, "spot"));
+    event_about(cp, "default", &node, "NodeInterrupted").await;
+    drains.delete(&node, &DeleteParams::default()).await.expect("delete");
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_migration_in_flight_when_the_operator_stops_is_accounted_for_by_the_next_term() {
+    let cp = installed().await;
+    let ns = cp.namespace("restart").await;
+    let sim = simulator(&ns).await;
+    let first = Operator::start_with(cp, &ns, &sim, "restart-0", patient_migrations()).await;
+    let source = running_bundle(cp, &ns, "held").await;
+    hang_starts(&sim, &job_of(&ns, "held")).await;
+    cp.kubectl_apply(&ns, &job_migration("in-flight", "held", ""))
+        .expect("migration applies");
+    let migrations: Api<JobMigration> = Api::namespaced(cp.client(), &ns);
+    until(&migrations, "in-flight", "starting", |m: Option<&JobMigration>| {
+        migration_phase(m).as_deref() == Some("starting")
+    })
+    .await;
+    first.stop().await;
+    let second = Operator::start_with(cp, &ns, &sim, "restart-1", patient_migrations()).await;
+    let ended = until(&migrations, "in-flight", "an end", |m: Option<&JobMigration>| {
+        migration_phase(m).is_some_and(|p| ["done", "aborted", "lost"].contains(&p.as_str()))
+    })
+    .await;
+    let status = ended.status.expect("status");
+    // Closing the first term's core rolled the saga back before its point
+    // of no return: the job runs on its source, and the status says so.
+    assert_eq!(status.phase.as_deref(), Some("aborted"), "{status:#?}");
+    let reason = status.reason.unwrap_or_default();
+    assert!(reason.contains("starting") && reason.contains(&source), "{reason}");
+    assert_eq!(status.transitions.last().map(|t| t.phase.as_str()), Some("aborted"));
+    second.stop().await;
+    sim.shutdown().await;
+}
