@@ -171,14 +171,10 @@ async fn an_applied_node_drain_empties_the_node_with_a_job_migration_per_job_it_
         .await;
         assert_ne!(ended.status.and_then(|s| s.target_node_id), Some(node.clone()));
     }
-    // The node was terminated on Manager.
+    // The node was terminated on Manager: gone, or on its way out.
     let snapshot = sim.snapshot().await;
-    let drained_node = snapshot
-        .nodes
-        .iter()
-        .find(|n| n.id.as_str() == node)
-        .expect("node known");
-    assert_ne!(format!("{:?}", drained_node.phase), "Running", "{drained_node:?}");
+    let left = snapshot.nodes.iter().find(|n| n.id.as_str() == node);
+    assert!(left.is_none_or(|n| format!("{:?}", n.phase) != "Running"), "{left:?}");
     drains
         .delete(&drain_name, &DeleteParams::default())
         .await

@@ -136,15 +136,21 @@ fn recorded(drain: &NodeDrain, shared: &DrainContext) -> NodeDrainStatus {
 }
 
 /// The core's drain of the node when it is this resource's: one still
-/// running, or the ended one the status recorded.
-fn ours(core_drain: Option<DrainState>, recorded: &NodeDrainStatus) -> Option<DrainState> {
-    core_drain.filter(|s| !s.phase.is_final() || recorded.started == rfc3339(s.started))
+/// running, the ended one the status recorded, or — for a drain the
+/// operator created for an interruption notice, which the core acted on
+/// before the resource existed — the core's drain before anything was
+/// recorded.
+fn ours(core_drain: Option<DrainState>, drain: &NodeDrain, recorded: &NodeDrainStatus) -> Option<DrainState> {
+    let created_for_notice = recorded.phase.is_none()
+        && drain.spec.interruption.is_some()
+        && drain.labels().get(MANAGED_BY).map(String::as_str) == Some(super::OPERATOR_NAME);
+    core_drain.filter(|s| !s.phase.is_final() || created_for_notice || recorded.started == rfc3339(s.started))
 }
 
 async fn apply(drain: &NodeDrain, api: &Api<NodeDrain>, shared: &DrainContext) -> Result<Action, ReconcileError> {
     let node = NodeId::from(drain.spec.node_id.as_str());
     let recorded = recorded(drain, shared);
-    let next = match ours(shared.ctx.core.drain_status(node.clone()).await?, &recorded) {
+    let next = match ours(shared.ctx.core.drain_status(node.clone()).await?, drain, &recorded) {
         Some(state) => status_of(&state),
         None if recorded.phase.as_deref().is_some_and(is_final_name) => return Ok(Action::await_change()),
         None => start(drain, shared, &recorded).await?,
@@ -352,7 +358,7 @@ async fn cleanup(drain: &NodeDrain, shared: &DrainContext) -> Result<Action, Rec
     let name = drain.name_any();
     let node = NodeId::from(drain.spec.node_id.as_str());
     let recorded = recorded(drain, shared);
-    let core_drain = ours(ctx.core.drain_status(node.clone()).await?, &recorded);
+    let core_drain = ours(ctx.core.drain_status(node.clone()).await?, drain, &recorded);
     let phase = core_drain.as_ref().map(|s| s.phase);
     let before_terminate = match phase {
         Some(phase) => !phase.is_final() && phase != DrainPhase::Terminating,
