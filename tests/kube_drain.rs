@@ -375,3 +375,73 @@ async fn a_migration_in_flight_when_the_operator_stops_is_accounted_for_by_the_n
     second.stop().await;
     sim.shutdown().await;
 }
+
+/// The `JobMigration`s the operator made for drain `drain`, once there
+/// are at least `count` (polled until `WAIT`).
+async fn drain_migrations(api: &Api<JobMigration>, drain: &str, count: usize) -> Vec<JobMigration> {
+    let params = ListParams::default().labels(&format!("automanager.norsk.video/drain={drain}"));
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let listed = api.list(&params).await.expect("list").items;
+            if listed.len() >= count {
+                return listed;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("fewer than {count} JobMigrations of {drain}"))
+}
+
+#[tokio::test]
+async fn a_drain_in_flight_when_the_operator_stops_is_resumed_by_the_next_term() {
+    let cp = installed().await;
+    let ns = cp.namespace("resume").await;
+    let sim = simulator(&ns).await;
+    let first = Operator::start_with(cp, &ns, &sim, "resume-0", patient_migrations()).await;
+    let node = running_bundle(cp, &ns, "slow").await;
+    hang_starts(&sim, &job_of(&ns, "slow")).await;
+    let drain_name = format!("{ns}-resume");
+    cp.kubectl_apply("default", &node_drain(&drain_name, &node, "  timeoutSeconds: 86400\n"))
+        .expect("drain applies");
+    let drains: Api<NodeDrain> = Api::all(cp.client());
+    let before = until(&drains, &drain_name, "migrating", |d: Option<&NodeDrain>| {
+        drain_phase(d).as_deref() == Some("migrating")
+    })
+    .await;
+    let first_started = before.status.and_then(|s| s.started);
+    let migrations: Api<JobMigration> = Api::namespaced(cp.client(), &ns);
+    let old = drain_migrations(&migrations, &drain_name, 1).await[0].name_any();
+    until(&migrations, &old, "starting", |m: Option<&JobMigration>| {
+        migration_phase(m).as_deref() == Some("starting")
+    })
+    .await;
+    first.stop().await;
+    let second = Operator::start_with(cp, &ns, &sim, "resume-1", patient_migrations()).await;
+    event_about(cp, "default", &drain_name, "DrainResumed").await;
+    let resumed = until(&drains, &drain_name, "started again", |d: Option<&NodeDrain>| {
+        d.and_then(|d| d.status.as_ref()?.started.clone()) != first_started
+    })
+    .await;
+    assert_eq!(drain_phase(Some(&resumed)).as_deref(), Some("migrating"));
+    // The first term's migration is accounted for, not dropped; the
+    // resumed drain's migration has a JobMigration of its own.
+    let ended = until(&migrations, &old, "an end", |m: Option<&JobMigration>| {
+        migration_phase(m).is_some_and(|p| ["done", "aborted", "lost"].contains(&p.as_str()))
+    })
+    .await;
+    assert!(
+        ended
+            .status
+            .and_then(|s| s.reason)
+            .is_some_and(|r| r.contains("term ended"))
+    );
+    let both = drain_migrations(&migrations, &drain_name, 2).await;
+    assert!(both.iter().any(|m| m.name_any() != old));
+    drains
+        .delete(&drain_name, &DeleteParams::default())
+        .await
+        .expect("delete");
+    second.stop().await;
+    sim.shutdown().await;
+}

@@ -289,7 +289,10 @@ async fn create_migrations(drain: &NodeDrain, next: &NodeDrainStatus, shared: &D
         let Ok(replica_index) = replica.parse::<u32>() else {
             continue;
         };
-        let name = resource_name(&format!("{bundle}-{replica}-{job_name}-{migration_id}"));
+        // Migration ids restart with every core: the drain's start tells
+        // a resumed drain's migrations from the previous term's.
+        let started = next.started.as_deref().and_then(millis).unwrap_or_default();
+        let name = resource_name(&format!("{bundle}-{replica}-{job_name}-{migration_id}-{started:x}"));
         let key = format!("{namespace}/{name}");
         if shared.created(&key) {
             continue;
