@@ -171,6 +171,9 @@ async fn an_applied_node_drain_empties_the_node_with_a_job_migration_per_job_it_
         .await;
         assert_ne!(ended.status.and_then(|s| s.target_node_id), Some(node.clone()));
     }
+    // Each phase transition is an Event on the drain.
+    let event = event_about(cp, "default", &drain_name, "DrainDone").await;
+    assert!(event.note.unwrap_or_default().contains(&node));
     // The node was terminated on Manager: gone, or on its way out.
     let snapshot = sim.snapshot().await;
     let left = snapshot.nodes.iter().find(|n| n.id.as_str() == node);

@@ -93,7 +93,7 @@ async fn reconcile(drain: Arc<NodeDrain>, shared: Arc<DrainContext>) -> Result<A
             .await
             .map_err(|e| ReconcileError::Finalizer {
                 object: name.clone(),
-                message: e.to_string(),
+                message: format!("failed to label it for fleet {}: {e}", shared.fleet),
             })?;
         return Ok(Action::await_change());
     }
