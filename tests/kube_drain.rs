@@ -30,14 +30,23 @@ use norsk_auto_manager::manager::proto::{manager as pb, sim_admin};
 use operator_support::{Operator, WAIT, installed, is_ready, simulator, small_bundle, until};
 use sim_support::Sim;
 
-/// A migration's target may hang in `starting` for a simulated day: long
-/// enough (in real time, on the compressed clock) for a test to act on
-/// it before its deadline aborts it.
+/// A simulated day: on the compressed clock, about 86 real seconds.
+const SIMULATED_DAY_MS: u64 = 86_400_000;
+
+/// Every migration phase may last a simulated day: a target hanging in
+/// `starting` stays there long enough (in real time) for a test to act on
+/// it, and a busy machine never trips a phase deadline.
 fn patient_migrations() -> AutoSettings {
     AutoSettings {
         migration: MigrationSettings {
-            starting_timeout_ms: 86_400_000,
-            ..MigrationSettings::default()
+            placing_timeout_ms: SIMULATED_DAY_MS,
+            preparing_timeout_ms: SIMULATED_DAY_MS,
+            starting_timeout_ms: SIMULATED_DAY_MS,
+            awaiting_ready_timeout_ms: SIMULATED_DAY_MS,
+            stopping_output_timeout_ms: SIMULATED_DAY_MS,
+            applying_timeout_ms: SIMULATED_DAY_MS,
+            stopping_source_timeout_ms: SIMULATED_DAY_MS,
+            starting_target_timeout_ms: SIMULATED_DAY_MS,
         },
         ..AutoSettings::default()
     }
@@ -124,7 +133,7 @@ async fn an_applied_node_drain_empties_the_node_with_a_job_migration_per_job_it_
     let cp = installed().await;
     let ns = cp.namespace("drain").await;
     let sim = simulator(&ns).await;
-    let operator = Operator::start(cp, &ns, &sim, "drain-0").await;
+    let operator = Operator::start_with(cp, &ns, &sim, "drain-0", patient_migrations()).await;
     let node = running_bundle(cp, &ns, "one").await;
     let other = running_bundle(cp, &ns, "two").await;
     let drain_name = format!("{ns}-empty");
@@ -241,7 +250,7 @@ async fn a_job_migration_with_overlap_moves_the_job_and_records_each_phase() {
     let cp = installed().await;
     let ns = cp.namespace("migrate").await;
     let sim = simulator(&ns).await;
-    let operator = Operator::start(cp, &ns, &sim, "migrate-0").await;
+    let operator = Operator::start_with(cp, &ns, &sim, "migrate-0", patient_migrations()).await;
     let source = running_bundle(cp, &ns, "mover").await;
     cp.kubectl_apply(&ns, &job_migration("move-it", "mover", ""))
         .expect("migration applies");
@@ -315,15 +324,15 @@ async fn an_interruption_notice_makes_the_operator_create_a_node_drain_with_it()
     let cp = installed().await;
     let ns = cp.namespace("interrupt").await;
     let sim = simulator(&ns).await;
-    let operator = Operator::start(cp, &ns, &sim, "interrupt-0").await;
+    let operator = Operator::start_with(cp, &ns, &sim, "interrupt-0", patient_migrations()).await;
     let node = running_bundle(cp, &ns, "spot").await;
     sim.admin
         .clone()
         .interrupt_node(sim_admin::InterruptNodeRequest {
             node_id: node.clone(),
             kind: pb::InterruptionKind::SpotInterruption as i32,
-            // An hour of simulated time: the drain ends before the reclaim.
-            deadline_s: 3600.0,
+            // A simulated day: the drain ends before the reclaim.
+            deadline_s: 86_400.0,
         })
         .await
         .expect("notice sent");
