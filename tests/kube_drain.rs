@@ -272,6 +272,8 @@ async fn a_job_migration_with_overlap_moves_the_job_and_records_each_phase() {
         condition_of(&status.conditions, "Ready").map(|c| c.0),
         Some("True".to_owned())
     );
+    let completed = event_about(cp, &ns, "move-it", "MigrationCompleted").await;
+    assert!(completed.note.unwrap_or_default().contains("/mover/0/encode"));
     let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
     until(&bundles, "mover", "Ready on the target", |b: Option<&Bundle>| {
         is_ready(b) && b.and_then(|b| b.status.as_ref()?.primary_node.clone()) == Some(target.clone())

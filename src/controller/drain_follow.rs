@@ -3,7 +3,8 @@
 //! jobs becomes an Event on its `NodeDrain` and a reconcile of it; each
 //! `nodeInterrupted` an Event and, when no `NodeDrain` names the node yet,
 //! one created with the interruption (so the work shows in `kubectl get
-//! norsk`); each migration notification a reconcile of its `JobMigration`.
+//! norsk`); each migration notification an Event on its `JobMigration`
+//! and a reconcile of it.
 //! Runs the [`super::drain`] and [`super::migration`] controllers for the
 //! term and owns what they share.
 
@@ -22,6 +23,7 @@ use crate::model::{self, NodeId};
 
 use super::Context;
 use super::drain_status::{camel, job_changes, phase_name, rfc3339};
+use super::migration_status::phase_name as migration_phase_name;
 use super::node::{FLEET, MANAGED_BY};
 use super::node_status::resource_name;
 use super::{drain, migration};
@@ -172,17 +174,64 @@ async fn follow(shared: Arc<DrainContext>, mut notifications: broadcast::Receive
                     shared.reconcile_drain(&state.node_id);
                 });
             }
-            Notification::MigrationPhase(state) => follow_migration(&shared, &state.migration_id),
-            Notification::MigrationCompleted { migration_id, .. }
-            | Notification::MigrationAborted { migration_id, .. } => follow_migration(&shared, &migration_id),
+            Notification::MigrationPhase(state) => {
+                let phase = migration_phase_name(state.phase);
+                let note = format!(
+                    "{} is {phase} ({} -> {})",
+                    state.job_id, state.source_node_id, state.target_node_id
+                );
+                follow_migration(
+                    &shared,
+                    &state.migration_id,
+                    migration_event(EventType::Normal, &format!("Migration{}", camel(&phase)), note),
+                );
+            }
+            Notification::MigrationCompleted { migration_id, job_id } => {
+                let note = format!("{job_id} lives on the target");
+                follow_migration(
+                    &shared,
+                    &migration_id,
+                    migration_event(EventType::Normal, "MigrationCompleted", note),
+                );
+            }
+            Notification::MigrationAborted {
+                migration_id,
+                job_id,
+                reason,
+                lost,
+            } => {
+                let (why, note) = if lost {
+                    (
+                        "MigrationLost",
+                        format!("{job_id}: lost past the point of no return: {reason}"),
+                    )
+                } else {
+                    ("MigrationAborted", format!("{job_id}: rolled back: {reason}"))
+                };
+                follow_migration(&shared, &migration_id, migration_event(EventType::Warning, why, note));
+            }
             _ => {}
         }
     }
 }
 
-fn follow_migration(shared: &DrainContext, id: &MigrationId) {
-    if let Some(follower) = locked(&shared.followers).get(id) {
-        let _ = shared.migrations.send(follower.clone());
+/// Publishes `event` on the `JobMigration` following migration `id` and
+/// reconciles it (a migration no resource follows has no object to tell).
+fn follow_migration(shared: &DrainContext, id: &MigrationId, event: Event) {
+    let follower = locked(&shared.followers).get(id).cloned();
+    if let Some(follower) = follower {
+        shared.ctx.publish(event, follower.clone().into());
+        let _ = shared.migrations.send(follower);
+    }
+}
+
+fn migration_event(type_: EventType, reason: &str, note: String) -> Event {
+    Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Migrate".to_owned(),
+        secondary: None,
     }
 }
 
