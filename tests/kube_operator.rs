@@ -507,3 +507,46 @@ async fn cordoning_a_norsk_node_keeps_new_placements_off_it() {
     operator.stop().await;
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_node_drain_migrates_the_jobs_away_and_reports_the_drain_state() {
+    let cp = installed().await;
+    let ns = cp.namespace("drain").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "drain-0").await;
+    cp.kubectl_apply(&ns, &small_bundle("moving")).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let ready = until(&bundles, "moving", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    let source = ready.status.and_then(|s| s.primary_node).expect("placed");
+    cp.kubectl_apply(
+        &ns,
+        &format!(
+            "apiVersion: automanager.norsk.video/v1alpha1\nkind: NodeDrain\nmetadata: {{name: {source}}}\nspec: {{nodeId: {source}, strategy: overlap}}\n"
+        ),
+    )
+    .expect("drain applies");
+    let drains: Api<crd::NodeDrain> = Api::all(cp.client());
+    let job = format!("{ns}/moving/0/encode");
+    let drained = until(&drains, &source, "the job migrated", |d: Option<&crd::NodeDrain>| {
+        d.and_then(|d| d.status.as_ref()).is_some_and(|s| {
+            s.jobs
+                .iter()
+                .any(|j| j.job_id == job && (j.status == "migrated" || j.status == "moved"))
+        })
+    })
+    .await;
+    assert!(drained.status.unwrap().started.is_some());
+    let moved = until(&bundles, "moving", "Ready elsewhere", |b: Option<&Bundle>| {
+        is_ready(b)
+            && b.and_then(|b| b.status.as_ref()?.primary_node.clone())
+                .is_some_and(|n| n != source)
+    })
+    .await;
+    assert_ne!(moved.status.and_then(|s| s.primary_node), Some(source.clone()));
+    drains
+        .delete(&source, &Default::default())
+        .await
+        .expect("drain deleted");
+    operator.stop().await;
+    sim.shutdown().await;
+}

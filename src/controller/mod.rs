@@ -8,6 +8,8 @@
 //! - [`pool`]: `PlacementPool` -> the core's pools, live; pool status.
 //! - [`hot_spare`]: `HotSparePolicy` -> the core's hot-spare list, live;
 //!   spare counts, `Stalled` for an unknown pool.
+//! - [`drain`]: `NodeDrain` -> `drainNode` / `handleNodeInterruption`;
+//!   status is the `DrainState`; deleting it cancels the drain.
 //! - [`node`]: `NorskNode` — the fleet mirrored into resources; cordon and
 //!   spare edits handed to the core.
 //! - [`notes`]: what the core's notifications say, as Events and as the
@@ -23,6 +25,7 @@
 pub mod bundle;
 pub mod bundle_status;
 pub mod conditions;
+pub mod drain;
 pub mod hot_spare;
 pub mod leader;
 pub mod node;

@@ -20,7 +20,7 @@ use crate::telemetry::{Health, OperatorMetrics};
 
 use super::node_status::resource_name;
 use super::notes::{bundle_event, bundle_of, node_event};
-use super::{Context, bundle, hot_spare, node, pool};
+use super::{Context, bundle, drain, hot_spare, node, pool};
 
 /// What a term runs with.
 #[derive(Clone, Debug)]
@@ -63,10 +63,12 @@ pub async fn lead(
     let (pools_tx, pools_rx) = mpsc::channel::<()>(1);
     let (spares_tx, spares_rx) = mpsc::channel::<()>(1);
     let (nodes_tx, nodes_rx) = mpsc::channel::<()>(1);
+    let (drains_tx, drains_rx) = mpsc::channel::<()>(1);
     let fleet = FleetTriggers {
         pools: pools_tx,
         spares: spares_tx,
         nodes: nodes_tx,
+        drains: drains_tx,
     };
     let follower = tokio::spawn(follow(ctx.clone(), core.subscribe(), bundles_tx, fleet, health));
     let term = ended.clone();
@@ -88,6 +90,7 @@ pub async fn lead(
         hot_spare::run(ctx.clone(), ReceiverStream::new(spares_rx), stop()),
         node::mirror(ctx.clone(), session.fleet.clone(), nodes_rx, stop()),
         node::run_spec(ctx.clone(), stop()),
+        drain::run(ctx.clone(), ReceiverStream::new(drains_rx), stop()),
     );
     let _ = ended.wait_for(|e| *e).await;
     follower.abort();
@@ -135,6 +138,12 @@ async fn follow(
         if let Some((node_id, event)) = node_event(&notification) {
             ctx.publish(event, norsk_node_ref(node_id));
         }
+        if matches!(
+            notification,
+            Notification::DrainProgress(_) | Notification::NodeInterrupted(_)
+        ) {
+            fleet.drain_progressed();
+        }
         if touches_fleet(&notification) {
             fleet.changed();
         }
@@ -153,6 +162,7 @@ struct FleetTriggers {
     pools: mpsc::Sender<()>,
     spares: mpsc::Sender<()>,
     nodes: mpsc::Sender<()>,
+    drains: mpsc::Sender<()>,
 }
 
 impl FleetTriggers {
@@ -161,6 +171,10 @@ impl FleetTriggers {
         let _ = self.pools.try_send(());
         let _ = self.spares.try_send(());
         let _ = self.nodes.try_send(());
+    }
+
+    fn drain_progressed(&self) {
+        let _ = self.drains.try_send(());
     }
 }
 
