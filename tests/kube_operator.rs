@@ -550,3 +550,39 @@ async fn a_node_drain_migrates_the_jobs_away_and_reports_the_drain_state() {
     operator.stop().await;
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_job_migration_moves_the_job_and_records_every_phase() {
+    let cp = installed().await;
+    let ns = cp.namespace("migrate").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "migrate-0").await;
+    cp.kubectl_apply(&ns, &small_bundle("mobile")).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let ready = until(&bundles, "mobile", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    let source = ready.status.and_then(|s| s.primary_node).expect("placed");
+    cp.kubectl_apply(
+        &ns,
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: JobMigration\nmetadata: {name: move-encode}\nspec: {bundle: mobile, jobName: encode, strategy: stopThenStart}\n",
+    )
+    .expect("migration applies");
+    let migrations: Api<crd::JobMigration> = Api::namespaced(cp.client(), &ns);
+    let done = until(&migrations, "move-encode", "done", |m: Option<&crd::JobMigration>| {
+        m.and_then(|m| m.status.as_ref()).is_some_and(|s| s.phase.as_deref() == Some("done"))
+    })
+    .await;
+    let status = done.status.unwrap();
+    assert_eq!(status.source_node_id.as_deref(), Some(source.as_str()));
+    assert_ne!(status.target_node_id.as_deref(), Some(source.as_str()));
+    assert!(status.point_of_no_return_passed);
+    assert!(status.transitions.len() >= 2, "{:?}", status.transitions);
+    assert_eq!(status.transitions.last().map(|t| t.phase.as_str()), Some("done"));
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.status, "True");
+    until(&bundles, "mobile", "on the target", |b: Option<&Bundle>| {
+        b.and_then(|b| b.status.as_ref()?.primary_node.clone()) == status.target_node_id
+    })
+    .await;
+    operator.stop().await;
+    sim.shutdown().await;
+}

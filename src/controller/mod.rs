@@ -10,6 +10,8 @@
 //!   spare counts, `Stalled` for an unknown pool.
 //! - [`drain`]: `NodeDrain` -> `drainNode` / `handleNodeInterruption`;
 //!   status is the `DrainState`; deleting it cancels the drain.
+//! - [`migration`]: `JobMigration` -> `migrateJob` / `abortMigration`;
+//!   status follows the saga.
 //! - [`node`]: `NorskNode` — the fleet mirrored into resources; cordon and
 //!   spare edits handed to the core.
 //! - [`notes`]: what the core's notifications say, as Events and as the
@@ -28,6 +30,7 @@ pub mod conditions;
 pub mod drain;
 pub mod hot_spare;
 pub mod leader;
+pub mod migration;
 pub mod node;
 pub mod node_status;
 pub mod notes;

@@ -20,7 +20,7 @@ use crate::telemetry::{Health, OperatorMetrics};
 
 use super::node_status::resource_name;
 use super::notes::{bundle_event, bundle_of, node_event};
-use super::{Context, bundle, drain, hot_spare, node, pool};
+use super::{Context, bundle, drain, hot_spare, migration, node, pool};
 
 /// What a term runs with.
 #[derive(Clone, Debug)]
@@ -64,11 +64,13 @@ pub async fn lead(
     let (spares_tx, spares_rx) = mpsc::channel::<()>(1);
     let (nodes_tx, nodes_rx) = mpsc::channel::<()>(1);
     let (drains_tx, drains_rx) = mpsc::channel::<()>(1);
+    let (migrations_tx, migrations_rx) = mpsc::channel::<()>(1);
     let fleet = FleetTriggers {
         pools: pools_tx,
         spares: spares_tx,
         nodes: nodes_tx,
         drains: drains_tx,
+        migrations: migrations_tx,
     };
     let follower = tokio::spawn(follow(ctx.clone(), core.subscribe(), bundles_tx, fleet, health));
     let term = ended.clone();
@@ -91,6 +93,12 @@ pub async fn lead(
         node::mirror(ctx.clone(), session.fleet.clone(), nodes_rx, stop()),
         node::run_spec(ctx.clone(), stop()),
         drain::run(ctx.clone(), ReceiverStream::new(drains_rx), stop()),
+        migration::run(
+            ctx.clone(),
+            session.bundle_namespace.as_deref(),
+            ReceiverStream::new(migrations_rx),
+            stop()
+        ),
     );
     let _ = ended.wait_for(|e| *e).await;
     follower.abort();
@@ -144,6 +152,14 @@ async fn follow(
         ) {
             fleet.drain_progressed();
         }
+        if matches!(
+            notification,
+            Notification::MigrationPhase(_)
+                | Notification::MigrationCompleted { .. }
+                | Notification::MigrationAborted { .. }
+        ) {
+            fleet.migration_progressed();
+        }
         if touches_fleet(&notification) {
             fleet.changed();
         }
@@ -163,6 +179,7 @@ struct FleetTriggers {
     spares: mpsc::Sender<()>,
     nodes: mpsc::Sender<()>,
     drains: mpsc::Sender<()>,
+    migrations: mpsc::Sender<()>,
 }
 
 impl FleetTriggers {
@@ -175,6 +192,10 @@ impl FleetTriggers {
 
     fn drain_progressed(&self) {
         let _ = self.drains.try_send(());
+    }
+
+    fn migration_progressed(&self) {
+        let _ = self.migrations.try_send(());
     }
 }
 
