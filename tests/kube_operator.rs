@@ -568,7 +568,8 @@ async fn a_job_migration_moves_the_job_and_records_every_phase() {
     .expect("migration applies");
     let migrations: Api<crd::JobMigration> = Api::namespaced(cp.client(), &ns);
     let done = until(&migrations, "move-encode", "done", |m: Option<&crd::JobMigration>| {
-        m.and_then(|m| m.status.as_ref()).is_some_and(|s| s.phase.as_deref() == Some("done"))
+        m.and_then(|m| m.status.as_ref())
+            .is_some_and(|s| s.phase.as_deref() == Some("done"))
     })
     .await;
     let status = done.status.unwrap();
@@ -583,6 +584,45 @@ async fn a_job_migration_moves_the_job_and_records_every_phase() {
         b.and_then(|b| b.status.as_ref()?.primary_node.clone()) == status.target_node_id
     })
     .await;
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_interruption_notice_produces_a_node_drain_by_itself() {
+    let cp = installed().await;
+    let ns = cp.namespace("interrupt").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "interrupt-0").await;
+    cp.kubectl_apply(&ns, &small_bundle("reclaimed"))
+        .expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let ready = until(&bundles, "reclaimed", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    let node = ready.status.and_then(|s| s.primary_node).expect("placed");
+    sim.admin
+        .clone()
+        .interrupt_node(sim_admin::InterruptNodeRequest {
+            node_id: node.clone(),
+            kind: norsk_auto_manager::manager::proto::manager::InterruptionKind::SpotInterruption as i32,
+            deadline_s: 0.0,
+        })
+        .await
+        .expect("notice sent");
+    let drains: Api<crd::NodeDrain> = Api::all(cp.client());
+    let drain = until(
+        &drains,
+        &node,
+        "recorded with its drain state",
+        |d: Option<&crd::NodeDrain>| d.and_then(|d| d.status.as_ref()).is_some_and(|s| s.phase.is_some()),
+    )
+    .await;
+    assert_eq!(drain.spec.node_id, node);
+    assert!(drain.spec.force);
+    assert_eq!(
+        drain.spec.interruption.map(|i| i.kind),
+        Some(crd::InterruptionKind::SpotInterruption)
+    );
+    drains.delete(&node, &Default::default()).await.expect("drain deleted");
     operator.stop().await;
     sim.shutdown().await;
 }

@@ -3,26 +3,30 @@
 //! the core's `DrainState`. Deleting it before the drain has issued its
 //! terminate cancels the drain (`uncordonNode`), behind the finalizer
 //! `automanager.norsk.video/drain`. Every `drainProgress` notification
-//! reconciles the drains.
+//! reconciles the drains. A drain the core starts by itself on Manager's
+//! interruption notice is recorded as a `NodeDrain` too.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::Api;
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::automanager::{
-    CommandError, DrainOptions, DrainPhase, DrainState, InterruptionNotice, MigrationStrategy, StrategyFor,
+    CommandError, DrainOptions, DrainPhase, DrainState, InterruptionNotice, MigrationStrategy, NodeInterruptionState,
+    StrategyFor,
 };
 use crate::crd::{self, DrainJobStatus, NodeDrain, NodeDrainStatus};
 use crate::model::{self, NodeId};
 
 use super::conditions::{self, Observed, READY, STALLED};
+use super::node::{FLEET, MANAGED_BY};
+use super::node_status::resource_name;
 use super::{Context, ReconcileError, status};
 
 /// The controller's name (metrics label, field manager suffix).
@@ -263,4 +267,33 @@ async fn cleanup(drain: &NodeDrain, ctx: &Context) -> Result<Action, ReconcileEr
     }
     ctx.forget(CONTROLLER, &drain.name_any());
     Ok(Action::await_change())
+}
+
+/// Manager reported an interruption notice and the core started its forced
+/// drain: the operator records it as a `NodeDrain` (named after the node),
+/// so the drain in flight is visible with `kubectl get norsk`.
+pub async fn record_interruption(ctx: &Context, fleet: &str, state: &NodeInterruptionState) {
+    let kind = match state.kind {
+        model::InterruptionKind::SpotInterruption => "spot-interruption",
+        model::InterruptionKind::Rebalance => "rebalance",
+        // A kind this build does not know has no resource shape; the drain
+        // still runs in the core.
+        _ => return,
+    };
+    let name = resource_name(state.node_id.as_str());
+    let mut interruption = serde_json::json!({ "kind": kind });
+    if let Some(deadline) = state.deadline.and_then(|d| Timestamp::from_millisecond(d).ok()) {
+        interruption["deadline"] = serde_json::Value::String(deadline.to_string());
+    }
+    let object = serde_json::json!({
+        "apiVersion": NodeDrain::api_version(&()),
+        "kind": NodeDrain::kind(&()),
+        "metadata": {"name": name, "labels": {MANAGED_BY: super::OPERATOR_NAME, FLEET: fleet}},
+        "spec": {"nodeId": state.node_id.as_str(), "force": true, "interruption": interruption},
+    });
+    let api: Api<NodeDrain> = Api::all(ctx.client.clone());
+    let params = PatchParams::apply(&status::field_manager(CONTROLLER)).force();
+    if let Err(e) = api.patch(&name, &params, &Patch::Apply(&object)).await {
+        tracing::warn!(node = %state.node_id, error = %e, "failed to record the interruption drain");
+    }
 }

@@ -72,7 +72,14 @@ pub async fn lead(
         drains: drains_tx,
         migrations: migrations_tx,
     };
-    let follower = tokio::spawn(follow(ctx.clone(), core.subscribe(), bundles_tx, fleet, health));
+    let follower = tokio::spawn(follow(
+        ctx.clone(),
+        core.subscribe(),
+        bundles_tx,
+        fleet,
+        session.fleet.clone(),
+        health,
+    ));
     let term = ended.clone();
     let stop = move || {
         let mut ended = term.clone();
@@ -116,6 +123,7 @@ async fn follow(
     mut notifications: broadcast::Receiver<Notification>,
     bundles: mpsc::UnboundedSender<ObjectRef<crd::Bundle>>,
     fleet: FleetTriggers,
+    fleet_name: String,
     health: Arc<Health>,
 ) {
     loop {
@@ -145,6 +153,10 @@ async fn follow(
         }
         if let Some((node_id, event)) = node_event(&notification) {
             ctx.publish(event, norsk_node_ref(node_id));
+        }
+        if let Notification::NodeInterrupted(state) = &notification {
+            let (ctx, fleet_name, state) = (ctx.clone(), fleet_name.clone(), state.clone());
+            tokio::spawn(async move { drain::record_interruption(&ctx, &fleet_name, &state).await });
         }
         if matches!(
             notification,
