@@ -405,21 +405,32 @@ async fn a_hot_spare_policy_keeps_a_live_spare_in_its_pool() {
     )
     .await;
     assert_eq!(applied.status.unwrap().observed_generation, applied.metadata.generation);
-    // The spare is in this operator's fleet, and mirrored as a spare.
-    let spares: Vec<_> = sim
+    // Every operator keeps spares for the cluster-wide policy in its own
+    // fleet: this one's spare is mirrored as a spare NorskNode of its fleet.
+    let nodes: Api<NorskNode> = Api::all(cp.client());
+    let fleet = watcher::Config::default().labels(&format!("automanager.norsk.video/fleet={ns}"));
+    let spare = tokio::time::timeout(WAIT, async {
+        let events = watcher(nodes, fleet).applied_objects();
+        let mut events = pin!(events);
+        while let Some(n) = events.try_next().await.expect("watch nodes") {
+            if n.status.as_ref().is_some_and(|s| s.spare) {
+                return n;
+            }
+        }
+        panic!("the node watch ended")
+    })
+    .await
+    .expect("a spare is mirrored");
+    let status = spare.status.expect("status");
+    assert_eq!(status.instance_type.as_deref(), Some("m5.xlarge"));
+    assert_eq!(status.pool.as_deref(), Some("production"));
+    let held = sim
         .snapshot()
         .await
         .nodes
         .into_iter()
-        .filter(|n| n.instance_type == "m5.xlarge")
-        .collect();
-    assert_eq!(spares.len(), 1, "{spares:?}");
-    let nodes: Api<NorskNode> = Api::all(cp.client());
-    let name = norsk_auto_manager::controller::node_status::resource_name(spares[0].id.as_str());
-    until(&nodes, &name, "mirrored as a spare", |n: Option<&NorskNode>| {
-        n.and_then(|n| n.status.as_ref()).is_some_and(|s| s.spare)
-    })
-    .await;
+        .any(|n| n.id.as_str() == spare.spec.node_id);
+    assert!(held, "the spare {} is not in this operator's fleet", spare.spec.node_id);
     policies
         .delete("production", &Default::default())
         .await
@@ -543,6 +554,29 @@ async fn a_node_drain_migrates_the_jobs_away_and_reports_the_drain_state() {
     })
     .await;
     assert_ne!(moved.status.and_then(|s| s.primary_node), Some(source.clone()));
+    // The drain's migration is recorded as a JobMigration it owns.
+    let migrations: Api<crd::JobMigration> = Api::namespaced(cp.client(), &ns);
+    let recorded = tokio::time::timeout(WAIT, async {
+        let events = watcher(migrations, watcher::Config::default()).applied_objects();
+        let mut events = pin!(events);
+        while let Some(m) = events.try_next().await.expect("watch migrations") {
+            if m.status.as_ref().is_some_and(|s| s.phase.as_deref() == Some("done")) {
+                return m;
+            }
+        }
+        panic!("the migration watch ended")
+    })
+    .await
+    .expect("the drain's migration is recorded and done");
+    assert_eq!(recorded.spec.bundle, "moving");
+    assert_eq!(recorded.spec.job_name, "encode");
+    assert_eq!(recorded.spec.strategy, crd::MigrationStrategy::Overlap);
+    assert!(
+        recorded
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "NodeDrain" && o.name == source)
+    );
     drains
         .delete(&source, &Default::default())
         .await

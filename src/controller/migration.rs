@@ -4,7 +4,8 @@
 //! keys, point of no return, reason), and `spec.abort` aborts it
 //! (`abortMigration`: a clean rollback only before the point of no return;
 //! after it the saga fails forward and the status says so). Every
-//! `migrationPhase` notification reconciles the migrations.
+//! `migrationPhase` notification reconciles the migrations. The migrations a
+//! drain starts are recorded as `JobMigration`s owned by the drain.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -95,8 +96,10 @@ async fn reconcile(migration: Arc<JobMigration>, ctx: Arc<Context>) -> Result<Ac
         )
         .unwrap_or_default();
     let mut refused = None;
-    let id = match &previous.migration_id {
-        Some(id) => Some(MigrationId(id.clone())),
+    // A migration a drain started carries its id in an annotation.
+    let adopted = migration.annotations().get(MIGRATION_ID).cloned();
+    let id = match previous.migration_id.clone().or(adopted) {
+        Some(id) => Some(MigrationId(id)),
         None if migration.spec.abort => None,
         None => {
             let namespace = migration.namespace().unwrap_or_default();
@@ -201,4 +204,54 @@ fn migration_status(
     };
     next.conditions = conditions::merge(&previous.conditions, observed, generation);
     next
+}
+
+/// Annotation naming the migration a `JobMigration` records (set by the
+/// operator on the ones it makes for a drain's migrations).
+pub const MIGRATION_ID: &str = "automanager.norsk.video/migration-id";
+
+/// A drain started migrations: each is recorded as a `JobMigration` in its
+/// bundle's namespace, owned by the `NodeDrain` when there is one, so the
+/// work in flight is visible with `kubectl get norsk`.
+pub async fn record_drain_migrations(ctx: &Context, drain: &crate::automanager::DrainState) {
+    let drains: Api<crd::NodeDrain> = Api::all(ctx.client.clone());
+    let owner = drains
+        .get_opt(&super::node_status::resource_name(drain.node_id.as_str()))
+        .await
+        .ok()
+        .flatten()
+        .and_then(|d| d.controller_owner_ref(&()));
+    for job in &drain.jobs {
+        let Some(id) = &job.migration_id else { continue };
+        let mut parts = job.job_id.as_str().splitn(4, '/');
+        let (Some(namespace), Some(bundle), Some(replica), Some(job_name)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let Ok(Some(state)) = ctx.core.migration_by_id(id.clone()).await else {
+            continue;
+        };
+        let name = super::node_status::resource_name(&format!("drain-{}", id.0));
+        let mut metadata = serde_json::json!({"name": name, "annotations": {MIGRATION_ID: id.0}});
+        if let Some(owner) = &owner {
+            metadata["ownerReferences"] = serde_json::json!([owner]);
+        }
+        let object = serde_json::json!({
+            "apiVersion": JobMigration::api_version(&()),
+            "kind": JobMigration::kind(&()),
+            "metadata": metadata,
+            "spec": {
+                "bundle": bundle,
+                "replicaIndex": replica.parse::<u32>().unwrap_or_default(),
+                "jobName": job_name,
+                "strategy": word(state.strategy),
+            },
+        });
+        let api: Api<JobMigration> = Api::namespaced(ctx.client.clone(), namespace);
+        let params = kube::api::PatchParams::apply(&status::field_manager(CONTROLLER)).force();
+        if let Err(e) = api.patch(&name, &params, &kube::api::Patch::Apply(&object)).await {
+            tracing::warn!(migration = %id.0, error = %e, "failed to record a drain's migration");
+        }
+    }
 }

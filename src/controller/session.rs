@@ -158,6 +158,12 @@ async fn follow(
             let (ctx, fleet_name, state) = (ctx.clone(), fleet_name.clone(), state.clone());
             tokio::spawn(async move { drain::record_interruption(&ctx, &fleet_name, &state).await });
         }
+        if let Notification::DrainProgress(state) = &notification
+            && state.jobs.iter().any(|j| j.migration_id.is_some())
+        {
+            let (ctx, state) = (ctx.clone(), state.clone());
+            tokio::spawn(async move { migration::record_drain_migrations(&ctx, &state).await });
+        }
         if matches!(
             notification,
             Notification::DrainProgress(_) | Notification::NodeInterrupted(_)
