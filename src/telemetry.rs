@@ -294,3 +294,49 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
 pub fn set(flag: &AtomicBool, value: bool) {
     flag.store(value, Ordering::Relaxed);
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: operator\r\nConnection: close\r\n\r\n");
+        socket.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        socket.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    #[tokio::test]
+    async fn metrics_health_and_readiness_are_served() {
+        let metrics = Arc::new(OperatorMetrics::new());
+        metrics.count(&Notification::BundleBroken {
+            bundle_id: crate::model::BundleId("ns/ch1".into()),
+            reason: "crash loop".into(),
+        });
+        metrics.count(&Notification::ConnectionStateChange { state: "ready".into() });
+        let health = Arc::new(Health::default());
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(serve(listener, metrics.clone(), health.clone()));
+
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(
+            get(addr, "/readyz").await.starts_with("HTTP/1.1 503"),
+            "not ready before hydration"
+        );
+        set(&health.hydrated, true);
+        set(&health.serving, true);
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        let text = get(addr, "/metrics").await;
+        assert!(
+            text.contains("norsk_automanager_notifications_total{kind=\"bundleBroken\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("norsk_automanager_manager_connected 1"), "{text}");
+        server.abort();
+    }
+}

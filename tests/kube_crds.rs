@@ -221,3 +221,68 @@ async fn a_hot_spare_policy_is_named_after_its_pool() {
     let msg = refused(manifest).await;
     assert!(msg.contains("metadata.name must equal spec.pool"), "{msg}");
 }
+
+/// Applies `first`, then refuses `second` (a change of the same object) and
+/// returns the API server's message.
+async fn refused_change(first: &str, second: &str) -> String {
+    let cp = installed().await;
+    let ns = cp.namespace("crd").await;
+    cp.kubectl_apply(&ns, first).expect("the first version is accepted");
+    match cp.kubectl_apply(&ns, second) {
+        Ok(out) => panic!("the API server accepted an invalid change: {out}"),
+        Err(message) => message,
+    }
+}
+
+#[tokio::test]
+async fn a_norsk_node_keeps_the_node_id_it_mirrors() {
+    let node = |id: &str| {
+        format!(
+            "apiVersion: automanager.norsk.video/v1alpha1\nkind: NorskNode\nmetadata: {{name: mirror-1}}\nspec: {{nodeId: {id}}}\n"
+        )
+    };
+    let msg = refused_change(&node("node-a"), &node("node-b")).await;
+    assert!(
+        msg.contains("nodeId is the Manager node this resource mirrors"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn a_node_drain_keeps_its_node() {
+    let drain = |id: &str| {
+        format!(
+            "apiVersion: automanager.norsk.video/v1alpha1\nkind: NodeDrain\nmetadata: {{name: drain-1}}\nspec: {{nodeId: {id}}}\n"
+        )
+    };
+    let msg = refused_change(&drain("node-a"), &drain("node-b")).await;
+    assert!(msg.contains("nodeId cannot change"), "{msg}");
+}
+
+fn migration(job: &str, abort: bool) -> String {
+    format!(
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: JobMigration\nmetadata: {{name: move-1}}\n\
+         spec: {{bundle: ch1, jobName: {job}, abort: {abort}}}\n"
+    )
+}
+
+#[tokio::test]
+async fn a_job_migration_keeps_its_job() {
+    let msg = refused_change(&migration("encode", false), &migration("package", false)).await;
+    assert!(msg.contains("a migration's job and strategy cannot change"), "{msg}");
+}
+
+#[tokio::test]
+async fn an_aborted_job_migration_stays_aborted() {
+    let msg = refused_change(&migration("encode", true), &migration("encode", false)).await;
+    assert!(msg.contains("an aborted migration cannot be resumed"), "{msg}");
+}
+
+#[tokio::test]
+async fn a_drain_strategy_is_one_the_saga_knows() {
+    let msg = refused(
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: NodeDrain\nmetadata: {name: drain-2}\nspec: {nodeId: n, strategy: teleport}\n",
+    )
+    .await;
+    assert!(msg.contains("Unsupported value: \"teleport\""), "{msg}");
+}

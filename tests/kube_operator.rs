@@ -491,3 +491,54 @@ async fn the_fleet_is_mirrored_into_norsk_nodes_and_a_swept_node_goes() {
     operator.stop().await;
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_bundle_naming_an_unknown_pool_is_stalled_until_it_changes() {
+    let cp = installed().await;
+    let ns = cp.namespace("invalid").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "invalid-0").await;
+    let manifest = small_bundle("lost").replace("pool: production", "pool: atlantis");
+    cp.kubectl_apply(&ns, &manifest)
+        .expect("the API server cannot know the pools");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let stalled = until(&bundles, "lost", "Stalled", |b: Option<&Bundle>| {
+        b.is_some_and(|b| condition(b, "Stalled").is_some_and(|(s, _)| s == "True"))
+    })
+    .await;
+    assert_eq!(
+        condition(&stalled, "Ready"),
+        Some(("False".into(), "InvalidBundle".into()))
+    );
+    assert!(
+        sim.snapshot().await.bundles.is_empty(),
+        "an invalid bundle reached Manager"
+    );
+    // Fixed, it goes through.
+    cp.kubectl_apply(&ns, &small_bundle("lost"))
+        .expect("fixed bundle applies");
+    until(&bundles, "lost", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_bundle_the_fleet_cannot_hold_says_no_capacity() {
+    let cp = installed().await;
+    let ns = cp.namespace("capacity").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "capacity-0").await;
+    // Bigger than any cluster server and any candidate shape of `production`.
+    let manifest = small_bundle("huge").replace("requiredCapacity: 2", "requiredCapacity: 64");
+    cp.kubectl_apply(&ns, &manifest).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let waiting = until(&bundles, "huge", "Admitted=False", |b: Option<&Bundle>| {
+        b.is_some_and(|b| condition(b, "Admitted").is_some_and(|(s, _)| s == "False"))
+    })
+    .await;
+    assert_eq!(condition(&waiting, "Admitted").map(|c| c.1), Some("NoCapacity".into()));
+    assert_eq!(condition(&waiting, "Ready").map(|c| c.0), Some("False".into()));
+    assert_eq!(condition(&waiting, "Placed").map(|c| c.0), Some("False".into()));
+    operator.stop().await;
+    sim.shutdown().await;
+}

@@ -12,7 +12,7 @@ use kube::runtime::reflector::ObjectRef;
 
 use crate::automanager::{Decision, Notification};
 use crate::crd::Bundle;
-use crate::model::{BundleId, JobHistoryEntry, JobId, JobStopReason};
+use crate::model::{BundleId, JobHistoryEntry, JobId, JobStopReason, NodeId};
 
 /// What notifications said about one job.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -227,7 +227,64 @@ pub fn bundle_event(notification: &Notification) -> Option<Event> {
     })
 }
 
-fn node_or_unknown(node: Option<&crate::model::NodeId>) -> String {
+/// The node a notification is about and the Event it becomes on its
+/// `NorskNode`.
+pub fn node_event(notification: &Notification) -> Option<(&NodeId, Event)> {
+    use EventType::{Normal, Warning};
+    Some(match notification {
+        Notification::NodeStarting { node } => (&node.node_id, event(Normal, "Starting", "Provision", String::new())),
+        Notification::NodeStarted { node } => (&node.node_id, event(Normal, "Started", "Provision", String::new())),
+        Notification::NodeStopping { node_id, reason } => {
+            (node_id, event(Warning, "Stopping", "Run", format!("{reason:?}")))
+        }
+        Notification::NodeStopped { node_id } => (node_id, event(Normal, "Stopped", "Run", String::new())),
+        Notification::NodeTerminated { node_id } => (
+            node_id,
+            event(
+                Normal,
+                "Terminated",
+                "Terminate",
+                "this operator terminated the node".to_owned(),
+            ),
+        ),
+        Notification::NodeUnhealthy { node_id } => (
+            node_id,
+            event(
+                Warning,
+                "Unhealthy",
+                "Place",
+                "excluded from placement after repeated job rejections".to_owned(),
+            ),
+        ),
+        Notification::NodeHealthy { node_id } => (
+            node_id,
+            event(
+                Normal,
+                "Healthy",
+                "Place",
+                "placement may use the node again".to_owned(),
+            ),
+        ),
+        Notification::JobRejected {
+            job_id,
+            node_id,
+            code,
+            detail,
+            ..
+        } => (
+            node_id,
+            event(
+                Warning,
+                "JobRejected",
+                "Start",
+                format!("refused {job_id}: {code:?}: {detail}"),
+            ),
+        ),
+        _ => return None,
+    })
+}
+
+fn node_or_unknown(node: Option<&NodeId>) -> String {
     node.map_or_else(|| "an unknown node".to_owned(), ToString::to_string)
 }
 

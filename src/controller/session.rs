@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::{broadcast, mpsc, watch};
@@ -17,7 +18,8 @@ use crate::crd;
 use crate::manager::client::ClientSettings;
 use crate::telemetry::{Health, OperatorMetrics};
 
-use super::notes::{bundle_event, bundle_of};
+use super::node_status::resource_name;
+use super::notes::{bundle_event, bundle_of, node_event};
 use super::{Context, bundle, node, pool};
 
 /// What a term runs with.
@@ -127,10 +129,19 @@ async fn follow(
             // The controller outlives the follower within a term.
             let _ = bundles.send(target);
         }
+        if let Some((node_id, event)) = node_event(&notification) {
+            ctx.publish(event, norsk_node_ref(node_id));
+        }
         if touches_fleet(&notification) {
             fleet.changed();
         }
     }
+}
+
+/// The `NorskNode` mirroring `node_id` (cluster-scoped: its Events land in
+/// the `default` namespace).
+fn norsk_node_ref(node_id: &crate::model::NodeId) -> ObjectReference {
+    ObjectRef::<crd::NorskNode>::new(&resource_name(node_id.as_str())).into()
 }
 
 /// The controllers that follow the fleet as a whole. Each channel holds

@@ -3,8 +3,10 @@
 //!
 //! The specs embed the model types, so what `kubectl apply` takes, what
 //! `plan` reads and what the engine places are one definition. Every kind is
-//! in category `norsk` (`kubectl get norsk` lists them all). Status types are
-//! deliberately small here; the controllers fill them in.
+//! in category `norsk` (`kubectl get norsk` lists them all) and carries
+//! `status.conditions` as a list-map keyed by `type`, with a root `Ready`;
+//! `crate::controller` writes the status. Kinds: `PlacementPool`,
+//! `HotSparePolicy`, `Bundle`, `NorskNode`, `NodeDrain`, `JobMigration`.
 
 mod bundle;
 mod drain;

@@ -1,0 +1,259 @@
+//! The `norsk-auto-manager operator` process itself: settings validated at
+//! start with every problem listed, and a real run against the control
+//! plane and the simulator — ready on `/readyz`, a bundle placed, a clean
+//! exit on SIGTERM.
+
+#[path = "support/control_plane.rs"]
+mod control_plane;
+mod sim_support;
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::wait::{await_condition, conditions};
+use norsk_auto_manager::crd::{self, Bundle, PlacementPool};
+use norsk_auto_manager::model::{NodeInventory, tags};
+use norsk_auto_manager::sim::{ClusterNode, SimConfig};
+use sim_support::{Sim, TIME_SCALE};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_norsk-auto-manager");
+const WAIT: Duration = Duration::from_secs(90);
+
+#[test]
+fn invalid_settings_are_all_listed_and_the_process_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("operator.yaml");
+    std::fs::write(
+        &config,
+        "settings:\n  rejectionBackoffMs: 0\nlease: {durationSeconds: 2, graceSeconds: 3}\n",
+    )
+    .unwrap();
+    let out = Command::new(BINARY)
+        .args(["operator", "--config"])
+        .arg(&config)
+        .args(["--manager-cert-file", "/nowhere/cert.pem"])
+        .env_remove("POD_NAME")
+        .env_remove("NORSK_MANAGER_URL")
+        .output()
+        .expect("the binary runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for expected in [
+        "settings.url",
+        "settings.rejectionBackoffMs",
+        "--manager-cert-file /nowhere/cert.pem",
+        "go together",
+        "graceSeconds",
+        "--identity",
+    ] {
+        assert!(stderr.contains(expected), "{expected:?} missing from:\n{stderr}");
+    }
+}
+
+async fn http_status(port: u16, path: &str) -> Option<String> {
+    let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: operator\r\nConnection: close\r\n\r\n");
+    socket.write_all(request.as_bytes()).await.ok()?;
+    let mut answer = String::new();
+    socket.read_to_string(&mut answer).await.ok()?;
+    answer.lines().next().map(str::to_owned)
+}
+
+/// Installs the definitions and a one-tier pool `studio`; returns a fresh
+/// namespace and a simulator with one cluster server `<ns>-a`.
+async fn setup(cp: &control_plane::ControlPlane, prefix: &str) -> (String, Sim) {
+    let crds: Api<CustomResourceDefinition> = Api::all(cp.client());
+    for definition in crd::definitions() {
+        let name = definition.metadata.name.clone().unwrap();
+        crds.patch(
+            &name,
+            &PatchParams::apply("norsk-process-test").force(),
+            &Patch::Apply(&definition),
+        )
+        .await
+        .unwrap();
+        tokio::time::timeout(
+            WAIT,
+            await_condition(crds.clone(), &name, conditions::is_crd_established()),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    }
+    let ns = cp.namespace(prefix).await;
+    // Server-side apply: tests running at once may both make the pool.
+    let pool: PlacementPool = serde_yaml::from_str(
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: PlacementPool\nmetadata: {name: studio}\nspec:\n  tiers: [{name: cluster, kind: local-servers, scaleOut: fixed}]\n",
+    )
+    .unwrap();
+    Api::<PlacementPool>::all(cp.client())
+        .patch(
+            "studio",
+            &PatchParams::apply("norsk-process-test").force(),
+            &Patch::Apply(&pool),
+        )
+        .await
+        .expect("pool applies");
+    let sim = Sim::start_with(SimConfig {
+        seed: 9,
+        time_scale: TIME_SCALE,
+        cluster_nodes: vec![ClusterNode {
+            id: format!("{ns}-a"),
+            tags: BTreeMap::from([(tags::POOL.to_owned(), "studio".to_owned())]),
+            inventory: NodeInventory::local_server("studio", "rack-1", "r640", 8.0),
+        }],
+        ..SimConfig::default()
+    })
+    .await;
+    (ns, sim)
+}
+
+/// One operator process with its telemetry port.
+struct Process {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Process {
+    fn spawn(cp: &control_plane::ControlPlane, ns: &str, sim: &Sim, identity: &str) -> Process {
+        // A free port for the telemetry endpoint.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("operator.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "settings:\n  tracePlacements: false\nmetricsAddr: 127.0.0.1:{port}\nlease: {{durationSeconds: 3, graceSeconds: 1}}\n"
+            ),
+        )
+        .unwrap();
+        let child = Command::new(BINARY)
+            .args(["operator", "--config"])
+            .arg(&config)
+            .args(["--manager-url", &sim.handle.url()])
+            .args(["--identity", identity, "--lease-namespace", ns])
+            .args(["--bundle-namespace", ns, "--fleet", ns, "--log-format", "json"])
+            .env("KUBECONFIG", cp.kubeconfig())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the operator starts");
+        Process { child, port, _dir: dir }
+    }
+
+    /// Waits until `/readyz` answers 200.
+    async fn ready(&mut self) {
+        let ready = tokio::time::timeout(WAIT, async {
+            loop {
+                if http_status(self.port, "/readyz")
+                    .await
+                    .is_some_and(|l| l.contains(" 200 "))
+                {
+                    return;
+                }
+                // The process starts on its own clock; poll its endpoint.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        if ready.is_err() {
+            let _ = self.child.kill();
+            panic!("the operator never became ready");
+        }
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY: the pid is our own child's, not yet waited for.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        // A test that failed midway must not leave an operator running.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn bundle(name: &str) -> String {
+    format!(
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {{name: {name}}}\nspec:\n  pool: studio\n  jobs: [{{jobName: encode, requirements: {{requiredCapacity: 2}}}}]\n"
+    )
+}
+
+async fn until_ready(cp: &control_plane::ControlPlane, ns: &str, name: &str) -> Bundle {
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), ns);
+    tokio::time::timeout(
+        WAIT,
+        await_condition(bundles, name, |b: Option<&Bundle>| {
+            b.and_then(|b| b.status.as_ref())
+                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        }),
+    )
+    .await
+    .expect("the bundle is Ready in time")
+    .expect("watch")
+    .expect("bundle exists")
+}
+
+#[tokio::test]
+async fn the_operator_process_becomes_ready_places_a_bundle_and_stops_on_sigterm() {
+    let cp = control_plane::shared().await;
+    let (ns, sim) = setup(cp, "process").await;
+    let mut operator = Process::spawn(cp, &ns, &sim, "process-0");
+    operator.ready().await;
+    cp.kubectl_apply(&ns, &bundle("live")).expect("bundle applies");
+    let placed = until_ready(cp, &ns, "live").await;
+    assert_eq!(placed.status.and_then(|s| s.primary_node), Some(format!("{ns}-a")));
+    let metrics = http_status(operator.port, "/metrics").await;
+    assert!(metrics.is_some_and(|l| l.contains(" 200 ")));
+    operator.signal(libc::SIGTERM);
+    let status = operator.child.wait().expect("the operator exits");
+    assert!(status.success(), "the operator exited with {status}");
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_killed_leader_is_replaced_and_nothing_is_created_twice() {
+    let cp = control_plane::shared().await;
+    let (ns, sim) = setup(cp, "handover").await;
+    let mut first = Process::spawn(cp, &ns, &sim, "handover-0");
+    let mut second = Process::spawn(cp, &ns, &sim, "handover-1");
+    first.ready().await;
+    second.ready().await;
+    cp.kubectl_apply(&ns, &bundle("before")).expect("bundle applies");
+    until_ready(cp, &ns, "before").await;
+    let leases: Api<Lease> = Api::namespaced(cp.client(), &ns);
+    let holder = |lease: Lease| lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+    let leader = holder(leases.get("norsk-auto-manager").await.expect("the Lease exists"));
+    let (killed, survivor) = match leader.as_str() {
+        "handover-0" => (&mut first, "handover-1"),
+        "handover-1" => (&mut second, "handover-0"),
+        other => panic!("unexpected Lease holder {other:?}"),
+    };
+    // No goodbye: the Lease is not released and must expire.
+    killed.signal(libc::SIGKILL);
+    let _ = killed.child.wait();
+    cp.kubectl_apply(&ns, &bundle("after")).expect("bundle applies");
+    until_ready(cp, &ns, "after").await;
+    assert_eq!(holder(leases.get("norsk-auto-manager").await.unwrap()), survivor);
+    let snapshot = sim.snapshot().await;
+    let mut bundles: Vec<_> = snapshot.bundles.iter().map(|b| b.bundle_id.0.clone()).collect();
+    bundles.sort();
+    assert_eq!(bundles, vec![format!("{ns}/after"), format!("{ns}/before")]);
+    assert_eq!(snapshot.jobs.len(), 2, "a job was created twice: {:?}", snapshot.jobs);
+    assert_eq!(snapshot.nodes.len(), 1, "a node was created: {:?}", snapshot.nodes);
+    sim.shutdown().await;
+}
