@@ -146,7 +146,12 @@ pub fn plan_rows(
         file: sources.fleet.clone(),
         source,
     })?;
-    Ok(plan_bundles(&mut view, bundles, explain, &mut SequentialNodeIds::default())?)
+    Ok(plan_bundles(
+        &mut view,
+        bundles,
+        explain,
+        &mut SequentialNodeIds::default(),
+    )?)
 }
 
 /// The plan as `output` asks.

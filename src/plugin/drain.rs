@@ -28,7 +28,12 @@ pub enum DrainEnd {
 
 /// A drain of `node_id` (named `<node>-drain-` plus a suffix the API server chooses: a node
 /// may be drained again after a cancelled drain).
-pub fn drain_resource(node_id: &str, timeout_seconds: Option<u32>, force: bool, strategy: MigrationStrategy) -> NodeDrain {
+pub fn drain_resource(
+    node_id: &str,
+    timeout_seconds: Option<u32>,
+    force: bool,
+    strategy: MigrationStrategy,
+) -> NodeDrain {
     named(NodeDrain::new(
         "",
         NodeDrainSpec {
@@ -67,11 +72,21 @@ fn named(mut drain: NodeDrain) -> NodeDrain {
 fn kubernetes_name(node_id: &str) -> String {
     let name: String = node_id
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
         .take(50)
         .collect();
     let name = name.trim_matches('-');
-    if name.is_empty() { "node".to_owned() } else { name.to_owned() }
+    if name.is_empty() {
+        "node".to_owned()
+    } else {
+        name.to_owned()
+    }
 }
 
 /// Jobs moved off (or ended) and jobs in all, from the drain's status.
@@ -101,7 +116,10 @@ pub async fn create_and_follow(client: Client, drain: NodeDrain, no_wait: bool) 
     let created = api
         .create(&PostParams::default(), &drain)
         .await
-        .map_err(PluginError::request(format!("create a nodedrain of {}", drain.spec.node_id)))?;
+        .map_err(PluginError::request(format!(
+            "create a nodedrain of {}",
+            drain.spec.node_id
+        )))?;
     let name = created.name_any();
     println!("nodedrain/{name} created");
     if no_wait {
@@ -146,14 +164,10 @@ pub async fn follow_drain(
 ) -> Result<DrainEnd, PluginError> {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut drains = watcher(api.clone(), config).applied_objects().boxed();
-    while let Some(drain) = drains
-        .try_next()
-        .await
-        .map_err(|source| PluginError::Watch {
-            name: name.to_owned(),
-            source,
-        })?
-    {
+    while let Some(drain) = drains.try_next().await.map_err(|source| PluginError::Watch {
+        name: name.to_owned(),
+        source,
+    })? {
         let Some(status) = drain.status.as_ref() else {
             continue;
         };
@@ -181,7 +195,13 @@ mod tests {
     #[test]
     fn progress_counts_jobs_moved_off_of_all() {
         let status = NodeDrainStatus {
-            jobs: vec![job("migrated"), job("migrating"), job("moved"), job("stuck"), job("terminated")],
+            jobs: vec![
+                job("migrated"),
+                job("migrating"),
+                job("moved"),
+                job("stuck"),
+                job("terminated"),
+            ],
             ..NodeDrainStatus::default()
         };
         assert_eq!(progress(&status), (3, 5));

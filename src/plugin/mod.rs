@@ -207,7 +207,10 @@ pub async fn main(cli: Cli) -> ExitCode {
         let config = kube::Config::infer()
             .await
             .map_err(|e| PluginError::Connect(kube::Error::InferConfig(e)))?;
-        let namespace = cli.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
+        let namespace = cli
+            .namespace
+            .clone()
+            .unwrap_or_else(|| config.default_namespace.clone());
         let client = Client::try_from(config)?;
         run(client, &namespace, cli.command).await
     }
@@ -229,7 +232,10 @@ pub async fn run(client: Client, namespace: &str, command: Command) -> Result<Ex
             Ok(ExitCode::SUCCESS)
         }
         Command::Explain { bundle, job, fleet } => {
-            print!("{}", plan::explain(client, namespace, &fleet, &bundle, job.as_deref()).await?);
+            print!(
+                "{}",
+                plan::explain(client, namespace, &fleet, &bundle, job.as_deref()).await?
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Cordon { node } => {
