@@ -23,7 +23,7 @@ pub use nodes::set_cordoned;
 
 /// kubectl plugin for norsk-auto-manager.
 #[derive(Debug, Parser)]
-#[command(name = "kubectl-norsk", bin_name = "kubectl norsk", version, about)]
+#[command(name = "kubectl-norsk", bin_name = "kubectl norsk", version)]
 pub struct Cli {
     /// Namespace of bundles and migrations (default: the kubeconfig's).
     #[arg(short, long, global = true)]
