@@ -55,3 +55,76 @@ fn an_invalid_pool_set_is_refused_whole_and_the_pools_in_force_stay() {
     }
     assert_eq!(h.core.settings().placement_pools, before);
 }
+
+mod sim_support;
+
+/// Runs the AutoManager against the simulator: pools replaced live survive
+/// a broken stream (the fresh core hydrated from the new snapshot places
+/// with them, not with the pools it was started with).
+#[tokio::test]
+async fn pools_replaced_live_survive_a_reconnect() {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use norsk_auto_manager::automanager::{AutoManager, AutoSettings, Notification, RunOptions};
+    use norsk_auto_manager::model::{BundleId, JobHistoryEntry, NodeId, NodeInventory, tags};
+    use norsk_auto_manager::sim::{ClusterNode, SimConfig};
+    use sim_support::{Sim, TIME_SCALE};
+
+    let wait = Duration::from_secs(60);
+    let sim = Sim::start_with(SimConfig {
+        seed: 4,
+        time_scale: TIME_SCALE,
+        cluster_nodes: vec![ClusterNode {
+            id: "late-1".to_owned(),
+            tags: BTreeMap::from([(tags::POOL.to_owned(), "late".to_owned())]),
+            inventory: NodeInventory::local_server("site", "rack-1", "", 8.0),
+        }],
+        ..SimConfig::default()
+    })
+    .await;
+    let (am, join) = AutoManager::run_with(
+        AutoSettings {
+            url: sim.handle.url(),
+            trace_placements: false,
+            ..settings()
+        },
+        RunOptions { time_scale: TIME_SCALE },
+    )
+    .expect("runs");
+    let mut events = am.subscribe();
+    am.set_placement_pools(pools_with(
+        "- {name: late, tiers: [{name: cluster, kind: local-servers, scaleOut: fixed}]}",
+    ))
+    .await
+    .expect("pools accepted");
+    sim.admin.clone().drop_stream(()).await.expect("stream dropped");
+    // Whether the bundle is created before or after the new snapshot is
+    // hydrated, it only runs if the fresh core knows pool `late`.
+    let create = async {
+        loop {
+            match am.create_bundle(bundle("late-bundle", LATE_BUNDLE)).await {
+                Ok(()) => return,
+                // The new stream is still connecting.
+                Err(CommandError::Manager(_)) => tokio::task::yield_now().await,
+                Err(e) => panic!("refused: {e}"),
+            }
+        }
+    };
+    tokio::time::timeout(wait, create).await.expect("created");
+    let running = async {
+        loop {
+            if let Ok(Notification::JobUpdated { job }) = events.recv().await
+                && job.job_id.0.starts_with(BundleId::from("late-bundle").as_str())
+                && let Some(JobHistoryEntry::Running { node_id, .. }) = job.history.last()
+            {
+                return node_id.clone();
+            }
+        }
+    };
+    let node = tokio::time::timeout(wait, running).await.expect("the job runs");
+    assert_eq!(node, Some(NodeId::from("late-1")));
+    am.close().await;
+    join.await.expect("loop ends");
+    sim.shutdown().await;
+}

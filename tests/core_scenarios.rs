@@ -212,6 +212,83 @@ fn failed_provision_leaves_no_phantom_node_and_spills_to_the_next_tier() {
     assert_eq!(h.core.metrics(h.now).counters.placements_dispatch_failed, 1);
 }
 
+/// Pool `production` with one AWS tier offering two shapes, then OCI.
+const TWO_SHAPES: &str = "
+- name: production
+  tiers:
+    - name: aws
+      kind: aws
+      region: eu-west-1
+      candidateInstanceTypes:
+        - {instanceType: m5.2xlarge, totalCapacity: 8, totalCores: 8}
+        - {instanceType: m5.xlarge, totalCapacity: 4, totalCores: 4}
+    - name: oci
+      kind: oci
+      region: eu-frankfurt-1
+      candidateInstanceTypes: [{instanceType: VM.Standard3.Flex, totalCapacity: 4, totalCores: 4}]
+";
+
+fn two_shapes_hydrated() -> Harness {
+    let mut settings = core_support::settings();
+    settings.placement_pools = serde_yaml::from_str(TWO_SHAPES).unwrap();
+    let mut h = Harness::with(settings);
+    h.event(ManagerEvent::InitialDataComplete);
+    h
+}
+
+/// The tier and shape of the first `CreateNode` among `calls`.
+fn created_shape(calls: &[(norsk_auto_manager::automanager::RequestId, Rpc)]) -> Option<(String, String)> {
+    calls.iter().find_map(|(_, rpc)| match rpc {
+        Rpc::CreateNode {
+            tags, instance_type, ..
+        } => Some((tags[tags::TIER].clone(), instance_type.clone())),
+        _ => None,
+    })
+}
+
+#[test]
+fn exhausted_offering_tries_the_tiers_next_shape_before_spilling() {
+    let mut h = two_shapes_hydrated();
+    h.bundle("b", ONE_JOB);
+    let calls = h.take_calls();
+    assert_eq!(created_shape(&calls), Some(("aws".into(), "m5.2xlarge".into())));
+    h.fail(calls[0].0, RpcFailureKind::InsufficientCapacity);
+    let calls = h.take_calls();
+    assert_eq!(
+        created_shape(&calls),
+        Some(("aws".into(), "m5.xlarge".into())),
+        "the same tier's next fitting shape is tried"
+    );
+    h.fail(calls[0].0, RpcFailureKind::InsufficientCapacity);
+    let calls = h.take_calls();
+    assert_eq!(
+        created_shape(&calls),
+        Some(("oci".into(), "VM.Standard3.Flex".into())),
+        "with every shape of the tier exhausted the cascade spills"
+    );
+    h.fail(calls[0].0, RpcFailureKind::InsufficientCapacity);
+    // Once PROVISION_FAILURE_BACKOFF_MS has passed the first shape is
+    // offered again.
+    h.advance(60_000);
+    assert_eq!(
+        created_shape(&h.take_calls()),
+        Some(("aws".into(), "m5.2xlarge".into()))
+    );
+}
+
+#[test]
+fn a_refusal_other_than_capacity_holds_back_the_whole_tier() {
+    let mut h = two_shapes_hydrated();
+    h.bundle("b", ONE_JOB);
+    let calls = h.take_calls();
+    h.fail(calls[0].0, RpcFailureKind::Rejected);
+    assert_eq!(
+        created_shape(&h.take_calls()),
+        Some(("oci".into(), "VM.Standard3.Flex".into())),
+        "a tier that refused for another reason is skipped whole"
+    );
+}
+
 #[test]
 fn scheduled_start_is_placed_placement_lead_ahead() {
     let mut h = Harness::hydrated();
@@ -348,6 +425,35 @@ fn replacement_of_a_stopping_instance_starts_once_its_node_is_gone() {
         start_jobs(&h.take_calls()).len(),
         1,
         "the node's loss ended the failed instance"
+    );
+}
+
+#[test]
+fn replacement_waits_for_a_silent_failed_instance_only_up_to_its_grace() {
+    let (mut h, job, node) = placed_and_running();
+    h.failing(&job, &node);
+    h.take_notifications();
+    // FAILED_INSTANCE_STOP_GRACE_MS: the worker never reports Stopped.
+    h.advance(29_999);
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "started before the grace ran out"
+    );
+    h.advance(1);
+    let starts = start_jobs(&h.take_calls());
+    assert_eq!(starts.len(), 1, "the replacement waited for good");
+    assert_ne!(starts[0].1, node.0);
+    let errors: Vec<_> = h
+        .take_notifications()
+        .into_iter()
+        .filter_map(|n| match n {
+            Notification::Error { message } => Some(message),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        errors.iter().any(|m| m.contains("did not report Stopped")),
+        "the silent instance was not reported: {errors:?}"
     );
 }
 

@@ -17,7 +17,7 @@ use core_support::*;
 use norsk_auto_manager::automanager::recovery::MIN_RECOVERY_INTERVAL_MS;
 use norsk_auto_manager::automanager::{Action, Command, Notification, RequestId, Rpc, RpcFailureKind};
 use norsk_auto_manager::model::{
-    Bundle, BundleId, InstanceKey, JobHistoryEntry, JobId, JobState, JobStopReason, ManagerEvent, NodeId,
+    Bundle, BundleId, HotSpareSpec, InstanceKey, JobHistoryEntry, JobId, JobState, JobStopReason, ManagerEvent, NodeId,
     NodeStopReason, ProviderKind, RejectionCode, UnixMillis,
 };
 use rand::rngs::StdRng;
@@ -50,6 +50,8 @@ struct Model {
     next_cluster: u32,
     /// Broken rules the model saw while answering (checked with the rest).
     violations: Vec<String>,
+    /// No faults are injected (while spares are left to converge).
+    calm: bool,
 }
 
 fn random_bundle(rng: &mut StdRng, id: usize) -> Bundle {
@@ -85,6 +87,7 @@ impl Model {
             "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n    - name: aws\n      kind: aws\n      region: eu-west-1\n      maxNodes: 4\n      provisionTimeoutMs: 120000\n      candidateInstanceTypes: [{instanceType: m5.xlarge, totalCapacity: 4, totalCores: 4}]\n",
         )
         .expect("pools parse");
+        settings.hot_spares = vec![random_hot_spares(&mut rng)];
         let mut model = Model {
             h: Harness::with(settings),
             pending: Vec::new(),
@@ -95,6 +98,7 @@ impl Model {
             last_recovery: BTreeMap::new(),
             next_cluster: 0,
             violations: Vec::new(),
+            calm: false,
             rng: StdRng::seed_from_u64(rng.random()),
         };
         for _ in 0..rng.random_range(1..=3) {
@@ -130,7 +134,7 @@ impl Model {
             return;
         }
         let (id, rpc) = self.pending.remove(self.rng.random_range(0..self.pending.len()));
-        if self.rng.random_bool(0.05) {
+        if !self.calm && self.rng.random_bool(0.05) {
             return self.fail(id, RpcFailureKind::Transient);
         }
         match rpc {
@@ -169,7 +173,7 @@ impl Model {
                 );
             }
             Rpc::CreateNode { node_id, tags, .. } => {
-                if self.rng.random_bool(0.15) {
+                if !self.calm && self.rng.random_bool(0.15) {
                     return self.fail(id, RpcFailureKind::InsufficientCapacity);
                 }
                 self.h.ok(id);
@@ -184,6 +188,13 @@ impl Model {
                 if self.nodes.contains_key(&node_id) {
                     self.h.node_stopping(node_id.as_str(), NodeStopReason::UserRequested);
                     self.node_gone(&node_id);
+                }
+            }
+            Rpc::UpdateNodeTags { node_id, set, remove } => {
+                self.h.ok(id);
+                if let Some((_, tags)) = self.nodes.get_mut(&node_id) {
+                    tags.retain(|(k, _)| !set.contains_key(k) && !remove.contains(k));
+                    tags.extend(set);
                 }
             }
             _ => self.h.ok(id),
@@ -316,9 +327,19 @@ impl Model {
                     self.node_gone(&node);
                 }
             }
-            71..=90 => {
+            71..=88 => {
                 let ms = self.rng.random_range(0..30_000);
                 self.h.advance(ms);
+            }
+            89..=90 => {
+                let specs = vec![random_hot_spares(&mut self.rng)];
+                let (result, step) = self.h.core.update_hot_spare_specs(specs, self.h.now);
+                let now = self.h.now;
+                self.h.actions.extend(step.actions.into_iter().map(|a| (now, a)));
+                self.h.next_deadline = step.next_deadline;
+                if let Err(e) = result {
+                    self.violations.push(format!("a valid hot-spare list was refused: {e}"));
+                }
             }
             91..=92 => self.register_cluster_node(),
             93..=95 => {
@@ -446,11 +467,83 @@ impl Model {
                 return Err(format!("leaked node {}: launching, empty, past its timeout", node.id));
             }
         }
+        // A spare that took a job is an ordinary node from then on.
+        if let Some(node) = used.keys().find(|n| self.h.core.spare_spec(n).is_some()) {
+            return Err(format!("{node} carries a job and is still a spare"));
+        }
         // No job runs on two nodes.
         match self.violations.pop() {
             Some(violation) => Err(violation),
             None => Ok(()),
         }
+    }
+}
+
+/// A `hotSpares` entry for `production` with a random target and warmth.
+fn random_hot_spares(rng: &mut StdRng) -> HotSpareSpec {
+    HotSpareSpec {
+        pool: "production".into(),
+        target_count: rng.random_range(0..=2),
+        spec: serde_yaml::from_str("{instanceType: m5.xlarge}").expect("spec parses"),
+        warm_for: if rng.random_bool(0.5) {
+            vec!["xyz".into()]
+        } else {
+            vec![]
+        },
+        ..Default::default()
+    }
+}
+
+impl Model {
+    /// Lets the fleet settle without faults (every RPC answered, every node
+    /// started, time passing beyond every backoff), then checks that the
+    /// spare count reached its target wherever capacity allowed.
+    fn spares_converge(&mut self) -> Result<(), String> {
+        self.calm = true;
+        for _ in 0..6 {
+            self.check(&BTreeSet::new(), &BTreeSet::new())?;
+            while !self.pending.is_empty() {
+                self.answer();
+                self.check(&BTreeSet::new(), &BTreeSet::new())?;
+            }
+            let starting: Vec<NodeId> = self
+                .nodes
+                .iter()
+                .filter(|(_, (p, _))| *p == NodePhase::Starting)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for node in starting {
+                let tags = self.nodes[&node].1.clone();
+                let t: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                self.h.event(ManagerEvent::NodeStarted(node_info(node.as_str(), &t)));
+                if let Some(entry) = self.nodes.get_mut(&node) {
+                    entry.0 = NodePhase::Running;
+                }
+            }
+            self.h.advance(61_000);
+        }
+        self.check(&BTreeSet::new(), &BTreeSet::new())?;
+        let core = &self.h.core;
+        let target = core.settings().hot_spares.first().map_or(0, |e| e.target_count);
+        let spares = core
+            .fleet()
+            .iter()
+            .filter(|n| core.spare_spec(&n.id).is_some() && !core.jobs().any(|r| r.is_bound_to(&n.id)))
+            .count() as u32;
+        let aws_nodes = core
+            .fleet()
+            .iter()
+            .filter(|n| {
+                n.tags.get("tier").is_some_and(|t| t == "aws")
+                    && n.phase != norsk_auto_manager::model::NodePhase::Stopped
+            })
+            .count();
+        if spares > target || (spares < target && aws_nodes < 4) {
+            return Err(format!(
+                "spares did not converge: {spares} of {target} with {aws_nodes} of 4 aws nodes"
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -473,7 +566,7 @@ fn run_seed(seed: u64, steps: usize) -> Result<(), String> {
             .check(&broken, &dropped)
             .map_err(|e| format!("step {step}: {e}"))?;
     }
-    Ok(())
+    model.spares_converge().map_err(|e| format!("settling: {e}"))
 }
 
 fn env(name: &str, default: u64) -> u64 {
@@ -524,5 +617,45 @@ fn the_simulation_exercises_recovery_breaking_and_provisioning() {
     assert!(
         recoveries > 0 && broken > 0 && provisions > 0 && dropped > 0,
         "recoveries {recoveries}, broken {broken}, provisions {provisions}, dropped {dropped}"
+    );
+}
+
+#[test]
+fn the_simulation_exercises_spares_being_provisioned_consumed_and_trimmed() {
+    // Guards the spare invariants: the paths they watch must be taken.
+    let (mut provisioned, mut consumed, mut trimmed) = (0, 0, 0);
+    for seed in 0..50 {
+        let mut model = Model::new(seed);
+        let mut spares = BTreeSet::new();
+        for _ in 0..300 {
+            for (_, action) in &model.h.actions {
+                match action {
+                    Action::Call {
+                        rpc: Rpc::CreateNode { node_id, tags, .. },
+                        ..
+                    } if tags.contains_key("spare") => {
+                        provisioned += 1;
+                        spares.insert(node_id.clone());
+                    }
+                    Action::Call {
+                        rpc: Rpc::UpdateNodeTags { remove, .. },
+                        ..
+                    } if remove.iter().any(|t| t == "spare") => consumed += 1,
+                    Action::Call {
+                        rpc: Rpc::TerminateNode { node_id },
+                        ..
+                    } if spares.contains(node_id) => trimmed += 1,
+                    _ => {}
+                }
+            }
+            model
+                .check(&BTreeSet::new(), &BTreeSet::new())
+                .expect("invariants hold");
+            model.step();
+        }
+    }
+    assert!(
+        provisioned > 0 && consumed > 0 && trimmed > 0,
+        "provisioned {provisioned}, consumed {consumed}, trimmed {trimmed}"
     );
 }

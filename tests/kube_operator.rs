@@ -10,200 +10,22 @@
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
+mod operator_support;
 mod sim_support;
 
-use std::collections::BTreeMap;
-use std::path::Path;
 use std::pin::pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::wait::{Condition, await_condition, conditions};
+use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Resource, ResourceExt};
-use norsk_auto_manager::automanager::{AutoSettings, RunOptions};
-use norsk_auto_manager::controller::leader::LeaseSettings;
-use norsk_auto_manager::controller::process;
-use norsk_auto_manager::controller::session::SessionSettings;
+use kube::{Api, ResourceExt};
+use norsk_auto_manager::automanager::AutoSettings;
 use norsk_auto_manager::crd::{self, Bundle, HotSparePolicy, NorskNode};
-use norsk_auto_manager::manager::client::ClientSettings;
 use norsk_auto_manager::manager::proto::sim_admin;
-use norsk_auto_manager::model::{NodeInventory, tags};
-use norsk_auto_manager::sim::{ClusterNode, SimConfig};
-use norsk_auto_manager::telemetry::{Health, OperatorMetrics};
-use sim_support::{Sim, TIME_SCALE};
-use tokio::sync::{OnceCell, watch};
-use tokio::task::JoinHandle;
-
-/// How long a test waits for the API server to show an outcome.
-const WAIT: Duration = Duration::from_secs(90);
-
-/// Installs the definitions and the example pools once per test binary.
-async fn installed() -> &'static control_plane::ControlPlane {
-    static INSTALLED: OnceCell<()> = OnceCell::const_new();
-    let cp = control_plane::shared().await;
-    INSTALLED
-        .get_or_init(|| async {
-            let crds: Api<CustomResourceDefinition> = Api::all(cp.client());
-            for definition in crd::definitions() {
-                let name = definition.metadata.name.clone().unwrap();
-                crds.patch(
-                    &name,
-                    &PatchParams::apply("norsk-operator-test").force(),
-                    &Patch::Apply(&definition),
-                )
-                .await
-                .unwrap_or_else(|e| panic!("the API server refused {name}: {e}"));
-                tokio::time::timeout(
-                    WAIT,
-                    await_condition(crds.clone(), &name, conditions::is_crd_established()),
-                )
-                .await
-                .expect("definition established in time")
-                .expect("watch the definition");
-            }
-            let pools = example("pools.yaml");
-            cp.kubectl_apply("default", &pools).expect("pools apply");
-        })
-        .await;
-    cp
-}
-
-/// An example file, with its namespaces removed so it applies into the
-/// test's namespace.
-fn example(name: &str) -> String {
-    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(name))
-        .expect("example readable");
-    text.lines()
-        .filter(|l| !l.trim_start().starts_with("namespace:"))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-fn cluster_node(id: &str, az: &str) -> ClusterNode {
-    ClusterNode {
-        id: id.to_owned(),
-        tags: BTreeMap::from([(tags::POOL.to_owned(), "production".to_owned())]),
-        inventory: NodeInventory::local_server("studio", az, "r640", 8.0),
-    }
-}
-
-/// A simulator with two cluster servers of `production`, `<ns>-a` and
-/// `<ns>-b` (node names are cluster-wide once mirrored).
-async fn simulator(ns: &str) -> Sim {
-    Sim::start_with(SimConfig {
-        seed: 5,
-        time_scale: TIME_SCALE,
-        cluster_nodes: vec![
-            cluster_node(&format!("{ns}-a"), "rack-1"),
-            cluster_node(&format!("{ns}-b"), "rack-2"),
-        ],
-        ..SimConfig::default()
-    })
-    .await
-}
-
-/// One operator process, in this test's runtime.
-struct Operator {
-    metrics: Arc<OperatorMetrics>,
-    stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
-}
-
-impl Operator {
-    async fn start(cp: &control_plane::ControlPlane, ns: &str, sim: &Sim, identity: &str) -> Operator {
-        Self::start_with(cp, ns, sim, identity, AutoSettings::default()).await
-    }
-
-    /// With `settings` (their URL replaced by the simulator's).
-    async fn start_with(
-        cp: &control_plane::ControlPlane,
-        ns: &str,
-        sim: &Sim,
-        identity: &str,
-        settings: AutoSettings,
-    ) -> Operator {
-        let metrics = Arc::new(OperatorMetrics::new());
-        let (stop, stopped) = watch::channel(false);
-        let lease = LeaseSettings {
-            namespace: ns.to_owned(),
-            name: "norsk-auto-manager".to_owned(),
-            identity: identity.to_owned(),
-            duration_s: 4,
-            grace_s: 1,
-        };
-        let session = SessionSettings {
-            settings: AutoSettings {
-                url: sim.handle.url(),
-                trace_placements: false,
-                ..settings
-            },
-            manager: ClientSettings::plaintext(sim.handle.url()),
-            options: RunOptions { time_scale: TIME_SCALE },
-            instance: Some(identity.to_owned()),
-            bundle_namespace: Some(ns.to_owned()),
-            fleet: ns.to_owned(),
-        };
-        let client = cp.client();
-        let m = metrics.clone();
-        let task = tokio::spawn(async move {
-            process::run(client, lease, session, m, Arc::new(Health::default()), stopped)
-                .await
-                .expect("operator runs");
-        });
-        Operator { metrics, stop, task }
-    }
-
-    fn is_leading(&self) -> bool {
-        self.metrics.leader.get() == 1
-    }
-
-    async fn stop(self) {
-        let _ = self.stop.send(true);
-        self.task.await.expect("operator stops cleanly");
-    }
-}
-
-/// Waits until `cond` holds for `name` (a watch, bounded by `WAIT`).
-async fn until<K>(api: &Api<K>, name: &str, what: &str, cond: impl Condition<K>) -> K
-where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-{
-    match tokio::time::timeout(WAIT, await_condition(api.clone(), name, cond)).await {
-        Ok(Ok(Some(object))) => object,
-        Ok(Ok(None)) => panic!("{name} is gone while waiting for {what}"),
-        Ok(Err(e)) => panic!("watch of {name} failed: {e}"),
-        Err(_) => {
-            let now = api.get_opt(name).await.ok().flatten();
-            panic!("{name} never reached {what}; it is {now:#?}")
-        }
-    }
-}
-
-fn condition(bundle: &Bundle, type_: &str) -> Option<(String, String)> {
-    bundle
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone()))
-}
-
-fn is_ready(bundle: Option<&Bundle>) -> bool {
-    bundle.is_some_and(|b| condition(b, "Ready").is_some_and(|(s, _)| s == "True"))
-}
-
-/// A one-job bundle on the cluster tier of `production`.
-fn small_bundle(name: &str) -> String {
-    format!(
-        "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {{name: {name}}}\nspec:\n  pool: production\n  jobs:\n    - {{jobName: encode, template: encoder, requirements: {{requiredCapacity: 2}}}}\n"
-    )
-}
+use operator_support::{Operator, WAIT, condition, example, installed, is_ready, simulator, small_bundle, until};
 
 #[tokio::test]
 async fn applied_examples_become_ready_with_their_nodes_in_status() {
@@ -539,6 +361,92 @@ async fn a_bundle_the_fleet_cannot_hold_says_no_capacity() {
     assert_eq!(condition(&waiting, "Admitted").map(|c| c.1), Some("NoCapacity".into()));
     assert_eq!(condition(&waiting, "Ready").map(|c| c.0), Some("False".into()));
     assert_eq!(condition(&waiting, "Placed").map(|c| c.0), Some("False".into()));
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_hot_spare_policy_keeps_a_live_spare_in_its_pool() {
+    let cp = installed().await;
+    let ns = cp.namespace("spares-live").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "spares-live-0").await;
+    cp.kubectl_apply(&ns, &example("hot-spares.yaml"))
+        .expect("policy applies");
+    let policies: Api<HotSparePolicy> = Api::all(cp.client());
+    let applied = until(
+        &policies,
+        "production",
+        "Applied with a live spare",
+        |p: Option<&HotSparePolicy>| {
+            p.and_then(|p| p.status.as_ref()).is_some_and(|s| {
+                s.live_spares == 1 && s.conditions.iter().any(|c| c.type_ == "Applied" && c.status == "True")
+            })
+        },
+    )
+    .await;
+    assert_eq!(applied.status.unwrap().observed_generation, applied.metadata.generation);
+    // The spare is in this operator's fleet, and mirrored as a spare.
+    let spares: Vec<_> = sim
+        .snapshot()
+        .await
+        .nodes
+        .into_iter()
+        .filter(|n| n.instance_type == "m5.xlarge")
+        .collect();
+    assert_eq!(spares.len(), 1, "{spares:?}");
+    let nodes: Api<NorskNode> = Api::all(cp.client());
+    let name = norsk_auto_manager::controller::node_status::resource_name(spares[0].id.as_str());
+    until(&nodes, &name, "mirrored as a spare", |n: Option<&NorskNode>| {
+        n.and_then(|n| n.status.as_ref()).is_some_and(|s| s.spare)
+    })
+    .await;
+    policies
+        .delete("production", &Default::default())
+        .await
+        .expect("policy deleted");
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_deleted_pool_is_taken_from_the_core_live() {
+    let cp = installed().await;
+    let ns = cp.namespace("pool-gone").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "pool-gone-0").await;
+    let pool = format!("{ns}-pool");
+    cp.kubectl_apply(
+        &ns,
+        &format!(
+            "apiVersion: automanager.norsk.video/v1alpha1\nkind: PlacementPool\nmetadata: {{name: {pool}}}\nspec:\n  tiers: [{{name: cluster, kind: local-servers, scaleOut: fixed}}]\n"
+        ),
+    )
+    .expect("pool applies");
+    let pools: Api<crd::PlacementPool> = Api::all(cp.client());
+    until(&pools, &pool, "InForce", |p: Option<&crd::PlacementPool>| {
+        p.and_then(|p| p.status.as_ref())
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == "InForce"))
+    })
+    .await;
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let accepted = |b: Option<&Bundle>| b.is_some_and(|b| condition(b, "Placed").is_some());
+    let stalled = |b: Option<&Bundle>| b.is_some_and(|b| condition(b, "Stalled").is_some_and(|(s, _)| s == "True"));
+    cp.kubectl_apply(
+        &ns,
+        &small_bundle("first").replace("pool: production", &format!("pool: {pool}")),
+    )
+    .expect("bundle applies");
+    let first = until(&bundles, "first", "accepted", accepted).await;
+    assert_eq!(condition(&first, "Stalled"), None);
+    pools.delete(&pool, &Default::default()).await.expect("pool deleted");
+    cp.kubectl_apply(
+        &ns,
+        &small_bundle("second").replace("pool: production", &format!("pool: {pool}")),
+    )
+    .expect("bundle applies");
+    let second = until(&bundles, "second", "Stalled", stalled).await;
+    assert_eq!(condition(&second, "Ready").map(|c| c.1), Some("InvalidBundle".into()));
     operator.stop().await;
     sim.shutdown().await;
 }

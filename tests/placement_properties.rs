@@ -4,7 +4,7 @@
 //! peers only; the result does not depend on the order of the nodes; a node
 //! is provisioned only when no existing node of that tier survived; tiers
 //! are walked in order; a pinned target never provisions; the trace changes
-//! nothing.
+//! nothing; rankings kept across a burst decide exactly as the scan.
 
 mod placement_support;
 
@@ -15,8 +15,8 @@ use norsk_auto_manager::model::{
     PlacedJob, PlacementPool, PortProtocol, ProviderKind, SpareSpec,
 };
 use norsk_auto_manager::placement::{
-    FleetView, Outcome, PlacementRequest, PlanRow, PlannedOutcome, SequentialNodeIds, TierDecision, Verdict, place,
-    plan_bundles, validate_pools,
+    FleetView, Outcome, PlacementRequest, PlanRow, PlannedOutcome, Rankings, RecoveryContext, SequentialNodeIds,
+    TierDecision, Verdict, apply_placement, place, place_ranked, placed_job, plan_bundles, validate_pools,
 };
 use proptest::prelude::*;
 
@@ -406,6 +406,97 @@ proptest! {
                 if target.is_some() {
                     let provisioned = matches!(quiet.outcome, Outcome::Provision { .. });
                     prop_assert!(!provisioned, "pinned to {:?}, provisioned", target);
+                }
+            }
+        }
+    }
+}
+
+/// One step of a burst against a view.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Place job `job` of replica `replica` of spec `spec` under bundle id
+    /// `id` (ids repeat, so some jobs have placed peers), recovering away
+    /// from node `excluded` when set; the outcome is applied to the view.
+    Place {
+        spec: usize,
+        id: usize,
+        replica: u32,
+        job: usize,
+        excluded: Option<usize>,
+    },
+    /// Release the `nth` job placed so far.
+    Release(usize),
+    /// Change node `node`'s phase and health.
+    Condition(usize, NodePhase, bool),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0..3usize, 0..8usize, 0..2u32, 0..3usize, prop::option::weighted(0.5, 0..12usize))
+            .prop_map(|(spec, id, replica, job, excluded)| Step::Place { spec, id, replica, job, excluded }),
+        2 => (0..20usize).prop_map(Step::Release),
+        1 => (
+            0..12usize,
+            prop_oneof![Just(NodePhase::Running), Just(NodePhase::Starting), Just(NodePhase::Stopping)],
+            prop::bool::weighted(0.2),
+        )
+            .prop_map(|(node, phase, unhealthy)| Step::Condition(node, phase, unhealthy)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn kept_rankings_decide_exactly_as_the_scan(
+        fleet in fleet(),
+        specs in prop::collection::vec(bundle(), 3),
+        steps in prop::collection::vec(step(), 1..40),
+    ) {
+        let mut view = FleetView::new(&fleet, validate_pools(pools()).unwrap()).unwrap();
+        let mut rankings = Rankings::for_burst(&mut view);
+        let mut placed = Vec::new();
+        let ids: Vec<BundleId> = (0..8).map(|i| BundleId(format!("default/p{i}"))).collect();
+        for step in steps {
+            match step {
+                Step::Place { spec, id, replica, job, excluded } => {
+                    let spec = &specs[spec];
+                    let Some(job) = spec.jobs.get(job % spec.jobs.len()) else { continue };
+                    let replica = replica % spec.replica_count();
+                    let context = RecoveryContext {
+                        on_runtime_failure: None,
+                        excluded_nodes: excluded.map(|n| NodeId(format!("n{n:02}"))).into_iter().collect(),
+                    };
+                    let mut request = PlacementRequest::launch(&ids[id], spec, replica, &job.job_name);
+                    if excluded.is_some() {
+                        request = request.recovering(&context);
+                    }
+                    let scanned = place(&view, request, &mut SequentialNodeIds::default()).unwrap();
+                    let ranked = place_ranked(&view, request, &mut SequentialNodeIds::default(), &mut rankings).unwrap();
+                    prop_assert_eq!(&ranked, &scanned);
+                    apply_placement(&mut view, &request, &scanned.outcome).unwrap();
+                    let node = match &scanned.outcome {
+                        Outcome::Placed { node_id, gpu_index, .. } | Outcome::Provision { node_id, gpu_index, .. } => {
+                            Some((node_id.clone(), *gpu_index))
+                        }
+                        Outcome::NoCapacityInAnyPool => None,
+                    };
+                    if let Some((node_id, gpu_index)) = node {
+                        placed.push((node_id, placed_job(&ids[id], replica, job, gpu_index)));
+                    }
+                }
+                Step::Release(nth) => {
+                    if !placed.is_empty() {
+                        let (node_id, job) = placed.remove(nth % placed.len());
+                        view.release(&node_id, &job).unwrap();
+                    }
+                }
+                Step::Condition(node, phase, unhealthy) => {
+                    let id = NodeId(format!("n{node:02}"));
+                    if view.contains(&id) {
+                        view.set_condition(&id, phase, unhealthy).unwrap();
+                    }
                 }
             }
         }

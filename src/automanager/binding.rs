@@ -80,6 +80,9 @@ pub struct StoppingInstance {
     pub node_id: NodeId,
     /// The key it wears.
     pub instance_key: InstanceKey,
+    /// When its failure was seen; its replacement waits for its `Stopped`
+    /// until `FAILED_INSTANCE_STOP_GRACE_MS` after this at most.
+    pub since: UnixMillis,
 }
 
 impl JobRecord {

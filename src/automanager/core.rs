@@ -12,11 +12,15 @@ use crate::placement::{
     validate_bundle, validate_bundle_admission,
 };
 
-use super::binding::JobRecord;
+use super::binding::{JobRecord, StoppingInstance};
 use super::fleet::Fleet;
 use super::metrics::{Counters, Metrics, PoolGauge};
-use super::recovery::MIN_RECOVERY_INTERVAL_MS;
+use super::node_services::{NodeServiceState, ServiceRequest};
+use super::offerings::Offering;
+use super::recovery::{FAILED_INSTANCE_STOP_GRACE_MS, MIN_RECOVERY_INTERVAL_MS};
+
 use super::settings::{ValidSettings, validate_auto_settings};
+use super::spares::{SpareRequest, SpareState};
 use super::view_cache::{ViewCache, placed_jobs};
 use super::{Action, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId, Rpc, Step};
 
@@ -36,6 +40,10 @@ pub(super) enum Pending {
         id: CommandId,
         revives: Option<BundleId>,
     },
+    /// A hot-spare reconciler RPC.
+    Spare(SpareRequest),
+    /// A node-service placement RPC.
+    NodeService(ServiceRequest),
 }
 
 /// When a job may be placed.
@@ -67,8 +75,15 @@ pub struct AutoManagerCore {
     pub(super) fleet_epoch: u64,
     /// (pool, tier) -> until when provisioning there is held back.
     pub(super) tier_backoff: BTreeMap<(String, String), UnixMillis>,
+    /// Offerings a provider had no capacity for -> until when they are
+    /// skipped (see `offerings`).
+    pub(super) exhausted_offerings: BTreeMap<Offering, UnixMillis>,
     /// The placement view kept between rounds (built at hydration).
     pub(super) view_cache: Option<ViewCache>,
+    /// The hot-spare reconciler's own state.
+    pub(super) spares: SpareState,
+    /// Where node services are placed.
+    pub(super) node_services: NodeServiceState,
     pub(super) out: Vec<Action>,
 }
 
@@ -92,7 +107,10 @@ impl AutoManagerCore {
             counters: Counters::default(),
             fleet_epoch: 0,
             tier_backoff: BTreeMap::new(),
+            exhausted_offerings: BTreeMap::new(),
             view_cache: None,
+            spares: SpareState::default(),
+            node_services: NodeServiceState::default(),
             out: Vec::new(),
         }
     }
@@ -103,6 +121,9 @@ impl AutoManagerCore {
     pub fn succeeding(valid: ValidSettings, previous: &AutoManagerCore) -> Self {
         let mut core = Self::new(valid, previous.started_at);
         core.counters = previous.counters.clone();
+        // `updateHotSpareSpecs` replaced the list without a reconnect; a
+        // reconnect keeps it.
+        core.settings.hot_spares = previous.settings.hot_spares.clone();
         core.next_request = previous.next_request;
         // Node ids keep counting, so a node Manager has already forgotten is
         // never named again by this process.
@@ -133,6 +154,8 @@ impl AutoManagerCore {
         if self.hydrated && !self.closed {
             self.expire(now);
             self.place_ready(now);
+            self.reconcile_spares(now);
+            self.place_node_services(now);
         }
         Step {
             actions: std::mem::take(&mut self.out),
@@ -148,7 +171,10 @@ impl AutoManagerCore {
             return;
         }
         match input {
-            Input::Event(event) => self.apply_event(*event, now),
+            Input::Event(event) => {
+                self.observe_for_spares(&event, now);
+                self.apply_event(*event, now)
+            }
             Input::Command { id, command } => self.command(id, command, now),
             Input::RpcResult { id, result } => self.rpc_result(id, result, now),
             Input::Timer => {}
@@ -281,7 +307,8 @@ impl AutoManagerCore {
                     gauge.node_count += 1;
                     let jobs = placed.get(&node.id);
                     let spare = node.tags.get(crate::model::tags::SPARE).map(String::as_str) == Some("true");
-                    if spare && jobs.is_none_or(Vec::is_empty) {
+                    // Live: booted; a spare still launching is provisioning.
+                    if spare && jobs.is_none_or(Vec::is_empty) && !node.is_launching() {
                         gauge.live_spares += 1;
                     }
                     usable += node.inventory.as_ref().map_or(0.0, |i| i.usable_capacity());
@@ -432,14 +459,11 @@ impl AutoManagerCore {
         }
         // A failed instance still stopping wears the key its replacement
         // would: the replacement waits for its `Stopped` (or for its node to
-        // go), and is placed in the step that brings either.
-        if record.stopping.as_ref().is_some_and(|s| {
-            self.fleet
-                .get(&s.node_id)
-                .is_some_and(|n| !n.is_going() && !n.terminated)
-        }) {
-            return Readiness::Never;
-        }
+        // go), and is placed in the step that brings either — or, failing
+        // both, `FAILED_INSTANCE_STOP_GRACE_MS` after the failure.
+        let stop_wait = self
+            .awaited_stop(record)
+            .map(|s| s.since + FAILED_INSTANCE_STOP_GRACE_MS);
         let Some(bundle) = self.bundles.get(&record.bundle_ref.bundle_id) else {
             return Readiness::Never;
         };
@@ -452,6 +476,7 @@ impl AutoManagerCore {
             (Some(_), Some(last)) => record.not_before.max(last + MIN_RECOVERY_INTERVAL_MS),
             _ => record.not_before,
         };
+        let not_before = not_before.max(stop_wait.unwrap_or(UnixMillis::MIN));
         let at = match (record.job.state, record.job.start_date_time) {
             (JobState::Active, _) => not_before,
             // A scheduled start is placed `placementLeadMs` ahead.
@@ -469,6 +494,16 @@ impl AutoManagerCore {
             _ => return Readiness::Never,
         };
         Readiness::At(at)
+    }
+
+    /// The failed instance a job's replacement waits for: still stopping,
+    /// on a node still up.
+    pub(super) fn awaited_stop<'r>(&self, record: &'r JobRecord) -> Option<&'r StoppingInstance> {
+        record.stopping.as_ref().filter(|s| {
+            self.fleet
+                .get(&s.node_id)
+                .is_some_and(|n| !n.is_going() && !n.terminated)
+        })
     }
 
     fn next_deadline(&self, now: UnixMillis) -> Option<UnixMillis> {
@@ -491,6 +526,9 @@ impl AutoManagerCore {
         });
         jobs.chain(nodes.flatten())
             .chain(self.tier_backoff.values().copied())
+            .chain(self.exhausted_offerings.values().copied())
+            .chain(self.spares_deadline())
+            .chain(self.node_services_deadline())
             .min()
             .map(|at| at.max(now))
     }
@@ -556,9 +594,7 @@ impl AutoManagerCore {
             }
             self.fleet.remove(&node_id);
         }
-        let before = self.tier_backoff.len();
-        self.tier_backoff.retain(|_, until| *until > now);
-        if self.tier_backoff.len() != before {
+        if self.expire_held_back(now) {
             self.fleet_epoch += 1;
         }
     }

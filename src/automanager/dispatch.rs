@@ -9,15 +9,15 @@ use crate::model::{
     InstanceKey, JobId, NodeId, NodePhase, ProviderKind, Slot, TerminalVerdict, UnixMillis, VerdictKind, tags,
 };
 use crate::placement::{
-    FleetView, Outcome, PlacementRequest, Pools, ProspectiveNodeIds, RecoveryContext, apply_placement, place,
-    placed_job, validate_pools,
+    FleetView, Outcome, PlacementRequest, ProspectiveNodeIds, Rankings, RecoveryContext, apply_placement, place_ranked,
+    placed_job,
 };
 
 use super::binding::{Binding, BindingPhase};
 use super::core::{AutoManagerCore, Pending, Readiness};
 use super::fleet::{Provisioned, provisioned_tags};
 use super::notification::{Decision, PlacementDecisionInfo};
-use super::recovery::{FailureVerdict, LossCause, MIN_RECOVERY_INTERVAL_MS, PROVISION_FAILURE_BACKOFF_MS, judge};
+use super::recovery::{FAILED_INSTANCE_STOP_GRACE_MS, FailureVerdict, LossCause, MIN_RECOVERY_INTERVAL_MS, judge};
 use super::view_cache::ViewCache;
 use super::{CommandError, Notification, RequestId, Rpc, RpcFailure, RpcFailureKind};
 
@@ -69,10 +69,9 @@ impl AutoManagerCore {
         if ready.is_empty() {
             return;
         }
-        let backed_off = self.tier_backoff.values().any(|&until| until > now);
-        let view = if backed_off {
-            // Backed-off tiers are capped for this round only: a view of
-            // its own, and the kept one is built again afterwards.
+        let view = if self.capacity_held_back(now) {
+            // Held-back tiers and offerings shape this round only: a view
+            // of its own, and the kept one is built again afterwards.
             self.view_cache = None;
             self.effective_pools(now)
                 .and_then(|pools| self.view_with(pools).map_err(|e| e.to_string()))
@@ -91,8 +90,9 @@ impl AutoManagerCore {
             }
         };
         let mut intact = true;
+        let mut rankings = Rankings::for_burst(view.fleet_view());
         for job_id in &ready {
-            intact &= self.place_one(view.fleet_view(), job_id, now);
+            intact &= self.place_one(view.fleet_view(), &mut rankings, job_id, now);
         }
         if let (PlacementView::Kept(mut cache), true) = (view, intact) {
             // What this round reserved in the view, so the next round's
@@ -110,33 +110,9 @@ impl AutoManagerCore {
         }
     }
 
-    /// The pools, with every tier whose provider recently refused a
-    /// provision capped at its current node count, so the cascade spills to
-    /// the next tier for `PROVISION_FAILURE_BACKOFF_MS`.
-    fn effective_pools(&self, now: UnixMillis) -> Result<Pools, String> {
-        if !self.tier_backoff.values().any(|&until| until > now) {
-            return Ok(self.pools.clone());
-        }
-        let mut pools: Vec<_> = self.pools.iter().cloned().collect();
-        for pool in &mut pools {
-            for tier in &mut pool.tiers {
-                let key = (pool.name.clone(), tier.name.clone());
-                if self.tier_backoff.get(&key).is_some_and(|&until| until > now) {
-                    let live = self.fleet.iter().filter(|n| {
-                        n.tags.get(tags::POOL) == Some(&pool.name)
-                            && n.tags.get(tags::TIER) == Some(&tier.name)
-                            && n.phase != NodePhase::Stopped
-                    });
-                    tier.max_nodes = Some(live.count() as u32);
-                }
-            }
-        }
-        validate_pools(pools).map_err(|e| e.to_string())
-    }
-
     /// Places one job; false when the view could not take its reservation
     /// (the view no longer matches the fleet).
-    fn place_one(&mut self, view: &mut FleetView, job_id: &JobId, now: UnixMillis) -> bool {
+    fn place_one(&mut self, view: &mut FleetView, rankings: &mut Rankings, job_id: &JobId, now: UnixMillis) -> bool {
         let Some(record) = self.jobs.get(job_id) else {
             return true;
         };
@@ -155,6 +131,20 @@ impl AutoManagerCore {
         if let Some(context) = &recovery {
             request = request.recovering(context);
         }
+        // Placed while its failed instance is still awaited: the grace ran
+        // out (see `FAILED_INSTANCE_STOP_GRACE_MS`).
+        if let Some(stuck) = self.jobs.get(job_id).and_then(|r| self.awaited_stop(r)).cloned() {
+            self.notify(Notification::Error {
+                message: format!(
+                    "instance {} of {job_id} on {} did not report Stopped within {FAILED_INSTANCE_STOP_GRACE_MS} ms \
+                     of failing; starting its replacement",
+                    stuck.instance_key.0, stuck.node_id
+                ),
+            });
+            if let Some(record) = self.jobs.get_mut(job_id) {
+                record.stopping = None;
+            }
+        }
         self.counters.placements_attempted += 1;
         if recovery.is_some()
             && let Some(record) = self.jobs.get_mut(job_id)
@@ -166,7 +156,7 @@ impl AutoManagerCore {
         let mut ids = NodeIds {
             serial: &mut self.next_node_serial,
         };
-        let placement = match place(view, request, &mut ids) {
+        let placement = match place_ranked(view, request, &mut ids, rankings) {
             Ok(placement) => placement,
             Err(e) => {
                 self.placement_failed(job_id, e.to_string(), now);
@@ -299,7 +289,7 @@ impl AutoManagerCore {
             pool,
             tier,
             instance_type,
-            for_job: job_id.clone(),
+            for_job: Some(job_id.clone()),
         };
         let rpc = Rpc::CreateNode {
             provider: provisioned.kind,
@@ -392,6 +382,8 @@ impl AutoManagerCore {
             },
             Pending::StartJob(job_id) => self.start_result(&job_id, id, result, now),
             Pending::CreateNode { node_id, for_job } => self.create_result(&node_id, &for_job, result, now),
+            Pending::Spare(request) => self.spare_rpc_result(request, result, now),
+            Pending::NodeService(request) => self.node_service_rpc_result(request, result, now),
             Pending::Other => {
                 if let Err(failure) = result {
                     self.notify(Notification::Error {
@@ -454,13 +446,12 @@ impl AutoManagerCore {
         if counted {
             self.counters.placements_dispatch_failed += 1;
         }
-        // No phantom node: it is forgotten, its jobs re-placed, and its tier
-        // held back so the cascade spills past it.
+        // No phantom node: it is forgotten, its jobs re-placed, and what
+        // refused held back so the next shape or tier is tried.
         if let Some(node) = self.fleet.remove(node_id)
             && let Some(p) = node.provisioned
         {
-            self.tier_backoff
-                .insert((p.pool, p.tier), now + PROVISION_FAILURE_BACKOFF_MS);
+            self.provision_refused(&p, failure.kind, now);
         }
         self.fleet_epoch += 1;
         for record in self.jobs.values_mut() {

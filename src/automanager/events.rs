@@ -266,7 +266,7 @@ impl AutoManagerCore {
                         self.lose_instance(job_id, LossCause::NodeLost, now)
                     }
                     JobStopReason::JobFailed | JobStopReason::UnknownJob | JobStopReason::Unknown(_) => {
-                        self.instance_stopping(job_id, role);
+                        self.instance_stopping(job_id, role, now);
                         self.lose_instance(job_id, LossCause::Failed, now)
                     }
                 },
@@ -307,13 +307,14 @@ impl AutoManagerCore {
     /// The bound instance failed and Manager is stopping it: remembered
     /// until its `Stopped`, so its replacement (same instance key) is not
     /// started on top of it.
-    fn instance_stopping(&mut self, job_id: &JobId, role: crate::model::InstanceKey) {
+    fn instance_stopping(&mut self, job_id: &JobId, role: crate::model::InstanceKey, now: UnixMillis) {
         if let Some(record) = self.jobs.get_mut(job_id)
             && let Some(binding) = &record.binding
         {
             record.stopping = Some(StoppingInstance {
                 node_id: binding.node_id.clone(),
                 instance_key: role,
+                since: now,
             });
         }
     }

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::model::{
     FleetNode, FleetSnapshot, InstanceShape, JobId, NodeId, NodeInfo, NodeInventory, NodePhase, NodeStopReason,
-    PlacedJob, ProviderKind, UnixMillis, tags,
+    PlacedJob, ProviderKind, SpareSpec, UnixMillis, tags,
 };
 use crate::placement::Pools;
 
@@ -27,8 +27,8 @@ pub struct Provisioned {
     pub kind: ProviderKind,
     /// Its region.
     pub region: String,
-    /// The job it was provisioned for.
-    pub for_job: JobId,
+    /// The job it was provisioned for (none for a hot spare).
+    pub for_job: Option<JobId>,
     /// If it has not started by then, its jobs are re-placed and it is
     /// terminated (`provisionTimeoutMs`, which is also its startup grace).
     pub start_deadline: UnixMillis,
@@ -192,7 +192,7 @@ impl Fleet {
                 cordoned: false,
                 unhealthy: node.health.is_unhealthy(),
                 spare: node.tags.get(tags::SPARE).is_some_and(|v| v == "true"),
-                spare_spec: Default::default(),
+                spare_spec: SpareSpec::from_tags(&node.tags),
                 // Placement reads pool, tier and spare from the fields above;
                 // copying every tag of every node would only cost.
                 tags: BTreeMap::new(),
@@ -210,11 +210,14 @@ impl Fleet {
 /// The tags a provisioned node carries: its pool, tier and the job it was
 /// provisioned for.
 pub fn provisioned_tags(p: &Provisioned) -> BTreeMap<String, String> {
-    BTreeMap::from([
+    let mut node_tags = BTreeMap::from([
         (tags::POOL.to_owned(), p.pool.clone()),
         (tags::TIER.to_owned(), p.tier.clone()),
-        (tags::PROVISIONED_FOR.to_owned(), p.for_job.0.clone()),
-    ])
+    ]);
+    if let Some(job) = &p.for_job {
+        node_tags.insert(tags::PROVISIONED_FOR.to_owned(), job.0.clone());
+    }
+    node_tags
 }
 
 fn shape_of<'p>(pools: &'p Pools, p: &Provisioned) -> Option<&'p InstanceShape> {

@@ -16,6 +16,11 @@
 //!   dispatching.
 //! - `view_cache`: the placement view kept between rounds and brought up
 //!   to date instead of rebuilt.
+//! - `offerings`: what providers recently could not supply (an exhausted
+//!   shape is skipped for the tier's next one; a refusing tier is held
+//!   back).
+//! - [`spares`]: the hot-spare reconciler, warmth, reservations.
+//! - [`node_services`]: eager node-service placement (experimental).
 //! - [`metrics`], [`notification`].
 
 pub mod binding;
@@ -24,10 +29,13 @@ mod dispatch;
 mod events;
 pub mod fleet;
 pub mod metrics;
+pub mod node_services;
 pub mod notification;
+mod offerings;
 pub mod recovery;
 pub mod runtime;
 pub mod settings;
+pub mod spares;
 mod view_cache;
 
 use std::collections::BTreeMap;
@@ -183,6 +191,33 @@ pub enum Rpc {
     StartBundleJob(BundleJobRef),
     /// `StopBundleJob`.
     StopBundleJob(BundleJobRef),
+    /// `UpdateNodeTags`: sets then removes tags (a spare's `spare`,
+    /// `warmFor`, `reservedFor`, `exclusive`).
+    UpdateNodeTags {
+        /// The node.
+        node_id: NodeId,
+        /// Tags to set.
+        set: BTreeMap<String, String>,
+        /// Tags to remove.
+        remove: Vec<String>,
+    },
+    /// `PrefetchImages`: a spare pulls its `warmFor` images; answered by an
+    /// `images_prefetched` event.
+    PrefetchImages {
+        /// The node.
+        node_id: NodeId,
+        /// Image references.
+        images: Vec<String>,
+    },
+    /// `CreateJob`: a plain Manager job (a node service's job on one node).
+    CreateJob {
+        /// The job id.
+        job_id: JobId,
+        /// The template it runs.
+        template: String,
+        /// Its tags.
+        tags: BTreeMap<String, String>,
+    },
 }
 
 /// Why a command failed.

@@ -209,6 +209,17 @@ pub enum Notification {
         /// The primary is interruptible and no backup is durable.
         interruptible_primary_without_durable_backup: bool,
     },
+    /// `onSpareUnderflow(pool, effective, target)`: the hot-spare
+    /// reconciler is short of the pool's target.
+    #[serde(rename_all = "camelCase")]
+    SpareUnderflow {
+        /// The pool.
+        pool: String,
+        /// Unconsumed spares, launching ones included.
+        effective: u32,
+        /// `hotSpares[].targetCount`.
+        target: u32,
+    },
     /// `onImagesPrefetched`: one prefetch batch settled on a node.
     #[serde(rename_all = "camelCase")]
     ImagesPrefetched {

@@ -21,6 +21,14 @@ pub const RESTART_WINDOW_MS: i64 = 3_600_000;
 /// off 60 s"), so the cascade spills to the next tier.
 pub const PROVISION_FAILURE_BACKOFF_MS: i64 = 60_000;
 
+/// How long the replacement of a failed instance waits for that instance's
+/// `Stopped` when its node stays up. Both wear the same instance key, so the
+/// replacement normally starts only once the failed one is gone; a worker
+/// that never reports it must not hold the job off the air for good. Past
+/// this the replacement is placed anyway (should Manager still hold the old
+/// instance, the start is refused and retried like any failed dispatch).
+pub const FAILED_INSTANCE_STOP_GRACE_MS: i64 = 30_000;
+
 /// How an instance was lost.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LossCause {

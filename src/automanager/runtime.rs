@@ -16,10 +16,15 @@ use crate::manager::client::{
     ClientSettings, ConnectError, CreateNode, ManagerClient, RpcError, RpcErrorKind, StartJob,
 };
 use crate::manager::stream::{StreamItem, StreamSession, StreamSettings};
-use crate::model::{Bundle, BundleId, BundleJobRef, BundleSpec, ManagerEvent, PlacementPool, ProviderKind, UnixMillis};
+use crate::model::{
+    Bundle, BundleId, BundleJobRef, BundleSpec, HotSpareSpec, ManagerEvent, NodeId, PlacementPool, ProviderKind,
+    SpareSpec, UnixMillis,
+};
 use crate::placement::{Admission, BundleValidation, FleetError, Placement, PlacementError};
 
+use super::node_services::ServicePhase;
 use super::settings::{ValidSettings, validate_auto_settings};
+use super::spares::{HotSpareSpecsDiff, HotSpareStatus, SpareError};
 use super::{
     Action, AutoManagerCore, AutoSettings, AutoSettingsValidationError, Command, CommandError, CommandId, Input,
     Metrics, Notification, RequestId, Rpc, RpcFailure, RpcFailureKind, Step,
@@ -100,10 +105,14 @@ impl Clock {
 }
 
 type Query = Box<dyn FnOnce(&AutoManagerCore, UnixMillis) + Send>;
+/// A change made through one of the core's typed methods (which answer
+/// with a value), returning the step to carry out.
+type Update = Box<dyn FnOnce(&mut AutoManagerCore, UnixMillis) -> Step + Send>;
 
 enum Request {
     Command(Command, oneshot::Sender<Result<(), CommandError>>),
     Query(Query),
+    Update(Update),
     Close,
 }
 
@@ -192,6 +201,66 @@ impl AutoManagerHandle {
             .await
             .map_err(|_| QueryError::Closed)?;
         answer.await.map_err(|_| QueryError::Closed)
+    }
+
+    async fn update<T: Send + 'static>(
+        &self,
+        change: impl FnOnce(&mut AutoManagerCore, UnixMillis) -> (T, Step) + Send + 'static,
+    ) -> Result<T, QueryError> {
+        let (reply, answer) = oneshot::channel();
+        let update: Update = Box::new(move |core, now| {
+            let (outcome, step) = change(core, now);
+            // The caller may have gone; the change stands regardless.
+            let _ = reply.send(outcome);
+            step
+        });
+        self.requests
+            .send(Request::Update(update))
+            .await
+            .map_err(|_| QueryError::Closed)?;
+        answer.await.map_err(|_| QueryError::Closed)
+    }
+
+    /// `updateHotSpareSpecs(list)`: replaces the live `hotSpares` list
+    /// without a reconnect; rejected whole when invalid, otherwise
+    /// converged on at once. Returns what changed, keyed by pool.
+    pub async fn update_hot_spare_specs(&self, specs: Vec<HotSpareSpec>) -> Result<HotSpareSpecsDiff, SpareError> {
+        self.update(move |core, now| core.update_hot_spare_specs(specs, now))
+            .await
+            .unwrap_or(Err(SpareError::Closed))
+    }
+
+    /// `updateHotSpareNode`: edits one live spare's `SpareSpec`.
+    pub async fn update_hot_spare_node(&self, node_id: NodeId, spec: SpareSpec) -> Result<(), SpareError> {
+        self.update(move |core, now| core.update_hot_spare_node(&node_id, spec, now))
+            .await
+            .unwrap_or(Err(SpareError::Closed))
+    }
+
+    /// `spareSpec(nodeId)`: a live spare's `SpareSpec`; `None` for a node
+    /// that is not an unconsumed spare.
+    pub async fn spare_spec(&self, node_id: NodeId) -> Result<Option<SpareSpec>, QueryError> {
+        self.query(move |core, _| core.spare_spec(&node_id)).await
+    }
+
+    /// Each `hotSpares[]` entry's live and provisioning spares.
+    pub async fn hot_spare_status(&self) -> Result<Vec<HotSpareStatus>, QueryError> {
+        self.query(|core, _| core.hot_spare_status()).await
+    }
+
+    /// The live `hotSpares` list.
+    pub async fn hot_spare_specs(&self) -> Result<Vec<HotSpareSpec>, QueryError> {
+        self.query(|core, _| core.settings().hot_spares.clone()).await
+    }
+
+    /// Where each node service stands, per node: (service, node, phase).
+    pub async fn node_service_placements(&self) -> Result<Vec<(String, NodeId, ServicePhase)>, QueryError> {
+        self.query(|core, _| {
+            core.node_service_placements()
+                .map(|(s, n, p)| (s.to_owned(), n.clone(), p))
+                .collect()
+        })
+        .await
     }
 
     /// `createBundle`: validated, then stored on Manager.
@@ -349,6 +418,10 @@ impl Shell {
                     }
                     match next {
                         Some(Request::Query(ask)) => ask(&self.core, self.clock.now()),
+                        Some(Request::Update(change)) => {
+                            let step = change(&mut self.core, self.clock.now());
+                            self.carry_out(step, &results_tx);
+                        }
                         Some(Request::Close) => break,
                         _ if closed => break,
                         _ => {}
@@ -546,5 +619,8 @@ async fn execute(client: &ManagerClient, rpc: Rpc) -> Result<(), RpcError> {
         Rpc::DeleteBundle(bundle_id) => client.delete_bundle(&bundle_id).await,
         Rpc::StartBundleJob(job) => client.start_bundle_job(&job).await,
         Rpc::StopBundleJob(job) => client.stop_bundle_job(&job).await,
+        Rpc::UpdateNodeTags { node_id, set, remove } => client.update_node_tags(&node_id, &set, &remove).await,
+        Rpc::PrefetchImages { node_id, images } => client.prefetch_images(&node_id, &images).await,
+        Rpc::CreateJob { job_id, template, tags } => client.create_job(&job_id, &template, &tags).await,
     }
 }

@@ -9,6 +9,9 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{HotSpareSpec, OnRuntimeFailure, PlacementPool, Requirements};
+
+use super::node_services::{NodeServiceSpec, check_node_services};
+use super::spares::DEFAULT_HOT_SPARE_RECONCILE_INTERVAL_MS;
 use crate::placement::{Pools, SettingsErrorCode, validate_settings};
 
 /// The flat restart ceiling when nothing more specific is configured.
@@ -71,9 +74,29 @@ pub struct AutoSettings {
     /// Template name -> image references: what warmth is scored against.
     pub template_images: BTreeMap<String, Vec<String>>,
     /// Whether `placementDecision` carries the full trace (every node's
-    /// filter verdict). On by default, as the spec describes; very large
-    /// fleets may turn it off.
+    /// filter verdict). On by default: the spec's `onPlacementDecision`
+    /// "carries the full trace". Recording a verdict per node costs about
+    /// 300 µs per placement on a 5,000-node fleet, and a traced placement
+    /// scans every node (it cannot use the rankings kept across a burst), so
+    /// fleets of more than a few hundred nodes should turn it off;
+    /// `placeDryRun` and `plan --trace` still show the trace on request.
     pub trace_placements: bool,
+    /// The hot-spare reconciler's periodic tick (default 60 s).
+    pub hot_spare_reconcile_interval_ms: u64,
+    /// Services placed eagerly on every node they apply to (experimental:
+    /// needs `experimental: { nodeServices: true }`).
+    pub node_services: Vec<NodeServiceSpec>,
+    /// Features that must be switched on explicitly.
+    pub experimental: Experimental,
+}
+
+/// `experimental`: features that exist only in part, so nobody configures
+/// one by accident.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct Experimental {
+    /// Allows a non-empty `nodeServices`.
+    pub node_services: bool,
 }
 
 impl Default for AutoSettings {
@@ -91,6 +114,9 @@ impl Default for AutoSettings {
             unhealthy_cooldown_ms: DEFAULT_UNHEALTHY_COOLDOWN_MS,
             template_images: BTreeMap::new(),
             trace_placements: true,
+            hot_spare_reconcile_interval_ms: DEFAULT_HOT_SPARE_RECONCILE_INTERVAL_MS,
+            node_services: Vec::new(),
+            experimental: Experimental::default(),
         }
     }
 }
@@ -138,6 +164,19 @@ pub enum CoreSettingsErrorCode {
     /// `rejectionBackoffMs` is 0: no two rejections could ever be counted
     /// together.
     ZeroRejectionBackoff,
+    /// `hotSpareReconcileIntervalMs` is 0: the tick would never let go.
+    ZeroHotSpareReconcileInterval,
+    /// A non-empty `nodeServices` without `experimental: { nodeServices:
+    /// true }`.
+    ExperimentalNotEnabled,
+    /// `nodeServices[].lifecycle` other than `eager` (the one that exists).
+    UnsupportedNodeServiceLifecycle,
+    /// A node service without a name or template.
+    IncompleteNodeService,
+    /// Two node services share a name.
+    DuplicateNodeService,
+    /// `nodeServices[].pools` names a pool that is not configured.
+    UnknownNodeServicePool,
 }
 
 /// One settings problem.
@@ -200,6 +239,16 @@ pub fn validate_auto_settings(settings: AutoSettings) -> Result<ValidSettings, A
             "rejectionBackoffMs",
             "must be positive (default 5000)",
         );
+    }
+    if settings.hot_spare_reconcile_interval_ms == 0 {
+        core(
+            CoreSettingsErrorCode::ZeroHotSpareReconcileInterval,
+            "hotSpareReconcileIntervalMs",
+            "must be positive (default 60000)",
+        );
+    }
+    for (code, path, message) in check_node_services(&settings) {
+        core(code, &path, &message);
     }
     let pools = match validate_settings(settings.placement_pools.clone(), &settings.hot_spares) {
         Ok(pools) => Some(pools),

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::model::{FleetNode, JobId, JobSpec, NodeId, NodeInventory, NodePhase, PlacedJob};
+use crate::model::{FleetNode, JobId, JobSpec, NodeId, NodeInventory, NodePhase, PlacedJob, SpareSpec};
 use crate::placement::{FleetError, FleetView, Pools, placed_job};
 
 use super::binding::JobRecord;
@@ -27,6 +27,7 @@ struct NodeMark {
     pool: Option<String>,
     tier: Option<String>,
     spare: bool,
+    spare_spec: SpareSpec,
     inventory: Option<NodeInventory>,
     phase: NodePhase,
     unhealthy: bool,
@@ -40,6 +41,7 @@ impl NodeMark {
             pool: node.pool,
             tier: node.tier,
             spare: node.spare,
+            spare_spec: node.spare_spec,
             inventory: node.inventory,
             phase: node.phase,
             unhealthy: node.unhealthy,
@@ -212,6 +214,7 @@ fn same_node(node: &NodeState, mark: &NodeMark, pools: &Pools) -> bool {
         && node.tags.get(tags::POOL) == mark.pool.as_ref()
         && node.tags.get(tags::TIER) == mark.tier.as_ref()
         && node.tags.get(tags::SPARE).is_some_and(|v| v == "true") == mark.spare
+        && SpareSpec::from_tags(&node.tags) == mark.spare_spec
         && match &node.inventory {
             Some(inventory) => mark.inventory.as_ref() == Some(inventory),
             None => node.placement_inventory(pools) == mark.inventory,

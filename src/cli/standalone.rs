@@ -246,6 +246,13 @@ pub fn describe(notification: &Notification) -> String {
         }
         Notification::PlacementFailed { job_id, reason } => format!("unplaced     {job_id}: {reason}"),
         Notification::ResilienceDegraded { job_id, violations, .. } => format!("degraded     {job_id}: {violations:?}"),
+        Notification::SpareUnderflow {
+            pool,
+            effective,
+            target,
+        } => {
+            format!("spares       {pool} short: {effective} of {target}")
+        }
         Notification::ImagesPrefetched { node_id, results } => {
             format!("prefetched   {node_id}: {} image(s)", results.len())
         }

@@ -6,7 +6,8 @@
 //! - [`bundle`]: `Bundle` -> create/update on Manager, the stop-then-delete
 //!   finalizer, per replica and job status, conditions.
 //! - [`pool`]: `PlacementPool` -> the core's pools, live; pool status.
-//!   `HotSparePolicy` status (and `Stalled` for an unknown pool).
+//! - [`hot_spare`]: `HotSparePolicy` -> the core's hot-spare list, live;
+//!   spare counts, `Stalled` for an unknown pool.
 //! - [`node`]: `NorskNode` — the fleet mirrored into resources; cordon and
 //!   spare edits handed to the core.
 //! - [`notes`]: what the core's notifications say, as Events and as the
@@ -22,6 +23,7 @@
 pub mod bundle;
 pub mod bundle_status;
 pub mod conditions;
+pub mod hot_spare;
 pub mod leader;
 pub mod node;
 pub mod node_status;

@@ -6,8 +6,9 @@
 //! with `CONCURRENT_WRITES` in flight; the rest follows in the next round.
 //!
 //! People edit `spec.cordoned` and `spec.spare`; a second controller hands
-//! those to the core (see the seams below) and reports them as conditions
-//! under its own field manager.
+//! those to the core (`updateHotSpareNode`; cordoning waits for the core,
+//! see the seam below) and reports them as conditions under its own field
+//! manager.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
 
+use crate::automanager::spares::SpareError;
 use crate::crd::{NorskNode, NorskNodeStatus};
 use crate::model::NodeId;
 
@@ -33,6 +35,8 @@ pub const MIRROR: &str = "norsknode";
 pub const SPEC_CONTROLLER: &str = "norsknode-spec";
 /// Condition: the node takes no new placements.
 pub const CORDONED: &str = "Cordoned";
+/// Condition: `spec.spare` is the live spare's spec.
+pub const SPARE_SPEC_APPLIED: &str = "SpareSpecApplied";
 /// Label on every `NorskNode` the operator mirrors.
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// Label naming the fleet a `NorskNode` belongs to.
@@ -252,19 +256,46 @@ fn apply_cordon(cordoned: bool) -> Observed {
     }
 }
 
+/// `spec.spare` -> `updateHotSpareNode`, when it differs from the live
+/// spare's spec.
+async fn apply_spare_spec(ctx: &Context, node: &NorskNode) -> Result<Option<Observed>, ReconcileError> {
+    let Some(wanted) = node.spec.spare.clone() else {
+        return Ok(None);
+    };
+    let node_id = NodeId(node.spec.node_id.clone());
+    let live = ctx.core.spare_spec(node_id.clone()).await?;
+    if live.as_ref() == Some(&wanted) {
+        return Ok(Some(Observed::yes(SPARE_SPEC_APPLIED, "InForce", "")));
+    }
+    Ok(Some(match ctx.core.update_hot_spare_node(node_id, wanted).await {
+        Ok(()) => Observed::yes(SPARE_SPEC_APPLIED, "InForce", ""),
+        Err(SpareError::Closed) => return Err(ReconcileError::ReadCore(crate::automanager::QueryError::Closed)),
+        // Not a spare (any more), or unknown: nothing to apply until it is.
+        Err(e) => Observed::no(SPARE_SPEC_APPLIED, "NotASpare", e.to_string()),
+    }))
+}
+
 async fn reconcile_spec(node: Arc<NorskNode>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let started = Instant::now();
     let name = node.name_any();
-    let observed = apply_cordon(node.spec.cordoned);
+    let mut observed = vec![apply_cordon(node.spec.cordoned)];
+    observed.extend(apply_spare_spec(&ctx, &node).await?);
+    let types: Vec<&str> = observed.iter().map(|o| o.type_).collect();
     let previous: Vec<_> = node
         .status
         .as_ref()
-        .map(|s| s.conditions.iter().filter(|c| c.type_ == CORDONED).cloned().collect())
+        .map(|s| {
+            s.conditions
+                .iter()
+                .filter(|c| types.contains(&c.type_.as_str()))
+                .cloned()
+                .collect()
+        })
         .unwrap_or_default();
-    let next = conditions::merge(&previous, vec![observed], node.meta().generation);
+    let next = conditions::merge(&previous, observed, node.meta().generation);
     if !conditions::same(&previous, &next) {
-        // A list-map keyed by type: this manager owns only `Cordoned`, the
-        // mirror owns `Ready`.
+        // A list-map keyed by type: this manager owns `Cordoned` and
+        // `SpareSpecApplied`, the mirror owns `Ready`.
         let api: Api<NorskNode> = Api::all(ctx.client.clone());
         status::apply(
             &api,

@@ -1,26 +1,25 @@
-//! The `PlacementPool` and `HotSparePolicy` controllers. Pools: every
-//! valid `PlacementPool` is handed to the core as one set, live (no
-//! reconnect); a pool that does not validate is left out and its status
-//! says why (`Stalled`), so one bad pool never blocks the others. Status:
-//! nodes per tier, prospective nodes, used capacity, live spares.
-//! `HotSparePolicy`: `Stalled` when it names a pool the core does not run
-//! with; live / provisioning / consumed spares counted from the fleet.
+//! The `PlacementPool` controller. A sync task hands every valid
+//! `PlacementPool` to the core as one set, live (no reconnect), after every
+//! pool event (deletes included); a pool that does not validate is left out
+//! and its status says why (`Stalled`), so one bad pool never blocks the
+//! others. The controller writes each pool's status: nodes per tier,
+//! prospective nodes, used capacity, live spares.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config, Controller};
-use kube::runtime::reflector::Store;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::automanager::fleet::NodeState;
 use crate::automanager::{AutoManagerCore, CommandError};
-use crate::crd::{HotSparePolicy, HotSparePolicyStatus, PlacementPool, PlacementPoolStatus, TierStatus};
-use crate::model::{self, HotSpareSpec, NodeId, tags};
+use crate::crd::{PlacementPool, PlacementPoolStatus, TierStatus};
+use crate::model::{self, NodeId, tags};
 use crate::placement::validate_pools;
 
 use super::conditions::{self, Observed, READY, STALLED};
@@ -28,42 +27,92 @@ use super::{Context, ReconcileError, status};
 
 /// The pool controller's name (metrics label, field manager suffix).
 pub const POOL_CONTROLLER: &str = "placementpool";
-/// The hot-spare policy controller's name.
-pub const SPARE_CONTROLLER: &str = "hotsparepolicy";
-/// Hot spares applied to the core (false until the core reconciles spares).
-pub const SPARES_APPLIED: &str = "Applied";
 /// Gauges are refreshed at least this often without a change.
 const RESYNC: Duration = Duration::from_secs(60);
 
-/// What a pool controller reconcile reads besides its object.
+/// What the controller shares with the sync task.
 pub struct PoolContext {
     shared: Arc<Context>,
     pools: Store<PlacementPool>,
+    /// Why the core last refused the whole set, if it did.
+    refused: Mutex<Option<String>>,
 }
 
-/// Runs the `PlacementPool` controller until `shutdown` resolves; every
-/// pool is reconciled again when `fleet_changed` yields.
+/// Runs the sync task and the `PlacementPool` controller until `shutdown`
+/// resolves; every pool's status is recomputed when `fleet_changed` yields.
 pub async fn run_pools(
     ctx: Arc<Context>,
     fleet_changed: impl Stream<Item = ()> + Send + 'static,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let api: Api<PlacementPool> = Api::all(ctx.client.clone());
-    // A deleted pool has no reconcile of its own: any pool event (deletes
-    // included) reconciles every pool, and each hands the whole set over.
-    let pool_events = watcher(api.clone(), watcher::Config::default())
-        .touched_objects()
+    // Every watch event, deletes and the end of the initial list included
+    // (so no pools at all is a set too).
+    let (pools, writer) = reflector::store();
+    let pool_events = reflector::reflector(writer, watcher(api.clone(), watcher::Config::default()))
         .filter_map(|e| async move { e.ok().map(|_| ()) });
+    let pools_ctx = Arc::new(PoolContext {
+        shared: ctx.clone(),
+        pools,
+        refused: Mutex::new(None),
+    });
+    let (wake_tx, wake_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let sync = sync(pools_ctx.clone(), pool_events, wake_tx);
     let controller = Controller::new(api, watcher::Config::default())
-        .with_config(Config::default().debounce(Duration::from_millis(200)));
-    let pools = controller.store();
-    let ctx = Arc::new(PoolContext { shared: ctx, pools });
-    controller
-        .reconcile_all_on(futures::stream::select(fleet_changed, pool_events))
+        .with_config(Config::default().debounce(Duration::from_millis(200)))
+        .reconcile_all_on(futures::stream::select(
+            fleet_changed,
+            tokio_stream::wrappers::ReceiverStream::new(wake_rx),
+        ))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile_pool, pool_error_policy, ctx)
-        .for_each(|_| async {})
-        .await;
+        .run(reconcile_pool, pool_error_policy, pools_ctx)
+        .for_each(|_| async {});
+    // The sync task ends with the controller (its stream never ends).
+    tokio::select! {
+        () = controller => {}
+        () = sync => {}
+    }
+}
+
+/// Hands the core the valid pools after every pool event; wakes the
+/// controller to write what came of it.
+async fn sync(ctx: Arc<PoolContext>, events: impl Stream<Item = ()>, wake: tokio::sync::mpsc::Sender<()>) {
+    let mut events = std::pin::pin!(events);
+    while events.next().await.is_some() {
+        let shared = &ctx.shared;
+        let (valid, _) = valid_pools(&ctx.pools);
+        let Ok(in_force) = shared
+            .core
+            .inspect(|core, _| core.settings().placement_pools.clone())
+            .await
+        else {
+            return;
+        };
+        let refusal = if in_force == valid {
+            if !shared.pools_synced() {
+                shared.pools_applied();
+            }
+            None
+        } else {
+            match shared.core.set_placement_pools(valid).await {
+                Ok(()) => {
+                    shared.pools_applied();
+                    None
+                }
+                Err(CommandError::InvalidSettings { errors }) => {
+                    // The pools are valid one by one; what the whole set
+                    // fails on (a hot-spare policy naming a pool being
+                    // removed, ...) is reported on every pool.
+                    Some(errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+                }
+                Err(CommandError::Closed) => return,
+                Err(e) => Some(e.to_string()),
+            }
+        };
+        *ctx.refused.lock().unwrap_or_else(PoisonError::into_inner) = refusal;
+        // A full channel already holds the wake-up.
+        let _ = wake.try_send(());
+    }
 }
 
 fn pool_error_policy(pool: Arc<PlacementPool>, error: &ReconcileError, ctx: Arc<PoolContext>) -> Action {
@@ -97,48 +146,31 @@ async fn reconcile_pool(pool: Arc<PlacementPool>, ctx: Arc<PoolContext>) -> Resu
     let started = Instant::now();
     let shared = &ctx.shared;
     let name = pool.name_any();
-    let (valid, invalid) = valid_pools(&ctx.pools);
-    let in_force = shared
-        .core
-        .inspect(|core, _| core.settings().placement_pools.clone())
-        .await?;
-    let mut refused = invalid.get(&name).cloned();
-    if in_force == valid {
-        if !shared.pools_synced() {
-            shared.pools_applied();
-        }
-    } else {
-        match shared.core.set_placement_pools(valid).await {
-            Ok(()) => shared.pools_applied(),
-            Err(CommandError::InvalidSettings { errors }) => {
-                // The pools are valid one by one; what the whole set fails
-                // on (a name twice, ...) is reported on every pool.
-                refused = Some(errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "));
-            }
-            Err(source) => {
-                return Err(ReconcileError::Command {
-                    action: "set the placement pools for",
-                    object: name,
-                    source,
-                });
-            }
-        }
-    }
+    let model = pool.to_model();
+    let (_, invalid) = valid_pools(&ctx.pools);
+    let set_refused = ctx.refused.lock().unwrap_or_else(PoisonError::into_inner).clone();
     let tiers: Vec<String> = pool.spec.tiers.iter().map(|t| t.name.clone()).collect();
     let pool_name = name.clone();
-    let (observed, metrics) = shared
+    let (observed, metrics, in_force) = shared
         .core
-        .inspect(move |core, now| (observe_pool(core, &pool_name, &tiers), core.metrics(now)))
+        .inspect(move |core, now| {
+            let in_force = core.settings().placement_pools.contains(&model);
+            (observe_pool(core, &pool_name, &tiers), core.metrics(now), in_force)
+        })
         .await?;
     shared.metrics.pools(&metrics);
-    let conditions = match &refused {
-        Some(why) => vec![
+    let conditions = match (invalid.get(&name).or(set_refused.as_ref()), in_force) {
+        (Some(why), _) => vec![
             Observed::no(READY, "InvalidPool", why.clone()),
             Observed::yes(STALLED, "InvalidPool", why.clone()),
         ],
-        None => vec![
+        (None, true) => vec![
             Observed::yes(READY, "InForce", "the core places with this pool"),
             Observed::no(STALLED, "InForce", ""),
+        ],
+        (None, false) => vec![
+            Observed::no(READY, "Pending", "not yet handed to the core"),
+            Observed::no(STALLED, "Pending", ""),
         ],
     };
     let generation = pool.meta().generation;
@@ -241,128 +273,4 @@ fn observe_pool(core: &AutoManagerCore, pool: &str, tier_names: &[String]) -> Pl
         })
         .collect();
     status
-}
-
-/// What a hot-spare policy reconcile reads besides its object.
-pub struct SpareContext {
-    shared: Arc<Context>,
-    policies: Store<HotSparePolicy>,
-}
-
-/// Runs the `HotSparePolicy` controller until `shutdown` resolves; every
-/// policy is reconciled again when `fleet_changed` yields (a pool appearing
-/// or going changes whether a policy is stalled).
-pub async fn run_spares(
-    ctx: Arc<Context>,
-    fleet_changed: impl Stream<Item = ()> + Send + 'static,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) {
-    let api: Api<HotSparePolicy> = Api::all(ctx.client.clone());
-    let controller = Controller::new(api, watcher::Config::default())
-        .with_config(Config::default().debounce(Duration::from_millis(200)));
-    let policies = controller.store();
-    let pool_changes = ctx.pool_changes();
-    let ctx = Arc::new(SpareContext { shared: ctx, policies });
-    controller
-        .reconcile_all_on(futures::stream::select(fleet_changed, pool_changes))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile_spares, spare_error_policy, ctx)
-        .for_each(|_| async {})
-        .await;
-}
-
-fn spare_error_policy(policy: Arc<HotSparePolicy>, error: &ReconcileError, ctx: Arc<SpareContext>) -> Action {
-    ctx.shared.failed(SPARE_CONTROLLER, &policy.name_any(), error)
-}
-
-/// Seam for the core's live hot-spare settings: the core of this build does
-/// not reconcile hot spares yet (no `update_hot_spare_specs` on its handle),
-/// so the specs of every policy naming a known pool are computed here and
-/// reported as not applied. When the handle gains
-/// `update_hot_spare_specs(specs)`, this is the one place to call it.
-async fn apply_hot_spare_specs(_ctx: &Context, specs: Vec<HotSpareSpec>) -> Observed {
-    Observed::no(
-        SPARES_APPLIED,
-        "CoreWithoutHotSpares",
-        format!(
-            "{} hot-spare polic{} valid; this build's core does not provision spares yet",
-            specs.len(),
-            if specs.len() == 1 { "y is" } else { "ies are" }
-        ),
-    )
-}
-
-async fn reconcile_spares(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
-    let shared = &ctx.shared;
-    let name = policy.name_any();
-    let pool = policy.spec.0.pool.clone();
-    if !shared.pools_synced() {
-        // Every pool would look unknown before the first hand-over.
-        return Err(ReconcileError::PoolsNotSynced);
-    }
-    let known: Vec<String> = shared
-        .core
-        .inspect(|core, _| core.settings().placement_pools.iter().map(|p| p.name.clone()).collect())
-        .await?;
-    let specs: Vec<HotSpareSpec> = ctx
-        .policies
-        .state()
-        .iter()
-        .filter(|p| p.meta().deletion_timestamp.is_none() && known.contains(&p.spec.0.pool))
-        .map(|p| p.spec.0.clone())
-        .collect();
-    let applied = apply_hot_spare_specs(shared, specs).await;
-    let conditions = if known.contains(&pool) {
-        vec![
-            Observed::yes(READY, "Valid", format!("pool {pool} is in force")),
-            Observed::no(STALLED, "Valid", ""),
-            applied,
-        ]
-    } else {
-        let why = format!("pool {pool:?} is not a PlacementPool the operator places with; create it or fix spec.pool");
-        vec![
-            Observed::no(READY, "UnknownPool", why.clone()),
-            Observed::yes(STALLED, "UnknownPool", why),
-        ]
-    };
-    let pool_name = pool.clone();
-    let counts = shared
-        .core
-        .inspect(move |core, _| {
-            let reserved = reserved_by_node(core);
-            let (mut live, mut provisioning, mut consumed) = (0, 0, 0);
-            for node in members(core, &pool_name).filter(|n| is_spare(n)) {
-                if node.is_launching() {
-                    provisioning += 1;
-                } else if reserved.get(&node.id).is_some_and(|r| *r > 0.0) {
-                    consumed += 1;
-                } else {
-                    live += 1;
-                }
-            }
-            (live, provisioning, consumed)
-        })
-        .await?;
-    let generation = policy.meta().generation;
-    let version = policy.meta().resource_version.clone();
-    let previous = shared
-        .known_status(SPARE_CONTROLLER, &name, version.as_ref(), policy.status.clone())
-        .unwrap_or_default();
-    let next = HotSparePolicyStatus {
-        observed_generation: generation,
-        conditions: conditions::merge(&previous.conditions, conditions, generation),
-        live_spares: counts.0,
-        provisioning_spares: counts.1,
-        consumed_spares: counts.2,
-        last_underflow: previous.last_underflow.clone(),
-    };
-    if status::differs(&previous, &next, |s: &mut HotSparePolicyStatus| &mut s.conditions) {
-        let api: Api<HotSparePolicy> = Api::all(shared.client.clone());
-        status::apply(&api, &name, SPARE_CONTROLLER, &next, &shared.metrics).await?;
-        shared.wrote(SPARE_CONTROLLER, &name, version, &next);
-    }
-    shared.timed(SPARE_CONTROLLER, started);
-    shared.succeeded(SPARE_CONTROLLER, &name);
-    Ok(Action::requeue(RESYNC))
 }

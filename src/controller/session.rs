@@ -20,7 +20,7 @@ use crate::telemetry::{Health, OperatorMetrics};
 
 use super::node_status::resource_name;
 use super::notes::{bundle_event, bundle_of, node_event};
-use super::{Context, bundle, node, pool};
+use super::{Context, bundle, hot_spare, node, pool};
 
 /// What a term runs with.
 #[derive(Clone, Debug)]
@@ -85,7 +85,7 @@ pub async fn lead(
             stop()
         ),
         pool::run_pools(ctx.clone(), ReceiverStream::new(pools_rx), stop()),
-        pool::run_spares(ctx.clone(), ReceiverStream::new(spares_rx), stop()),
+        hot_spare::run(ctx.clone(), ReceiverStream::new(spares_rx), stop()),
         node::mirror(ctx.clone(), session.fleet.clone(), nodes_rx, stop()),
         node::run_spec(ctx.clone(), stop()),
     );

@@ -295,6 +295,24 @@ impl ManagerClient {
         unit("DeleteBundle", self.inner.clone().delete_bundle(req)).await
     }
 
+    /// Stores a plain (non-bundle) job, active: what a node service runs on
+    /// one node. Creating the identical job again is a no-op on Manager.
+    pub async fn create_job(
+        &self,
+        job: &JobId,
+        template: &str,
+        tags: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), RpcError> {
+        let req = self.request(pb::Job {
+            job_id: Some(wire::job_id_to_pb(job)),
+            tags: tags.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            template: template.to_owned(),
+            state: pb::job::JobState::Active as i32,
+            ..Default::default()
+        });
+        unit("CreateJob", self.inner.clone().create_job(req)).await
+    }
+
     /// Activates a dormant (`startMode: manual`) job.
     pub async fn start_bundle_job(&self, job: &BundleJobRef) -> Result<(), RpcError> {
         let req = self.request(job_ref_to_pb(job));

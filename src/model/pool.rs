@@ -31,7 +31,7 @@ pub enum ScaleOut {
 }
 
 /// `launchMode`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum LaunchMode {
     /// Pay as you go.
     #[serde(rename = "on-demand")]

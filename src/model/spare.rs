@@ -1,7 +1,13 @@
-//! Hot-spare specifications.
+//! Hot-spare specifications, and how a live spare's `SpareSpec` is carried
+//! in its node tags (`warmFor` / `reservedFor` comma-separated, `exclusive`
+//! present only when true), so Manager keeps it across AutoManager restarts.
+
+use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use super::tags;
 
 /// One live spare's `SpareSpec`: what it is warmed and reserved for.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -14,6 +20,41 @@ pub struct SpareSpec {
     /// With `reservedFor`, nobody else may take the spare (unless they set
     /// `overrideReservation`).
     pub exclusive: bool,
+}
+
+impl SpareSpec {
+    /// The spec a node's tags carry (empty lists when a tag is absent).
+    pub fn from_tags(node_tags: &BTreeMap<String, String>) -> Self {
+        let list = |name: &str| {
+            node_tags
+                .get(name)
+                .map(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|t| !t.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        SpareSpec {
+            warm_for: list(tags::WARM_FOR),
+            reserved_for: list(tags::RESERVED_FOR),
+            exclusive: node_tags.get(tags::EXCLUSIVE).is_some_and(|v| v == "true"),
+        }
+    }
+
+    /// The tag value of each field: `None` for a field carried by the tag's
+    /// absence (an empty list, `exclusive: false`). In the order
+    /// `warmFor`, `reservedFor`, `exclusive`.
+    pub fn tag_values(&self) -> [(&'static str, Option<String>); 3] {
+        let list = |l: &[String]| (!l.is_empty()).then(|| l.join(","));
+        [
+            (tags::WARM_FOR, list(&self.warm_for)),
+            (tags::RESERVED_FOR, list(&self.reserved_for)),
+            (tags::EXCLUSIVE, self.exclusive.then(|| "true".to_owned())),
+        ]
+    }
 }
 
 /// The instance a pool's spares are provisioned as.
@@ -56,5 +97,27 @@ impl HotSpareSpec {
             reserved_for: self.reserved_for.clone(),
             exclusive: self.exclusive,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spare_spec_round_trips_through_node_tags() {
+        let spec = SpareSpec {
+            warm_for: vec!["xyz".into(), "abc".into()],
+            reserved_for: vec!["xyz".into()],
+            exclusive: true,
+        };
+        let node_tags: BTreeMap<String, String> = spec
+            .tag_values()
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.to_owned(), v?)))
+            .collect();
+        assert_eq!(node_tags["warmFor"], "xyz,abc");
+        assert_eq!(SpareSpec::from_tags(&node_tags), spec);
+        assert_eq!(SpareSpec::from_tags(&BTreeMap::new()), SpareSpec::default());
     }
 }

@@ -22,7 +22,8 @@ use crate::model::{
 use super::PlacementError;
 use super::filter::{CAPACITY_EPSILON, check, fit_gpus};
 use super::fleet::{FleetError, FleetView, GpuDevice, Name, NodeIdx, flag};
-use super::key::{PlacementKey, SAME_AZ, SAME_CLOUD, SAME_NODE, key, resilience_violations};
+use super::key::{SAME_AZ, SAME_CLOUD, SAME_NODE, key, resilience_violations};
+use super::rankings::{Best, Rankings};
 use super::request::{Demand, Needs, PlacementRequest};
 use super::trace::{NoProvisionReason, NodeTrace, TierDecision, TierTrace, Trace, Verdict};
 
@@ -131,6 +132,27 @@ pub fn place(
     request: PlacementRequest<'_>,
     ids: &mut dyn ProspectiveNodeIds,
 ) -> Result<Placement, PlacementError> {
+    place_with(view, request, ids, None)
+}
+
+/// Places one job of a burst: the same decision as [`place`], with the
+/// tier rankings kept in `rankings` between the burst's placements (see
+/// [`Rankings`]).
+pub fn place_ranked(
+    view: &FleetView,
+    request: PlacementRequest<'_>,
+    ids: &mut dyn ProspectiveNodeIds,
+    rankings: &mut Rankings,
+) -> Result<Placement, PlacementError> {
+    place_with(view, request, ids, Some(rankings))
+}
+
+fn place_with(
+    view: &FleetView,
+    request: PlacementRequest<'_>,
+    ids: &mut dyn ProspectiveNodeIds,
+    mut rankings: Option<&mut Rankings>,
+) -> Result<Placement, PlacementError> {
     let demand = Demand::compile(view, request)?;
     let pool = view
         .pools()
@@ -141,10 +163,13 @@ pub fn place(
     let mut trace = request.trace.then(Trace::default);
     for (t, tier) in pool.tiers.iter().enumerate() {
         let mut nodes = Vec::new();
-        let best = if trace.is_some() {
-            rank_traced(view, &demand, t, tier.packing_strategy, &mut nodes)
-        } else {
-            rank(view, &demand, t, tier.packing_strategy)
+        let kept = rankings
+            .as_deref_mut()
+            .and_then(|r| r.best(view, &demand, t, tier.packing_strategy));
+        let best = match kept {
+            Some(best) => best,
+            None if trace.is_some() => rank_traced(view, &demand, t, tier.packing_strategy, &mut nodes),
+            None => rank(view, &demand, t, tier.packing_strategy),
         };
         let mut record = |decision: TierDecision, nodes: Vec<NodeTrace>| {
             if let Some(trace) = trace.as_mut() {
@@ -261,12 +286,6 @@ pub fn placed_job(
         gpu_index,
         exclusive: job.exclusive,
     }
-}
-
-struct Best {
-    key: PlacementKey,
-    idx: NodeIdx,
-    gpu_index: Option<u32>,
 }
 
 /// The nodes worth visiting with the trace off: the pinned node, the placed

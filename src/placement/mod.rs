@@ -4,7 +4,8 @@
 //! - [`settings`]: validating pools, tiers and hot spares ([`Pools`]).
 //! - [`FleetView`]: the indexed fleet with in-plan reservations.
 //! - [`place`]: the tier walk, the hard filter chain ([`Filter`]), the
-//!   lexicographic [`PlacementKey`], provisioning, the [`Trace`].
+//!   lexicographic [`PlacementKey`], provisioning, the [`Trace`];
+//!   [`place_ranked`] the same with [`Rankings`] kept across a burst.
 //! - [`validate_bundle`], [`validate_bundle_admission`], [`place_dry_run`].
 //! - [`plan_bundles`]: every replica of every bundle in order, each placement
 //!   seeing those before it (what `norsk-auto-manager plan` prints).
@@ -15,6 +16,7 @@ mod fleet;
 mod groups;
 mod key;
 mod plan;
+mod rankings;
 mod request;
 pub mod settings;
 mod trace;
@@ -22,12 +24,13 @@ mod validate;
 
 pub use engine::{
     Outcome, Placement, ProspectiveNodeIds, ResilienceFlag, ResilienceReport, SequentialNodeIds, apply_placement,
-    place, placed_job,
+    place, place_ranked, placed_job,
 };
 pub use filter::{Filter, Rejection, RejectionOf};
 pub use fleet::{FleetError, FleetView, Name};
 pub use key::PlacementKey;
 pub use plan::{PlanError, PlanRow, PlannedOutcome, plan_bundles};
+pub use rankings::Rankings;
 pub use request::{PlacementRequest, RecoveryContext};
 pub use settings::{
     Pools, SettingsErrorCode, SettingsIssue, SettingsValidationError, validate_pools, validate_settings,

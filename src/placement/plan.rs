@@ -7,9 +7,10 @@
 use crate::model::{BundleId, BundleSpec, NodeId};
 
 use super::PlacementError;
-use super::engine::{Outcome, ProspectiveNodeIds, ResilienceFlag, apply_placement, place};
+use super::engine::{Outcome, ProspectiveNodeIds, ResilienceFlag, apply_placement, place_ranked};
 use super::fleet::{FleetError, FleetView};
 use super::groups::JobGroups;
+use super::rankings::Rankings;
 use super::request::PlacementRequest;
 use super::trace::Trace;
 use super::validate::{BundleIssue, validate_bundle};
@@ -99,6 +100,7 @@ pub fn plan_bundles(
     ids: &mut dyn ProspectiveNodeIds,
 ) -> Result<Vec<PlanRow>, PlanError> {
     let mut rows = Vec::new();
+    let mut rankings = Rankings::for_burst(view);
     for (bundle_id, spec) in bundles {
         let validation = validate_bundle(view, spec);
         let order = JobGroups::of(spec).placement_order();
@@ -134,12 +136,13 @@ pub fn plan_bundles(
             for &j in &order {
                 let job_name = spec.jobs[j].job_name.as_str();
                 let request = PlacementRequest::launch(bundle_id, spec, replica_index, job_name).with_trace(trace);
-                let placement = place(view, request, ids).map_err(|source| PlanError::Placement {
-                    bundle: bundle_id.clone(),
-                    replica_index,
-                    job_name: job_name.to_owned(),
-                    source,
-                })?;
+                let placement =
+                    place_ranked(view, request, ids, &mut rankings).map_err(|source| PlanError::Placement {
+                        bundle: bundle_id.clone(),
+                        replica_index,
+                        job_name: job_name.to_owned(),
+                        source,
+                    })?;
                 apply_placement(view, &request, &placement.outcome).map_err(|source| PlanError::Apply {
                     bundle: bundle_id.clone(),
                     job_name: job_name.to_owned(),

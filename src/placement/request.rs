@@ -88,7 +88,7 @@ impl<'a> PlacementRequest<'a> {
 }
 
 /// How an unconsumed spare is treated (components 3 and 6 of the key).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum SparePolicy {
     /// Ranks below every ordinary node.
     Avoid,

@@ -9,11 +9,13 @@
 //! This module owns the accounting of the capacity, GPU and port contracts;
 //! it never decides where anything goes.
 
+mod journal;
 mod names;
 mod node;
 
 use std::collections::HashMap;
 
+pub(crate) use journal::Journal;
 pub(crate) use names::Interner;
 pub use names::Name;
 pub(crate) use node::port_bit;
@@ -81,6 +83,9 @@ pub struct FleetView {
     pub(crate) images: Interner,
     pub(crate) azs: Interner,
     template_images: HashMap<String, Vec<u32>>,
+    /// The nodes changed since the view was built (what kept rankings
+    /// re-score).
+    pub(crate) journal: Journal,
 }
 
 impl FleetView {
@@ -100,6 +105,7 @@ impl FleetView {
             images: Interner::default(),
             azs: Interner::default(),
             template_images: HashMap::new(),
+            journal: Journal::default(),
         };
         // Template images are interned first, so they get the low ids the
         // hot image mask holds.
@@ -158,6 +164,7 @@ impl FleetView {
             .get(node)
             .ok_or_else(|| FleetError::UnknownNode(node.clone()))?;
         let occupant = self.occupants.len() as u32;
+        self.journal.record(idx);
         let hot = &mut self.hot[idx as usize];
         hot.free -= job.required_capacity.max(0.0);
         hot.refill(self.nodes[idx as usize].usable);
@@ -209,6 +216,7 @@ impl FleetView {
             return Ok(());
         };
         let occupant = entry.occupants.remove(at);
+        self.journal.record(idx);
         for port in &job.required_host_ports {
             if let Some(p) = entry.ports.iter().position(|p| p == port) {
                 entry.ports.remove(p);
@@ -244,6 +252,7 @@ impl FleetView {
             .get(node)
             .ok_or_else(|| FleetError::UnknownNode(node.clone()))?;
         self.nodes[idx as usize].phase = phase;
+        self.journal.record(idx);
         let hot = &mut self.hot[idx as usize];
         for (on, bit) in [
             (matches!(phase, NodePhase::Stopping | NodePhase::Stopped), flag::GONE),

@@ -1,0 +1,277 @@
+//! Node services (experimental): a service configured in `nodeServices`
+//! runs once on every node it applies to, placed eagerly — as soon as the
+//! node is running — as a plain Manager job of its own per node
+//! (`nodeService/<name>/<node>`, created with `CreateJob`, started with
+//! `StartJob` on that node). `eager` is the one lifecycle that exists:
+//! settings validation refuses `lazy` or anything else, and refuses a
+//! non-empty `nodeServices` unless `experimental: { nodeServices: true }`
+//! is set (`experimentalNotEnabled`), so nobody configures one by accident.
+//!
+//! Out of scope, because it is worker-side: a service's `provides[]`
+//! reaching the view sibling jobs have of the node. Without that work in
+//! the worker, the service is placed but no consumer can see what it
+//! offers. A service's demands are not charged against placement either:
+//! like any system daemon it belongs in the node's advertised
+//! `reservedCapacity`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{InstanceKey, JobId, NodeId, NodePhase, Slot, UnixMillis, tags};
+
+use super::core::{AutoManagerCore, Pending};
+use super::settings::{AutoSettings, CoreSettingsErrorCode};
+use super::{Notification, Rpc, RpcFailure, RpcFailureKind};
+
+/// The one lifecycle that exists.
+pub const EAGER_LIFECYCLE: &str = "eager";
+/// How long a node service whose create or start failed waits before it is
+/// tried again on that node.
+pub const NODE_SERVICE_RETRY_BACKOFF_MS: i64 = 60_000;
+/// The tag naming the service on its jobs.
+pub const NODE_SERVICE_TAG: &str = "nodeService";
+/// The tag naming the node a service job runs on.
+pub const NODE_TAG: &str = "node";
+
+/// One `nodeServices[]` entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeServiceSpec {
+    /// Unique among the services; part of each of its job ids.
+    pub name: String,
+    /// When it is placed: only `eager` (on every node it applies to, as
+    /// soon as the node runs) exists.
+    #[serde(default = "eager")]
+    pub lifecycle: String,
+    /// The template the service runs.
+    pub template: String,
+    /// The pools whose nodes it runs on; empty: every configured pool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<String>,
+    /// What it offers the jobs beside it (reaching them is worker-side).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub provides: Vec<String>,
+}
+
+fn eager() -> String {
+    EAGER_LIFECYCLE.to_owned()
+}
+
+/// The `nodeServices` problems of `settings`, as (code, path, message).
+pub(super) fn check_node_services(settings: &AutoSettings) -> Vec<(CoreSettingsErrorCode, String, String)> {
+    let mut found = Vec::new();
+    if settings.node_services.is_empty() {
+        return found;
+    }
+    if !settings.experimental.node_services {
+        found.push((
+            CoreSettingsErrorCode::ExperimentalNotEnabled,
+            "nodeServices".to_owned(),
+            "node services are experimental (only eager placement exists); set experimental: { nodeServices: true } to use them".to_owned(),
+        ));
+    }
+    let mut names = BTreeMap::new();
+    for (i, service) in settings.node_services.iter().enumerate() {
+        let path = format!("nodeServices[{i}]");
+        if service.lifecycle != EAGER_LIFECYCLE {
+            found.push((
+                CoreSettingsErrorCode::UnsupportedNodeServiceLifecycle,
+                format!("{path}.lifecycle"),
+                format!("lifecycle {:?} does not exist; only \"eager\" does", service.lifecycle),
+            ));
+        }
+        if service.name.trim().is_empty() || service.template.trim().is_empty() {
+            found.push((
+                CoreSettingsErrorCode::IncompleteNodeService,
+                path.clone(),
+                "a node service needs a name and a template".to_owned(),
+            ));
+        } else if names.insert(service.name.as_str(), i).is_some() {
+            found.push((
+                CoreSettingsErrorCode::DuplicateNodeService,
+                format!("{path}.name"),
+                format!("node service {:?} is defined twice", service.name),
+            ));
+        }
+        for (p, pool) in service.pools.iter().enumerate() {
+            if !settings.placement_pools.iter().any(|known| &known.name == pool) {
+                found.push((
+                    CoreSettingsErrorCode::UnknownNodeServicePool,
+                    format!("{path}.pools[{p}]"),
+                    format!("pool {pool:?} is not configured"),
+                ));
+            }
+        }
+    }
+    found
+}
+
+/// Where one service stands on one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ServicePhase {
+    /// `CreateJob` sent.
+    Creating,
+    /// `StartJob` sent.
+    Starting,
+    /// Started on the node.
+    Placed,
+    /// Create or start failed; tried again at this instant.
+    RetryAt(UnixMillis),
+}
+
+/// What a node-service RPC was for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum ServiceRequest {
+    Create { service: String, node_id: NodeId },
+    Start { service: String, node_id: NodeId },
+}
+
+/// (service, node) -> phase.
+#[derive(Clone, Debug, Default)]
+pub(super) struct NodeServiceState {
+    placements: BTreeMap<(String, NodeId), ServicePhase>,
+    /// `fleet_epoch` as the last round left it: nodes only come and go
+    /// when it moves.
+    seen_epoch: Option<u64>,
+}
+
+/// The job a service runs on one node.
+pub fn node_service_job_id(service: &str, node: &NodeId) -> JobId {
+    JobId(format!("nodeService/{service}/{node}"))
+}
+
+impl AutoManagerCore {
+    /// Where each node service stands, per node.
+    pub fn node_service_placements(&self) -> impl Iterator<Item = (&str, &NodeId, ServicePhase)> {
+        self.node_services
+            .placements
+            .iter()
+            .map(|((service, node), phase)| (service.as_str(), node, *phase))
+    }
+
+    /// Places every service on every running node it applies to and is not
+    /// on yet, and forgets the nodes that are gone.
+    pub(super) fn place_node_services(&mut self, now: UnixMillis) {
+        let retry_due = self.node_services_deadline().is_some_and(|at| at <= now);
+        if self.settings.node_services.is_empty()
+            || (self.node_services.seen_epoch == Some(self.fleet_epoch) && !retry_due)
+        {
+            return;
+        }
+        self.node_services.seen_epoch = Some(self.fleet_epoch);
+        let fleet = &self.fleet;
+        self.node_services
+            .placements
+            .retain(|(_, node_id), _| fleet.get(node_id).is_some_and(|n| !n.is_going() && !n.terminated));
+        let mut due = Vec::new();
+        for service in &self.settings.node_services {
+            for node in self.fleet.iter() {
+                let pool = node.tags.get(tags::POOL);
+                let applies = pool.is_some_and(|p| {
+                    self.pools.get(p).is_some() && (service.pools.is_empty() || service.pools.contains(p))
+                });
+                if !applies || node.phase != NodePhase::Running || node.terminated {
+                    continue;
+                }
+                let key = (service.name.clone(), node.id.clone());
+                match self.node_services.placements.get(&key) {
+                    None => due.push((service.clone(), node.id.clone())),
+                    Some(ServicePhase::RetryAt(at)) if *at <= now => due.push((service.clone(), node.id.clone())),
+                    Some(_) => {}
+                }
+            }
+        }
+        for (service, node_id) in due {
+            let mut job_tags = BTreeMap::from([
+                (NODE_SERVICE_TAG.to_owned(), service.name.clone()),
+                (NODE_TAG.to_owned(), node_id.0.clone()),
+            ]);
+            if !service.provides.is_empty() {
+                job_tags.insert("provides".to_owned(), service.provides.join(","));
+            }
+            self.node_services
+                .placements
+                .insert((service.name.clone(), node_id.clone()), ServicePhase::Creating);
+            self.call(
+                Rpc::CreateJob {
+                    job_id: node_service_job_id(&service.name, &node_id),
+                    template: service.template.clone(),
+                    tags: job_tags,
+                },
+                Pending::NodeService(ServiceRequest::Create {
+                    service: service.name,
+                    node_id,
+                }),
+            );
+        }
+    }
+
+    /// When a failed service placement is next tried.
+    pub(super) fn node_services_deadline(&self) -> Option<UnixMillis> {
+        self.node_services
+            .placements
+            .values()
+            .filter_map(|p| match p {
+                ServicePhase::RetryAt(at) => Some(*at),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// The result of a node-service RPC: a created job is started on its
+    /// node; a failure is tried again after `NODE_SERVICE_RETRY_BACKOFF_MS`.
+    pub(super) fn node_service_rpc_result(
+        &mut self,
+        request: ServiceRequest,
+        result: Result<(), RpcFailure>,
+        now: UnixMillis,
+    ) {
+        let (service, node_id, started) = match request {
+            ServiceRequest::Create { service, node_id } => (service, node_id, false),
+            ServiceRequest::Start { service, node_id } => (service, node_id, true),
+        };
+        let key = (service.clone(), node_id.clone());
+        if !self.node_services.placements.contains_key(&key) {
+            // The node went meanwhile.
+            return;
+        }
+        // A job created by a previous instance is there already: start it.
+        let result = result.or_else(|f| match f.kind {
+            RpcFailureKind::AlreadyExists if !started => Ok(()),
+            _ => Err(f),
+        });
+        let phase = match result {
+            Ok(()) if started => ServicePhase::Placed,
+            Ok(()) => {
+                let job_id = node_service_job_id(&service, &node_id);
+                let instance_key = InstanceKey::slot(Slot::of_replica(0));
+                self.call(
+                    Rpc::StartJob {
+                        job_id,
+                        runtime_role: instance_key.0.clone(),
+                        instance_key,
+                        node_id: node_id.clone(),
+                        gpu_index: None,
+                    },
+                    Pending::NodeService(ServiceRequest::Start {
+                        service,
+                        node_id: node_id.clone(),
+                    }),
+                );
+                ServicePhase::Starting
+            }
+            Err(failure) => {
+                self.notify(Notification::Error {
+                    message: format!(
+                        "placing node service {} on {node_id} failed: {}",
+                        key.0, failure.message
+                    ),
+                });
+                ServicePhase::RetryAt(now + NODE_SERVICE_RETRY_BACKOFF_MS)
+            }
+        };
+        self.node_services.placements.insert(key, phase);
+    }
+}

@@ -1,0 +1,531 @@
+//! The hot-spare reconciler: keeps each pool's `hotSpares[]` entry at its
+//! `targetCount` of unconsumed spares, starts the `warmFor` image pulls,
+//! and carries each spare's `SpareSpec` in its node tags (which is where
+//! placement reads `reservedFor` / `exclusive` from). It also owns the
+//! commands that change spares at run time: `updateHotSpareNode`,
+//! `spareSpec` and `updateHotSpareSpecs`.
+//!
+//! A pass runs after hydration, whenever the fleet changed (node lifecycle
+//! events, a spare taking a job), when the spare specs change, when a
+//! provision backoff ends, and on the periodic tick
+//! (`hotSpareReconcileIntervalMs`, default 60 s). A pass:
+//! - turns a spare that took a job into an ordinary node (its spare tags
+//!   are removed), so the underflow path replaces it;
+//! - reaps the unconsumed spares of a pool with no entry as orphans;
+//! - under target: fires `spareUnderflow(pool, effective, target)` and
+//!   provisions the shortfall from the pool's first elastic tier, tagged
+//!   `spare=true` (a pool with no elastic tier only gets the callback);
+//! - over target: terminates the excess coldest first (warmth against the
+//!   entry's `warmFor`), `lastActivity` breaking ties;
+//! - asks running spares to pull the images of their `warmFor` templates
+//!   they do not advertise yet.
+//!
+//! It never places jobs (placement decides who takes a spare) and never
+//! terminates a registered cluster node. `commands` holds the run-time
+//! changes and the diff they return.
+
+mod commands;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use crate::model::{HotSpareSpec, ManagerEvent, NodeId, PlacementTier, SpareSpec, UnixMillis, tags};
+
+use super::core::{AutoManagerCore, Pending};
+use super::fleet::{NodeState, Provisioned, provisioned_tags};
+use super::{Notification, Rpc, RpcFailure};
+
+pub use commands::{HotSpareChange, HotSpareField, HotSpareSpecsDiff, SpareError, hot_spare_diff};
+
+/// `hotSpareReconcileIntervalMs` default: the periodic tick (60 s).
+pub const DEFAULT_HOT_SPARE_RECONCILE_INTERVAL_MS: u64 = 60_000;
+/// `SPARE_PROVISION_RETRY_BACKOFF_MS`: after a failed spare provision the
+/// pool's next attempt waits this long (60 s).
+pub const SPARE_PROVISION_RETRY_BACKOFF_MS: i64 = 60_000;
+
+/// The tags that make a node a spare; a spare that took a job loses them.
+const SPARE_TAGS: [&str; 4] = [tags::SPARE, tags::WARM_FOR, tags::RESERVED_FOR, tags::EXCLUSIVE];
+
+/// One pool's spares as the reconciler sees them.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HotSpareStatus {
+    /// The pool.
+    pub pool: String,
+    /// `targetCount`.
+    pub target: u32,
+    /// Unconsumed spares that have booted.
+    pub live: u32,
+    /// Unconsumed spares still launching.
+    pub provisioning: u32,
+    /// While short of the target: the effective count last reported by
+    /// `spareUnderflow`.
+    pub underflow: Option<u32>,
+    /// When `spareUnderflow` last fired for the pool.
+    pub last_underflow_at: Option<UnixMillis>,
+    /// Spares that took a job (and became ordinary nodes) since start.
+    pub consumed: u64,
+    /// Spare provisioning for the pool is held back until then.
+    pub backoff_until: Option<UnixMillis>,
+}
+
+/// What a reconciler RPC was for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum SpareRequest {
+    Provision { node_id: NodeId, pool: String },
+    Prefetch { node_id: NodeId, images: Vec<String> },
+    Tags { node_id: NodeId },
+}
+
+/// Image pulls asked of one spare.
+#[derive(Clone, Debug, Default)]
+struct Pulls {
+    /// Asked for, not settled yet.
+    requested: BTreeSet<String>,
+    /// Settled `ok: false`: the spare stays cold for these.
+    failed: BTreeSet<String>,
+}
+
+/// The reconciler's state.
+#[derive(Clone, Debug, Default)]
+pub(super) struct SpareState {
+    /// When the next periodic pass is due (none before the first pass).
+    next_tick: Option<UnixMillis>,
+    /// `fleet_epoch` as the last pass left it.
+    seen_epoch: Option<u64>,
+    /// A pass is due regardless (the specs changed).
+    forced: bool,
+    /// Pool -> until when its spare provisioning is held back.
+    backoff: BTreeMap<String, UnixMillis>,
+    /// Pool -> the last `spareUnderflow` fired, so a pass that changes
+    /// nothing does not repeat it before the next tick.
+    underflow: BTreeMap<String, (u32, u32)>,
+    /// Pool -> when `spareUnderflow` last fired.
+    underflow_at: BTreeMap<String, UnixMillis>,
+    /// Pool -> spares that took a job since start.
+    consumed: BTreeMap<String, u64>,
+    /// `lastActivity`: when each node last started, advertised or pulled.
+    activity: BTreeMap<NodeId, UnixMillis>,
+    /// The image pulls asked of each spare.
+    pulls: BTreeMap<NodeId, Pulls>,
+}
+
+/// Whether a node is tagged as a spare.
+pub(super) fn is_spare_tagged(node: &NodeState) -> bool {
+    node.tags.get(tags::SPARE).is_some_and(|v| v == "true")
+}
+
+impl AutoManagerCore {
+    /// Spares of `pool` that count: tagged, carrying no job (none of
+    /// `bound`), not going.
+    fn unconsumed_spares<'a>(
+        &'a self,
+        pool: &'a str,
+        bound: &'a HashSet<NodeId>,
+    ) -> impl Iterator<Item = &'a NodeState> + 'a {
+        self.fleet.iter().filter(move |n| {
+            is_spare_tagged(n)
+                && !n.is_going()
+                && !n.terminated
+                && n.tags.get(tags::POOL).map(String::as_str) == Some(pool)
+                && !bound.contains(&n.id)
+        })
+    }
+
+    /// Notes what the reconciler learns from Manager's events: when a node
+    /// was last active, and how its image pulls settled.
+    pub(super) fn observe_for_spares(&mut self, event: &ManagerEvent, now: UnixMillis) {
+        match event {
+            ManagerEvent::NodeStarting(info)
+            | ManagerEvent::NodeStarted(info)
+            | ManagerEvent::NodeRunning { node: info, .. } => {
+                self.spares.activity.insert(info.node_id.clone(), now);
+            }
+            ManagerEvent::NodeInventory { node_id, .. } => {
+                self.spares.activity.insert(node_id.clone(), now);
+            }
+            ManagerEvent::ImagesPrefetched { node_id, results } => {
+                let pulls = self.spares.pulls.entry(node_id.clone()).or_default();
+                for result in results {
+                    pulls.requested.remove(&result.image);
+                    // "An ok: false entry leaves that spare cold for that
+                    // image": it is not asked for again.
+                    if !result.ok {
+                        pulls.failed.insert(result.image.clone());
+                    }
+                }
+            }
+            ManagerEvent::NodeStopped(node_id) => {
+                self.spares.activity.remove(node_id);
+                self.spares.pulls.remove(node_id);
+            }
+            _ => {}
+        }
+    }
+
+    /// Per `hotSpares[]` entry: its live and provisioning spares, its
+    /// target, the last underflow and any provision backoff (what a
+    /// `HotSparePolicy` status shows).
+    pub fn hot_spare_status(&self) -> Vec<HotSpareStatus> {
+        let bound = self.bound_nodes();
+        self.settings
+            .hot_spares
+            .iter()
+            .map(|entry| {
+                let (mut live, mut provisioning) = (0, 0);
+                for node in self.unconsumed_spares(&entry.pool, &bound) {
+                    if node.is_launching() {
+                        provisioning += 1;
+                    } else {
+                        live += 1;
+                    }
+                }
+                HotSpareStatus {
+                    pool: entry.pool.clone(),
+                    target: entry.target_count,
+                    live,
+                    provisioning,
+                    underflow: self.spares.underflow.get(&entry.pool).map(|&(effective, _)| effective),
+                    last_underflow_at: self.spares.underflow_at.get(&entry.pool).copied(),
+                    consumed: self.spares.consumed.get(&entry.pool).copied().unwrap_or(0),
+                    backoff_until: self.spares.backoff.get(&entry.pool).copied(),
+                }
+            })
+            .collect()
+    }
+
+    /// When the reconciler next needs a step: its tick (while any pool has
+    /// an entry) and the end of each provision backoff.
+    pub(super) fn spares_deadline(&self) -> Option<UnixMillis> {
+        let tick = self.spares.next_tick.filter(|_| !self.settings.hot_spares.is_empty());
+        tick.into_iter().chain(self.spares.backoff.values().copied()).min()
+    }
+
+    /// One reconciler pass, when one is due (see the module docs).
+    pub(super) fn reconcile_spares(&mut self, now: UnixMillis) {
+        let configured = !self.settings.hot_spares.is_empty();
+        let tick = configured && self.spares.next_tick.is_none_or(|at| at <= now);
+        let backoff_ended = self.spares.backoff.values().any(|&until| until <= now);
+        let changed = self.spares.seen_epoch != Some(self.fleet_epoch);
+        if !configured {
+            // Only orphans can be left to reap, and only a fleet change
+            // can bring one.
+            if !(changed || self.spares.forced) {
+                return;
+            }
+            if !self.fleet.iter().any(is_spare_tagged) {
+                self.spares.seen_epoch = Some(self.fleet_epoch);
+                self.spares.forced = false;
+                return;
+            }
+        }
+        // Placing a job binds it without moving the fleet epoch, so while
+        // spares are configured a spare taking a job is looked for on
+        // every step.
+        let consumed = self.consumed_spares();
+        if !(tick || backoff_ended || changed || self.spares.forced || !consumed.is_empty()) {
+            return;
+        }
+        let bound = self.bound_nodes();
+        self.spares.backoff.retain(|_, until| *until > now);
+        // "A spare that picks up a job is no longer a spare."
+        for node_id in consumed {
+            if let Some(pool) = self.fleet.get(&node_id).and_then(|n| n.tags.get(tags::POOL)) {
+                *self.spares.consumed.entry(pool.clone()).or_default() += 1;
+            }
+            self.update_tags(&node_id, BTreeMap::new(), SPARE_TAGS.map(str::to_owned).to_vec());
+            self.spares.pulls.remove(&node_id);
+        }
+        self.reap_orphans(&bound);
+        let loud = tick || self.spares.forced;
+        for entry in self.settings.hot_spares.clone() {
+            self.converge(&entry, &bound, loud, now);
+        }
+        self.prefetch_warm_for(&bound);
+        if tick {
+            self.spares.next_tick = Some(now + self.settings.hot_spare_reconcile_interval_ms as i64);
+        }
+        self.spares.forced = false;
+        self.spares.seen_epoch = Some(self.fleet_epoch);
+    }
+
+    /// Every node some job is bound to.
+    fn bound_nodes(&self) -> HashSet<NodeId> {
+        self.jobs
+            .values()
+            .filter_map(|r| r.binding.as_ref().map(|b| b.node_id.clone()))
+            .collect()
+    }
+
+    /// Spare-tagged nodes that carry a job.
+    fn consumed_spares(&self) -> Vec<NodeId> {
+        let spares: HashSet<&NodeId> = self
+            .fleet
+            .iter()
+            .filter(|n| is_spare_tagged(n) && !n.is_going() && !n.terminated)
+            .map(|n| &n.id)
+            .collect();
+        if spares.is_empty() {
+            return Vec::new();
+        }
+        let consumed: BTreeSet<&NodeId> = self
+            .jobs
+            .values()
+            .filter_map(|r| r.binding.as_ref().map(|b| &b.node_id))
+            .filter(|n| spares.contains(n))
+            .collect();
+        consumed.into_iter().cloned().collect()
+    }
+
+    /// Unconsumed spares of pools without an entry are orphans.
+    fn reap_orphans(&mut self, bound: &HashSet<NodeId>) {
+        let entries: BTreeSet<&str> = self.settings.hot_spares.iter().map(|e| e.pool.as_str()).collect();
+        let pools: BTreeSet<String> = self
+            .fleet
+            .iter()
+            .filter(|n| is_spare_tagged(n))
+            .filter_map(|n| n.tags.get(tags::POOL).cloned())
+            .filter(|p| !entries.contains(p.as_str()))
+            .collect();
+        for pool in pools {
+            let orphans: Vec<NodeId> = self
+                .unconsumed_spares(&pool, bound)
+                .filter(|n| self.is_terminable(n))
+                .map(|n| n.id.clone())
+                .collect();
+            for node_id in orphans {
+                self.terminate(&node_id);
+            }
+        }
+    }
+
+    /// Brings one pool to its target.
+    fn converge(&mut self, entry: &HotSpareSpec, bound: &HashSet<NodeId>, loud: bool, now: UnixMillis) {
+        let effective = self.unconsumed_spares(&entry.pool, bound).count() as u32;
+        let target = entry.target_count;
+        if effective < target {
+            let last = self.spares.underflow.insert(entry.pool.clone(), (effective, target));
+            if loud || last != Some((effective, target)) {
+                self.spares.underflow_at.insert(entry.pool.clone(), now);
+                self.notify(Notification::SpareUnderflow {
+                    pool: entry.pool.clone(),
+                    effective,
+                    target,
+                });
+            }
+            if !self.spares.backoff.contains_key(&entry.pool) {
+                self.provision_shortfall(entry, target - effective, now);
+            }
+            return;
+        }
+        self.spares.underflow.remove(&entry.pool);
+        if effective > target {
+            self.terminate_coldest(entry, bound, effective - target);
+        }
+    }
+
+    /// Provisions up to `shortfall` spares from the pool's first elastic
+    /// tier, within its `maxNodes`. A pool with no elastic tier cannot be
+    /// scaled here: the operator provides the hardware.
+    fn provision_shortfall(&mut self, entry: &HotSpareSpec, shortfall: u32, now: UnixMillis) {
+        let Some(tier) = self
+            .pools
+            .get(&entry.pool)
+            .and_then(|p| p.first_elastic_tier())
+            .cloned()
+        else {
+            return;
+        };
+        let counted = self
+            .fleet
+            .iter()
+            .filter(|n| {
+                n.tags.get(tags::POOL) == Some(&entry.pool)
+                    && n.tags.get(tags::TIER) == Some(&tier.name)
+                    && n.phase != crate::model::NodePhase::Stopped
+            })
+            .count() as u32;
+        let room = tier.max_nodes.map_or(u32::MAX, |max| max.saturating_sub(counted));
+        for _ in 0..shortfall.min(room) {
+            self.provision_spare(entry, &tier, now);
+        }
+    }
+
+    fn provision_spare(&mut self, entry: &HotSpareSpec, tier: &PlacementTier, now: UnixMillis) {
+        let node_id = loop {
+            self.next_node_serial += 1;
+            let id = NodeId(format!("{}-{}-{}", entry.pool, tier.name, self.next_node_serial));
+            if !self.fleet.contains(&id) {
+                break id;
+            }
+        };
+        let provisioned = Provisioned {
+            pool: entry.pool.clone(),
+            tier: tier.name.clone(),
+            instance_type: entry.spec.instance_type.clone(),
+            kind: tier.kind,
+            region: entry
+                .spec
+                .region
+                .clone()
+                .or_else(|| tier.region.clone())
+                .unwrap_or_default(),
+            for_job: None,
+            start_deadline: now + tier.effective_provision_timeout_ms() as i64,
+        };
+        let mut node_tags = provisioned_tags(&provisioned);
+        node_tags.insert(tags::SPARE.to_owned(), "true".to_owned());
+        for (name, value) in entry.spare_spec().tag_values() {
+            if let Some(value) = value {
+                node_tags.insert(name.to_owned(), value);
+            }
+        }
+        let rpc = Rpc::CreateNode {
+            provider: provisioned.kind,
+            node_id: node_id.clone(),
+            tags: node_tags.clone(),
+            region: provisioned.region.clone(),
+            instance_type: provisioned.instance_type.clone(),
+            launch_mode: tier.launch_mode,
+        };
+        self.fleet.add_provisioned(node_id.clone(), provisioned);
+        if let Some(node) = self.fleet.get_mut(&node_id) {
+            node.tags = node_tags;
+        }
+        self.spares.activity.insert(node_id.clone(), now);
+        self.fleet_epoch += 1;
+        self.call(
+            rpc,
+            Pending::Spare(SpareRequest::Provision {
+                node_id,
+                pool: entry.pool.clone(),
+            }),
+        );
+    }
+
+    /// Terminates `excess` unconsumed spares of the entry's pool, coldest
+    /// first (fewest of the entry's `warmFor` images held), the least
+    /// recently active first among equals.
+    fn terminate_coldest(&mut self, entry: &HotSpareSpec, bound: &HashSet<NodeId>, excess: u32) {
+        let warm_images: BTreeSet<&String> = entry
+            .warm_for
+            .iter()
+            .filter_map(|t| self.settings.template_images.get(t))
+            .flatten()
+            .collect();
+        let mut candidates: Vec<(usize, UnixMillis, NodeId)> = self
+            .unconsumed_spares(&entry.pool, bound)
+            .filter(|n| self.is_terminable(n))
+            .map(|n| {
+                let held = n.inventory.as_ref().map_or(0, |i| {
+                    i.images.iter().filter(|image| warm_images.contains(image)).count()
+                });
+                let last = self.spares.activity.get(&n.id).copied().unwrap_or(UnixMillis::MIN);
+                (held, last, n.id.clone())
+            })
+            .collect();
+        candidates.sort();
+        for (_, _, node_id) in candidates.into_iter().take(excess as usize) {
+            self.terminate(&node_id);
+        }
+    }
+
+    /// Whether this core may terminate the node: a cloud node, never a
+    /// registered cluster node.
+    fn is_terminable(&self, node: &NodeState) -> bool {
+        if let Some(p) = &node.provisioned {
+            return p.kind.is_cloud();
+        }
+        if let Some(inventory) = &node.inventory {
+            return inventory.kind.is_cloud();
+        }
+        let tier = node
+            .tags
+            .get(tags::POOL)
+            .zip(node.tags.get(tags::TIER))
+            .and_then(|(pool, tier)| {
+                self.pools
+                    .get(pool)
+                    .and_then(|p| p.tiers.iter().find(|t| &t.name == tier))
+            });
+        tier.is_some_and(|t| t.kind.is_cloud())
+    }
+
+    /// Asks each running unconsumed spare to pull the images of its
+    /// `warmFor` templates it neither holds, nor was asked for, nor failed.
+    fn prefetch_warm_for(&mut self, bound: &HashSet<NodeId>) {
+        let pools: Vec<String> = self.settings.hot_spares.iter().map(|e| e.pool.clone()).collect();
+        let mut asks = Vec::new();
+        for pool in &pools {
+            for node in self.unconsumed_spares(pool, bound) {
+                if node.phase != crate::model::NodePhase::Running {
+                    continue;
+                }
+                let held: BTreeSet<&String> = node.inventory.iter().flat_map(|i| &i.images).collect();
+                let pulls = self.spares.pulls.get(&node.id);
+                let wanted: BTreeSet<String> = SpareSpec::from_tags(&node.tags)
+                    .warm_for
+                    .iter()
+                    .filter_map(|t| self.settings.template_images.get(t))
+                    .flatten()
+                    .filter(|image| !held.contains(image))
+                    .filter(|image| pulls.is_none_or(|p| !p.requested.contains(*image) && !p.failed.contains(*image)))
+                    .cloned()
+                    .collect();
+                if !wanted.is_empty() {
+                    asks.push((node.id.clone(), wanted));
+                }
+            }
+        }
+        for (node_id, images) in asks {
+            let pulls = self.spares.pulls.entry(node_id.clone()).or_default();
+            pulls.requested.extend(images.iter().cloned());
+            let images: Vec<String> = images.into_iter().collect();
+            self.call(
+                Rpc::PrefetchImages {
+                    node_id: node_id.clone(),
+                    images: images.clone(),
+                },
+                Pending::Spare(SpareRequest::Prefetch { node_id, images }),
+            );
+        }
+    }
+
+    /// The result of a reconciler RPC.
+    pub(super) fn spare_rpc_result(&mut self, request: SpareRequest, result: Result<(), RpcFailure>, now: UnixMillis) {
+        let Err(failure) = result else {
+            return;
+        };
+        match request {
+            SpareRequest::Provision { node_id, pool } => {
+                // No phantom node: it is forgotten (anything placed on it
+                // is placed again) and the pool backs off.
+                self.fleet.remove(&node_id);
+                self.spares.activity.remove(&node_id);
+                for record in self.jobs.values_mut() {
+                    if record.is_bound_to(&node_id) {
+                        record.binding = None;
+                    }
+                }
+                self.spares.backoff.insert(pool, now + SPARE_PROVISION_RETRY_BACKOFF_MS);
+                self.fleet_epoch += 1;
+                self.notify(Notification::Error {
+                    message: format!("provisioning spare {node_id} failed: {}", failure.message),
+                });
+            }
+            SpareRequest::Prefetch { node_id, images } => {
+                // Not settled: asked again on a later pass.
+                if let Some(pulls) = self.spares.pulls.get_mut(&node_id) {
+                    for image in &images {
+                        pulls.requested.remove(image);
+                    }
+                }
+                self.notify(Notification::Error {
+                    message: format!("prefetching images on {node_id} failed: {}", failure.message),
+                });
+            }
+            SpareRequest::Tags { node_id } => self.notify(Notification::Error {
+                message: format!("updating the tags of {node_id} failed: {}", failure.message),
+            }),
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! The `HotSparePolicy` controller. A sync task hands the core the specs of
+//! every policy that names a pool in force, as one list
+//! (`updateHotSpareSpecs`, live), whenever a policy changes (deletes
+//! included) or the pools do. The controller writes each policy's status
+//! from the core's `hot_spare_status`: live / provisioning / consumed
+//! spares and the last underflow; `Stalled` when the policy names a pool
+//! the core does not run with; `Applied` once its spec is in force.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+
+use crate::automanager::spares::SpareError;
+use crate::crd::{HotSparePolicy, HotSparePolicyStatus};
+use crate::model::HotSpareSpec;
+
+use super::conditions::{self, Observed, READY, STALLED};
+use super::{Context, ReconcileError, status};
+
+/// The controller's name (metrics label, field manager suffix).
+pub const CONTROLLER: &str = "hotsparepolicy";
+/// The policy's spec is the one the core reconciles spares with.
+pub const APPLIED: &str = "Applied";
+/// Spare counts are refreshed at least this often without a change.
+const RESYNC: Duration = Duration::from_secs(60);
+
+/// What the controller shares with the sync task.
+pub struct SpareContext {
+    shared: Arc<Context>,
+    /// Why the core last refused the list, if it did.
+    refused: Mutex<Option<String>>,
+}
+
+/// Runs the sync task and the controller until `shutdown` resolves; every
+/// policy's status is recomputed when `fleet_changed` yields.
+pub async fn run(
+    ctx: Arc<Context>,
+    fleet_changed: impl Stream<Item = ()> + Send + 'static,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let api: Api<HotSparePolicy> = Api::all(ctx.client.clone());
+    let spares = Arc::new(SpareContext {
+        shared: ctx.clone(),
+        refused: Mutex::new(None),
+    });
+    let (policies, writer) = reflector::store();
+    let policy_events = reflector::reflector(writer, watcher(api.clone(), watcher::Config::default()))
+        .touched_objects()
+        .filter_map(|e| async move { e.ok().map(|_| ()) });
+    let (applied_tx, applied_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let sync = sync(
+        spares.clone(),
+        policies,
+        futures::stream::select(policy_events, ctx.pool_changes()),
+        applied_tx,
+    );
+    let controller = Controller::new(api, watcher::Config::default())
+        .with_config(Config::default().debounce(Duration::from_millis(200)))
+        .reconcile_all_on(futures::stream::select(
+            futures::stream::select(fleet_changed, ctx.pool_changes()),
+            tokio_stream::wrappers::ReceiverStream::new(applied_rx),
+        ))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, spares)
+        .for_each(|_| async {});
+    // The sync task ends with the controller (its streams never end).
+    tokio::select! {
+        () = controller => {}
+        () = sync => {}
+    }
+}
+
+/// The specs of every live policy naming a pool in `known`, by pool.
+fn wanted(policies: &Store<HotSparePolicy>, known: &[String]) -> Vec<HotSpareSpec> {
+    let mut specs: Vec<HotSpareSpec> = policies
+        .state()
+        .iter()
+        .filter(|p| p.meta().deletion_timestamp.is_none() && known.contains(&p.spec.0.pool))
+        .map(|p| p.spec.0.clone())
+        .collect();
+    specs.sort_by(|a, b| a.pool.cmp(&b.pool));
+    specs
+}
+
+/// Hands the core the wanted list on every change; tells the controller.
+async fn sync(
+    ctx: Arc<SpareContext>,
+    policies: Store<HotSparePolicy>,
+    changes: impl Stream<Item = ()>,
+    applied: tokio::sync::mpsc::Sender<()>,
+) {
+    let mut changes = std::pin::pin!(changes);
+    while changes.next().await.is_some() {
+        let shared = &ctx.shared;
+        if !shared.pools_synced() {
+            continue;
+        }
+        let Ok((known, mut live)) = shared
+            .core
+            .inspect(|core, _| {
+                let known: Vec<String> = core.settings().placement_pools.iter().map(|p| p.name.clone()).collect();
+                (known, core.settings().hot_spares.clone())
+            })
+            .await
+        else {
+            return;
+        };
+        live.sort_by(|a, b| a.pool.cmp(&b.pool));
+        let specs = wanted(&policies, &known);
+        if specs == live {
+            continue;
+        }
+        let refusal = match shared.core.update_hot_spare_specs(specs).await {
+            Ok(_) => None,
+            Err(SpareError::Closed) => return,
+            Err(e) => Some(e.to_string()),
+        };
+        *ctx.refused.lock().unwrap_or_else(PoisonError::into_inner) = refusal;
+        // A full channel already holds the wake-up.
+        let _ = applied.try_send(());
+    }
+}
+
+fn error_policy(policy: Arc<HotSparePolicy>, error: &ReconcileError, ctx: Arc<SpareContext>) -> Action {
+    ctx.shared.failed(CONTROLLER, &policy.name_any(), error)
+}
+
+fn rfc3339(at_ms: i64) -> Option<String> {
+    Timestamp::from_millisecond(at_ms).ok().map(|t| t.to_string())
+}
+
+async fn reconcile(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let shared = &ctx.shared;
+    let name = policy.name_any();
+    let spec = policy.spec.0.clone();
+    if !shared.pools_synced() {
+        // Every pool would look unknown before the first hand-over.
+        return Err(ReconcileError::PoolsNotSynced);
+    }
+    let pool = spec.pool.clone();
+    let (known, in_force, spare_status) = shared
+        .core
+        .inspect(move |core, _| {
+            let known = core.settings().placement_pools.iter().any(|p| p.name == pool);
+            let in_force = core.settings().hot_spares.iter().any(|s| s == &spec);
+            let status = core.hot_spare_status().into_iter().find(|s| s.pool == pool);
+            (known, in_force, status)
+        })
+        .await?;
+    let pool = &policy.spec.0.pool;
+    let refused = ctx.refused.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let conditions = if !known {
+        let why = format!("pool {pool:?} is not a PlacementPool the operator places with; create it or fix spec.pool");
+        vec![
+            Observed::no(READY, "UnknownPool", why.clone()),
+            Observed::yes(STALLED, "UnknownPool", why),
+            Observed::no(APPLIED, "UnknownPool", ""),
+        ]
+    } else if in_force {
+        vec![
+            Observed::yes(READY, "InForce", format!("the core keeps spares for pool {pool}")),
+            Observed::no(STALLED, "InForce", ""),
+            Observed::yes(APPLIED, "InForce", ""),
+        ]
+    } else {
+        let why = refused.unwrap_or_else(|| "not yet handed to the core".to_owned());
+        vec![
+            Observed::no(READY, "NotInForce", why.clone()),
+            Observed::no(STALLED, "NotInForce", ""),
+            Observed::no(APPLIED, "NotInForce", why),
+        ]
+    };
+    let generation = policy.meta().generation;
+    let version = policy.meta().resource_version.clone();
+    let previous = shared
+        .known_status(CONTROLLER, &name, version.as_ref(), policy.status.clone())
+        .unwrap_or_default();
+    let next = HotSparePolicyStatus {
+        observed_generation: generation,
+        conditions: conditions::merge(&previous.conditions, conditions, generation),
+        live_spares: spare_status.as_ref().map_or(0, |s| s.live),
+        provisioning_spares: spare_status.as_ref().map_or(0, |s| s.provisioning),
+        consumed_spares: spare_status
+            .as_ref()
+            .map_or(0, |s| u32::try_from(s.consumed).unwrap_or(u32::MAX)),
+        last_underflow: spare_status
+            .as_ref()
+            .and_then(|s| s.last_underflow_at)
+            .and_then(rfc3339),
+    };
+    if status::differs(&previous, &next, |s: &mut HotSparePolicyStatus| &mut s.conditions) {
+        let api: Api<HotSparePolicy> = Api::all(shared.client.clone());
+        status::apply(&api, &name, CONTROLLER, &next, &shared.metrics).await?;
+        shared.wrote(CONTROLLER, &name, version, &next);
+    }
+    shared.timed(CONTROLLER, started);
+    shared.succeeded(CONTROLLER, &name);
+    Ok(Action::requeue(RESYNC))
+}
