@@ -15,12 +15,14 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::wait::{await_condition, conditions};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use norsk_auto_manager::automanager::{AutoSettings, RunOptions};
 use norsk_auto_manager::cli::operator::{self, OperatorFile};
@@ -401,15 +403,24 @@ async fn operator_runs_as_the_charts_service_account() {
         .spec
         .and_then(|s| s.holder_identity);
     assert_eq!(holder.as_deref(), Some("rbac-0"));
+    // The fleet mirror created the node and wrote its status (NorskNode create + status).
     let nodes: Api<NorskNode> = Api::all(cp.client());
-    let mirrored = nodes
-        .list(&ListParams::default().labels(&format!("automanager.norsk.video/fleet={ns}")))
-        .await
-        .expect("list NorskNodes");
-    assert!(
-        mirrored.items.iter().any(|n| n.status.is_some()),
-        "no NorskNode of fleet {ns} has a status"
-    );
+    let selector = format!("automanager.norsk.video/fleet={ns}");
+    let mut mirrored = watcher(nodes, watcher::Config::default().labels(&selector))
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    let with_status = tokio::time::timeout(WAIT, async {
+        // Watch errors (an expired resource version) are retried by the watcher.
+        while let Some(node) = mirrored.next().await {
+            if node.is_ok_and(|n| n.status.is_some()) {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(with_status, Ok(true), "no NorskNode of fleet {ns} got a status");
     bundles.delete("rbac", &DeleteParams::default()).await.expect("delete");
     let uid = ready.uid().unwrap_or_default();
     tokio::time::timeout(WAIT, await_condition(bundles, "rbac", conditions::is_deleted(&uid)))

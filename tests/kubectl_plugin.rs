@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
@@ -116,10 +116,16 @@ async fn cordon_of_an_unknown_node_says_so() {
 /// Waits (a watch, bounded by `WAIT`) for the NodeDrain of `node_id` the command creates.
 async fn drain_of(cp: &control_plane::ControlPlane, node_id: &str) -> NodeDrain {
     let drains: Api<NodeDrain> = Api::all(cp.client());
-    let mut seen = watcher(drains, watcher::Config::default()).applied_objects().boxed();
+    let mut seen = watcher(drains, watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .boxed();
     let found = tokio::time::timeout(WAIT, async {
-        while let Some(drain) = seen.try_next().await.expect("watch drains") {
-            if drain.spec.node_id == node_id {
+        // Watch errors (an expired resource version) are retried by the watcher.
+        while let Some(drain) = seen.next().await {
+            if let Ok(drain) = drain
+                && drain.spec.node_id == node_id
+            {
                 return Some(drain);
             }
         }

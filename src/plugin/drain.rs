@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use kube::api::PostParams;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -163,11 +163,17 @@ pub async fn follow_drain(
     mut on_status: impl FnMut(&NodeDrainStatus),
 ) -> Result<DrainEnd, PluginError> {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut drains = watcher(api.clone(), config).applied_objects().boxed();
-    while let Some(drain) = drains.try_next().await.map_err(|source| PluginError::Watch {
-        name: name.to_owned(),
-        source,
-    })? {
+    // The watcher re-lists after an error (an expired resource version, a dropped
+    // connection); the backoff keeps that from spinning while the API server is away.
+    let mut drains = watcher(api.clone(), config).default_backoff().applied_objects().boxed();
+    while let Some(next) = drains.next().await {
+        let drain = match next {
+            Ok(drain) => drain,
+            Err(source) => {
+                tracing::debug!(%name, error = %source, "watch of the drain interrupted; resuming");
+                continue;
+            }
+        };
         let Some(status) = drain.status.as_ref() else {
             continue;
         };

@@ -178,14 +178,6 @@ pub enum PluginError {
         /// The API server's answer.
         source: kube::Error,
     },
-    /// The drain could not be watched.
-    #[error("watch nodedrain {name}: {source}")]
-    Watch {
-        /// The drain.
-        name: String,
-        /// Why.
-        source: kube::runtime::watcher::Error,
-    },
     /// The drain's watch ended before the drain did.
     #[error("lost track of NodeDrain {0}")]
     LostDrain(String),
