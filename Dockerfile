@@ -5,7 +5,7 @@
 #   docker build -t norsk-auto-manager:dev .
 #   docker run --rm norsk-auto-manager:dev sim --listen 0.0.0.0:6789
 
-ARG RUST_VERSION=1.90
+ARG RUST_VERSION=1.95
 
 FROM rust:${RUST_VERSION}-bookworm AS build
 RUN apt-get update \
