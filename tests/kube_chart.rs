@@ -548,3 +548,59 @@ async fn charts_rbac_covers_every_kinds_status_and_events_and_nothing_else() {
         "creating a PlacementPool",
     );
 }
+
+/// `labels` holds every pair of `selector`.
+fn selects(selector: &serde_json::Value, labels: &serde_json::Value) -> bool {
+    selector
+        .as_object()
+        .is_some_and(|s| !s.is_empty() && s.iter().all(|(k, v)| labels.get(k) == Some(v)))
+}
+
+#[tokio::test]
+async fn metrics_service_monitor_and_budget_select_only_the_operator_pods() {
+    let cp = control_plane::shared().await;
+    let rendered = template(
+        cp,
+        "sel",
+        "ops",
+        &[
+            "--set",
+            "simulator.enabled=true",
+            "--set",
+            "metrics.serviceMonitor.enabled=true",
+        ],
+    )
+    .expect("render");
+    let documents: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&rendered)
+        .filter_map(|d| serde::Deserialize::deserialize(d).ok())
+        .filter(|d: &serde_json::Value| d.is_object())
+        .collect();
+    let find = |kind: &str, name: &str| {
+        documents
+            .iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
+    };
+    let operator_pods = &find("Deployment", "sel-norsk-auto-manager")["spec"]["template"]["metadata"]["labels"];
+    let sim_pods = &find("Deployment", "sel-norsk-auto-manager-sim")["spec"]["template"]["metadata"]["labels"];
+    let service = find("Service", "sel-norsk-auto-manager-metrics");
+    let budget = find("PodDisruptionBudget", "sel-norsk-auto-manager");
+    let monitor = find("ServiceMonitor", "sel-norsk-auto-manager");
+    for (what, selector) in [
+        ("metrics Service", &service["spec"]["selector"]),
+        ("PodDisruptionBudget", &budget["spec"]["selector"]["matchLabels"]),
+    ] {
+        assert!(selects(selector, operator_pods), "{what} misses the operator pods");
+        assert!(!selects(selector, sim_pods), "{what} selects the simulator pods");
+    }
+    let monitored = &monitor["spec"]["selector"]["matchLabels"];
+    assert!(
+        selects(monitored, &service["metadata"]["labels"]),
+        "the ServiceMonitor misses the metrics Service"
+    );
+    let sim_service = find("Service", "sel-norsk-auto-manager-sim");
+    assert!(
+        !selects(monitored, &sim_service["metadata"]["labels"]),
+        "the ServiceMonitor scrapes the simulator"
+    );
+}
