@@ -79,7 +79,8 @@ while read -r verb rest; do
   read -r -a args <<<"$rest"
   echo "-- $verb ${args[*]}"
   case "$verb" in
-    apply) kubectl apply -n "$NS" -f "$ROOT/${args[0]}" ;;
+    # Into one namespace, as tests/kube_scenario.rs does (the examples name their own).
+    apply) sed '/^[[:space:]]*namespace:/d' "$ROOT/${args[0]}" | kubectl apply -n "$NS" -f - ;;
     ready) kubectl wait -n "$NS" --for=condition=Ready --timeout="${TIMEOUT}s" "${args[0]}/${args[1]}" ;;
     fault) simctl "${args[@]}" ;;
     kill-primary) kill_primary "${args[0]}" "${args[1]}" ;;
