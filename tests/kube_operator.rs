@@ -56,6 +56,25 @@ async fn applied_examples_become_ready_with_their_nodes_in_status() {
         !backup.starts_with("node-"),
         "backup {backup} must leave the primary's cloud"
     );
+    // Reconciling again finds Manager's copy equal to the resource: no
+    // update is sent (every bundle is still at generation 1 on Manager).
+    let reconciles = operator.metrics.reconciles_of("bundle");
+    let patch = serde_json::json!({"metadata": {"annotations": {"example.com/touch": "1"}}});
+    bundles
+        .patch("ch1", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("annotate");
+    tokio::time::timeout(WAIT, async {
+        while operator.metrics.reconciles_of("bundle") <= reconciles {
+            // The reconcile runs on the operator's task; poll its counter.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the touch is reconciled");
+    for stored in sim.snapshot().await.bundles {
+        assert_eq!(stored.generation, 1, "{} was updated for nothing", stored.bundle_id);
+    }
     // `kubectl get norsk` lists pools and bundles together.
     let out = cp
         .kubectl()

@@ -23,6 +23,7 @@ use crate::model::{self, BundleState, runtime_job_id};
 
 use super::bundle_status::{ADMITTED, AdmissionCheck, ObservedBundle, PLACED, observe, replica_count};
 use super::conditions::{self, Observed, READY, STALLED};
+use super::notes::JobNotes;
 use super::{Context, ReconcileError, status};
 
 /// The controller's name (metrics label, field manager suffix).
@@ -62,6 +63,7 @@ fn key(bundle: &crd::Bundle) -> String {
     bundle.bundle_id().to_string()
 }
 
+#[tracing::instrument(skip_all, fields(bundle = %key(&bundle)))]
 async fn reconcile(bundle: Arc<crd::Bundle>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let started = Instant::now();
     let namespace = bundle.namespace().unwrap_or_else(|| crd::DEFAULT_NAMESPACE.to_owned());
@@ -202,7 +204,12 @@ async fn observe_bundle(bundle: &crd::Bundle, ctx: &Context) -> Result<ObservedB
         (0..replica_count(&spec))
             .flat_map(|r| spec.jobs.iter().map(move |j| runtime_job_id(bundle_id, r, &j.job_name)))
             .map(|id| {
-                let known = notes.job(&id);
+                let mut known = notes.job(&id);
+                if known == JobNotes::default() {
+                    // Notes live in memory: a new leader has none until the
+                    // next placement, so what the status recorded stands.
+                    known = recorded(previous, &id);
+                }
                 (id, known)
             })
             .collect()
@@ -224,6 +231,20 @@ async fn observe_bundle(bundle: &crd::Bundle, ctx: &Context) -> Result<ObservedB
         }
     }
     Ok(observed)
+}
+
+/// What a status recorded of a job's last placement and degradation.
+fn recorded(status: Option<&BundleStatus>, job: &model::JobId) -> JobNotes {
+    status
+        .into_iter()
+        .flat_map(|s| &s.replicas)
+        .flat_map(|r| &r.jobs)
+        .find(|j| j.job_id == job.as_str())
+        .map(|j| JobNotes {
+            last_placement: j.last_placement.clone(),
+            resilience_degraded: j.resilience_degraded.clone(),
+        })
+        .unwrap_or_default()
 }
 
 /// Writes the status when it differs from what the resource holds.

@@ -136,6 +136,7 @@ fn rfc3339(at_ms: i64) -> Option<String> {
     Timestamp::from_millisecond(at_ms).ok().map(|t| t.to_string())
 }
 
+#[tracing::instrument(skip_all, fields(policy = %policy.name_any()))]
 async fn reconcile(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Result<Action, ReconcileError> {
     let started = Instant::now();
     let shared = &ctx.shared;

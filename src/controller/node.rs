@@ -275,6 +275,7 @@ async fn apply_spare_spec(ctx: &Context, node: &NorskNode) -> Result<Option<Obse
     }))
 }
 
+#[tracing::instrument(skip_all, fields(node = %node.spec.node_id))]
 async fn reconcile_spec(node: Arc<NorskNode>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let started = Instant::now();
     let name = node.name_any();

@@ -142,6 +142,7 @@ fn valid_pools(pools: &Store<PlacementPool>) -> (Vec<model::PlacementPool>, BTre
     (valid, invalid)
 }
 
+#[tracing::instrument(skip_all, fields(pool = %pool.name_any()))]
 async fn reconcile_pool(pool: Arc<PlacementPool>, ctx: Arc<PoolContext>) -> Result<Action, ReconcileError> {
     let started = Instant::now();
     let shared = &ctx.shared;

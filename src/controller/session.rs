@@ -117,6 +117,9 @@ async fn follow(
             }
             Err(broadcast::error::RecvError::Closed) => return,
         };
+        // The structured record of every callback (the Event and the metric
+        // follow).
+        tracing::debug!(?notification, "notification");
         ctx.metrics.count(&notification);
         if let Notification::ConnectionStateChange { state } = &notification {
             crate::telemetry::set(&health.serving, state == "ready");
