@@ -306,8 +306,50 @@ async fn plan_prints_what_the_offline_plan_prints_for_the_same_inputs() {
         .expect("live plan");
     assert_eq!(live, offline);
     assert!(live.contains(&format!("\"bundle\": \"{ns}/")), "{live}");
-    let explained = plugin::plan::explain(cp.client(), &ns, &fleet, "gpu-transcode", None)
+    // Nothing placed it yet (no operator runs here): explain says so, then traces it.
+    let explained = plugin::plan::explain(cp.client(), &ns, Some(&fleet), "gpu-transcode", Some("transcode"))
         .await
         .expect("explain");
-    assert!(explained.contains("gpu-transcode"), "{explained}");
+    assert!(explained.contains("no placement recorded yet"), "{explained}");
+    assert!(
+        explained.contains("transcode") && !explained.contains("thumbnails"),
+        "{explained}"
+    );
+}
+
+#[tokio::test]
+async fn explain_shows_the_last_placement_the_status_recorded() {
+    let cp = installed().await;
+    let ns = cp.namespace("explain").await;
+    let bundle = "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {name: news}\nspec:\n  pool: production\n  jobs:\n    - {jobName: encode, template: encoder, requirements: {requiredCapacity: 2}}\n";
+    cp.kubectl_apply(&ns, bundle).expect("bundle applies");
+    let bundles: Api<crd::Bundle> = Api::namespaced(cp.client(), &ns);
+    let job = json!({
+        "jobName": "encode", "jobId": format!("{ns}/news/0/encode"), "node": "node-a",
+        "state": "running", "lastPlacement": "tier cluster: node-a, most free capacity",
+    });
+    bundles
+        .patch_status(
+            "news",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"replicas": [{"index": 0, "jobs": [job]}]}})),
+        )
+        .await
+        .expect("status patch");
+    let explained = plugin::plan::explain(cp.client(), &ns, None, "news", Some("encode"))
+        .await
+        .expect("explain");
+    let row = explained.lines().nth(1).unwrap_or_default();
+    for cell in [
+        "encode",
+        "node-a",
+        "running",
+        "tier cluster: node-a, most free capacity",
+    ] {
+        assert!(row.contains(cell), "{cell} missing from {explained}");
+    }
+    match plugin::plan::explain(cp.client(), &ns, None, "gone", None).await {
+        Err(plugin::plan::PlanError::UnknownBundle(name, _)) => assert_eq!(name, "gone"),
+        other => panic!("expected UnknownBundle, got {other:?}"),
+    }
 }

@@ -16,7 +16,7 @@ use crate::placement::{
 };
 
 pub mod input;
-mod render;
+pub(crate) mod render;
 
 pub use input::InputError;
 

@@ -48,15 +48,16 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = crate::cli::plan::Output::Table)]
         output: crate::cli::plan::Output,
     },
-    /// Why a bundle's jobs go where they go: the placement trace, node by node.
+    /// Why a bundle's jobs are where they are: the last placement the operator recorded for
+    /// each job; with --fleet, also the placement trace against that snapshot, node by node.
     Explain {
         /// The bundle.
         bundle: String,
         /// Only this job.
         job: Option<String>,
-        /// The fleet snapshot (as for `plan`).
+        /// A fleet snapshot (as for `plan`) to trace the placement against.
         #[arg(long)]
-        fleet: PathBuf,
+        fleet: Option<PathBuf>,
     },
     /// No new placement on the node; its jobs stay.
     Cordon {
@@ -226,7 +227,7 @@ pub async fn run(client: Client, namespace: &str, command: Command) -> Result<Ex
         Command::Explain { bundle, job, fleet } => {
             print!(
                 "{}",
-                plan::explain(client, namespace, &fleet, &bundle, job.as_deref()).await?
+                plan::explain(client, namespace, fleet.as_deref(), &bundle, job.as_deref()).await?
             );
             Ok(ExitCode::SUCCESS)
         }

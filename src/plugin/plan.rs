@@ -1,12 +1,14 @@
 //! `plan` and `explain`: the placement engine on the cluster's `PlacementPool`s,
 //! `HotSparePolicy`s and `Bundle`s and a fleet snapshot — what placement would decide now,
-//! printed as `norsk-auto-manager plan` prints it. Nothing is written.
+//! printed as `norsk-auto-manager plan` prints it — and the last placement the operator
+//! recorded in a bundle's status. Nothing is written.
 
 use std::path::Path;
 
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
+use crate::cli::plan::render::columns;
 use crate::cli::plan::{InputError, Output, PlanCommandError, Sources, input, plan_rows, render_rows};
 use crate::crd::{Bundle, HotSparePolicy, PlacementPool};
 use crate::model::{BundleId, BundleSpec};
@@ -98,18 +100,63 @@ pub async fn plan(
     Ok(render_rows(&rows, output)?)
 }
 
-/// The placement trace of `bundle`'s jobs (or only `job`), as a table per placement.
+/// Why `bundle`'s jobs (or only `job`) are where they are: the last placement the operator
+/// recorded in the bundle's status, job by job; with a fleet snapshot, also the placement
+/// engine's trace against it, node by node.
 pub async fn explain(
     client: Client,
     namespace: &str,
-    fleet: &Path,
+    fleet: Option<&Path>,
     bundle: &str,
     job: Option<&str>,
 ) -> Result<String, PlanError> {
-    let rows = rows(client, namespace, fleet, &[bundle.to_owned()], true).await?;
-    let rows: Vec<_> = rows
-        .into_iter()
-        .filter(|r| job.is_none_or(|j| r.job_name == j))
+    let api: Api<Bundle> = Api::namespaced(client.clone(), namespace);
+    let found = api
+        .get_opt(bundle)
+        .await
+        .map_err(|source| PlanError::List {
+            what: "bundles",
+            source,
+        })?
+        .ok_or_else(|| PlanError::UnknownBundle(bundle.to_owned(), namespace.to_owned()))?;
+    let mut out = last_placements(&found, job);
+    if let Some(fleet) = fleet {
+        let rows = rows(client, namespace, fleet, &[bundle.to_owned()], true).await?;
+        let rows: Vec<_> = rows
+            .into_iter()
+            .filter(|r| job.is_none_or(|j| r.job_name == j))
+            .collect();
+        out.push_str("\nPlaced again now, on the fleet snapshot:\n");
+        out.push_str(&render_rows(&rows, Output::Table)?);
+    }
+    Ok(out)
+}
+
+/// The status's record of each job's last placement, as a table.
+pub fn last_placements(bundle: &Bundle, job: Option<&str>) -> String {
+    let dash = || "-".to_owned();
+    let body: Vec<Vec<String>> = bundle
+        .status
+        .iter()
+        .flat_map(|s| &s.replicas)
+        .flat_map(|r| r.jobs.iter().map(move |j| (r.index, j)))
+        .filter(|(_, j)| job.is_none_or(|name| j.job_name == name))
+        .map(|(index, j)| {
+            vec![
+                index.to_string(),
+                j.job_name.clone(),
+                j.node.clone().unwrap_or_else(dash),
+                j.state.clone(),
+                j.last_placement.clone().unwrap_or_else(dash),
+                j.resilience_degraded.clone().unwrap_or_else(dash),
+            ]
+        })
         .collect();
-    Ok(render_rows(&rows, Output::Table)?)
+    if body.is_empty() {
+        return format!("{}: no placement recorded yet\n", bundle.bundle_id());
+    }
+    columns(
+        &["REPLICA", "JOB", "NODE", "STATE", "LAST PLACEMENT", "RESILIENCE"],
+        &body,
+    )
 }
