@@ -3,22 +3,27 @@
 //! the spec's vocabulary (nodes starting, stopping with and without
 //! `NodeStopping`, jobs running, failing, rejected — invalid specs included
 //! — provisions refused, dispatches failing, bundles updated, windows
-//! ending, time passing). After every step the invariants are checked.
+//! ending, time passing, jobs migrated under each strategy and migrations
+//! aborted; nodes cordoned, uncordoned, drained and interrupted). After
+//! every step the invariants are checked.
 //!
 //! `CORE_SIM_SEEDS` / `CORE_SIM_STEPS` size the run (default 2,000 × 300);
 //! a failure prints its seed, and `CORE_SIM_SEED=<seed>` replays just that
 //! one.
 
+mod core_simulation_migration;
 mod core_support;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use core_support::*;
 use norsk_auto_manager::automanager::recovery::MIN_RECOVERY_INTERVAL_MS;
-use norsk_auto_manager::automanager::{Action, Command, Notification, RequestId, Rpc, RpcFailureKind};
+use norsk_auto_manager::automanager::{
+    Action, Command, DrainOptions, DrainPhase, InterruptionNotice, Notification, RequestId, Rpc, RpcFailureKind,
+};
 use norsk_auto_manager::model::{
-    Bundle, BundleId, HotSpareSpec, InstanceKey, JobHistoryEntry, JobId, JobState, JobStopReason, ManagerEvent, NodeId,
-    NodeStopReason, ProviderKind, RejectionCode, UnixMillis,
+    Bundle, BundleId, HotSpareSpec, InstanceKey, InterruptionKind, JobHistoryEntry, JobId, JobState, JobStopReason,
+    ManagerEvent, NodeId, NodeStopReason, ProviderKind, RejectionCode, UnixMillis,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -44,6 +49,12 @@ struct Model {
     pending: Vec<(RequestId, Rpc)>,
     nodes: BTreeMap<NodeId, (NodePhase, Vec<(String, String)>)>,
     instances: BTreeMap<JobId, Instance>,
+    /// Migration targets, beside their job's instance: (instance, created
+    /// with a deferred start and not yet started).
+    targets: BTreeMap<JobId, (Instance, bool)>,
+    /// Sources a completed migration left running (its stop not yet
+    /// handled).
+    displaced: BTreeMap<JobId, Instance>,
     bundles: BTreeMap<BundleId, Bundle>,
     ended: BTreeSet<JobId>,
     last_recovery: BTreeMap<JobId, UnixMillis>,
@@ -52,6 +63,11 @@ struct Model {
     violations: Vec<String>,
     /// No faults are injected (while spares are left to converge).
     calm: bool,
+    /// The running drain of each node, by when it started (from
+    /// `drainProgress`).
+    running_drains: BTreeMap<NodeId, UnixMillis>,
+    /// This step cordoned, drained or interrupted a node.
+    took_out_of_service: bool,
 }
 
 fn random_bundle(rng: &mut StdRng, id: usize) -> Bundle {
@@ -93,12 +109,16 @@ impl Model {
             pending: Vec::new(),
             nodes: BTreeMap::new(),
             instances: BTreeMap::new(),
+            targets: BTreeMap::new(),
+            displaced: BTreeMap::new(),
             bundles: BTreeMap::new(),
             ended: BTreeSet::new(),
             last_recovery: BTreeMap::new(),
             next_cluster: 0,
             violations: Vec::new(),
             calm: false,
+            running_drains: BTreeMap::new(),
+            took_out_of_service: false,
             rng: StdRng::seed_from_u64(rng.random()),
         };
         for _ in 0..rng.random_range(1..=3) {
@@ -149,6 +169,15 @@ impl Model {
                     return self.fail(id, RpcFailureKind::NotFound);
                 }
                 self.h.ok(id);
+                if self
+                    .displaced
+                    .get(&job_id)
+                    .is_some_and(|d| d.key == instance_key && d.node == node_id)
+                {
+                    self.violations.push(format!(
+                        "{job_id} started as {instance_key} over its source still stopping"
+                    ));
+                }
                 if let Some(existing) = self.instances.get(&job_id) {
                     self.violations.push(format!(
                         "{job_id} started on {node_id} while running on {}",
@@ -197,6 +226,10 @@ impl Model {
                     tags.extend(set);
                 }
             }
+            Rpc::StartMigrationTarget { .. }
+            | Rpc::StartPreparedJob { .. }
+            | Rpc::StopJob { .. }
+            | Rpc::SendMigrationSignal { .. } => self.answer_migration(id, rpc),
             _ => self.h.ok(id),
         }
     }
@@ -204,6 +237,8 @@ impl Model {
     fn node_gone(&mut self, node: &NodeId) {
         self.nodes.remove(node);
         self.instances.retain(|_, i| &i.node != node);
+        self.targets.retain(|_, (t, _)| &t.node != node);
+        self.displaced.retain(|_, i| &i.node != node);
         self.h.event(ManagerEvent::NodeStopped(node.clone()));
     }
 
@@ -215,9 +250,53 @@ impl Model {
         Some(items[i].clone())
     }
 
+    /// Cordon, uncordon, drain (forced or not) or interrupt a random node.
+    fn take_out_of_service(&mut self) {
+        let nodes: Vec<NodeId> = self.h.core.fleet().iter().map(|n| n.id.clone()).collect();
+        let Some(node_id) = self.pick(nodes) else { return };
+        let command = match self.rng.random_range(0..4) {
+            0 => Command::CordonNode(node_id),
+            1 => Command::UncordonNode(node_id),
+            2 => Command::DrainNode {
+                node_id,
+                options: DrainOptions {
+                    timeout_ms: Some(self.rng.random_range(0..300_000)),
+                    force: self.rng.random_bool(0.5),
+                    ..DrainOptions::default()
+                },
+            },
+            _ => Command::HandleNodeInterruption {
+                node_id,
+                notice: InterruptionNotice {
+                    kind: if self.rng.random_bool(0.5) {
+                        InterruptionKind::SpotInterruption
+                    } else {
+                        InterruptionKind::Rebalance
+                    },
+                    deadline: self
+                        .rng
+                        .random_bool(0.5)
+                        .then(|| self.h.now + self.rng.random_range(0..180_000)),
+                    strategy_for: Default::default(),
+                },
+            },
+        };
+        self.took_out_of_service = true;
+        self.h.command(command);
+    }
+
     /// One random step.
     fn step(&mut self) {
-        match self.rng.random_range(0..100) {
+        if self.rng.random_bool(0.04) {
+            self.take_out_of_service();
+        } else {
+            self.random_step();
+        }
+        self.adopt_completed_targets();
+    }
+
+    fn random_step(&mut self) {
+        match self.rng.random_range(0..108) {
             0..=34 => self.answer(),
             35..=44 => {
                 let starting: Vec<NodeId> = self
@@ -353,6 +432,8 @@ impl Model {
                     self.h.event(ManagerEvent::BundleUpdated(bundle));
                 }
             }
+            100..=102 => self.migration_command(),
+            103..=107 => self.target_progresses(),
             _ => {
                 let live: Vec<JobId> = self
                     .h
@@ -376,6 +457,7 @@ impl Model {
     fn check(&mut self, broken_before: &BTreeSet<BundleId>, dropped_before: &BTreeSet<JobId>) -> Result<(), String> {
         let now = self.h.now;
         let actions = std::mem::take(&mut self.h.actions);
+        let took_out_of_service = std::mem::take(&mut self.took_out_of_service);
         if std::env::var("CORE_SIM_TRACE").is_ok() {
             for (at, a) in &actions {
                 eprintln!("{at} {a:?}");
@@ -394,7 +476,22 @@ impl Model {
                     }
                     self.pending.push((id, rpc));
                 }
+                Action::Notify(Notification::DrainProgress(state)) => {
+                    let running = self.running_drains.get(&state.node_id);
+                    if state.phase.is_final() {
+                        self.running_drains.remove(&state.node_id);
+                    } else if running.is_some_and(|&started| started != state.started) {
+                        return Err(format!("a second drain of {} while one runs", state.node_id));
+                    } else {
+                        self.running_drains.insert(state.node_id.clone(), state.started);
+                    }
+                }
                 Action::Notify(Notification::PlacementDecision(info)) => {
+                    if let norsk_auto_manager::automanager::Decision::Placed { node_id, .. } = &info.decision
+                        && self.h.core.is_cordoned(node_id)
+                    {
+                        return Err(format!("{} placed on cordoned node {node_id}", info.job_id));
+                    }
                     if broken_before.contains(&info.bundle_id)
                         && self.h.core.broken_bundles().contains_key(&info.bundle_id)
                     {
@@ -404,7 +501,9 @@ impl Model {
                     {
                         return Err(format!("dropped job {} got a placement", info.job_id));
                     }
-                    if info.recovery {
+                    // A drain's migration targets are re-placements but
+                    // not recoveries from a failure.
+                    if info.recovery && !took_out_of_service {
                         if let Some(last) = self.last_recovery.get(&info.job_id)
                             && at - last < MIN_RECOVERY_INTERVAL_MS
                         {
@@ -447,7 +546,10 @@ impl Model {
             let Some(node) = self.h.core.fleet().get(node_id) else {
                 return Err(format!("job bound to unknown node {node_id}"));
             };
-            if node.terminated || node.is_going() {
+            // A node terminated with jobs on it (a forced drain, an
+            // eviction) keeps them until Manager reports it stopping.
+            let drained = self.h.core.drain_status(node_id).is_some();
+            if (node.terminated && !node.cordoned && !drained) || node.is_going() {
                 return Err(format!("job bound to a node that is gone: {node_id}"));
             }
             let usable = node.inventory.as_ref().map_or(4.0, |i| i.usable_capacity());
@@ -470,6 +572,40 @@ impl Model {
         // A spare that took a job is an ordinary node from then on.
         if let Some(node) = used.keys().find(|n| self.h.core.spare_spec(n).is_some()) {
             return Err(format!("{node} carries a job and is still a spare"));
+        }
+        // At most one drain per node, and a drain `done` terminated its node.
+        let mut drained = BTreeSet::new();
+        for drain in self.h.core.drains() {
+            if !drained.insert(drain.node_id.clone()) {
+                return Err(format!("two drains of {}", drain.node_id));
+            }
+            if drain.phase == DrainPhase::Done && self.h.core.fleet().get(&drain.node_id).is_some_and(|n| !n.terminated)
+            {
+                return Err(format!("drain of {} done, the node not terminated", drain.node_id));
+            }
+        }
+        // A job is never left running nowhere before the point of no
+        // return: its source still runs where its binding says.
+        for m in self.h.core.migrations() {
+            if !m.is_in_flight() || m.past_point_of_no_return {
+                continue;
+            }
+            let source_runs = self
+                .instances
+                .get(&m.job_id)
+                .is_some_and(|i| i.running && i.key == m.source_key && i.node == m.source_node_id);
+            let bound_there = self
+                .h
+                .core
+                .job(&m.job_id)
+                .and_then(|r| r.binding.as_ref())
+                .is_some_and(|b| b.node_id == m.source_node_id && b.instance_key == m.source_key);
+            if !source_runs || !bound_there {
+                return Err(format!(
+                    "{} left running nowhere before the point of no return of {} ({:?})",
+                    m.job_id, m.migration_id, m.phase
+                ));
+            }
         }
         // No job runs on two nodes.
         match self.violations.pop() {
@@ -593,6 +729,8 @@ fn the_simulation_exercises_recovery_breaking_and_provisioning() {
     // paths must actually be taken, or the invariants prove little.
     let mut recoveries = 0;
     let (mut broken, mut provisions, mut dropped) = (0, 0, 0);
+    let (mut drains_done, mut drains_partial) = (0, 0);
+    let (mut migrated, mut rolled_back) = (0, 0);
     for seed in 0..50 {
         let mut model = Model::new(seed);
         for _ in 0..300 {
@@ -601,6 +739,13 @@ fn the_simulation_exercises_recovery_breaking_and_provisioning() {
                     Action::Notify(Notification::PlacementDecision(info)) if info.recovery => recoveries += 1,
                     Action::Notify(Notification::BundleBroken { .. }) => broken += 1,
                     Action::Notify(Notification::JobDropped { .. }) => dropped += 1,
+                    Action::Notify(Notification::DrainProgress(state)) => match state.phase {
+                        DrainPhase::Done => drains_done += 1,
+                        DrainPhase::Partial => drains_partial += 1,
+                        _ => {}
+                    },
+                    Action::Notify(Notification::MigrationCompleted { .. }) => migrated += 1,
+                    Action::Notify(Notification::MigrationAborted { lost: false, .. }) => rolled_back += 1,
                     Action::Call {
                         rpc: Rpc::CreateNode { .. },
                         ..
@@ -615,8 +760,16 @@ fn the_simulation_exercises_recovery_breaking_and_provisioning() {
         }
     }
     assert!(
+        drains_done > 0 && drains_partial > 0,
+        "drains done {drains_done}, partial {drains_partial}"
+    );
+    assert!(
         recoveries > 0 && broken > 0 && provisions > 0 && dropped > 0,
         "recoveries {recoveries}, broken {broken}, provisions {provisions}, dropped {dropped}"
+    );
+    assert!(
+        migrated > 0 && rolled_back > 0,
+        "migrations completed {migrated}, rolled back {rolled_back}"
     );
 }
 

@@ -16,7 +16,8 @@ use norsk_auto_manager::automanager::{
     AutoSettings, Notification, RequestId, Rpc, RpcFailureKind, Step, validate_auto_settings,
 };
 use norsk_auto_manager::model::{
-    HotSpareSpec, ImagePrefetchResult, ManagerEvent, NodeId, ProviderKind, SpareSpec, tags,
+    HotSpareSpec, ImagePrefetchResult, InstanceKey, JobHistoryEntry, JobId, JobState, ManagerEvent, NodeId,
+    ProviderKind, RuntimeJob, SpareSpec, tags,
 };
 
 /// `production` keeps `target` spares of m5.xlarge warmed and reserved
@@ -610,7 +611,7 @@ fn an_updated_list_survives_a_reconnect() {
     let (_, step) = h.core.update_hot_spare_specs(vec![entry(3, &[], &[], false)], h.now);
     absorb(&mut h, step);
     let valid = validate_auto_settings(spare_settings(vec![entry(1, &[], &[], false)])).unwrap();
-    let fresh = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &h.core);
+    let fresh = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &h.core, h.now);
     assert_eq!(fresh.settings().hot_spares, vec![entry(3, &[], &[], false)]);
 }
 
@@ -699,6 +700,61 @@ fn a_node_service_is_placed_eagerly_on_every_running_node_it_applies_to() {
     assert_eq!(phases, [ServicePhase::Placed, ServicePhase::Placed]);
     h.advance(120_000);
     assert!(h.take_calls().is_empty(), "placed once per node");
+}
+
+#[test]
+fn a_node_service_that_stops_is_placed_again_after_its_backoff() {
+    let mut h = Harness::with(AutoSettings {
+        node_services: vec![service("agent", "eager")],
+        experimental: Experimental { node_services: true },
+        ..settings()
+    });
+    h.cluster_node("a", 4.0);
+    h.event(ManagerEvent::InitialDataComplete);
+    let starts = |h: &mut Harness| -> usize {
+        let mut started = 0;
+        for _ in 0..2 {
+            for (id, rpc) in h.take_calls() {
+                started += usize::from(matches!(rpc, Rpc::StartJob { .. }));
+                h.ok(id);
+            }
+        }
+        started
+    };
+    assert_eq!(starts(&mut h), 1);
+    let job_id = JobId::from("nodeService/agent/a");
+    let mut job = RuntimeJob {
+        job_id: job_id.clone(),
+        state: JobState::Active,
+        tags: BTreeMap::new(),
+        start_date_time: None,
+        bundle_ref: None,
+        spec: serde_yaml::from_str("{jobName: agent, template: agent}").unwrap(),
+        context: None,
+        dormant: false,
+        terminal_verdict: None,
+        history: vec![JobHistoryEntry::Running {
+            at: None,
+            role: InstanceKey("primary".into()),
+            node_id: Some(NodeId::from("a")),
+        }],
+    };
+    h.event(ManagerEvent::JobUpdated(job.clone()));
+    h.advance(120_000);
+    assert_eq!(starts(&mut h), 0, "a running service is left alone");
+    job.history.push(JobHistoryEntry::Stopped {
+        at: None,
+        role: InstanceKey("primary".into()),
+        node_id: Some(NodeId::from("a")),
+    });
+    h.event(ManagerEvent::JobUpdated(job));
+    h.advance(59_999);
+    assert_eq!(starts(&mut h), 0, "placed again before NODE_SERVICE_RETRY_BACKOFF_MS");
+    h.advance(1);
+    assert_eq!(starts(&mut h), 1, "the stopped service was not placed again");
+    h.event(ManagerEvent::JobDeleted(job_id));
+    h.advance(60_000);
+    assert_eq!(starts(&mut h), 1, "a deleted service job is placed again");
 }
 
 #[test]

@@ -469,3 +469,41 @@ async fn a_deleted_pool_is_taken_from_the_core_live() {
     operator.stop().await;
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn cordoning_a_norsk_node_keeps_new_placements_off_it() {
+    let cp = installed().await;
+    let ns = cp.namespace("cordon").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "cordon-0").await;
+    cp.kubectl_apply(&ns, &small_bundle("first")).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let first = until(&bundles, "first", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    let busy = first.status.and_then(|s| s.primary_node).expect("placed");
+    let nodes: Api<NorskNode> = Api::all(cp.client());
+    until(&nodes, &busy, "mirrored", |n: Option<&NorskNode>| n.is_some()).await;
+    let cordon = |on: bool| serde_json::json!({"spec": {"cordoned": on}});
+    nodes
+        .patch(&busy, &PatchParams::default(), &Patch::Merge(&cordon(true)))
+        .await
+        .expect("cordon");
+    let cordoned = |want: &'static str| {
+        move |n: Option<&NorskNode>| {
+            n.and_then(|n| n.status.as_ref())
+                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Cordoned" && c.status == want))
+        }
+    };
+    until(&nodes, &busy, "Cordoned", cordoned("True")).await;
+    // Binpack would put the next job beside the first; the cordon says no.
+    cp.kubectl_apply(&ns, &small_bundle("second")).expect("bundle applies");
+    let second = until(&bundles, "second", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    let other = second.status.and_then(|s| s.primary_node).expect("placed");
+    assert_ne!(other, busy, "a job was placed on a cordoned node");
+    nodes
+        .patch(&busy, &PatchParams::default(), &Patch::Merge(&cordon(false)))
+        .await
+        .expect("uncordon");
+    until(&nodes, &busy, "uncordoned", cordoned("False")).await;
+    operator.stop().await;
+    sim.shutdown().await;
+}

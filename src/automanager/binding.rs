@@ -1,13 +1,15 @@
 //! "Where is job J": one record per bundle job. The record holds the job as
 //! Manager last described it, its binding (node, instance key, placement of
-//! record, phase), its in-flight gate, its restart history and what its next
-//! placement must honour (recovery context, earliest attempt). No other
+//! record, phase), its in-flight gate, its restart history, what its next
+//! placement must honour (recovery context, earliest attempt) and its
+//! migration claim (the target instance of a migration in flight). No other
 //! module keeps a second answer to "where is J".
 
 use crate::model::{BundleJobRef, InstanceKey, JobId, NodeId, RuntimeJob, UnixMillis};
 use crate::placement::RecoveryContext;
 
 use super::RequestId;
+use super::migration::MigrationId;
 use super::recovery::RestartHistory;
 
 /// Where a bound instance is in its life, as this core knows it.
@@ -71,6 +73,20 @@ pub struct JobRecord {
     /// so it is not started until this instance has stopped or its node is
     /// gone.
     pub stopping: Option<StoppingInstance>,
+    /// The migration in flight, if any: no second one starts while it is
+    /// set ("no concurrent migrations per job").
+    pub migration: Option<MigrationClaim>,
+}
+
+/// A migration's claim on its job: the target instance, reserved on its
+/// node beside the source ("during the overlap the job is reserved on both
+/// nodes") until the migration ends; at `done` it becomes the binding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigrationClaim {
+    /// The migration.
+    pub migration_id: MigrationId,
+    /// The target: its node, key, GPU and phase.
+    pub target: Binding,
 }
 
 /// An instance that failed and is being stopped by Manager.
@@ -101,12 +117,18 @@ impl JobRecord {
             awaiting_capacity_since: None,
             dropped: false,
             stopping: None,
+            migration: None,
         }
     }
 
     /// The job id.
     pub fn job_id(&self) -> &JobId {
         &self.job.job_id
+    }
+
+    /// The migration target's placement, while a migration is in flight.
+    pub fn migration_target(&self) -> Option<&Binding> {
+        self.migration.as_ref().map(|c| &c.target)
     }
 
     /// Whether the job is bound to `node`.

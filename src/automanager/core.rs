@@ -13,16 +13,19 @@ use crate::placement::{
 };
 
 use super::binding::{JobRecord, StoppingInstance};
+use super::drain::Drains;
 use super::fleet::Fleet;
 use super::metrics::{Counters, Metrics, PoolGauge};
+use super::migration::{MigrationCall, MigrationId, Migrations};
 use super::node_services::{NodeServiceState, ServiceRequest};
 use super::offerings::Offering;
 use super::recovery::{FAILED_INSTANCE_STOP_GRACE_MS, MIN_RECOVERY_INTERVAL_MS};
-
 use super::settings::{ValidSettings, validate_auto_settings};
 use super::spares::{SpareRequest, SpareState};
 use super::view_cache::{ViewCache, placed_jobs};
-use super::{Action, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId, Rpc, Step};
+use super::{
+    Action, Answer, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId, Rpc, Step,
+};
 
 /// What an outstanding RPC was for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +36,11 @@ pub(super) enum Pending {
         for_job: JobId,
     },
     TerminateNode(crate::model::NodeId),
+    /// A call of a migration's saga.
+    Migration {
+        migration_id: MigrationId,
+        call: MigrationCall,
+    },
     Other,
     /// A command's RPC; on success the bundle named is revived (an update
     /// or delete clears its broken mark and restart histories).
@@ -84,6 +92,10 @@ pub struct AutoManagerCore {
     pub(super) spares: SpareState,
     /// Where node services are placed.
     pub(super) node_services: NodeServiceState,
+    /// Drains and interruption notices.
+    pub(super) drains: Drains,
+    /// Migrations in flight and the most recent ended ones.
+    pub(super) migrations: Migrations,
     pub(super) out: Vec<Action>,
 }
 
@@ -111,14 +123,17 @@ impl AutoManagerCore {
             view_cache: None,
             spares: SpareState::default(),
             node_services: NodeServiceState::default(),
+            drains: Drains::default(),
+            migrations: Migrations::default(),
             out: Vec::new(),
         }
     }
 
     /// A fresh core that carries on the counters (and start time) of a
     /// disposed one: after a stream break the runtime hydrates a new core
-    /// from the new snapshot, and `metrics()` stays cumulative.
-    pub fn succeeding(valid: ValidSettings, previous: &AutoManagerCore) -> Self {
+    /// from the new snapshot, and `metrics()` stays cumulative. Migrations
+    /// the disposed core had in flight are marked lost at `now`.
+    pub fn succeeding(valid: ValidSettings, previous: &AutoManagerCore, now: UnixMillis) -> Self {
         let mut core = Self::new(valid, previous.started_at);
         core.counters = previous.counters.clone();
         // `updateHotSpareSpecs` replaced the list without a reconnect; a
@@ -128,6 +143,9 @@ impl AutoManagerCore {
         // Node ids keep counting, so a node Manager has already forgotten is
         // never named again by this process.
         core.next_node_serial = previous.next_node_serial;
+        core.drains = Drains::carried_from(previous);
+        core.migrations = Migrations::inherited(&previous.migrations);
+        core.fail_inherited_migrations(now);
         // Commands still waiting on Manager are answered by the new core.
         core.pending = previous
             .pending
@@ -149,13 +167,28 @@ impl AutoManagerCore {
     /// (a snapshot of 100,000 events is one round, not 100,000).
     pub fn handle_all(&mut self, inputs: impl IntoIterator<Item = Input>, now: UnixMillis) -> Step {
         for input in inputs {
+            // Only consecutive `migrateJob`s may reuse the placement view
+            // the previous one left.
+            if !matches!(
+                &input,
+                Input::Command {
+                    command: Command::MigrateJob { .. },
+                    ..
+                }
+            ) {
+                self.migrations.forget_view_sync();
+            }
             self.apply(input, now);
         }
+        self.migrations.forget_view_sync();
         if self.hydrated && !self.closed {
+            self.prepare_drains(now);
             self.expire(now);
+            self.step_migrations(now);
             self.place_ready(now);
             self.reconcile_spares(now);
             self.place_node_services(now);
+            self.follow_drains();
         }
         Step {
             actions: std::mem::take(&mut self.out),
@@ -178,7 +211,7 @@ impl AutoManagerCore {
             Input::Command { id, command } => self.command(id, command, now),
             Input::RpcResult { id, result } => self.rpc_result(id, result, now),
             Input::Timer => {}
-            Input::Close => self.close(),
+            Input::Close => self.close(now),
         }
     }
 
@@ -341,7 +374,7 @@ impl AutoManagerCore {
         id
     }
 
-    fn command(&mut self, id: CommandId, command: Command, _now: UnixMillis) {
+    fn command(&mut self, id: CommandId, command: Command, now: UnixMillis) {
         let (rpc, revives) = match command {
             Command::CreateBundle(bundle) => match self.refuse_invalid(&bundle) {
                 Some(error) => return self.reply(id, Err(error)),
@@ -361,6 +394,24 @@ impl AutoManagerCore {
                 self.settings.template_images = images;
                 self.fleet_epoch += 1;
                 return self.reply(id, Ok(()));
+            }
+            Command::CordonNode(node_id) => return self.reply_with(id, |core| core.cordon_node(&node_id)),
+            Command::UncordonNode(node_id) => return self.reply_with(id, |core| core.uncordon_node(&node_id)),
+            Command::TerminateNode(node_id) => return self.reply_with(id, |core| core.terminate_node(&node_id)),
+            Command::EvictNode(node_id) => return self.reply_with(id, |core| core.evict_node(&node_id)),
+            Command::DrainNode { node_id, options } => {
+                return self.reply_with(id, |core| core.drain_node(&node_id, options, now));
+            }
+            Command::HandleNodeInterruption { node_id, notice } => {
+                return self.reply_with(id, |core| core.handle_node_interruption(&node_id, notice, now, now));
+            }
+            Command::MigrateJob { job_id, options } => {
+                let started = self.migrate_job(&job_id, &options, now);
+                return self.answer(id, started.map(Answer::Migration).map_err(CommandError::Migration));
+            }
+            Command::AbortMigration { migration_id, reason } => {
+                let aborted = self.abort_migration(&migration_id, &reason, now);
+                return self.reply(id, aborted.map_err(CommandError::Migration));
             }
             Command::SetPlacementPools(pools) => return self.set_placement_pools(id, pools),
         };
@@ -414,6 +465,16 @@ impl AutoManagerCore {
         self.out.push(Action::Reply { command, result });
     }
 
+    /// Runs a command answered at once, and replies with its outcome.
+    fn reply_with(&mut self, command: CommandId, run: impl FnOnce(&mut Self) -> Result<(), CommandError>) {
+        let result = run(self);
+        self.reply(command, result);
+    }
+
+    pub(super) fn answer(&mut self, command: CommandId, result: Result<Answer, CommandError>) {
+        self.out.push(Action::Answer { command, result });
+    }
+
     /// A bundle was updated or deleted: its broken mark, its jobs' drops
     /// and their restart histories clear ("the broken mark clears when the
     /// bundle is updated or deleted").
@@ -429,7 +490,11 @@ impl AutoManagerCore {
         }
     }
 
-    fn close(&mut self) {
+    fn close(&mut self, now: UnixMillis) {
+        // Before the timers stop: in-flight migrations are aborted (or,
+        // past the point of no return, marked lost) while calls can still
+        // be made.
+        self.close_migrations(now);
         self.closed = true;
         let waiting: Vec<CommandId> = self
             .pending
@@ -454,6 +519,7 @@ impl AutoManagerCore {
             || record.job.terminal_verdict.is_some()
             || self.broken.contains_key(&record.bundle_ref.bundle_id)
             || record.awaiting_capacity_since == Some(self.fleet_epoch)
+            || self.migrations.holds_placement_of(record.job_id())
         {
             return Readiness::Never;
         }
@@ -529,6 +595,8 @@ impl AutoManagerCore {
             .chain(self.exhausted_offerings.values().copied())
             .chain(self.spares_deadline())
             .chain(self.node_services_deadline())
+            .chain(self.drains.next_deadline())
+            .chain(self.migrations.next_deadline())
             .min()
             .map(|at| at.max(now))
     }
@@ -594,6 +662,7 @@ impl AutoManagerCore {
             }
             self.fleet.remove(&node_id);
         }
+        self.expire_drains(now);
         if self.expire_held_back(now) {
             self.fleet_epoch += 1;
         }

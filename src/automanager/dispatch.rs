@@ -24,8 +24,8 @@ use super::{CommandError, Notification, RequestId, Rpc, RpcFailure, RpcFailureKi
 /// Prospective node ids: `<pool>-<tier>-<serial>`, the serial counting up
 /// for the core's life and skipping ids the fleet holds, so the same inputs
 /// always name the same nodes.
-struct NodeIds<'a> {
-    serial: &'a mut u64,
+pub(super) struct NodeIds<'a> {
+    pub(super) serial: &'a mut u64,
 }
 
 impl ProspectiveNodeIds for NodeIds<'_> {
@@ -266,7 +266,7 @@ impl AutoManagerCore {
         });
     }
 
-    fn provision(
+    pub(super) fn provision(
         &mut self,
         job_id: &JobId,
         node_id: &NodeId,
@@ -360,6 +360,9 @@ impl AutoManagerCore {
         let Some(pending) = self.pending.remove(&id) else {
             return;
         };
+        if let Pending::TerminateNode(node_id) = &pending {
+            self.drain_terminate_settled(node_id, result.as_ref().err());
+        }
         match pending {
             Pending::Command { id: command, revives } => {
                 if let (Ok(()), Some(bundle_id)) = (&result, revives) {
@@ -384,6 +387,7 @@ impl AutoManagerCore {
             Pending::CreateNode { node_id, for_job } => self.create_result(&node_id, &for_job, result, now),
             Pending::Spare(request) => self.spare_rpc_result(request, result, now),
             Pending::NodeService(request) => self.node_service_rpc_result(request, result, now),
+            Pending::Migration { migration_id, call } => self.migration_call_result(&migration_id, call, result, now),
             Pending::Other => {
                 if let Err(failure) = result {
                     self.notify(Notification::Error {
@@ -447,7 +451,10 @@ impl AutoManagerCore {
             self.counters.placements_dispatch_failed += 1;
         }
         // No phantom node: it is forgotten, its jobs re-placed, and what
-        // refused held back so the next shape or tier is tried.
+        // refused held back so the next shape or tier is tried. The kept
+        // view may hold it as a prospective node without remembering it as
+        // one of the fleet's: it is built again.
+        self.view_cache = None;
         if let Some(node) = self.fleet.remove(node_id)
             && let Some(p) = node.provisioned
         {
@@ -484,6 +491,10 @@ impl AutoManagerCore {
         };
         self.fleet_epoch += 1;
         let single_use = record.job.spec.single_use;
+        let cause = match cause {
+            LossCause::NodeLost if self.drains.is_reclaimed(&binding.node_id) => LossCause::Reclaimed,
+            cause => cause,
+        };
         if hydrated {
             let requirements = record.job.spec.requirements.clone();
             match judge(&self.settings, &requirements, &mut record.restarts, &cause, now) {
@@ -501,7 +512,7 @@ impl AutoManagerCore {
                 } => self.terminal(job_id, reason, ceiling_reached, now),
             }
         }
-        if cause != LossCause::NodeLost {
+        if !matches!(cause, LossCause::NodeLost | LossCause::Reclaimed) {
             self.release_node(&binding.node_id, single_use);
         }
     }
@@ -577,7 +588,11 @@ impl AutoManagerCore {
         let Some(node) = self.fleet.get(node_id) else {
             return;
         };
-        if node.terminated || node.is_going() || self.jobs.values().any(|r| r.is_bound_to(node_id)) {
+        if node.terminated
+            || node.is_going()
+            || self.jobs.values().any(|r| r.is_bound_to(node_id))
+            || self.hosts_migration_target(node_id)
+        {
             return;
         }
         let provisioned_here = node.provisioned.is_some();

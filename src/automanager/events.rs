@@ -20,7 +20,7 @@ impl AutoManagerCore {
             | ManagerEvent::JobPending(job)
             | ManagerEvent::JobUpdated(job)
             | ManagerEvent::JobOutOfWindow(job) => self.job_changed(job, now),
-            ManagerEvent::JobDeleted(job_id) => self.job_deleted(job_id),
+            ManagerEvent::JobDeleted(job_id) => self.job_deleted(job_id, now),
             ManagerEvent::InitialDataComplete => self.hydrated_now(),
             ManagerEvent::NodeStarting(info) => {
                 let node = self.fleet.describe(&info, NodePhase::Starting);
@@ -95,6 +95,8 @@ impl AutoManagerCore {
                 });
                 if matches {
                     self.lose_instance(&job_id, LossCause::Rejected { code, detail }, now);
+                } else {
+                    self.migration_target_rejected(&job_id, &role, &node_id, &detail, now);
                 }
             }
             ManagerEvent::BundleUpdated(bundle) => self.bundle_updated(bundle),
@@ -108,11 +110,22 @@ impl AutoManagerCore {
                 self.notify(Notification::ImagesPrefetched { node_id, results })
             }
             ManagerEvent::AuditAppended(entry) => self.notify(Notification::AuditAppended { entry }),
-            ManagerEvent::ProviderHealthChange
-            | ManagerEvent::JobPrepared { .. }
-            | ManagerEvent::MigrationSignal { .. }
-            | ManagerEvent::NodeInterruptionNotice { .. }
-            | ManagerEvent::Unknown => {}
+            ManagerEvent::NodeInterruptionNotice {
+                node_id,
+                kind,
+                deadline,
+                noticed_at,
+            } => self.interruption_noticed(node_id, kind, deadline, noticed_at, now),
+            ManagerEvent::JobPrepared { job_id, role, node_id } => {
+                self.migration_prepared(&job_id, &role, &node_id, now)
+            }
+            ManagerEvent::MigrationSignal {
+                migration_id,
+                job_id,
+                from_key,
+                signal,
+            } => self.migration_signal(&migration_id, &job_id, &from_key, signal, now),
+            ManagerEvent::ProviderHealthChange | ManagerEvent::Unknown => {}
         }
     }
 
@@ -164,8 +177,10 @@ impl AutoManagerCore {
         self.notify(Notification::NodeStarted { node: info });
     }
 
-    /// Every job bound to a stopping or stopped node is lost with it.
+    /// Every job bound to a stopping or stopped node is lost with it
+    /// (migrations with an instance there are settled first).
     fn lose_node(&mut self, node_id: &NodeId, now: UnixMillis) {
+        self.migration_node_lost(node_id, now);
         self.fleet_epoch += 1;
         let bound: Vec<JobId> = self
             .jobs
@@ -200,7 +215,9 @@ impl AutoManagerCore {
         });
     }
 
-    fn job_deleted(&mut self, job_id: JobId) {
+    fn job_deleted(&mut self, job_id: JobId, now: UnixMillis) {
+        self.migration_job_ended(&job_id, "the job was deleted", now);
+        self.node_service_job_changed(&job_id, None, now);
         if let Some(record) = self.jobs.remove(&job_id)
             && let Some(binding) = record.binding
         {
@@ -215,8 +232,9 @@ impl AutoManagerCore {
             job: Box::new(job.clone()),
         });
         let Some(bundle_ref) = job.bundle_ref.clone() else {
-            // Plain Manager jobs are not this core's to place.
-            return;
+            // Plain Manager jobs are not this core's to place, a node
+            // service's excepted.
+            return self.node_service_job_changed(&job.job_id, Some(&job), now);
         };
         let job_id = job.job_id.clone();
         let post = job.state == JobState::Post;
@@ -231,6 +249,7 @@ impl AutoManagerCore {
         self.apply_history(&job_id, now);
         if post {
             // The window is over: Manager stops the instance; the job ended.
+            self.migration_job_ended(&job_id, "the job's window ended", now);
             self.end_binding(&job_id);
         }
     }
@@ -246,6 +265,10 @@ impl AutoManagerCore {
         for entry in fresh {
             if !self.hydrated {
                 self.replay_restart(job_id, &entry);
+            }
+            // An instance of a migration in flight is the saga's to follow.
+            if self.migration_observes(job_id, &entry, now) {
+                continue;
             }
             match entry {
                 JobHistoryEntry::Provisioned {

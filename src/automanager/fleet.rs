@@ -49,6 +49,8 @@ pub struct NodeState {
     pub provisioned: Option<Provisioned>,
     /// This core issued a terminate for it (once per node).
     pub terminated: bool,
+    /// Cordoned: no new placements land here (`cordonNode`).
+    pub cordoned: bool,
     /// When it stopped and why it was stopping.
     pub stopped_at: Option<UnixMillis>,
     /// The last `NodeStopping` reason.
@@ -69,6 +71,7 @@ impl NodeState {
             inventory: None,
             provisioned: None,
             terminated: false,
+            cordoned: false,
             stopped_at: None,
             stop_reason: None,
             health: NodeHealth::default(),
@@ -189,7 +192,7 @@ impl Fleet {
                 pool: node.tags.get(tags::POOL).cloned(),
                 tier: node.tags.get(tags::TIER).cloned(),
                 phase: super::view_cache::placement_phase(node),
-                cordoned: false,
+                cordoned: node.cordoned,
                 unhealthy: node.health.is_unhealthy(),
                 spare: node.tags.get(tags::SPARE).is_some_and(|v| v == "true"),
                 spare_spec: SpareSpec::from_tags(&node.tags),

@@ -21,14 +21,20 @@
 //!   back).
 //! - [`spares`]: the hot-spare reconciler, warmth, reservations.
 //! - [`node_services`]: eager node-service placement (experimental).
+//! - [`drain`]: cordon, drain, evict, terminate; [`interruption`]: spot
+//!   interruption / rebalance notices as forced drains.
+//! - [`migration`]: the migration saga (`migrateJob`, `abortMigration`).
 //! - [`metrics`], [`notification`].
 
 pub mod binding;
 mod core;
 mod dispatch;
+pub mod drain;
 mod events;
 pub mod fleet;
+pub mod interruption;
 pub mod metrics;
+pub mod migration;
 pub mod node_services;
 pub mod notification;
 mod offerings;
@@ -43,7 +49,13 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 pub use self::core::AutoManagerCore;
+pub use drain::{DrainJob, DrainJobStatus, DrainOptions, DrainPhase, DrainState, StrategyFor};
+pub use interruption::{InterruptionNotice, NodeInterruptionState};
 pub use metrics::{Metrics, PoolGauge};
+pub use migration::{
+    CLOSE_ABORT_GRACE_MS, MigrationEnd, MigrationId, MigrationOptions, MigrationPhase, MigrationRefusal,
+    MigrationSettings, MigrationState, MigrationStrategy,
+};
 pub use notification::{Decision, Notification, PlacementDecisionInfo};
 pub use runtime::{AutoManager, AutoManagerHandle, QueryError, RunError, RunOptions};
 pub use settings::{AutoSettings, AutoSettingsValidationError, validate_auto_settings};
@@ -78,9 +90,56 @@ pub enum Command {
     StopBundleJob(BundleJobRef),
     /// `setTemplateImages`: what warmth is scored against.
     SetTemplateImages(BTreeMap<String, Vec<String>>),
+    /// `cordonNode`: no new placements land on the node.
+    CordonNode(NodeId),
+    /// `uncordonNode`: the reverse; cancels a drain that has not issued its
+    /// terminate and withdraws an interruption notice with it.
+    UncordonNode(NodeId),
+    /// `terminateNode`: terminate without cordoning.
+    TerminateNode(NodeId),
+    /// `evictNode`: cordon, then terminate at once.
+    EvictNode(NodeId),
+    /// `drainNode`: cordon, migrate every job away, terminate once empty.
+    DrainNode {
+        /// The node.
+        node_id: NodeId,
+        /// Timeout, force, per-job strategy.
+        options: DrainOptions,
+    },
+    /// `handleNodeInterruption`: a forced drain cut to fit the deadline.
+    HandleNodeInterruption {
+        /// The node.
+        node_id: NodeId,
+        /// Kind, deadline, per-job strategy.
+        notice: InterruptionNotice,
+    },
+    /// `migrateJob`: answered with [`Answer::Migration`] once the target is
+    /// placed (its `StartJob` dispatched, or its node being provisioned).
+    MigrateJob {
+        /// The job to move.
+        job_id: JobId,
+        /// Strategy, pin, reservation override.
+        options: MigrationOptions,
+    },
+    /// `abortMigration`: a clean rollback, only before the point of no
+    /// return.
+    AbortMigration {
+        /// The migration.
+        migration_id: MigrationId,
+        /// Why (reported with `migrationAborted`).
+        reason: String,
+    },
     /// Replaces the placement pools live (no reconnect): validated with
     /// the rest of the settings, refused as a whole if any pool is invalid.
     SetPlacementPools(Vec<PlacementPool>),
+}
+
+/// A command's answer when it has more to say than "done".
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "value", rename_all = "camelCase")]
+pub enum Answer {
+    /// `migrateJob`: the migration started.
+    Migration(MigrationId),
 }
 
 /// How a failed RPC should be treated (the client's classification).
@@ -218,6 +277,70 @@ pub enum Rpc {
         /// Its tags.
         tags: BTreeMap<String, String>,
     },
+    /// `StartJob` of a migration target: it wears `<slot>@<id>` while told
+    /// its slot in `NORSK_RUNTIME_ROLE`; with `defer_start` it is only
+    /// created (answered by `job_prepared`).
+    StartMigrationTarget {
+        /// The job.
+        job_id: JobId,
+        /// The target's key.
+        instance_key: InstanceKey,
+        /// Where.
+        node_id: NodeId,
+        /// The GPU device placement chose.
+        gpu_index: Option<u32>,
+        /// The slot told to the runtime (`NORSK_RUNTIME_ROLE`).
+        runtime_role: String,
+        /// Create without starting (`stopThenStart`).
+        defer_start: bool,
+        /// The migration.
+        migration_id: MigrationId,
+    },
+    /// `StartPreparedJob`: the prepared target starts.
+    StartPreparedJob {
+        /// The job.
+        job_id: JobId,
+        /// The prepared instance.
+        instance_key: InstanceKey,
+        /// Where.
+        node_id: NodeId,
+    },
+    /// `StopJob`: one instance (a migration's source, or its target on
+    /// abort).
+    StopJob {
+        /// The job.
+        job_id: JobId,
+        /// The instance.
+        instance_key: InstanceKey,
+        /// Where.
+        node_id: NodeId,
+    },
+    /// `SendMigrationSignal`: one step relayed to an instance.
+    SendMigrationSignal {
+        /// The migration.
+        migration_id: MigrationId,
+        /// The job.
+        job_id: JobId,
+        /// The source's key.
+        source_key: InstanceKey,
+        /// The target's key.
+        target_key: InstanceKey,
+        /// The step.
+        signal: MigrationStep,
+    },
+}
+
+/// A step the core relays to a migration's instances.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MigrationStep {
+    /// Both instances are told a migration of this strategy is starting.
+    Propose(MigrationStrategy),
+    /// Handover: the source stops output at the target's (opaque) payload.
+    StopOutputAt(Vec<u8>),
+    /// Handover: the target applies from the source's reported position.
+    ApplyFrom(String),
+    /// Rollback before the point of no return; both keys are told.
+    Abort(String),
 }
 
 /// Why a command failed.
@@ -242,6 +365,15 @@ pub enum CommandError {
     /// The core was closed before the command completed.
     #[error("AutoManager is closed")]
     Closed,
+    /// The fleet holds no node of that id.
+    #[error("no node {0} in the fleet")]
+    UnknownNode(NodeId),
+    /// The node is stopping, stopped or already terminated.
+    #[error("node {0} is already going")]
+    NodeGone(NodeId),
+    /// `migrateJob` / `abortMigration` refused.
+    #[error(transparent)]
+    Migration(MigrationRefusal),
 }
 
 /// Something the runtime must do.
@@ -262,6 +394,13 @@ pub enum Action {
         command: CommandId,
         /// Its outcome.
         result: Result<(), CommandError>,
+    },
+    /// Answer a command's caller with a value (see [`Answer`]).
+    Answer {
+        /// The command.
+        command: CommandId,
+        /// Its outcome.
+        result: Result<Answer, CommandError>,
     },
 }
 

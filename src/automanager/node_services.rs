@@ -7,6 +7,10 @@
 //! non-empty `nodeServices` unless `experimental: { nodeServices: true }`
 //! is set (`experimentalNotEnabled`), so nobody configures one by accident.
 //!
+//! A placed service whose instance stops (it failed, or something else
+//! stopped it) or whose job is deleted is placed again after
+//! `NODE_SERVICE_RETRY_BACKOFF_MS`, for as long as its node is up.
+//!
 //! Out of scope, because it is worker-side: a service's `provides[]`
 //! reaching the view sibling jobs have of the node. Without that work in
 //! the worker, the service is placed but no consumer can see what it
@@ -18,7 +22,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{InstanceKey, JobId, NodeId, NodePhase, Slot, UnixMillis, tags};
+use crate::model::{InstanceKey, JobHistoryEntry, JobId, NodeId, NodePhase, RuntimeJob, Slot, UnixMillis, tags};
 
 use super::core::{AutoManagerCore, Pending};
 use super::settings::{AutoSettings, CoreSettingsErrorCode};
@@ -273,5 +277,46 @@ impl AutoManagerCore {
             }
         };
         self.node_services.placements.insert(key, phase);
+    }
+
+    /// A plain Manager job changed (or, with `job` `None`, `job_id` was
+    /// deleted): a placed node service whose instance stopped is placed
+    /// again after `NODE_SERVICE_RETRY_BACKOFF_MS`.
+    pub(super) fn node_service_job_changed(&mut self, job_id: &JobId, job: Option<&RuntimeJob>, now: UnixMillis) {
+        let Some(key) = self.node_service_key(job_id) else {
+            return;
+        };
+        if self.node_services.placements.get(&key) != Some(&ServicePhase::Placed) {
+            return;
+        }
+        let ended = job.is_none_or(|j| {
+            matches!(
+                j.history.last(),
+                Some(JobHistoryEntry::Stopping { .. } | JobHistoryEntry::Stopped { .. })
+            )
+        });
+        if !ended {
+            return;
+        }
+        self.notify(Notification::Error {
+            message: format!(
+                "node service {} on {} stopped; placing it again in {NODE_SERVICE_RETRY_BACKOFF_MS} ms",
+                key.0, key.1
+            ),
+        });
+        self.node_services
+            .placements
+            .insert(key, ServicePhase::RetryAt(now + NODE_SERVICE_RETRY_BACKOFF_MS));
+    }
+
+    /// The (service, node) a node-service job id names, if it is one of
+    /// this core's placements.
+    fn node_service_key(&self, job_id: &JobId) -> Option<(String, NodeId)> {
+        let rest = job_id.0.strip_prefix("nodeService/")?;
+        self.settings.node_services.iter().find_map(|service| {
+            let node = rest.strip_prefix(service.name.as_str())?.strip_prefix('/')?;
+            let key = (service.name.clone(), NodeId::from(node));
+            self.node_services.placements.contains_key(&key).then_some(key)
+        })
     }
 }

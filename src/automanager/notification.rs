@@ -11,6 +11,10 @@ use crate::model::{
 };
 use crate::placement::{ResilienceFlag, Trace};
 
+use super::drain::DrainState;
+use super::interruption::NodeInterruptionState;
+use super::migration::{MigrationId, MigrationState};
+
 /// Where a placement decided a job goes (the engine's outcome, serialisable).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "decision", rename_all = "camelCase")]
@@ -232,5 +236,34 @@ pub enum Notification {
     AuditAppended {
         /// The entry.
         entry: AuditEntry,
+    },
+    /// `onDrainProgress`: every phase transition of a node drain and every
+    /// change to a job's status within it.
+    DrainProgress(Box<DrainState>),
+    /// `onNodeInterrupted`: once per `handleNodeInterruption`, after the
+    /// node is cordoned and its drain started or tightened.
+    NodeInterrupted(Box<NodeInterruptionState>),
+    /// `onMigrationPhase`: every phase transition of a migration.
+    MigrationPhase(Box<MigrationState>),
+    /// `onMigrationCompleted`: the job now lives on the target.
+    #[serde(rename_all = "camelCase")]
+    MigrationCompleted {
+        /// The migration.
+        migration_id: MigrationId,
+        /// The job moved.
+        job_id: JobId,
+    },
+    /// `onMigrationAborted`: rolled back, or (`lost`) past the point of no
+    /// return and not finished.
+    #[serde(rename_all = "camelCase")]
+    MigrationAborted {
+        /// The migration.
+        migration_id: MigrationId,
+        /// The job.
+        job_id: JobId,
+        /// Why.
+        reason: String,
+        /// Lost past the point of no return rather than rolled back.
+        lost: bool,
     },
 }

@@ -36,6 +36,10 @@ pub enum LossCause {
     Failed,
     /// Its node stopped or is stopping.
     NodeLost,
+    /// Its node was reclaimed by the provider after an interruption notice:
+    /// recovered per `onRuntimeFailure`, but "none of it counts against the
+    /// restart ceiling" (a job lost with a reclaimed node did not fail).
+    Reclaimed,
     /// The worker refused to start it.
     Rejected {
         /// The worker's typed reason.
@@ -94,7 +98,8 @@ impl RestartHistory {
 
 /// Judges a loss: an invalid spec is terminal on the first rejection (with
 /// the worker's words), `drop` never restarts, and the re-placing policies
-/// restart until the ceiling's rate is reached inside the trailing hour.
+/// restart until the ceiling's rate is reached inside the trailing hour —
+/// except after a reclaim, which restarts without being counted.
 pub fn judge(
     settings: &AutoSettings,
     requirements: &Requirements,
@@ -118,6 +123,9 @@ pub fn judge(
             ceiling_reached: false,
         };
     };
+    if *cause == LossCause::Reclaimed {
+        return FailureVerdict::Restart;
+    }
     if history.count(now) >= ceiling {
         return FailureVerdict::Terminal {
             reason: format!("restart ceiling reached: {ceiling} restarts in the trailing hour"),
@@ -192,6 +200,20 @@ mod tests {
         assert_eq!(h.count(1_000), 2);
         assert_eq!(h.count(RESTART_WINDOW_MS + 500), 1);
         assert_eq!(h.count(RESTART_WINDOW_MS + 1_000), 0);
+    }
+
+    #[test]
+    fn a_reclaim_restarts_without_counting_against_the_ceiling() {
+        let settings = AutoSettings::default();
+        let requirements = Requirements::default();
+        let mut h = RestartHistory::default();
+        for at in 0..10 {
+            assert_eq!(
+                judge(&settings, &requirements, &mut h, &LossCause::Reclaimed, at),
+                FailureVerdict::Restart
+            );
+        }
+        assert_eq!(h.count(10), 0);
     }
 
     #[test]

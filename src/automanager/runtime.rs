@@ -15,19 +15,25 @@ use tokio::task::JoinHandle;
 use crate::manager::client::{
     ClientSettings, ConnectError, CreateNode, ManagerClient, RpcError, RpcErrorKind, StartJob,
 };
+use crate::manager::proto::manager as pb;
 use crate::manager::stream::{StreamItem, StreamSession, StreamSettings};
+use crate::manager::wire;
 use crate::model::{
-    Bundle, BundleId, BundleJobRef, BundleSpec, HotSpareSpec, ManagerEvent, NodeId, PlacementPool, ProviderKind,
+    Bundle, BundleId, BundleJobRef, BundleSpec, HotSpareSpec, JobId, ManagerEvent, NodeId, PlacementPool, ProviderKind,
     SpareSpec, UnixMillis,
 };
 use crate::placement::{Admission, BundleValidation, FleetError, Placement, PlacementError};
 
+use super::drain::{DrainOptions, DrainState};
+use super::interruption::{InterruptionNotice, NodeInterruptionState};
+use super::migration::CLOSE_ABORT_GRACE_MS;
 use super::node_services::ServicePhase;
 use super::settings::{ValidSettings, validate_auto_settings};
 use super::spares::{HotSpareSpecsDiff, HotSpareStatus, SpareError};
 use super::{
-    Action, AutoManagerCore, AutoSettings, AutoSettingsValidationError, Command, CommandError, CommandId, Input,
-    Metrics, Notification, RequestId, Rpc, RpcFailure, RpcFailureKind, Step,
+    Action, Answer, AutoManagerCore, AutoSettings, AutoSettingsValidationError, Command, CommandError, CommandId,
+    Input, Metrics, MigrationId, MigrationOptions, MigrationState, MigrationStep, MigrationStrategy, Notification,
+    RequestId, Rpc, RpcFailure, RpcFailureKind, Step,
 };
 
 /// How many notifications a subscriber may fall behind before it lags.
@@ -109,8 +115,11 @@ type Query = Box<dyn FnOnce(&AutoManagerCore, UnixMillis) + Send>;
 /// with a value), returning the step to carry out.
 type Update = Box<dyn FnOnce(&mut AutoManagerCore, UnixMillis) -> Step + Send>;
 
+/// Where a command's answer goes.
+type Replier = oneshot::Sender<Result<Option<Answer>, CommandError>>;
+
 enum Request {
-    Command(Command, oneshot::Sender<Result<(), CommandError>>),
+    Command(Command, Replier),
     Query(Query),
     Update(Update),
     Close,
@@ -179,6 +188,10 @@ pub struct AutoManagerHandle {
 
 impl AutoManagerHandle {
     async fn command(&self, command: Command) -> Result<(), CommandError> {
+        self.ask(command).await.map(drop)
+    }
+
+    async fn ask(&self, command: Command) -> Result<Option<Answer>, CommandError> {
         let (reply, answer) = oneshot::channel();
         self.requests
             .send(Request::Command(command, reply))
@@ -341,13 +354,117 @@ impl AutoManagerHandle {
         self.query(|core, now| core.metrics(now)).await
     }
 
+    /// `cordonNode`: no new placements land on the node.
+    pub async fn cordon_node(&self, node_id: NodeId) -> Result<(), CommandError> {
+        self.command(Command::CordonNode(node_id)).await
+    }
+
+    /// `uncordonNode`: the reverse; cancels a drain that has not issued its
+    /// terminate.
+    pub async fn uncordon_node(&self, node_id: NodeId) -> Result<(), CommandError> {
+        self.command(Command::UncordonNode(node_id)).await
+    }
+
+    /// `isCordoned`.
+    pub async fn is_cordoned(&self, node_id: NodeId) -> Result<bool, QueryError> {
+        self.query(move |core, _| core.is_cordoned(&node_id)).await
+    }
+
+    /// `terminateNode`: terminate without cordoning.
+    pub async fn terminate_node(&self, node_id: NodeId) -> Result<(), CommandError> {
+        self.command(Command::TerminateNode(node_id)).await
+    }
+
+    /// `evictNode`: cordon, then terminate at once.
+    pub async fn evict_node(&self, node_id: NodeId) -> Result<(), CommandError> {
+        self.command(Command::EvictNode(node_id)).await
+    }
+
+    /// `drainNode`: resolves once the migrations are started, with the
+    /// drain (the running one, if the node was draining already).
+    pub async fn drain_node(&self, node_id: NodeId, options: DrainOptions) -> Result<DrainState, CommandError> {
+        let asked = node_id.clone();
+        self.command(Command::DrainNode { node_id, options }).await?;
+        self.drain_status(asked.clone())
+            .await
+            .map_err(|_| CommandError::Closed)?
+            .ok_or(CommandError::UnknownNode(asked))
+    }
+
+    /// `drainStatus`: the node's running drain, or its last one.
+    pub async fn drain_status(&self, node_id: NodeId) -> Result<Option<DrainState>, QueryError> {
+        self.query(move |core, _| core.drain_status(&node_id).cloned()).await
+    }
+
+    /// Every drain (running, or the last one of its node).
+    pub async fn drains(&self) -> Result<Vec<DrainState>, QueryError> {
+        self.query(|core, _| core.drains().cloned().collect()).await
+    }
+
+    /// `handleNodeInterruption`: a forced drain cut to fit the deadline.
+    pub async fn handle_node_interruption(
+        &self,
+        node_id: NodeId,
+        notice: InterruptionNotice,
+    ) -> Result<NodeInterruptionState, CommandError> {
+        let asked = node_id.clone();
+        self.command(Command::HandleNodeInterruption { node_id, notice })
+            .await?;
+        self.node_interruption(asked.clone())
+            .await
+            .map_err(|_| CommandError::Closed)?
+            .ok_or(CommandError::UnknownNode(asked))
+    }
+
+    /// `nodeInterruption`: the notice taken for the node, with its drain.
+    pub async fn node_interruption(&self, node_id: NodeId) -> Result<Option<NodeInterruptionState>, QueryError> {
+        self.query(move |core, _| core.node_interruption(&node_id)).await
+    }
+
+    /// `migrateJob`: resolves once the target is placed (its `StartJob`
+    /// dispatched, or its node being provisioned); refused when the job is
+    /// not running, not placed by this AutoManager, already migrating, or
+    /// placement finds nowhere for it.
+    pub async fn migrate_job(&self, job_id: JobId, options: MigrationOptions) -> Result<MigrationId, CommandError> {
+        match self.ask(Command::MigrateJob { job_id, options }).await? {
+            Some(Answer::Migration(id)) => Ok(id),
+            // Only `MigrateJob` is answered, and with its id.
+            None => Err(CommandError::Closed),
+        }
+    }
+
+    /// `abortMigration`: a clean rollback, only before the point of no
+    /// return.
+    pub async fn abort_migration(&self, migration_id: MigrationId, reason: String) -> Result<(), CommandError> {
+        self.command(Command::AbortMigration { migration_id, reason }).await
+    }
+
+    /// `migrationById`.
+    pub async fn migration_by_id(&self, id: MigrationId) -> Result<Option<MigrationState>, QueryError> {
+        self.query(move |core, _| core.migration_by_id(&id).cloned()).await
+    }
+
+    /// `migrationForJob`: in flight, else the most recent ended one.
+    pub async fn migration_for_job(&self, job_id: JobId) -> Result<Option<MigrationState>, QueryError> {
+        self.query(move |core, _| core.migration_for_job(&job_id).cloned())
+            .await
+    }
+
+    /// `migrations()`: in flight and recently ended, oldest first.
+    pub async fn migrations(&self) -> Result<Vec<MigrationState>, QueryError> {
+        self.query(|core, _| core.migrations().into_iter().cloned().collect())
+            .await
+    }
+
     /// Every notification from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Notification> {
         self.notifications.subscribe()
     }
 
-    /// `close()`: cancels the timers, stops the loop and the stream, answers
-    /// waiting commands with `Closed`. Idempotent.
+    /// `close()`: cancels the timers, aborts in-flight migrations (holding
+    /// the channel open at most `CLOSE_ABORT_GRACE_MS` for the aborts to be
+    /// sent), stops the loop and the stream, answers waiting commands with
+    /// `Closed`. Idempotent.
     pub async fn close(&self) {
         // A closed loop no longer listens; that is what was asked.
         let _ = self.requests.send(Request::Close).await;
@@ -360,7 +477,7 @@ struct Shell {
     valid: ValidSettings,
     client: ManagerClient,
     notifications: broadcast::Sender<Notification>,
-    replies: HashMap<CommandId, oneshot::Sender<Result<(), CommandError>>>,
+    replies: HashMap<CommandId, Replier>,
     next_command: u64,
     deadline: Option<UnixMillis>,
 }
@@ -438,7 +555,14 @@ impl Shell {
                 () = timer => self.feed(Input::Timer, &results_tx),
             }
         }
-        self.feed(Input::Close, &results_tx);
+        // The aborts of in-flight migrations are sent while the channel is
+        // still open, for `CLOSE_ABORT_GRACE_MS` (scaled) at most.
+        let step = self.core.handle(Input::Close, self.clock.now());
+        let calls = self.carry_out(step, &results_tx);
+        if !calls.is_empty() {
+            let grace = Duration::from_secs_f64(CLOSE_ABORT_GRACE_MS as f64 / 1_000.0 / self.clock.scale);
+            let _ = tokio::time::timeout(grace, futures::future::join_all(calls)).await;
+        }
         for (_, reply) in self.replies.drain() {
             let _ = reply.send(Err(CommandError::Closed));
         }
@@ -449,7 +573,7 @@ impl Shell {
     }
 
     /// A command as the core's input, its caller waiting for the reply.
-    fn command_input(&mut self, command: Command, reply: oneshot::Sender<Result<(), CommandError>>) -> Input {
+    fn command_input(&mut self, command: Command, reply: Replier) -> Input {
         self.next_command += 1;
         let id = CommandId(self.next_command);
         self.replies.insert(id, reply);
@@ -461,7 +585,7 @@ impl Shell {
     fn hydrate(&mut self, events: Vec<ManagerEvent>, results: &Results) {
         // Settings changed live (pools, template images) carry over.
         self.valid = self.core.valid_settings();
-        self.core = AutoManagerCore::succeeding(self.valid.clone(), &self.core);
+        self.core = AutoManagerCore::succeeding(self.valid.clone(), &self.core, self.clock.now());
         let inputs = events
             .into_iter()
             .chain([ManagerEvent::InitialDataComplete])
@@ -516,28 +640,34 @@ impl Shell {
         });
     }
 
-    fn carry_out(&mut self, step: Step, results: &Results) {
+    /// Carries out a step; returns the calls it spawned.
+    fn carry_out(&mut self, step: Step, results: &Results) -> Vec<JoinHandle<()>> {
         let Step { actions, next_deadline } = step;
         self.deadline = next_deadline;
+        let mut calls = Vec::new();
         for action in actions {
             match action {
                 Action::Call { id, rpc } => {
                     let client = self.client.clone();
                     let results = results.clone();
-                    tokio::spawn(async move {
+                    calls.push(tokio::spawn(async move {
                         let result = execute(&client, rpc).await.map_err(failure);
                         // The loop may have ended; the result is moot then.
                         let _ = results.send((id, result));
-                    });
+                    }));
                 }
                 Action::Notify(notification) => self.publish(notification),
-                Action::Reply { command, result } => {
-                    if let Some(reply) = self.replies.remove(&command) {
-                        // The caller may have stopped waiting.
-                        let _ = reply.send(result);
-                    }
-                }
+                Action::Reply { command, result } => self.answer(command, result.map(|()| None)),
+                Action::Answer { command, result } => self.answer(command, result.map(Some)),
             }
+        }
+        calls
+    }
+
+    fn answer(&mut self, command: CommandId, result: Result<Option<Answer>, CommandError>) {
+        if let Some(reply) = self.replies.remove(&command) {
+            // The caller may have stopped waiting.
+            let _ = reply.send(result);
         }
     }
 
@@ -622,5 +752,75 @@ async fn execute(client: &ManagerClient, rpc: Rpc) -> Result<(), RpcError> {
         Rpc::UpdateNodeTags { node_id, set, remove } => client.update_node_tags(&node_id, &set, &remove).await,
         Rpc::PrefetchImages { node_id, images } => client.prefetch_images(&node_id, &images).await,
         Rpc::CreateJob { job_id, template, tags } => client.create_job(&job_id, &template, &tags).await,
+        Rpc::StartMigrationTarget {
+            job_id,
+            instance_key,
+            node_id,
+            gpu_index,
+            runtime_role,
+            defer_start,
+            migration_id,
+        } => {
+            client
+                .start_job(&StartJob {
+                    job_id,
+                    instance_key,
+                    node_id,
+                    gpu_index,
+                    defer_start,
+                    runtime_role,
+                    migration_id: Some(migration_id.0),
+                })
+                .await
+        }
+        Rpc::StartPreparedJob {
+            job_id,
+            instance_key,
+            node_id,
+        } => client.start_prepared_job(&job_id, &instance_key, &node_id).await,
+        Rpc::StopJob {
+            job_id,
+            instance_key,
+            node_id,
+        } => client.stop_job(&job_id, &instance_key, &node_id).await,
+        Rpc::SendMigrationSignal {
+            migration_id,
+            job_id,
+            source_key,
+            target_key,
+            signal,
+        } => {
+            client
+                .send_migration_signal(migration_signal(migration_id, &job_id, source_key, target_key, signal))
+                .await
+        }
+    }
+}
+
+/// A migration step as Manager's `MigrationSignalRequest`.
+fn migration_signal(
+    migration_id: MigrationId,
+    job_id: &JobId,
+    source_key: crate::model::InstanceKey,
+    target_key: crate::model::InstanceKey,
+    step: MigrationStep,
+) -> pb::MigrationSignalRequest {
+    use pb::migration_signal_request::Signal;
+    let signal = match step {
+        MigrationStep::Propose(strategy) => Signal::Propose(match strategy {
+            MigrationStrategy::StopThenStart => pb::MigrationStrategy::StopThenStart,
+            MigrationStrategy::Overlap => pb::MigrationStrategy::Overlap,
+            MigrationStrategy::Handover => pb::MigrationStrategy::Handover,
+        } as i32),
+        MigrationStep::StopOutputAt(payload) => Signal::StopOutputAt(payload),
+        MigrationStep::ApplyFrom(position) => Signal::ApplyFrom(position),
+        MigrationStep::Abort(reason) => Signal::AbortReason(reason),
+    };
+    pb::MigrationSignalRequest {
+        migration_id: migration_id.0,
+        job_id: Some(wire::job_id_to_pb(job_id)),
+        source_key: source_key.0,
+        target_key: target_key.0,
+        signal: Some(signal),
     }
 }

@@ -14,6 +14,8 @@ use super::node_services::{NodeServiceSpec, check_node_services};
 use super::spares::DEFAULT_HOT_SPARE_RECONCILE_INTERVAL_MS;
 use crate::placement::{Pools, SettingsErrorCode, validate_settings};
 
+use super::migration::MigrationSettings;
+
 /// The flat restart ceiling when nothing more specific is configured.
 pub const DEFAULT_MAX_RESTARTS_PER_HOUR: u32 = 6;
 /// `rejectionEscalationCount` default.
@@ -88,6 +90,8 @@ pub struct AutoSettings {
     pub node_services: Vec<NodeServiceSpec>,
     /// Features that must be switched on explicitly.
     pub experimental: Experimental,
+    /// The migration saga's phase deadlines.
+    pub migration: MigrationSettings,
 }
 
 /// `experimental`: features that exist only in part, so nobody configures
@@ -117,6 +121,7 @@ impl Default for AutoSettings {
             hot_spare_reconcile_interval_ms: DEFAULT_HOT_SPARE_RECONCILE_INTERVAL_MS,
             node_services: Vec::new(),
             experimental: Experimental::default(),
+            migration: MigrationSettings::default(),
         }
     }
 }
@@ -177,6 +182,9 @@ pub enum CoreSettingsErrorCode {
     DuplicateNodeService,
     /// `nodeServices[].pools` names a pool that is not configured.
     UnknownNodeServicePool,
+    /// A `migration` phase deadline is 0: every migration would expire in
+    /// that phase.
+    ZeroMigrationPhaseTimeout,
 }
 
 /// One settings problem.
@@ -249,6 +257,15 @@ pub fn validate_auto_settings(settings: AutoSettings) -> Result<ValidSettings, A
     }
     for (code, path, message) in check_node_services(&settings) {
         core(code, &path, &message);
+    }
+    for (name, ms) in settings.migration.named() {
+        if ms == 0 {
+            core(
+                CoreSettingsErrorCode::ZeroMigrationPhaseTimeout,
+                &format!("migration.{name}"),
+                "must be positive",
+            );
+        }
     }
     let pools = match validate_settings(settings.placement_pools.clone(), &settings.hot_spares) {
         Ok(pools) => Some(pools),

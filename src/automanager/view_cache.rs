@@ -3,7 +3,8 @@
 //! and 5,200 jobs), which a recovery burst cannot afford; so the view built
 //! at hydration is kept and brought up to date before each round instead:
 //! nodes whose phase or health changed are updated in place, bindings that
-//! ended are released and new ones reserved. Anything else that changed
+//! ended are released and new ones reserved (migration targets likewise,
+//! beside their sources). Anything else that changed
 //! what placement reads of a node (nodes added or removed, tags, inventory,
 //! template images) rebuilds it, as does a round on backed-off pools.
 //!
@@ -15,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::model::{FleetNode, JobId, JobSpec, NodeId, NodeInventory, NodePhase, PlacedJob, SpareSpec};
 use crate::placement::{FleetError, FleetView, Pools, placed_job};
 
-use super::binding::JobRecord;
+use super::binding::{Binding, JobRecord};
 use super::fleet::{Fleet, NodeState};
 
 /// What the view read of one node, to tell what changed since.
@@ -31,6 +32,7 @@ struct NodeMark {
     inventory: Option<NodeInventory>,
     phase: NodePhase,
     unhealthy: bool,
+    cordoned: bool,
 }
 
 impl NodeMark {
@@ -45,9 +47,14 @@ impl NodeMark {
             inventory: node.inventory,
             phase: node.phase,
             unhealthy: node.unhealthy,
+            cordoned: node.cordoned,
         }
     }
 }
+
+/// Reservations by job: the node, what is reserved there, and the sync
+/// that last found it.
+type Reservations = HashMap<JobId, (NodeId, PlacedJob, u64)>;
 
 /// A kept placement view and what it holds.
 #[derive(Clone, Debug)]
@@ -58,7 +65,9 @@ pub(super) struct ViewCache {
     template_images: BTreeMap<String, Vec<String>>,
     /// Every job reserved in the view, with its node and the sync that
     /// last found it bound.
-    reserved: HashMap<JobId, (NodeId, PlacedJob, u64)>,
+    reserved: Reservations,
+    /// Every migration target reserved in the view, likewise.
+    targets: Reservations,
     /// Counts syncs.
     stamp: u64,
 }
@@ -73,12 +82,17 @@ impl ViewCache {
     ) -> Result<Self, FleetError> {
         let snapshot = fleet.snapshot(pools, placed_jobs(jobs), template_images);
         let view = FleetView::new(&snapshot, pools.clone())?;
-        let mut reserved = HashMap::new();
+        let (mut reserved, mut targets) = (HashMap::new(), HashMap::new());
         let mut nodes = Vec::with_capacity(snapshot.nodes.len());
         // The snapshot holds the fleet's nodes in the fleet's order.
         for (mut node, state) in snapshot.nodes.into_iter().zip(fleet.iter()) {
             for job in std::mem::take(&mut node.jobs) {
-                reserved.insert(job.job_id.clone(), (node.id.clone(), job, 0));
+                let target = jobs
+                    .get(&job.job_id)
+                    .and_then(JobRecord::migration_target)
+                    .is_some_and(|t| t.node_id == node.id);
+                let kept = if target { &mut targets } else { &mut reserved };
+                kept.insert(job.job_id.clone(), (node.id.clone(), job, 0));
             }
             nodes.push(NodeMark::of(node, state.revision));
         }
@@ -87,6 +101,7 @@ impl ViewCache {
             nodes,
             template_images: snapshot.template_images,
             reserved,
+            targets,
             stamp: 0,
         })
     }
@@ -124,47 +139,14 @@ impl ViewCache {
         }
         self.stamp += 1;
         let stamp = self.stamp;
-        let mut kept = 0;
-        for record in jobs.values() {
-            let Some(binding) = &record.binding else {
-                continue;
-            };
-            let id = record.job_id();
-            if let Some((node, placed, seen)) = self.reserved.get_mut(id)
-                && node == &binding.node_id
-                && reserves(placed, &record.job.spec, binding.gpu_index)
-            {
-                *seen = stamp;
-                kept += 1;
-                continue;
-            }
-            if let Some((node, placed, _)) = self.reserved.remove(id) {
-                self.view.release(&node, &placed).ok()?;
-            }
-            let r = &record.bundle_ref;
-            let placed = placed_job(&r.bundle_id, r.replica_index, &record.job.spec, binding.gpu_index);
-            // A binding to a node the fleet no longer holds reserves
-            // nothing, as in a freshly built view.
-            if self.view.reserve(&binding.node_id, &placed).is_ok() {
-                self.reserved
-                    .insert(id.clone(), (binding.node_id.clone(), placed, stamp));
-                kept += 1;
-            }
-        }
-        if self.reserved.len() > kept {
-            // What no binding holds any more is released.
-            let ended: Vec<JobId> = self
-                .reserved
-                .iter()
-                .filter(|(_, (_, _, seen))| *seen != stamp)
-                .map(|(id, _)| id.clone())
-                .collect();
-            for id in ended {
-                if let Some((node, placed, _)) = self.reserved.remove(&id) {
-                    self.view.release(&node, &placed).ok()?;
-                }
-            }
-        }
+        // Targets first: a target that became the binding is released as
+        // a target before it is reserved as the binding.
+        // A migration target is reserved beside its source ("during the
+        // overlap the job is reserved on both nodes").
+        let targets = jobs.values().filter_map(|r| Some((r, r.migration_target()?)));
+        sync_reservations(&mut self.view, &mut self.targets, stamp, targets)?;
+        let bindings = jobs.values().filter_map(|r| Some((r, r.binding.as_ref()?)));
+        sync_reservations(&mut self.view, &mut self.reserved, stamp, bindings)?;
         Some(self)
     }
 
@@ -177,15 +159,72 @@ impl ViewCache {
     pub(super) fn reserved(&mut self, job_id: JobId, node_id: NodeId, placed: PlacedJob) {
         self.reserved.insert(job_id, (node_id, placed, self.stamp));
     }
+
+    /// Records a migration target's reservation a placement made in the
+    /// view.
+    pub(super) fn reserved_target(&mut self, job_id: JobId, node_id: NodeId, placed: PlacedJob) {
+        self.targets.insert(job_id, (node_id, placed, self.stamp));
+    }
 }
 
-/// What every bound job reserves, by node.
+/// Brings `kept` up to date with `bound` (each job with the placement it
+/// holds now): what moved or changed is released and reserved again, what
+/// no placement holds any more is released. `None` when the view refuses.
+fn sync_reservations<'a>(
+    view: &mut FleetView,
+    kept: &mut Reservations,
+    stamp: u64,
+    bound: impl Iterator<Item = (&'a JobRecord, &'a Binding)>,
+) -> Option<()> {
+    let mut count = 0;
+    for (record, binding) in bound {
+        let id = record.job_id();
+        if let Some((node, placed, seen)) = kept.get_mut(id)
+            && node == &binding.node_id
+            && reserves(placed, &record.job.spec, binding.gpu_index)
+        {
+            *seen = stamp;
+            count += 1;
+            continue;
+        }
+        if let Some((node, placed, _)) = kept.remove(id) {
+            view.release(&node, &placed).ok()?;
+        }
+        let r = &record.bundle_ref;
+        let placed = placed_job(&r.bundle_id, r.replica_index, &record.job.spec, binding.gpu_index);
+        // A binding to a node the fleet no longer holds reserves
+        // nothing, as in a freshly built view.
+        if view.reserve(&binding.node_id, &placed).is_ok() {
+            kept.insert(id.clone(), (binding.node_id.clone(), placed, stamp));
+            count += 1;
+        }
+    }
+    if kept.len() > count {
+        // What no binding holds any more is released.
+        let ended: Vec<JobId> = kept
+            .iter()
+            .filter(|(_, (_, _, seen))| *seen != stamp)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ended {
+            if let Some((node, placed, _)) = kept.remove(&id) {
+                view.release(&node, &placed).ok()?;
+            }
+        }
+    }
+    Some(())
+}
+
+/// What every bound job (and every migration target) reserves, by node.
 pub(super) fn placed_jobs(jobs: &BTreeMap<JobId, JobRecord>) -> HashMap<&NodeId, Vec<PlacedJob>> {
     let mut placed: HashMap<&NodeId, Vec<PlacedJob>> = HashMap::new();
-    for record in jobs.values() {
-        let Some(binding) = &record.binding else {
-            continue;
-        };
+    let bound = jobs.values().flat_map(|r| {
+        [r.binding.as_ref(), r.migration_target()]
+            .into_iter()
+            .flatten()
+            .map(move |b| (r, b))
+    });
+    for (record, binding) in bound {
         let r = &record.bundle_ref;
         placed.entry(&binding.node_id).or_default().push(placed_job(
             &r.bundle_id,
@@ -210,7 +249,10 @@ pub(super) fn placement_phase(node: &NodeState) -> NodePhase {
 /// health) still holds.
 fn same_node(node: &NodeState, mark: &NodeMark, pools: &Pools) -> bool {
     use crate::model::tags;
+    // A cordon is rare (an operator's act, a drain): the view is built
+    // again rather than taught to flip it in place.
     node.id == mark.id
+        && node.cordoned == mark.cordoned
         && node.tags.get(tags::POOL) == mark.pool.as_ref()
         && node.tags.get(tags::TIER) == mark.tier.as_ref()
         && node.tags.get(tags::SPARE).is_some_and(|v| v == "true") == mark.spare

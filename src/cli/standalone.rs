@@ -257,5 +257,33 @@ pub fn describe(notification: &Notification) -> String {
             format!("prefetched   {node_id}: {} image(s)", results.len())
         }
         Notification::AuditAppended { entry } => format!("audit        {} {}", entry.action, entry.subject),
+        Notification::DrainProgress(state) => format!(
+            "drain        {} {:?} ({} job(s))",
+            state.node_id,
+            state.phase,
+            state.jobs.len()
+        ),
+        Notification::NodeInterrupted(state) => {
+            format!(
+                "interrupted  {} {:?}, drain {:?}",
+                state.node_id, state.kind, state.drain.phase
+            )
+        }
+        Notification::MigrationPhase(state) => format!(
+            "migration    {} {}: {:?} ({} -> {})",
+            state.migration_id, state.job_id, state.phase, state.source_node_id, state.target_node_id
+        ),
+        Notification::MigrationCompleted { migration_id, job_id } => {
+            format!("migrated     {job_id} ({migration_id})")
+        }
+        Notification::MigrationAborted {
+            migration_id,
+            job_id,
+            reason,
+            lost,
+        } => {
+            let verb = if *lost { "mig. lost" } else { "mig. abort" };
+            format!("{verb:<12} {job_id} ({migration_id}): {reason}")
+        }
     }
 }

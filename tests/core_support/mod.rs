@@ -5,11 +5,13 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod migration;
+
 use std::collections::BTreeMap;
 
 use norsk_auto_manager::automanager::{
-    Action, AutoManagerCore, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId, Rpc,
-    RpcFailure, RpcFailureKind, validate_auto_settings,
+    Action, Answer, AutoManagerCore, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId,
+    Rpc, RpcFailure, RpcFailureKind, validate_auto_settings,
 };
 use norsk_auto_manager::model::{
     Bundle, BundleId, BundleJobRef, BundleSpec, InstanceKey, JobHistoryEntry, JobId, JobState, JobStopReason,
@@ -149,6 +151,19 @@ impl Harness {
         let mut out = Vec::new();
         self.actions.retain(|(_, a)| match a {
             Action::Reply { command, result } => {
+                out.push((*command, result.clone()));
+                false
+            }
+            _ => true,
+        });
+        out
+    }
+
+    /// Every command answer carrying a value so far (drained).
+    pub fn take_answers(&mut self) -> Vec<(CommandId, Result<Answer, CommandError>)> {
+        let mut out = Vec::new();
+        self.actions.retain(|(_, a)| match a {
+            Action::Answer { command, result } => {
                 out.push((*command, result.clone()));
                 false
             }

@@ -1,0 +1,476 @@
+//! Drain / cordon / evict: taking a node out of service. A cordoned node
+//! takes no new placements (the placement view reads the flag); a drain
+//! cordons its node, starts a migration (the saga of `migrate_job`) for
+//! every job bound to it, follows those migrations, and terminates the node
+//! once it is empty — through the one terminate path, so `nodeTerminated`
+//! fires once. At its timeout a drain ends `partial` (nothing terminated,
+//! the node still cordoned), or, with `force`, terminates the node with its
+//! stuck jobs on it; they are then recovered per their `onRuntimeFailure`
+//! when Manager reports the node stopping.
+//!
+//! This module owns the drains and the cordon flag's meaning; it never
+//! places a job itself (the saga does), and it never changes a binding.
+
+mod state;
+
+use std::collections::BTreeMap;
+
+use crate::model::{JobId, NodeId, UnixMillis};
+
+use super::core::AutoManagerCore;
+use super::interruption::Interruptions;
+use super::migration::{MigrationEnd, MigrationOptions};
+use super::{CommandError, Notification, RpcFailure, RpcFailureKind};
+
+pub use state::{DrainJob, DrainJobStatus, DrainOptions, DrainPhase, DrainState, StrategyFor};
+
+/// `DEFAULT_DRAIN_TIMEOUT_MS`: how long a drain waits for its node to empty
+/// when no timeout is given (10 min).
+pub const DEFAULT_DRAIN_TIMEOUT_MS: u64 = 10 * 60_000;
+
+/// One drain: its state, its deadline and whether its terminate is out.
+#[derive(Clone, Debug, PartialEq)]
+struct Drain {
+    state: DrainState,
+    /// When the timeout falls (`started + timeout_ms`).
+    deadline: UnixMillis,
+}
+
+impl Drain {
+    fn terminate_issued(&self) -> bool {
+        self.state.phase == DrainPhase::Terminating || self.state.phase == DrainPhase::Done
+    }
+}
+
+/// Every drain (the running ones and the last one of each node) and every
+/// interruption notice taken.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Drains {
+    by_node: BTreeMap<NodeId, Drain>,
+    pub(super) interruptions: Interruptions,
+    /// Cordons of a disposed core, applied once this one is hydrated.
+    carried_cordons: Vec<NodeId>,
+}
+
+impl Drains {
+    /// What a fresh core carries on from a disposed one (after a stream
+    /// break): its cordons, which are this AutoManager's own state and not
+    /// in Manager's snapshot. Drains and notices are not carried: the
+    /// disposed core's migrations end with it, and Manager replays its
+    /// interruption notices in the new snapshot.
+    pub(super) fn carried_from(previous: &AutoManagerCore) -> Self {
+        Self {
+            carried_cordons: previous
+                .fleet
+                .iter()
+                .filter(|n| n.cordoned)
+                .map(|n| n.id.clone())
+                .collect(),
+            ..Self::default()
+        }
+    }
+
+    /// The drain of `node` (running, or the last one).
+    pub(super) fn get(&self, node: &NodeId) -> Option<&DrainState> {
+        self.by_node.get(node).map(|d| &d.state)
+    }
+
+    /// Every drain, in node order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &DrainState> {
+        self.by_node.values().map(|d| &d.state)
+    }
+
+    /// Whether jobs lost with `node` were lost to a provider reclaim.
+    pub(super) fn is_reclaimed(&self, node: &NodeId) -> bool {
+        self.interruptions.get(node).is_some()
+    }
+
+    /// The earliest timeout of a drain that has not issued its terminate.
+    pub(super) fn next_deadline(&self) -> Option<UnixMillis> {
+        self.by_node
+            .values()
+            .filter(|d| !d.state.phase.is_final() && !d.terminate_issued())
+            .map(|d| d.deadline)
+            .min()
+    }
+
+    /// A running drain's deadline, made no later than `deadline` and forced
+    /// (an interruption notice for a node already draining); true when that
+    /// changed it.
+    pub(super) fn tighten(&mut self, node: &NodeId, deadline: UnixMillis) -> bool {
+        let Some(drain) = self.by_node.get_mut(node).filter(|d| !d.state.phase.is_final()) else {
+            return false;
+        };
+        let mut changed = !drain.state.force;
+        drain.state.force = true;
+        if deadline < drain.deadline && !drain.terminate_issued() {
+            drain.deadline = deadline;
+            drain.state.timeout_ms = (deadline - drain.state.started).max(0) as u64;
+            changed = true;
+        }
+        changed
+    }
+
+    fn running(&self, node: &NodeId) -> bool {
+        self.by_node.get(node).is_some_and(|d| !d.state.phase.is_final())
+    }
+
+    fn running_nodes(&self) -> Vec<NodeId> {
+        self.by_node
+            .iter()
+            .filter(|(_, d)| !d.state.phase.is_final())
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+}
+
+impl AutoManagerCore {
+    /// `cordonNode`: no new placements land on the node.
+    pub(super) fn cordon_node(&mut self, node_id: &NodeId) -> Result<(), CommandError> {
+        let node = self
+            .fleet
+            .get_mut(node_id)
+            .ok_or_else(|| CommandError::UnknownNode(node_id.clone()))?;
+        node.cordoned = true;
+        Ok(())
+    }
+
+    /// `uncordonNode`: placements may land on the node again. A drain that
+    /// has not issued its terminate is cancelled (its migrations in flight
+    /// run to their end) and an interruption notice is withdrawn with it.
+    pub(super) fn uncordon_node(&mut self, node_id: &NodeId) -> Result<(), CommandError> {
+        let node = self
+            .fleet
+            .get_mut(node_id)
+            .ok_or_else(|| CommandError::UnknownNode(node_id.clone()))?;
+        if std::mem::replace(&mut node.cordoned, false) {
+            // Capacity came back: a job that found nowhere may fit now.
+            self.fleet_epoch += 1;
+        }
+        let cancelled = self
+            .drains
+            .by_node
+            .get_mut(node_id)
+            .filter(|d| !d.state.phase.is_final() && !d.terminate_issued());
+        if let Some(drain) = cancelled {
+            drain.state.phase = DrainPhase::Failed;
+            drain.state.reason = Some("cancelled: the node was uncordoned".to_owned());
+            let state = drain.state.clone();
+            self.drains.interruptions.withdraw(node_id);
+            self.notify(Notification::DrainProgress(Box::new(state)));
+        }
+        Ok(())
+    }
+
+    /// `isCordoned`.
+    pub fn is_cordoned(&self, node_id: &NodeId) -> bool {
+        self.fleet.get(node_id).is_some_and(|n| n.cordoned)
+    }
+
+    /// `drainStatus`: the node's running drain, or its last one.
+    pub fn drain_status(&self, node_id: &NodeId) -> Option<&DrainState> {
+        self.drains.get(node_id)
+    }
+
+    /// Every drain (running, or the last one of its node).
+    pub fn drains(&self) -> impl Iterator<Item = &DrainState> {
+        self.drains.iter()
+    }
+
+    /// `terminateNode`: terminate without cordoning.
+    pub(super) fn terminate_node(&mut self, node_id: &NodeId) -> Result<(), CommandError> {
+        let node = self
+            .fleet
+            .get(node_id)
+            .ok_or_else(|| CommandError::UnknownNode(node_id.clone()))?;
+        if !node.terminated {
+            self.terminate(node_id);
+            self.follow_drain(node_id);
+        }
+        Ok(())
+    }
+
+    /// `evictNode`: cordon, then terminate at once; the jobs on it recover
+    /// per their `onRuntimeFailure` when Manager reports it stopping.
+    pub(super) fn evict_node(&mut self, node_id: &NodeId) -> Result<(), CommandError> {
+        self.cordon_node(node_id)?;
+        self.terminate_node(node_id)
+    }
+
+    /// `drainNode`: cordons the node and starts a migration for every job
+    /// bound to it. One drain per node: while one runs, this returns it
+    /// unchanged.
+    pub(super) fn drain_node(
+        &mut self,
+        node_id: &NodeId,
+        options: DrainOptions,
+        now: UnixMillis,
+    ) -> Result<(), CommandError> {
+        if self.drains.running(node_id) {
+            return Ok(());
+        }
+        let node = self
+            .fleet
+            .get(node_id)
+            .ok_or_else(|| CommandError::UnknownNode(node_id.clone()))?;
+        if node.terminated || node.is_going() {
+            return Err(CommandError::NodeGone(node_id.clone()));
+        }
+        self.cordon_node(node_id)?;
+        let bound: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|r| r.is_bound_to(node_id))
+            .map(|r| r.job_id().clone())
+            .collect();
+        let mut jobs = Vec::with_capacity(bound.len());
+        for job_id in bound {
+            if let Some(bundle_id) = self
+                .jobs
+                .get(&job_id)
+                .map(|r| &r.bundle_ref.bundle_id)
+                .filter(|b| self.broken.contains_key(*b))
+            {
+                // "A broken bundle ... stops placing every replica of it":
+                // no target is placed for it either.
+                jobs.push(DrainJob {
+                    reason: Some(format!("its bundle {bundle_id} is broken")),
+                    job_id,
+                    status: DrainJobStatus::Stuck,
+                    migration_id: None,
+                });
+                continue;
+            }
+            let strategy = options.strategy_for.strategy(&job_id);
+            let options = MigrationOptions {
+                strategy,
+                ..MigrationOptions::default()
+            };
+            jobs.push(match self.migrate_job(&job_id, &options, now) {
+                Ok(migration_id) => DrainJob {
+                    job_id,
+                    status: DrainJobStatus::Migrating,
+                    migration_id: Some(migration_id),
+                    reason: None,
+                },
+                // Refused (not running, not placed here, already migrating)
+                // or nowhere to place the target: stuck where it is.
+                Err(refusal) => DrainJob {
+                    job_id,
+                    status: DrainJobStatus::Stuck,
+                    migration_id: None,
+                    reason: Some(refusal.to_string()),
+                },
+            });
+        }
+        let timeout_ms = options.timeout_ms.unwrap_or(DEFAULT_DRAIN_TIMEOUT_MS);
+        let migrating = jobs.iter().any(|j| j.status == DrainJobStatus::Migrating);
+        let state = DrainState {
+            node_id: node_id.clone(),
+            phase: if migrating {
+                DrainPhase::Migrating
+            } else {
+                DrainPhase::Waiting
+            },
+            started: now,
+            timeout_ms,
+            force: options.force,
+            jobs,
+            reason: None,
+        };
+        self.notify(Notification::DrainProgress(Box::new(state.clone())));
+        let deadline = now.saturating_add(timeout_ms.min(i64::MAX as u64) as i64);
+        self.drains.by_node.insert(node_id.clone(), Drain { state, deadline });
+        self.follow_drain(node_id);
+        Ok(())
+    }
+
+    /// Before a hydrated step's timers and placement round: cordons carried
+    /// from a disposed core take effect, and the interruption notices Manager
+    /// relayed are acted on.
+    pub(super) fn prepare_drains(&mut self, now: UnixMillis) {
+        for node_id in std::mem::take(&mut self.drains.carried_cordons) {
+            if let Some(node) = self.fleet.get_mut(&node_id) {
+                node.cordoned = true;
+            }
+        }
+        self.act_on_relayed_interruptions(now);
+    }
+
+    /// Brings every running drain up to date with its jobs and migrations;
+    /// terminates the nodes that are empty. Runs at the end of every step.
+    pub(super) fn follow_drains(&mut self) {
+        for node_id in self.drains.running_nodes() {
+            self.follow_drain(&node_id);
+        }
+        // What is kept of a node goes with it: its last drain and its notice.
+        let fleet = &self.fleet;
+        if self
+            .drains
+            .by_node
+            .iter()
+            .any(|(n, d)| d.state.phase.is_final() && !fleet.contains(n))
+        {
+            self.drains
+                .by_node
+                .retain(|n, d| !d.state.phase.is_final() || fleet.contains(n));
+        }
+        self.drains.interruptions.forget_missing(fleet);
+    }
+
+    fn follow_drain(&mut self, node_id: &NodeId) {
+        let Some(drain) = self.drains.by_node.get(node_id) else {
+            return;
+        };
+        if drain.state.phase.is_final() || drain.terminate_issued() {
+            return;
+        }
+        let mut state = drain.state.clone();
+        for job in &mut state.jobs {
+            let on_node = self.jobs.get(&job.job_id).is_some_and(|r| r.is_bound_to(node_id));
+            match job.status {
+                DrainJobStatus::Migrating => {
+                    let migration = job.migration_id.as_ref().and_then(|id| self.migrations.get(id));
+                    match migration.map(|m| (m.end(), &m.reason)) {
+                        Some((None, _)) => {}
+                        Some((Some(MigrationEnd::Completed), _)) => job.status = DrainJobStatus::Migrated,
+                        // Aborted (or lost past its point of no return) with
+                        // the job still here: stuck until the timeout.
+                        Some((Some(end), reason)) if on_node => {
+                            job.status = DrainJobStatus::Stuck;
+                            job.reason = Some(reason.clone().unwrap_or_else(|| format!("migration {end:?}")));
+                        }
+                        _ => job.status = DrainJobStatus::Moved,
+                    }
+                }
+                DrainJobStatus::Stuck if !on_node => {
+                    job.status = DrainJobStatus::Moved;
+                    job.reason = None;
+                }
+                _ => {}
+            }
+        }
+        let node = self.fleet.get(node_id);
+        // The drain's own jobs first; the whole job table (and the
+        // migration targets) only once they have all left.
+        let empty = !state
+            .jobs
+            .iter()
+            .any(|j| matches!(j.status, DrainJobStatus::Migrating | DrainJobStatus::Stuck))
+            && !self.jobs.values().any(|r| r.is_bound_to(node_id))
+            && !self.hosts_migration_target(node_id);
+        match node {
+            None => {
+                state.phase = DrainPhase::Failed;
+                state.reason = Some("the node left the fleet before the drain finished".to_owned());
+            }
+            // Terminated outside the drain's own emptying (a forced
+            // timeout, `terminateNode`, `evictNode`, a provision's startup
+            // grace): every job still on it goes down with it.
+            Some(n) if n.terminated => {
+                mark_terminated(&mut state);
+                state.phase = DrainPhase::Terminating;
+            }
+            Some(n) if n.is_going() => {
+                state.phase = DrainPhase::Failed;
+                state.reason = Some("the node stopped before the drain finished".to_owned());
+            }
+            Some(_) if empty => {
+                state.phase = DrainPhase::Terminating;
+                self.terminate(node_id);
+            }
+            Some(_) if state.jobs.iter().any(|j| j.status == DrainJobStatus::Migrating) => {
+                state.phase = DrainPhase::Migrating;
+            }
+            Some(_) => state.phase = DrainPhase::Waiting,
+        }
+        self.publish_drain(node_id, state);
+    }
+
+    /// Drains whose timeout has passed: `partial`, or with `force` the node
+    /// terminated with its stuck jobs on it.
+    pub(super) fn expire_drains(&mut self, now: UnixMillis) {
+        let due: Vec<NodeId> = self
+            .drains
+            .by_node
+            .iter()
+            .filter(|(_, d)| !d.state.phase.is_final() && !d.terminate_issued() && d.deadline <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for node_id in due {
+            self.follow_drain(&node_id);
+            let Some(drain) = self.drains.by_node.get(&node_id) else {
+                continue;
+            };
+            if drain.state.phase.is_final() || drain.terminate_issued() {
+                continue;
+            }
+            if drain.state.force {
+                self.terminate(&node_id);
+                self.follow_drain(&node_id);
+                continue;
+            }
+            let mut state = drain.state.clone();
+            // The drain's outcome is fixed here: a migration still in flight
+            // runs to its end, but the job is reported stuck where it was.
+            for job in &mut state.jobs {
+                if job.status == DrainJobStatus::Migrating {
+                    job.status = DrainJobStatus::Stuck;
+                    job.reason = Some("its migration was still in flight at the timeout".to_owned());
+                }
+            }
+            let stuck = state.jobs.iter().filter(|j| j.status == DrainJobStatus::Stuck).count();
+            state.phase = DrainPhase::Partial;
+            state.reason = Some(format!(
+                "timed out after {} ms with {stuck} job(s) stuck",
+                state.timeout_ms
+            ));
+            self.publish_drain(&node_id, state);
+        }
+    }
+
+    /// Manager answered a `TerminateNode`: a drain waiting on it is `done`,
+    /// or `failed` when Manager refused (a node Manager no longer knows is
+    /// gone, which is what was asked).
+    pub(super) fn drain_terminate_settled(&mut self, node_id: &NodeId, failure: Option<&RpcFailure>) {
+        let Some(drain) = self
+            .drains
+            .by_node
+            .get(node_id)
+            .filter(|d| d.state.phase == DrainPhase::Terminating)
+        else {
+            return;
+        };
+        let mut state = drain.state.clone();
+        match failure {
+            Some(f) if f.kind != RpcFailureKind::NotFound => {
+                state.phase = DrainPhase::Failed;
+                state.reason = Some(format!("terminating the node failed: {}", f.message));
+            }
+            _ => state.phase = DrainPhase::Done,
+        }
+        self.publish_drain(node_id, state);
+    }
+
+    /// Stores a drain's new state and fires `drainProgress` if it changed.
+    fn publish_drain(&mut self, node_id: &NodeId, state: DrainState) {
+        let Some(drain) = self.drains.by_node.get_mut(node_id) else {
+            return;
+        };
+        if drain.state != state {
+            drain.state = state.clone();
+            self.notify(Notification::DrainProgress(Box::new(state)));
+        }
+    }
+}
+
+/// Jobs still migrating or stuck when the node's terminate was issued go
+/// down with it.
+fn mark_terminated(state: &mut DrainState) {
+    for job in &mut state.jobs {
+        if matches!(job.status, DrainJobStatus::Migrating | DrainJobStatus::Stuck) {
+            job.status = DrainJobStatus::Terminated;
+            job.reason = Some("still on the node when it was terminated".to_owned());
+        }
+    }
+}

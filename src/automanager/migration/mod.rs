@@ -1,0 +1,574 @@
+//! The migration saga: moving a running bundle job from one node to another
+//! (`migrateJob`). This module owns the saga's vocabulary — ids,
+//! strategies, phases, the state every phase transition is recorded in, the
+//! `migration` settings (one deadline per phase), and why a migration is
+//! refused — and, in its submodules, the saga itself: placing the target
+//! through the ordinary placement path ([`start`]), driving each strategy
+//! through its phases on Manager's events ([`observe`]), and deadlines,
+//! aborts and `close()` ([`wind_down`]). The `migration` settings and the
+//! refusals have a file each.
+//!
+//! The job's record ([`super::binding::JobRecord`]) carries the migration
+//! claim: the target instance, reserved on its node next to the source for
+//! as long as both exist, and moved into the binding at `done`.
+
+mod observe;
+mod rebind;
+mod refusal;
+mod settings;
+mod start;
+mod wind_down;
+
+pub use refusal::MigrationRefusal;
+pub use settings::{
+    DEFAULT_MIGRATION_HANDOVER_STEP_TIMEOUT_MS, DEFAULT_MIGRATION_PLACING_TIMEOUT_MS,
+    DEFAULT_MIGRATION_START_TIMEOUT_MS, DEFAULT_MIGRATION_STOPPING_SOURCE_TIMEOUT_MS, MigrationSettings,
+};
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{InstanceKey, JobId, NodeId, UnixMillis};
+
+use super::binding::{MigrationClaim, StoppingInstance};
+use super::core::{AutoManagerCore, Pending};
+use super::{MigrationStep, Notification, Rpc};
+
+/// `CLOSE_ABORT_GRACE_MS`: how long `close()` holds the channel open for
+/// the aborts of in-flight migrations to be sent (5 s at most; with nothing
+/// in flight it closes at once).
+pub const CLOSE_ABORT_GRACE_MS: u64 = 5_000;
+
+/// How many ended migrations are kept for `migrationById` / `migrations()`
+/// besides those in flight (the oldest ended ones are forgotten first).
+pub const ENDED_MIGRATIONS_KEPT: usize = 1_024;
+
+/// A migration's id: eight hex digits, which are also the tag of the
+/// target's instance key (`migrationTargetRole(slot, id)`:
+/// `primary@3f9c1e2a`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MigrationId(pub String);
+
+impl MigrationId {
+    /// The id of tag `tag`.
+    pub fn of_tag(tag: u32) -> Self {
+        Self(format!("{tag:08x}"))
+    }
+
+    /// The id as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for MigrationId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// How the job moves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MigrationStrategy {
+    /// The target is created without starting (`deferStart`), the source
+    /// stopped, the prepared target started. Never two running at once; a
+    /// gap of one container start. No job cooperation.
+    #[default]
+    StopThenStart,
+    /// The target started, and once running the source stopped. Both run
+    /// for a moment. No job cooperation.
+    Overlap,
+    /// Cooperative: the target signals ready (with an opaque payload), the
+    /// source stops output at that point and reports where, the target
+    /// applies from there and confirms; only then is the source stopped.
+    Handover,
+}
+
+/// `migrateJob`'s options.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct MigrationOptions {
+    /// The strategy (default `stopThenStart`).
+    pub strategy: MigrationStrategy,
+    /// A hard pin: only this node may take the target.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_node_id: Option<NodeId>,
+    /// The target may take a spare exclusively reserved for other
+    /// templates.
+    pub override_reservation: bool,
+}
+
+/// Where a migration is. The phases a strategy passes through:
+///
+/// - `stopThenStart`: `placing -> preparing -> stoppingSource ->
+///   startingTarget -> done`
+/// - `overlap`: `placing -> starting -> stoppingSource -> done`
+/// - `handover`: `placing -> starting -> awaitingReady -> stoppingOutput ->
+///   applying -> stoppingSource -> done`
+///
+/// Any phase before the point of no return may end `aborted`; after it a
+/// migration ends `done` (failing forward) or, when its target is lost or
+/// the AutoManager closes, `lost`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MigrationPhase {
+    /// The target is placed on a node that is still being provisioned; its
+    /// `StartJob` follows when the node starts.
+    Placing,
+    /// `stopThenStart`: the target was created with `deferStart`; waiting
+    /// for `job_prepared`.
+    Preparing,
+    /// `overlap` / `handover`: the target was started; waiting for it to
+    /// run.
+    Starting,
+    /// `handover`: both instances were told (`propose`); waiting for the
+    /// target's `target_ready`.
+    AwaitingReady,
+    /// `handover`: the source was told to stop output at the target's
+    /// payload (the point of no return); waiting for `source_stopped_at`.
+    StoppingOutput,
+    /// `handover`: the target was told to apply from the source's position;
+    /// waiting for `target_applied`.
+    Applying,
+    /// The source was told to stop (for `stopThenStart` and `overlap`, the
+    /// point of no return); waiting for it to stop.
+    StoppingSource,
+    /// `stopThenStart`: the prepared target was started; waiting for it to
+    /// run.
+    StartingTarget,
+    /// The job lives on the target: binding, placement of record and
+    /// active instance key moved there.
+    Done,
+    /// Rolled back before the point of no return: both instance keys told,
+    /// the target stopped, the source still running.
+    Aborted,
+    /// Past the point of no return and could not finish (its target lost,
+    /// or the AutoManager closed): the job is left to what Manager's
+    /// history says of it.
+    Lost,
+}
+
+impl MigrationPhase {
+    /// Whether the migration has ended.
+    pub fn is_ended(self) -> bool {
+        matches!(self, Self::Done | Self::Aborted | Self::Lost)
+    }
+}
+
+/// How a migration ended, for whoever started it (a drain consults this).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MigrationEnd {
+    /// `done`: the job lives on the target.
+    Completed,
+    /// `aborted`: rolled back; the job is where it was.
+    Aborted,
+    /// `lost`: past the point of no return and not finished.
+    Lost,
+}
+
+/// One phase transition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PhaseTransition {
+    /// The phase entered.
+    pub phase: MigrationPhase,
+    /// When.
+    pub at: UnixMillis,
+}
+
+/// A migration as the core knows it (`migrationById`, `onMigrationPhase`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationState {
+    /// Its id.
+    pub migration_id: MigrationId,
+    /// The job moved.
+    pub job_id: JobId,
+    /// How.
+    pub strategy: MigrationStrategy,
+    /// Where it is.
+    pub phase: MigrationPhase,
+    /// Every phase entered, with when, in order (the first is `placing`).
+    pub transitions: Vec<PhaseTransition>,
+    /// The node the job runs on.
+    pub source_node_id: NodeId,
+    /// The instance key it wears there.
+    pub source_key: InstanceKey,
+    /// The node placement chose for the target.
+    pub target_node_id: NodeId,
+    /// The key the target wears (`<slot>@<id>`).
+    pub target_key: InstanceKey,
+    /// The source has been told to stop (or to stop output): from here
+    /// there is no rollback and the saga fails forward.
+    pub past_point_of_no_return: bool,
+    /// When the current phase's deadline (from the `migration` settings)
+    /// expires; none once ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase_deadline: Option<UnixMillis>,
+    /// Why it was aborted or lost, or how it failed forward.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl MigrationState {
+    /// When the migration started.
+    pub fn started_at(&self) -> UnixMillis {
+        self.transitions.first().map_or(0, |t| t.at)
+    }
+
+    /// When the current phase was entered.
+    pub fn phase_entered_at(&self) -> UnixMillis {
+        self.transitions.last().map_or(0, |t| t.at)
+    }
+
+    /// How it ended; none while in flight.
+    pub fn end(&self) -> Option<MigrationEnd> {
+        match self.phase {
+            MigrationPhase::Done => Some(MigrationEnd::Completed),
+            MigrationPhase::Aborted => Some(MigrationEnd::Aborted),
+            MigrationPhase::Lost => Some(MigrationEnd::Lost),
+            _ => None,
+        }
+    }
+
+    /// Whether it is still in flight.
+    pub fn is_in_flight(&self) -> bool {
+        !self.phase.is_ended()
+    }
+}
+
+/// Every migration the core knows: those in flight and the most recent
+/// ended ones.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Migrations {
+    by_id: BTreeMap<MigrationId, MigrationState>,
+    /// Ended migrations, oldest first (forgotten past
+    /// [`ENDED_MIGRATIONS_KEPT`]).
+    ended: std::collections::VecDeque<MigrationId>,
+    /// Counts migrations started, for ids.
+    serial: u64,
+    /// Migrations whose target's `StartJob` awaits its answer.
+    start_pending: std::collections::BTreeSet<MigrationId>,
+    /// Aborted migrations whose target is stopped once its `StartJob` is
+    /// answered (so the stop cannot overtake the start).
+    stop_when_started: std::collections::BTreeSet<MigrationId>,
+    /// Migrations whose source has been seen stopped.
+    source_stopped: std::collections::BTreeSet<MigrationId>,
+    /// Sources told to stop, by job, until their stop is answered and
+    /// they are seen stopped. Until then the job is not placed again: a new
+    /// instance in the same slot would wear the same key, and a stop still
+    /// addressed to the source could reach it.
+    stopping_sources: BTreeMap<JobId, SourceStop>,
+    /// The kept placement view is known to match the fleet and every
+    /// placement: it was brought up to date by the previous target
+    /// placement and nothing else has happened since. Consecutive
+    /// migrations (a drain's, a burst of `migrateJob`s) then skip bringing
+    /// it up to date again, which costs a pass over the fleet and every job.
+    view_in_sync: bool,
+}
+
+/// A source told to stop.
+#[derive(Clone, Debug)]
+struct SourceStop {
+    /// The instance.
+    instance: StoppingInstance,
+    /// Its `StopJob`s not yet answered (a stop is sent again when Manager
+    /// did not hear it, or at a deadline).
+    unanswered: u32,
+    /// Its `Stopped` is seen, or Manager no longer knows it.
+    stopped: bool,
+}
+
+/// Which call of a saga an RPC result answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MigrationCall {
+    /// The target's `StartJob`.
+    StartTarget,
+    /// `StartPreparedJob` of the prepared target.
+    StartPrepared,
+    /// `StopJob` of the source.
+    StopSource,
+    /// `StopJob` of the target (abort).
+    StopTarget,
+    /// A `SendMigrationSignal`.
+    Signal,
+}
+
+impl Migrations {
+    /// One migration.
+    pub(crate) fn get(&self, id: &MigrationId) -> Option<&MigrationState> {
+        self.by_id.get(id)
+    }
+
+    fn get_mut(&mut self, id: &MigrationId) -> Option<&mut MigrationState> {
+        self.by_id.get_mut(id)
+    }
+
+    /// Every migration known, oldest first.
+    pub(crate) fn all(&self) -> Vec<&MigrationState> {
+        let mut all: Vec<&MigrationState> = self.by_id.values().collect();
+        all.sort_by(|a, b| (a.started_at(), &a.migration_id).cmp(&(b.started_at(), &b.migration_id)));
+        all
+    }
+
+    /// The ids of every migration in flight.
+    fn in_flight(&self) -> Vec<MigrationId> {
+        self.by_id
+            .values()
+            .filter(|m| m.is_in_flight())
+            .map(|m| m.migration_id.clone())
+            .collect()
+    }
+
+    /// The most recent ended migration of `job`.
+    fn latest_ended_for(&self, job: &JobId) -> Option<&MigrationState> {
+        self.ended
+            .iter()
+            .rev()
+            .filter_map(|id| self.by_id.get(id))
+            .find(|m| &m.job_id == job)
+    }
+
+    /// The earliest phase deadline of the migrations in flight.
+    pub(crate) fn next_deadline(&self) -> Option<UnixMillis> {
+        self.by_id.values().filter_map(|m| m.phase_deadline).min()
+    }
+
+    /// A fresh id and its tag: eight hex digits mixed from the job, a
+    /// serial and the time (FNV-1a), never one already known.
+    fn next_id(&mut self, job: &JobId, now: UnixMillis) -> (MigrationId, u32) {
+        loop {
+            self.serial += 1;
+            let mut hash: u32 = 0x811c_9dc5;
+            let bytes = job.0.bytes().chain(self.serial.to_le_bytes()).chain(now.to_le_bytes());
+            for byte in bytes {
+                hash = (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193);
+            }
+            let id = MigrationId::of_tag(hash);
+            if !self.by_id.contains_key(&id) {
+                return (id, hash);
+            }
+        }
+    }
+
+    /// Anything but a target placement may have changed what the kept
+    /// view must reflect.
+    pub(crate) fn forget_view_sync(&mut self) {
+        self.view_in_sync = false;
+    }
+
+    /// Whether `job` waits for a migration's source to stop before it may
+    /// be placed again.
+    pub(crate) fn holds_placement_of(&self, job: &JobId) -> bool {
+        self.stopping_sources.contains_key(job)
+    }
+
+    /// An instance of `job` stopped: if it is a source being waited for,
+    /// the wait is over.
+    fn source_seen_stopped(&mut self, job: &JobId, role: &InstanceKey, node: Option<&NodeId>) {
+        if let Some(stop) = self.stopping_sources.get_mut(job)
+            && &stop.instance.instance_key == role
+            && node.is_none_or(|n| n == &stop.instance.node_id)
+        {
+            stop.stopped = true;
+            if stop.unanswered == 0 {
+                self.stopping_sources.remove(job);
+            }
+        }
+    }
+
+    /// One of a source's `StopJob`s was answered; `gone` when Manager no
+    /// longer knows it (nothing left to see stop). The wait ends when it
+    /// is stopped and no stop addressed to it is still on its way.
+    fn source_stop_answered(&mut self, job: &JobId, gone: bool) {
+        if let Some(stop) = self.stopping_sources.get_mut(job) {
+            stop.unanswered = stop.unanswered.saturating_sub(1);
+            stop.stopped |= gone;
+            if stop.stopped && stop.unanswered == 0 {
+                self.stopping_sources.remove(job);
+            }
+        }
+    }
+
+    /// Whether the source of `id` was told to stop and is not yet seen
+    /// stopped.
+    fn awaits_source_stop(&self, id: &MigrationId) -> bool {
+        self.by_id.get(id).is_some_and(|m| {
+            self.stopping_sources
+                .get(&m.job_id)
+                .is_some_and(|s| !s.stopped && s.instance.instance_key == m.source_key)
+        })
+    }
+
+    /// The migrations a fresh core carries on from a disposed one (after a
+    /// stream break): the ended ones for the queries, the id serial, and
+    /// those in flight, which the fresh core fails (see
+    /// [`AutoManagerCore::fail_inherited_migrations`]).
+    pub(crate) fn inherited(previous: &Migrations) -> Self {
+        Self {
+            by_id: previous.by_id.clone(),
+            ended: previous.ended.clone(),
+            serial: previous.serial,
+            ..Self::default()
+        }
+    }
+
+    /// Sources on a node that is gone are not waited for.
+    fn forget_sources_on(&mut self, node: &NodeId) {
+        self.stopping_sources.retain(|_, s| &s.instance.node_id != node);
+    }
+
+    fn insert(&mut self, state: MigrationState) {
+        self.by_id.insert(state.migration_id.clone(), state);
+    }
+
+    /// Remembers that `id` ended; the oldest ended ones past
+    /// [`ENDED_MIGRATIONS_KEPT`] are forgotten.
+    fn mark_ended(&mut self, id: &MigrationId) {
+        self.ended.push_back(id.clone());
+        self.source_stopped.remove(id);
+        while self.ended.len() > ENDED_MIGRATIONS_KEPT {
+            if let Some(old) = self.ended.pop_front() {
+                self.by_id.remove(&old);
+            }
+        }
+    }
+}
+
+impl AutoManagerCore {
+    /// `migrationById`.
+    pub fn migration_by_id(&self, id: &MigrationId) -> Option<&MigrationState> {
+        self.migrations.get(id)
+    }
+
+    /// `migrationForJob`: the job's migration in flight, else its most
+    /// recent ended one.
+    pub fn migration_for_job(&self, job: &JobId) -> Option<&MigrationState> {
+        self.jobs
+            .get(job)
+            .and_then(|r| r.migration.as_ref())
+            .and_then(|c| self.migrations.get(&c.migration_id))
+            .or_else(|| self.migrations.latest_ended_for(job))
+    }
+
+    /// `migrations()`: in flight and recently ended, oldest first.
+    pub fn migrations(&self) -> Vec<&MigrationState> {
+        self.migrations.all()
+    }
+
+    /// Whether a migration target is placed on `node` (a node hosting one
+    /// is not released as empty).
+    pub(crate) fn hosts_migration_target(&self, node: &NodeId) -> bool {
+        self.jobs
+            .values()
+            .any(|r| r.migration_target().is_some_and(|t| &t.node_id == node))
+    }
+
+    /// Enters `phase` at `now`: recorded with its timestamp, its deadline
+    /// set from the `migration` settings, `migrationPhase` fired. Telling
+    /// the source to stop (or to stop output) passes the point of no
+    /// return.
+    fn enter_phase(&mut self, id: &MigrationId, phase: MigrationPhase, now: UnixMillis) {
+        let deadline = self.settings.migration.timeout_ms(phase).map(|ms| now + ms as i64);
+        let Some(state) = self.migrations.get_mut(id) else {
+            return;
+        };
+        state.phase = phase;
+        state.transitions.push(PhaseTransition { phase, at: now });
+        state.phase_deadline = deadline;
+        if matches!(phase, MigrationPhase::StoppingOutput | MigrationPhase::StoppingSource) {
+            state.past_point_of_no_return = true;
+        }
+        let snapshot = Box::new(state.clone());
+        if phase.is_ended() {
+            self.migrations.mark_ended(id);
+        }
+        self.notify(Notification::MigrationPhase(snapshot));
+    }
+
+    /// A relayed step to both of a migration's instances.
+    fn signal(&mut self, id: &MigrationId, step: MigrationStep) {
+        let Some(state) = self.migrations.get(id) else {
+            return;
+        };
+        let rpc = Rpc::SendMigrationSignal {
+            migration_id: id.clone(),
+            job_id: state.job_id.clone(),
+            source_key: state.source_key.clone(),
+            target_key: state.target_key.clone(),
+            signal: step,
+        };
+        self.call_for(id, rpc, MigrationCall::Signal);
+    }
+
+    /// `StopJob` of the source.
+    fn stop_source(&mut self, id: &MigrationId) {
+        let Some(state) = self.migrations.get(id) else {
+            return;
+        };
+        let source = StoppingInstance {
+            node_id: state.source_node_id.clone(),
+            instance_key: state.source_key.clone(),
+            since: state.phase_entered_at(),
+        };
+        let rpc = Rpc::StopJob {
+            job_id: state.job_id.clone(),
+            instance_key: source.instance_key.clone(),
+            node_id: source.node_id.clone(),
+        };
+        let job_id = state.job_id.clone();
+        let stop = self.migrations.stopping_sources.entry(job_id).or_insert(SourceStop {
+            instance: source.clone(),
+            unanswered: 0,
+            stopped: false,
+        });
+        if stop.instance != source {
+            *stop = SourceStop {
+                instance: source,
+                unanswered: 0,
+                stopped: false,
+            };
+        }
+        stop.unanswered += 1;
+        self.call_for(id, rpc, MigrationCall::StopSource);
+    }
+
+    /// `StartPreparedJob` of the target.
+    fn start_prepared(&mut self, id: &MigrationId) {
+        let Some(state) = self.migrations.get(id) else {
+            return;
+        };
+        let rpc = Rpc::StartPreparedJob {
+            job_id: state.job_id.clone(),
+            instance_key: state.target_key.clone(),
+            node_id: state.target_node_id.clone(),
+        };
+        self.call_for(id, rpc, MigrationCall::StartPrepared);
+    }
+
+    fn call_for(&mut self, id: &MigrationId, rpc: Rpc, call: MigrationCall) {
+        self.call(
+            rpc,
+            Pending::Migration {
+                migration_id: id.clone(),
+                call,
+            },
+        );
+    }
+
+    /// The in-flight migration `id` and its job's claim, when both hold.
+    fn in_flight(&self, id: &MigrationId) -> Option<(&MigrationState, &MigrationClaim)> {
+        let state = self.migrations.get(id).filter(|m| m.is_in_flight())?;
+        let claim = self
+            .jobs
+            .get(&state.job_id)?
+            .migration
+            .as_ref()
+            .filter(|c| &c.migration_id == id)?;
+        Some((state, claim))
+    }
+}

@@ -1,0 +1,385 @@
+//! Driving the saga on what Manager reports: the target's and the source's
+//! history (provisioned, running, stopping, stopped), `job_prepared`, the
+//! handover's `migration_signal`s, a target's rejection, a node lost, the
+//! job ending, and the answers to the saga's own calls. While a migration
+//! is in flight its two instances are the saga's to follow: the source
+//! stopping on request does not end the job's binding.
+
+use crate::model::{InstanceKey, JobHistoryEntry, JobId, JobStopReason, MigrationSignal, NodeId, UnixMillis};
+
+use super::wind_down::Target;
+use super::{MigrationCall, MigrationId, MigrationPhase, MigrationStrategy};
+use crate::automanager::binding::BindingPhase;
+use crate::automanager::core::AutoManagerCore;
+use crate::automanager::{MigrationStep, Notification, RpcFailure, RpcFailureKind};
+
+/// Which of a migration's instances a report is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Instance {
+    Source,
+    Target,
+}
+
+impl AutoManagerCore {
+    /// The migration in flight of `job`, with which of its instances
+    /// `role` on `node` is.
+    fn instance_of(&self, job: &JobId, role: &InstanceKey, node: Option<&NodeId>) -> Option<(MigrationId, Instance)> {
+        let claim = self.jobs.get(job)?.migration.as_ref()?;
+        let state = self.migrations.get(&claim.migration_id)?;
+        let at = |n: &NodeId| node.is_none_or(|node| node == n);
+        let which = if role == &state.target_key && at(&state.target_node_id) {
+            Instance::Target
+        } else if role == &state.source_key && at(&state.source_node_id) {
+            Instance::Source
+        } else {
+            return None;
+        };
+        Some((claim.migration_id.clone(), which))
+    }
+
+    /// A history entry of a job with a migration in flight; true when it
+    /// was the saga's (the ordinary binding rules must not see it).
+    pub(crate) fn migration_observes(&mut self, job: &JobId, entry: &JobHistoryEntry, now: UnixMillis) -> bool {
+        let (role, node) = match entry {
+            JobHistoryEntry::Provisioned { role, node_id, .. }
+            | JobHistoryEntry::Running { role, node_id, .. }
+            | JobHistoryEntry::Stopping { role, node_id, .. }
+            | JobHistoryEntry::Stopped { role, node_id, .. } => (role, node_id.as_ref()),
+            _ => return false,
+        };
+        if let JobHistoryEntry::Stopped { .. } = entry {
+            self.migrations.source_seen_stopped(job, role, node);
+        }
+        let Some((id, which)) = self.instance_of(job, role, node) else {
+            return self.rebind_to_live_target(job, entry);
+        };
+        match (which, entry) {
+            (Instance::Target, JobHistoryEntry::Provisioned { .. }) => true,
+            (Instance::Target, JobHistoryEntry::Running { .. }) => {
+                self.target_running(&id, now);
+                true
+            }
+            (Instance::Target, JobHistoryEntry::Stopping { reason, .. }) => {
+                self.target_lost(&id, &format!("the target is stopping ({})", stop_reason(reason)), now);
+                true
+            }
+            (Instance::Target, _) => {
+                self.target_lost(&id, "the target stopped", now);
+                true
+            }
+            (Instance::Source, JobHistoryEntry::Stopping { reason, .. }) => self.source_stopping(&id, reason, now),
+            (Instance::Source, JobHistoryEntry::Stopped { .. }) => self.source_stopped(&id, now),
+            (Instance::Source, _) => false,
+        }
+    }
+
+    /// The target runs: `overlap` stops the source (the point of no
+    /// return); `handover` proposes to both instances and waits for the
+    /// target's ready; `stopThenStart`'s started target is done.
+    fn target_running(&mut self, id: &MigrationId, now: UnixMillis) {
+        let Some((state, _)) = self.in_flight(id) else {
+            return;
+        };
+        let (job, phase, strategy) = (state.job_id.clone(), state.phase, state.strategy);
+        if let Some(target) = self
+            .jobs
+            .get_mut(&job)
+            .and_then(|r| r.migration.as_mut())
+            .map(|c| &mut c.target)
+        {
+            target.phase = BindingPhase::Running;
+        }
+        match (phase, strategy) {
+            (MigrationPhase::Starting, MigrationStrategy::Overlap) => {
+                self.stop_source(id);
+                self.enter_phase(id, MigrationPhase::StoppingSource, now);
+            }
+            (MigrationPhase::Starting, MigrationStrategy::Handover) => {
+                self.signal(id, MigrationStep::Propose(MigrationStrategy::Handover));
+                self.enter_phase(id, MigrationPhase::AwaitingReady, now);
+            }
+            (MigrationPhase::StartingTarget, _) => self.complete(id, None, now),
+            _ => {}
+        }
+    }
+
+    /// The source is stopping. Past the point of no return that was asked
+    /// for (or comes anyway); before it, the source failed: the job lands
+    /// on a running target, or the migration aborts and the ordinary
+    /// recovery takes the job. True when the saga took the entry.
+    fn source_stopping(&mut self, id: &MigrationId, reason: &JobStopReason, now: UnixMillis) -> bool {
+        let Some((state, claim)) = self.in_flight(id) else {
+            return false;
+        };
+        if state.past_point_of_no_return {
+            return true;
+        }
+        if claim.target.phase == BindingPhase::Running {
+            let why = format!(
+                "the source stopped ({}); completed onto the running target",
+                stop_reason(reason)
+            );
+            self.complete(id, Some(&why), now);
+            return true;
+        }
+        self.roll_back(
+            id,
+            &format!("the source is stopping ({})", stop_reason(reason)),
+            Target::Stop,
+            now,
+        );
+        false
+    }
+
+    /// The source stopped: `stopThenStart` starts its prepared target;
+    /// the others are done. Before the point of no return it is a failure
+    /// (see [`Self::source_stopping`]).
+    fn source_stopped(&mut self, id: &MigrationId, now: UnixMillis) -> bool {
+        let Some((state, claim)) = self.in_flight(id) else {
+            return false;
+        };
+        if !state.past_point_of_no_return {
+            if claim.target.phase == BindingPhase::Running {
+                self.migrations.source_stopped.insert(id.clone());
+                self.complete(id, Some("the source stopped; completed onto the running target"), now);
+                return true;
+            }
+            self.roll_back(id, "the source stopped", Target::Stop, now);
+            return false;
+        }
+        let (strategy, phase) = (state.strategy, state.phase);
+        self.migrations.source_stopped.insert(id.clone());
+        match (strategy, phase) {
+            (MigrationStrategy::StopThenStart, MigrationPhase::StoppingSource) => {
+                self.start_prepared(id);
+                self.enter_phase(id, MigrationPhase::StartingTarget, now);
+            }
+            (MigrationStrategy::StopThenStart, _) => {}
+            _ => self.complete(id, None, now),
+        }
+        true
+    }
+
+    /// `job_prepared`: `stopThenStart`'s target is created; the source is
+    /// stopped (the point of no return).
+    pub(crate) fn migration_prepared(&mut self, job: &JobId, role: &InstanceKey, node: &NodeId, now: UnixMillis) {
+        let Some((id, Instance::Target)) = self.instance_of(job, role, Some(node)) else {
+            return;
+        };
+        if self
+            .migrations
+            .get(&id)
+            .is_some_and(|m| m.phase == MigrationPhase::Preparing)
+        {
+            self.stop_source(&id);
+            self.enter_phase(&id, MigrationPhase::StoppingSource, now);
+        }
+    }
+
+    /// A handover step from an instance: ready -> the source stops output
+    /// at the payload (the point of no return); stopped at -> the target
+    /// applies from there; applied -> the source is stopped. A refusal
+    /// aborts before the point of no return and fails forward after.
+    pub(crate) fn migration_signal(
+        &mut self,
+        migration_id: &str,
+        job: &JobId,
+        from: &InstanceKey,
+        signal: MigrationSignal,
+        now: UnixMillis,
+    ) {
+        let id = MigrationId(migration_id.to_owned());
+        let Some((state, _)) = self.in_flight(&id) else {
+            return;
+        };
+        if &state.job_id != job {
+            return;
+        }
+        let from_target = from == &state.target_key;
+        let from_source = from == &state.source_key;
+        match (signal, state.phase) {
+            (MigrationSignal::TargetReady(payload), MigrationPhase::AwaitingReady) if from_target => {
+                self.signal(&id, MigrationStep::StopOutputAt(payload));
+                self.enter_phase(&id, MigrationPhase::StoppingOutput, now);
+            }
+            (MigrationSignal::SourceStoppedAt(position), MigrationPhase::StoppingOutput) if from_source => {
+                self.signal(&id, MigrationStep::ApplyFrom(position));
+                self.enter_phase(&id, MigrationPhase::Applying, now);
+            }
+            (MigrationSignal::TargetApplied, MigrationPhase::Applying) if from_target => {
+                self.stop_source(&id);
+                self.enter_phase(&id, MigrationPhase::StoppingSource, now);
+            }
+            (MigrationSignal::Refused(why), phase) if from_target || from_source => {
+                let reason = format!("{from} refused the handover: {why}");
+                if !state.past_point_of_no_return {
+                    self.roll_back(&id, &reason, Target::Stop, now);
+                } else if phase != MigrationPhase::StoppingSource {
+                    self.fail_forward_to_stop(&id, &reason, now);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Past the point of no return without cooperation: the source is
+    /// stopped and the target takes the job.
+    fn fail_forward_to_stop(&mut self, id: &MigrationId, reason: &str, now: UnixMillis) {
+        if let Some(state) = self.migrations.get_mut(id) {
+            state.reason = Some(format!("{reason}; failed forward"));
+        }
+        self.stop_source(id);
+        self.enter_phase(id, MigrationPhase::StoppingSource, now);
+    }
+
+    /// A worker refused the target (an invalid spec among others): the
+    /// migration aborts and the source keeps running; past the point of no
+    /// return it is lost.
+    pub(crate) fn migration_target_rejected(
+        &mut self,
+        job: &JobId,
+        role: &InstanceKey,
+        node: &NodeId,
+        detail: &str,
+        now: UnixMillis,
+    ) {
+        if let Some((id, Instance::Target)) = self.instance_of(job, role, Some(node)) {
+            self.target_lost(&id, &format!("the target was rejected: {detail}"), now);
+        }
+    }
+
+    /// A node is stopping or stopped. A target there is lost. A source
+    /// there: the job lands on its target when that runs or the point of no
+    /// return is passed (the source was going anyway); otherwise the
+    /// migration aborts and the ordinary recovery takes the job.
+    pub(crate) fn migration_node_lost(&mut self, node: &NodeId, now: UnixMillis) {
+        self.migrations.forget_sources_on(node);
+        for id in self.migrations.in_flight() {
+            let Some((state, claim)) = self.in_flight(&id) else {
+                continue;
+            };
+            if &claim.target.node_id == node {
+                self.target_lost(&id, &format!("the target's node {node} is gone"), now);
+            } else if &state.source_node_id == node {
+                let forward = state.past_point_of_no_return || claim.target.phase == BindingPhase::Running;
+                let reason = format!("the source's node {node} is gone");
+                if !forward {
+                    self.roll_back(&id, &reason, Target::Stop, now);
+                    continue;
+                }
+                let prepared = state.strategy == MigrationStrategy::StopThenStart
+                    && matches!(state.phase, MigrationPhase::StoppingSource);
+                if prepared {
+                    self.start_prepared(&id);
+                }
+                self.complete(&id, Some(&format!("{reason}; completed onto the target")), now);
+            }
+        }
+    }
+
+    /// The job ended (deleted, its window over): its migration is rolled
+    /// back, or lost past the point of no return.
+    pub(crate) fn migration_job_ended(&mut self, job: &JobId, reason: &str, now: UnixMillis) {
+        let Some(id) = self
+            .jobs
+            .get(job)
+            .and_then(|r| r.migration.as_ref())
+            .map(|c| c.migration_id.clone())
+        else {
+            return;
+        };
+        if self.migrations.get(&id).is_some_and(|m| m.past_point_of_no_return) {
+            self.stop_target(&id);
+            self.mark_lost(&id, reason, now);
+        } else {
+            self.roll_back(&id, reason, Target::Stop, now);
+        }
+    }
+
+    /// The answer to one of the saga's calls.
+    pub(crate) fn migration_call_result(
+        &mut self,
+        id: &MigrationId,
+        call: MigrationCall,
+        result: Result<(), RpcFailure>,
+        now: UnixMillis,
+    ) {
+        if call == MigrationCall::StopSource
+            && let Some(job) = self.migrations.get(id).map(|m| m.job_id.clone())
+        {
+            let gone = matches!(&result, Err(f) if f.kind == RpcFailureKind::NotFound);
+            self.migrations.source_stop_answered(&job, gone);
+        }
+        if call == MigrationCall::StartTarget {
+            self.migrations.start_pending.remove(id);
+            if self.migrations.stop_when_started.remove(id) && result.is_ok() {
+                self.stop_target(id);
+            }
+            self.count_target_start(id, result.is_ok());
+        }
+        let Err(failure) = result else {
+            return;
+        };
+        let in_flight = self.in_flight(id).is_some();
+        match call {
+            MigrationCall::StartTarget if in_flight => {
+                self.target_lost(id, &format!("the target's StartJob failed: {}", failure.message), now);
+            }
+            MigrationCall::StartPrepared if in_flight => {
+                self.target_lost(id, &format!("StartPreparedJob failed: {}", failure.message), now);
+            }
+            // The source is gone already: what the stop was for.
+            MigrationCall::StopSource if failure.kind == RpcFailureKind::NotFound => {}
+            // Manager did not hear it: the source is told again while it is
+            // still waited for.
+            MigrationCall::StopSource
+                if failure.kind == RpcFailureKind::Transient && self.migrations.awaits_source_stop(id) =>
+            {
+                self.stop_source(id);
+            }
+            MigrationCall::StopTarget if failure.kind == RpcFailureKind::NotFound => {}
+            MigrationCall::Signal
+                if in_flight && !self.migrations.get(id).is_some_and(|m| m.past_point_of_no_return) =>
+            {
+                self.roll_back(
+                    id,
+                    &format!("a migration signal failed: {}", failure.message),
+                    Target::Stop,
+                    now,
+                );
+            }
+            _ => self.notify(Notification::Error {
+                message: format!("migration {id}: {call:?} failed: {}", failure.message),
+            }),
+        }
+    }
+
+    /// The target's placement counts as succeeded or dispatch-failed once,
+    /// at its first wire answer.
+    fn count_target_start(&mut self, id: &MigrationId, ok: bool) {
+        let Some(job) = self.migrations.get(id).map(|m| m.job_id.clone()) else {
+            return;
+        };
+        let counted = self
+            .jobs
+            .get_mut(&job)
+            .and_then(|r| r.migration.as_mut())
+            .filter(|c| &c.migration_id == id)
+            .is_some_and(|c| std::mem::replace(&mut c.target.uncounted, false));
+        if counted {
+            if ok {
+                self.counters.placements_succeeded += 1;
+            } else {
+                self.counters.placements_dispatch_failed += 1;
+            }
+        }
+    }
+}
+
+/// A stop reason in words.
+fn stop_reason(reason: &JobStopReason) -> String {
+    serde_json::to_value(reason)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{reason:?}"))
+}

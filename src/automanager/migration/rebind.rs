@@ -1,0 +1,93 @@
+//! A migration this core did not see to its end — its predecessor closed
+//! past the point of no return ("the target is left carrying the job, and
+//! the next instance rebuilds the placement from history"), or the stream
+//! broke and a fresh core was hydrated — leaves a target instance
+//! (`<slot>@<8 hex>`) running beside, or instead of, the source. When the
+//! bound instance stops or is stopped and history says such a target of
+//! the job is live, the binding moves to it instead of ending: the job is
+//! running, and placing it again would run it twice.
+
+use crate::model::{InstanceKey, JobHistoryEntry, JobId, JobStopReason, NodeId};
+
+use crate::automanager::binding::{Binding, BindingPhase};
+use crate::automanager::core::AutoManagerCore;
+
+impl AutoManagerCore {
+    /// The bound instance of a job with no migration in flight stops (on
+    /// request, or without a failure being reported): true when a live
+    /// migration target took over the binding.
+    pub(super) fn rebind_to_live_target(&mut self, job: &JobId, entry: &JobHistoryEntry) -> bool {
+        let (role, node) = match entry {
+            JobHistoryEntry::Stopping {
+                role,
+                node_id,
+                reason: JobStopReason::UserRequested,
+                ..
+            }
+            | JobHistoryEntry::Stopped { role, node_id, .. } => (role, node_id.as_ref()),
+            _ => return false,
+        };
+        let Some(record) = self.jobs.get(job).filter(|r| r.migration.is_none()) else {
+            return false;
+        };
+        let Some(binding) = record.binding.as_ref() else {
+            return false;
+        };
+        if &binding.instance_key != role || node.is_some_and(|n| n != &binding.node_id) {
+            return false;
+        }
+        let Some((key, node_id, phase)) = live_target(&record.job.history, role, &binding.node_id) else {
+            return false;
+        };
+        let usable = self.fleet.get(&node_id).is_some_and(|n| !n.is_going() && !n.terminated);
+        if !usable {
+            return false;
+        }
+        if let Some(record) = self.jobs.get_mut(job) {
+            record.binding = Some(Binding {
+                node_id,
+                instance_key: key,
+                gpu_index: None,
+                phase,
+                uncounted: false,
+            });
+        }
+        self.fleet_epoch += 1;
+        true
+    }
+}
+
+/// The migration target of the job that is live at the end of `history`
+/// (provisioned or running, not stopping or stopped), other than the
+/// instance `stopping` on `node`; the most recently started one.
+fn live_target(
+    history: &[JobHistoryEntry],
+    stopping: &InstanceKey,
+    node: &NodeId,
+) -> Option<(InstanceKey, NodeId, BindingPhase)> {
+    let mut live: Vec<(InstanceKey, NodeId, BindingPhase)> = Vec::new();
+    for entry in history {
+        match entry {
+            JobHistoryEntry::Provisioned {
+                role, node_id: Some(n), ..
+            }
+            | JobHistoryEntry::Running {
+                role, node_id: Some(n), ..
+            } => {
+                let phase = match entry {
+                    JobHistoryEntry::Running { .. } => BindingPhase::Running,
+                    _ => BindingPhase::Dispatched,
+                };
+                live.retain(|(k, at, _)| !(k == role && at == n));
+                live.push((role.clone(), n.clone(), phase));
+            }
+            JobHistoryEntry::Stopping { role, node_id, .. } | JobHistoryEntry::Stopped { role, node_id, .. } => {
+                live.retain(|(k, at, _)| !(k == role && node_id.as_ref().is_none_or(|n| n == at)));
+            }
+            _ => {}
+        }
+    }
+    live.into_iter().rev().find(|(k, at, _)| {
+        (k != stopping || at != node) && k.as_str().contains('@') && k.slot_of() == stopping.slot_of()
+    })
+}

@@ -1,0 +1,96 @@
+//! Why `migrateJob` or `abortMigration` is refused.
+
+use serde::Serialize;
+
+use super::{MigrationId, MigrationPhase};
+use crate::model::{BundleId, JobId, NodeId};
+
+/// Why `migrateJob` or `abortMigration` was refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
+#[serde(tag = "refusal", rename_all = "camelCase")]
+pub enum MigrationRefusal {
+    /// Manager's initial snapshot is not complete yet: nothing is placed
+    /// before it.
+    #[error("AutoManager has not yet seen Manager's snapshot; job {job_id} cannot move yet")]
+    #[serde(rename_all = "camelCase")]
+    NotHydrated {
+        /// The job.
+        job_id: JobId,
+    },
+    /// The job is not one this AutoManager placed (no bundle job of that
+    /// id).
+    #[error("job {job_id} is not placed by this AutoManager")]
+    #[serde(rename_all = "camelCase")]
+    NotAutoManagerPlaced {
+        /// The job.
+        job_id: JobId,
+    },
+    /// The job has no instance running.
+    #[error("job {job_id} is not running")]
+    #[serde(rename_all = "camelCase")]
+    NotRunning {
+        /// The job.
+        job_id: JobId,
+    },
+    /// The job's bundle is broken: its production ended, nothing of it is
+    /// placed again until it is updated.
+    #[error("job {job_id} belongs to broken bundle {bundle_id}")]
+    #[serde(rename_all = "camelCase")]
+    BundleBroken {
+        /// The job.
+        job_id: JobId,
+        /// Its bundle.
+        bundle_id: BundleId,
+    },
+    /// No concurrent migrations per job.
+    #[error("job {job_id} is already migrating ({migration_id})")]
+    #[serde(rename_all = "camelCase")]
+    AlreadyMigrating {
+        /// The job.
+        job_id: JobId,
+        /// The migration in flight.
+        migration_id: MigrationId,
+    },
+    /// The pin names the node the job already runs on.
+    #[error("job {job_id} already runs on {node_id}")]
+    #[serde(rename_all = "camelCase")]
+    TargetIsSource {
+        /// The job.
+        job_id: JobId,
+        /// The node.
+        node_id: NodeId,
+    },
+    /// Placement found nowhere for the target.
+    #[error("no target for job {job_id}: {reason}")]
+    #[serde(rename_all = "camelCase")]
+    NowhereToPlace {
+        /// The job.
+        job_id: JobId,
+        /// Placement's reason.
+        reason: String,
+    },
+    /// No migration of that id is known.
+    #[error("no migration {migration_id}")]
+    #[serde(rename_all = "camelCase")]
+    UnknownMigration {
+        /// The id asked for.
+        migration_id: MigrationId,
+    },
+    /// The migration has ended already.
+    #[error("migration {migration_id} has already ended ({phase:?})")]
+    #[serde(rename_all = "camelCase")]
+    AlreadyEnded {
+        /// The migration.
+        migration_id: MigrationId,
+        /// How it ended.
+        phase: MigrationPhase,
+    },
+    /// The source has been told to stop: no clean rollback any more; the
+    /// saga fails forward.
+    #[error("migration {migration_id} is past its point of no return")]
+    #[serde(rename_all = "camelCase")]
+    PastPointOfNoReturn {
+        /// The migration.
+        migration_id: MigrationId,
+    },
+}

@@ -1,0 +1,313 @@
+//! How a migration ends: `done` (the binding, placement of record and
+//! active instance key move to the target), `aborted` (a clean rollback,
+//! only before the point of no return: both instance keys told, the target
+//! stopped, the source keeps running) or `lost` (past the point of no
+//! return and not finished). Also the timers — each phase's deadline from
+//! the `migration` settings: "expiry before the point of no return aborts,
+//! after it the saga fails forward" — and `close()`, which aborts what it
+//! can and marks the rest lost.
+
+use crate::model::{JobId, UnixMillis};
+use crate::placement::RecoveryContext;
+
+use super::{MigrationId, MigrationPhase, MigrationRefusal, MigrationStrategy};
+use crate::automanager::binding::{Binding, BindingPhase};
+use crate::automanager::core::AutoManagerCore;
+use crate::automanager::{MigrationStep, Notification, Rpc};
+
+/// Whether an abort must stop the target, or it is gone already.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Target {
+    /// Still there (or its start still in flight): `StopJob` it.
+    Stop,
+    /// Rejected, failed, or lost with its node: nothing to stop.
+    Gone,
+}
+
+impl AutoManagerCore {
+    /// `abortMigration`: a clean rollback only until the source has been
+    /// told to stop; after that it is refused and the saga fails forward.
+    pub(crate) fn abort_migration(
+        &mut self,
+        id: &MigrationId,
+        reason: &str,
+        now: UnixMillis,
+    ) -> Result<(), MigrationRefusal> {
+        let state = self
+            .migrations
+            .get(id)
+            .ok_or_else(|| MigrationRefusal::UnknownMigration {
+                migration_id: id.clone(),
+            })?;
+        if state.phase.is_ended() {
+            return Err(MigrationRefusal::AlreadyEnded {
+                migration_id: id.clone(),
+                phase: state.phase,
+            });
+        }
+        if state.past_point_of_no_return {
+            return Err(MigrationRefusal::PastPointOfNoReturn {
+                migration_id: id.clone(),
+            });
+        }
+        self.roll_back(id, reason, Target::Stop, now);
+        Ok(())
+    }
+
+    /// The rollback: the abort told to both instance keys, the target
+    /// stopped (at once, or when its start is answered), its reservation
+    /// released; the source keeps running. Only before the point of no
+    /// return.
+    pub(super) fn roll_back(&mut self, id: &MigrationId, reason: &str, target: Target, now: UnixMillis) {
+        let Some((state, claim)) = self.in_flight(id) else {
+            return;
+        };
+        if state.past_point_of_no_return {
+            return;
+        }
+        let job_id = state.job_id.clone();
+        let dispatched = claim.target.phase != BindingPhase::AwaitingNode;
+        let start_pending = self.migrations.start_pending.contains(id);
+        self.signal(id, MigrationStep::Abort(reason.to_owned()));
+        if target == Target::Stop && dispatched {
+            if start_pending {
+                // Stopped once its start is answered, so the stop cannot
+                // overtake the start.
+                self.migrations.stop_when_started.insert(id.clone());
+            } else {
+                self.stop_target(id);
+            }
+        }
+        self.release_target(&job_id);
+        self.end_migration(id, MigrationPhase::Aborted, reason, now);
+    }
+
+    /// Past the point of no return and not finished: marked lost
+    /// (`migrationAborted` with `lost`, plus an error).
+    pub(super) fn mark_lost(&mut self, id: &MigrationId, reason: &str, now: UnixMillis) {
+        let Some(state) = self.migrations.get(id).filter(|m| m.is_in_flight()) else {
+            return;
+        };
+        let job_id = state.job_id.clone();
+        self.release_target(&job_id);
+        self.end_migration(id, MigrationPhase::Lost, reason, now);
+        self.notify(Notification::Error {
+            message: format!("migration {id} of {job_id} lost past its point of no return: {reason}"),
+        });
+    }
+
+    /// `done`: the job's binding, placement of record and active instance
+    /// key move to the target, so a second migration addresses the right
+    /// instance.
+    pub(super) fn complete(&mut self, id: &MigrationId, reason: Option<&str>, now: UnixMillis) {
+        let Some((state, claim)) = self.in_flight(id) else {
+            return;
+        };
+        let (job_id, source_node) = (state.job_id.clone(), state.source_node_id.clone());
+        let target = claim.target.clone();
+        let Some(record) = self.jobs.get_mut(&job_id) else {
+            return;
+        };
+        record.migration = None;
+        record.binding = Some(Binding {
+            uncounted: false,
+            phase: match target.phase {
+                BindingPhase::Running => BindingPhase::Running,
+                _ => BindingPhase::Dispatched,
+            },
+            ..target
+        });
+        let single_use = record.job.spec.single_use;
+        self.fleet_epoch += 1;
+        self.release_node(&source_node, single_use);
+        // A reason given earlier (how it failed forward) is kept.
+        if let Some(reason) = reason {
+            self.note_reason(id, reason);
+        }
+        self.enter_phase(id, MigrationPhase::Done, now);
+        self.notify(Notification::MigrationCompleted {
+            migration_id: id.clone(),
+            job_id,
+        });
+    }
+
+    /// The job's claim ends; its target's node, if it was provisioned for
+    /// it and carries nothing else, is not left behind.
+    fn release_target(&mut self, job_id: &JobId) {
+        let Some(record) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        let Some(claim) = record.migration.take() else {
+            return;
+        };
+        let single_use = record.job.spec.single_use;
+        self.fleet_epoch += 1;
+        self.release_node(&claim.target.node_id, single_use);
+    }
+
+    fn end_migration(&mut self, id: &MigrationId, phase: MigrationPhase, reason: &str, now: UnixMillis) {
+        let Some(state) = self.migrations.get_mut(id) else {
+            return;
+        };
+        state.reason = Some(reason.to_owned());
+        let job_id = state.job_id.clone();
+        self.enter_phase(id, phase, now);
+        self.notify(Notification::MigrationAborted {
+            migration_id: id.clone(),
+            job_id,
+            reason: reason.to_owned(),
+            lost: phase == MigrationPhase::Lost,
+        });
+    }
+
+    /// `StopJob` of the target.
+    pub(super) fn stop_target(&mut self, id: &MigrationId) {
+        let Some(state) = self.migrations.get(id) else {
+            return;
+        };
+        let rpc = Rpc::StopJob {
+            job_id: state.job_id.clone(),
+            instance_key: state.target_key.clone(),
+            node_id: state.target_node_id.clone(),
+        };
+        self.call_for(id, rpc, super::MigrationCall::StopTarget);
+    }
+
+    /// Once per step: targets whose node now runs are dispatched, targets
+    /// whose node went (its provision refused or timed out) end their
+    /// migration, and expired phase deadlines are acted on.
+    pub(crate) fn step_migrations(&mut self, now: UnixMillis) {
+        for id in self.migrations.in_flight() {
+            self.dispatch_target_if_ready(&id, now);
+            let gone = self.in_flight(&id).is_some_and(|(_, claim)| {
+                self.fleet
+                    .get(&claim.target.node_id)
+                    .is_none_or(|n| n.terminated || n.is_going())
+            });
+            if gone {
+                self.target_lost(&id, "the target's node is gone", now);
+            }
+            let expired = self
+                .migrations
+                .get(&id)
+                .and_then(|m| m.phase_deadline.filter(|&at| at <= now).map(|_| m.phase));
+            if let Some(phase) = expired {
+                self.phase_expired(&id, phase, now);
+            }
+        }
+    }
+
+    /// A phase outlived its deadline: before the point of no return the
+    /// migration aborts; after it the saga fails forward — towards the
+    /// target, without waiting for what did not come.
+    fn phase_expired(&mut self, id: &MigrationId, phase: MigrationPhase, now: UnixMillis) {
+        let Some(state) = self.migrations.get(id) else {
+            return;
+        };
+        let name = serde_json::to_value(phase)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        if !state.past_point_of_no_return {
+            return self.roll_back(id, &format!("{name} deadline passed"), Target::Stop, now);
+        }
+        let reason = format!("{name} deadline passed; failed forward");
+        let strategy = state.strategy;
+        match phase {
+            // Handover without the source's position, or without the
+            // target's confirmation: the source is stopped anyway.
+            MigrationPhase::StoppingOutput | MigrationPhase::Applying => {
+                self.note_reason(id, &reason);
+                self.stop_source(id);
+                self.enter_phase(id, MigrationPhase::StoppingSource, now);
+            }
+            // The prepared target is started without the source's stop
+            // confirmed.
+            MigrationPhase::StoppingSource if strategy == MigrationStrategy::StopThenStart => {
+                self.note_reason(id, &reason);
+                self.start_prepared(id);
+                self.enter_phase(id, MigrationPhase::StartingTarget, now);
+            }
+            // The target takes the job; a source not yet seen stopped is
+            // told again.
+            _ => {
+                if phase == MigrationPhase::StoppingSource && !self.migrations.source_stopped.contains(id) {
+                    self.stop_source(id);
+                }
+                self.complete(id, Some(&reason), now);
+            }
+        }
+    }
+
+    fn note_reason(&mut self, id: &MigrationId, reason: &str) {
+        if let Some(state) = self.migrations.get_mut(id) {
+            state.reason = Some(reason.to_owned());
+        }
+    }
+
+    /// The target is gone (failed, rejected, its node lost): before the
+    /// point of no return the migration aborts and the source keeps
+    /// running; after it the migration is lost, the source (told to stop)
+    /// is stopped and the job is placed afresh.
+    pub(super) fn target_lost(&mut self, id: &MigrationId, reason: &str, now: UnixMillis) {
+        let Some((state, _)) = self.in_flight(id) else {
+            return;
+        };
+        if !state.past_point_of_no_return {
+            return self.roll_back(id, reason, Target::Gone, now);
+        }
+        let (job_id, source_node) = (state.job_id.clone(), state.source_node_id.clone());
+        let told_to_stop = matches!(
+            state.phase,
+            MigrationPhase::StoppingSource | MigrationPhase::StartingTarget
+        );
+        // The source was told to stop (or to stop output): it is stopped,
+        // and the job placed afresh once it has (its replacement wears the
+        // same key).
+        if !self.migrations.source_stopped.contains(id) && !told_to_stop {
+            self.stop_source(id);
+        }
+        self.mark_lost(id, reason, now);
+        self.end_binding(&job_id);
+        if let Some(record) = self.jobs.get_mut(&job_id) {
+            // Placed afresh away from the node it was leaving (a stop still
+            // addressed to the source there cannot reach the new instance),
+            // and, as for any migration, without `onRuntimeFailure`.
+            record.recovery = Some(RecoveryContext {
+                on_runtime_failure: None,
+                excluded_nodes: vec![source_node],
+            });
+            record.not_before = now;
+        }
+    }
+
+    /// A fresh core hydrated after a stream break does not know what its
+    /// predecessor's migrations in flight were waiting for: they are
+    /// marked lost (the binding is rebuilt from history, a live target
+    /// included).
+    pub(crate) fn fail_inherited_migrations(&mut self, now: UnixMillis) {
+        for id in self.migrations.in_flight() {
+            self.mark_lost(&id, "the connection to Manager was re-established", now);
+        }
+    }
+
+    /// `close()`: in-flight migrations before the point of no return are
+    /// rolled back (the calls are sent while the channel is held open, at
+    /// most `CLOSE_ABORT_GRACE_MS`); past it they are marked lost and the
+    /// target is left carrying the job, for the next instance to rebuild
+    /// from history.
+    pub(crate) fn close_migrations(&mut self, now: UnixMillis) {
+        for id in self.migrations.in_flight() {
+            let past = self.migrations.get(&id).is_some_and(|m| m.past_point_of_no_return);
+            if past {
+                self.mark_lost(&id, "AutoManager closed", now);
+            } else {
+                self.roll_back(&id, "AutoManager closed", Target::Stop, now);
+                // No answer will be read any more: stop the target now.
+                if self.migrations.stop_when_started.remove(&id) {
+                    self.stop_target(&id);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! Drains against the Manager simulator over loopback, both on a compressed
+//! clock: a node with 20 jobs drained under each migration strategy ends
+//! `done` with every job migrated and running once on the other node, and
+//! a spot interruption with a two-minute deadline empties its node before
+//! the provider reclaims it.
+
+mod sim_support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use norsk_auto_manager::automanager::interruption::SPOT_INTERRUPTION_DRAIN_MARGIN_MS;
+use norsk_auto_manager::automanager::{
+    AutoManager, AutoManagerHandle, AutoSettings, DrainJobStatus, DrainOptions, DrainPhase, DrainState,
+    MigrationStrategy, Notification, RunOptions, StrategyFor,
+};
+use norsk_auto_manager::manager::proto::{manager as pb, sim_admin};
+use norsk_auto_manager::model::{Bundle, BundleId, JobHistoryEntry, JobId, NodeId, NodeInventory, tags};
+use norsk_auto_manager::sim::{ClusterNode, SimConfig};
+use sim_support::Sim;
+use tokio::sync::broadcast;
+
+/// The scale the spec's interruption scenario names: 100 simulated
+/// seconds per real one.
+const TIME_SCALE: f64 = 100.0;
+const WAIT: Duration = Duration::from_secs(60);
+const JOBS: usize = 20;
+
+fn cluster_node(id: &str, vcpus: f64) -> ClusterNode {
+    ClusterNode {
+        id: id.to_owned(),
+        tags: BTreeMap::from([(tags::POOL.to_owned(), "production".to_owned())]),
+        inventory: NodeInventory::local_server("site", "rack-1", "", vcpus),
+    }
+}
+
+struct Setup {
+    sim: Sim,
+    am: AutoManagerHandle,
+    join: tokio::task::JoinHandle<()>,
+    events: broadcast::Receiver<Notification>,
+}
+
+/// Waits for the first notification `found` accepts.
+async fn until<T>(
+    what: &str,
+    events: &mut broadcast::Receiver<Notification>,
+    mut found: impl FnMut(&Notification) -> Option<T>,
+) -> T {
+    let follow = async {
+        loop {
+            match events.recv().await {
+                Ok(n) => {
+                    if let Some(t) = found(&n) {
+                        return t;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(n)) => panic!("fell {n} notifications behind"),
+                Err(broadcast::error::RecvError::Closed) => panic!("the AutoManager stopped"),
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, follow)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+/// Nodes `a` and `b`, and `JOBS` one-job bundles running on `a` (placed
+/// while `b` was cordoned; `b` uncordoned after).
+async fn twenty_jobs_on_a() -> Setup {
+    let sim = Sim::start_with(SimConfig {
+        seed: 5,
+        time_scale: TIME_SCALE,
+        cluster_nodes: vec![cluster_node("a", 16.0), cluster_node("b", 16.0)],
+        ..SimConfig::default()
+    })
+    .await;
+    let settings = AutoSettings {
+        url: sim.handle.url(),
+        placement_pools: serde_yaml::from_str(
+            "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n",
+        )
+        .expect("pools parse"),
+        trace_placements: false,
+        ..AutoSettings::default()
+    };
+    let (am, join) = AutoManager::run_with(settings, RunOptions { time_scale: TIME_SCALE }).expect("runs");
+    let mut events = am.subscribe();
+    // `b` can be cordoned once the core has hydrated it; until then each
+    // attempt waits for the next notification.
+    while am.cordon_node(NodeId::from("b")).await.is_err() {
+        until("hydration", &mut events, |_| Some(())).await;
+    }
+    for i in 0..JOBS {
+        let bundle = Bundle {
+            bundle_id: BundleId(format!("b{i}")),
+            spec: serde_yaml::from_str(
+                "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 0.5}}\n",
+            )
+            .expect("bundle parses"),
+            ..Bundle::default()
+        };
+        am.create_bundle(bundle).await.expect("bundle accepted");
+    }
+    let mut running: BTreeMap<JobId, NodeId> = BTreeMap::new();
+    until("every job running", &mut events, |n| {
+        if let Notification::JobUpdated { job } = n
+            && let Some(JobHistoryEntry::Running {
+                node_id: Some(node), ..
+            }) = job.history.last()
+        {
+            running.insert(job.job_id.clone(), node.clone());
+        }
+        (running.len() == JOBS).then_some(())
+    })
+    .await;
+    assert!(running.values().all(|n| n.as_str() == "a"), "placed on a: {running:?}");
+    am.uncordon_node(NodeId::from("b")).await.expect("b uncordoned");
+    Setup { sim, am, join, events }
+}
+
+/// Waits for the drain of `node` to end; returns its final state.
+async fn drain_ended(events: &mut broadcast::Receiver<Notification>, node: &str) -> DrainState {
+    until("the drain's end", events, |n| match n {
+        Notification::DrainProgress(state) if state.node_id.as_str() == node && state.phase.is_final() => {
+            Some((**state).clone())
+        }
+        _ => None,
+    })
+    .await
+}
+
+/// Instances per job on each node, in the simulator right now.
+async fn instances(sim: &Sim) -> BTreeMap<JobId, Vec<NodeId>> {
+    let mut on = BTreeMap::<JobId, Vec<NodeId>>::new();
+    for node in sim.snapshot().await.nodes {
+        for instance in node.instances {
+            on.entry(instance.job_id).or_default().push(node.id.clone());
+        }
+    }
+    on
+}
+
+async fn stop(setup: Setup) {
+    setup.am.close().await;
+    setup.join.await.expect("the loop ends cleanly");
+    setup.sim.shutdown().await;
+}
+
+async fn drain_twenty_jobs_under(strategy: MigrationStrategy) {
+    let mut s = twenty_jobs_on_a().await;
+    let started =
+        s.am.drain_node(
+            NodeId::from("a"),
+            DrainOptions {
+                strategy_for: StrategyFor::all(strategy),
+                ..DrainOptions::default()
+            },
+        )
+        .await
+        .expect("the drain starts");
+    assert_eq!(started.jobs.len(), JOBS);
+    let ended = drain_ended(&mut s.events, "a").await;
+    assert_eq!(ended.phase, DrainPhase::Done, "{ended:?}");
+    assert!(
+        ended.jobs.iter().all(|j| j.status == DrainJobStatus::Migrated),
+        "{ended:?}"
+    );
+    assert_eq!(
+        s.am.drain_status(NodeId::from("a")).await.expect("query"),
+        Some(ended.clone()),
+        "drainStatus reads what drainProgress reported"
+    );
+    assert!(s.am.is_cordoned(NodeId::from("a")).await.expect("query"));
+    let on = instances(&s.sim).await;
+    assert_eq!(on.len(), JOBS);
+    assert!(
+        on.values().all(|nodes| nodes == &vec![NodeId::from("b")]),
+        "every job runs once, on b: {on:?}"
+    );
+    stop(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_twenty_jobs_drains_under_stop_then_start() {
+    drain_twenty_jobs_under(MigrationStrategy::StopThenStart).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_twenty_jobs_drains_under_overlap() {
+    drain_twenty_jobs_under(MigrationStrategy::Overlap).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_twenty_jobs_drains_under_handover() {
+    drain_twenty_jobs_under(MigrationStrategy::Handover).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_interruption_with_a_two_minute_deadline_empties_the_node_in_time() {
+    let mut s = twenty_jobs_on_a().await;
+    s.sim
+        .admin
+        .clone()
+        .interrupt_node(sim_admin::InterruptNodeRequest {
+            node_id: "a".into(),
+            kind: pb::InterruptionKind::SpotInterruption as i32,
+            deadline_s: 120.0,
+        })
+        .await
+        .expect("notice sent");
+    let interrupted = until("nodeInterrupted", &mut s.events, |n| match n {
+        Notification::NodeInterrupted(state) => Some((**state).clone()),
+        _ => None,
+    })
+    .await;
+    assert!(interrupted.drain.force);
+    let deadline = interrupted.deadline.expect("the notice carries its deadline");
+    assert_eq!(
+        interrupted.drain.started + interrupted.drain.timeout_ms as i64,
+        deadline - SPOT_INTERRUPTION_DRAIN_MARGIN_MS as i64,
+        "the drain times out SPOT_INTERRUPTION_DRAIN_MARGIN_MS before the deadline"
+    );
+    let ended = drain_ended(&mut s.events, "a").await;
+    assert_eq!(ended.phase, DrainPhase::Done, "{ended:?}");
+    assert!(
+        ended.jobs.iter().all(|j| j.status == DrainJobStatus::Migrated),
+        "every job migrated before the timeout: {ended:?}"
+    );
+    let on = instances(&s.sim).await;
+    assert_eq!(on.len(), JOBS);
+    assert!(on.values().all(|nodes| nodes == &vec![NodeId::from("b")]), "{on:?}");
+    let notice = s.am.node_interruption(NodeId::from("a")).await.expect("query");
+    assert_eq!(
+        notice.map(|n| n.drain),
+        Some(ended),
+        "nodeInterruption reads the notice with its drain"
+    );
+    stop(s).await;
+}
