@@ -488,6 +488,28 @@ async fn charts_rbac_covers_every_kinds_status_and_events_and_nothing_else() {
             &format!("deleting a {}", resource.kind),
         );
     }
+    // The operator records the drains and migrations it starts itself (an
+    // interruption notice, a drain's migrations) by applying new objects.
+    let drains: Api<NodeDrain> = Api::all(client.clone());
+    let recorded = json!({
+        "apiVersion": crd::API_VERSION, "kind": "NodeDrain",
+        "metadata": {"name": format!("{ns}-reclaim")},
+        "spec": {"nodeId": format!("{ns}-b"), "force": true, "interruption": {"kind": "spot-interruption"}},
+    });
+    drains
+        .patch(&format!("{ns}-reclaim"), &apply, &Patch::Apply(&recorded))
+        .await
+        .expect("the operator records an interruption's NodeDrain");
+    let migrations: Api<JobMigration> = Api::namespaced(client.clone(), &ns);
+    let recorded = json!({
+        "apiVersion": crd::API_VERSION, "kind": "JobMigration",
+        "metadata": {"name": "drain-3f9c1e2a"},
+        "spec": {"bundle": "b", "replicaIndex": 0, "jobName": "encode", "strategy": "overlap"},
+    });
+    migrations
+        .patch("drain-3f9c1e2a", &apply, &Patch::Apply(&recorded))
+        .await
+        .expect("the operator records a drain's JobMigration");
     // Events: created, then the same again patched into a series.
     let recorder = Recorder::new(
         client.clone(),
