@@ -262,7 +262,11 @@ async fn write_if_changed(
     let generation = bundle.meta().generation;
     let next = BundleStatus {
         observed_generation: generation,
-        conditions: conditions::merge(&previous.conditions, observed.conditions, generation),
+        conditions: conditions::merge(
+            &previous.conditions,
+            conditions::with_reconciling(observed.conditions, &[super::bundle_status::BROKEN]),
+            generation,
+        ),
         primary_node: observed.primary_node,
         backup_node: observed.backup_node,
         replicas: observed.replicas,

@@ -239,7 +239,11 @@ fn drain_status(
         // The core no longer holds it: what was recorded stands.
         (None, None) => return next,
     };
-    next.conditions = conditions::merge(&previous.conditions, observed, generation);
+    next.conditions = conditions::merge(
+        &previous.conditions,
+        conditions::with_reconciling(observed, &[]),
+        generation,
+    );
     next
 }
 

@@ -202,7 +202,11 @@ fn migration_status(
         ],
         (None, None) => return next,
     };
-    next.conditions = conditions::merge(&previous.conditions, observed, generation);
+    next.conditions = conditions::merge(
+        &previous.conditions,
+        conditions::with_reconciling(observed, &[]),
+        generation,
+    );
     next
 }
 
