@@ -12,5 +12,6 @@ pub mod crd;
 pub mod manager;
 pub mod model;
 pub mod placement;
+pub mod plugin;
 pub mod sim;
 pub mod telemetry;

@@ -405,21 +405,32 @@ async fn a_hot_spare_policy_keeps_a_live_spare_in_its_pool() {
     )
     .await;
     assert_eq!(applied.status.unwrap().observed_generation, applied.metadata.generation);
-    // The spare is in this operator's fleet, and mirrored as a spare.
-    let spares: Vec<_> = sim
+    // Every operator keeps spares for the cluster-wide policy in its own
+    // fleet: this one's spare is mirrored as a spare NorskNode of its fleet.
+    let nodes: Api<NorskNode> = Api::all(cp.client());
+    let fleet = watcher::Config::default().labels(&format!("automanager.norsk.video/fleet={ns}"));
+    let spare = tokio::time::timeout(WAIT, async {
+        let events = watcher(nodes, fleet).applied_objects();
+        let mut events = pin!(events);
+        while let Some(n) = events.try_next().await.expect("watch nodes") {
+            if n.status.as_ref().is_some_and(|s| s.spare) {
+                return n;
+            }
+        }
+        panic!("the node watch ended")
+    })
+    .await
+    .expect("a spare is mirrored");
+    let status = spare.status.expect("status");
+    assert_eq!(status.instance_type.as_deref(), Some("m5.xlarge"));
+    assert_eq!(status.pool.as_deref(), Some("production"));
+    let held = sim
         .snapshot()
         .await
         .nodes
         .into_iter()
-        .filter(|n| n.instance_type == "m5.xlarge")
-        .collect();
-    assert_eq!(spares.len(), 1, "{spares:?}");
-    let nodes: Api<NorskNode> = Api::all(cp.client());
-    let name = norsk_auto_manager::controller::node_status::resource_name(spares[0].id.as_str());
-    until(&nodes, &name, "mirrored as a spare", |n: Option<&NorskNode>| {
-        n.and_then(|n| n.status.as_ref()).is_some_and(|s| s.spare)
-    })
-    .await;
+        .any(|n| n.id.as_str() == spare.spec.node_id);
+    assert!(held, "the spare {} is not in this operator's fleet", spare.spec.node_id);
     policies
         .delete("production", &Default::default())
         .await
@@ -466,6 +477,186 @@ async fn a_deleted_pool_is_taken_from_the_core_live() {
     .expect("bundle applies");
     let second = until(&bundles, "second", "Stalled", stalled).await;
     assert_eq!(condition(&second, "Ready").map(|c| c.1), Some("InvalidBundle".into()));
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn cordoning_a_norsk_node_keeps_new_placements_off_it() {
+    let cp = installed().await;
+    let ns = cp.namespace("cordon").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "cordon-0").await;
+    cp.kubectl_apply(&ns, &small_bundle("first")).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let first = until(&bundles, "first", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    let busy = first.status.and_then(|s| s.primary_node).expect("placed");
+    let nodes: Api<NorskNode> = Api::all(cp.client());
+    until(&nodes, &busy, "mirrored", |n: Option<&NorskNode>| n.is_some()).await;
+    let cordon = |on: bool| serde_json::json!({"spec": {"cordoned": on}});
+    nodes
+        .patch(&busy, &PatchParams::default(), &Patch::Merge(&cordon(true)))
+        .await
+        .expect("cordon");
+    let cordoned = |want: &'static str| {
+        move |n: Option<&NorskNode>| {
+            n.and_then(|n| n.status.as_ref())
+                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Cordoned" && c.status == want))
+        }
+    };
+    until(&nodes, &busy, "Cordoned", cordoned("True")).await;
+    // Binpack would put the next job beside the first; the cordon says no.
+    cp.kubectl_apply(&ns, &small_bundle("second")).expect("bundle applies");
+    let second = until(&bundles, "second", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    let other = second.status.and_then(|s| s.primary_node).expect("placed");
+    assert_ne!(other, busy, "a job was placed on a cordoned node");
+    nodes
+        .patch(&busy, &PatchParams::default(), &Patch::Merge(&cordon(false)))
+        .await
+        .expect("uncordon");
+    until(&nodes, &busy, "uncordoned", cordoned("False")).await;
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_node_drain_migrates_the_jobs_away_and_reports_the_drain_state() {
+    let cp = installed().await;
+    let ns = cp.namespace("drain").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "drain-0").await;
+    cp.kubectl_apply(&ns, &small_bundle("moving")).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let ready = until(&bundles, "moving", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    let source = ready.status.and_then(|s| s.primary_node).expect("placed");
+    cp.kubectl_apply(
+        &ns,
+        &format!(
+            "apiVersion: automanager.norsk.video/v1alpha1\nkind: NodeDrain\nmetadata: {{name: {source}}}\nspec: {{nodeId: {source}, strategy: overlap}}\n"
+        ),
+    )
+    .expect("drain applies");
+    let drains: Api<crd::NodeDrain> = Api::all(cp.client());
+    let job = format!("{ns}/moving/0/encode");
+    let drained = until(&drains, &source, "the job migrated", |d: Option<&crd::NodeDrain>| {
+        d.and_then(|d| d.status.as_ref()).is_some_and(|s| {
+            s.jobs
+                .iter()
+                .any(|j| j.job_id == job && (j.status == "migrated" || j.status == "moved"))
+        })
+    })
+    .await;
+    assert!(drained.status.unwrap().started.is_some());
+    let moved = until(&bundles, "moving", "Ready elsewhere", |b: Option<&Bundle>| {
+        is_ready(b)
+            && b.and_then(|b| b.status.as_ref()?.primary_node.clone())
+                .is_some_and(|n| n != source)
+    })
+    .await;
+    assert_ne!(moved.status.and_then(|s| s.primary_node), Some(source.clone()));
+    // The drain's migration is recorded as a JobMigration it owns.
+    let migrations: Api<crd::JobMigration> = Api::namespaced(cp.client(), &ns);
+    let recorded = tokio::time::timeout(WAIT, async {
+        let events = watcher(migrations, watcher::Config::default()).applied_objects();
+        let mut events = pin!(events);
+        while let Some(m) = events.try_next().await.expect("watch migrations") {
+            if m.status.as_ref().is_some_and(|s| s.phase.as_deref() == Some("done")) {
+                return m;
+            }
+        }
+        panic!("the migration watch ended")
+    })
+    .await
+    .expect("the drain's migration is recorded and done");
+    assert_eq!(recorded.spec.bundle, "moving");
+    assert_eq!(recorded.spec.job_name, "encode");
+    assert_eq!(recorded.spec.strategy, crd::MigrationStrategy::Overlap);
+    assert!(
+        recorded
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "NodeDrain" && o.name == source)
+    );
+    drains
+        .delete(&source, &Default::default())
+        .await
+        .expect("drain deleted");
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_job_migration_moves_the_job_and_records_every_phase() {
+    let cp = installed().await;
+    let ns = cp.namespace("migrate").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "migrate-0").await;
+    cp.kubectl_apply(&ns, &small_bundle("mobile")).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let ready = until(&bundles, "mobile", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    let source = ready.status.and_then(|s| s.primary_node).expect("placed");
+    cp.kubectl_apply(
+        &ns,
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: JobMigration\nmetadata: {name: move-encode}\nspec: {bundle: mobile, jobName: encode, strategy: stopThenStart}\n",
+    )
+    .expect("migration applies");
+    let migrations: Api<crd::JobMigration> = Api::namespaced(cp.client(), &ns);
+    let done = until(&migrations, "move-encode", "done", |m: Option<&crd::JobMigration>| {
+        m.and_then(|m| m.status.as_ref())
+            .is_some_and(|s| s.phase.as_deref() == Some("done"))
+    })
+    .await;
+    let status = done.status.unwrap();
+    assert_eq!(status.source_node_id.as_deref(), Some(source.as_str()));
+    assert_ne!(status.target_node_id.as_deref(), Some(source.as_str()));
+    assert!(status.point_of_no_return_passed);
+    assert!(status.transitions.len() >= 2, "{:?}", status.transitions);
+    assert_eq!(status.transitions.last().map(|t| t.phase.as_str()), Some("done"));
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.status, "True");
+    until(&bundles, "mobile", "on the target", |b: Option<&Bundle>| {
+        b.and_then(|b| b.status.as_ref()?.primary_node.clone()) == status.target_node_id
+    })
+    .await;
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_interruption_notice_produces_a_node_drain_by_itself() {
+    let cp = installed().await;
+    let ns = cp.namespace("interrupt").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "interrupt-0").await;
+    cp.kubectl_apply(&ns, &small_bundle("reclaimed"))
+        .expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let ready = until(&bundles, "reclaimed", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    let node = ready.status.and_then(|s| s.primary_node).expect("placed");
+    sim.admin
+        .clone()
+        .interrupt_node(sim_admin::InterruptNodeRequest {
+            node_id: node.clone(),
+            kind: norsk_auto_manager::manager::proto::manager::InterruptionKind::SpotInterruption as i32,
+            deadline_s: 0.0,
+        })
+        .await
+        .expect("notice sent");
+    let drains: Api<crd::NodeDrain> = Api::all(cp.client());
+    let drain = until(
+        &drains,
+        &node,
+        "recorded with its drain state",
+        |d: Option<&crd::NodeDrain>| d.and_then(|d| d.status.as_ref()).is_some_and(|s| s.phase.is_some()),
+    )
+    .await;
+    assert_eq!(drain.spec.node_id, node);
+    assert!(drain.spec.force);
+    assert_eq!(
+        drain.spec.interruption.map(|i| i.kind),
+        Some(crd::InterruptionKind::SpotInterruption)
+    );
+    drains.delete(&node, &Default::default()).await.expect("drain deleted");
     operator.stop().await;
     sim.shutdown().await;
 }

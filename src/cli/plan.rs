@@ -9,12 +9,14 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::model::{BundleId, BundleSpec, FleetSnapshot, HotSpareSpec, PlacementPool};
 use crate::placement::{
-    FleetError, FleetView, PlanError, SequentialNodeIds, SettingsValidationError, plan_bundles, validate_settings,
+    FleetError, FleetView, PlanError, PlanRow, SequentialNodeIds, SettingsValidationError, plan_bundles,
+    validate_settings,
 };
 
-pub(crate) mod input;
-mod render;
+pub mod input;
+pub(crate) mod render;
 
 pub use input::InputError;
 
@@ -104,23 +106,59 @@ pub fn plan_output(args: &Args) -> Result<String, PlanCommandError> {
         Some(file) => input::read_hot_spares(file)?,
         None => Vec::new(),
     };
-    let pools = validate_settings(pools, &hot_spares).map_err(|source| PlanCommandError::Settings {
-        files: settings_files(args),
-        source,
-    })?;
     let fleet = input::read_fleet(&args.fleet)?;
     let mut bundles = Vec::new();
     for file in &args.bundles {
         bundles.extend(input::read_bundles(file)?);
     }
-    let mut view = FleetView::new(&fleet, pools).map_err(|source| PlanCommandError::Fleet {
-        file: args.fleet.clone(),
+    let sources = Sources {
+        settings: settings_files(args),
+        fleet: args.fleet.clone(),
+    };
+    let rows = plan_rows(pools, &hot_spares, &fleet, &bundles, args.explain, &sources)?;
+    render_rows(&rows, args.output)
+}
+
+/// Where a plan's inputs came from, for error messages.
+#[derive(Clone, Debug)]
+pub struct Sources {
+    /// The pools and hot spares (files, or the cluster).
+    pub settings: String,
+    /// The fleet snapshot.
+    pub fleet: PathBuf,
+}
+
+/// Places every replica of `bundles`, in order, on `fleet` with `pools` and `hot_spares`:
+/// the computation `plan` and `kubectl norsk plan` share.
+pub fn plan_rows(
+    pools: Vec<PlacementPool>,
+    hot_spares: &[HotSpareSpec],
+    fleet: &FleetSnapshot,
+    bundles: &[(BundleId, BundleSpec)],
+    explain: bool,
+    sources: &Sources,
+) -> Result<Vec<PlanRow>, PlanCommandError> {
+    let pools = validate_settings(pools, hot_spares).map_err(|source| PlanCommandError::Settings {
+        files: sources.settings.clone(),
         source,
     })?;
-    let rows = plan_bundles(&mut view, &bundles, args.explain, &mut SequentialNodeIds::default())?;
-    Ok(match args.output {
-        Output::Table => render::table(&rows),
-        Output::Json => render::json(&rows)?,
+    let mut view = FleetView::new(fleet, pools).map_err(|source| PlanCommandError::Fleet {
+        file: sources.fleet.clone(),
+        source,
+    })?;
+    Ok(plan_bundles(
+        &mut view,
+        bundles,
+        explain,
+        &mut SequentialNodeIds::default(),
+    )?)
+}
+
+/// The plan as `output` asks.
+pub fn render_rows(rows: &[PlanRow], output: Output) -> Result<String, PlanCommandError> {
+    Ok(match output {
+        Output::Table => render::table(rows),
+        Output::Json => render::json(rows)?,
     })
 }
 

@@ -23,6 +23,7 @@ use crate::model::{self, BundleState, runtime_job_id};
 
 use super::bundle_status::{ADMITTED, AdmissionCheck, ObservedBundle, PLACED, observe, replica_count};
 use super::conditions::{self, Observed, READY, STALLED};
+use super::notes::JobNotes;
 use super::{Context, ReconcileError, status};
 
 /// The controller's name (metrics label, field manager suffix).
@@ -203,7 +204,12 @@ async fn observe_bundle(bundle: &crd::Bundle, ctx: &Context) -> Result<ObservedB
         (0..replica_count(&spec))
             .flat_map(|r| spec.jobs.iter().map(move |j| runtime_job_id(bundle_id, r, &j.job_name)))
             .map(|id| {
-                let known = notes.job(&id);
+                let mut known = notes.job(&id);
+                if known == JobNotes::default() {
+                    // Notes live in memory: a new leader has none until the
+                    // next placement, so what the status recorded stands.
+                    known = recorded(previous, &id);
+                }
                 (id, known)
             })
             .collect()
@@ -227,6 +233,20 @@ async fn observe_bundle(bundle: &crd::Bundle, ctx: &Context) -> Result<ObservedB
     Ok(observed)
 }
 
+/// What a status recorded of a job's last placement and degradation.
+fn recorded(status: Option<&BundleStatus>, job: &model::JobId) -> JobNotes {
+    status
+        .into_iter()
+        .flat_map(|s| &s.replicas)
+        .flat_map(|r| &r.jobs)
+        .find(|j| j.job_id == job.as_str())
+        .map(|j| JobNotes {
+            last_placement: j.last_placement.clone(),
+            resilience_degraded: j.resilience_degraded.clone(),
+        })
+        .unwrap_or_default()
+}
+
 /// Writes the status when it differs from what the resource holds.
 async fn write_if_changed(
     bundle: &crd::Bundle,
@@ -242,7 +262,11 @@ async fn write_if_changed(
     let generation = bundle.meta().generation;
     let next = BundleStatus {
         observed_generation: generation,
-        conditions: conditions::merge(&previous.conditions, observed.conditions, generation),
+        conditions: conditions::merge(
+            &previous.conditions,
+            conditions::with_reconciling(observed.conditions, &[super::bundle_status::BROKEN]),
+            generation,
+        ),
         primary_node: observed.primary_node,
         backup_node: observed.backup_node,
         replicas: observed.replicas,

@@ -11,6 +11,8 @@ use k8s_openapi::jiff::Timestamp;
 pub const READY: &str = "Ready";
 /// kstatus: the controller cannot make progress without a change.
 pub const STALLED: &str = "Stalled";
+/// kstatus: the controller is still working towards Ready.
+pub const RECONCILING: &str = "Reconciling";
 
 /// A condition as computed now (no timestamp yet).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +47,21 @@ impl Observed {
             message: message.into(),
         }
     }
+}
+
+/// `observed` plus `Reconciling`, which kstatus readers (Flux, cli-utils)
+/// need to tell work in progress from a settled state: true while `Ready`
+/// is false and nothing says the object is stuck (`Stalled`, or one of
+/// `terminal`, such as a Bundle's `Broken`), with `Ready`'s reason and
+/// message; absent otherwise.
+pub fn with_reconciling(mut observed: Vec<Observed>, terminal: &[&str]) -> Vec<Observed> {
+    let holds = |type_: &str| observed.iter().any(|o| o.type_ == type_ && o.status);
+    let stuck = holds(STALLED) || terminal.iter().any(|t| holds(t));
+    let waiting = observed.iter().find(|o| o.type_ == READY && !o.status).cloned();
+    if let (Some(ready), false) = (waiting, stuck) {
+        observed.push(Observed::yes(RECONCILING, ready.reason, ready.message));
+    }
+    observed
 }
 
 /// The conditions to write: each observed one, keeping the transition time
@@ -128,5 +145,33 @@ mod tests {
         let mut c = b.clone();
         c[0].reason = "After".to_owned();
         assert!(!same(&a, &c));
+    }
+
+    #[test]
+    fn reconciling_while_ready_is_false_and_nothing_is_stuck() {
+        let types = |observed: Vec<Observed>| -> Vec<(&'static str, bool)> {
+            observed.into_iter().map(|o| (o.type_, o.status)).collect()
+        };
+        let placing = with_reconciling(vec![Observed::no(READY, "Placing", "0 of 1 jobs placed")], &[]);
+        assert_eq!(types(placing.clone()), [(READY, false), (RECONCILING, true)]);
+        assert_eq!(placing[1].reason, "Placing");
+        let ready = with_reconciling(vec![Observed::yes(READY, "Running", "")], &[]);
+        assert_eq!(types(ready), [(READY, true)]);
+        let stalled = with_reconciling(
+            vec![
+                Observed::no(READY, "Refused", "why"),
+                Observed::yes(STALLED, "Refused", "why"),
+            ],
+            &[],
+        );
+        assert_eq!(types(stalled), [(READY, false), (STALLED, true)]);
+        let broken = with_reconciling(
+            vec![
+                Observed::no(READY, "Broken", "why"),
+                Observed::yes("Broken", "BundleBroken", "why"),
+            ],
+            &["Broken"],
+        );
+        assert_eq!(types(broken), [(READY, false), ("Broken", true)]);
     }
 }

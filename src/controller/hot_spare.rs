@@ -186,7 +186,11 @@ async fn reconcile(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Resul
         .unwrap_or_default();
     let next = HotSparePolicyStatus {
         observed_generation: generation,
-        conditions: conditions::merge(&previous.conditions, conditions, generation),
+        conditions: conditions::merge(
+            &previous.conditions,
+            conditions::with_reconciling(conditions, &[]),
+            generation,
+        ),
         live_spares: spare_status.as_ref().map_or(0, |s| s.live),
         provisioning_spares: spare_status.as_ref().map_or(0, |s| s.provisioning),
         consumed_spares: spare_status

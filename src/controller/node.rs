@@ -6,9 +6,8 @@
 //! with `CONCURRENT_WRITES` in flight; the rest follows in the next round.
 //!
 //! People edit `spec.cordoned` and `spec.spare`; a second controller hands
-//! those to the core (`updateHotSpareNode`; cordoning waits for the core,
-//! see the seam below) and reports them as conditions under its own field
-//! manager.
+//! those to the core (`cordonNode` / `uncordonNode`, `updateHotSpareNode`)
+//! and reports them as conditions under its own field manager.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -21,6 +20,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
 
+use crate::automanager::CommandError;
 use crate::automanager::spares::SpareError;
 use crate::crd::{NorskNode, NorskNodeStatus};
 use crate::model::NodeId;
@@ -35,6 +35,8 @@ pub const MIRROR: &str = "norsknode";
 pub const SPEC_CONTROLLER: &str = "norsknode-spec";
 /// Condition: the node takes no new placements.
 pub const CORDONED: &str = "Cordoned";
+/// `Cordoned` reason: the spec asked for it.
+const BY_SPEC: &str = "Spec";
 /// Condition: `spec.spare` is the live spare's spec.
 pub const SPARE_SPEC_APPLIED: &str = "SpareSpecApplied";
 /// Label on every `NorskNode` the operator mirrors.
@@ -241,19 +243,37 @@ fn spec_error_policy(node: Arc<NorskNode>, error: &ReconcileError, ctx: Arc<Cont
     ctx.failed(SPEC_CONTROLLER, &node.name_any(), error)
 }
 
-/// Seam for `cordonNode` / `uncordonNode`: the core of this build cannot
-/// cordon (no `cordon_node` on its handle), so the wish is only reported.
-/// When the handle gains `cordon_node(node, cordoned)`, call it here.
-fn apply_cordon(cordoned: bool) -> Observed {
-    if cordoned {
-        Observed::no(
-            CORDONED,
-            "CoreWithoutCordon",
-            "this build's core cannot cordon; placement still uses the node",
-        )
-    } else {
-        Observed::no(CORDONED, "Uncordoned", "")
-    }
+/// `spec.cordoned` -> `cordonNode` / `uncordonNode`. Only what this
+/// controller cordoned is uncordoned when the spec is cleared: a node a
+/// drain cordoned stays cordoned (uncordoning would cancel the drain).
+async fn apply_cordon(ctx: &Context, node: &NorskNode) -> Result<Observed, ReconcileError> {
+    let node_id = NodeId(node.spec.node_id.clone());
+    let cordoned = ctx.core.is_cordoned(node_id.clone()).await?;
+    let by_spec = node
+        .status
+        .as_ref()
+        .and_then(|s| conditions::find(&s.conditions, CORDONED))
+        .is_some_and(|c| c.status == "True" && c.reason == BY_SPEC);
+    let outcome = match (node.spec.cordoned, cordoned) {
+        (true, true) => return Ok(Observed::yes(CORDONED, BY_SPEC, "no new placement lands here")),
+        (true, false) => ctx.core.cordon_node(node_id).await.map(|()| true),
+        (false, true) if by_spec => ctx.core.uncordon_node(node_id).await.map(|()| false),
+        (false, true) => {
+            return Ok(Observed::yes(
+                CORDONED,
+                "Drain",
+                "cordoned by a drain or an interruption notice",
+            ));
+        }
+        (false, false) => return Ok(Observed::no(CORDONED, "Uncordoned", "")),
+    };
+    Ok(match outcome {
+        Ok(true) => Observed::yes(CORDONED, BY_SPEC, "no new placement lands here"),
+        Ok(false) => Observed::no(CORDONED, "Uncordoned", ""),
+        Err(CommandError::Closed) => return Err(ReconcileError::ReadCore(crate::automanager::QueryError::Closed)),
+        // An unknown node, ...: nothing to cordon until Manager has it.
+        Err(e) => Observed::no(CORDONED, "CordonRefused", e.to_string()),
+    })
 }
 
 /// `spec.spare` -> `updateHotSpareNode`, when it differs from the live
@@ -279,7 +299,7 @@ async fn apply_spare_spec(ctx: &Context, node: &NorskNode) -> Result<Option<Obse
 async fn reconcile_spec(node: Arc<NorskNode>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let started = Instant::now();
     let name = node.name_any();
-    let mut observed = vec![apply_cordon(node.spec.cordoned)];
+    let mut observed = vec![apply_cordon(&ctx, &node).await?];
     observed.extend(apply_spare_spec(&ctx, &node).await?);
     let types: Vec<&str> = observed.iter().map(|o| o.type_).collect();
     let previous: Vec<_> = node

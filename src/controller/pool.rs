@@ -181,7 +181,11 @@ async fn reconcile_pool(pool: Arc<PlacementPool>, ctx: Arc<PoolContext>) -> Resu
         .unwrap_or_default();
     let next = PlacementPoolStatus {
         observed_generation: generation,
-        conditions: conditions::merge(&previous.conditions, conditions, generation),
+        conditions: conditions::merge(
+            &previous.conditions,
+            conditions::with_reconciling(conditions, &[]),
+            generation,
+        ),
         ..observed
     };
     if status::differs(&previous, &next, |s: &mut PlacementPoolStatus| &mut s.conditions) {

@@ -121,8 +121,8 @@ impl Operator {
             namespace: ns.to_owned(),
             name: "norsk-auto-manager".to_owned(),
             identity: identity.to_owned(),
-            duration_s: 4,
-            grace_s: 1,
+            duration_s: 15,
+            grace_s: 5,
         };
         let session = SessionSettings {
             settings: AutoSettings {

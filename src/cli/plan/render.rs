@@ -219,7 +219,7 @@ fn optional(value: Option<String>) -> String {
     value.unwrap_or_else(|| "-".to_owned())
 }
 
-fn columns(header: &[&str], body: &[Vec<String>]) -> String {
+pub(crate) fn columns(header: &[&str], body: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in body {
         for (w, cell) in widths.iter_mut().zip(row) {

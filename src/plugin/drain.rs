@@ -1,0 +1,242 @@
+//! `drain` and `interrupt`: create a `NodeDrain` and follow it until it ends, with a progress
+//! bar of the node's jobs (moved off / all). The drain's end is its phase: `done`, `partial`
+//! or `failed` (the seed's `DrainState`).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use futures::StreamExt;
+use indicatif::{ProgressBar, ProgressStyle};
+use kube::api::PostParams;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+
+use crate::crd::{Interruption, InterruptionKind, MigrationStrategy, NodeDrain, NodeDrainSpec, NodeDrainStatus};
+
+use super::PluginError;
+
+/// How a followed drain ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DrainEnd {
+    /// Every job moved off; the node terminated.
+    Done,
+    /// Some jobs stuck (the drain's reason says which).
+    Partial(String),
+    /// The drain failed.
+    Failed(String),
+}
+
+/// A drain of `node_id` (named `<node>-drain-` plus a suffix the API server chooses: a node
+/// may be drained again after a cancelled drain).
+pub fn drain_resource(
+    node_id: &str,
+    timeout_seconds: Option<u32>,
+    force: bool,
+    strategy: MigrationStrategy,
+) -> NodeDrain {
+    named(NodeDrain::new(
+        "",
+        NodeDrainSpec {
+            node_id: node_id.to_owned(),
+            timeout_seconds,
+            force,
+            strategy,
+            interruption: None,
+        },
+    ))
+}
+
+/// The drain answering a provider's notice: forced, sized to the deadline by the operator.
+pub fn interruption_resource(node_id: &str, kind: InterruptionKind, deadline: Option<String>) -> NodeDrain {
+    named(NodeDrain::new(
+        "",
+        NodeDrainSpec {
+            node_id: node_id.to_owned(),
+            timeout_seconds: None,
+            force: true,
+            strategy: MigrationStrategy::default(),
+            interruption: Some(Interruption { kind, deadline }),
+        },
+    ))
+}
+
+fn named(mut drain: NodeDrain) -> NodeDrain {
+    let base = kubernetes_name(&drain.spec.node_id);
+    drain.metadata.name = None;
+    drain.metadata.generate_name = Some(format!("{base}-drain-"));
+    drain
+}
+
+/// A node id as the start of a resource name: lower case, `[a-z0-9-]`, at most 50 characters
+/// (the API server adds five for the suffix; names stop at 63 with room for `-drain-`).
+fn kubernetes_name(node_id: &str) -> String {
+    let name: String = node_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(50)
+        .collect();
+    let name = name.trim_matches('-');
+    if name.is_empty() {
+        "node".to_owned()
+    } else {
+        name.to_owned()
+    }
+}
+
+/// Jobs moved off (or ended) and jobs in all, from the drain's status.
+pub fn progress(status: &NodeDrainStatus) -> (u64, u64) {
+    let finished = status
+        .jobs
+        .iter()
+        .filter(|j| matches!(j.status.as_str(), "migrated" | "moved" | "terminated"))
+        .count();
+    (finished as u64, status.jobs.len() as u64)
+}
+
+/// The end the status reports, if the drain has ended.
+pub fn end(status: &NodeDrainStatus) -> Option<DrainEnd> {
+    let reason = || status.reason.clone().unwrap_or_default();
+    match status.phase.as_deref()? {
+        "done" => Some(DrainEnd::Done),
+        "partial" => Some(DrainEnd::Partial(reason())),
+        "failed" => Some(DrainEnd::Failed(reason())),
+        _ => None,
+    }
+}
+
+/// Creates `drain`; unless `no_wait`, follows it to its end.
+pub async fn create_and_follow(client: Client, drain: NodeDrain, no_wait: bool) -> Result<ExitCode, PluginError> {
+    let api: Api<NodeDrain> = Api::all(client);
+    let created = api
+        .create(&PostParams::default(), &drain)
+        .await
+        .map_err(PluginError::request(format!(
+            "create a nodedrain of {}",
+            drain.spec.node_id
+        )))?;
+    let name = created.name_any();
+    println!("nodedrain/{name} created");
+    if no_wait {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg:<12} [{bar:30}] {pos}/{len} jobs moved off ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let ended = follow_drain(&api, &name, |status| {
+        let (finished, total) = progress(status);
+        bar.set_length(total);
+        bar.set_position(finished);
+        bar.set_message(status.phase.clone().unwrap_or_else(|| "pending".to_owned()));
+    })
+    .await;
+    bar.finish_and_clear();
+    match ended? {
+        DrainEnd::Done => {
+            println!("nodedrain/{name} done: every job moved off, node terminated");
+            Ok(ExitCode::SUCCESS)
+        }
+        DrainEnd::Partial(reason) => {
+            eprintln!("nodedrain/{name} ended partial: {reason}");
+            Ok(ExitCode::FAILURE)
+        }
+        DrainEnd::Failed(reason) => {
+            eprintln!("nodedrain/{name} failed: {reason}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// Watches NodeDrain `name`, calling `on_status` with each status seen, until it ends.
+pub async fn follow_drain(
+    api: &Api<NodeDrain>,
+    name: &str,
+    mut on_status: impl FnMut(&NodeDrainStatus),
+) -> Result<DrainEnd, PluginError> {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    // The watcher re-lists after an error (an expired resource version, a dropped
+    // connection); the backoff keeps that from spinning while the API server is away.
+    let mut drains = watcher(api.clone(), config).default_backoff().applied_objects().boxed();
+    while let Some(next) = drains.next().await {
+        let drain = match next {
+            Ok(drain) => drain,
+            Err(source) => {
+                tracing::debug!(%name, error = %source, "watch of the drain interrupted; resuming");
+                continue;
+            }
+        };
+        let Some(status) = drain.status.as_ref() else {
+            continue;
+        };
+        on_status(status);
+        if let Some(end) = end(status) {
+            return Ok(end);
+        }
+    }
+    Err(PluginError::LostDrain(name.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::DrainJobStatus;
+
+    fn job(status: &str) -> DrainJobStatus {
+        DrainJobStatus {
+            job_id: format!("b/{status}"),
+            status: status.to_owned(),
+            ..DrainJobStatus::default()
+        }
+    }
+
+    #[test]
+    fn progress_counts_jobs_moved_off_of_all() {
+        let status = NodeDrainStatus {
+            jobs: vec![
+                job("migrated"),
+                job("migrating"),
+                job("moved"),
+                job("stuck"),
+                job("terminated"),
+            ],
+            ..NodeDrainStatus::default()
+        };
+        assert_eq!(progress(&status), (3, 5));
+    }
+
+    #[test]
+    fn drain_ends_only_in_done_partial_or_failed() {
+        let at = |phase: &str| NodeDrainStatus {
+            phase: Some(phase.to_owned()),
+            reason: Some("job x stuck".to_owned()),
+            ..NodeDrainStatus::default()
+        };
+        assert_eq!(end(&at("migrating")), None);
+        assert_eq!(end(&at("terminating")), None);
+        assert_eq!(end(&at("done")), Some(DrainEnd::Done));
+        assert_eq!(end(&at("partial")), Some(DrainEnd::Partial("job x stuck".to_owned())));
+        assert_eq!(end(&at("failed")), Some(DrainEnd::Failed("job x stuck".to_owned())));
+    }
+
+    #[test]
+    fn drain_names_are_valid_resource_names_from_any_node_id() {
+        let drain = drain_resource("EC2/i-0ABC_1", None, false, MigrationStrategy::Overlap);
+        assert_eq!(drain.metadata.generate_name.as_deref(), Some("ec2-i-0abc-1-drain-"));
+        assert_eq!(drain.spec.node_id, "EC2/i-0ABC_1");
+        let long = "n".repeat(300);
+        let name = interruption_resource(&long, InterruptionKind::Rebalance, None)
+            .metadata
+            .generate_name
+            .unwrap_or_default();
+        assert!(name.len() + 5 <= 63, "{name}");
+    }
+}

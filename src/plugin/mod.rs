@@ -1,0 +1,279 @@
+//! `kubectl-norsk`, the kubectl plugin: day-two commands on the operator's resources through
+//! the API server, as the person running kubectl (their kubeconfig, their RBAC). It owns no
+//! policy: `cordon` edits a `NorskNode`, `drain` / `interrupt` create a `NodeDrain`, `migrate`
+//! a `JobMigration`, and the operator does the rest; `plan` / `explain` run the placement
+//! engine on the cluster's pools and bundles, as `norsk-auto-manager plan` does offline.
+
+mod drain;
+mod migrate;
+mod nodes;
+pub mod plan;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use kube::Client;
+
+use crate::crd::{InterruptionKind, MigrationStrategy};
+
+pub use drain::{DrainEnd, drain_resource, follow_drain, interruption_resource};
+pub use migrate::migration_resource;
+pub use nodes::set_cordoned;
+
+/// kubectl plugin for norsk-auto-manager.
+#[derive(Debug, Parser)]
+#[command(name = "kubectl-norsk", bin_name = "kubectl norsk", version)]
+pub struct Cli {
+    /// Namespace of bundles and migrations (default: the kubeconfig's).
+    #[arg(short, long, global = true)]
+    pub namespace: Option<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The plugin's commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Place the namespace's bundles (or the named ones) on a fleet snapshot with the
+    /// cluster's pools and hot spares: the same table as `norsk-auto-manager plan`.
+    Plan {
+        /// The fleet snapshot (`norsk-auto-manager simctl snapshot`'s `fleet`, YAML or JSON).
+        #[arg(long)]
+        fleet: PathBuf,
+        /// Only these bundles.
+        bundles: Vec<String>,
+        /// `table` or `json`.
+        #[arg(long, value_enum, default_value_t = crate::cli::plan::Output::Table)]
+        output: crate::cli::plan::Output,
+    },
+    /// Why a bundle's jobs are where they are: the last placement the operator recorded for
+    /// each job; with --fleet, also the placement trace against that snapshot, node by node.
+    Explain {
+        /// The bundle.
+        bundle: String,
+        /// Only this job.
+        job: Option<String>,
+        /// A fleet snapshot (as for `plan`) to trace the placement against.
+        #[arg(long)]
+        fleet: Option<PathBuf>,
+    },
+    /// No new placement on the node; its jobs stay.
+    Cordon {
+        /// The NorskNode (resource name or Manager node id).
+        node: String,
+    },
+    /// Placement may use the node again.
+    Uncordon {
+        /// The NorskNode (resource name or Manager node id).
+        node: String,
+    },
+    /// Drain a node: its jobs migrated elsewhere, then the node terminated. Follows the
+    /// drain until it ends (exit 0 when done, 1 when partial or failed).
+    Drain {
+        /// The NorskNode (resource name or Manager node id).
+        node: String,
+        /// Seconds before stuck jobs end the drain partial (operator default 600).
+        #[arg(long)]
+        timeout: Option<u32>,
+        /// Terminate at the timeout even with jobs left.
+        #[arg(long)]
+        force: bool,
+        /// How each job moves.
+        #[arg(long, value_enum, default_value = "stop-then-start")]
+        strategy: Strategy,
+        /// Create the drain and return.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Move one running job of a bundle to another node.
+    Migrate {
+        /// The bundle.
+        bundle: String,
+        /// The job's name in the bundle.
+        job: String,
+        /// 0 for the primary replica, 1 for the backup.
+        #[arg(long, default_value_t = 0)]
+        replica: u32,
+        /// The target node (placement chooses when absent).
+        #[arg(long)]
+        to: Option<String>,
+        /// How the job moves.
+        #[arg(long, value_enum, default_value = "stop-then-start")]
+        strategy: Strategy,
+        /// May take an exclusively reserved spare.
+        #[arg(long)]
+        override_reservation: bool,
+    },
+    /// Tell the operator a provider is taking the node back: a forced drain sized to the
+    /// deadline. Follows it like `drain`.
+    Interrupt {
+        /// The NorskNode (resource name or Manager node id).
+        node: String,
+        /// The provider's notice.
+        #[arg(long, value_enum, default_value = "spot-interruption")]
+        kind: Notice,
+        /// When the node is reclaimed (RFC 3339; the kind's default when absent).
+        #[arg(long)]
+        deadline: Option<String>,
+        /// Create the drain and return.
+        #[arg(long)]
+        no_wait: bool,
+    },
+}
+
+/// `--strategy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Strategy {
+    /// Target prepared, source stopped, target started.
+    StopThenStart,
+    /// Target started; once running, the source stopped.
+    Overlap,
+    /// The job hands over at a point both instances agree on.
+    Handover,
+}
+
+impl From<Strategy> for MigrationStrategy {
+    fn from(strategy: Strategy) -> Self {
+        match strategy {
+            Strategy::StopThenStart => MigrationStrategy::StopThenStart,
+            Strategy::Overlap => MigrationStrategy::Overlap,
+            Strategy::Handover => MigrationStrategy::Handover,
+        }
+    }
+}
+
+/// `interrupt --kind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Notice {
+    /// A spot instance is reclaimed.
+    SpotInterruption,
+    /// A rebalance recommendation.
+    Rebalance,
+}
+
+impl From<Notice> for InterruptionKind {
+    fn from(notice: Notice) -> Self {
+        match notice {
+            Notice::SpotInterruption => InterruptionKind::SpotInterruption,
+            Notice::Rebalance => InterruptionKind::Rebalance,
+        }
+    }
+}
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    /// No kubeconfig or in-cluster configuration.
+    #[error("cannot reach the cluster: {0}")]
+    Connect(#[from] kube::Error),
+    /// No NorskNode has that name or node id.
+    #[error("no NorskNode named {0:?} or with spec.nodeId {0:?}")]
+    UnknownNode(String),
+    /// A request was refused.
+    #[error("{action}: {source}")]
+    Request {
+        /// What was attempted.
+        action: String,
+        /// The API server's answer.
+        source: kube::Error,
+    },
+    /// The drain's watch ended before the drain did.
+    #[error("lost track of NodeDrain {0}")]
+    LostDrain(String),
+    /// Planning failed.
+    #[error(transparent)]
+    Plan(#[from] plan::PlanError),
+}
+
+impl PluginError {
+    fn request(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Self {
+        let action = action.into();
+        move |source| Self::Request { action, source }
+    }
+}
+
+/// Runs the command with the kubeconfig's client; prints errors and returns the exit code.
+pub async fn main(cli: Cli) -> ExitCode {
+    let result = async {
+        let config = kube::Config::infer()
+            .await
+            .map_err(|e| PluginError::Connect(kube::Error::InferConfig(e)))?;
+        let namespace = cli
+            .namespace
+            .clone()
+            .unwrap_or_else(|| config.default_namespace.clone());
+        let client = Client::try_from(config)?;
+        run(client, &namespace, cli.command).await
+    }
+    .await;
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs one command against `client`; bundles and migrations live in `namespace`.
+pub async fn run(client: Client, namespace: &str, command: Command) -> Result<ExitCode, PluginError> {
+    match command {
+        Command::Plan { fleet, bundles, output } => {
+            print!("{}", plan::plan(client, namespace, &fleet, &bundles, output).await?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Explain { bundle, job, fleet } => {
+            print!(
+                "{}",
+                plan::explain(client, namespace, fleet.as_deref(), &bundle, job.as_deref()).await?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Cordon { node } => {
+            let name = set_cordoned(client, &node, true).await?;
+            println!("norsknode/{name} cordoned");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Uncordon { node } => {
+            let name = set_cordoned(client, &node, false).await?;
+            println!("norsknode/{name} uncordoned");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Drain {
+            node,
+            timeout,
+            force,
+            strategy,
+            no_wait,
+        } => {
+            let node_id = nodes::node_id(client.clone(), &node).await?;
+            let drain = drain_resource(&node_id, timeout, force, strategy.into());
+            drain::create_and_follow(client, drain, no_wait).await
+        }
+        Command::Interrupt {
+            node,
+            kind,
+            deadline,
+            no_wait,
+        } => {
+            let node_id = nodes::node_id(client.clone(), &node).await?;
+            let drain = interruption_resource(&node_id, kind.into(), deadline);
+            drain::create_and_follow(client, drain, no_wait).await
+        }
+        Command::Migrate {
+            bundle,
+            job,
+            replica,
+            to,
+            strategy,
+            override_reservation,
+        } => {
+            let migration = migration_resource(&bundle, &job, replica, to, strategy.into(), override_reservation);
+            let name = migrate::create(client, namespace, migration).await?;
+            println!("jobmigration/{name} created");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! `kubectl-norsk` against the real API server (see `support/control_plane.rs`): what each
+//! command writes (cordon's patch, drain's and interrupt's NodeDrain, migrate's JobMigration),
+//! a followed drain ending with its phase, and `plan` printing what
+//! `norsk-auto-manager plan` prints for the same pools, bundles and fleet.
+
+#[path = "support/control_plane.rs"]
+mod control_plane;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+use norsk_auto_manager::cli::plan::{self as offline, Output};
+use norsk_auto_manager::crd::{
+    self, InterruptionKind, JobMigration, MigrationStrategy, NodeDrain, NorskNode, NorskNodeSpec,
+};
+use norsk_auto_manager::plugin::{self, Command, PluginError, Strategy};
+use serde_json::json;
+use tokio::sync::OnceCell;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+async fn installed() -> &'static control_plane::ControlPlane {
+    static INSTALLED: OnceCell<()> = OnceCell::const_new();
+    let cp = control_plane::shared().await;
+    INSTALLED
+        .get_or_init(|| async {
+            let crds: Api<CustomResourceDefinition> = Api::all(cp.client());
+            for definition in crd::definitions() {
+                let name = definition.metadata.name.clone().unwrap_or_default();
+                crds.patch(
+                    &name,
+                    &PatchParams::apply("norsk-plugin-test").force(),
+                    &Patch::Apply(&definition),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+                tokio::time::timeout(
+                    WAIT,
+                    await_condition(crds.clone(), &name, conditions::is_crd_established()),
+                )
+                .await
+                .expect("definition established in time")
+                .expect("watch");
+            }
+        })
+        .await;
+    cp
+}
+
+/// A NorskNode `name` mirroring Manager node `node_id`, as the operator would create it.
+async fn norsk_node(cp: &control_plane::ControlPlane, name: &str, node_id: &str) {
+    let nodes: Api<NorskNode> = Api::all(cp.client());
+    nodes
+        .create(
+            &PostParams::default(),
+            &NorskNode::new(
+                name,
+                NorskNodeSpec {
+                    node_id: node_id.to_owned(),
+                    ..NorskNodeSpec::default()
+                },
+            ),
+        )
+        .await
+        .expect("create NorskNode");
+}
+
+#[tokio::test]
+async fn cordon_and_uncordon_patch_the_norsk_node_by_name_or_node_id() {
+    let cp = installed().await;
+    norsk_node(cp, "ec2-i-0cordon", "EC2/i-0cordon").await;
+    let nodes: Api<NorskNode> = Api::all(cp.client());
+    let by_id = Command::Cordon {
+        node: "EC2/i-0cordon".to_owned(),
+    };
+    assert_eq!(
+        plugin::run(cp.client(), "default", by_id).await.expect("cordon"),
+        ExitCode::SUCCESS
+    );
+    assert!(nodes.get("ec2-i-0cordon").await.expect("get").spec.cordoned);
+    let by_name = Command::Uncordon {
+        node: "ec2-i-0cordon".to_owned(),
+    };
+    assert_eq!(
+        plugin::run(cp.client(), "default", by_name).await.expect("uncordon"),
+        ExitCode::SUCCESS
+    );
+    let node = nodes.get("ec2-i-0cordon").await.expect("get");
+    assert!(!node.spec.cordoned);
+    assert_eq!(node.spec.node_id, "EC2/i-0cordon", "the rest of the spec is kept");
+}
+
+#[tokio::test]
+async fn cordon_of_an_unknown_node_says_so() {
+    let cp = installed().await;
+    let missing = Command::Cordon {
+        node: "no-such-node".to_owned(),
+    };
+    match plugin::run(cp.client(), "default", missing).await {
+        Err(PluginError::UnknownNode(node)) => assert_eq!(node, "no-such-node"),
+        other => panic!("expected UnknownNode, got {other:?}"),
+    }
+}
+
+/// Waits (a watch, bounded by `WAIT`) for the NodeDrain of `node_id` the command creates.
+async fn drain_of(cp: &control_plane::ControlPlane, node_id: &str) -> NodeDrain {
+    let drains: Api<NodeDrain> = Api::all(cp.client());
+    let mut seen = watcher(drains, watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    let found = tokio::time::timeout(WAIT, async {
+        // Watch errors (an expired resource version) are retried by the watcher.
+        while let Some(drain) = seen.next().await {
+            if let Ok(drain) = drain
+                && drain.spec.node_id == node_id
+            {
+                return Some(drain);
+            }
+        }
+        None
+    })
+    .await;
+    found
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("no NodeDrain of {node_id} appeared"))
+}
+
+/// Writes `phase` (and jobs) into the drain's status, as the operator would.
+async fn set_phase(cp: &control_plane::ControlPlane, name: &str, phase: &str, jobs: serde_json::Value) {
+    let drains: Api<NodeDrain> = Api::all(cp.client());
+    drains
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": phase, "jobs": jobs, "reason": "job b/1/x stuck"}})),
+        )
+        .await
+        .expect("status patch");
+}
+
+#[tokio::test]
+async fn drain_creates_a_node_drain_and_follows_it_until_done() {
+    let cp = installed().await;
+    norsk_node(cp, "drain-done", "drain-done").await;
+    let command = Command::Drain {
+        node: "drain-done".to_owned(),
+        timeout: Some(120),
+        force: true,
+        strategy: Strategy::Overlap,
+        no_wait: false,
+    };
+    let client = cp.client();
+    let running = tokio::spawn(async move { plugin::run(client, "default", command).await });
+    let drain = drain_of(cp, "drain-done").await;
+    assert_eq!(drain.spec.timeout_seconds, Some(120));
+    assert!(drain.spec.force);
+    assert_eq!(drain.spec.strategy, MigrationStrategy::Overlap);
+    assert!(drain.spec.interruption.is_none());
+    let name = drain.name_any();
+    set_phase(
+        cp,
+        &name,
+        "migrating",
+        json!([{"jobId": "b/0/x", "status": "migrating"}]),
+    )
+    .await;
+    assert!(!running.is_finished(), "the drain is followed until it ends");
+    set_phase(cp, &name, "done", json!([{"jobId": "b/0/x", "status": "migrated"}])).await;
+    let code = tokio::time::timeout(WAIT, running)
+        .await
+        .expect("drain returns once done")
+        .expect("task")
+        .expect("drain");
+    assert_eq!(code, ExitCode::SUCCESS);
+}
+
+#[tokio::test]
+async fn drain_that_ends_partial_exits_with_failure() {
+    let cp = installed().await;
+    norsk_node(cp, "drain-partial", "drain-partial").await;
+    let command = Command::Drain {
+        node: "drain-partial".to_owned(),
+        timeout: None,
+        force: false,
+        strategy: Strategy::StopThenStart,
+        no_wait: false,
+    };
+    let client = cp.client();
+    let running = tokio::spawn(async move { plugin::run(client, "default", command).await });
+    let drain = drain_of(cp, "drain-partial").await;
+    assert_eq!(drain.spec.timeout_seconds, None);
+    assert!(!drain.spec.force);
+    set_phase(
+        cp,
+        &drain.name_any(),
+        "partial",
+        json!([{"jobId": "b/1/x", "status": "stuck"}]),
+    )
+    .await;
+    let code = tokio::time::timeout(WAIT, running)
+        .await
+        .expect("drain returns once partial")
+        .expect("task")
+        .expect("drain");
+    assert_eq!(code, ExitCode::FAILURE);
+}
+
+#[tokio::test]
+async fn interrupt_creates_a_forced_drain_carrying_the_notice() {
+    let cp = installed().await;
+    norsk_node(cp, "spot-1", "aws/i-0spot").await;
+    let command = Command::Interrupt {
+        node: "spot-1".to_owned(),
+        kind: plugin::Notice::Rebalance,
+        deadline: Some("2026-11-29T23:00:00Z".to_owned()),
+        no_wait: true,
+    };
+    assert_eq!(
+        plugin::run(cp.client(), "default", command).await.expect("interrupt"),
+        ExitCode::SUCCESS
+    );
+    let drain = drain_of(cp, "aws/i-0spot").await;
+    assert!(drain.spec.force);
+    let notice = drain.spec.interruption.expect("the notice");
+    assert_eq!(notice.kind, InterruptionKind::Rebalance);
+    assert_eq!(notice.deadline.as_deref(), Some("2026-11-29T23:00:00Z"));
+}
+
+#[tokio::test]
+async fn migrate_creates_a_job_migration_in_the_namespace() {
+    let cp = installed().await;
+    let ns = cp.namespace("migrate").await;
+    let command = Command::Migrate {
+        bundle: "ch1".to_owned(),
+        job: "encode".to_owned(),
+        replica: 1,
+        to: Some("node-b".to_owned()),
+        strategy: Strategy::Handover,
+        override_reservation: true,
+    };
+    assert_eq!(
+        plugin::run(cp.client(), &ns, command).await.expect("migrate"),
+        ExitCode::SUCCESS
+    );
+    let migrations: Api<JobMigration> = Api::namespaced(cp.client(), &ns);
+    let created = migrations.list(&ListParams::default()).await.expect("list").items;
+    assert_eq!(created.len(), 1);
+    let spec = &created[0].spec;
+    assert_eq!(
+        (spec.bundle.as_str(), spec.job_name.as_str(), spec.replica_index),
+        ("ch1", "encode", 1)
+    );
+    assert_eq!(spec.target_node_id.as_deref(), Some("node-b"));
+    assert_eq!(spec.strategy, MigrationStrategy::Handover);
+    assert!(spec.override_reservation && !spec.abort);
+    assert!(created[0].name_any().starts_with("ch1-encode-"));
+}
+
+#[tokio::test]
+async fn plan_prints_what_the_offline_plan_prints_for_the_same_inputs() {
+    let cp = installed().await;
+    let ns = cp.namespace("plan").await;
+    let pools = repo().join("examples/pools.yaml");
+    let bundle = repo().join("examples/bundle-gpu.yaml");
+    let fleet = repo().join("examples/fleets/studio.yaml");
+    let read = |p: &Path| std::fs::read_to_string(p).expect("example");
+    cp.kubectl_apply("default", &read(&pools)).expect("pools apply");
+    let bundle_text: String = read(&bundle)
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("namespace:"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    cp.kubectl_apply(&ns, &bundle_text).expect("bundle applies");
+    let bundle_file = std::env::temp_dir().join(format!("norsk-plugin-plan-{ns}.yaml"));
+    // The offline plan names the bundle by its namespace too.
+    std::fs::write(
+        &bundle_file,
+        bundle_text.replace("metadata:", &format!("metadata:\n  namespace: {ns}")),
+    )
+    .expect("write bundle file");
+    let offline = offline::plan_output(&offline::Args {
+        pools,
+        hot_spares: None,
+        fleet: fleet.clone(),
+        bundles: vec![bundle_file.clone()],
+        output: Output::Json,
+        explain: false,
+    })
+    .expect("offline plan");
+    let _ = std::fs::remove_file(&bundle_file);
+    let live = plugin::plan::plan(cp.client(), &ns, &fleet, &[], Output::Json)
+        .await
+        .expect("live plan");
+    assert_eq!(live, offline);
+    assert!(live.contains(&format!("\"bundle\": \"{ns}/")), "{live}");
+    // Nothing placed it yet (no operator runs here): explain says so, then traces it.
+    let explained = plugin::plan::explain(cp.client(), &ns, Some(&fleet), "gpu-transcode", Some("transcode"))
+        .await
+        .expect("explain");
+    assert!(explained.contains("no placement recorded yet"), "{explained}");
+    assert!(
+        explained.contains("transcode") && !explained.contains("thumbnails"),
+        "{explained}"
+    );
+}
+
+#[tokio::test]
+async fn explain_shows_the_last_placement_the_status_recorded() {
+    let cp = installed().await;
+    let ns = cp.namespace("explain").await;
+    let bundle = "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {name: news}\nspec:\n  pool: production\n  jobs:\n    - {jobName: encode, template: encoder, requirements: {requiredCapacity: 2}}\n";
+    cp.kubectl_apply(&ns, bundle).expect("bundle applies");
+    let bundles: Api<crd::Bundle> = Api::namespaced(cp.client(), &ns);
+    let job = json!({
+        "jobName": "encode", "jobId": format!("{ns}/news/0/encode"), "node": "node-a",
+        "state": "running", "lastPlacement": "tier cluster: node-a, most free capacity",
+    });
+    bundles
+        .patch_status(
+            "news",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"replicas": [{"index": 0, "jobs": [job]}]}})),
+        )
+        .await
+        .expect("status patch");
+    let explained = plugin::plan::explain(cp.client(), &ns, None, "news", Some("encode"))
+        .await
+        .expect("explain");
+    let row = explained.lines().nth(1).unwrap_or_default();
+    for cell in [
+        "encode",
+        "node-a",
+        "running",
+        "tier cluster: node-a, most free capacity",
+    ] {
+        assert!(row.contains(cell), "{cell} missing from {explained}");
+    }
+    match plugin::plan::explain(cp.client(), &ns, None, "gone", None).await {
+        Err(plugin::plan::PlanError::UnknownBundle(name, _)) => assert_eq!(name, "gone"),
+        other => panic!("expected UnknownBundle, got {other:?}"),
+    }
+}
