@@ -4,9 +4,10 @@
 //! `/healthz` and `/readyz`. It owns no policy: controllers and the
 //! notification follower count into it.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::State;
@@ -51,11 +52,49 @@ pub struct ResultLabels {
     pub result: String,
 }
 
+/// Labels naming a drain's or migration's phase.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    /// The phase, as the spec names it (`migrating`, `stoppingSource`, ...).
+    pub phase: String,
+}
+
 /// Labels naming a pool.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabels {
     /// The pool.
     pub pool: String,
+}
+
+/// Drains and migrations in flight, by what they are.
+#[derive(Debug, Default)]
+struct InFlight {
+    drains: BTreeMap<String, String>,
+    migrations: BTreeMap<String, String>,
+}
+
+/// Sets `gauge` to how many of `phases` are in each phase; a phase that
+/// had some before and has none now goes to 0.
+fn count_phases(gauge: &Family<PhaseLabels, Gauge>, before: &BTreeMap<String, String>, now: &BTreeMap<String, String>) {
+    let mut counts: BTreeMap<&str, i64> = before.values().map(|p| (p.as_str(), 0)).collect();
+    for phase in now.values() {
+        *counts.entry(phase.as_str()).or_default() += 1;
+    }
+    for (phase, held) in counts {
+        gauge
+            .get_or_create(&PhaseLabels {
+                phase: phase.to_owned(),
+            })
+            .set(held);
+    }
+}
+
+/// The spec's name of a phase (its JSON form).
+fn phase_name(phase: impl serde::Serialize) -> String {
+    serde_json::to_value(phase)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 /// Every metric the operator exports.
@@ -82,6 +121,13 @@ pub struct OperatorMetrics {
     pub pool_live_spares: Family<PoolLabels, Gauge>,
     /// Used capacity fraction per pool, in thousandths.
     pub pool_used_capacity_permille: Family<PoolLabels, Gauge>,
+    /// Drains in flight, per phase.
+    pub drains: Family<PhaseLabels, Gauge>,
+    /// Migrations in flight, per phase.
+    pub migrations: Family<PhaseLabels, Gauge>,
+    /// The phase of each drain (by node) and migration (by id) in flight,
+    /// from which the two gauges are counted.
+    in_flight: Mutex<InFlight>,
     /// 1 while the stream to Manager is ready.
     pub manager_connected: Gauge,
     /// 1 while this process leads.
@@ -112,6 +158,8 @@ impl OperatorMetrics {
         let pool_used_capacity_permille = Family::<PoolLabels, Gauge>::default();
         let manager_connected = Gauge::default();
         let leader = Gauge::default();
+        let drains = Family::<PhaseLabels, Gauge>::default();
+        let migrations = Family::<PhaseLabels, Gauge>::default();
         registry.register("reconciles", "Reconciles run", reconciles.clone());
         registry.register("reconcile_errors", "Reconciles that failed", reconcile_errors.clone());
         registry.register_with_unit(
@@ -153,6 +201,8 @@ impl OperatorMetrics {
             manager_connected.clone(),
         );
         registry.register("leader", "1 while this process leads", leader.clone());
+        registry.register("drains", "Drains in flight, per phase", drains.clone());
+        registry.register("migrations", "Migrations in flight, per phase", migrations.clone());
         Self {
             registry,
             reconciles,
@@ -165,6 +215,9 @@ impl OperatorMetrics {
             pool_nodes,
             pool_live_spares,
             pool_used_capacity_permille,
+            drains,
+            migrations,
+            in_flight: Mutex::default(),
             manager_connected,
             leader,
         }
@@ -193,8 +246,45 @@ impl OperatorMetrics {
             Notification::ConnectionStateChange { state } => {
                 self.manager_connected.set(i64::from(state == "ready"));
             }
+            Notification::DrainProgress(state) => {
+                let phase = (!state.phase.is_final()).then(|| phase_name(state.phase));
+                self.in_flight(|f| &mut f.drains, &self.drains, state.node_id.0.clone(), phase);
+            }
+            Notification::MigrationPhase(state) => {
+                let phase = state.is_in_flight().then(|| phase_name(state.phase));
+                self.in_flight(
+                    |f| &mut f.migrations,
+                    &self.migrations,
+                    state.migration_id.0.clone(),
+                    phase,
+                );
+            }
+            Notification::MigrationCompleted { migration_id, .. }
+            | Notification::MigrationAborted { migration_id, .. } => {
+                self.in_flight(|f| &mut f.migrations, &self.migrations, migration_id.0.clone(), None);
+            }
             _ => {}
         }
+    }
+
+    /// Records `key` in `phase` (or ended, with `None`) and recounts `gauge`.
+    fn in_flight(
+        &self,
+        map: impl Fn(&mut InFlight) -> &mut BTreeMap<String, String>,
+        gauge: &Family<PhaseLabels, Gauge>,
+        key: String,
+        phase: Option<String>,
+    ) {
+        let Ok(mut in_flight) = self.in_flight.lock() else {
+            return;
+        };
+        let held = map(&mut in_flight);
+        let before = held.clone();
+        match phase {
+            Some(phase) => held.insert(key, phase),
+            None => held.remove(&key),
+        };
+        count_phases(gauge, &before, held);
     }
 
     /// Sets the pool gauges from the core's `metrics()`.
@@ -338,5 +428,65 @@ mod tests {
         );
         assert!(text.contains("norsk_automanager_manager_connected 1"), "{text}");
         server.abort();
+    }
+
+    fn drain(node: &str, phase: &str) -> Notification {
+        Notification::DrainProgress(Box::new(
+            serde_json::from_value(serde_json::json!({
+                "nodeId": node, "phase": phase, "started": 0, "timeoutMs": 600000, "force": false, "jobs": [],
+            }))
+            .unwrap(),
+        ))
+    }
+
+    fn migration(id: &str, phase: &str) -> Notification {
+        Notification::MigrationPhase(Box::new(
+            serde_json::from_value(serde_json::json!({
+                "migrationId": id, "jobId": "ns/ch1/0/encode", "strategy": "overlap", "phase": phase,
+                "transitions": [], "sourceNodeId": "a", "sourceKey": "primary", "targetNodeId": "b",
+                "targetKey": format!("primary@{id}"), "pastPointOfNoReturn": false,
+            }))
+            .unwrap(),
+        ))
+    }
+
+    #[test]
+    fn drains_and_migrations_in_flight_are_counted_by_phase() {
+        let metrics = OperatorMetrics::new();
+        metrics.count(&drain("a", "migrating"));
+        metrics.count(&drain("b", "migrating"));
+        metrics.count(&migration("3f9c1e2a", "starting"));
+        let text = metrics.encode();
+        assert!(
+            text.contains("norsk_automanager_drains{phase=\"migrating\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("norsk_automanager_migrations{phase=\"starting\"} 1"),
+            "{text}"
+        );
+        metrics.count(&drain("a", "done"));
+        metrics.count(&drain("b", "terminating"));
+        metrics.count(&Notification::MigrationCompleted {
+            migration_id: crate::automanager::MigrationId("3f9c1e2a".into()),
+            job_id: crate::model::JobId("ns/ch1/0/encode".into()),
+        });
+        let text = metrics.encode();
+        assert!(
+            text.contains("norsk_automanager_drains{phase=\"migrating\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("norsk_automanager_drains{phase=\"terminating\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("norsk_automanager_migrations{phase=\"starting\"} 0"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("phase=\"done\""),
+            "an ended drain is not in flight: {text}"
+        );
     }
 }
