@@ -628,3 +628,56 @@ fn nothing_is_migrated_before_initial_data_complete() {
     h.event(ManagerEvent::InitialDataComplete);
     assert!(try_migrate(&mut h, &id, options(MigrationStrategy::Overlap)).is_ok());
 }
+
+#[test]
+fn a_target_is_not_provisioned_from_an_exhausted_offering() {
+    let mut settings = settings();
+    settings.placement_pools = serde_yaml::from_str(
+        "
+- name: production
+  tiers:
+    - {name: cluster, kind: local-servers, scaleOut: fixed}
+    - name: aws
+      kind: aws
+      region: eu-west-1
+      candidateInstanceTypes:
+        - {instanceType: m5.2xlarge, totalCapacity: 8, totalCores: 8}
+        - {instanceType: m5.xlarge, totalCapacity: 4, totalCores: 4}
+",
+    )
+    .unwrap();
+    let mut h = Harness::with(settings);
+    h.cluster_node("a", 4.0);
+    h.event(ManagerEvent::InitialDataComplete);
+    h.bundle("b", ONE_JOB);
+    let (job, _) = h.start_all().remove(0);
+    // A bundle too big for `a` provisions; the provider has no m5.2xlarge.
+    h.bundle(
+        "big",
+        "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 4}}\n",
+    );
+    let created = h.take_calls();
+    let (refused, _) = created
+        .iter()
+        .find(|(_, rpc)| matches!(rpc, Rpc::CreateNode { instance_type, .. } if instance_type == "m5.2xlarge"))
+        .expect("the larger shape is tried first");
+    h.fail(
+        *refused,
+        norsk_auto_manager::automanager::RpcFailureKind::InsufficientCapacity,
+    );
+    h.ok_all();
+    // The migration's target needs a node of its own too.
+    migrate(&mut h, &job, MigrationStrategy::Overlap);
+    let shapes: Vec<String> = calls(&mut h)
+        .into_iter()
+        .filter_map(|rpc| match rpc {
+            Rpc::CreateNode { instance_type, .. } => Some(instance_type),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        shapes,
+        ["m5.xlarge"],
+        "the target was provisioned from an exhausted offering"
+    );
+}

@@ -40,8 +40,8 @@ impl ProspectiveNodeIds for NodeIds<'_> {
     }
 }
 
-/// The view a placement round runs against.
-enum PlacementView {
+/// The view a placement round (or a migration's target) runs against.
+pub(super) enum PlacementView {
     /// The kept view, brought up to date.
     Kept(Box<ViewCache>),
     /// A view for this round only.
@@ -49,11 +49,42 @@ enum PlacementView {
 }
 
 impl PlacementView {
-    fn fleet_view(&mut self) -> &mut FleetView {
+    pub(super) fn fleet_view(&mut self) -> &mut FleetView {
         match self {
             Self::Kept(cache) => cache.view_mut(),
             Self::Once(view) => view,
         }
+    }
+}
+
+/// The engine's outcome as `placementDecision` reports it.
+pub(super) fn decision_of(outcome: &Outcome) -> Decision {
+    match outcome.clone() {
+        Outcome::Placed {
+            node_id,
+            pool,
+            tier,
+            gpu_index,
+        } => Decision::Placed {
+            node_id,
+            pool,
+            tier,
+            gpu_index,
+        },
+        Outcome::Provision {
+            node_id,
+            pool,
+            tier,
+            instance_type,
+            gpu_index,
+        } => Decision::Provision {
+            node_id,
+            pool,
+            tier,
+            instance_type,
+            gpu_index,
+        },
+        Outcome::NoCapacityInAnyPool => Decision::NoCapacityInAnyPool,
     }
 }
 
@@ -163,33 +194,7 @@ impl AutoManagerCore {
                 return true;
             }
         };
-        let decision = match &placement.outcome {
-            Outcome::Placed {
-                node_id,
-                pool,
-                tier,
-                gpu_index,
-            } => Decision::Placed {
-                node_id: node_id.clone(),
-                pool: pool.clone(),
-                tier: tier.clone(),
-                gpu_index: *gpu_index,
-            },
-            Outcome::Provision {
-                node_id,
-                pool,
-                tier,
-                instance_type,
-                gpu_index,
-            } => Decision::Provision {
-                node_id: node_id.clone(),
-                pool: pool.clone(),
-                tier: tier.clone(),
-                instance_type: instance_type.clone(),
-                gpu_index: *gpu_index,
-            },
-            Outcome::NoCapacityInAnyPool => Decision::NoCapacityInAnyPool,
-        };
+        let decision = decision_of(&placement.outcome);
         self.notify(Notification::PlacementDecision(Box::new(PlacementDecisionInfo {
             job_id: job_id.clone(),
             bundle_id: job_ref.bundle_id.clone(),

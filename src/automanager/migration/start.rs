@@ -8,16 +8,15 @@
 //! its node beside the source from here on.
 
 use crate::model::{InstanceKey, JobId, NodePhase, Slot, UnixMillis};
-use crate::placement::{FleetView, Outcome, PlacementRequest, RecoveryContext, apply_placement, place, placed_job};
+use crate::placement::{Outcome, PlacementRequest, RecoveryContext, apply_placement, place, placed_job};
 
 use super::{
     MigrationCall, MigrationId, MigrationOptions, MigrationPhase, MigrationRefusal, MigrationState, MigrationStrategy,
 };
 use crate::automanager::binding::{Binding, BindingPhase, MigrationClaim};
 use crate::automanager::core::{AutoManagerCore, Pending};
-use crate::automanager::dispatch::NodeIds;
-use crate::automanager::notification::{Decision, PlacementDecisionInfo};
-use crate::automanager::view_cache::ViewCache;
+use crate::automanager::dispatch::{NodeIds, PlacementView, decision_of};
+use crate::automanager::notification::PlacementDecisionInfo;
 use crate::automanager::{Notification, Rpc};
 
 /// Where placement put a target.
@@ -146,13 +145,13 @@ impl AutoManagerCore {
         if let Some(pin) = &options.target_node_id {
             request = request.pinned_to(pin);
         }
-        // Backed-off tiers are capped as in a placement round (a view of
-        // its own then); otherwise the kept view, which keeps the target's
-        // reservation.
-        let mut view = if self.tier_backoff.values().any(|&until| until > now) {
+        // Held-back tiers and exhausted offerings shape the pools as in a
+        // placement round (a view of its own then); otherwise the kept view,
+        // which keeps the target's reservation.
+        let mut view = if self.capacity_held_back(now) {
             self.view_cache = None;
             let pools = self.effective_pools(now).map_err(nowhere)?;
-            TargetView::Once(Box::new(self.view_with(pools).map_err(|e| nowhere(e.to_string()))?))
+            PlacementView::Once(Box::new(self.view_with(pools).map_err(|e| nowhere(e.to_string()))?))
         } else {
             let kept = match self.view_cache.take() {
                 Some(cache) if self.migrations.view_in_sync => cache,
@@ -161,7 +160,7 @@ impl AutoManagerCore {
                     self.synced_view().map_err(|e| nowhere(e.to_string()))?
                 }
             };
-            TargetView::Kept(Box::new(kept))
+            PlacementView::Kept(Box::new(kept))
         };
         self.migrations.view_in_sync = false;
         self.counters.placements_attempted += 1;
@@ -215,13 +214,13 @@ impl AutoManagerCore {
         // remembers of the fleet: it is built again next round.
         let provisioned = matches!(placement.outcome, Outcome::Provision { .. });
         if reserved.is_ok() && !provisioned {
-            if let TargetView::Kept(cache) = &mut view
+            if let PlacementView::Kept(cache) = &mut view
                 && let Some(spec) = bundle.spec.job(&job_ref.job_name)
             {
                 let placed = placed_job(&bundle.bundle_id, job_ref.replica_index, spec, gpu_index);
                 cache.reserved_target(job_id.clone(), node_id.clone(), placed);
             }
-            self.migrations.view_in_sync = matches!(view, TargetView::Kept(_));
+            self.migrations.view_in_sync = matches!(view, PlacementView::Kept(_));
             self.restore_view(view);
         } else {
             self.view_cache = None;
@@ -241,8 +240,8 @@ impl AutoManagerCore {
 
     /// Puts the kept view back after a target placement (a one-off view is
     /// dropped).
-    fn restore_view(&mut self, view: TargetView) {
-        if let TargetView::Kept(cache) = view {
+    fn restore_view(&mut self, view: PlacementView) {
+        if let PlacementView::Kept(cache) = view {
             self.view_cache = Some(*cache);
         }
     }
@@ -299,53 +298,5 @@ impl AutoManagerCore {
             MigrationPhase::Starting
         };
         self.enter_phase(id, next, now);
-    }
-}
-
-/// The view a target is placed in.
-enum TargetView {
-    /// The kept view, brought up to date.
-    Kept(Box<ViewCache>),
-    /// A view for this placement only (tiers backed off).
-    Once(Box<FleetView>),
-}
-
-impl TargetView {
-    fn fleet_view(&mut self) -> &mut FleetView {
-        match self {
-            Self::Kept(cache) => cache.view_mut(),
-            Self::Once(view) => view,
-        }
-    }
-}
-
-/// The engine's outcome as `placementDecision` reports it.
-fn decision_of(outcome: &Outcome) -> Decision {
-    match outcome.clone() {
-        Outcome::Placed {
-            node_id,
-            pool,
-            tier,
-            gpu_index,
-        } => Decision::Placed {
-            node_id,
-            pool,
-            tier,
-            gpu_index,
-        },
-        Outcome::Provision {
-            node_id,
-            pool,
-            tier,
-            instance_type,
-            gpu_index,
-        } => Decision::Provision {
-            node_id,
-            pool,
-            tier,
-            instance_type,
-            gpu_index,
-        },
-        Outcome::NoCapacityInAnyPool => Decision::NoCapacityInAnyPool,
     }
 }
