@@ -73,22 +73,6 @@ struct InFlight {
     migrations: BTreeMap<String, String>,
 }
 
-/// Sets `gauge` to how many of `phases` are in each phase; a phase that
-/// had some before and has none now goes to 0.
-fn count_phases(gauge: &Family<PhaseLabels, Gauge>, before: &BTreeMap<String, String>, now: &BTreeMap<String, String>) {
-    let mut counts: BTreeMap<&str, i64> = before.values().map(|p| (p.as_str(), 0)).collect();
-    for phase in now.values() {
-        *counts.entry(phase.as_str()).or_default() += 1;
-    }
-    for (phase, held) in counts {
-        gauge
-            .get_or_create(&PhaseLabels {
-                phase: phase.to_owned(),
-            })
-            .set(held);
-    }
-}
-
 /// The spec's name of a phase (its JSON form).
 fn phase_name(phase: impl serde::Serialize) -> String {
     serde_json::to_value(phase)
@@ -267,7 +251,8 @@ impl OperatorMetrics {
         }
     }
 
-    /// Records `key` in `phase` (or ended, with `None`) and recounts `gauge`.
+    /// Records `key` in `phase` (or ended, with `None`): the gauge of the
+    /// phase it left goes down, the one it entered up.
     fn in_flight(
         &self,
         map: impl Fn(&mut InFlight) -> &mut BTreeMap<String, String>,
@@ -279,12 +264,16 @@ impl OperatorMetrics {
             return;
         };
         let held = map(&mut in_flight);
-        let before = held.clone();
-        match phase {
-            Some(phase) => held.insert(key, phase),
+        let left = match phase {
+            Some(phase) => {
+                gauge.get_or_create(&PhaseLabels { phase: phase.clone() }).inc();
+                held.insert(key, phase)
+            }
             None => held.remove(&key),
         };
-        count_phases(gauge, &before, held);
+        if let Some(phase) = left {
+            gauge.get_or_create(&PhaseLabels { phase }).dec();
+        }
     }
 
     /// Sets the pool gauges from the core's `metrics()`.
