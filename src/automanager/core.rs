@@ -240,6 +240,15 @@ impl AutoManagerCore {
         self.jobs.get(id)
     }
 
+    /// The jobs bound to `node_id`.
+    pub(super) fn jobs_bound_to(&self, node_id: &crate::model::NodeId) -> Vec<JobId> {
+        self.jobs
+            .values()
+            .filter(|r| r.is_bound_to(node_id))
+            .map(|r| r.job_id().clone())
+            .collect()
+    }
+
     /// The bundles Manager holds.
     pub fn bundles(&self) -> impl Iterator<Item = &Bundle> {
         self.bundles.values()
@@ -615,13 +624,7 @@ impl AutoManagerCore {
         for node_id in overdue {
             // `provisionTimeoutMs`: its jobs are re-placed; the node, past
             // its startup grace, is terminated.
-            let bound: Vec<JobId> = self
-                .jobs
-                .values()
-                .filter(|r| r.is_bound_to(&node_id))
-                .map(|r| r.job_id().clone())
-                .collect();
-            for job_id in bound {
+            for job_id in self.jobs_bound_to(&node_id) {
                 if let Some(record) = self.jobs.get_mut(&job_id) {
                     record.binding = None;
                 }

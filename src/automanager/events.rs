@@ -182,12 +182,7 @@ impl AutoManagerCore {
     fn lose_node(&mut self, node_id: &NodeId, now: UnixMillis) {
         self.migration_node_lost(node_id, now);
         self.fleet_epoch += 1;
-        let bound: Vec<JobId> = self
-            .jobs
-            .values()
-            .filter(|r| r.is_bound_to(node_id))
-            .map(|r| r.job_id().clone())
-            .collect();
+        let bound = self.jobs_bound_to(node_id);
         for job_id in bound {
             self.lose_instance(&job_id, LossCause::NodeLost, now);
         }

@@ -24,9 +24,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use crate::automanager::{
-    CommandError, DrainOptions, DrainPhase, DrainState, InterruptionNotice, MigrationStrategy, StrategyFor,
-};
+use crate::automanager::{CommandError, DrainOptions, DrainPhase, DrainState, InterruptionNotice, StrategyFor};
 use crate::crd::{self, JobMigration, JobMigrationSpec, NodeDrain, NodeDrainStatus};
 use crate::model::{self, NodeId};
 
@@ -165,14 +163,6 @@ async fn apply(drain: &NodeDrain, api: &Api<NodeDrain>, shared: &DrainContext) -
     })
 }
 
-fn strategy(strategy: crd::MigrationStrategy) -> MigrationStrategy {
-    match strategy {
-        crd::MigrationStrategy::StopThenStart => MigrationStrategy::StopThenStart,
-        crd::MigrationStrategy::Overlap => MigrationStrategy::Overlap,
-        crd::MigrationStrategy::Handover => MigrationStrategy::Handover,
-    }
-}
-
 fn interruption_kind(kind: crd::InterruptionKind) -> model::InterruptionKind {
     match kind {
         crd::InterruptionKind::SpotInterruption => model::InterruptionKind::SpotInterruption,
@@ -189,7 +179,7 @@ async fn start(
 ) -> Result<NodeDrainStatus, ReconcileError> {
     let ctx = &shared.ctx;
     let node = NodeId::from(drain.spec.node_id.as_str());
-    let strategy_for = StrategyFor::all(strategy(drain.spec.strategy));
+    let strategy_for = StrategyFor::all(drain.spec.strategy.into());
     let result = match &drain.spec.interruption {
         Some(interruption) => ctx
             .core

@@ -23,7 +23,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use crate::automanager::{CommandError, MigrationId, MigrationOptions, MigrationStrategy};
+use crate::automanager::{CommandError, MigrationId, MigrationOptions};
 use crate::crd::{self, JobMigration, JobMigrationStatus};
 use crate::model::{BundleId, JobId, NodeId, runtime_job_id};
 
@@ -143,14 +143,6 @@ async fn apply(migration: &JobMigration, shared: &DrainContext) -> Result<Action
     })
 }
 
-fn strategy(strategy: crd::MigrationStrategy) -> MigrationStrategy {
-    match strategy {
-        crd::MigrationStrategy::StopThenStart => MigrationStrategy::StopThenStart,
-        crd::MigrationStrategy::Overlap => MigrationStrategy::Overlap,
-        crd::MigrationStrategy::Handover => MigrationStrategy::Handover,
-    }
-}
-
 /// `migrateJob`; a refusal (the job not running, already migrating,
 /// nowhere to go) is recorded and waits for a change.
 async fn start(
@@ -159,7 +151,7 @@ async fn start(
     key: &str,
 ) -> Result<JobMigrationStatus, ReconcileError> {
     let options = MigrationOptions {
-        strategy: strategy(migration.spec.strategy),
+        strategy: migration.spec.strategy.into(),
         target_node_id: migration.spec.target_node_id.as_deref().map(NodeId::from),
         override_reservation: migration.spec.override_reservation,
     };

@@ -20,6 +20,16 @@ pub enum MigrationStrategy {
     Handover,
 }
 
+impl From<MigrationStrategy> for crate::automanager::MigrationStrategy {
+    fn from(strategy: MigrationStrategy) -> Self {
+        match strategy {
+            MigrationStrategy::StopThenStart => Self::StopThenStart,
+            MigrationStrategy::Overlap => Self::Overlap,
+            MigrationStrategy::Handover => Self::Handover,
+        }
+    }
+}
+
 /// A provider's notice that it takes the node back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]

@@ -15,7 +15,7 @@ mod state;
 
 use std::collections::BTreeMap;
 
-use crate::model::{JobId, NodeId, UnixMillis};
+use crate::model::{NodeId, UnixMillis};
 
 use super::core::AutoManagerCore;
 use super::interruption::Interruptions;
@@ -217,12 +217,7 @@ impl AutoManagerCore {
             return Err(CommandError::NodeGone(node_id.clone()));
         }
         self.cordon_node(node_id)?;
-        let bound: Vec<JobId> = self
-            .jobs
-            .values()
-            .filter(|r| r.is_bound_to(node_id))
-            .map(|r| r.job_id().clone())
-            .collect();
+        let bound = self.jobs_bound_to(node_id);
         let mut jobs = Vec::with_capacity(bound.len());
         for job_id in bound {
             if let Some(bundle_id) = self
