@@ -1,16 +1,20 @@
 //! The AutoManager runtime against the Manager simulator over loopback,
 //! both on a compressed clock: bundles placed and running, a killed node's
 //! jobs recovered elsewhere, and a dropped stream answered by a fresh core
-//! hydrated from the new snapshot with nothing lost or duplicated.
+//! hydrated from the new snapshot with nothing lost or duplicated; a
+//! standby that follows without acting and leads at once when promoted.
 
 mod sim_support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use norsk_auto_manager::automanager::{AutoManager, AutoManagerHandle, AutoSettings, Notification, RunOptions};
+use norsk_auto_manager::automanager::{
+    AutoManager, AutoManagerCore, AutoManagerHandle, AutoSettings, Notification, RunOptions,
+};
+use norsk_auto_manager::manager::client::ClientSettings;
 use norsk_auto_manager::manager::proto::sim_admin;
-use norsk_auto_manager::model::{Bundle, BundleId, JobHistoryEntry, JobId, NodeId, NodeInventory, tags};
+use norsk_auto_manager::model::{Bundle, BundleId, JobHistoryEntry, JobId, NodeId, NodeInventory, NodePhase, tags};
 use norsk_auto_manager::sim::{ClusterNode, SimConfig};
 use sim_support::Sim;
 use tokio::sync::broadcast;
@@ -41,7 +45,13 @@ async fn start(nodes: &[(&str, f64)]) -> Setup {
         ..SimConfig::default()
     })
     .await;
-    let settings = AutoSettings {
+    let (am, join) = AutoManager::run_with(settings(&sim), RunOptions { time_scale: TIME_SCALE }).expect("runs");
+    let events = am.subscribe();
+    Setup { sim, am, join, events }
+}
+
+fn settings(sim: &Sim) -> AutoSettings {
+    AutoSettings {
         url: sim.handle.url(),
         placement_pools: serde_yaml::from_str(
             "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n",
@@ -49,10 +59,7 @@ async fn start(nodes: &[(&str, f64)]) -> Setup {
         .expect("pools parse"),
         trace_placements: false,
         ..AutoSettings::default()
-    };
-    let (am, join) = AutoManager::run_with(settings, RunOptions { time_scale: TIME_SCALE }).expect("runs");
-    let events = am.subscribe();
-    Setup { sim, am, join, events }
+    }
 }
 
 fn bundle(i: usize, vcpus: f64) -> Bundle {
@@ -197,4 +204,110 @@ async fn a_dropped_stream_hydrates_a_fresh_core_with_nothing_lost_or_duplicated(
         "hydrated jobs were placed again"
     );
     stop(s).await;
+}
+
+/// Polls `core` until `holds` is true of it.
+async fn until_core(
+    am: &AutoManagerHandle,
+    what: &str,
+    holds: impl Fn(&AutoManagerCore) -> bool + Clone + Send + 'static,
+) {
+    let poll = async {
+        loop {
+            let check = holds.clone();
+            if am.inspect(move |core, _| check(core)).await.expect("standby answers") {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(WAIT, poll)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting until {what}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_follows_without_acting_and_leads_at_once_when_promoted() {
+    let mut s = start(&[("n1", 8.0), ("n2", 8.0), ("n3", 8.0)]).await;
+    let (standby, standby_join) = AutoManager::standby_with_client(
+        settings(&s.sim),
+        RunOptions { time_scale: TIME_SCALE },
+        ClientSettings::plaintext(s.sim.handle.url()),
+    )
+    .expect("standby starts");
+    let mut standby_events = standby.subscribe();
+    for i in 0..6 {
+        s.am.create_bundle(bundle(i, 2.0)).await.expect("bundle accepted");
+    }
+    let mut running = BTreeMap::new();
+    until_running(&mut s.events, &mut running, |r| r.len() == 6).await;
+    // The standby has followed every placement the leader made, without
+    // leaving its hydration phase.
+    let placed = running.clone();
+    until_core(&standby, "the standby sees every job bound", move |core| {
+        placed.iter().all(|(job, node)| {
+            core.job(job)
+                .and_then(|r| r.binding.as_ref())
+                .is_some_and(|b| &b.node_id == node)
+        })
+    })
+    .await;
+    // A command to a standby waits for its promotion.
+    let held = tokio::spawn({
+        let standby = standby.clone();
+        async move { standby.create_bundle(bundle(6, 2.0)).await }
+    });
+    // The leader goes; a node is lost while nobody leads.
+    s.am.close().await;
+    s.join.await.expect("the leader's loop ends cleanly");
+    let victim = running.values().next().expect("a node hosts jobs").clone();
+    s.sim
+        .admin
+        .clone()
+        .kill_node(sim_admin::NodeRef {
+            node_id: victim.0.clone(),
+        })
+        .await
+        .expect("node killed");
+    let lost: Vec<JobId> = running
+        .iter()
+        .filter(|(_, n)| **n == victim)
+        .map(|(j, _)| j.clone())
+        .collect();
+    running.retain(|_, node| *node != victim);
+    let gone = victim.clone();
+    until_core(&standby, "the standby sees the node stopped", move |core| {
+        core.fleet().get(&gone).is_some_and(|n| n.phase == NodePhase::Stopped)
+    })
+    .await;
+    let before = standby.metrics().await.expect("metrics");
+    assert_eq!(before.counters.placements_attempted, 0, "a standby placed");
+    assert!(!held.is_finished(), "a standby served a command before its promotion");
+    assert!(
+        !standby.inspect(|core, _| core.is_hydrated()).await.expect("query"),
+        "a standby left its hydration phase by itself"
+    );
+    // Promoted: it decides at once from what it followed — the lost jobs
+    // and the held bundle are placed, nothing else is placed again.
+    standby.promote().await.expect("promoted");
+    assert!(standby.inspect(|core, _| core.is_hydrated()).await.expect("query"));
+    held.await
+        .expect("task")
+        .expect("the held bundle is accepted once promoted");
+    until_running(&mut standby_events, &mut running, |r| {
+        r.len() == 7 && r.values().all(|node| *node != victim)
+    })
+    .await;
+    let counts = instances(&s.sim).await;
+    assert_eq!(counts.len(), 7);
+    assert!(counts.values().all(|&n| n == 1), "a job runs twice: {counts:?}");
+    let after = standby.metrics().await.expect("metrics");
+    assert_eq!(
+        after.counters.placements_attempted,
+        lost.len() as u64 + 1,
+        "jobs the standby followed were placed again"
+    );
+    standby.close().await;
+    standby_join.await.expect("the standby's loop ends cleanly");
+    s.sim.shutdown().await;
 }

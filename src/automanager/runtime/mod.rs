@@ -5,22 +5,29 @@
 //! failing subscriber lags; it never blocks the loop), replies go to their
 //! callers. When the stream breaks and a new snapshot arrives, the core is
 //! disposed and a fresh one hydrated from it (counters carried over).
+//!
+//! A *standby* runs the same loop without acting: it follows Manager's
+//! stream with its core held in the hydration phase — every event applied
+//! to the state as the snapshot's are, nothing recovered, placed or sent —
+//! so a follower operator is ready to lead at once. `promote` ends the
+//! hydration phase (Manager's `InitialDataComplete`): the core decides from
+//! the state it has followed, as a fresh core hydrated from a snapshot
+//! taken at that moment would, without waiting for a new stream.
+
+mod calls;
+mod clock;
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::manager::client::{
-    ClientSettings, ConnectError, CreateNode, ManagerClient, RpcError, RpcErrorKind, StartJob,
-};
-use crate::manager::proto::manager as pb;
+use crate::manager::client::{ClientSettings, ConnectError, ManagerClient};
 use crate::manager::stream::{StreamItem, StreamSession, StreamSettings};
-use crate::manager::wire;
 use crate::model::{
-    Bundle, BundleId, BundleJobRef, BundleSpec, HotSpareSpec, JobId, ManagerEvent, NodeId, PlacementPool, ProviderKind,
-    SpareSpec, UnixMillis,
+    Bundle, BundleId, BundleJobRef, BundleSpec, HotSpareSpec, JobId, ManagerEvent, NodeId, PlacementPool, SpareSpec,
+    UnixMillis,
 };
 use crate::placement::{Admission, BundleValidation, FleetError, Placement, PlacementError};
 
@@ -32,9 +39,10 @@ use super::settings::{ValidSettings, validate_auto_settings};
 use super::spares::{HotSpareSpecsDiff, HotSpareStatus, SpareError};
 use super::{
     Action, Answer, AutoManagerCore, AutoSettings, AutoSettingsValidationError, Command, CommandError, CommandId,
-    Input, Metrics, MigrationId, MigrationOptions, MigrationState, MigrationStep, MigrationStrategy, Notification,
-    RequestId, Rpc, RpcFailure, RpcFailureKind, Step,
+    Input, Metrics, MigrationId, MigrationOptions, MigrationState, Notification, RequestId, RpcFailure, Step,
 };
+use calls::{execute, failure};
+use clock::Clock;
 
 /// How many notifications a subscriber may fall behind before it lags.
 const NOTIFICATION_BUFFER: usize = 4096;
@@ -80,36 +88,6 @@ impl Default for RunOptions {
     }
 }
 
-/// The core's clock: wall time at start plus elapsed time, scaled.
-#[derive(Clone, Copy, Debug)]
-struct Clock {
-    origin_wall: UnixMillis,
-    origin: Instant,
-    scale: f64,
-}
-
-impl Clock {
-    fn new(scale: f64) -> Self {
-        let origin_wall = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as UnixMillis);
-        Self {
-            origin_wall,
-            origin: Instant::now(),
-            scale: if scale.is_finite() && scale > 0.0 { scale } else { 1.0 },
-        }
-    }
-
-    fn now(&self) -> UnixMillis {
-        self.origin_wall + (self.origin.elapsed().as_secs_f64() * 1_000.0 * self.scale) as UnixMillis
-    }
-
-    fn instant_of(&self, at: UnixMillis) -> Instant {
-        let real_ms = ((at - self.origin_wall).max(0) as f64 / self.scale).min(1e12);
-        self.origin + Duration::from_secs_f64(real_ms / 1_000.0)
-    }
-}
-
 type Query = Box<dyn FnOnce(&AutoManagerCore, UnixMillis) + Send>;
 /// A change made through one of the core's typed methods (which answer
 /// with a value), returning the step to carry out.
@@ -122,7 +100,18 @@ enum Request {
     Command(Command, Replier),
     Query(Query),
     Update(Update),
+    Promote(oneshot::Sender<()>),
     Close,
+}
+
+/// Whether the loop acts on what it learns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// Following Manager without acting; `snapshot` once the stream's
+    /// snapshot has been applied.
+    Standby { snapshot: bool },
+    /// Deciding and calling Manager.
+    Active,
 }
 
 /// The AutoManager: `run` validates the settings, connects to Manager and
@@ -152,6 +141,28 @@ impl AutoManager {
         options: RunOptions,
         client: ClientSettings,
     ) -> Result<(AutoManagerHandle, JoinHandle<()>), RunError> {
+        Self::start(settings, options, client, Role::Active)
+    }
+
+    /// Starts a standby (see the module docs): it follows Manager's stream
+    /// and answers queries, but places, recovers and calls nothing until
+    /// [`AutoManagerHandle::promote`]. Commands other than the live
+    /// settings changes (`set_placement_pools`, `set_template_images`) wait
+    /// for the promotion and are then served in order.
+    pub fn standby_with_client(
+        settings: AutoSettings,
+        options: RunOptions,
+        client: ClientSettings,
+    ) -> Result<(AutoManagerHandle, JoinHandle<()>), RunError> {
+        Self::start(settings, options, client, Role::Standby { snapshot: false })
+    }
+
+    fn start(
+        settings: AutoSettings,
+        options: RunOptions,
+        client: ClientSettings,
+        role: Role,
+    ) -> Result<(AutoManagerHandle, JoinHandle<()>), RunError> {
         let valid = validate_auto_settings(settings)?;
         let client = ManagerClient::connect_lazy(&client)?;
         let (requests, requests_rx) = mpsc::channel(256);
@@ -166,6 +177,8 @@ impl AutoManager {
             replies: HashMap::new(),
             next_command: 0,
             deadline: None,
+            role,
+            held: Vec::new(),
         };
         let join = tokio::spawn(shell.run(requests_rx));
         Ok((
@@ -461,6 +474,20 @@ impl AutoManagerHandle {
         self.notifications.subscribe()
     }
 
+    /// Promotes a standby: its core leaves the hydration phase and decides
+    /// from the state it has followed (a standby whose stream has not yet
+    /// delivered Manager's snapshot hydrates as usual when it arrives), then
+    /// the commands held meanwhile are served. Returns once the loop has
+    /// taken the promotion; a no-op on an AutoManager that already acts.
+    pub async fn promote(&self) -> Result<(), QueryError> {
+        let (reply, answer) = oneshot::channel();
+        self.requests
+            .send(Request::Promote(reply))
+            .await
+            .map_err(|_| QueryError::Closed)?;
+        answer.await.map_err(|_| QueryError::Closed)
+    }
+
     /// `close()`: cancels the timers, aborts in-flight migrations (holding
     /// the channel open at most `CLOSE_ABORT_GRACE_MS` for the aborts to be
     /// sent), stops the loop and the stream, answers waiting commands with
@@ -480,6 +507,9 @@ struct Shell {
     replies: HashMap<CommandId, Replier>,
     next_command: u64,
     deadline: Option<UnixMillis>,
+    role: Role,
+    /// Requests a standby keeps for its promotion.
+    held: Vec<Request>,
 }
 
 impl Shell {
@@ -516,6 +546,13 @@ impl Shell {
                     self.feed_batch(batch, &mut session.items, &mut results, &results_tx);
                 }
                 request = requests.recv() => {
+                    if self.role != Role::Active {
+                        match request {
+                            Some(Request::Close) | None => break,
+                            Some(request) => self.standby_request(request, &results_tx),
+                        }
+                        continue;
+                    }
                     // Commands that arrived together are one step: a burst of
                     // `createBundle`s is not a placement round each. Anything
                     // else met on the way is served after them, in order.
@@ -538,6 +575,9 @@ impl Shell {
                         Some(Request::Update(change)) => {
                             let step = change(&mut self.core, self.clock.now());
                             self.carry_out(step, &results_tx);
+                        }
+                        Some(Request::Promote(reply)) => {
+                            let _ = reply.send(());
                         }
                         Some(Request::Close) => break,
                         _ if closed => break,
@@ -586,9 +626,17 @@ impl Shell {
         // Settings changed live (pools, template images) carry over.
         self.valid = self.core.valid_settings();
         self.core = AutoManagerCore::succeeding(self.valid.clone(), &self.core, self.clock.now());
+        // A standby stays in the hydration phase until its promotion.
+        let complete = match self.role {
+            Role::Active => Some(ManagerEvent::InitialDataComplete),
+            Role::Standby { .. } => {
+                self.role = Role::Standby { snapshot: true };
+                None
+            }
+        };
         let inputs = events
             .into_iter()
-            .chain([ManagerEvent::InitialDataComplete])
+            .chain(complete)
             .map(|event| Input::Event(Box::new(event)));
         let step = self.core.handle_all(inputs, self.clock.now());
         self.carry_out(step, results);
@@ -634,6 +682,50 @@ impl Shell {
         self.carry_out(step, results);
     }
 
+    /// A request to a standby: queries are answered, live settings changes
+    /// applied, other commands and updates held for the promotion.
+    fn standby_request(&mut self, request: Request, results: &Results) {
+        match request {
+            Request::Query(ask) => ask(&self.core, self.clock.now()),
+            Request::Command(command @ (Command::SetPlacementPools(_) | Command::SetTemplateImages(_)), reply) => {
+                let input = self.command_input(command, reply);
+                self.feed(input, results);
+            }
+            Request::Promote(reply) => {
+                self.promote(results);
+                let _ = reply.send(());
+            }
+            held => self.held.push(held),
+        }
+    }
+
+    /// The standby acts from now on: hydration completes on the state
+    /// followed so far (or with the snapshot still to come), then the held
+    /// requests are served in the order they came.
+    fn promote(&mut self, results: &Results) {
+        let Role::Standby { snapshot } = self.role else {
+            return;
+        };
+        self.role = Role::Active;
+        if snapshot {
+            self.feed(Input::Event(Box::new(ManagerEvent::InitialDataComplete)), results);
+        }
+        for request in std::mem::take(&mut self.held) {
+            match request {
+                Request::Command(command, reply) => {
+                    let input = self.command_input(command, reply);
+                    self.feed(input, results);
+                }
+                Request::Update(change) => {
+                    let step = change(&mut self.core, self.clock.now());
+                    self.carry_out(step, results);
+                }
+                // Only commands and updates are held.
+                Request::Query(_) | Request::Promote(_) | Request::Close => {}
+            }
+        }
+    }
+
     fn rejected(&self, e: &crate::manager::wire::WireError) {
         self.publish(Notification::Error {
             message: format!("unreadable Manager event skipped: {e}"),
@@ -647,6 +739,15 @@ impl Shell {
         let mut calls = Vec::new();
         for action in actions {
             match action {
+                // Nothing a standby's core is fed (events while hydrating,
+                // live settings changes) yields a call; should one appear it
+                // is not sent — a follower never writes to Manager.
+                Action::Call { rpc, .. } if self.role != Role::Active => {
+                    tracing::error!(?rpc, "a standby does not call Manager; call dropped");
+                }
+                // What a standby applies is the leader's news, told by the
+                // leader.
+                Action::Notify(_) if self.role != Role::Active => {}
                 Action::Call { id, rpc } => {
                     let client = self.client.clone();
                     let results = results.clone();
@@ -677,150 +778,5 @@ impl Shell {
         }
         // No subscriber is not an error: notifications are fire-and-forget.
         let _ = self.notifications.send(notification);
-    }
-}
-
-fn failure(e: RpcError) -> RpcFailure {
-    let kind = match e.kind() {
-        RpcErrorKind::Transient => RpcFailureKind::Transient,
-        RpcErrorKind::InsufficientCapacity => RpcFailureKind::InsufficientCapacity,
-        RpcErrorKind::NotFound => RpcFailureKind::NotFound,
-        RpcErrorKind::AlreadyExists => RpcFailureKind::AlreadyExists,
-        RpcErrorKind::Rejected => RpcFailureKind::Rejected,
-    };
-    RpcFailure {
-        kind,
-        message: e.to_string(),
-    }
-}
-
-async fn execute(client: &ManagerClient, rpc: Rpc) -> Result<(), RpcError> {
-    match rpc {
-        Rpc::StartJob {
-            job_id,
-            instance_key,
-            node_id,
-            gpu_index,
-            runtime_role,
-        } => {
-            client
-                .start_job(&StartJob {
-                    job_id,
-                    instance_key,
-                    node_id,
-                    gpu_index,
-                    defer_start: false,
-                    runtime_role,
-                    migration_id: None,
-                })
-                .await
-        }
-        Rpc::CreateNode {
-            provider,
-            node_id,
-            tags,
-            region,
-            instance_type,
-            launch_mode,
-        } => {
-            let node = CreateNode {
-                node_id,
-                tags,
-                region,
-                instance_type,
-                launch_mode: launch_mode.map(|m| m.as_str().to_owned()).unwrap_or_default(),
-            };
-            match provider {
-                ProviderKind::Oci => client.create_oci_node(&node).await,
-                // Placement provisions only from elastic tiers; a
-                // `local-servers` elastic tier is provisioned like AWS and
-                // Manager refuses it if it has no such provider.
-                ProviderKind::Aws | ProviderKind::LocalServers => client.create_aws_node(&node).await,
-            }
-        }
-        Rpc::TerminateNode { node_id } => client.terminate_node(&node_id).await,
-        Rpc::SetTerminalVerdict {
-            bundle_id,
-            job_id,
-            verdict,
-        } => client.set_terminal_verdict(&bundle_id, job_id.as_ref(), &verdict).await,
-        Rpc::CreateBundle(bundle) => client.create_bundle(&bundle).await.map(drop),
-        Rpc::UpdateBundle(bundle) => client.update_bundle(&bundle).await.map(drop),
-        Rpc::DeleteBundle(bundle_id) => client.delete_bundle(&bundle_id).await,
-        Rpc::StartBundleJob(job) => client.start_bundle_job(&job).await,
-        Rpc::StopBundleJob(job) => client.stop_bundle_job(&job).await,
-        Rpc::UpdateNodeTags { node_id, set, remove } => client.update_node_tags(&node_id, &set, &remove).await,
-        Rpc::PrefetchImages { node_id, images } => client.prefetch_images(&node_id, &images).await,
-        Rpc::CreateJob { job_id, template, tags } => client.create_job(&job_id, &template, &tags).await,
-        Rpc::StartMigrationTarget {
-            job_id,
-            instance_key,
-            node_id,
-            gpu_index,
-            runtime_role,
-            defer_start,
-            migration_id,
-        } => {
-            client
-                .start_job(&StartJob {
-                    job_id,
-                    instance_key,
-                    node_id,
-                    gpu_index,
-                    defer_start,
-                    runtime_role,
-                    migration_id: Some(migration_id.0),
-                })
-                .await
-        }
-        Rpc::StartPreparedJob {
-            job_id,
-            instance_key,
-            node_id,
-        } => client.start_prepared_job(&job_id, &instance_key, &node_id).await,
-        Rpc::StopJob {
-            job_id,
-            instance_key,
-            node_id,
-        } => client.stop_job(&job_id, &instance_key, &node_id).await,
-        Rpc::SendMigrationSignal {
-            migration_id,
-            job_id,
-            source_key,
-            target_key,
-            signal,
-        } => {
-            client
-                .send_migration_signal(migration_signal(migration_id, &job_id, source_key, target_key, signal))
-                .await
-        }
-    }
-}
-
-/// A migration step as Manager's `MigrationSignalRequest`.
-fn migration_signal(
-    migration_id: MigrationId,
-    job_id: &JobId,
-    source_key: crate::model::InstanceKey,
-    target_key: crate::model::InstanceKey,
-    step: MigrationStep,
-) -> pb::MigrationSignalRequest {
-    use pb::migration_signal_request::Signal;
-    let signal = match step {
-        MigrationStep::Propose(strategy) => Signal::Propose(match strategy {
-            MigrationStrategy::StopThenStart => pb::MigrationStrategy::StopThenStart,
-            MigrationStrategy::Overlap => pb::MigrationStrategy::Overlap,
-            MigrationStrategy::Handover => pb::MigrationStrategy::Handover,
-        } as i32),
-        MigrationStep::StopOutputAt(payload) => Signal::StopOutputAt(payload),
-        MigrationStep::ApplyFrom(position) => Signal::ApplyFrom(position),
-        MigrationStep::Abort(reason) => Signal::AbortReason(reason),
-    };
-    pb::MigrationSignalRequest {
-        migration_id: migration_id.0,
-        job_id: Some(wire::job_id_to_pb(job_id)),
-        source_key: source_key.0,
-        target_key: target_key.0,
-        signal: Some(signal),
     }
 }

@@ -1,0 +1,154 @@
+//! Carrying out the core's RPCs on the Manager client, and mapping the
+//! client's errors back to the failures the core judges.
+
+use crate::manager::client::{CreateNode, ManagerClient, RpcError, RpcErrorKind, StartJob};
+use crate::manager::proto::manager as pb;
+use crate::manager::wire;
+use crate::model::{JobId, ProviderKind};
+
+use super::super::{MigrationId, MigrationStep, MigrationStrategy, Rpc, RpcFailure, RpcFailureKind};
+
+pub(super) fn failure(e: RpcError) -> RpcFailure {
+    let kind = match e.kind() {
+        RpcErrorKind::Transient => RpcFailureKind::Transient,
+        RpcErrorKind::InsufficientCapacity => RpcFailureKind::InsufficientCapacity,
+        RpcErrorKind::NotFound => RpcFailureKind::NotFound,
+        RpcErrorKind::AlreadyExists => RpcFailureKind::AlreadyExists,
+        RpcErrorKind::Rejected => RpcFailureKind::Rejected,
+    };
+    RpcFailure {
+        kind,
+        message: e.to_string(),
+    }
+}
+
+pub(super) async fn execute(client: &ManagerClient, rpc: Rpc) -> Result<(), RpcError> {
+    match rpc {
+        Rpc::StartJob {
+            job_id,
+            instance_key,
+            node_id,
+            gpu_index,
+            runtime_role,
+        } => {
+            client
+                .start_job(&StartJob {
+                    job_id,
+                    instance_key,
+                    node_id,
+                    gpu_index,
+                    defer_start: false,
+                    runtime_role,
+                    migration_id: None,
+                })
+                .await
+        }
+        Rpc::CreateNode {
+            provider,
+            node_id,
+            tags,
+            region,
+            instance_type,
+            launch_mode,
+        } => {
+            let node = CreateNode {
+                node_id,
+                tags,
+                region,
+                instance_type,
+                launch_mode: launch_mode.map(|m| m.as_str().to_owned()).unwrap_or_default(),
+            };
+            match provider {
+                ProviderKind::Oci => client.create_oci_node(&node).await,
+                // Placement provisions only from elastic tiers; a
+                // `local-servers` elastic tier is provisioned like AWS and
+                // Manager refuses it if it has no such provider.
+                ProviderKind::Aws | ProviderKind::LocalServers => client.create_aws_node(&node).await,
+            }
+        }
+        Rpc::TerminateNode { node_id } => client.terminate_node(&node_id).await,
+        Rpc::SetTerminalVerdict {
+            bundle_id,
+            job_id,
+            verdict,
+        } => client.set_terminal_verdict(&bundle_id, job_id.as_ref(), &verdict).await,
+        Rpc::CreateBundle(bundle) => client.create_bundle(&bundle).await.map(drop),
+        Rpc::UpdateBundle(bundle) => client.update_bundle(&bundle).await.map(drop),
+        Rpc::DeleteBundle(bundle_id) => client.delete_bundle(&bundle_id).await,
+        Rpc::StartBundleJob(job) => client.start_bundle_job(&job).await,
+        Rpc::StopBundleJob(job) => client.stop_bundle_job(&job).await,
+        Rpc::UpdateNodeTags { node_id, set, remove } => client.update_node_tags(&node_id, &set, &remove).await,
+        Rpc::PrefetchImages { node_id, images } => client.prefetch_images(&node_id, &images).await,
+        Rpc::CreateJob { job_id, template, tags } => client.create_job(&job_id, &template, &tags).await,
+        Rpc::StartMigrationTarget {
+            job_id,
+            instance_key,
+            node_id,
+            gpu_index,
+            runtime_role,
+            defer_start,
+            migration_id,
+        } => {
+            client
+                .start_job(&StartJob {
+                    job_id,
+                    instance_key,
+                    node_id,
+                    gpu_index,
+                    defer_start,
+                    runtime_role,
+                    migration_id: Some(migration_id.0),
+                })
+                .await
+        }
+        Rpc::StartPreparedJob {
+            job_id,
+            instance_key,
+            node_id,
+        } => client.start_prepared_job(&job_id, &instance_key, &node_id).await,
+        Rpc::StopJob {
+            job_id,
+            instance_key,
+            node_id,
+        } => client.stop_job(&job_id, &instance_key, &node_id).await,
+        Rpc::SendMigrationSignal {
+            migration_id,
+            job_id,
+            source_key,
+            target_key,
+            signal,
+        } => {
+            client
+                .send_migration_signal(migration_signal(migration_id, &job_id, source_key, target_key, signal))
+                .await
+        }
+    }
+}
+
+/// A migration step as Manager's `MigrationSignalRequest`.
+fn migration_signal(
+    migration_id: MigrationId,
+    job_id: &JobId,
+    source_key: crate::model::InstanceKey,
+    target_key: crate::model::InstanceKey,
+    step: MigrationStep,
+) -> pb::MigrationSignalRequest {
+    use pb::migration_signal_request::Signal;
+    let signal = match step {
+        MigrationStep::Propose(strategy) => Signal::Propose(match strategy {
+            MigrationStrategy::StopThenStart => pb::MigrationStrategy::StopThenStart,
+            MigrationStrategy::Overlap => pb::MigrationStrategy::Overlap,
+            MigrationStrategy::Handover => pb::MigrationStrategy::Handover,
+        } as i32),
+        MigrationStep::StopOutputAt(payload) => Signal::StopOutputAt(payload),
+        MigrationStep::ApplyFrom(position) => Signal::ApplyFrom(position),
+        MigrationStep::Abort(reason) => Signal::AbortReason(reason),
+    };
+    pb::MigrationSignalRequest {
+        migration_id: migration_id.0,
+        job_id: Some(wire::job_id_to_pb(job_id)),
+        source_key: source_key.0,
+        target_key: target_key.0,
+        signal: Some(signal),
+    }
+}
