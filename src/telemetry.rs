@@ -322,16 +322,20 @@ impl OperatorMetrics {
 /// What `/healthz` and `/readyz` answer from.
 #[derive(Debug, Default)]
 pub struct Health {
-    /// The process has started its watches (followers too).
+    /// The core holds Manager's snapshot (a follower's standby core too):
+    /// this process can lead at once.
     pub hydrated: AtomicBool,
-    /// Leading and connected to Manager (or following).
-    pub serving: AtomicBool,
+    /// The core's stream to Manager is up.
+    pub connected: AtomicBool,
+    /// This process holds the Lease.
+    pub leading: AtomicBool,
 }
 
 impl Health {
     /// Ready: hydrated and, when leading, connected.
     pub fn is_ready(&self) -> bool {
-        self.hydrated.load(Ordering::Relaxed) && self.serving.load(Ordering::Relaxed)
+        self.hydrated.load(Ordering::Relaxed)
+            && (self.connected.load(Ordering::Relaxed) || !self.leading.load(Ordering::Relaxed))
     }
 }
 
@@ -408,7 +412,16 @@ mod tests {
             "not ready before hydration"
         );
         set(&health.hydrated, true);
-        set(&health.serving, true);
+        assert!(
+            get(addr, "/readyz").await.starts_with("HTTP/1.1 200"),
+            "a hydrated follower is ready"
+        );
+        set(&health.leading, true);
+        assert!(
+            get(addr, "/readyz").await.starts_with("HTTP/1.1 503"),
+            "a leader without Manager is not ready"
+        );
+        set(&health.connected, true);
         assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
         let text = get(addr, "/metrics").await;
         assert!(

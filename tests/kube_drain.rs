@@ -25,6 +25,7 @@ use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use norsk_auto_manager::automanager::{AutoSettings, MigrationSettings};
+use norsk_auto_manager::controller::node_status::node_resource_name;
 use norsk_auto_manager::crd::{Bundle, InterruptionKind, JobMigration, NodeDrain};
 use norsk_auto_manager::manager::proto::{manager as pb, sim_admin};
 use operator_support::{Operator, WAIT, installed, is_ready, simulator, small_bundle, until};
@@ -339,21 +340,22 @@ async fn an_interruption_notice_makes_the_operator_create_a_node_drain_with_it()
         .await
         .expect("notice sent");
     let drains: Api<NodeDrain> = Api::all(cp.client());
-    // Named after the node (node names here are valid resource names).
-    let drain = until(&drains, &node, "created", |d: Option<&NodeDrain>| d.is_some()).await;
+    // Named after the node, in this operator's fleet.
+    let name = node_resource_name(&ns, &node);
+    let drain = until(&drains, &name, "created", |d: Option<&NodeDrain>| d.is_some()).await;
     let interruption = drain.spec.interruption.clone().expect("the interruption is recorded");
     assert_eq!(interruption.kind, InterruptionKind::SpotInterruption);
     assert!(interruption.deadline.is_some());
     assert_eq!(drain.spec.node_id, node);
-    let done = until(&drains, &node, "done", |d: Option<&NodeDrain>| {
+    let done = until(&drains, &name, "done", |d: Option<&NodeDrain>| {
         drain_phase(d).as_deref() == Some("done")
     })
     .await;
     let status = done.status.expect("status");
     assert_eq!(status.jobs.len(), 1);
     assert_eq!(status.jobs[0].job_id, job_of(&ns, "spot"));
-    event_about(cp, "default", &node, "NodeInterrupted").await;
-    drains.delete(&node, &DeleteParams::default()).await.expect("delete");
+    event_about(cp, "default", &name, "NodeInterrupted").await;
+    drains.delete(&name, &DeleteParams::default()).await.expect("delete");
     operator.stop().await;
     sim.shutdown().await;
 }

@@ -23,6 +23,7 @@ use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use norsk_auto_manager::automanager::AutoSettings;
+use norsk_auto_manager::controller::node_status::node_resource_name;
 use norsk_auto_manager::crd::{self, Bundle, HotSparePolicy, NorskNode};
 use norsk_auto_manager::manager::proto::sim_admin;
 use operator_support::{Operator, WAIT, condition, example, installed, is_ready, simulator, small_bundle, until};
@@ -259,7 +260,12 @@ async fn of_two_operators_only_the_leader_writes_and_the_other_takes_over() {
     cp.kubectl_apply(&ns, &small_bundle("shared")).expect("bundle applies");
     let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
     until(&bundles, "shared", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
-    assert!(first.is_leading() != second.is_leading(), "exactly one operator leads");
+    assert!(
+        first.is_leading() != second.is_leading(),
+        "exactly one operator leads: {} {}",
+        first.is_leading(),
+        second.is_leading()
+    );
     let (leader, follower) = if first.is_leading() {
         (first, second)
     } else {
@@ -302,14 +308,15 @@ async fn the_fleet_is_mirrored_into_norsk_nodes_and_a_swept_node_goes() {
     cp.kubectl_apply(&ns, &small_bundle("busy")).expect("bundle applies");
     let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
     let ready = until(&bundles, "busy", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
-    let busy_node = ready.status.and_then(|s| s.primary_node).expect("placed");
+    let busy_id = ready.status.and_then(|s| s.primary_node).expect("placed");
+    let busy_node = node_resource_name(&ns, &busy_id);
     let nodes: Api<NorskNode> = Api::all(cp.client());
     let mirrored = until(&nodes, &busy_node, "mirrored with its job", |n: Option<&NorskNode>| {
         n.and_then(|n| n.status.as_ref()).is_some_and(|s| s.job_count == 1)
     })
     .await;
     let status = mirrored.status.clone().unwrap();
-    assert_eq!(mirrored.spec.node_id, busy_node);
+    assert_eq!(mirrored.spec.node_id, busy_id);
     assert_eq!(status.phase, "running");
     assert_eq!(status.pool.as_deref(), Some("production"));
     assert_eq!(status.jobs, vec![format!("{ns}/busy/0/encode")]);
@@ -317,9 +324,7 @@ async fn the_fleet_is_mirrored_into_norsk_nodes_and_a_swept_node_goes() {
     let uid = mirrored.uid().expect("uid");
     sim.admin
         .clone()
-        .kill_node(sim_admin::NodeRef {
-            node_id: busy_node.clone(),
-        })
+        .kill_node(sim_admin::NodeRef { node_id: busy_id })
         .await
         .expect("node killed");
     tokio::time::timeout(
@@ -421,7 +426,7 @@ async fn a_hot_spare_policy_keeps_a_live_spare_in_its_pool() {
     })
     .await
     .expect("a spare is mirrored");
-    let status = spare.status.expect("status");
+    let status = spare.status.clone().expect("status");
     assert_eq!(status.instance_type.as_deref(), Some("m5.xlarge"));
     assert_eq!(status.pool.as_deref(), Some("production"));
     let held = sim
@@ -430,7 +435,11 @@ async fn a_hot_spare_policy_keeps_a_live_spare_in_its_pool() {
         .nodes
         .into_iter()
         .any(|n| n.id.as_str() == spare.spec.node_id);
-    assert!(held, "the spare {} is not in this operator's fleet", spare.spec.node_id);
+    assert!(
+        held,
+        "the spare {} is not in this operator's fleet (status {status:?})",
+        spare.spec.node_id
+    );
     policies
         .delete("production", &Default::default())
         .await
@@ -490,7 +499,8 @@ async fn cordoning_a_norsk_node_keeps_new_placements_off_it() {
     cp.kubectl_apply(&ns, &small_bundle("first")).expect("bundle applies");
     let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
     let first = until(&bundles, "first", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
-    let busy = first.status.and_then(|s| s.primary_node).expect("placed");
+    let busy_id = first.status.and_then(|s| s.primary_node).expect("placed");
+    let busy = node_resource_name(&ns, &busy_id);
     let nodes: Api<NorskNode> = Api::all(cp.client());
     until(&nodes, &busy, "mirrored", |n: Option<&NorskNode>| n.is_some()).await;
     let cordon = |on: bool| serde_json::json!({"spec": {"cordoned": on}});
@@ -509,7 +519,7 @@ async fn cordoning_a_norsk_node_keeps_new_placements_off_it() {
     cp.kubectl_apply(&ns, &small_bundle("second")).expect("bundle applies");
     let second = until(&bundles, "second", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
     let other = second.status.and_then(|s| s.primary_node).expect("placed");
-    assert_ne!(other, busy, "a job was placed on a cordoned node");
+    assert_ne!(other, busy_id, "a job was placed on a cordoned node");
     nodes
         .patch(&busy, &PatchParams::default(), &Patch::Merge(&cordon(false)))
         .await
@@ -643,9 +653,10 @@ async fn an_interruption_notice_produces_a_node_drain_by_itself() {
         .await
         .expect("notice sent");
     let drains: Api<crd::NodeDrain> = Api::all(cp.client());
+    let name = node_resource_name(&ns, &node);
     let drain = until(
         &drains,
-        &node,
+        &name,
         "recorded with its drain state",
         |d: Option<&crd::NodeDrain>| d.and_then(|d| d.status.as_ref()).is_some_and(|s| s.phase.is_some()),
     )
@@ -656,7 +667,7 @@ async fn an_interruption_notice_produces_a_node_drain_by_itself() {
         drain.spec.interruption.map(|i| i.kind),
         Some(crd::InterruptionKind::SpotInterruption)
     );
-    drains.delete(&node, &Default::default()).await.expect("drain deleted");
+    drains.delete(&name, &Default::default()).await.expect("drain deleted");
     operator.stop().await;
     sim.shutdown().await;
 }

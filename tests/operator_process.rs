@@ -1,7 +1,9 @@
 //! The `norsk-auto-manager operator` process itself: settings validated at
 //! start with every problem listed, and a real run against the control
 //! plane and the simulator — ready on `/readyz`, a bundle placed, a clean
-//! exit on SIGTERM.
+//! exit on SIGTERM — and two processes handing over: the follower is ready
+//! only with Manager's snapshot in its standby core, and takes over without
+//! creating anything twice or losing a live spare.
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
@@ -17,7 +19,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 use norsk_auto_manager::crd::{self, Bundle, PlacementPool};
-use norsk_auto_manager::model::{NodeInventory, tags};
+use norsk_auto_manager::model::{NodeId, NodeInventory, NodePhase, tags};
 use norsk_auto_manager::sim::{ClusterNode, SimConfig};
 use sim_support::{Sim, TIME_SCALE};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -65,8 +67,9 @@ async fn http_status(port: u16, path: &str) -> Option<String> {
     answer.lines().next().map(str::to_owned)
 }
 
-/// Installs the definitions and a one-tier pool `studio`; returns a fresh
-/// namespace and a simulator with one cluster server `<ns>-a`.
+/// Installs the definitions and the pool `studio` (its cluster servers,
+/// then elastic AWS); returns a fresh namespace and a simulator with one
+/// cluster server `<ns>-a`.
 async fn setup(cp: &control_plane::ControlPlane, prefix: &str) -> (String, Sim) {
     let crds: Api<CustomResourceDefinition> = Api::all(cp.client());
     for definition in crd::definitions() {
@@ -89,7 +92,7 @@ async fn setup(cp: &control_plane::ControlPlane, prefix: &str) -> (String, Sim) 
     let ns = cp.namespace(prefix).await;
     // Server-side apply: tests running at once may both make the pool.
     let pool: PlacementPool = serde_yaml::from_str(
-        "apiVersion: automanager.norsk.video/v1alpha1\nkind: PlacementPool\nmetadata: {name: studio}\nspec:\n  tiers: [{name: cluster, kind: local-servers, scaleOut: fixed}]\n",
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: PlacementPool\nmetadata: {name: studio}\nspec:\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n    - {name: cloud, kind: aws, region: eu-west-1, scaleOut: elastic, maxNodes: 2, candidateInstanceTypes: [{instanceType: m5.xlarge, totalCapacity: 4, totalCores: 4, capabilities: []}]}\n",
     )
     .unwrap();
     Api::<PlacementPool>::all(cp.client())
@@ -235,6 +238,29 @@ async fn a_killed_leader_is_replaced_and_nothing_is_created_twice() {
     second.ready().await;
     cp.kubectl_apply(&ns, &bundle("before")).expect("bundle applies");
     until_ready(cp, &ns, "before").await;
+    // A live spare, kept by the leader for the cluster-wide policy (the
+    // other processes of this binary keep one in their own simulators).
+    cp.kubectl_apply(
+        &ns,
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: HotSparePolicy\nmetadata: {name: studio}\nspec: {pool: studio, targetCount: 1, spec: {instanceType: m5.xlarge, region: eu-west-1}}\n",
+    )
+    .expect("policy applies");
+    let spare =
+        tokio::time::timeout(WAIT, async {
+            loop {
+                let running =
+                    sim.snapshot().await.nodes.into_iter().find(|n| {
+                        n.phase == NodePhase::Running && n.tags.get(tags::SPARE).is_some_and(|v| v == "true")
+                    });
+                if let Some(node) = running {
+                    return node.id;
+                }
+                // The operator is another process; poll the simulator.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .expect("the leader keeps a live spare");
     let leases: Api<Lease> = Api::namespaced(cp.client(), &ns);
     let holder = |lease: Lease| lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
     let leader = holder(leases.get("norsk-auto-manager").await.expect("the Lease exists"));
@@ -254,6 +280,15 @@ async fn a_killed_leader_is_replaced_and_nothing_is_created_twice() {
     bundles.sort();
     assert_eq!(bundles, vec![format!("{ns}/after"), format!("{ns}/before")]);
     assert_eq!(snapshot.jobs.len(), 2, "a job was created twice: {:?}", snapshot.jobs);
-    assert_eq!(snapshot.nodes.len(), 1, "a node was created: {:?}", snapshot.nodes);
+    // The new leader's first round knew the policy: the spare stays, and
+    // no other node was made.
+    let mut nodes: Vec<_> = snapshot.nodes.iter().map(|n| (n.id.clone(), n.phase)).collect();
+    nodes.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut kept = vec![
+        (NodeId(format!("{ns}-a")), NodePhase::Running),
+        (spare, NodePhase::Running),
+    ];
+    kept.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(nodes, kept, "the fleet changed over the handover");
     sim.shutdown().await;
 }

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use crate::automanager::{AutoSettings, RunOptions, validate_auto_settings};
 use crate::controller::leader::LeaseSettings;
+use crate::controller::node_status::DEFAULT_FLEET;
 use crate::controller::process;
 use crate::controller::session::SessionSettings;
 use crate::manager::client::{ClientSettings, TlsSettings};
@@ -61,7 +62,10 @@ pub struct Args {
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
     /// The fleet (one Manager) this operator mirrors into `NorskNode`s.
-    #[arg(long, env = "NORSK_FLEET", default_value = "default")]
+    /// Its nodes' resources are named after the node ids in the default
+    /// fleet and `<fleet>.<node id>` in any other, so several operators
+    /// can share a cluster.
+    #[arg(long, env = "NORSK_FLEET", default_value = DEFAULT_FLEET)]
     pub fleet: Option<String>,
     /// Reconcile only the `Bundle`s of this namespace (all when absent).
     #[arg(long, env = "NORSK_BUNDLE_NAMESPACE")]
@@ -229,7 +233,7 @@ pub fn resolve(args: &Args, read: impl Fn(&Path) -> std::io::Result<String>) -> 
             options: RunOptions::default(),
             instance: Some(identity),
             bundle_namespace: args.bundle_namespace.clone(),
-            fleet: args.fleet.clone().unwrap_or_else(|| "default".to_owned()),
+            fleet: args.fleet.clone().unwrap_or_else(|| DEFAULT_FLEET.to_owned()),
         },
         metrics_addr,
     })

@@ -25,7 +25,7 @@ use super::Context;
 use super::drain_status::{camel, job_changes, phase_name, rfc3339};
 use super::migration_status::phase_name as migration_phase_name;
 use super::node::{FLEET, MANAGED_BY};
-use super::node_status::resource_name;
+use super::node_status::node_resource_name;
 use super::{drain, migration};
 
 /// What the drain and migration controllers share for one term.
@@ -68,7 +68,7 @@ impl DrainContext {
         locked(&self.drain_names)
             .get(node)
             .cloned()
-            .unwrap_or_else(|| resource_name(node.as_str()))
+            .unwrap_or_else(|| node_resource_name(&self.fleet, node.as_str()))
     }
 
     /// `NodeDrain` `name` is gone.
@@ -305,13 +305,24 @@ fn interruption_kind(kind: model::InterruptionKind) -> crd::InterruptionKind {
 async fn ensure_drain(shared: &DrainContext, state: &NodeInterruptionState) -> Result<(), kube::Error> {
     let api: Api<NodeDrain> = Api::all(shared.ctx.client.clone());
     let existing = api.list(&Default::default()).await?;
-    if let Some(found) = existing.items.iter().find(|d| d.spec.node_id == state.node_id.as_str()) {
+    // Another fleet's drain of a node of the same id is not this one.
+    let of_fleet = |d: &&NodeDrain| {
+        kube::ResourceExt::labels(*d)
+            .get(FLEET)
+            .is_none_or(|f| *f == shared.fleet)
+    };
+    if let Some(found) = existing
+        .items
+        .iter()
+        .filter(of_fleet)
+        .find(|d| d.spec.node_id == state.node_id.as_str())
+    {
         if let Some(name) = &found.metadata.name {
             shared.drain_named(&state.node_id, name);
         }
         return Ok(());
     }
-    let name = resource_name(state.node_id.as_str());
+    let name = node_resource_name(&shared.fleet, state.node_id.as_str());
     let drain = NodeDrain {
         metadata: ObjectMeta {
             name: Some(name.clone()),

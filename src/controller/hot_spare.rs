@@ -78,7 +78,7 @@ pub async fn run(
 }
 
 /// The specs of every live policy naming a pool in `known`, by pool.
-fn wanted(policies: &Store<HotSparePolicy>, known: &[String]) -> Vec<HotSpareSpec> {
+pub(super) fn wanted(policies: &Store<HotSparePolicy>, known: &[String]) -> Vec<HotSpareSpec> {
     let mut specs: Vec<HotSpareSpec> = policies
         .state()
         .iter()

@@ -38,6 +38,7 @@ pub mod notes;
 pub mod pool;
 pub mod process;
 pub mod session;
+pub mod standby;
 pub mod status;
 
 use std::collections::HashMap;

@@ -101,7 +101,10 @@ async fn round(
 ) -> Result<bool, ReconcileError> {
     let Some(desired) = ctx
         .core
-        .inspect(|core, _| core.is_hydrated().then(|| mirrored_nodes(core)))
+        .inspect({
+            let fleet = fleet.to_owned();
+            move |core, _| core.is_hydrated().then(|| mirrored_nodes(core, &fleet))
+        })
         .await?
     else {
         return Ok(false);

@@ -28,6 +28,23 @@ pub struct MirroredNode {
     pub conditions: Vec<Observed>,
 }
 
+/// The fleet an operator mirrors when none is named.
+pub const DEFAULT_FLEET: &str = "default";
+
+/// The name of the resources the operator makes for `node_id` of `fleet`
+/// (its `NorskNode`, the `NodeDrain` of an interruption): the node's own
+/// [`resource_name`] in the default fleet, prefixed `<fleet>.` in any
+/// other — fleets sharing a cluster may well have nodes of the same id
+/// (each operator numbers the nodes it provisions from 1), and must never
+/// write each other's resources.
+pub fn node_resource_name(fleet: &str, node_id: &str) -> String {
+    if fleet == DEFAULT_FLEET {
+        resource_name(node_id)
+    } else {
+        resource_name(&format!("{fleet}.{node_id}"))
+    }
+}
+
 /// The resource name of `node_id`: lowercased, characters a name cannot
 /// hold replaced by `-`, and — when that changed anything — a stable hash
 /// of the exact id appended, so two ids never share a name.
@@ -136,7 +153,7 @@ fn capitalised(word: &str) -> String {
 /// Every node of the core's fleet as its resource should read, by
 /// resource name. A node the core has swept (stopped for longer than
 /// `removeStoppedNodesAfter`) is not here, so its resource goes.
-pub fn mirrored_nodes(core: &AutoManagerCore) -> BTreeMap<String, MirroredNode> {
+pub fn mirrored_nodes(core: &AutoManagerCore, fleet: &str) -> BTreeMap<String, MirroredNode> {
     let mut jobs: BTreeMap<&NodeId, Vec<String>> = BTreeMap::new();
     for record in core.jobs() {
         if let Some(binding) = &record.binding {
@@ -149,7 +166,7 @@ pub fn mirrored_nodes(core: &AutoManagerCore) -> BTreeMap<String, MirroredNode> 
         .iter()
         .map(|node| {
             let bound = jobs.get(&node.id).map_or(&[][..], Vec::as_slice);
-            (resource_name(node.id.as_str()), mirror(node, bound))
+            (node_resource_name(fleet, node.id.as_str()), mirror(node, bound))
         })
         .collect()
 }

@@ -120,7 +120,7 @@ fn pool_error_policy(pool: Arc<PlacementPool>, error: &ReconcileError, ctx: Arc<
 }
 
 /// Why a pool is left out of the set, per pool name.
-fn valid_pools(pools: &Store<PlacementPool>) -> (Vec<model::PlacementPool>, BTreeMap<String, String>) {
+pub(super) fn valid_pools(pools: &Store<PlacementPool>) -> (Vec<model::PlacementPool>, BTreeMap<String, String>) {
     let mut all: Vec<_> = pools
         .state()
         .into_iter()

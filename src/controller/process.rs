@@ -1,17 +1,23 @@
-//! The operator process's life: join the election, and for every term of
-//! leadership run a [`session`](super::session) until the Lease is lost or
-//! the process is told to stop. Followers only keep the election going.
+//! The operator process's life: join the election; while following, keep a
+//! standby core hydrated from Manager's stream with the cluster's pools and
+//! hot-spare policies (see [`standby`](super::standby)), so the process is
+//! ready to lead at once; for every term of leadership,
+//! promote that core and run a [`session`](super::session) until the Lease
+//! is lost or the process is told to stop. After a term the core is closed
+//! and a fresh standby follows again.
 
 use std::sync::Arc;
 
 use kube::Client;
 use tokio::sync::watch;
 
-use crate::automanager::RunError;
+use crate::automanager::{AutoManager, AutoManagerHandle, RunError};
+use crate::manager::stream::ConnectionState;
 use crate::telemetry::{Health, OperatorMetrics};
 
 use super::leader::{LeaderError, LeaseSettings, elect};
 use super::session::{SessionSettings, lead};
+use super::standby::keep_settings;
 
 /// Why the operator stopped.
 #[derive(Debug, thiserror::Error)]
@@ -24,7 +30,8 @@ pub enum ProcessError {
     Core(#[from] RunError),
 }
 
-/// Runs until `stop` turns true: leads whenever the Lease is won.
+/// Runs until `stop` turns true: follows with a standby core, leads
+/// whenever the Lease is won.
 pub async fn run(
     client: Client,
     lease: LeaseSettings,
@@ -34,18 +41,34 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), ProcessError> {
     let mut election = elect(client.clone(), &lease).await?;
-    // A follower is ready: it has joined the election and can take over.
-    crate::telemetry::set(&health.hydrated, true);
-    crate::telemetry::set(&health.serving, true);
     loop {
-        tokio::select! {
-            won = election.leading.wait_for(|l| *l) => if won.is_err() { break },
-            _ = stop.wait_for(|s| *s) => break,
+        let (core, core_task) = AutoManager::standby_with_client(
+            session.settings.clone(),
+            session.options.clone(),
+            session.manager.clone(),
+        )?;
+        let readiness = tokio::spawn(track_connection(core.clone(), health.clone()));
+        let (synced_tx, mut synced) = watch::channel(false);
+        let settings = tokio::spawn(keep_settings(client.clone(), core.clone(), synced_tx));
+        // Leads once the Lease is won and the standby has the cluster's
+        // pools and policies (a core promoted without them would place
+        // nothing and take every live spare for an orphan).
+        let won = tokio::select! {
+            won = async {
+                election.leading.wait_for(|l| *l).await.is_ok() && synced.wait_for(|s| *s).await.is_ok()
+            } => won,
+            _ = stop.wait_for(|s| *s) => false,
+        };
+        settings.abort();
+        if !won {
+            core.close().await;
+            let _ = core_task.await;
+            readiness.abort();
+            break;
         }
-        tracing::info!(identity = %lease.identity, "leading: starting the core and the controllers");
+        tracing::info!(identity = %lease.identity, "leading: promoting the standby core and starting the controllers");
         metrics.leader.set(1);
-        // Ready again once the core's stream to Manager is ready.
-        crate::telemetry::set(&health.serving, false);
+        crate::telemetry::set(&health.leading, true);
         let (end, ended) = watch::channel(false);
         let mut leading = election.leading.clone();
         let mut stopping = stop.clone();
@@ -56,11 +79,11 @@ pub async fn run(
             }
             let _ = end.send(true);
         });
-        let term = lead(client.clone(), session.clone(), metrics.clone(), health.clone(), ended).await;
+        lead(client.clone(), session.clone(), core, core_task, metrics.clone(), ended).await;
         watcher.abort();
+        readiness.abort();
         metrics.leader.set(0);
-        crate::telemetry::set(&health.serving, true);
-        term?;
+        crate::telemetry::set(&health.leading, false);
         tracing::info!(identity = %lease.identity, "no longer leading");
         if *stop.borrow() {
             break;
@@ -70,4 +93,22 @@ pub async fn run(
     drop(election.leading);
     let _ = election.task.await;
     Ok(())
+}
+
+/// Follows one core's stream for `/readyz`: hydrated from its first
+/// applied snapshot on, connected while the stream is up.
+async fn track_connection(core: AutoManagerHandle, health: Arc<Health>) {
+    crate::telemetry::set(&health.hydrated, false);
+    crate::telemetry::set(&health.connected, false);
+    let mut connection = core.connection();
+    loop {
+        let ready = *connection.borrow_and_update() == ConnectionState::Ready;
+        if ready {
+            crate::telemetry::set(&health.hydrated, true);
+        }
+        crate::telemetry::set(&health.connected, ready);
+        if connection.changed().await.is_err() {
+            return;
+        }
+    }
 }

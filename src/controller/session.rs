@@ -1,9 +1,9 @@
-//! One term of leadership: the core is started (hydrating from Manager's
-//! snapshot), the controllers run and the core's notifications are
+//! One term of leadership: the standby core that followed Manager is
+//! promoted (it decides from the state it followed), the controllers run and the core's notifications are
 //! followed — each becomes a metric, notes for status, an Event on the
 //! `Bundle` it concerns and a reconcile of it — until the term ends; then
-//! the controllers stop and the core is closed. A new term starts afresh,
-//! from Manager's snapshot and the resources.
+//! the controllers stop and the core is closed. The controllers rebuild
+//! what they own from the resources at every term's start.
 
 use std::sync::Arc;
 
@@ -11,14 +11,15 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::{broadcast, mpsc, watch};
+use tokio::task::JoinHandle;
 use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
 
-use crate::automanager::{AutoManager, AutoSettings, Notification, RunError, RunOptions};
+use crate::automanager::{AutoManagerHandle, AutoSettings, Notification, RunOptions};
 use crate::crd;
 use crate::manager::client::ClientSettings;
-use crate::telemetry::{Health, OperatorMetrics};
+use crate::telemetry::OperatorMetrics;
 
-use super::node_status::resource_name;
+use super::node_status::node_resource_name;
 use super::notes::{bundle_event, bundle_of, node_event};
 use super::{Context, bundle, drain_follow, hot_spare, node, pool};
 
@@ -42,19 +43,21 @@ pub struct SessionSettings {
     pub bundle_namespace: Option<String>,
 }
 
-/// Runs one term until `ended` turns true.
+/// Runs one term with `core` (a standby, started with `session`'s
+/// settings, whose loop is `core_task`) until `ended` turns true.
 pub async fn lead(
     client: Client,
     session: SessionSettings,
+    core: AutoManagerHandle,
+    core_task: JoinHandle<()>,
     metrics: Arc<OperatorMetrics>,
-    health: Arc<Health>,
     mut ended: watch::Receiver<bool>,
-) -> Result<(), RunError> {
-    let (core, core_task) = AutoManager::run_with_client(
-        session.settings.clone(),
-        session.options.clone(),
-        session.manager.clone(),
-    )?;
+) {
+    // Subscribed before the promotion: the first decisions' notifications
+    // are followed too.
+    let notifications = core.subscribe();
+    // A closed core is answered by the term ending (its loop is awaited).
+    let _ = core.promote().await;
     let (ctx, publisher) = Context::new(client, core.clone(), metrics, session.instance.clone());
     // Unbounded: the controller merges repeated triggers of one bundle, and
     // a trigger dropped would leave a status stale until the resync.
@@ -68,7 +71,13 @@ pub async fn lead(
         spares: spares_tx,
         nodes: nodes_tx,
     };
-    let follower = tokio::spawn(follow(ctx.clone(), core.subscribe(), bundles_tx, fleet, health));
+    let follower = tokio::spawn(follow(
+        ctx.clone(),
+        notifications,
+        bundles_tx,
+        fleet,
+        session.fleet.clone(),
+    ));
     let term = ended.clone();
     let stop = move || {
         let mut ended = term.clone();
@@ -102,7 +111,6 @@ pub async fn lead(
     let _ = core_task.await;
     drop(ctx);
     let _ = publisher.await;
-    Ok(())
 }
 
 /// Follows the core's notifications for the rest of the term.
@@ -111,7 +119,7 @@ async fn follow(
     mut notifications: broadcast::Receiver<Notification>,
     bundles: mpsc::UnboundedSender<ObjectRef<crd::Bundle>>,
     fleet: FleetTriggers,
-    health: Arc<Health>,
+    fleet_name: String,
 ) {
     loop {
         let notification = match notifications.recv().await {
@@ -127,9 +135,6 @@ async fn follow(
         // follow).
         tracing::debug!(?notification, "notification");
         ctx.metrics.count(&notification);
-        if let Notification::ConnectionStateChange { state } = &notification {
-            crate::telemetry::set(&health.serving, state == "ready");
-        }
         ctx.notes().record(&notification);
         if let Some(target) = bundle_of(&notification) {
             if let Some(event) = bundle_event(&notification) {
@@ -139,7 +144,7 @@ async fn follow(
             let _ = bundles.send(target);
         }
         if let Some((node_id, event)) = node_event(&notification) {
-            ctx.publish(event, norsk_node_ref(node_id));
+            ctx.publish(event, norsk_node_ref(&fleet_name, node_id));
         }
         if touches_fleet(&notification) {
             fleet.changed();
@@ -149,8 +154,8 @@ async fn follow(
 
 /// The `NorskNode` mirroring `node_id` (cluster-scoped: its Events land in
 /// the `default` namespace).
-fn norsk_node_ref(node_id: &crate::model::NodeId) -> ObjectReference {
-    ObjectRef::<crd::NorskNode>::new(&resource_name(node_id.as_str())).into()
+fn norsk_node_ref(fleet: &str, node_id: &crate::model::NodeId) -> ObjectReference {
+    ObjectRef::<crd::NorskNode>::new(&node_resource_name(fleet, node_id.as_str())).into()
 }
 
 /// The controllers that follow the fleet as a whole. Each channel holds

@@ -20,11 +20,11 @@ mod clock;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::manager::client::{ClientSettings, ConnectError, ManagerClient};
-use crate::manager::stream::{StreamItem, StreamSession, StreamSettings};
+use crate::manager::stream::{ConnectionState, StreamItem, StreamSession, StreamSettings};
 use crate::model::{
     Bundle, BundleId, BundleJobRef, BundleSpec, HotSpareSpec, JobId, ManagerEvent, NodeId, PlacementPool, SpareSpec,
     UnixMillis,
@@ -100,6 +100,9 @@ enum Request {
     Command(Command, Replier),
     Query(Query),
     Update(Update),
+    /// An update that changes only live settings before hydration: a
+    /// standby applies it at once.
+    Settings(Update),
     Promote(oneshot::Sender<()>),
     Close,
 }
@@ -147,8 +150,9 @@ impl AutoManager {
     /// Starts a standby (see the module docs): it follows Manager's stream
     /// and answers queries, but places, recovers and calls nothing until
     /// [`AutoManagerHandle::promote`]. Commands other than the live
-    /// settings changes (`set_placement_pools`, `set_template_images`) wait
-    /// for the promotion and are then served in order.
+    /// settings changes (`set_placement_pools`, `set_template_images`,
+    /// `update_hot_spare_specs`) wait for the promotion and are then served
+    /// in order.
     pub fn standby_with_client(
         settings: AutoSettings,
         options: RunOptions,
@@ -167,6 +171,7 @@ impl AutoManager {
         let client = ManagerClient::connect_lazy(&client)?;
         let (requests, requests_rx) = mpsc::channel(256);
         let (notifications, _) = broadcast::channel(NOTIFICATION_BUFFER);
+        let (connection, connection_rx) = watch::channel(ConnectionState::Idle);
         let clock = Clock::new(options.time_scale);
         let shell = Shell {
             core: AutoManagerCore::new(valid.clone(), clock.now()),
@@ -179,12 +184,14 @@ impl AutoManager {
             deadline: None,
             role,
             held: Vec::new(),
+            connection,
         };
         let join = tokio::spawn(shell.run(requests_rx));
         Ok((
             AutoManagerHandle {
                 requests,
                 notifications,
+                connection: connection_rx,
             },
             join,
         ))
@@ -197,6 +204,7 @@ impl AutoManager {
 pub struct AutoManagerHandle {
     requests: mpsc::Sender<Request>,
     notifications: broadcast::Sender<Notification>,
+    connection: watch::Receiver<ConnectionState>,
 }
 
 impl AutoManagerHandle {
@@ -233,6 +241,14 @@ impl AutoManagerHandle {
         &self,
         change: impl FnOnce(&mut AutoManagerCore, UnixMillis) -> (T, Step) + Send + 'static,
     ) -> Result<T, QueryError> {
+        self.send_update(change, Request::Update).await
+    }
+
+    async fn send_update<T: Send + 'static>(
+        &self,
+        change: impl FnOnce(&mut AutoManagerCore, UnixMillis) -> (T, Step) + Send + 'static,
+        request: fn(Update) -> Request,
+    ) -> Result<T, QueryError> {
         let (reply, answer) = oneshot::channel();
         let update: Update = Box::new(move |core, now| {
             let (outcome, step) = change(core, now);
@@ -241,7 +257,7 @@ impl AutoManagerHandle {
             step
         });
         self.requests
-            .send(Request::Update(update))
+            .send(request(update))
             .await
             .map_err(|_| QueryError::Closed)?;
         answer.await.map_err(|_| QueryError::Closed)
@@ -249,11 +265,15 @@ impl AutoManagerHandle {
 
     /// `updateHotSpareSpecs(list)`: replaces the live `hotSpares` list
     /// without a reconnect; rejected whole when invalid, otherwise
-    /// converged on at once. Returns what changed, keyed by pool.
+    /// converged on at once. Returns what changed, keyed by pool. A standby
+    /// adopts the list at once (a live settings change).
     pub async fn update_hot_spare_specs(&self, specs: Vec<HotSpareSpec>) -> Result<HotSpareSpecsDiff, SpareError> {
-        self.update(move |core, now| core.update_hot_spare_specs(specs, now))
-            .await
-            .unwrap_or(Err(SpareError::Closed))
+        self.send_update(
+            move |core, now| core.update_hot_spare_specs(specs, now),
+            Request::Settings,
+        )
+        .await
+        .unwrap_or(Err(SpareError::Closed))
     }
 
     /// `updateHotSpareNode`: edits one live spare's `SpareSpec`.
@@ -474,6 +494,12 @@ impl AutoManagerHandle {
         self.notifications.subscribe()
     }
 
+    /// Manager's stream as the core has it: `Ready` once the stream's
+    /// snapshot has been applied (a standby's too), until the stream breaks.
+    pub fn connection(&self) -> watch::Receiver<ConnectionState> {
+        self.connection.clone()
+    }
+
     /// Promotes a standby: its core leaves the hydration phase and decides
     /// from the state it has followed (a standby whose stream has not yet
     /// delivered Manager's snapshot hydrates as usual when it arrives), then
@@ -510,6 +536,8 @@ struct Shell {
     role: Role,
     /// Requests a standby keeps for its promotion.
     held: Vec<Request>,
+    /// What [`AutoManagerHandle::connection`] reads.
+    connection: watch::Sender<ConnectionState>,
 }
 
 impl Shell {
@@ -572,7 +600,7 @@ impl Shell {
                     }
                     match next {
                         Some(Request::Query(ask)) => ask(&self.core, self.clock.now()),
-                        Some(Request::Update(change)) => {
+                        Some(Request::Update(change) | Request::Settings(change)) => {
                             let step = change(&mut self.core, self.clock.now());
                             self.carry_out(step, &results_tx);
                         }
@@ -586,6 +614,10 @@ impl Shell {
                 }
                 Ok(()) = state.changed() => {
                     let current = *state.borrow_and_update();
+                    // `Ready` is told once the snapshot is applied.
+                    if current != ConnectionState::Ready {
+                        self.connection.send_replace(current);
+                    }
                     let name = serde_json::to_value(current)
                         .ok()
                         .and_then(|v| v.as_str().map(str::to_owned))
@@ -640,6 +672,7 @@ impl Shell {
             .map(|event| Input::Event(Box::new(event)));
         let step = self.core.handle_all(inputs, self.clock.now());
         self.carry_out(step, results);
+        self.connection.send_replace(ConnectionState::Ready);
     }
 
     /// Feeds `batch` plus whatever else has already arrived (events and RPC
@@ -683,13 +716,18 @@ impl Shell {
     }
 
     /// A request to a standby: queries are answered, live settings changes
-    /// applied, other commands and updates held for the promotion.
+    /// (pools, template images, hot-spare specs) applied, other commands
+    /// and updates held for the promotion.
     fn standby_request(&mut self, request: Request, results: &Results) {
         match request {
             Request::Query(ask) => ask(&self.core, self.clock.now()),
             Request::Command(command @ (Command::SetPlacementPools(_) | Command::SetTemplateImages(_)), reply) => {
                 let input = self.command_input(command, reply);
                 self.feed(input, results);
+            }
+            Request::Settings(change) => {
+                let step = change(&mut self.core, self.clock.now());
+                self.carry_out(step, results);
             }
             Request::Promote(reply) => {
                 self.promote(results);
@@ -721,7 +759,7 @@ impl Shell {
                     self.carry_out(step, results);
                 }
                 // Only commands and updates are held.
-                Request::Query(_) | Request::Promote(_) | Request::Close => {}
+                Request::Query(_) | Request::Settings(_) | Request::Promote(_) | Request::Close => {}
             }
         }
     }

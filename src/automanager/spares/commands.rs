@@ -142,7 +142,13 @@ impl AutoManagerCore {
             // A changed entry converges at once, not after an old backoff.
             self.spares.backoff.remove(pool);
             self.spares.underflow.remove(pool);
-            if let HotSpareChange::Changed { before, after, .. } = change {
+            // Before hydration (a standby, or a core still waiting for its
+            // snapshot) the list is only adopted: the live spares are not
+            // all known yet, and those of a standby are the leader's to
+            // re-tag.
+            if self.hydrated
+                && let HotSpareChange::Changed { before, after, .. } = change
+            {
                 let bound = self.bound_nodes();
                 let live: Vec<NodeId> = self.unconsumed_spares(pool, &bound).map(|n| n.id.clone()).collect();
                 for node_id in live {
