@@ -1,13 +1,18 @@
 //! What a `NorskNode` mirrors, computed from the core's fleet: pure, run on
-//! the core's task. Also the resource name of a node id (node ids are
-//! Manager's and need not be valid Kubernetes names).
+//! the core's task. `status.placement` is the node exactly as the core's
+//! placement view reads it (the core's own fleet snapshot, with every
+//! bound job's and migration target's reservation), so a plan against the
+//! mirrored nodes places as the operator would. Also the resource name of
+//! a node id (node ids are Manager's and need not be valid Kubernetes
+//! names).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::automanager::AutoManagerCore;
 use crate::automanager::fleet::NodeState;
-use crate::crd::{NodeInventoryStatus, NorskNodeStatus};
-use crate::model::{NodeId, NodePhase, tags};
+use crate::crd::{NodeInventoryStatus, NodePlacementStatus, NorskNodeStatus};
+use crate::model::{FleetNode, NodeId, NodePhase, PlacedJob, tags};
+use crate::placement::{placed_job, validate_pools};
 
 use super::conditions::{Observed, READY};
 
@@ -66,7 +71,7 @@ fn phase_name(phase: NodePhase) -> &'static str {
     }
 }
 
-fn mirror(node: &NodeState, jobs: &[String]) -> MirroredNode {
+fn mirror(node: &NodeState, jobs: &[String], placement: Option<NodePlacementStatus>) -> MirroredNode {
     let inventory = node.inventory.as_ref();
     let unhealthy = node.health.is_unhealthy();
     let status = NorskNodeStatus {
@@ -108,6 +113,7 @@ fn mirror(node: &NodeState, jobs: &[String]) -> MirroredNode {
         spare: node.tags.get(tags::SPARE).is_some_and(|v| v == "true"),
         health: if unhealthy { "unhealthy" } else { "healthy" }.to_owned(),
         interruption: node.tags.get(tags::INTERRUPTION).cloned(),
+        placement,
     };
     let ready = match (node.phase, unhealthy) {
         (NodePhase::Running, false) => Observed::yes(READY, "Running", ""),
@@ -138,18 +144,52 @@ fn capitalised(word: &str) -> String {
 /// `removeStoppedNodesAfter`) is not here, so its resource goes.
 pub fn mirrored_nodes(core: &AutoManagerCore) -> BTreeMap<String, MirroredNode> {
     let mut jobs: BTreeMap<&NodeId, Vec<String>> = BTreeMap::new();
+    let mut placed: HashMap<&NodeId, Vec<PlacedJob>> = HashMap::new();
     for record in core.jobs() {
         if let Some(binding) = &record.binding {
             jobs.entry(&binding.node_id)
                 .or_default()
                 .push(record.job_id().to_string());
         }
+        // What the core's placement view reserves: the binding and, while
+        // a migration is in flight, its target beside it.
+        for binding in [record.binding.as_ref(), record.migration_target()]
+            .into_iter()
+            .flatten()
+        {
+            let r = &record.bundle_ref;
+            placed.entry(&binding.node_id).or_default().push(placed_job(
+                &r.bundle_id,
+                r.replica_index,
+                &record.job.spec,
+                binding.gpu_index,
+            ));
+        }
     }
+    // The pools in force were validated when set; they only give a
+    // launching node without an inventory its shape.
+    let pools = validate_pools(core.settings().placement_pools.clone()).unwrap_or_default();
+    let mut snapshot: BTreeMap<NodeId, FleetNode> = core
+        .fleet()
+        .snapshot(&pools, placed, core.template_images())
+        .nodes
+        .into_iter()
+        .map(|n| (n.id.clone(), n))
+        .collect();
     core.fleet()
         .iter()
         .map(|node| {
             let bound = jobs.get(&node.id).map_or(&[][..], Vec::as_slice);
-            (resource_name(node.id.as_str()), mirror(node, bound))
+            let placement = snapshot.remove(&node.id).map(|fleet_node| {
+                // The core's snapshot leaves tags out (placement reads the
+                // fields derived from them); the mirror shows them.
+                let fleet_node = FleetNode {
+                    tags: node.tags.clone(),
+                    ..fleet_node
+                };
+                NodePlacementStatus::of(&fleet_node, core.template_images())
+            });
+            (resource_name(node.id.as_str()), mirror(node, bound, placement))
         })
         .collect()
 }
