@@ -308,3 +308,33 @@ pub async fn run(client: Client, namespace: &str, command: Command) -> Result<Ex
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fleet_of(args: &[&str]) -> Result<FleetSource, clap::Error> {
+        let cli = Cli::try_parse_from(args)?;
+        match cli.command {
+            Command::Plan { fleet, .. } | Command::Explain { fleet, .. } => Ok(fleet.source()),
+            other => panic!("not a plan: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn plan_and_explain_place_on_the_live_default_fleet_unless_a_file_is_named() {
+        assert_eq!(
+            fleet_of(&["kubectl-norsk", "plan"]).unwrap(),
+            FleetSource::Live("default".to_owned())
+        );
+        assert_eq!(
+            fleet_of(&["kubectl-norsk", "explain", "ch1", "--fleet-name", "eu"]).unwrap(),
+            FleetSource::Live("eu".to_owned())
+        );
+        assert_eq!(
+            fleet_of(&["kubectl-norsk", "plan", "ch1", "--fleet", "fleet.yaml"]).unwrap(),
+            FleetSource::File("fleet.yaml".into())
+        );
+        assert!(fleet_of(&["kubectl-norsk", "plan", "--fleet", "f.yaml", "--fleet-name", "eu"]).is_err());
+    }
+}

@@ -283,3 +283,71 @@ pub fn last_placements(bundle: &Bundle, job: Option<&str>) -> String {
         &body,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::model::{FleetNode, NodeId, PlacedJob};
+
+    fn object(name: &str, status: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "automanager.norsk.video/v1alpha1",
+            "kind": "NorskNode",
+            "metadata": {"name": name},
+            "spec": {"nodeId": format!("{name}-id")},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_norsk_node_this_version_cannot_read_is_skipped_by_name_and_node_id() {
+        let readable = object("a", json!({"phase": "running"}));
+        let unreadable = object("b", json!({"placement": {"jobs": "not a list"}}));
+        let (nodes, skipped) = decode(vec![readable, unreadable]);
+        assert_eq!(nodes.len(), 1);
+        assert_eq!(skipped.len(), 1);
+        assert!(matches!(skipped[0].reason, NodeStatusError::Undecodable(_)));
+        let said = PlanWarning::Skipped(skipped[0].clone()).to_string();
+        assert!(
+            said.starts_with("norsknode/b (node b-id): not a NorskNode as this version reads it")
+                && said.ends_with("left out of the plan"),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn the_planned_bundles_own_reservations_are_set_aside_and_no_other() {
+        let job = |bundle: Option<&str>| PlacedJob {
+            job_id: format!("{}/0/encode", bundle.unwrap_or("loose")).as_str().into(),
+            bundle: bundle.map(BundleId::from),
+            required_capacity: 2.0,
+            ..PlacedJob::default()
+        };
+        let mut snapshot = FleetSnapshot {
+            nodes: vec![FleetNode {
+                id: NodeId::from("node-a"),
+                pool: None,
+                tier: None,
+                phase: crate::model::NodePhase::Running,
+                cordoned: false,
+                unhealthy: false,
+                spare: false,
+                spare_spec: Default::default(),
+                tags: Default::default(),
+                inventory: None,
+                jobs: vec![job(Some("studio/news")), job(Some("studio/sport")), job(None)],
+            }],
+            ..FleetSnapshot::default()
+        };
+        set_aside(&mut snapshot, &[(BundleId::from("studio/news"), BundleSpec::default())]);
+        let left: Vec<Option<&str>> = snapshot.nodes[0]
+            .jobs
+            .iter()
+            .map(|j| j.bundle.as_ref().map(|b| b.0.as_str()))
+            .collect();
+        assert_eq!(left, vec![Some("studio/sport"), None]);
+    }
+}
