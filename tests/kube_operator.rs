@@ -321,6 +321,20 @@ async fn the_fleet_is_mirrored_into_norsk_nodes_and_a_swept_node_goes() {
     assert_eq!(status.pool.as_deref(), Some("production"));
     assert_eq!(status.jobs, vec![format!("{ns}/busy/0/encode")]);
     assert_eq!(status.inventory.map(|i| i.total_capacity), Some(8.0));
+    // What placement reads of it: the job's reservation, and back into a fleet node.
+    let placement = status.placement.expect("placement mirrored");
+    assert_eq!(placement.pool.as_deref(), Some("production"));
+    assert_eq!(
+        placement
+            .jobs
+            .iter()
+            .map(|j| (j.job_id.0.as_str(), j.required_capacity))
+            .collect::<Vec<_>>(),
+        vec![(format!("{ns}/busy/0/encode").as_str(), 2.0)]
+    );
+    let node = mirrored.fleet_node().expect("the status converts");
+    assert_eq!(node.id.0, busy_id);
+    assert_eq!(node.inventory.map(|i| i.total_capacity), Some(8.0));
     let uid = mirrored.uid().expect("uid");
     sim.admin
         .clone()

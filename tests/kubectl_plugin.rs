@@ -1,61 +1,36 @@
 //! `kubectl-norsk` against the real API server (see `support/control_plane.rs`): what each
 //! command writes (cordon's patch, drain's and interrupt's NodeDrain, migrate's JobMigration),
-//! a followed drain ending with its phase, and `plan` printing what
-//! `norsk-auto-manager plan` prints for the same pools, bundles and fleet.
+//! a followed drain ending with its phase, `plan` printing what `norsk-auto-manager plan`
+//! prints for the same pools, bundles and fleet file, and `plan` on the live fleet (the
+//! NorskNodes an operator running against the simulator mirrors) choosing the node the
+//! operator then places on.
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
+#[allow(dead_code)]
+mod operator_support;
+mod sim_support;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use norsk_auto_manager::cli::plan::{self as offline, Output};
+use norsk_auto_manager::controller::node_status::node_resource_name;
 use norsk_auto_manager::crd::{
-    self, InterruptionKind, JobMigration, MigrationStrategy, NodeDrain, NorskNode, NorskNodeSpec,
+    self, InterruptionKind, JobMigration, MigrationStrategy, NodeDrain, NodePlacementStatus, NorskNode, NorskNodeSpec,
+    NorskNodeStatus,
 };
-use norsk_auto_manager::plugin::{self, Command, PluginError, Strategy};
+use norsk_auto_manager::model::{FleetNode, NodeId, NodeInventory, NodePhase};
+use norsk_auto_manager::plugin::{self, Command, FleetSource, PlanWarning, PluginError, Strategy};
+use operator_support::{Operator, WAIT, installed, is_ready, simulator, until};
 use serde_json::json;
-use tokio::sync::OnceCell;
-
-const WAIT: Duration = Duration::from_secs(60);
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-async fn installed() -> &'static control_plane::ControlPlane {
-    static INSTALLED: OnceCell<()> = OnceCell::const_new();
-    let cp = control_plane::shared().await;
-    INSTALLED
-        .get_or_init(|| async {
-            let crds: Api<CustomResourceDefinition> = Api::all(cp.client());
-            for definition in crd::definitions() {
-                let name = definition.metadata.name.clone().unwrap_or_default();
-                crds.patch(
-                    &name,
-                    &PatchParams::apply("norsk-plugin-test").force(),
-                    &Patch::Apply(&definition),
-                )
-                .await
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
-                tokio::time::timeout(
-                    WAIT,
-                    await_condition(crds.clone(), &name, conditions::is_crd_established()),
-                )
-                .await
-                .expect("definition established in time")
-                .expect("watch");
-            }
-        })
-        .await;
-    cp
 }
 
 /// A NorskNode `name` mirroring Manager node `node_id`, as the operator would create it.
@@ -301,15 +276,18 @@ async fn plan_prints_what_the_offline_plan_prints_for_the_same_inputs() {
     })
     .expect("offline plan");
     let _ = std::fs::remove_file(&bundle_file);
-    let live = plugin::plan::plan(cp.client(), &ns, &fleet, &[], Output::Json)
+    let file = FleetSource::File(fleet.clone());
+    let live = plugin::plan::plan(cp.client(), &ns, &file, &[], Output::Json)
         .await
-        .expect("live plan");
+        .expect("live plan")
+        .text;
     assert_eq!(live, offline);
     assert!(live.contains(&format!("\"bundle\": \"{ns}/")), "{live}");
     // Nothing placed it yet (no operator runs here): explain says so, then traces it.
-    let explained = plugin::plan::explain(cp.client(), &ns, Some(&fleet), "gpu-transcode", Some("transcode"))
+    let explained = plugin::plan::explain(cp.client(), &ns, &file, "gpu-transcode", Some("transcode"))
         .await
-        .expect("explain");
+        .expect("explain")
+        .text;
     assert!(explained.contains("no placement recorded yet"), "{explained}");
     assert!(
         explained.contains("transcode") && !explained.contains("thumbnails"),
@@ -336,9 +314,11 @@ async fn explain_shows_the_last_placement_the_status_recorded() {
         )
         .await
         .expect("status patch");
-    let explained = plugin::plan::explain(cp.client(), &ns, None, "news", Some("encode"))
+    let fleet = FleetSource::Live(ns.clone());
+    let explained = plugin::plan::explain(cp.client(), &ns, &fleet, "news", Some("encode"))
         .await
-        .expect("explain");
+        .expect("explain")
+        .text;
     let row = explained.lines().nth(1).unwrap_or_default();
     for cell in [
         "encode",
@@ -348,8 +328,192 @@ async fn explain_shows_the_last_placement_the_status_recorded() {
     ] {
         assert!(row.contains(cell), "{cell} missing from {explained}");
     }
-    match plugin::plan::explain(cp.client(), &ns, None, "gone", None).await {
+    match plugin::plan::explain(cp.client(), &ns, &fleet, "gone", None).await {
         Err(plugin::plan::PlanError::UnknownBundle(name, _)) => assert_eq!(name, "gone"),
         other => panic!("expected UnknownBundle, got {other:?}"),
     }
+}
+
+/// A one-job bundle of `production` reserving `vcpus`.
+fn sized_bundle(name: &str, vcpus: f64) -> String {
+    format!(
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {{name: {name}}}\nspec:\n  pool: production\n  jobs:\n    - {{jobName: encode, template: encoder, requirements: {{requiredCapacity: {vcpus}}}}}\n"
+    )
+}
+
+/// The node the plan's JSON places the first job on.
+fn planned_node(plan: &str) -> String {
+    let plan: serde_json::Value = serde_json::from_str(plan).expect("plan JSON");
+    plan["placements"][0]["nodeId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no node in {plan:#}"))
+        .to_owned()
+}
+
+/// Waits until the NorskNode of `node` lists the reservation of `bundle`'s job.
+async fn mirrored_with(cp: &control_plane::ControlPlane, fleet: &str, node: &str, bundle: &str) {
+    let nodes: Api<NorskNode> = Api::all(cp.client());
+    let job = format!("/{bundle}/0/encode");
+    until(
+        &nodes,
+        &node_resource_name(fleet, node),
+        "mirrored with the job's reservation",
+        |n: Option<&NorskNode>| {
+            n.and_then(|n| n.status.as_ref()?.placement.as_ref())
+                .is_some_and(|p| p.jobs.iter().any(|j| j.job_id.0.ends_with(&job)))
+        },
+    )
+    .await;
+}
+
+/// Plans `bundle` (already applied) on the live fleet, then waits for the operator to place
+/// it: the node the plan chose and the node the operator chose.
+async fn planned_and_placed(cp: &control_plane::ControlPlane, ns: &str, bundle: &str) -> (String, String) {
+    let live = FleetSource::Live(ns.to_owned());
+    let planned = plugin::plan::plan(cp.client(), ns, &live, &[bundle.to_owned()], Output::Json)
+        .await
+        .expect("plan on the live fleet");
+    assert_eq!(planned.warnings, Vec::new());
+    let bundles: Api<crd::Bundle> = Api::namespaced(cp.client(), ns);
+    let ready = until(&bundles, bundle, "Ready", |b: Option<&crd::Bundle>| is_ready(b)).await;
+    let placed = ready.status.and_then(|s| s.primary_node).expect("placed");
+    (planned_node(&planned.text), placed)
+}
+
+#[tokio::test]
+async fn plan_on_the_live_fleet_chooses_the_node_the_operator_places_on() {
+    let cp = installed().await;
+    let ns = cp.namespace("live-plan").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "live-plan-0").await;
+    let bundles: Api<crd::Bundle> = Api::namespaced(cp.client(), &ns);
+    // 6 of one cluster server's 8 vCPUs taken.
+    cp.kubectl_apply(&ns, &sized_bundle("fill", 6.0))
+        .expect("bundle applies");
+    let fill = until(&bundles, "fill", "Ready", |b: Option<&crd::Bundle>| is_ready(b)).await;
+    let filled = fill.status.and_then(|s| s.primary_node).expect("placed");
+    mirrored_with(cp, &ns, &filled, "fill").await;
+    // 4 vCPUs no longer fit on the filled server: the plan must see its reservation.
+    cp.kubectl_apply(&ns, &sized_bundle("big", 4.0))
+        .expect("bundle applies");
+    let (planned, placed) = planned_and_placed(cp, &ns, "big").await;
+    assert_eq!(planned, placed, "the plan chose what the operator chose");
+    assert_ne!(placed, filled, "a server without room for the job is not chosen");
+    mirrored_with(cp, &ns, &placed, "big").await;
+    // 1 vCPU fits on both: bin-packing ranks them by what is left, as the operator does.
+    cp.kubectl_apply(&ns, &sized_bundle("small", 1.0))
+        .expect("bundle applies");
+    let (planned, placed) = planned_and_placed(cp, &ns, "small").await;
+    assert_eq!(planned, placed, "the plan chose what the operator chose");
+    assert_eq!(placed, filled, "binpack fills the fuller server");
+    // Explain traces the placement against the live fleet too, the bundle's own job aside.
+    let live = FleetSource::Live(ns.clone());
+    let explained = plugin::plan::explain(cp.client(), &ns, &live, "small", Some("encode"))
+        .await
+        .expect("explain");
+    let again = explained
+        .text
+        .split_once("Placed again now")
+        .map(|(_, trace)| trace.to_owned())
+        .unwrap_or_default();
+    assert!(
+        again.contains(&format!("the live fleet \"{ns}\"")) && again.contains(&filled),
+        "{}",
+        explained.text
+    );
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+/// A NorskNode of fleet `fleet` as the operator mirrors it, with `status`.
+async fn mirrored_node(cp: &control_plane::ControlPlane, fleet: &str, name: &str, status: Option<NorskNodeStatus>) {
+    let nodes: Api<NorskNode> = Api::all(cp.client());
+    let mut node = NorskNode::new(
+        name,
+        NorskNodeSpec {
+            node_id: name.to_owned(),
+            ..NorskNodeSpec::default()
+        },
+    );
+    node.metadata.labels = Some(
+        [
+            ("app.kubernetes.io/managed-by", "norsk-auto-manager"),
+            ("automanager.norsk.video/fleet", fleet),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect(),
+    );
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("create NorskNode");
+    if let Some(status) = status {
+        nodes
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": status})))
+            .await
+            .expect("status patch");
+    }
+}
+
+/// A running 8-vCPU cluster server of `production`, as its status reads.
+fn cluster_server(id: &str, vcpus: f64) -> NorskNodeStatus {
+    let node = FleetNode {
+        id: NodeId(id.to_owned()),
+        pool: Some("production".to_owned()),
+        tier: None,
+        phase: NodePhase::Running,
+        cordoned: false,
+        unhealthy: false,
+        spare: false,
+        spare_spec: Default::default(),
+        tags: Default::default(),
+        inventory: Some(NodeInventory::local_server("studio", "rack-1", "r640", vcpus)),
+        jobs: Vec::new(),
+    };
+    NorskNodeStatus {
+        placement: Some(NodePlacementStatus::of(&node, &Default::default())),
+        ..NorskNodeStatus::default()
+    }
+}
+
+#[tokio::test]
+async fn plan_leaves_out_a_norsk_node_whose_status_does_not_convert_and_says_which() {
+    let cp = installed().await;
+    let ns = cp.namespace("broken-node").await;
+    let (good, broken, fresh) = (format!("{ns}-good"), format!("{ns}-broken"), format!("{ns}-fresh"));
+    mirrored_node(cp, &ns, &good, Some(cluster_server(&good, 8.0))).await;
+    mirrored_node(cp, &ns, &broken, Some(cluster_server(&broken, -8.0))).await;
+    mirrored_node(cp, &ns, &fresh, None).await;
+    cp.kubectl_apply(&ns, &sized_bundle("news", 2.0))
+        .expect("bundle applies");
+    let live = FleetSource::Live(ns.clone());
+    let planned = plugin::plan::plan(cp.client(), &ns, &live, &[], Output::Json)
+        .await
+        .expect("the plan runs without the broken nodes");
+    assert_eq!(planned_node(&planned.text), good);
+    let warnings: Vec<String> = planned.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings.iter().any(|w| w.starts_with(&format!("norsknode/{broken}:"))
+            && w.contains("inventory.totalCapacity is -8")
+            && w.ends_with("left out of the plan")),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with(&format!("norsknode/{fresh}:")) && w.contains("no status.placement")),
+        "{warnings:?}"
+    );
+    // A fleet name nothing mirrors is said to be empty.
+    let elsewhere = FleetSource::Live(format!("{ns}-elsewhere"));
+    let empty = plugin::plan::plan(cp.client(), &ns, &elsewhere, &[], Output::Json)
+        .await
+        .expect("plan");
+    assert!(
+        matches!(&empty.warnings[..], [PlanWarning::NoNodes { fleet }] if fleet == &format!("{ns}-elsewhere")),
+        "{:?}",
+        empty.warnings
+    );
 }

@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::model::{
-    Bundle, BundleId, BundleSpec, BundleState, JobId, JobState, NodePhase, PlacedJob, PlacementPool, UnixMillis,
+    Bundle, BundleId, BundleSpec, BundleState, FleetSnapshot, JobId, JobState, NodePhase, PlacedJob, PlacementPool,
+    UnixMillis,
 };
 use crate::placement::{
     Admission, BundleValidation, FleetError, FleetView, Placement, PlacementError, Pools, place_dry_run,
@@ -274,6 +275,13 @@ impl AutoManagerCore {
             .fleet
             .snapshot(&pools, self.placed_jobs(), &self.settings.template_images);
         FleetView::new(&snapshot, pools)
+    }
+
+    /// The fleet as placement reads it (the `plan` format): every node
+    /// with what its bound jobs and migration targets reserve.
+    pub fn fleet_snapshot(&self) -> FleetSnapshot {
+        self.fleet
+            .snapshot(&self.pools, self.placed_jobs(), &self.settings.template_images)
     }
 
     /// The kept placement view, brought up to date (built again when it

@@ -1,13 +1,17 @@
 //! What a `NorskNode` mirrors, computed from the core's fleet: pure, run on
-//! the core's task. Also the resource name of a node id (node ids are
-//! Manager's and need not be valid Kubernetes names).
+//! the core's task. `status.placement` is the node exactly as the core's
+//! placement view reads it (the core's own fleet snapshot, with every
+//! bound job's and migration target's reservation), so a plan against the
+//! mirrored nodes places as the operator would. Also the resource name of
+//! a node id (node ids are Manager's and need not be valid Kubernetes
+//! names).
 
 use std::collections::BTreeMap;
 
 use crate::automanager::AutoManagerCore;
 use crate::automanager::fleet::NodeState;
-use crate::crd::{NodeInventoryStatus, NorskNodeStatus};
-use crate::model::{NodeId, NodePhase, tags};
+use crate::crd::{NodeInventoryStatus, NodePlacementStatus, NorskNodeStatus};
+use crate::model::{FleetNode, NodeId, NodePhase, tags};
 
 use super::conditions::{Observed, READY};
 
@@ -83,7 +87,7 @@ fn phase_name(phase: NodePhase) -> &'static str {
     }
 }
 
-fn mirror(node: &NodeState, jobs: &[String]) -> MirroredNode {
+fn mirror(node: &NodeState, jobs: &[String], placement: Option<NodePlacementStatus>) -> MirroredNode {
     let inventory = node.inventory.as_ref();
     let unhealthy = node.health.is_unhealthy();
     let status = NorskNodeStatus {
@@ -125,6 +129,7 @@ fn mirror(node: &NodeState, jobs: &[String]) -> MirroredNode {
         spare: node.tags.get(tags::SPARE).is_some_and(|v| v == "true"),
         health: if unhealthy { "unhealthy" } else { "healthy" }.to_owned(),
         interruption: node.tags.get(tags::INTERRUPTION).cloned(),
+        placement,
     };
     let ready = match (node.phase, unhealthy) {
         (NodePhase::Running, false) => Observed::yes(READY, "Running", ""),
@@ -162,11 +167,29 @@ pub fn mirrored_nodes(core: &AutoManagerCore, fleet: &str) -> BTreeMap<String, M
                 .push(record.job_id().to_string());
         }
     }
+    let mut snapshot: BTreeMap<NodeId, FleetNode> = core
+        .fleet_snapshot()
+        .nodes
+        .into_iter()
+        .map(|n| (n.id.clone(), n))
+        .collect();
     core.fleet()
         .iter()
         .map(|node| {
             let bound = jobs.get(&node.id).map_or(&[][..], Vec::as_slice);
-            (node_resource_name(fleet, node.id.as_str()), mirror(node, bound))
+            let placement = snapshot.remove(&node.id).map(|fleet_node| {
+                // The core's snapshot leaves tags out (placement reads the
+                // fields derived from them); the mirror shows them.
+                let fleet_node = FleetNode {
+                    tags: node.tags.clone(),
+                    ..fleet_node
+                };
+                NodePlacementStatus::of(&fleet_node, core.template_images())
+            });
+            (
+                node_resource_name(fleet, node.id.as_str()),
+                mirror(node, bound, placement),
+            )
         })
         .collect()
 }

@@ -13,6 +13,7 @@ mod drain;
 mod hot_spare;
 mod migration;
 mod node;
+mod node_placement;
 mod pool;
 
 pub use bundle::{Bundle, BundleResourceSpec, BundleStatus, DEFAULT_NAMESPACE, JobStatus, ReplicaStatus};
@@ -22,6 +23,9 @@ pub use drain::{
 pub use hot_spare::{HotSparePolicy, HotSparePolicySpec, HotSparePolicyStatus};
 pub use migration::{JobMigration, JobMigrationSpec, JobMigrationStatus, PhaseTransition};
 pub use node::{NodeInventoryStatus, NorskNode, NorskNodeSpec, NorskNodeStatus};
+pub use node_placement::{
+    MAX_LISTED_RESERVATIONS, NodePlacementStatus, NodeStatusError, OmittedReservations, SkippedNode, fleet_snapshot,
+};
 pub use pool::{PlacementPool, PlacementPoolSpec, PlacementPoolStatus, TierStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{CustomResourceDefinition, ValidationRule};

@@ -1,13 +1,15 @@
 //! `NorskNode`: a mirror of one Manager node, cluster-scoped, written by the
 //! operator (status) and edited by people (spec: cordon, spare spec). The
 //! resource name is the node id made a valid Kubernetes name; the exact id
-//! is `spec.nodeId`.
+//! is `spec.nodeId`. What placement reads of the node (`status.placement`)
+//! and its conversion back into a fleet snapshot are in `node_placement`.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::node_placement::NodePlacementStatus;
 use crate::model::SpareSpec;
 
 /// What people may change about a node: whether placement may use it, and
@@ -94,6 +96,10 @@ pub struct NorskNodeStatus {
     /// The provider's interruption notice, if any (tag `interruption`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interruption: Option<String>,
+    /// What placement reads of the node, exactly as the operator's
+    /// placement sees it: `kubectl norsk plan` rebuilds the fleet from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<NodePlacementStatus>,
 }
 
 /// A node's advertised inventory.

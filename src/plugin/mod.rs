@@ -2,7 +2,8 @@
 //! the API server, as the person running kubectl (their kubeconfig, their RBAC). It owns no
 //! policy: `cordon` edits a `NorskNode`, `drain` / `interrupt` create a `NodeDrain`, `migrate`
 //! a `JobMigration`, and the operator does the rest; `plan` / `explain` run the placement
-//! engine on the cluster's pools and bundles, as `norsk-auto-manager plan` does offline.
+//! engine on the cluster's pools and bundles and the live fleet the operator mirrors into
+//! `NorskNode`s (or a fleet snapshot file), as `norsk-auto-manager plan` does offline.
 
 mod drain;
 mod migrate;
@@ -15,11 +16,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use kube::Client;
 
+use crate::controller::node_status::DEFAULT_FLEET;
 use crate::crd::{InterruptionKind, MigrationStrategy};
 
 pub use drain::{DrainEnd, drain_resource, follow_drain, interruption_resource};
 pub use migrate::migration_resource;
 pub use nodes::set_cordoned;
+pub use plan::{FleetSource, PlanWarning, Planned};
 
 /// kubectl plugin for norsk-auto-manager.
 #[derive(Debug, Parser)]
@@ -36,12 +39,12 @@ pub struct Cli {
 /// The plugin's commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Place the namespace's bundles (or the named ones) on a fleet snapshot with the
-    /// cluster's pools and hot spares: the same table as `norsk-auto-manager plan`.
+    /// Place the namespace's bundles (or the named ones) on the live fleet with the cluster's
+    /// pools and hot spares, as if placed now: the same table as `norsk-auto-manager plan`.
     Plan {
-        /// The fleet snapshot (`norsk-auto-manager simctl snapshot`'s `fleet`, YAML or JSON).
-        #[arg(long)]
-        fleet: PathBuf,
+        /// The fleet to place on.
+        #[command(flatten)]
+        fleet: FleetArgs,
         /// Only these bundles.
         bundles: Vec<String>,
         /// `table` or `json`.
@@ -49,15 +52,15 @@ pub enum Command {
         output: crate::cli::plan::Output,
     },
     /// Why a bundle's jobs are where they are: the last placement the operator recorded for
-    /// each job; with --fleet, also the placement trace against that snapshot, node by node.
+    /// each job, then the placement trace against the live fleet (or --fleet), node by node.
     Explain {
         /// The bundle.
         bundle: String,
         /// Only this job.
         job: Option<String>,
-        /// A fleet snapshot (as for `plan`) to trace the placement against.
-        #[arg(long)]
-        fleet: Option<PathBuf>,
+        /// The fleet to trace the placement against.
+        #[command(flatten)]
+        fleet: FleetArgs,
     },
     /// No new placement on the node; its jobs stay.
     Cordon {
@@ -121,6 +124,29 @@ pub enum Command {
         #[arg(long)]
         no_wait: bool,
     },
+}
+
+/// The fleet `plan` and `explain` place on: the live one unless `--fleet` names a file.
+#[derive(Clone, Debug, clap::Args)]
+pub struct FleetArgs {
+    /// A fleet snapshot file (`norsk-auto-manager simctl snapshot`'s `fleet`, YAML or JSON)
+    /// to place on instead of the live fleet.
+    #[arg(long)]
+    pub fleet: Option<PathBuf>,
+    /// The operator's fleet name (its `--fleet`, the chart's `fleet`): the live fleet is the
+    /// NorskNodes it mirrors under this name.
+    #[arg(long, default_value = DEFAULT_FLEET, conflicts_with = "fleet")]
+    pub fleet_name: String,
+}
+
+impl FleetArgs {
+    /// The file when `--fleet` names one, else the live fleet of `--fleet-name`.
+    pub fn source(self) -> FleetSource {
+        match self.fleet {
+            Some(file) => FleetSource::File(file),
+            None => FleetSource::Live(self.fleet_name),
+        }
+    }
 }
 
 /// `--strategy`.
@@ -217,19 +243,25 @@ pub async fn main(cli: Cli) -> ExitCode {
     }
 }
 
+/// The plan on stdout, what it left out on stderr.
+fn print_planned(planned: &Planned) -> ExitCode {
+    for warning in &planned.warnings {
+        eprintln!("warning: {warning}");
+    }
+    print!("{}", planned.text);
+    ExitCode::SUCCESS
+}
+
 /// Runs one command against `client`; bundles and migrations live in `namespace`.
 pub async fn run(client: Client, namespace: &str, command: Command) -> Result<ExitCode, PluginError> {
     match command {
         Command::Plan { fleet, bundles, output } => {
-            print!("{}", plan::plan(client, namespace, &fleet, &bundles, output).await?);
-            Ok(ExitCode::SUCCESS)
+            let planned = plan::plan(client, namespace, &fleet.source(), &bundles, output).await?;
+            Ok(print_planned(&planned))
         }
         Command::Explain { bundle, job, fleet } => {
-            print!(
-                "{}",
-                plan::explain(client, namespace, fleet.as_deref(), &bundle, job.as_deref()).await?
-            );
-            Ok(ExitCode::SUCCESS)
+            let planned = plan::explain(client, namespace, &fleet.source(), &bundle, job.as_deref()).await?;
+            Ok(print_planned(&planned))
         }
         Command::Cordon { node } => {
             let name = set_cordoned(client, &node, true).await?;
@@ -275,5 +307,35 @@ pub async fn run(client: Client, namespace: &str, command: Command) -> Result<Ex
             println!("jobmigration/{name} created");
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fleet_of(args: &[&str]) -> Result<FleetSource, clap::Error> {
+        let cli = Cli::try_parse_from(args)?;
+        match cli.command {
+            Command::Plan { fleet, .. } | Command::Explain { fleet, .. } => Ok(fleet.source()),
+            other => panic!("not a plan: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn plan_and_explain_place_on_the_live_default_fleet_unless_a_file_is_named() {
+        assert_eq!(
+            fleet_of(&["kubectl-norsk", "plan"]).unwrap(),
+            FleetSource::Live("default".to_owned())
+        );
+        assert_eq!(
+            fleet_of(&["kubectl-norsk", "explain", "ch1", "--fleet-name", "eu"]).unwrap(),
+            FleetSource::Live("eu".to_owned())
+        );
+        assert_eq!(
+            fleet_of(&["kubectl-norsk", "plan", "ch1", "--fleet", "fleet.yaml"]).unwrap(),
+            FleetSource::File("fleet.yaml".into())
+        );
+        assert!(fleet_of(&["kubectl-norsk", "plan", "--fleet", "f.yaml", "--fleet-name", "eu"]).is_err());
     }
 }
