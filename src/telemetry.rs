@@ -112,7 +112,8 @@ pub struct OperatorMetrics {
     /// The phase of each drain (by node) and migration (by id) in flight,
     /// from which the two gauges are counted.
     in_flight: Mutex<InFlight>,
-    /// 1 while the stream to Manager is ready.
+    /// 1 while the core's stream to Manager is up with its snapshot
+    /// applied (a follower's standby core too).
     pub manager_connected: Gauge,
     /// 1 while this process leads.
     pub leader: Gauge,
@@ -181,7 +182,7 @@ impl OperatorMetrics {
         );
         registry.register(
             "manager_connected",
-            "1 while the stream to Manager is ready",
+            "1 while the core's stream to Manager is up with its snapshot applied (followers too)",
             manager_connected.clone(),
         );
         registry.register("leader", "1 while this process leads", leader.clone());
@@ -226,9 +227,6 @@ impl OperatorMetrics {
                         result: result.to_owned(),
                     })
                     .inc();
-            }
-            Notification::ConnectionStateChange { state } => {
-                self.manager_connected.set(i64::from(state == "ready"));
             }
             Notification::DrainProgress(state) => {
                 let phase = (!state.phase.is_final()).then(|| phase_name(state.phase));
@@ -400,7 +398,7 @@ mod tests {
             bundle_id: crate::model::BundleId("ns/ch1".into()),
             reason: "crash loop".into(),
         });
-        metrics.count(&Notification::ConnectionStateChange { state: "ready".into() });
+        metrics.manager_connected.set(1);
         let health = Arc::new(Health::default());
         let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = listener.local_addr().unwrap();

@@ -278,6 +278,15 @@ async fn of_two_operators_only_the_leader_writes_and_the_other_takes_over() {
         "a follower wrote status"
     );
     assert_eq!(follower.metrics.reconciles_of("bundle"), 0, "a follower reconciled");
+    // The follower's standby core follows Manager, ready to take over.
+    tokio::time::timeout(WAIT, async {
+        while follower.metrics.manager_connected.get() != 1 {
+            // The standby runs on the operator's task; poll its gauge.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the follower's standby has Manager's snapshot");
     leader.stop().await;
     // The follower takes the Lease once it is released, and carries on.
     cp.kubectl_apply(&ns, &small_bundle("after")).expect("bundle applies");

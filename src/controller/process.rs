@@ -47,7 +47,7 @@ pub async fn run(
             session.options.clone(),
             session.manager.clone(),
         )?;
-        let readiness = tokio::spawn(track_connection(core.clone(), health.clone()));
+        let readiness = tokio::spawn(track_connection(core.clone(), health.clone(), metrics.clone()));
         let (synced_tx, mut synced) = watch::channel(false);
         let settings = tokio::spawn(keep_settings(client.clone(), core.clone(), synced_tx));
         // Leads once the Lease is won and the standby has the cluster's
@@ -95,9 +95,10 @@ pub async fn run(
     Ok(())
 }
 
-/// Follows one core's stream for `/readyz`: hydrated from its first
-/// applied snapshot on, connected while the stream is up.
-async fn track_connection(core: AutoManagerHandle, health: Arc<Health>) {
+/// Follows one core's stream for `/readyz` and the connection gauge:
+/// hydrated from its first applied snapshot on, connected while the stream
+/// is up.
+async fn track_connection(core: AutoManagerHandle, health: Arc<Health>, metrics: Arc<OperatorMetrics>) {
     crate::telemetry::set(&health.hydrated, false);
     crate::telemetry::set(&health.connected, false);
     let mut connection = core.connection();
@@ -107,6 +108,7 @@ async fn track_connection(core: AutoManagerHandle, health: Arc<Health>) {
             crate::telemetry::set(&health.hydrated, true);
         }
         crate::telemetry::set(&health.connected, ready);
+        metrics.manager_connected.set(i64::from(ready));
         if connection.changed().await.is_err() {
             return;
         }
