@@ -22,7 +22,7 @@ use crate::crd::{HotSparePolicy, HotSparePolicyStatus};
 use crate::model::HotSpareSpec;
 
 use super::conditions::{self, Observed, READY, STALLED};
-use super::{Context, ReconcileError, status};
+use super::{Context, ReconcileError, listed, status};
 
 /// The controller's name (metrics label, field manager suffix).
 pub const CONTROLLER: &str = "hotsparepolicy";
@@ -98,6 +98,11 @@ async fn sync(
 ) {
     let mut changes = std::pin::pin!(changes);
     while changes.next().await.is_some() {
+        // Before the first full list an empty store would clear the specs,
+        // and the core would reap every live spare as an orphan.
+        if !listed(&policies) {
+            continue;
+        }
         let shared = &ctx.shared;
         if !shared.pools_synced() {
             continue;

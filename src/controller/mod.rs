@@ -301,3 +301,12 @@ impl Context {
             .observe(started.elapsed().as_secs_f64());
     }
 }
+
+/// Whether the store holds its kind's first full list.
+pub(crate) fn listed<K>(store: &kube::runtime::reflector::Store<K>) -> bool
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    futures::FutureExt::now_or_never(store.wait_until_ready()).is_some()
+}

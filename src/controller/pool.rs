@@ -23,7 +23,7 @@ use crate::model::{self, NodeId, tags};
 use crate::placement::validate_pools;
 
 use super::conditions::{self, Observed, READY, STALLED};
-use super::{Context, ReconcileError, status};
+use super::{Context, ReconcileError, listed, status};
 
 /// The pool controller's name (metrics label, field manager suffix).
 pub const POOL_CONTROLLER: &str = "placementpool";
@@ -79,6 +79,11 @@ pub async fn run_pools(
 async fn sync(ctx: Arc<PoolContext>, events: impl Stream<Item = ()>, wake: tokio::sync::mpsc::Sender<()>) {
     let mut events = std::pin::pin!(events);
     while events.next().await.is_some() {
+        // Before the first full list the store is empty (or stale): the
+        // set it gives would take every pool from the core.
+        if !listed(&ctx.pools) {
+            continue;
+        }
         let shared = &ctx.shared;
         let (valid, _) = valid_pools(&ctx.pools);
         let Ok(in_force) = shared

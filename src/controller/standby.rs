@@ -6,7 +6,7 @@
 //! every live spare for an orphan). Nothing is written to the cluster: the
 //! leader's controllers report on the resources.
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
@@ -18,6 +18,7 @@ use crate::automanager::{AutoManagerHandle, CommandError};
 use crate::crd::{HotSparePolicy, PlacementPool};
 
 use super::hot_spare::wanted;
+use super::listed;
 use super::pool::valid_pools;
 
 /// Keeps `core`'s pools and hot-spare specs in line with the resources
@@ -53,15 +54,6 @@ pub async fn keep_settings(client: Client, core: AutoManagerHandle, synced: watc
         }
         synced.send_replace(true);
     }
-}
-
-/// Whether the store holds its kind's first full list.
-fn listed<K>(store: &Store<K>) -> bool
-where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    store.wait_until_ready().now_or_never().is_some()
 }
 
 /// Applies the valid pools, then the specs of policies naming a pool in
