@@ -21,6 +21,11 @@ use crate::controller::session::SessionSettings;
 use crate::manager::client::{ClientSettings, TlsSettings};
 use crate::telemetry::{self, Health, OperatorMetrics};
 
+/// The longest process identity: it names the Lease's field manager
+/// (`norsk-auto-manager/leader/<identity>`), which the API server caps at
+/// 128 characters.
+const MAX_IDENTITY: usize = 100;
+
 /// How logs are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
@@ -203,6 +208,12 @@ pub fn resolve(args: &Args, read: impl Fn(&Path) -> std::io::Result<String>) -> 
     let identity = args.identity.clone().unwrap_or_default();
     if identity.trim().is_empty() {
         errors.push("--identity (POD_NAME): every operator process needs a unique identity".to_owned());
+    } else if identity.len() > MAX_IDENTITY {
+        // It names the Lease's field manager, which the API server caps.
+        errors.push(format!(
+            "--identity (POD_NAME): at most {MAX_IDENTITY} characters, not {}",
+            identity.len()
+        ));
     }
     let Ok(metrics_addr) = metrics_addr else {
         return Err(ConfigErrors(errors));
@@ -351,6 +362,20 @@ mod tests {
         ] {
             assert!(text.contains(expected), "{expected:?} missing from {text}");
         }
+    }
+
+    #[test]
+    fn an_identity_too_long_to_name_the_lease_field_manager_is_refused() {
+        let mut a = args("operator.yaml");
+        a.identity = Some("p".repeat(MAX_IDENTITY + 1));
+        let e = resolve(&a, |_| Ok(String::new())).unwrap_err();
+        assert!(e.to_string().contains("at most 100 characters"), "{e}");
+        a.identity = Some("p".repeat(MAX_IDENTITY));
+        let problems = resolve(&a, |_| Ok(String::new()))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(!problems.contains("--identity"), "{problems}");
     }
 
     #[test]

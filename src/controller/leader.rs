@@ -54,7 +54,11 @@ pub async fn elect(client: Client, settings: &LeaseSettings) -> Result<Election,
         .with_identity(&settings.identity)
         .with_duration(settings.duration_s)
         .with_grace(settings.grace_s)
-        .with_field_manager(format!("{}/leader", super::OPERATOR_NAME))
+        // One field manager per candidate: the Lease is locked by
+        // server-side apply, and two candidates under one manager would
+        // both "win" (no conflict between a manager and itself) and lead
+        // at once until their next renewal.
+        .with_field_manager(format!("{}/leader/{}", super::OPERATOR_NAME, settings.identity))
         .build()
         .await
         .map_err(|source| LeaderError::PrepareLease {
