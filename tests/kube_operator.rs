@@ -17,12 +17,14 @@ use std::pin::pin;
 use std::time::Duration;
 
 use futures::TryStreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use norsk_auto_manager::automanager::AutoSettings;
+use norsk_auto_manager::controller::leader::{LeaseSettings, elect};
 use norsk_auto_manager::controller::node_status::node_resource_name;
 use norsk_auto_manager::crd::{self, Bundle, HotSparePolicy, NorskNode};
 use norsk_auto_manager::manager::proto::sim_admin;
@@ -696,4 +698,42 @@ async fn an_interruption_notice_produces_a_node_drain_by_itself() {
     drains.delete(&name, &Default::default()).await.expect("drain deleted");
     operator.stop().await;
     sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn two_candidates_racing_for_a_free_lease_never_both_lead() {
+    let cp = installed().await;
+    let ns = cp.namespace("lease-race").await;
+    let leases: Api<Lease> = Api::namespaced(cp.client(), &ns);
+    // Each round both candidates find the Lease free and try to lock it at
+    // once; only one lock may take.
+    for round in 0..8 {
+        let settings = |identity: &str| LeaseSettings {
+            namespace: ns.clone(),
+            name: format!("race-{round}"),
+            identity: identity.to_owned(),
+            duration_s: 15,
+            grace_s: 5,
+        };
+        let (first, second) = (settings("a"), settings("b"));
+        let (a, b) = tokio::join!(elect(cp.client(), &first), elect(cp.client(), &second));
+        let (mut a, mut b) = (a.expect("a campaigns"), b.expect("b campaigns"));
+        let holder = until(&leases, &format!("race-{round}"), "held", |l: Option<&Lease>| {
+            l.and_then(|l| l.spec.as_ref()?.holder_identity.as_ref()).is_some()
+        })
+        .await
+        .spec
+        .and_then(|s| s.holder_identity)
+        .expect("a holder");
+        let (winner, loser) = if holder == "a" { (&mut a, &b) } else { (&mut b, &a) };
+        tokio::time::timeout(WAIT, winner.leading.wait_for(|l| *l))
+            .await
+            .expect("the holder leads in time")
+            .expect("the election runs");
+        assert!(
+            !*loser.leading.borrow(),
+            "round {round}: both candidates lead (the Lease is held by {holder})"
+        );
+        drop((a, b));
+    }
 }
