@@ -111,6 +111,13 @@ pub enum NodeStatusError {
     /// The object does not read as a `NorskNode`.
     #[error("not a NorskNode as this version reads it: {0}")]
     Undecodable(String),
+    /// Another `NorskNode` of the fleet mirrors the same node id: which one
+    /// tells the truth cannot be known, so neither is planned on.
+    #[error("NorskNode {other} of this fleet mirrors the same node id; neither is planned on")]
+    MirroredTwice {
+        /// The other resource's name.
+        other: String,
+    },
     /// A capacity or reservation below zero.
     #[error("status.placement.{field} is {value}; it cannot be negative")]
     Negative {
@@ -315,9 +322,14 @@ impl std::fmt::Display for SkippedNode {
 pub fn fleet_snapshot<'a>(nodes: impl IntoIterator<Item = &'a NorskNode>) -> (FleetSnapshot, Vec<SkippedNode>) {
     let mut snapshot = FleetSnapshot::default();
     let mut skipped = Vec::new();
+    let mut nodes_by_id: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for node in nodes {
         match node.fleet_node() {
             Ok(fleet_node) => {
+                nodes_by_id
+                    .entry(fleet_node.id.0.clone())
+                    .or_default()
+                    .push(node.name_any());
                 let held = node
                     .status
                     .iter()
@@ -341,7 +353,28 @@ pub fn fleet_snapshot<'a>(nodes: impl IntoIterator<Item = &'a NorskNode>) -> (Fl
         }
     }
     snapshot.nodes.sort_by(|a, b| a.id.cmp(&b.id));
+    leave_out_mirrored_twice(&mut snapshot, nodes_by_id, &mut skipped);
     (snapshot, skipped)
+}
+
+/// Takes every node id mirrored by more than one resource out of
+/// `snapshot`, each copy reported with the other's name.
+fn leave_out_mirrored_twice(
+    snapshot: &mut FleetSnapshot,
+    names: BTreeMap<String, Vec<String>>,
+    skipped: &mut Vec<SkippedNode>,
+) {
+    for (node_id, names) in names.into_iter().filter(|(_, names)| names.len() > 1) {
+        snapshot.nodes.retain(|n| n.id.0 != node_id);
+        for (i, name) in names.iter().enumerate() {
+            let other = names[if i == 0 { 1 } else { 0 }].clone();
+            skipped.push(SkippedNode {
+                name: name.clone(),
+                node_id: Some(node_id.clone()),
+                reason: NodeStatusError::MirroredTwice { other },
+            });
+        }
+    }
 }
 
 #[cfg(test)]
@@ -559,6 +592,39 @@ mod tests {
         assert!(
             said.starts_with("norsknode/mirrored (node aws/i-0gpu): status.placement.jobs[1].requiredCapacity is -2"),
             "{said}"
+        );
+    }
+
+    #[test]
+    fn a_node_id_mirrored_twice_is_left_out_with_both_copies_named() {
+        let first = mirrored(&gpu_node(), &BTreeMap::new());
+        let mut second = mirrored(&gpu_node(), &BTreeMap::new());
+        second.metadata.name = Some("by-hand".to_owned());
+        let mut other = gpu_node();
+        other.id = crate::model::NodeId::from("other");
+        let other = mirrored(&other, &BTreeMap::new());
+        let (snapshot, skipped) = fleet_snapshot([&first, &second, &other]);
+        assert_eq!(
+            snapshot.nodes.iter().map(|n| n.id.0.as_str()).collect::<Vec<_>>(),
+            vec!["other"]
+        );
+        let reasons: Vec<(String, NodeStatusError)> = skipped.into_iter().map(|s| (s.name, s.reason)).collect();
+        assert_eq!(
+            reasons,
+            vec![
+                (
+                    "mirrored".to_owned(),
+                    NodeStatusError::MirroredTwice {
+                        other: "by-hand".to_owned()
+                    }
+                ),
+                (
+                    "by-hand".to_owned(),
+                    NodeStatusError::MirroredTwice {
+                        other: "mirrored".to_owned()
+                    }
+                ),
+            ]
         );
     }
 }

@@ -191,7 +191,7 @@ async fn rows(
         FleetSource::Live(name) => {
             let (mut snapshot, warnings) = live_fleet(client, name).await?;
             set_aside(&mut snapshot, &bundles);
-            // Names the fleet in a fleet error (a node id mirrored twice).
+            // Names the fleet in a fleet error.
             (snapshot, warnings, PathBuf::from(format!("NorskNodes of fleet {name}")))
         }
     };
