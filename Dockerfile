@@ -4,6 +4,9 @@
 #
 #   docker build -t norsk-auto-manager:dev .
 #   docker run --rm norsk-auto-manager:dev sim --listen 0.0.0.0:6789
+#
+# e2e/image/build.sh assembles the same image without a Docker daemon (the end-to-end run's
+# image) and e2e/image/check.py fails when it and this file's final stage disagree.
 
 ARG RUST_VERSION=1.95
 
@@ -34,6 +37,15 @@ RUN find src -name '*.rs' -exec touch {} + \
  && cp "target/$(uname -m)-unknown-linux-musl/release/norsk-auto-manager" /norsk-auto-manager
 
 FROM gcr.io/distroless/static-debian12:nonroot
+# Set by a release build: --build-arg VERSION=... --build-arg REVISION="$(git rev-parse HEAD)".
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG SOURCE=https://norsk.video
+LABEL org.opencontainers.image.title="norsk-auto-manager" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /norsk-auto-manager /usr/local/bin/norsk-auto-manager
 # distroless's nonroot user; the chart sets the same in the pod's securityContext.
 USER 65532:65532

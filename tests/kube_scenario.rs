@@ -77,9 +77,9 @@ struct SimulatorValues {
 
 /// The fleet the kind scenario's simulator starts with.
 fn kind_fleet() -> Vec<ClusterNode> {
-    let text = std::fs::read_to_string(repo().join("e2e/kind/values.yaml")).expect("e2e/kind/values.yaml");
+    let text = std::fs::read_to_string(repo().join("e2e/values.yaml")).expect("e2e/values.yaml");
     serde_yaml::from_str::<KindValues>(&text)
-        .expect("simulator.cluster of e2e/kind/values.yaml")
+        .expect("simulator.cluster of e2e/values.yaml")
         .simulator
         .cluster
 }
@@ -141,7 +141,7 @@ async fn chart_identity(cp: &control_plane::ControlPlane, ns: &str) -> kube::Cli
     helm.args(["template", "e2e"])
         .arg(repo().join("charts/norsk-auto-manager"))
         .args(["-n", ns, "--values"])
-        .arg(repo().join("e2e/kind/values.yaml"))
+        .arg(repo().join("e2e/values.yaml"))
         .args(["-s", "templates/rbac.yaml", "-s", "templates/serviceaccount.yaml"]);
     let out = helm.output().expect("helm runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -15,6 +15,9 @@
 #   GO                      go binary (default: go on PATH, else /usr/local/go/bin/go)
 set -euo pipefail
 
+# shellcheck source=../lib/kube-module.sh
+source "$(cd "$(dirname "$0")" && pwd)/../lib/kube-module.sh"
+
 ETCD_VERSION="${NORSK_CP_ETCD_VERSION:-v3.6.16}"
 KUBE_VERSION="${NORSK_CP_KUBE_VERSION:-v1.34.4}"
 # Helm 3.19 is built against the Kubernetes 1.34 client libraries, matching the server.
@@ -24,17 +27,10 @@ RECIPE=1
 
 log() { printf 'control-plane/build.sh: %s\n' "$*" >&2; }
 
-if [[ -z "${GO:-}" ]]; then
-    if command -v go >/dev/null 2>&1; then
-        GO="$(command -v go)"
-    elif [[ -x /usr/local/go/bin/go ]]; then
-        GO=/usr/local/go/bin/go
-    else
-        log "no Go toolchain found (install Go >= 1.26 or set GO=/path/to/go)"
-        exit 1
-    fi
-fi
-
+GO="$(find_go)" || {
+    log "no Go toolchain found (install Go >= 1.26 or set GO=/path/to/go)"
+    exit 1
+}
 GO_VERSION="$("$GO" env GOVERSION)"
 key="r${RECIPE}-${GO_VERSION}-etcd-${ETCD_VERSION}-kube-${KUBE_VERSION}-helm-${HELM_VERSION}"
 cache_root="${NORSK_CP_CACHE:-${HOME}/.cache/norsk-auto-manager/control-plane}"
@@ -106,69 +102,11 @@ build_kube() {
     [[ -x "${bin}/kube-apiserver" && -x "${bin}/kubectl" ]] && return 0
     log "building kube-apiserver and kubectl ${KUBE_VERSION}"
     local src="${dir}/src/kube"
-    rm -rf "${src}" && mkdir -p "${src}"
-    local staging_version="v0.${KUBE_VERSION#v1.}"
-
-    # The kubernetes module requires its staging modules (k8s.io/api, k8s.io/apimachinery,
-    # ...) at v0.0.0 and points them at ./staging with replace directives, which are
-    # ignored for a dependency. Read that list from the module's own go.mod and pin each
-    # to the published v0.X.Y that was cut from the same release.
-    "$GO" mod download -json "k8s.io/kubernetes@${KUBE_VERSION}" >"${src}/kubernetes.json"
-    local kube_mod
-    kube_mod="$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p' "${src}/kubernetes.json")"
-    if [[ ! -f "${kube_mod}" ]]; then
-        log "cannot find go.mod of k8s.io/kubernetes@${KUBE_VERSION} (${kube_mod})"
-        exit 1
-    fi
-    local staging
-    staging="$(
-        {
-            awk '$2 == "v0.0.0" && $1 ~ /^k8s\.io\// { print $1 }' "${kube_mod}"
-            awk '$2 == "=>" && $3 ~ /^\.\/staging\// { print $1 }' "${kube_mod}"
-        } | sort -u
-    )"
-    if [[ -z "${staging}" ]]; then
-        log "found no staging modules in ${kube_mod}"
-        exit 1
-    fi
-    # Run-time defaults (GODEBUG) follow the main module, so carry over kubernetes' own.
-    local go_line godebug_line
-    go_line="$(grep -m1 '^go ' "${kube_mod}")"
-    godebug_line="$(grep -m1 '^godebug ' "${kube_mod}" || true)"
-    {
-        echo "module norsk.local/control-plane/kube"
-        echo
-        echo "${go_line}"
-        [[ -n "${godebug_line}" ]] && echo "${godebug_line}"
-        echo
-        echo "require k8s.io/kubernetes ${KUBE_VERSION}"
-        echo
-        echo "replace ("
-        local m
-        for m in ${staging}; do
-            printf '\t%s => %s %s\n' "${m}" "${m}" "${staging_version}"
-        done
-        echo ")"
-    } >"${src}/go.mod"
-
-    # Stamp the version the way kubernetes' hack/lib/version.sh does, so /version and
-    # `kubectl version` report the release instead of v0.0.0-master.
-    local minor="${KUBE_VERSION#v1.}"
-    minor="${minor%%.*}"
-    local build_date
-    build_date="$(sed -n 's/^[[:space:]]*"Time": "\(.*\)",\{0,1\}$/\1/p' "${src}/kubernetes.json")"
-    local x="" pkg
-    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-        x+=" -X ${pkg}.gitVersion=${KUBE_VERSION}"
-        x+=" -X ${pkg}.gitMajor=1"
-        x+=" -X ${pkg}.gitMinor=${minor}"
-        x+=" -X ${pkg}.gitTreeState=archive"
-        x+=" -X ${pkg}.buildDate=${build_date:-1970-01-01T00:00:00Z}"
-    done
+    write_kube_module "$GO" "${KUBE_VERSION}" "${src}"
     (
         cd "${src}"
         mkdir -p out
-        "$GO" build -trimpath -ldflags "${ldflags_common}${x}" -o out/ \
+        "$GO" build -trimpath -ldflags "${ldflags_common}$(kube_version_ldflags "${src}" "${KUBE_VERSION}")" -o out/ \
             k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
     )
     install_bin kube-apiserver "${src}/out/kube-apiserver"

@@ -11,7 +11,10 @@
 //! status ends `done` when the job is found running on its target,
 //! `aborted` when it still runs on its source short of the point of no
 //! return, else `lost`, with the recorded phase and where the job is in
-//! the reason.
+//! the reason. A person's JobMigration rolled back that way is started again by the
+//! new term: the request still stands, and the job never left its source (the
+//! `Restarted` Event says so). A drain's migrations are left `aborted`: their drain
+//! starts again and moves the job itself.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,6 +22,7 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt};
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
@@ -208,7 +212,32 @@ async fn follow(
         .await?
         .filter(|s| is_recorded(s, job_id.as_str(), recorded));
     let Some(mut state) = found else {
-        return ended_elsewhere(shared, &job_id, recorded).await;
+        return match ended_elsewhere(shared, &job_id, recorded).await? {
+            Elsewhere::Ended(status) => Ok(status),
+            // The person's request still stands: the new term carries it out from the
+            // start (a drain's migrations are started again by their drain instead).
+            Elsewhere::RolledBack { phase, source, status }
+                if !migration.spec.abort && !migration.annotations().contains_key(MIGRATION_ID) =>
+            {
+                let note = format!(
+                    "the operator's term ended during {phase}, before the point of no return: the job stayed on \
+                     {source}; started again"
+                );
+                shared.ctx.publish(
+                    Event {
+                        type_: EventType::Normal,
+                        reason: "Restarted".to_owned(),
+                        note: Some(note),
+                        action: "Migrate".to_owned(),
+                        secondary: None,
+                    },
+                    ObjectRef::from_obj(migration).into(),
+                );
+                drop(status);
+                start(migration, shared, &key(migration)).await
+            }
+            Elsewhere::RolledBack { status, .. } => Ok(status),
+        };
     };
     if migration.spec.abort && !state.phase.is_ended() {
         if state.past_point_of_no_return {
@@ -239,27 +268,41 @@ async fn follow(
     Ok(status_of(&state))
 }
 
+/// How a migration that the core does not hold ended.
+enum Elsewhere {
+    /// `done`, `lost`, or already ended.
+    Ended(JobMigrationStatus),
+    /// Short of the point of no return: the job runs on its source. `status` records it
+    /// `aborted`; a person's JobMigration is started again instead.
+    RolledBack {
+        phase: String,
+        source: String,
+        status: JobMigrationStatus,
+    },
+}
+
 /// A migration recorded in flight that this core does not hold (a new
 /// leader, a rebuilt core): `done` when the job runs on the recorded
-/// target, else `lost`; the reason says which and from what phase.
+/// target, rolled back when it still runs on its source short of the point of no return,
+/// else `lost`; the reason says which and from what phase.
 async fn ended_elsewhere(
     shared: &DrainContext,
     job_id: &JobId,
     recorded: &JobMigrationStatus,
-) -> Result<JobMigrationStatus, ReconcileError> {
+) -> Result<Elsewhere, ReconcileError> {
     let Some(phase) = recorded.phase.clone() else {
         // Adopted from a drain and never written: it started under a
         // previous term and nothing of it was recorded.
         let now = shared.ctx.core.inspect(|_, now| now).await?;
-        return Ok(ended_without_core(
+        return Ok(Elsewhere::Ended(ended_without_core(
             recorded,
             "lost",
             now,
             "started under the operator's previous term and not inherited by this one".to_owned(),
-        ));
+        )));
     };
     if is_ended_name(&phase) {
-        return Ok(recorded.clone());
+        return Ok(Elsewhere::Ended(recorded.clone()));
     }
     let job = job_id.clone();
     let (node, now) = shared
@@ -276,34 +319,35 @@ async fn ended_elsewhere(
     let on_target = node.is_some() && node == recorded.target_node_id;
     let on_source = node.is_some() && node == recorded.source_node_id;
     Ok(if on_target {
-        ended_without_core(
+        Elsewhere::Ended(ended_without_core(
             recorded,
             "done",
             now,
             format!("finished while the operator was away (recorded phase {phase}): the job runs on its target"),
-        )
+        ))
     } else if on_source && !recorded.point_of_no_return_passed {
         // Closing the previous term's core rolls back what has not passed
         // its point of no return.
         let source = node.unwrap_or_default();
-        ended_without_core(
+        let status = ended_without_core(
             recorded,
             "aborted",
             now,
             format!(
                 "the operator's term ended during {phase}, before the point of no return: rolled back, the job runs on its source {source}"
             ),
-        )
+        );
+        Elsewhere::RolledBack { phase, source, status }
     } else {
         let whereabouts = node.map_or_else(|| "no node".to_owned(), |n| format!("node {n}"));
-        ended_without_core(
+        Elsewhere::Ended(ended_without_core(
             recorded,
             "lost",
             now,
             format!(
                 "the operator's term ended during {phase} and the saga was not inherited: failed forward, the job is where Manager's history puts it ({whereabouts})"
             ),
-        )
+        ))
     })
 }
 

@@ -46,6 +46,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::Client;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, Recorder, Reporter};
@@ -125,6 +126,36 @@ impl ReconcileError {
     }
 }
 
+/// `regarding` with the uid of the object it names, read from the API server when the
+/// reference lacks it. `kubectl describe` lists only the Events whose `regarding.uid` is the
+/// object's own, so an Event without one is invisible there. When the object cannot be read
+/// (gone already, no access) the reference is kept as it is: `kubectl get events` still
+/// shows the Event.
+async fn with_uid(client: &Client, mut regarding: ObjectReference) -> ObjectReference {
+    if regarding.uid.is_some() {
+        return regarding;
+    }
+    let (Some(api_version), Some(kind), Some(name)) = (&regarding.api_version, &regarding.kind, &regarding.name)
+    else {
+        return regarding;
+    };
+    let (group, version) = match api_version.split_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", api_version.as_str()),
+    };
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+    let api: Api<DynamicObject> = match &regarding.namespace {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    match api.get_metadata_opt(name).await {
+        Ok(Some(object)) => regarding.uid = object.metadata.uid,
+        Ok(None) => {}
+        Err(e) => tracing::debug!(error = %e, %kind, %name, "cannot read the uid of an Event's object"),
+    }
+    regarding
+}
+
 /// What every controller shares.
 pub struct Context {
     /// The Kubernetes client.
@@ -165,8 +196,10 @@ impl Context {
                 instance,
             },
         );
+        let lookup = client.clone();
         let publisher = tokio::spawn(async move {
             while let Some((event, regarding)) = queue.recv().await {
+                let regarding = with_uid(&lookup, regarding).await;
                 if let Err(e) = recorder.publish(&event, &regarding).await {
                     tracing::warn!(error = %e, reason = %event.reason, "failed to publish an Event");
                 }

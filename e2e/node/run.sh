@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# End-to-end on a real single-node Kubernetes cluster built from source (no Docker, no
+# registry): build or reuse the node's and the control plane's binaries (cached outside the
+# repository), start the node (e2e/node/node.sh), build the image (e2e/image/build.sh) and
+# import it, then install the chart the way the README's Helm quick start does and run
+# e2e/scenario.txt and e2e/day-two.txt through real Pods with kubectl, `kubectl norsk` and
+# simctl. Every wait is bounded; a failure dumps the cluster's state; teardown always runs
+# and checks the host is left as it was.
+#
+#   bash e2e/node/run.sh          # KEEP=1 keeps the node running afterwards (for debugging;
+#                                 # then `bash e2e/node/run.sh down RUN_DIR` stops it)
+#
+# The last line is `e2e node: N/M steps passed`; the exit code is 0 only when N = M.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+# shellcheck source=node.sh
+source "$ROOT/e2e/node/node.sh"
+# shellcheck source=../lib/scenario.sh
+source "$ROOT/e2e/lib/scenario.sh"
+
+if [[ "${1:-}" == down ]]; then
+    RUN="${2:?usage: run.sh down RUN_DIR}"
+    # shellcheck source=/dev/null
+    source "$RUN/binaries"
+    node_down
+    node_check_host && echo "stopped; the host is as it was"
+    exit
+fi
+
+TIMEOUT=${TIMEOUT:-240}
+RELEASE=nam
+SYSTEM_NS=norsk-system
+NS=default
+CHART="$ROOT/charts/norsk-auto-manager"
+VALUES="$ROOT/e2e/values.yaml"
+
+say() { printf '\n== %s\n' "$*" >&2; }
+timed() { printf '%s: %ss\n' "$1" "$2" >>"$RUN/times"; }
+
+RUN="$(mktemp -d /tmp/norsk-node-XXXXXX)"
+export RUN
+: >"$RUN/times"
+
+# The binaries: control plane (shared with cargo test's harness) and node, both cached.
+t=$SECONDS
+CP_BIN="${NORSK_CP_BIN:-$(bash "$ROOT/e2e/control-plane/build.sh" | tail -n 1)}"
+timed "control plane binaries" $((SECONDS - t))
+t=$SECONDS
+NODE_DIR="$(bash "$ROOT/e2e/node/build.sh" | tail -n 1)"
+NODE_BIN="$NODE_DIR/bin"
+timed "node binaries" $((SECONDS - t))
+export CP_BIN NODE_BIN
+t=$SECONDS
+RELEASE_BIN="$(bash "$ROOT/e2e/image/build.sh" "$RUN/image" | tail -n 1)"
+timed "image" $((SECONDS - t))
+
+# What users run, inside the node's network (the API server's address is there).
+kubectl() { node_exec env PATH="$RELEASE_BIN:$CP_BIN:$PATH" KUBECONFIG="$RUN/kubeconfig" "$CP_BIN/kubectl" "$@"; }
+helm() {
+    node_exec env HOME="$RUN/helm-home" KUBECONFIG="$RUN/kubeconfig" "$CP_BIN/helm" "$@"
+}
+# `kubectl norsk`: kubectl finds the plugin on PATH, as after a krew install.
+knorsk() { kubectl norsk "$@"; }
+# distroless has no shell: simctl is the image's own binary, exec'd in the simulator's Pod.
+simctl() {
+    kubectl -n "$SYSTEM_NS" exec "deploy/$RELEASE-norsk-auto-manager-sim" -- \
+        norsk-auto-manager simctl --addr http://127.0.0.1:6789 "$@"
+}
+
+STEPS=()
+PASSED=0
+FAILED_STEP=""
+finish() {
+    local code=$?
+    set +e
+    if [[ -n "$FAILED_STEP" || $code -ne 0 ]]; then
+        say "FAILED${FAILED_STEP:+ at: $FAILED_STEP}: state of the cluster (run directory $RUN)"
+        dump
+    fi
+    if [[ "${KEEP:-0}" == 1 ]]; then
+        say "KEEP=1: the node keeps running; KUBECONFIG=$RUN/kubeconfig inside its namespaces"
+        echo "  nsenter -t $(cat "$RUN/holder.pid" 2>/dev/null) -m -n -p -- $CP_BIN/kubectl --kubeconfig $RUN/kubeconfig get pods -A"
+        echo "  bash e2e/node/run.sh down $RUN"
+    else
+        say "teardown"
+        node_down
+        if node_check_host; then
+            echo "host left as it was" >&2
+        else
+            echo "teardown left the host changed" >&2
+            code=1
+        fi
+    fi
+    say "times"
+    cat "$RUN/times" >&2
+    local total=${#STEPS[@]}
+    ((total > 0)) || total=1
+    echo "e2e node: $PASSED/$total steps passed"
+    if ((PASSED != total)); then code=1; fi
+    exit "$code"
+}
+trap finish EXIT
+
+dump() {
+    node_dump
+    echo "== norsk resources"
+    kubectl get norsk -A -o wide
+    kubectl get bundles -A -o yaml | head -n 200
+    kubectl get nodedrains,jobmigrations -A -o yaml | head -n 200
+    echo "== operator logs"
+    local pod
+    for pod in $(kubectl -n "$SYSTEM_NS" get pods -l app.kubernetes.io/component=operator -o name 2>/dev/null); do
+        echo "-- $pod"
+        kubectl -n "$SYSTEM_NS" logs "$pod" --tail=80
+    done
+    echo "== simulator"
+    kubectl -n "$SYSTEM_NS" logs "deploy/$RELEASE-norsk-auto-manager-sim" --tail=40
+    simctl snapshot | head -c 6000
+}
+
+# --- steps -------------------------------------------------------------------------------
+
+# A step is a command; it passes when it exits 0. The list is built first so the count of
+# steps is known before the first one runs.
+add_step() { STEPS+=("$*"); }
+
+run_steps() {
+    local step t
+    for step in "${STEPS[@]}"; do
+        printf '\n-- [%d/%d] %s\n' $((PASSED + 1)) "${#STEPS[@]}" "$step" >&2
+        t=$SECONDS
+        if ! eval "$step"; then
+            FAILED_STEP="$step"
+            return 1
+        fi
+        PASSED=$((PASSED + 1))
+        printf '   ok (%ss)\n' $((SECONDS - t)) >&2
+    done
+}
+
+step_node_ready() {
+    local t=$SECONDS
+    node_up "$NODE_DIR/images/pause.tar" "$RUN/image/norsk-auto-manager.tar"
+    timed "node start to Ready" $((SECONDS - t))
+    kubectl get nodes -o wide
+}
+
+# As the README's Helm quick start: a namespace enforcing the restricted Pod Security
+# profile, then the chart (the image a user pushes to a registry is imported here instead).
+step_install() {
+    kubectl create namespace "$SYSTEM_NS"
+    kubectl label namespace "$SYSTEM_NS" pod-security.kubernetes.io/enforce=restricted
+    local t=$SECONDS
+    helm install "$RELEASE" "$CHART" --namespace "$SYSTEM_NS" --values "$VALUES" \
+        --set image.tag=e2e --wait --timeout "${TIMEOUT}s"
+    timed "helm install to Ready" $((SECONDS - t))
+    kubectl -n "$SYSTEM_NS" get pods -o wide
+}
+
+
+# Two replicas, both Ready; one holds the Lease.
+step_leader() {
+    local pods holder
+    pods="$(operator_pods)"
+    [[ "$(wc -l <<<"$pods")" == 2 ]] || { echo "operator pods: $pods" >&2; return 1; }
+    poll 60 "a leader" lease_holder
+    holder="$(lease_holder)"
+    grep -qx "$holder" <<<"$pods" || { echo "Lease held by $holder, not one of: $pods" >&2; return 1; }
+    echo "leader: $holder"
+    kubectl -n "$SYSTEM_NS" wait --for=condition=Ready pod -l app.kubernetes.io/component=operator --timeout=60s
+}
+
+# The metrics Service from inside the cluster (this node's network): the core's gauges.
+step_metrics() {
+    local ip body
+    ip="$(jsonpath "service/$RELEASE-norsk-auto-manager-metrics" '{.spec.clusterIP}' "$SYSTEM_NS")"
+    body="$(node_exec curl -sf --max-time 10 "http://$ip:8080/metrics")"
+    grep -q '^norsk_automanager_' <<<"$body" || { echo "no norsk_automanager_ series from $ip" >&2; return 1; }
+    grep -c '^norsk_automanager_' <<<"$body" | sed 's/^/series: /'
+}
+
+add_step step_node_ready
+add_step step_install
+add_step step_leader
+add_step step_metrics
+while read -r line; do
+    add_step scenario_step "$line"
+done < <(scenario_lines scenario.txt day-two.txt)
+
+say "running ${#STEPS[@]} steps (run directory $RUN)"
+t=$SECONDS
+run_steps
+timed "steps" $((SECONDS - t))
