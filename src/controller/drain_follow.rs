@@ -176,8 +176,14 @@ async fn follow(shared: Arc<DrainContext>, mut notifications: broadcast::Receive
             }
             Notification::MigrationPhase(state) => {
                 let phase = migration_phase_name(state.phase);
+                let group: Vec<String> = state.group.iter().map(|p| p.job_id.to_string()).collect();
+                let with = if group.is_empty() {
+                    String::new()
+                } else {
+                    format!(", with its co-located group ({})", group.join(", "))
+                };
                 let note = format!(
-                    "{} is {phase} ({} -> {})",
+                    "{} is {phase} ({} -> {}{with})",
                     state.job_id, state.source_node_id, state.target_node_id
                 );
                 follow_migration(

@@ -57,13 +57,21 @@ impl AutoManagerCore {
     /// The rollback: the abort told to both instance keys, the target
     /// stopped (at once, or when its start is answered), its reservation
     /// released; the source keeps running. Only before the point of no
-    /// return.
+    /// return. The rest of a co-located group moving with it is rolled back
+    /// too: a group moves whole or not at all.
     pub(super) fn roll_back(&mut self, id: &MigrationId, reason: &str, target: Target, now: UnixMillis) {
+        if self.roll_back_alone(id, reason, target, now) {
+            self.roll_back_group(id, reason, now);
+        }
+    }
+
+    /// The rollback of this migration only; true when it was rolled back.
+    pub(super) fn roll_back_alone(&mut self, id: &MigrationId, reason: &str, target: Target, now: UnixMillis) -> bool {
         let Some((state, claim)) = self.in_flight(id) else {
-            return;
+            return false;
         };
         if state.past_point_of_no_return {
-            return;
+            return false;
         }
         let job_id = state.job_id.clone();
         let dispatched = claim.target.phase != BindingPhase::AwaitingNode;
@@ -80,6 +88,7 @@ impl AutoManagerCore {
         }
         self.release_target(&job_id);
         self.end_migration(id, MigrationPhase::Aborted, reason, now);
+        true
     }
 
     /// Past the point of no return and not finished: marked lost
@@ -117,8 +126,10 @@ impl AutoManagerCore {
             },
             ..target
         });
-        let single_use = record.job.spec.single_use;
         self.fleet_epoch += 1;
+        // The node a group leaves is released once its last member has
+        // gone (`release_node` keeps a node anything is bound to).
+        let single_use = self.group_single_use(id);
         self.release_node(&source_node, single_use);
         // A reason given earlier (how it failed forward) is kept.
         if let Some(reason) = reason {
