@@ -125,10 +125,13 @@ impl std::fmt::Display for NoProvisionReason {
 const NODES_NAMED_PER_TIER: usize = 5;
 
 impl Trace {
-    /// Why the walk placed nothing, in words, tier by tier: each node of
-    /// the tier with the filter that rejected it and its numbers (needed
-    /// against free), then why the tier did not provision. Nodes of other
-    /// pools or tiers, and the node a re-placement leaves, are not named.
+    /// Why the walk placed nothing, in words, tier by tier (`tier cluster:
+    /// b: needs 3 vCPU, 2 free; c: host port 1935/tcp taken; not
+    /// provisioned: fixed tier. tier aws: ...`): each node of the tier with
+    /// the filter that rejected it and its numbers (needed against free),
+    /// then why the tier did not provision. Nodes of other pools or tiers,
+    /// nodes a pin rules out and the node a re-placement leaves are not
+    /// named.
     pub fn why_not_placed(&self) -> String {
         let tiers: Vec<String> = self
             .tiers
@@ -139,7 +142,10 @@ impl Trace {
                     .iter()
                     .filter_map(|n| match &n.verdict {
                         Verdict::Rejected { filter, rejection }
-                            if !matches!(filter, Filter::Pool | Filter::Tier | Filter::RecoveryExclusion) =>
+                            if !matches!(
+                                filter,
+                                Filter::TargetNode | Filter::Pool | Filter::Tier | Filter::RecoveryExclusion
+                            ) =>
                         {
                             Some(format!("{}: {rejection}", n.node_id))
                         }
@@ -152,7 +158,7 @@ impl Trace {
                 } else {
                     let named = rejected.len().min(NODES_NAMED_PER_TIER);
                     words.push_str(": ");
-                    words.push_str(&rejected[..named].join(", "));
+                    words.push_str(&rejected[..named].join("; "));
                     if rejected.len() > named {
                         words.push_str(&format!(" and {} more", rejected.len() - named));
                     }
@@ -170,7 +176,7 @@ impl Trace {
         if tiers.is_empty() {
             "the pool has no tier".to_owned()
         } else {
-            tiers.join("; ")
+            tiers.join(". ")
         }
     }
 }
