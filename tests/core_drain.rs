@@ -435,7 +435,10 @@ fn a_forced_drain_terminates_at_the_timeout_ends_partial_and_its_stuck_jobs_reco
     let ended = status(&h, &a());
     assert_eq!(ended.phase, DrainPhase::Partial);
     assert!(
-        ended.reason.as_deref().is_some_and(|r| r.contains("3 job(s) still on it")),
+        ended
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("3 job(s) still on it")),
         "{ended:?}"
     );
     assert!(ended.jobs.iter().all(|j| j.status == DrainJobStatus::Terminated));

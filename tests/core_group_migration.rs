@@ -17,7 +17,7 @@ use norsk_auto_manager::automanager::{
     RpcFailureKind, StrategyFor,
 };
 use norsk_auto_manager::model::{
-    InterruptionKind, JobId, ManagerEvent, MigrationSignal, NodeId, NodeStopReason, ProviderKind,
+    HotSpareSpec, InterruptionKind, JobId, ManagerEvent, MigrationSignal, NodeId, NodeStopReason, ProviderKind, tags,
 };
 
 /// The flagship example's channel `ch1` (`examples/bundle-channel.yaml`),
@@ -124,7 +124,11 @@ fn drain_migration(h: &Harness, on: &str, job: &JobId) -> MigrationId {
 
 fn drain_job(h: &Harness, on: &str, job: &JobId) -> (DrainJobStatus, Option<String>) {
     let state = drain_state(h, on);
-    let found = state.jobs.iter().find(|j| &j.job_id == job).expect("the job is the drain's");
+    let found = state
+        .jobs
+        .iter()
+        .find(|j| &j.job_id == job)
+        .expect("the job is the drain's");
     (found.status, found.reason.clone())
 }
 
@@ -170,9 +174,9 @@ fn crossings(calls: &[Rpc]) -> Vec<(JobId, &'static str)> {
     let mut out: Vec<(JobId, &'static str)> = calls
         .iter()
         .filter_map(|c| match c {
-            Rpc::StopJob { job_id, instance_key, .. } if !instance_key.as_str().contains('@') => {
-                Some((job_id.clone(), "stop source"))
-            }
+            Rpc::StopJob {
+                job_id, instance_key, ..
+            } if !instance_key.as_str().contains('@') => Some((job_id.clone(), "stop source")),
             Rpc::SendMigrationSignal {
                 job_id,
                 signal: MigrationStep::StopOutputAt(_),
@@ -217,7 +221,10 @@ fn drain_moves_the_pair_together(strategy: MigrationStrategy) {
         started.jobs.iter().all(|j| j.status == DrainJobStatus::Migrating),
         "{started:?}"
     );
-    let (enc, pkg) = (drain_migration(&h, "a", &encode()), drain_migration(&h, "a", &package()));
+    let (enc, pkg) = (
+        drain_migration(&h, "a", &encode()),
+        drain_migration(&h, "a", &package()),
+    );
     let (enc_state, pkg_state) = (state(&h, &enc), state(&h, &pkg));
     assert_eq!(enc_state.target_node_id, node("b"), "the empty node takes the group");
     assert_eq!(pkg_state.target_node_id, node("b"), "one target for the whole group");
@@ -237,7 +244,10 @@ fn drain_moves_the_pair_together(strategy: MigrationStrategy) {
 
     make_ready(&mut h, &enc);
     let waiting = calls(&mut h);
-    assert!(crossings(&waiting).is_empty(), "a source told before its group was ready: {waiting:?}");
+    assert!(
+        crossings(&waiting).is_empty(),
+        "a source told before its group was ready: {waiting:?}"
+    );
     assert_eq!(state(&h, &enc).phase, MigrationPhase::AwaitingGroup);
     assert!(!state(&h, &enc).past_point_of_no_return);
 
@@ -258,13 +268,19 @@ fn drain_moves_the_pair_together(strategy: MigrationStrategy) {
     let first_moved = finish(&mut h, &enc);
     assert_eq!(state(&h, &enc).phase, MigrationPhase::Done);
     assert_eq!(drain_state(&h, "a").phase, DrainPhase::Migrating);
-    assert!(terminates(&first_moved).is_empty(), "released before the whole group moved");
+    assert!(
+        terminates(&first_moved).is_empty(),
+        "released before the whole group moved"
+    );
 
     let ended = finish(&mut h, &pkg);
     assert_eq!(terminates(&ended), vec![node("a")]);
     let done = drain_state(&h, "a");
     assert_eq!(done.phase, DrainPhase::Done);
-    assert!(done.jobs.iter().all(|j| j.status == DrainJobStatus::Migrated), "{done:?}");
+    assert!(
+        done.jobs.iter().all(|j| j.status == DrainJobStatus::Migrated),
+        "{done:?}"
+    );
     assert_eq!(h.bound_node(&encode()), Some(node("b")));
     assert_eq!(h.bound_node(&package()), Some(node("b")));
     assert_eq!(drain_phases(&h.take_notifications()).last(), Some(&DrainPhase::Done));
@@ -286,6 +302,52 @@ fn a_drain_moves_a_co_located_pair_together_under_handover() {
 }
 
 #[test]
+fn the_flagship_channel_drains_onto_an_empty_hot_spare() {
+    let mut settings = settings();
+    settings.hot_spares = vec![HotSpareSpec {
+        pool: "production".into(),
+        target_count: 1,
+        spec: serde_yaml::from_str("{instanceType: m5.xlarge}").expect("spare spec parses"),
+        warm_for: vec![],
+        reserved_for: vec![],
+        exclusive: false,
+    }];
+    let mut h = Harness::with(settings);
+    h.cluster_node("a", 4.0);
+    h.provisioned_node_starts(
+        "s1",
+        ProviderKind::Aws,
+        &[(tags::POOL, "production"), (tags::TIER, "aws"), (tags::SPARE, "true")],
+    );
+    h.event(ManagerEvent::InitialDataComplete);
+    h.bundle("ch1", CH1);
+    let started = h.start_all();
+    assert!(started.iter().all(|(_, n)| n == &node("a")), "{started:?}");
+    h.take_notifications();
+    drain(&mut h, "a", every_job(MigrationStrategy::StopThenStart));
+    let (enc, pkg) = (
+        drain_migration(&h, "a", &encode()),
+        drain_migration(&h, "a", &package()),
+    );
+    assert_eq!(
+        state(&h, &enc).target_node_id,
+        node("s1"),
+        "the empty spare takes the channel"
+    );
+    assert_eq!(state(&h, &pkg).target_node_id, node("s1"));
+    calls(&mut h);
+    make_ready(&mut h, &enc);
+    make_ready(&mut h, &pkg);
+    calls(&mut h);
+    finish(&mut h, &enc);
+    let ended = finish(&mut h, &pkg);
+    assert_eq!(terminates(&ended), vec![node("a")]);
+    assert_eq!(drain_state(&h, "a").phase, DrainPhase::Done);
+    assert_eq!(h.bound_node(&encode()), Some(node("s1")));
+    assert_eq!(h.bound_node(&package()), Some(node("s1")));
+}
+
+#[test]
 fn each_job_of_a_group_is_switched_with_its_own_strategy() {
     let mut h = ch1_on_a();
     let mut strategy_for = StrategyFor::all(MigrationStrategy::Overlap);
@@ -298,7 +360,10 @@ fn each_job_of_a_group_is_switched_with_its_own_strategy() {
             ..DrainOptions::default()
         },
     );
-    let (enc, pkg) = (drain_migration(&h, "a", &encode()), drain_migration(&h, "a", &package()));
+    let (enc, pkg) = (
+        drain_migration(&h, "a", &encode()),
+        drain_migration(&h, "a", &package()),
+    );
     assert_eq!(state(&h, &enc).strategy, MigrationStrategy::Overlap);
     assert_eq!(state(&h, &pkg).strategy, MigrationStrategy::StopThenStart);
     let dispatched = calls(&mut h);
@@ -346,7 +411,10 @@ fn an_interruption_whose_deadline_is_met_moves_the_pair_together_and_the_drain_i
     let mut h = ch1_on_a();
     let deadline = h.now + 120_000;
     interrupt(&mut h, "a", deadline);
-    let (enc, pkg) = (drain_migration(&h, "a", &encode()), drain_migration(&h, "a", &package()));
+    let (enc, pkg) = (
+        drain_migration(&h, "a", &encode()),
+        drain_migration(&h, "a", &package()),
+    );
     calls(&mut h);
     h.advance(10_000);
     make_ready(&mut h, &enc);
@@ -356,7 +424,13 @@ fn an_interruption_whose_deadline_is_met_moves_the_pair_together_and_the_drain_i
     finish(&mut h, &pkg);
     let interrupted = h.core.node_interruption(&node("a")).expect("the notice is known");
     assert_eq!(interrupted.drain.phase, DrainPhase::Done);
-    assert!(interrupted.drain.jobs.iter().all(|j| j.status == DrainJobStatus::Migrated));
+    assert!(
+        interrupted
+            .drain
+            .jobs
+            .iter()
+            .all(|j| j.status == DrainJobStatus::Migrated)
+    );
     assert_eq!(h.bound_node(&encode()), Some(node("b")));
     assert_eq!(h.bound_node(&package()), Some(node("b")));
 }
@@ -393,7 +467,11 @@ fn an_interruption_whose_deadline_is_missed_reports_the_pair_terminated_and_the_
     h.node_stopping("a", NodeStopReason::ProviderTerminate);
     let recovered = h.start_all();
     assert_eq!(recovered.len(), 2, "{recovered:?}");
-    assert_eq!(h.bound_node(&encode()), h.bound_node(&package()), "recovered onto one node");
+    assert_eq!(
+        h.bound_node(&encode()),
+        h.bound_node(&package()),
+        "recovered onto one node"
+    );
     assert_eq!(h.core.job(&encode()).expect("job").restarts.count(h.now), 0);
 }
 
@@ -418,7 +496,10 @@ fn a_pinned_migration_of_one_job_of_a_group_moves_the_whole_group_to_the_pin() {
     let along = state(&h, &enc);
     assert_eq!(along.target_node_id, node("c"), "the peer goes to the pin too");
     assert_eq!(along.strategy, MigrationStrategy::Overlap);
-    assert_eq!(h.core.migration_for_job(&encode()).map(|m| m.migration_id.clone()), Some(enc.clone()));
+    assert_eq!(
+        h.core.migration_for_job(&encode()).map(|m| m.migration_id.clone()),
+        Some(enc.clone())
+    );
     calls(&mut h);
     make_ready(&mut h, &pkg);
     make_ready(&mut h, &enc);
@@ -543,7 +624,10 @@ fn the_first_mover_sizes_the_target_for_the_whole_group() {
     );
     let enc = migrate(&mut h, &encode(), MigrationStrategy::Overlap);
     assert_eq!(state(&h, &enc).target_node_id, node("c"));
-    assert_eq!(state(&h, &state(&h, &enc).group[0].migration_id).target_node_id, node("c"));
+    assert_eq!(
+        state(&h, &state(&h, &enc).group[0].migration_id).target_node_id,
+        node("c")
+    );
 }
 
 #[test]
@@ -623,8 +707,15 @@ jobs:
         "b",
     );
     let pkg = migrate(&mut h, &package(), MigrationStrategy::Overlap);
-    assert_eq!(state(&h, &pkg).target_node_id, node("c"), "b has company outside the group");
-    assert_eq!(state(&h, &state(&h, &pkg).group[0].migration_id).target_node_id, node("c"));
+    assert_eq!(
+        state(&h, &pkg).target_node_id,
+        node("c"),
+        "b has company outside the group"
+    );
+    assert_eq!(
+        state(&h, &state(&h, &pkg).group[0].migration_id).target_node_id,
+        node("c")
+    );
 }
 
 #[test]
@@ -641,7 +732,10 @@ jobs:
     let moving = state(&h, &enc);
     assert_eq!(moving.group.len(), 1);
     assert_eq!(moving.group[0].job_id, package());
-    assert_eq!(state(&h, &moving.group[0].migration_id).target_node_id, moving.target_node_id);
+    assert_eq!(
+        state(&h, &moving.group[0].migration_id).target_node_id,
+        moving.target_node_id
+    );
 }
 
 #[test]
@@ -658,7 +752,10 @@ fn a_job_outside_any_group_still_moves_alone() {
 fn a_member_whose_target_fails_before_the_cut_over_rolls_the_whole_group_back() {
     let mut h = ch1_on_a();
     drain(&mut h, "a", every_job(MigrationStrategy::Overlap));
-    let (enc, pkg) = (drain_migration(&h, "a", &encode()), drain_migration(&h, "a", &package()));
+    let (enc, pkg) = (
+        drain_migration(&h, "a", &encode()),
+        drain_migration(&h, "a", &package()),
+    );
     calls(&mut h);
     make_ready(&mut h, &enc);
     calls(&mut h);
@@ -674,7 +771,11 @@ fn a_member_whose_target_fails_before_the_cut_over_rolls_the_whole_group_back() 
     });
     assert_eq!(state(&h, &pkg).phase, MigrationPhase::Aborted);
     let enc_state = state(&h, &enc);
-    assert_eq!(enc_state.phase, MigrationPhase::Aborted, "the waiting member rolls back too");
+    assert_eq!(
+        enc_state.phase,
+        MigrationPhase::Aborted,
+        "the waiting member rolls back too"
+    );
     assert!(
         enc_state.reason.as_deref().is_some_and(|r| r.contains("ch1/0/package")),
         "{enc_state:?}"
@@ -746,7 +847,10 @@ fn a_job_that_goes_down_with_its_node_during_a_drain_is_terminated_never_moved()
         assert!(reason.is_some_and(|r| r.contains("went down with the node")));
     }
     assert!(
-        ended.reason.as_deref().is_some_and(|r| r.contains("2 job(s) still on it")),
+        ended
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("2 job(s) still on it")),
         "{ended:?}"
     );
     let phases = drain_phases(&h.take_notifications());
@@ -757,7 +861,10 @@ fn a_job_that_goes_down_with_its_node_during_a_drain_is_terminated_never_moved()
 fn a_job_that_completes_onto_its_running_target_as_the_node_goes_is_migrated() {
     let mut h = ch1_on_a();
     drain(&mut h, "a", every_job(MigrationStrategy::Overlap));
-    let (enc, pkg) = (drain_migration(&h, "a", &encode()), drain_migration(&h, "a", &package()));
+    let (enc, pkg) = (
+        drain_migration(&h, "a", &encode()),
+        drain_migration(&h, "a", &package()),
+    );
     calls(&mut h);
     make_ready(&mut h, &enc);
     calls(&mut h);

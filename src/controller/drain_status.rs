@@ -79,7 +79,10 @@ pub fn lost_jobs(status: &NodeDrainStatus) -> Vec<&str> {
 
 /// Whether every job of a drain's status moved off the node.
 pub fn every_job_moved(status: &NodeDrainStatus) -> bool {
-    status.jobs.iter().all(|j| matches!(j.status.as_str(), "migrated" | "moved"))
+    status
+        .jobs
+        .iter()
+        .all(|j| matches!(j.status.as_str(), "migrated" | "moved"))
 }
 
 /// The conditions of a drain whose status is `status` (its phase none

@@ -158,7 +158,9 @@ mod tests {
         };
         assert_eq!(
             answer(&refused),
-            Some(MigrationAnswer::Refused("job default/ch1/0/package is not running".to_owned()))
+            Some(MigrationAnswer::Refused(
+                "job default/ch1/0/package is not running".to_owned()
+            ))
         );
     }
 

@@ -8,6 +8,18 @@
 //! stuck jobs on it; they are then recovered per their `onRuntimeFailure`
 //! when Manager reports the node stopping.
 //!
+//! Groups are the unit of movement: the jobs of a co-located group on the
+//! node are migrated together (see [`super::migration::group`]), each with
+//! its own `strategyFor` strategy, and a group that cannot move is `stuck`
+//! as a whole, every member with the same reason.
+//!
+//! Outcomes are what happened to the jobs: a drain is `done` only when
+//! every job left the node before it went (`migrated`, or `moved` some
+//! other way). A job still on the node when it is terminated, or when it
+//! stops under the drain, went down with it: it is `terminated` (never
+//! `moved`), and the drain ends `partial` (terminated by the drain itself)
+//! or `failed` (the node went under it), the reason naming those jobs.
+//!
 //! This module owns the drains and the cordon flag's meaning; it never
 //! places a job itself (the saga does), and it never changes a binding.
 
@@ -376,7 +388,10 @@ impl AutoManagerCore {
                     job.status = DrainJobStatus::Terminated;
                     job.reason = Some(format!(
                         "went down with the node{}",
-                        job.reason.as_ref().map(|r| format!(" (stuck: {r})")).unwrap_or_default()
+                        job.reason
+                            .as_ref()
+                            .map(|r| format!(" (stuck: {r})"))
+                            .unwrap_or_default()
                     ));
                 }
                 DrainJobStatus::Stuck if !on_node => {

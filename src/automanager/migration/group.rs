@@ -36,17 +36,28 @@
 //!    `awaitingGroup` until every other member has arrived (or has already
 //!    completed). Then every member crosses its point of no return in the
 //!    same step: the sources are told to stop (or to stop output) together.
-//!    Before that point nothing is lost, so a member that fails (its target
-//!    rejected, a deadline passed, an abort asked) rolls the whole group
-//!    back and every source keeps running where it was; after it every
-//!    member fails forward, as a single migration does. `awaitingGroup`
-//!    has no deadline of its own: the members it waits for each have theirs.
-//!    A source node that goes under a group is settled member by member (a
-//!    running target takes its job, the rest are recovered).
+//!    Before that point nothing is lost, so a member whose target fails
+//!    (rejected, a deadline passed, a refusal, an abort asked) rolls the
+//!    whole group back and every source keeps running where it was; after
+//!    it every member fails forward, as a single migration does.
+//!    `awaitingGroup` has no deadline of its own: the members it waits for
+//!    each have theirs, and a member that ends releases the rest.
+//!    A member whose own *source* fails first is settled alone, as a single
+//!    migration is (onto its target when that runs, else recovered), and the
+//!    rest of the group moves on without it. Once part of the group runs
+//!    away from the source that way, a rollback would split the group: a
+//!    member that then fails short of its target fails forward instead (its
+//!    source stopped, the job placed afresh beside its group, the migration
+//!    `lost`). A source node that goes under a group is settled member by
+//!    member (a running target takes its job, the rest are recovered).
 //! 5. **The source released last.** A member's `done` releases its source
 //!    node only when nothing is bound there any more, so the node a group
 //!    leaves is released when its last member has moved (a `singleUse`
 //!    member's node is terminated then).
+//!
+//! A member waiting to be placed while its group moves (not yet placed,
+//! or recovering) is held until the group's migrations end, then placed
+//! beside the group wherever it landed.
 //!
 //! A group that cannot move is refused as a whole, with the reason: which
 //! member stopped it, or which rule and tier rejected which node with what
@@ -56,11 +67,12 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::{JobId, NodeId, UnixMillis, runtime_job_id};
-use crate::placement::JobGroups;
+use crate::placement::{JobGroups, RecoveryContext};
 
 use super::wind_down::Target;
 use super::{MigrationId, MigrationPhase};
 use crate::automanager::MigrationStep;
+use crate::automanager::binding::{BindingPhase, JobRecord};
 use crate::automanager::core::AutoManagerCore;
 
 /// Another member of a migrating co-located group, as each member's state
@@ -87,10 +99,9 @@ pub(super) enum CutOver {
 }
 
 impl AutoManagerCore {
-    /// The members of `job`'s co-located group that move with it off
-    /// `source`, in spec order, `job` included: those of its replica bound
-    /// to `source`. A job of no group moves alone.
-    pub(crate) fn moving_group(&self, job: &JobId, source: &NodeId) -> Vec<JobId> {
+    /// Every member of `job`'s co-located group in its replica, in spec
+    /// order, `job` included (alone when it belongs to no group).
+    fn group_of(&self, job: &JobId) -> Vec<JobId> {
         let alone = || vec![job.clone()];
         let Some(record) = self.jobs.get(job) else {
             return alone();
@@ -102,40 +113,92 @@ impl AutoManagerCore {
         let Some(index) = bundle.spec.jobs.iter().position(|j| j.job_name == job_ref.job_name) else {
             return alone();
         };
-        let members: Vec<JobId> = JobGroups::of(&bundle.spec)
+        JobGroups::of(&bundle.spec)
             .members(index)
             .map(|i| runtime_job_id(&bundle.bundle_id, job_ref.replica_index, &bundle.spec.jobs[i].job_name))
+            .collect()
+    }
+
+    /// The members of `job`'s co-located group that move with it off
+    /// `source`, in spec order, `job` included: those of its replica bound
+    /// to `source`. A job of no group moves alone.
+    pub(crate) fn moving_group(&self, job: &JobId, source: &NodeId) -> Vec<JobId> {
+        self.group_of(job)
+            .into_iter()
             .filter(|member| member == job || self.jobs.get(member).is_some_and(|r| r.is_bound_to(source)))
-            .collect();
-        if members.is_empty() { alone() } else { members }
+            .collect()
+    }
+
+    /// Whether `record`'s job, waiting to be placed, waits for its
+    /// co-located group to finish moving first: placed beside a member
+    /// mid-migration it could land on the node the group is leaving, or on
+    /// a target the group does not reach. It is placed wherever the group
+    /// ends up.
+    pub(crate) fn waits_for_group_move(&self, record: &JobRecord) -> bool {
+        let r = &record.bundle_ref;
+        let Some(bundle) = self.bundles.get(&r.bundle_id) else {
+            return false;
+        };
+        let migrating = |name: &str| {
+            self.jobs
+                .get(&runtime_job_id(&r.bundle_id, r.replica_index, name))
+                .is_some_and(|peer| peer.migration.is_some())
+        };
+        // Cheap first: is anything of this replica migrating at all?
+        if !bundle
+            .spec
+            .jobs
+            .iter()
+            .any(|j| j.job_name != r.job_name && migrating(&j.job_name))
+        {
+            return false;
+        }
+        self.group_of(record.job_id())
+            .iter()
+            .filter(|member| *member != record.job_id())
+            .any(|member| self.jobs.get(member).is_some_and(|peer| peer.migration.is_some()))
     }
 
     /// Migration `id` reached the step before its point of no return. Alone,
     /// or once every other member of its group waits here too (or has
-    /// completed), every waiting member crosses it now; otherwise it waits
+    /// ended), every waiting member crosses it now; otherwise it waits
     /// (`awaitingGroup`).
     pub(super) fn cut_over(&mut self, id: &MigrationId, step: CutOver, now: UnixMillis) {
         let Some(state) = self.migrations.get(id).filter(|m| m.is_in_flight()) else {
             return;
         };
-        let peers: Vec<MigrationId> = state.group.iter().map(|p| p.migration_id.clone()).collect();
-        if peers.is_empty() {
+        if state.group.is_empty() {
             return self.cross(id, step, now);
         }
         self.migrations.parked.insert(id.clone(), step);
-        let all_ready = peers.iter().all(|peer| {
-            self.migrations.parked.contains_key(peer)
-                || self.migrations.get(peer).is_none_or(|m| m.phase.is_ended())
-        });
-        if !all_ready {
+        if !self.release_group_if_ready(id, now) {
             self.enter_phase(id, MigrationPhase::AwaitingGroup, now);
-            return;
         }
-        for member in std::iter::once(id.clone()).chain(peers) {
+    }
+
+    /// When every member of `id`'s group (itself included) waits at the
+    /// cut-over or has ended, the waiting ones cross their point of no
+    /// return, together; true when they did.
+    pub(super) fn release_group_if_ready(&mut self, id: &MigrationId, now: UnixMillis) -> bool {
+        let Some(state) = self.migrations.get(id) else {
+            return false;
+        };
+        let members: Vec<MigrationId> = std::iter::once(id.clone())
+            .chain(state.group.iter().map(|p| p.migration_id.clone()))
+            .collect();
+        let ready = members.iter().all(|member| {
+            self.migrations.parked.contains_key(member)
+                || self.migrations.get(member).is_none_or(|m| m.phase.is_ended())
+        });
+        if !ready || !members.iter().any(|m| self.migrations.parked.contains_key(m)) {
+            return false;
+        }
+        for member in members {
             if let Some(step) = self.migrations.parked.remove(&member) {
                 self.cross(&member, step, now);
             }
         }
+        true
     }
 
     /// The point of no return: the source told to stop, or to stop output.
@@ -166,6 +229,61 @@ impl AutoManagerCore {
         for peer in peers {
             self.roll_back_alone(&peer, &why, Target::Stop, now);
         }
+    }
+
+    /// Whether a member of `id`'s co-located group already runs away from
+    /// `id`'s source (one that completed onto the target when its own source
+    /// failed, one recovered elsewhere, one placed beside the group's target
+    /// meanwhile): rolling `id` back would split the group.
+    pub(super) fn group_left_source(&self, id: &MigrationId) -> bool {
+        let Some(state) = self.migrations.get(id) else {
+            return false;
+        };
+        self.group_of(&state.job_id)
+            .iter()
+            .filter(|member| **member != state.job_id)
+            .any(|member| {
+                self.jobs
+                    .get(member)
+                    .and_then(|r| r.binding.as_ref())
+                    .is_some_and(|b| b.node_id != state.source_node_id)
+            })
+    }
+
+    /// A member that cannot reach its target after part of its group has
+    /// left the source: rolled back it would stay apart from its group, so
+    /// it fails forward instead. Its target is stopped, its source stopped,
+    /// and the job placed afresh (away from the source, as any migration
+    /// that did not finish) beside its group; the migration ends `lost`.
+    pub(super) fn rejoin_group(&mut self, id: &MigrationId, reason: &str, target: Target, now: UnixMillis) {
+        let Some((state, claim)) = self.in_flight(id) else {
+            return;
+        };
+        let (job_id, source_node) = (state.job_id.clone(), state.source_node_id.clone());
+        let dispatched = claim.target.phase != BindingPhase::AwaitingNode;
+        let reason = format!(
+            "{reason}; its co-located group has left {source_node}: the source is stopped and the job placed \
+             afresh beside the group"
+        );
+        self.signal(id, MigrationStep::Abort(reason.clone()));
+        if target == Target::Stop && dispatched {
+            if self.migrations.start_pending.contains(id) {
+                self.migrations.stop_when_started.insert(id.clone());
+            } else {
+                self.stop_target(id);
+            }
+        }
+        self.stop_source(id);
+        self.mark_lost(id, &reason, now);
+        self.end_binding(&job_id);
+        if let Some(record) = self.jobs.get_mut(&job_id) {
+            record.recovery = Some(RecoveryContext {
+                on_runtime_failure: None,
+                excluded_nodes: vec![source_node],
+            });
+            record.not_before = now;
+        }
+        self.release_group_if_ready(id, now);
     }
 
     /// Whether any member of migration `id`'s group (itself included) is

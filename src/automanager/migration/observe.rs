@@ -120,12 +120,9 @@ impl AutoManagerCore {
             self.complete(id, Some(&why), now);
             return true;
         }
-        self.roll_back(
-            id,
-            &format!("the source is stopping ({})", stop_reason(reason)),
-            Target::Stop,
-            now,
-        );
+        // The job is lost where it ran: recovered on its own, while the
+        // rest of its group moves on.
+        self.roll_back_leaving_group(id, &format!("the source is stopping ({})", stop_reason(reason)), now);
         false
     }
 
@@ -142,7 +139,7 @@ impl AutoManagerCore {
                 self.complete(id, Some("the source stopped; completed onto the running target"), now);
                 return true;
             }
-            self.roll_back(id, "the source stopped", Target::Stop, now);
+            self.roll_back_leaving_group(id, "the source stopped", now);
             return false;
         }
         let (strategy, phase) = (state.strategy, state.phase);
@@ -291,7 +288,7 @@ impl AutoManagerCore {
             self.stop_target(&id);
             self.mark_lost(&id, reason, now);
         } else {
-            self.roll_back(&id, reason, Target::Stop, now);
+            self.roll_back_leaving_group(&id, reason, now);
         }
     }
 

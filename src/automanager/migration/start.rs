@@ -5,7 +5,9 @@
 //! and an explicit target as a pin. "A migration passes no
 //! `onRuntimeFailure` to placement: the reserve is protected by
 //! reservation there, not by the spare penalty." The target is reserved on
-//! its node beside the source from here on.
+//! its node beside the source from here on. A job of a co-located group
+//! starts its whole group's migrations, onto one target placed for the
+//! group (see [`super::group`]).
 
 use crate::model::{InstanceKey, JobId, NodePhase, Slot, UnixMillis};
 use crate::placement::{
@@ -86,15 +88,15 @@ impl AutoManagerCore {
             }
         }
         let movers: Vec<JobId> = members.iter().map(|(j, _)| j.clone()).collect();
-        let targets = self.place_targets(&movers, &source, options, now).map_err(|refusal| {
-            match (refusal, movers.len()) {
-                (refusal, 1) => refusal,
-                (MigrationRefusal::NowhereToPlace { reason, .. }, _) => {
-                    refused(format!("no target takes the whole group: {reason}"))
-                }
-                (refusal, _) => refused(refusal.to_string()),
-            }
-        })?;
+        let targets =
+            self.place_targets(&movers, &source, options, now)
+                .map_err(|refusal| match (refusal, movers.len()) {
+                    (refusal, 1) => refusal,
+                    (MigrationRefusal::NowhereToPlace { reason, .. }, _) => {
+                        refused(format!("no target takes the whole group: {reason}"))
+                    }
+                    (refusal, _) => refused(refusal.to_string()),
+                })?;
         let mut started: Vec<(JobId, MigrationId, InstanceKey)> = Vec::with_capacity(members.len());
         for ((member, binding), target) in members.iter().zip(&targets) {
             let record = self.jobs.get(member);
@@ -119,9 +121,7 @@ impl AutoManagerCore {
             }
             started.push((member.clone(), migration_id, target_key));
         }
-        for (((member, binding), target), (_, migration_id, target_key)) in
-            members.iter().zip(&targets).zip(&started)
-        {
+        for (((member, binding), target), (_, migration_id, target_key)) in members.iter().zip(&targets).zip(&started) {
             let group = started
                 .iter()
                 .filter(|(peer, _, _)| peer != member)
@@ -335,7 +335,14 @@ impl AutoManagerCore {
                     instance_type,
                     gpu_index,
                 } => {
-                    self.provision(&one.job_id, node_id, pool.clone(), tier.clone(), instance_type.clone(), now);
+                    self.provision(
+                        &one.job_id,
+                        node_id,
+                        pool.clone(),
+                        tier.clone(),
+                        instance_type.clone(),
+                        now,
+                    );
                     provisioned = true;
                     (node_id.clone(), *gpu_index)
                 }

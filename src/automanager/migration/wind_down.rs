@@ -60,8 +60,33 @@ impl AutoManagerCore {
     /// return. The rest of a co-located group moving with it is rolled back
     /// too: a group moves whole or not at all.
     pub(super) fn roll_back(&mut self, id: &MigrationId, reason: &str, target: Target, now: UnixMillis) {
+        if self.group_left_source(id) {
+            return self.rejoin_group(id, reason, target, now);
+        }
         if self.roll_back_alone(id, reason, target, now) {
             self.roll_back_group(id, reason, now);
+        }
+    }
+
+    /// The rollback of a member whose own source failed: settled alone,
+    /// the rest of its group moves on (a member waiting for it at the
+    /// cut-over crosses now).
+    pub(super) fn roll_back_leaving_group(&mut self, id: &MigrationId, reason: &str, now: UnixMillis) {
+        if self.roll_back_alone(id, reason, Target::Stop, now) {
+            self.release_peers_of(id, now);
+        }
+    }
+
+    /// Members of `id`'s group waiting at the cut-over cross it when `id`
+    /// was the last they waited for.
+    fn release_peers_of(&mut self, id: &MigrationId, now: UnixMillis) {
+        let peers: Vec<MigrationId> = self
+            .migrations
+            .get(id)
+            .map(|m| m.group.iter().map(|p| p.migration_id.clone()).collect())
+            .unwrap_or_default();
+        if let Some(peer) = peers.iter().find(|p| self.migrations.parked.contains_key(*p)) {
+            self.release_group_if_ready(&peer.clone(), now);
         }
     }
 
@@ -140,6 +165,9 @@ impl AutoManagerCore {
             migration_id: id.clone(),
             job_id,
         });
+        // A member that completed ahead of its group (its source failed
+        // with its target running) no longer holds the rest back.
+        self.release_peers_of(id, now);
     }
 
     /// The job's claim ends; its target's node, if it was provisioned for
@@ -313,7 +341,8 @@ impl AutoManagerCore {
             if past {
                 self.mark_lost(&id, "AutoManager closed", now);
             } else {
-                self.roll_back(&id, "AutoManager closed", Target::Stop, now);
+                // Every migration in flight is visited: no group to settle.
+                self.roll_back_alone(&id, "AutoManager closed", Target::Stop, now);
                 // No answer will be read any more: stop the target now.
                 if self.migrations.stop_when_started.remove(&id) {
                     self.stop_target(&id);

@@ -5,9 +5,7 @@
 use serde::Serialize;
 
 use crate::model::{BundleId, NodeId};
-use crate::placement::{
-    BundleIssueCode, PlanRow, PlannedOutcome, ResilienceFlag, TierDecision, Trace, Verdict,
-};
+use crate::placement::{BundleIssueCode, PlanRow, PlannedOutcome, ResilienceFlag, TierDecision, Trace, Verdict};
 
 #[derive(Serialize)]
 struct JsonPlan<'a> {
