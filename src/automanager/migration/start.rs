@@ -55,9 +55,11 @@ impl AutoManagerCore {
     ) -> Result<MigrationId, MigrationRefusal> {
         let strategy = options.strategy;
         let started = self.migrate_with_group(job_id, options, &|_| strategy, now)?;
+        // The asked job's migration comes first; one always starts when the
+        // group was not refused.
         started
             .into_iter()
-            .find(|(job, _)| job == job_id)
+            .next()
             .map(|(_, id)| id)
             .ok_or_else(|| MigrationRefusal::NotRunning { job_id: job_id.clone() })
     }
@@ -266,9 +268,8 @@ impl AutoManagerCore {
             }
             // The first mover goes where it is pinned (if it is); the rest
             // of its group goes where it went.
-            match target.as_ref().or(options.target_node_id.as_ref()) {
-                Some(pin) => request = request.pinned_to(pin),
-                None => {}
+            if let Some(pin) = target.as_ref().or(options.target_node_id.as_ref()) {
+                request = request.pinned_to(pin);
             }
             self.counters.placements_attempted += 1;
             let mut ids = NodeIds {
