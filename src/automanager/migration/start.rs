@@ -30,12 +30,13 @@ struct TargetPlacement {
     gpu_index: Option<u32>,
 }
 
-/// One placement of a migration's (or a group's) target, with what it
-/// reserved in the view.
+/// One placement of a migration's (or a group's) target, as the engine
+/// decided it.
 struct Placed {
     job_id: JobId,
     outcome: Outcome,
     resilience: crate::placement::ResilienceReport,
+    target: TargetPlacement,
 }
 
 impl AutoManagerCore {
@@ -293,82 +294,79 @@ impl AutoManagerCore {
                 decision: decision_of(&placement.outcome),
                 trace: placement.trace.clone(),
             })));
-            if placement.outcome == Outcome::NoCapacityInAnyPool {
-                let why = match &placement.trace {
-                    Some(trace) => trace.why_not_placed(),
-                    None => why_not_placed(view.fleet_view(), request),
-                };
-                self.abandon_view(view, !placed.is_empty());
-                self.counters.placements_failed += 1;
-                let reason = format!("noCapacityInAnyPool ({why})");
-                self.notify(Notification::PlacementFailed {
-                    job_id: member.clone(),
-                    reason: reason.clone(),
-                });
-                return Err(nowhere(reason));
-            }
+            let (node_id, gpu_index) = match &placement.outcome {
+                Outcome::Placed { node_id, gpu_index, .. } | Outcome::Provision { node_id, gpu_index, .. } => {
+                    (node_id.clone(), *gpu_index)
+                }
+                Outcome::NoCapacityInAnyPool => {
+                    let why = match &placement.trace {
+                        Some(trace) => trace.why_not_placed(),
+                        None => why_not_placed(view.fleet_view(), request),
+                    };
+                    self.abandon_view(view, !placed.is_empty());
+                    self.counters.placements_failed += 1;
+                    let reason = format!("noCapacityInAnyPool ({why})");
+                    self.notify(Notification::PlacementFailed {
+                        job_id: member.clone(),
+                        reason: reason.clone(),
+                    });
+                    return Err(nowhere(reason));
+                }
+            };
             if let Err(e) = apply_placement(view.fleet_view(), &request, &placement.outcome) {
                 self.abandon_view(view, true);
                 self.counters.placements_failed += 1;
                 return Err(nowhere(format!("the target could not be reserved: {e}")));
             }
-            target = match &placement.outcome {
-                Outcome::Placed { node_id, .. } | Outcome::Provision { node_id, .. } => Some(node_id.clone()),
-                Outcome::NoCapacityInAnyPool => None,
-            };
+            target = Some(node_id.clone());
             placed.push(Placed {
                 job_id: member.clone(),
                 outcome: placement.outcome,
                 resilience: placement.resilience,
+                target: TargetPlacement { node_id, gpu_index },
             });
         }
         // Every member has its place: the node is provisioned (for the first
         // mover, which sized it) and the reservations kept.
         let mut provisioned = false;
-        let mut targets = Vec::with_capacity(placed.len());
         for one in &placed {
-            let (node_id, gpu_index) = match &one.outcome {
-                Outcome::Placed { node_id, gpu_index, .. } => (node_id.clone(), *gpu_index),
-                Outcome::Provision {
+            if let Outcome::Provision {
+                node_id,
+                pool,
+                tier,
+                instance_type,
+                ..
+            } = &one.outcome
+            {
+                self.provision(
+                    &one.job_id,
                     node_id,
-                    pool,
-                    tier,
-                    instance_type,
-                    gpu_index,
-                } => {
-                    self.provision(
-                        &one.job_id,
-                        node_id,
-                        pool.clone(),
-                        tier.clone(),
-                        instance_type.clone(),
-                        now,
-                    );
-                    provisioned = true;
-                    (node_id.clone(), *gpu_index)
-                }
-                Outcome::NoCapacityInAnyPool => continue,
-            };
+                    pool.clone(),
+                    tier.clone(),
+                    instance_type.clone(),
+                    now,
+                );
+                provisioned = true;
+            }
             if one.resilience.is_degraded() {
                 self.notify(Notification::ResilienceDegraded {
                     job_id: one.job_id.clone(),
-                    node_id: node_id.clone(),
+                    node_id: one.target.node_id.clone(),
                     violations: one.resilience.violations.clone(),
                     interruptible_primary_without_durable_backup: one
                         .resilience
                         .interruptible_primary_without_durable_backup,
                 });
             }
-            targets.push(TargetPlacement { node_id, gpu_index });
         }
         // A view that gained a prospective node no longer matches what it
         // remembers of the fleet: it is built again next round.
         match view {
             PlacementView::Kept(mut cache) if !provisioned => {
-                for (one, name, target) in placed.iter().zip(&names).zip(&targets).map(|((p, n), t)| (p, n, t)) {
+                for (one, name) in placed.iter().zip(&names) {
                     if let Some(spec) = bundle.spec.job(name) {
-                        let reserved = placed_job(&bundle.bundle_id, replica_index, spec, target.gpu_index);
-                        cache.reserved_target(one.job_id.clone(), target.node_id.clone(), reserved);
+                        let reserved = placed_job(&bundle.bundle_id, replica_index, spec, one.target.gpu_index);
+                        cache.reserved_target(one.job_id.clone(), one.target.node_id.clone(), reserved);
                     }
                 }
                 self.migrations.view_in_sync = true;
@@ -376,7 +374,7 @@ impl AutoManagerCore {
             }
             _ => self.view_cache = None,
         }
-        Ok(targets)
+        Ok(placed.into_iter().map(|one| one.target).collect())
     }
 
     /// A placement of targets that did not go through: the kept view is put
