@@ -1,8 +1,9 @@
 //! Drains against the Manager simulator over loopback, both on a compressed
 //! clock: a node with 20 jobs drained under each migration strategy ends
-//! `done` with every job migrated and running once on the other node, and
-//! a spot interruption with a two-minute deadline empties its node before
-//! the provider reclaims it.
+//! `done` with every job migrated and running once on the other node, a
+//! node carrying co-located pairs drains them as units (each pair running
+//! once, together, on one node), and a spot interruption with a two-minute
+//! deadline empties its node before the provider reclaims it.
 
 mod sim_support;
 
@@ -65,9 +66,21 @@ async fn until<T>(
         .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
 }
 
+/// One encoder job per bundle.
+const ONE_JOB: &str = "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 0.5}}\n";
+
+/// The flagship channel's pair: `package` co-located with `encode`.
+const PAIR: &str = "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1}}\n  - {jobName: package, coLocateWith: [encode], requirements: {requiredCapacity: 0.5}}\n";
+
 /// Nodes `a` and `b`, and `JOBS` one-job bundles running on `a` (placed
 /// while `b` was cordoned; `b` uncordoned after).
 async fn twenty_jobs_on_a() -> Setup {
+    bundles_on_a(JOBS, ONE_JOB, 1).await
+}
+
+/// Nodes `a` and `b`, and `bundles` bundles of `spec` (`jobs_each` jobs)
+/// running on `a` (placed while `b` was cordoned; `b` uncordoned after).
+async fn bundles_on_a(bundles: usize, spec: &str, jobs_each: usize) -> Setup {
     let sim = Sim::start_with(SimConfig {
         seed: 5,
         time_scale: TIME_SCALE,
@@ -91,13 +104,10 @@ async fn twenty_jobs_on_a() -> Setup {
     while am.cordon_node(NodeId::from("b")).await.is_err() {
         until("hydration", &mut events, |_| Some(())).await;
     }
-    for i in 0..JOBS {
+    for i in 0..bundles {
         let bundle = Bundle {
             bundle_id: BundleId(format!("b{i}")),
-            spec: serde_yaml::from_str(
-                "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 0.5}}\n",
-            )
-            .expect("bundle parses"),
+            spec: serde_yaml::from_str(spec).expect("bundle parses"),
             ..Bundle::default()
         };
         am.create_bundle(bundle).await.expect("bundle accepted");
@@ -111,7 +121,7 @@ async fn twenty_jobs_on_a() -> Setup {
         {
             running.insert(job.job_id.clone(), node.clone());
         }
-        (running.len() == JOBS).then_some(())
+        (running.len() == bundles * jobs_each).then_some(())
     })
     .await;
     assert!(running.values().all(|n| n.as_str() == "a"), "placed on a: {running:?}");
@@ -194,6 +204,58 @@ async fn a_node_with_twenty_jobs_drains_under_overlap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_with_twenty_jobs_drains_under_handover() {
     drain_twenty_jobs_under(MigrationStrategy::Handover).await;
+}
+
+/// Ten co-located pairs on `a`, drained under `strategy`: every pair moves
+/// as a unit and runs once, together, on `b`.
+async fn drain_co_located_pairs_under(strategy: MigrationStrategy) {
+    const PAIRS: usize = 10;
+    let mut s = bundles_on_a(PAIRS, PAIR, 2).await;
+    let started =
+        s.am.drain_node(
+            NodeId::from("a"),
+            DrainOptions {
+                strategy_for: StrategyFor::all(strategy),
+                ..DrainOptions::default()
+            },
+        )
+        .await
+        .expect("the drain starts");
+    assert_eq!(started.jobs.len(), 2 * PAIRS);
+    assert!(
+        started.jobs.iter().all(|j| j.status == DrainJobStatus::Migrating),
+        "every pair found a target: {started:?}"
+    );
+    let ended = drain_ended(&mut s.events, "a").await;
+    assert_eq!(ended.phase, DrainPhase::Done, "{ended:?}");
+    assert!(
+        ended.jobs.iter().all(|j| j.status == DrainJobStatus::Migrated),
+        "{ended:?}"
+    );
+    let on = instances(&s.sim).await;
+    assert_eq!(on.len(), 2 * PAIRS);
+    for i in 0..PAIRS {
+        let encode = JobId(format!("b{i}/0/encode"));
+        let package = JobId(format!("b{i}/0/package"));
+        assert_eq!(on.get(&encode), Some(&vec![NodeId::from("b")]), "{on:?}");
+        assert_eq!(on.get(&package), on.get(&encode), "pair b{i} runs together: {on:?}");
+    }
+    stop(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_co_located_pairs_drains_them_as_units_under_stop_then_start() {
+    drain_co_located_pairs_under(MigrationStrategy::StopThenStart).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_co_located_pairs_drains_them_as_units_under_overlap() {
+    drain_co_located_pairs_under(MigrationStrategy::Overlap).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_co_located_pairs_drains_them_as_units_under_handover() {
+    drain_co_located_pairs_under(MigrationStrategy::Handover).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -76,6 +76,11 @@ fn random_bundle(rng: &mut StdRng, id: usize) -> Bundle {
     if rng.random_bool(0.3) {
         yaml.push_str("resiliencePolicy: {sameNode: forbid}\n");
     }
+    // Co-located groups: every rule-less job together, or jobs joining j0.
+    let same_node_default = jobs > 1 && rng.random_bool(0.15);
+    if same_node_default {
+        yaml.push_str("intraReplicaPlacement: {sameNodeDefault: true}\n");
+    }
     yaml.push_str("jobs:\n");
     for j in 0..jobs {
         let capacity = [0.5, 1.0, 1.5, 2.0, 3.0][rng.random_range(0..5)];
@@ -88,8 +93,13 @@ fn random_bundle(rng: &mut StdRng, id: usize) -> Bundle {
         } else {
             ""
         };
+        let co_located = if j > 0 && !same_node_default && rng.random_bool(0.3) {
+            ", coLocateWith: [j0]"
+        } else {
+            ""
+        };
         yaml.push_str(&format!(
-            "  - {{jobName: j{j}{single}, requirements: {{requiredCapacity: {capacity}, requiredHostPorts: {ports}, onRuntimeFailure: {policy}, essential: {essential}, maxRestartsPerHour: {ceiling}}}}}\n"
+            "  - {{jobName: j{j}{single}{co_located}, requirements: {{requiredCapacity: {capacity}, requiredHostPorts: {ports}, onRuntimeFailure: {policy}, essential: {essential}, maxRestartsPerHour: {ceiling}}}}}\n"
         ));
     }
     bundle(&format!("b{id}"), &yaml)
@@ -583,6 +593,36 @@ impl Model {
             {
                 return Err(format!("drain of {} done, the node not terminated", drain.node_id));
             }
+            // "Done" only if every job moved: none went down with the node.
+            if drain.phase == DrainPhase::Done && drain.jobs.iter().any(|j| !j.status.left_the_node()) {
+                return Err(format!(
+                    "drain of {} done with a job left behind: {drain:?}",
+                    drain.node_id
+                ));
+            }
+        }
+        // A co-located group is never split across nodes, but for the
+        // cut-over of a migration of it.
+        for bundle in self.bundles.values() {
+            for replica in 0..bundle.spec.replica_count() {
+                let members: Vec<_> = co_located_group(&bundle.spec)
+                    .into_iter()
+                    .filter_map(|name| self.h.core.job(&job_id(bundle.bundle_id.as_str(), replica, &name)))
+                    .collect();
+                if members.iter().any(|r| r.migration.is_some()) {
+                    continue;
+                }
+                let nodes: BTreeSet<&NodeId> = members
+                    .iter()
+                    .filter_map(|r| r.binding.as_ref().map(|b| &b.node_id))
+                    .collect();
+                if nodes.len() > 1 {
+                    return Err(format!(
+                        "co-located group of {}/{replica} split across {nodes:?}",
+                        bundle.bundle_id
+                    ));
+                }
+            }
         }
         // A job is never left running nowhere before the point of no
         // return: its source still runs where its binding says.
@@ -613,6 +653,20 @@ impl Model {
             None => Ok(()),
         }
     }
+}
+
+/// The jobs of the co-located group [`random_bundle`] may give a bundle:
+/// every job with `sameNodeDefault`, else `j0` and the jobs joining it.
+fn co_located_group(spec: &norsk_auto_manager::model::BundleSpec) -> Vec<String> {
+    spec.jobs
+        .iter()
+        .filter(|j| {
+            spec.intra_replica_placement.same_node_default
+                || j.job_name == "j0"
+                || j.co_locate_with.iter().any(|peer| peer == "j0")
+        })
+        .map(|j| j.job_name.clone())
+        .collect()
 }
 
 /// A `hotSpares` entry for `production` with a random target and warmth.

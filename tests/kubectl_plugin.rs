@@ -225,6 +225,7 @@ async fn migrate_creates_a_job_migration_in_the_namespace() {
         to: Some("node-b".to_owned()),
         strategy: Strategy::Handover,
         override_reservation: true,
+        no_wait: true,
     };
     assert_eq!(
         plugin::run(cp.client(), &ns, command).await.expect("migrate"),
@@ -242,6 +243,99 @@ async fn migrate_creates_a_job_migration_in_the_namespace() {
     assert_eq!(spec.strategy, MigrationStrategy::Handover);
     assert!(spec.override_reservation && !spec.abort);
     assert!(created[0].name_any().starts_with("ch1-encode-"));
+}
+
+/// The one JobMigration `migrate` created in `ns`, once it exists.
+async fn migration_in(cp: &control_plane::ControlPlane, ns: &str) -> JobMigration {
+    let migrations: Api<JobMigration> = Api::namespaced(cp.client(), ns);
+    let found = tokio::time::timeout(WAIT, async {
+        loop {
+            if let Some(found) = migrations
+                .list(&ListParams::default())
+                .await
+                .ok()
+                .and_then(|l| l.items.into_iter().next())
+            {
+                return found;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    found.expect("the JobMigration was created")
+}
+
+#[tokio::test]
+async fn migrate_waits_for_the_operator_and_exits_with_failure_when_refused() {
+    let cp = installed().await;
+    let ns = cp.namespace("migrate-refused").await;
+    let command = Command::Migrate {
+        bundle: "ch1".to_owned(),
+        job: "package".to_owned(),
+        replica: 0,
+        to: None,
+        strategy: Strategy::StopThenStart,
+        override_reservation: false,
+        no_wait: false,
+    };
+    let client = cp.client();
+    let namespace = ns.clone();
+    let running = tokio::spawn(async move { plugin::run(client, &namespace, command).await });
+    let created = migration_in(cp, &ns).await;
+    assert!(!running.is_finished(), "migrate waits for the operator's answer");
+    let migrations: Api<JobMigration> = Api::namespaced(cp.client(), &ns);
+    migrations
+        .patch_status(
+            &created.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"reason": "job default/ch1/0/package is not running"}})),
+        )
+        .await
+        .expect("status patch");
+    let code = tokio::time::timeout(WAIT, running)
+        .await
+        .expect("migrate returns once refused")
+        .expect("task")
+        .expect("migrate");
+    assert_eq!(code, ExitCode::FAILURE);
+}
+
+#[tokio::test]
+async fn migrate_exits_with_success_once_the_operator_accepted() {
+    let cp = installed().await;
+    let ns = cp.namespace("migrate-accepted").await;
+    let command = Command::Migrate {
+        bundle: "ch1".to_owned(),
+        job: "package".to_owned(),
+        replica: 0,
+        to: None,
+        strategy: Strategy::Overlap,
+        override_reservation: false,
+        no_wait: false,
+    };
+    let client = cp.client();
+    let namespace = ns.clone();
+    let running = tokio::spawn(async move { plugin::run(client, &namespace, command).await });
+    let created = migration_in(cp, &ns).await;
+    let migrations: Api<JobMigration> = Api::namespaced(cp.client(), &ns);
+    migrations
+        .patch_status(
+            &created.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "migrationId": "0000abcd", "phase": "starting",
+                "sourceNodeId": "node-a", "targetNodeId": "node-s1",
+                "group": [{"jobId": "default/ch1/0/encode", "migrationId": "0000abce"}]
+            }})),
+        )
+        .await
+        .expect("status patch");
+    let code = tokio::time::timeout(WAIT, running)
+        .await
+        .expect("migrate returns once accepted")
+        .expect("task")
+        .expect("migrate");
+    assert_eq!(code, ExitCode::SUCCESS);
 }
 
 #[tokio::test]

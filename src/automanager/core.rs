@@ -537,6 +537,7 @@ impl AutoManagerCore {
             || self.broken.contains_key(&record.bundle_ref.bundle_id)
             || record.awaiting_capacity_since == Some(self.fleet_epoch)
             || self.migrations.holds_placement_of(record.job_id())
+            || self.waits_for_group_move(record)
         {
             return Readiness::Never;
         }

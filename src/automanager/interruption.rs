@@ -5,6 +5,10 @@
 //! never break a bundle"). Driven by Manager's `nodeInterruptionNotice`
 //! event or called directly (`handleNodeInterruption`).
 //!
+//! Co-located groups move as units there too, and a job the deadline
+//! catches on the node is reported `terminated` with it: a drain cut short
+//! by its deadline is never `done`.
+//!
 //! This module owns the notices taken; the drain itself is `drain`'s.
 
 use std::collections::BTreeMap;

@@ -53,7 +53,7 @@ pub use drain::{DrainJob, DrainJobStatus, DrainOptions, DrainPhase, DrainState, 
 pub use interruption::{InterruptionNotice, NodeInterruptionState};
 pub use metrics::{Metrics, PoolGauge};
 pub use migration::{
-    CLOSE_ABORT_GRACE_MS, MigrationEnd, MigrationId, MigrationOptions, MigrationPhase, MigrationRefusal,
+    CLOSE_ABORT_GRACE_MS, GroupPeer, MigrationEnd, MigrationId, MigrationOptions, MigrationPhase, MigrationRefusal,
     MigrationSettings, MigrationState, MigrationStrategy,
 };
 pub use notification::{Decision, Notification, PlacementDecisionInfo};

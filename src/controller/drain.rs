@@ -331,7 +331,7 @@ async fn write_if_changed(
     mut next: NodeDrainStatus,
 ) -> Result<(), ReconcileError> {
     let generation = drain.meta().generation;
-    let observed = conditions_of(next.phase.as_deref(), next.reason.as_deref());
+    let observed = conditions_of(&next);
     next.conditions = conditions::merge(&previous.conditions, observed, generation);
     if !status::differs(previous, &next, |s: &mut NodeDrainStatus| &mut s.conditions) {
         return Ok(());

@@ -17,7 +17,7 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use crate::automanager::{DrainState, MigrationId, NodeInterruptionState, Notification};
+use crate::automanager::{DrainJobStatus, DrainState, MigrationId, NodeInterruptionState, Notification};
 use crate::crd::{self, Interruption, JobMigration, NodeDrain, NodeDrainSpec};
 use crate::model::{self, NodeId};
 
@@ -176,8 +176,14 @@ async fn follow(shared: Arc<DrainContext>, mut notifications: broadcast::Receive
             }
             Notification::MigrationPhase(state) => {
                 let phase = migration_phase_name(state.phase);
+                let group: Vec<String> = state.group.iter().map(|p| p.job_id.to_string()).collect();
+                let with = if group.is_empty() {
+                    String::new()
+                } else {
+                    format!(", with its co-located group ({})", group.join(", "))
+                };
                 let note = format!(
-                    "{} is {phase} ({} -> {})",
+                    "{} is {phase} ({} -> {}{with})",
                     state.job_id, state.source_node_id, state.target_node_id
                 );
                 follow_migration(
@@ -249,7 +255,8 @@ fn progress_event(before: Option<&DrainState>, after: &DrainState) -> Option<Eve
         return None;
     }
     let phase = phase_name(after.phase);
-    let warning = matches!(phase.as_str(), "partial" | "failed");
+    let lost = after.jobs.iter().any(|j| j.status == DrainJobStatus::Terminated);
+    let warning = lost || matches!(phase.as_str(), "partial" | "failed");
     let mut note = format!("drain of {} is {phase}", after.node_id);
     if let Some(reason) = &after.reason {
         note.push_str(&format!(" ({reason})"));
@@ -260,10 +267,11 @@ fn progress_event(before: Option<&DrainState>, after: &DrainState) -> Option<Eve
     }
     Some(Event {
         type_: if warning { EventType::Warning } else { EventType::Normal },
-        reason: if phase_moved {
-            format!("Drain{}", camel(&phase))
-        } else {
-            "DrainProgress".to_owned()
+        reason: match (phase_moved, lost && after.phase.is_final()) {
+            // Ended with jobs gone down with the node: said as such.
+            (true, true) => "DrainJobsLost".to_owned(),
+            (true, false) => format!("Drain{}", camel(&phase)),
+            (false, _) => "DrainProgress".to_owned(),
         },
         note: Some(note.chars().take(1000).collect()),
         action: "Drain".to_owned(),
@@ -353,4 +361,52 @@ async fn ensure_drain(shared: &DrainContext, state: &NodeInterruptionState) -> R
     }
     shared.drain_named(&state.node_id, &name);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::automanager::{DrainJob, DrainPhase};
+
+    fn drain(phase: DrainPhase, status: DrainJobStatus, reason: Option<&str>) -> DrainState {
+        DrainState {
+            node_id: "node-a".into(),
+            phase,
+            started: 0,
+            timeout_ms: 90_000,
+            force: true,
+            jobs: vec![DrainJob {
+                job_id: "default/ch1/0/encode".into(),
+                status,
+                migration_id: None,
+                reason: None,
+            }],
+            reason: reason.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_drain_ending_with_jobs_gone_down_with_its_node_is_a_warning_that_says_so() {
+        let before = drain(DrainPhase::Terminating, DrainJobStatus::Terminated, None);
+        let after = drain(
+            DrainPhase::Partial,
+            DrainJobStatus::Terminated,
+            Some("the node was terminated with 1 job(s) still on it"),
+        );
+        let event = progress_event(Some(&before), &after).expect("an Event");
+        assert_eq!(event.type_, EventType::Warning);
+        assert_eq!(event.reason, "DrainJobsLost");
+        let note = event.note.unwrap_or_default();
+        assert!(note.contains("drain of node-a is partial"), "{note}");
+        assert!(note.contains("1 job(s) still on it"), "{note}");
+    }
+
+    #[test]
+    fn a_drain_done_with_every_job_migrated_is_normal() {
+        let before = drain(DrainPhase::Terminating, DrainJobStatus::Migrated, None);
+        let after = drain(DrainPhase::Done, DrainJobStatus::Migrated, None);
+        let event = progress_event(Some(&before), &after).expect("an Event");
+        assert_eq!(event.type_, EventType::Normal);
+        assert_eq!(event.reason, "DrainDone");
+    }
 }

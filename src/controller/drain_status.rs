@@ -1,8 +1,9 @@
 //! What a `NodeDrain`'s status says: the core's `DrainState` (phase, jobs
 //! with their status, migration and reason) and the conditions derived
-//! from it — `Ready` once the drain is `done`, `Stalled` when it ended
-//! `partial` or `failed` (with the reason), `Reconciling` while it runs.
-//! Pure: the controller feeds it what the core reports.
+//! from it — `Ready` once the drain is `done` (every job moved off),
+//! `Stalled` when it ended `partial` or `failed` (with the reason; reason
+//! `JobsLost` when jobs went down with the node), `Reconciling` while it
+//! runs. Pure: the controller feeds it what the core reports.
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -66,38 +67,73 @@ fn job_status_name(status: CoreJobStatus) -> String {
     wire_name(&status)
 }
 
-/// The conditions of a drain in `phase` (a recorded phase name; none before
-/// the drain started), ended for `reason`.
-pub fn conditions_of(phase: Option<&str>, reason: Option<&str>) -> Vec<Observed> {
-    let why = reason.unwrap_or_default().to_owned();
-    match phase {
-        Some("done") => vec![
-            Observed::yes(READY, "Drained", "every job left the node and the node was terminated"),
-            Observed::no(RECONCILING, "Drained", ""),
-            Observed::no(STALLED, "Drained", ""),
-        ],
-        Some(ended @ ("partial" | "failed")) => {
-            let reason = if ended == "partial" { "Partial" } else { "Failed" };
-            vec![
-                Observed::no(READY, reason, why.clone()),
-                Observed::no(RECONCILING, reason, ""),
-                Observed::yes(STALLED, reason, why),
-            ]
+/// The jobs of a drain's status that went down with the node.
+pub fn lost_jobs(status: &NodeDrainStatus) -> Vec<&str> {
+    status
+        .jobs
+        .iter()
+        .filter(|j| j.status == "terminated")
+        .map(|j| j.job_id.as_str())
+        .collect()
+}
+
+/// Whether every job of a drain's status moved off the node.
+pub fn every_job_moved(status: &NodeDrainStatus) -> bool {
+    status
+        .jobs
+        .iter()
+        .all(|j| matches!(j.status.as_str(), "migrated" | "moved"))
+}
+
+/// The conditions of a drain whose status is `status` (its phase none
+/// before the drain started). `Ready` only for a drain that is `done` with
+/// every job moved off: a job that went down with the node is never
+/// reported as moved.
+pub fn conditions_of(status: &NodeDrainStatus) -> Vec<Observed> {
+    let why = status.reason.clone().unwrap_or_default();
+    let lost = lost_jobs(status);
+    let ended = match status.phase.as_deref() {
+        Some("done") if every_job_moved(status) => {
+            return vec![
+                Observed::yes(READY, "Drained", "every job left the node and the node was terminated"),
+                Observed::no(RECONCILING, "Drained", ""),
+                Observed::no(STALLED, "Drained", ""),
+            ];
         }
+        Some(ended @ ("done" | "partial" | "failed")) => ended,
         Some(running) => {
             let reason = camel(running);
-            vec![
+            return vec![
                 Observed::no(READY, reason.clone(), format!("the drain is {running}")),
                 Observed::yes(RECONCILING, reason, format!("the drain is {running}")),
                 Observed::no(STALLED, "InProgress", ""),
-            ]
+            ];
         }
-        None => vec![
-            Observed::no(READY, "NotStarted", why.clone()),
-            Observed::no(RECONCILING, "NotStarted", ""),
-            Observed::yes(STALLED, "NotStarted", why),
-        ],
-    }
+        None => {
+            return vec![
+                Observed::no(READY, "NotStarted", why.clone()),
+                Observed::no(RECONCILING, "NotStarted", ""),
+                Observed::yes(STALLED, "NotStarted", why),
+            ];
+        }
+    };
+    let reason = if !lost.is_empty() {
+        "JobsLost"
+    } else if ended == "failed" {
+        "Failed"
+    } else {
+        "Partial"
+    };
+    let message = if why.is_empty() && !lost.is_empty() {
+        format!("went down with the node: {}", lost.join(", "))
+    } else {
+        why
+    };
+    vec![
+        Observed::no(READY, reason, message.clone()),
+        Observed::no(RECONCILING, reason, ""),
+        Observed::yes(STALLED, reason, message),
+    ]
 }
 
 /// `migrating` -> `Migrating` (condition reasons are CamelCase).
@@ -172,17 +208,46 @@ mod tests {
     fn only_a_done_drain_is_ready_and_an_ended_one_stalls_with_its_reason() {
         let ready = |c: &[Observed]| c.iter().any(|c| c.type_ == READY && c.status);
         let stalled = |c: &[Observed]| c.iter().find(|c| c.type_ == STALLED && c.status).cloned();
-        assert!(ready(&conditions_of(Some("done"), None)));
-        let partial = conditions_of(Some("partial"), Some("job x stuck"));
+        assert!(ready(&conditions_of(&at("done", None))));
+        let partial = conditions_of(&at("partial", Some("job x stuck")));
         assert!(!ready(&partial));
         assert_eq!(stalled(&partial).map(|c| c.message), Some("job x stuck".to_owned()));
-        let running = conditions_of(Some("waiting"), None);
+        let running = conditions_of(&at("waiting", None));
         assert!(
             running
                 .iter()
                 .any(|c| c.type_ == RECONCILING && c.status && c.reason == "Waiting")
         );
         assert!(stalled(&running).is_none());
+    }
+
+    fn at(phase: &str, reason: Option<&str>) -> NodeDrainStatus {
+        NodeDrainStatus {
+            phase: Some(phase.to_owned()),
+            reason: reason.map(str::to_owned),
+            ..NodeDrainStatus::default()
+        }
+    }
+
+    #[test]
+    fn a_drain_that_lost_jobs_with_its_node_is_never_ready() {
+        let mut lost = status_of(&drain(
+            DrainPhase::Partial,
+            &[
+                ("ns/ch1/0/encode", CoreJobStatus::Terminated),
+                ("ns/ch1/0/package", CoreJobStatus::Migrated),
+            ],
+        ));
+        lost.reason = Some("the node was terminated with 1 job(s) still on it".to_owned());
+        let conditions = conditions_of(&lost);
+        assert!(!conditions.iter().any(|c| c.type_ == READY && c.status));
+        let stalled = conditions.iter().find(|c| c.type_ == STALLED).expect("Stalled");
+        assert!(stalled.status);
+        assert_eq!(stalled.reason, "JobsLost");
+        assert_eq!(lost_jobs(&lost), vec!["ns/ch1/0/encode"]);
+        // Even a status that says `done` is not Ready while a job went down.
+        lost.phase = Some("done".to_owned());
+        assert!(!conditions_of(&lost).iter().any(|c| c.type_ == READY && c.status));
     }
 
     #[test]

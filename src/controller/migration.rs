@@ -359,7 +359,7 @@ async fn write_if_changed(
     mut next: JobMigrationStatus,
 ) -> Result<(), ReconcileError> {
     let generation = migration.meta().generation;
-    let observed = conditions_of(next.phase.as_deref(), next.reason.as_deref());
+    let observed = conditions_of(&next);
     next.conditions = conditions::merge(&previous.conditions, observed, generation);
     if !status::differs(previous, &next, |s: &mut JobMigrationStatus| &mut s.conditions) {
         return Ok(());

@@ -1,11 +1,13 @@
 //! What a `JobMigration`'s status says: the saga's phase with a timestamp
 //! per transition, source and target node and instance keys, whether the
-//! point of no return has passed, the reason, and conditions — `Ready` once
-//! `done`, `Stalled` when `aborted` or `lost` (or refused), `Reconciling`
-//! while in flight. Pure: the controller feeds it what the core reports.
+//! point of no return has passed, the reason, the rest of the job's
+//! co-located group moving with it, and conditions — `Ready` once `done`,
+//! `Stalled` when `aborted` or `lost` (or refused), `Reconciling` while in
+//! flight, each saying when the job moves with its group. Pure: the
+//! controller feeds it what the core reports.
 
 use crate::automanager::{MigrationPhase, MigrationState};
-use crate::crd::{JobMigrationStatus, PhaseTransition};
+use crate::crd::{GroupMemberStatus, JobMigrationStatus, PhaseTransition};
 use crate::model::UnixMillis;
 
 use super::conditions::{Observed, READY, STALLED};
@@ -44,7 +46,24 @@ pub fn status_of(state: &MigrationState) -> JobMigrationStatus {
         target_instance_key: Some(state.target_key.to_string()),
         point_of_no_return_passed: state.past_point_of_no_return,
         reason: state.reason.clone(),
+        group: state
+            .group
+            .iter()
+            .map(|p| GroupMemberStatus {
+                job_id: p.job_id.to_string(),
+                migration_id: p.migration_id.to_string(),
+            })
+            .collect(),
     }
+}
+
+/// `" with its co-located group (a, b)"`, or nothing for a job moving alone.
+pub fn group_words(group: &[GroupMemberStatus]) -> String {
+    if group.is_empty() {
+        return String::new();
+    }
+    let jobs: Vec<&str> = group.iter().map(|m| m.job_id.as_str()).collect();
+    format!(" with its co-located group ({})", jobs.join(", "))
 }
 
 /// Whether `state` is the migration a status recorded: ids restart with
@@ -76,12 +95,14 @@ pub fn ended_without_core(
     next
 }
 
-/// The conditions of a migration in `phase` (none before it started).
-pub fn conditions_of(phase: Option<&str>, reason: Option<&str>) -> Vec<Observed> {
-    let why = reason.unwrap_or_default().to_owned();
-    match phase {
+/// The conditions of a migration whose status is `status` (its phase none
+/// before it started, when it was refused).
+pub fn conditions_of(status: &JobMigrationStatus) -> Vec<Observed> {
+    let why = status.reason.clone().unwrap_or_default();
+    let with = group_words(&status.group);
+    match status.phase.as_deref() {
         Some("done") => vec![
-            Observed::yes(READY, "Migrated", "the job runs on the target"),
+            Observed::yes(READY, "Migrated", format!("the job runs on the target{with}")),
             Observed::no(RECONCILING, "Migrated", ""),
             Observed::no(STALLED, "Migrated", why),
         ],
@@ -95,9 +116,10 @@ pub fn conditions_of(phase: Option<&str>, reason: Option<&str>) -> Vec<Observed>
         }
         Some(running) => {
             let reason = camel(running);
+            let moving = format!("the migration is {running}{with}");
             vec![
-                Observed::no(READY, reason.clone(), format!("the migration is {running}")),
-                Observed::yes(RECONCILING, reason, format!("the migration is {running}")),
+                Observed::no(READY, reason.clone(), moving.clone()),
+                Observed::yes(RECONCILING, reason, moving),
                 Observed::no(STALLED, "InProgress", why),
             ]
         }
@@ -136,6 +158,7 @@ mod tests {
             past_point_of_no_return: false,
             phase_deadline: None,
             reason: None,
+            group: Vec::new(),
         }
     }
 
@@ -158,18 +181,47 @@ mod tests {
         assert!(!is_recorded(&state(MigrationPhase::Placing), "ns/b/0/other", &recorded));
     }
 
+    fn at(phase: &str, reason: Option<&str>) -> JobMigrationStatus {
+        JobMigrationStatus {
+            phase: Some(phase.to_owned()),
+            reason: reason.map(str::to_owned),
+            ..JobMigrationStatus::default()
+        }
+    }
+
     #[test]
     fn only_done_is_ready_and_lost_stalls_with_its_reason() {
         assert!(
-            conditions_of(Some("done"), None)
+            conditions_of(&at("done", None))
                 .iter()
                 .any(|c| c.type_ == READY && c.status)
         );
-        let lost = conditions_of(Some("lost"), Some("restarted in stoppingSource"));
+        let lost = conditions_of(&at("lost", Some("restarted in stoppingSource")));
         assert!(
             lost.iter()
                 .any(|c| c.type_ == STALLED && c.status && c.reason == "Lost")
         );
         assert!(!lost.iter().any(|c| c.type_ == READY && c.status));
+    }
+
+    #[test]
+    fn a_job_moving_with_its_group_says_so_in_status_and_conditions() {
+        let mut moving = state(MigrationPhase::AwaitingGroup);
+        moving.group = vec![crate::automanager::GroupPeer {
+            job_id: "ns/b/0/package".into(),
+            migration_id: MigrationId::of_tag(2),
+        }];
+        let status = status_of(&moving);
+        assert_eq!(status.phase.as_deref(), Some("awaitingGroup"));
+        assert_eq!(status.group[0].job_id, "ns/b/0/package");
+        assert_eq!(status.group[0].migration_id, "00000002");
+        let reconciling = conditions_of(&status)
+            .into_iter()
+            .find(|c| c.type_ == RECONCILING)
+            .expect("Reconciling");
+        assert_eq!(
+            reconciling.message,
+            "the migration is awaitingGroup with its co-located group (ns/b/0/package)"
+        );
     }
 }

@@ -99,12 +99,13 @@ pub struct NodeDrainSpec {
 pub struct DrainJobStatus {
     /// The runtime job.
     pub job_id: String,
-    /// `migrating`, `migrated`, `moved`, `stuck` or `terminated`.
+    /// `migrating`, `migrated`, `moved`, `stuck` or `terminated` (it went
+    /// down with the node: never counted as moved off).
     pub status: String,
     /// Its migration, while one runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration_id: Option<String>,
-    /// Why it is stuck.
+    /// Why it is stuck, or how it went down with the node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -113,11 +114,15 @@ pub struct DrainJobStatus {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeDrainStatus {
-    /// `Ready` (the drain ended `done`), `Stalled` (`partial` / `failed`).
+    /// `Ready` (the drain ended `done`: every job moved off), `Stalled`
+    /// (`partial` / `failed`; reason `JobsLost` when jobs went down with the
+    /// node).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
-    /// `migrating`, `waiting`, `terminating`, `done`, `partial` or `failed`.
+    /// `migrating`, `waiting`, `terminating`, `done` (every job moved off,
+    /// the node terminated), `partial` (jobs stuck at the timeout, or
+    /// `terminated` with the node) or `failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
     /// When the drain started (RFC 3339).

@@ -70,6 +70,16 @@ pub struct PhaseTransition {
     pub at: String,
 }
 
+/// Another job of the migrating job's co-located group.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupMemberStatus {
+    /// The runtime job.
+    pub job_id: String,
+    /// Its own migration, to the same target.
+    pub migration_id: String,
+}
+
 /// What the migration saga reports.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -102,6 +112,13 @@ pub struct JobMigrationStatus {
     /// The source has been told to stop: no clean rollback any more.
     #[serde(default)]
     pub point_of_no_return_passed: bool,
+    /// The rest of the job's co-located group (`coLocateWith`,
+    /// `sameNodeDefault`), moving with it to the same target, each in a
+    /// migration of its own: a job of a group never moves alone. Empty when
+    /// the job moves alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["jobId"]))]
+    pub group: Vec<GroupMemberStatus>,
     /// Why it was aborted or failed forward; after a restart, whether it
     /// was resumed or failed forward from its recorded phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -21,7 +21,7 @@ pub use drain::{
     DrainJobStatus, Interruption, InterruptionKind, MigrationStrategy, NodeDrain, NodeDrainSpec, NodeDrainStatus,
 };
 pub use hot_spare::{HotSparePolicy, HotSparePolicySpec, HotSparePolicyStatus};
-pub use migration::{JobMigration, JobMigrationSpec, JobMigrationStatus, PhaseTransition};
+pub use migration::{GroupMemberStatus, JobMigration, JobMigrationSpec, JobMigrationStatus, PhaseTransition};
 pub use node::{NodeInventoryStatus, NorskNode, NorskNodeSpec, NorskNodeStatus};
 pub use node_placement::{
     MAX_LISTED_RESERVATIONS, NodePlacementStatus, NodeStatusError, OmittedReservations, SkippedNode, fleet_snapshot,

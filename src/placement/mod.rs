@@ -28,6 +28,7 @@ pub use engine::{
 };
 pub use filter::{Filter, Rejection, RejectionOf};
 pub use fleet::{FleetError, FleetView, Name};
+pub(crate) use groups::JobGroups;
 pub use key::PlacementKey;
 pub use plan::{PlanError, PlanRow, PlannedOutcome, plan_bundles};
 pub use rankings::Rankings;

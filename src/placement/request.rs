@@ -44,6 +44,11 @@ pub struct PlacementRequest<'a> {
     pub target_node: Option<&'a NodeId>,
     /// May take a spare exclusively reserved for other templates.
     pub override_reservation: bool,
+    /// The job moves off this node together with its co-located group (a
+    /// group migration): the group's instances there are leaving with it,
+    /// so they are not placed peers. The job is then its group's first
+    /// mover, sized for the whole group, and may provision a node for it.
+    pub moving_group_from: Option<&'a NodeId>,
     /// Record the trace (every node's rejection or key, every tier's
     /// provisioning decision). Off for speed.
     pub trace: bool,
@@ -61,6 +66,7 @@ impl<'a> PlacementRequest<'a> {
             recovery: None,
             target_node: None,
             override_reservation: bundle.override_reservation,
+            moving_group_from: None,
             trace: false,
         }
     }
@@ -77,6 +83,15 @@ impl<'a> PlacementRequest<'a> {
     pub fn pinned_to(self, node: &'a NodeId) -> Self {
         PlacementRequest {
             target_node: Some(node),
+            ..self
+        }
+    }
+
+    /// The same request for a job moving off `source` with its co-located
+    /// group (see [`Self::moving_group_from`]).
+    pub fn moving_group_from(self, source: &'a NodeId) -> Self {
+        PlacementRequest {
+            moving_group_from: Some(source),
             ..self
         }
     }
@@ -247,7 +262,13 @@ impl<'a> Demand<'a> {
 
         let groups = JobGroups::of(bundle);
         let group: Vec<usize> = groups.members(job_index).collect();
-        let peers = placed_peers(view, &request);
+        // A group moving off its node leaves its instances there behind: they
+        // are neither the company it must join nor failure-domain peers.
+        let moving_from = request.moving_group_from.and_then(|id| view.node_index(id));
+        let peers: Vec<Peer> = placed_peers(view, &request)
+            .into_iter()
+            .filter(|p| !(moving_from == Some(p.node) && is_member(bundle, &group, &p.name)))
+            .collect();
         let co_located_with = peers.iter().find(|p| is_member(bundle, &group, &p.name)).cloned();
         // "The first mover of a co-located group sizes its node for the whole
         // group"; a later member only needs room for itself.

@@ -106,3 +106,77 @@ pub enum NoProvisionReason {
     /// No candidate shape fits the job (or its group).
     NoShapeFits,
 }
+
+impl std::fmt::Display for NoProvisionReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoProvisionReason::PinnedTarget => write!(f, "a pinned target never provisions"),
+            NoProvisionReason::FixedTier => write!(f, "fixed tier"),
+            NoProvisionReason::CoLocatedPeerPlaced => write!(f, "a co-located peer is already placed"),
+            NoProvisionReason::PeerAzUnknownForNewNode => write!(f, "sameAz hard: a new node's AZ is unknown"),
+            NoProvisionReason::AtMaxNodes { nodes, max_nodes } => write!(f, "at maxNodes ({nodes} of {max_nodes})"),
+            NoProvisionReason::NoShapeFits => write!(f, "no candidate instance type fits"),
+        }
+    }
+}
+
+/// How many rejected nodes of one tier [`Trace::why_not_placed`] names
+/// before it only counts the rest.
+const NODES_NAMED_PER_TIER: usize = 5;
+
+impl Trace {
+    /// Why the walk placed nothing, in words, tier by tier (`tier cluster:
+    /// b: needs 3 vCPU, 2 free; c: host port 1935/tcp taken; not
+    /// provisioned: fixed tier. tier aws: ...`): each node of the tier with
+    /// the filter that rejected it and its numbers (needed against free),
+    /// then why the tier did not provision. Nodes of other pools or tiers,
+    /// nodes a pin rules out and the node a re-placement leaves are not
+    /// named.
+    pub fn why_not_placed(&self) -> String {
+        let tiers: Vec<String> = self
+            .tiers
+            .iter()
+            .map(|tier| {
+                let rejected: Vec<String> = tier
+                    .nodes
+                    .iter()
+                    .filter_map(|n| match &n.verdict {
+                        Verdict::Rejected { filter, rejection }
+                            if !matches!(
+                                filter,
+                                Filter::TargetNode | Filter::Pool | Filter::Tier | Filter::RecoveryExclusion
+                            ) =>
+                        {
+                            Some(format!("{}: {rejection}", n.node_id))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                let mut words = format!("tier {}", tier.tier);
+                if rejected.is_empty() {
+                    words.push_str(": no node to take it");
+                } else {
+                    let named = rejected.len().min(NODES_NAMED_PER_TIER);
+                    words.push_str(": ");
+                    words.push_str(&rejected[..named].join("; "));
+                    if rejected.len() > named {
+                        words.push_str(&format!(" and {} more", rejected.len() - named));
+                    }
+                }
+                match &tier.decision {
+                    TierDecision::NotProvisioned { why } => words.push_str(&format!("; not provisioned: {why}")),
+                    TierDecision::Placed { node_id } => words.push_str(&format!("; placed on {node_id}")),
+                    TierDecision::Provision { instance_type } => {
+                        words.push_str(&format!("; provisions {instance_type}"))
+                    }
+                }
+                words
+            })
+            .collect();
+        if tiers.is_empty() {
+            "the pool has no tier".to_owned()
+        } else {
+            tiers.join(". ")
+        }
+    }
+}

@@ -1,6 +1,8 @@
 //! `drain` and `interrupt`: create a `NodeDrain` and follow it until it ends, with a progress
 //! bar of the node's jobs (moved off / all). The drain's end is its phase: `done`, `partial`
-//! or `failed` (the seed's `DrainState`).
+//! or `failed` (the seed's `DrainState`) — and `done` is reported (exit 0) only when every job
+//! moved off: a job that went down with the node is named, and the exit code is 1, whatever
+//! the phase says.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -11,6 +13,7 @@ use kube::api::PostParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
+use crate::controller::drain_status::{every_job_moved, lost_jobs};
 use crate::crd::{Interruption, InterruptionKind, MigrationStrategy, NodeDrain, NodeDrainSpec, NodeDrainStatus};
 
 use super::PluginError;
@@ -20,6 +23,9 @@ use super::PluginError;
 pub enum DrainEnd {
     /// Every job moved off; the node terminated.
     Done,
+    /// The node was terminated with jobs still on it: they went down with it (the reason
+    /// names them).
+    JobsLost(String),
     /// Some jobs stuck (the drain's reason says which).
     Partial(String),
     /// The drain failed.
@@ -89,24 +95,56 @@ fn kubernetes_name(node_id: &str) -> String {
     }
 }
 
-/// Jobs moved off (or ended) and jobs in all, from the drain's status.
+/// Jobs moved off and jobs in all, from the drain's status (a job that went down with the
+/// node did not move off).
 pub fn progress(status: &NodeDrainStatus) -> (u64, u64) {
-    let finished = status
+    let moved = status
         .jobs
         .iter()
-        .filter(|j| matches!(j.status.as_str(), "migrated" | "moved" | "terminated"))
+        .filter(|j| matches!(j.status.as_str(), "migrated" | "moved"))
         .count();
-    (finished as u64, status.jobs.len() as u64)
+    (moved as u64, status.jobs.len() as u64)
 }
 
-/// The end the status reports, if the drain has ended.
+/// The end the status reports, if the drain has ended: `done` only when every job moved off.
 pub fn end(status: &NodeDrainStatus) -> Option<DrainEnd> {
     let reason = || status.reason.clone().unwrap_or_default();
-    match status.phase.as_deref()? {
-        "done" => Some(DrainEnd::Done),
+    let phase = status.phase.as_deref()?;
+    if !matches!(phase, "done" | "partial" | "failed") {
+        return None;
+    }
+    let lost = lost_jobs(status);
+    if !lost.is_empty() {
+        let detail = status
+            .jobs
+            .iter()
+            .filter(|j| j.status == "terminated")
+            .map(|j| match &j.reason {
+                Some(why) => format!("{} ({why})", j.job_id),
+                None => j.job_id.clone(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let why = match status.reason.as_deref() {
+            Some(reason) if !reason.is_empty() => format!("{reason}; went down with the node: {detail}"),
+            _ => format!("went down with the node: {detail}"),
+        };
+        return Some(DrainEnd::JobsLost(why));
+    }
+    match phase {
+        "done" if every_job_moved(status) => Some(DrainEnd::Done),
+        "done" => Some(DrainEnd::Partial(format!(
+            "the node was terminated but not every job moved off: {}",
+            status
+                .jobs
+                .iter()
+                .filter(|j| !matches!(j.status.as_str(), "migrated" | "moved"))
+                .map(|j| format!("{} is {}", j.job_id, j.status))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
         "partial" => Some(DrainEnd::Partial(reason())),
-        "failed" => Some(DrainEnd::Failed(reason())),
-        _ => None,
+        _ => Some(DrainEnd::Failed(reason())),
     }
 }
 
@@ -144,6 +182,10 @@ pub async fn create_and_follow(client: Client, drain: NodeDrain, no_wait: bool) 
         DrainEnd::Done => {
             println!("nodedrain/{name} done: every job moved off, node terminated");
             Ok(ExitCode::SUCCESS)
+        }
+        DrainEnd::JobsLost(reason) => {
+            eprintln!("nodedrain/{name} lost jobs: {reason}");
+            Ok(ExitCode::FAILURE)
         }
         DrainEnd::Partial(reason) => {
             eprintln!("nodedrain/{name} ended partial: {reason}");
@@ -210,7 +252,31 @@ mod tests {
             ],
             ..NodeDrainStatus::default()
         };
-        assert_eq!(progress(&status), (3, 5));
+        assert_eq!(progress(&status), (2, 5), "a terminated job did not move off");
+    }
+
+    #[test]
+    fn a_drain_whose_node_took_a_job_down_is_never_reported_done() {
+        let mut terminated = job("terminated");
+        terminated.job_id = "default/ch1/0/encode".to_owned();
+        terminated.reason = Some("still on the node when it was terminated".to_owned());
+        let status = NodeDrainStatus {
+            phase: Some("done".to_owned()),
+            jobs: vec![job("migrated"), terminated],
+            ..NodeDrainStatus::default()
+        };
+        let Some(DrainEnd::JobsLost(why)) = end(&status) else {
+            panic!("reported {:?}", end(&status));
+        };
+        assert!(
+            why.contains("default/ch1/0/encode (still on the node when it was terminated)"),
+            "{why}"
+        );
+        let partial = NodeDrainStatus {
+            phase: Some("partial".to_owned()),
+            ..status
+        };
+        assert!(matches!(end(&partial), Some(DrainEnd::JobsLost(_))));
     }
 
     #[test]

@@ -1,11 +1,58 @@
-//! `migrate`: a `JobMigration` in the bundle's namespace; the operator runs the saga.
+//! `migrate`: a `JobMigration` in the bundle's namespace; the operator runs the saga. By
+//! default the command waits until the operator has accepted the migration (the saga started;
+//! exit 0) or refused it (exit 1, with the operator's reason), and says when the job moves
+//! with its co-located group; `--no-wait` returns once the resource is created.
 
+use std::process::ExitCode;
+
+use futures::StreamExt;
 use kube::api::PostParams;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
-use crate::crd::{JobMigration, JobMigrationSpec, MigrationStrategy};
+use crate::controller::migration_status::{group_words, is_ended_name};
+use crate::crd::{JobMigration, JobMigrationSpec, JobMigrationStatus, MigrationStrategy};
 
 use super::PluginError;
+
+/// How the operator answered a `JobMigration`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MigrationAnswer {
+    /// The saga started (and is where `phase` says); `summary` says what moves where.
+    Accepted {
+        /// The saga's phase when seen.
+        phase: String,
+        /// What moves where, with the co-located group moving along.
+        summary: String,
+    },
+    /// The saga started and has already ended short of `done` (`aborted`, `lost`).
+    Failed(String),
+    /// The operator refused it (the job not running, nowhere to go, ...).
+    Refused(String),
+}
+
+/// The answer a status gives, if the operator has answered yet.
+pub fn answer(status: &JobMigrationStatus) -> Option<MigrationAnswer> {
+    let Some(phase) = status.phase.clone() else {
+        // Refused: no saga, the reason recorded.
+        return status.reason.clone().map(MigrationAnswer::Refused);
+    };
+    let id = status.migration_id.clone().unwrap_or_default();
+    let node = |n: &Option<String>| n.clone().unwrap_or_else(|| "?".to_owned());
+    if is_ended_name(&phase) && phase != "done" {
+        let why = status.reason.clone().unwrap_or_default();
+        return Some(MigrationAnswer::Failed(format!("migration {id} ended {phase}: {why}")));
+    }
+    Some(MigrationAnswer::Accepted {
+        summary: format!(
+            "migration {id} moves the job from {} to {}{}",
+            node(&status.source_node_id),
+            node(&status.target_node_id),
+            group_words(&status.group)
+        ),
+        phase,
+    })
+}
 
 /// The JobMigration `migrate` creates (named `<bundle>-<job>-` plus a suffix the API server
 /// chooses, so a job can be migrated again later).
@@ -42,4 +89,108 @@ pub async fn create(client: Client, namespace: &str, migration: JobMigration) ->
         .await
         .map_err(PluginError::request(format!("create jobmigration in {namespace}")))?;
     Ok(created.name_any())
+}
+
+/// Creates `migration` in `namespace`; unless `no_wait`, waits for the operator's answer.
+pub async fn create_and_wait(
+    client: Client,
+    namespace: &str,
+    migration: JobMigration,
+    no_wait: bool,
+) -> Result<ExitCode, PluginError> {
+    let name = create(client.clone(), namespace, migration).await?;
+    println!("jobmigration/{name} created");
+    if no_wait {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let api: Api<JobMigration> = Api::namespaced(client, namespace);
+    match wait_for_answer(&api, &name).await? {
+        MigrationAnswer::Accepted { phase, summary } => {
+            println!("jobmigration/{name} accepted ({phase}): {summary}");
+            Ok(ExitCode::SUCCESS)
+        }
+        MigrationAnswer::Failed(why) => {
+            eprintln!("jobmigration/{name} failed: {why}");
+            Ok(ExitCode::FAILURE)
+        }
+        MigrationAnswer::Refused(why) => {
+            eprintln!("jobmigration/{name} refused: {why}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// Watches JobMigration `name` until the operator has answered it.
+pub async fn wait_for_answer(api: &Api<JobMigration>, name: &str) -> Result<MigrationAnswer, PluginError> {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    // The watcher re-lists after an error; the backoff keeps that from spinning.
+    let mut migrations = watcher(api.clone(), config).default_backoff().applied_objects().boxed();
+    while let Some(next) = migrations.next().await {
+        let migration = match next {
+            Ok(migration) => migration,
+            Err(source) => {
+                tracing::debug!(%name, error = %source, "watch of the migration interrupted; resuming");
+                continue;
+            }
+        };
+        if let Some(answer) = migration.status.as_ref().and_then(answer) {
+            return Ok(answer);
+        }
+    }
+    Err(PluginError::LostMigration(name.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::GroupMemberStatus;
+
+    #[test]
+    fn no_answer_before_the_operator_wrote_one() {
+        assert_eq!(answer(&JobMigrationStatus::default()), None);
+    }
+
+    #[test]
+    fn a_refusal_is_the_recorded_reason_without_a_saga() {
+        let refused = JobMigrationStatus {
+            reason: Some("job default/ch1/0/package is not running".to_owned()),
+            ..JobMigrationStatus::default()
+        };
+        assert_eq!(
+            answer(&refused),
+            Some(MigrationAnswer::Refused(
+                "job default/ch1/0/package is not running".to_owned()
+            ))
+        );
+    }
+
+    #[test]
+    fn an_accepted_migration_says_its_group_moves_with_it() {
+        let accepted = JobMigrationStatus {
+            migration_id: Some("0000abcd".to_owned()),
+            phase: Some("preparing".to_owned()),
+            source_node_id: Some("node-a".to_owned()),
+            target_node_id: Some("node-s1".to_owned()),
+            group: vec![GroupMemberStatus {
+                job_id: "default/ch1/0/encode".to_owned(),
+                migration_id: "0000abce".to_owned(),
+            }],
+            ..JobMigrationStatus::default()
+        };
+        assert_eq!(
+            answer(&accepted),
+            Some(MigrationAnswer::Accepted {
+                phase: "preparing".to_owned(),
+                summary: "migration 0000abcd moves the job from node-a to node-s1 with its co-located group \
+                          (default/ch1/0/encode)"
+                    .to_owned(),
+            })
+        );
+        let aborted = JobMigrationStatus {
+            phase: Some("aborted".to_owned()),
+            reason: Some("preparing deadline passed".to_owned()),
+            ..accepted
+        };
+        assert!(matches!(answer(&aborted), Some(MigrationAnswer::Failed(_))));
+    }
 }

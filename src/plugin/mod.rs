@@ -20,7 +20,7 @@ use crate::controller::node_status::DEFAULT_FLEET;
 use crate::crd::{InterruptionKind, MigrationStrategy};
 
 pub use drain::{DrainEnd, drain_resource, follow_drain, interruption_resource};
-pub use migrate::migration_resource;
+pub use migrate::{MigrationAnswer, migration_resource};
 pub use nodes::set_cordoned;
 pub use plan::{FleetSource, PlanWarning, Planned};
 
@@ -90,7 +90,8 @@ pub enum Command {
         #[arg(long)]
         no_wait: bool,
     },
-    /// Move one running job of a bundle to another node.
+    /// Move one running job of a bundle to another node (with its co-located group). Waits
+    /// until the operator accepts (exit 0) or refuses (exit 1) the migration.
     Migrate {
         /// The bundle.
         bundle: String,
@@ -108,6 +109,10 @@ pub enum Command {
         /// May take an exclusively reserved spare.
         #[arg(long)]
         override_reservation: bool,
+        /// Create the migration and return, without waiting for the operator to accept or
+        /// refuse it.
+        #[arg(long)]
+        no_wait: bool,
     },
     /// Tell the operator a provider is taking the node back: a forced drain sized to the
     /// deadline. Follows it like `drain`.
@@ -208,6 +213,9 @@ pub enum PluginError {
     /// The drain's watch ended before the drain did.
     #[error("lost track of NodeDrain {0}")]
     LostDrain(String),
+    /// The migration's watch ended before the operator answered.
+    #[error("lost track of JobMigration {0}")]
+    LostMigration(String),
     /// Planning failed.
     #[error(transparent)]
     Plan(#[from] plan::PlanError),
@@ -301,11 +309,10 @@ pub async fn run(client: Client, namespace: &str, command: Command) -> Result<Ex
             to,
             strategy,
             override_reservation,
+            no_wait,
         } => {
             let migration = migration_resource(&bundle, &job, replica, to, strategy.into(), override_reservation);
-            let name = migrate::create(client, namespace, migration).await?;
-            println!("jobmigration/{name} created");
-            Ok(ExitCode::SUCCESS)
+            migrate::create_and_wait(client, namespace, migration, no_wait).await
         }
     }
 }

@@ -8,6 +8,18 @@
 //! stuck jobs on it; they are then recovered per their `onRuntimeFailure`
 //! when Manager reports the node stopping.
 //!
+//! Groups are the unit of movement: the jobs of a co-located group on the
+//! node are migrated together (see [`super::migration::group`]), each with
+//! its own `strategyFor` strategy, and a group that cannot move is `stuck`
+//! as a whole, every member with the same reason.
+//!
+//! Outcomes are what happened to the jobs: a drain is `done` only when
+//! every job left the node before it went (`migrated`, or `moved` some
+//! other way). A job still on the node when it is terminated, or when it
+//! stops under the drain, went down with it: it is `terminated` (never
+//! `moved`), and the drain ends `partial` (terminated by the drain itself)
+//! or `failed` (the node went under it), the reason naming those jobs.
+//!
 //! This module owns the drains and the cordon flag's meaning; it never
 //! places a job itself (the saga does), and it never changes a binding.
 
@@ -218,8 +230,12 @@ impl AutoManagerCore {
         }
         self.cordon_node(node_id)?;
         let bound = self.jobs_bound_to(node_id);
-        let mut jobs = Vec::with_capacity(bound.len());
+        let mut jobs: Vec<DrainJob> = Vec::with_capacity(bound.len());
         for job_id in bound {
+            // Already taken with its co-located group.
+            if jobs.iter().any(|j| j.job_id == job_id) {
+                continue;
+            }
             if let Some(bundle_id) = self
                 .jobs
                 .get(&job_id)
@@ -236,27 +252,40 @@ impl AutoManagerCore {
                 });
                 continue;
             }
-            let strategy = options.strategy_for.strategy(&job_id);
-            let options = MigrationOptions {
-                strategy,
-                ..MigrationOptions::default()
-            };
-            jobs.push(match self.migrate_job(&job_id, &options, now) {
-                Ok(migration_id) => DrainJob {
+            // A co-located group moves as a unit, each job with its own
+            // strategy; refused, the whole group is stuck with the reason.
+            let group = self.moving_group(&job_id, node_id);
+            let strategy_for = &options.strategy_for;
+            match self.migrate_with_group(
+                &job_id,
+                &MigrationOptions::default(),
+                &|job| strategy_for.strategy(job),
+                now,
+            ) {
+                Ok(started) => jobs.extend(started.into_iter().map(|(job_id, migration_id)| DrainJob {
                     job_id,
                     status: DrainJobStatus::Migrating,
                     migration_id: Some(migration_id),
                     reason: None,
-                },
+                })),
                 // Refused (not running, not placed here, already migrating)
                 // or nowhere to place the target: stuck where it is.
-                Err(refusal) => DrainJob {
-                    job_id,
-                    status: DrainJobStatus::Stuck,
-                    migration_id: None,
-                    reason: Some(refusal.to_string()),
-                },
-            });
+                Err(refusal) => {
+                    let reason = refusal.to_string();
+                    jobs.extend(
+                        group
+                            .into_iter()
+                            .filter(|member| !jobs.iter().any(|j| &j.job_id == member))
+                            .map(|job_id| DrainJob {
+                                job_id,
+                                status: DrainJobStatus::Stuck,
+                                migration_id: None,
+                                reason: Some(reason.clone()),
+                            })
+                            .collect::<Vec<_>>(),
+                    );
+                }
+            }
         }
         let timeout_ms = options.timeout_ms.unwrap_or(DEFAULT_DRAIN_TIMEOUT_MS);
         let migrating = jobs.iter().any(|j| j.status == DrainJobStatus::Migrating);
@@ -321,6 +350,9 @@ impl AutoManagerCore {
             return;
         }
         let mut state = drain.state.clone();
+        // A job that leaves the node because the node goes has gone down
+        // with it: `terminated`, never `moved`.
+        let node_went = self.fleet.get(node_id).is_none_or(|n| n.terminated || n.is_going());
         for job in &mut state.jobs {
             let on_node = self.jobs.get(&job.job_id).is_some_and(|r| r.is_bound_to(node_id));
             match job.status {
@@ -335,8 +367,32 @@ impl AutoManagerCore {
                             job.status = DrainJobStatus::Stuck;
                             job.reason = Some(reason.clone().unwrap_or_else(|| format!("migration {end:?}")));
                         }
-                        _ => job.status = DrainJobStatus::Moved,
+                        Some((Some(end), reason)) => {
+                            let why = reason.clone().unwrap_or_else(|| format!("migration {end:?}"));
+                            if node_went {
+                                job.status = DrainJobStatus::Terminated;
+                                job.reason = Some(format!("went down with the node ({why})"));
+                            } else {
+                                job.status = DrainJobStatus::Moved;
+                                job.reason = Some(format!("left the node otherwise: its migration ended ({why})"));
+                            }
+                        }
+                        None if node_went => {
+                            job.status = DrainJobStatus::Terminated;
+                            job.reason = Some("went down with the node".to_owned());
+                        }
+                        None => job.status = DrainJobStatus::Moved,
                     }
+                }
+                DrainJobStatus::Stuck if !on_node && node_went => {
+                    job.status = DrainJobStatus::Terminated;
+                    job.reason = Some(format!(
+                        "went down with the node{}",
+                        job.reason
+                            .as_ref()
+                            .map(|r| format!(" (stuck: {r})"))
+                            .unwrap_or_default()
+                    ));
                 }
                 DrainJobStatus::Stuck if !on_node => {
                     job.status = DrainJobStatus::Moved;
@@ -356,8 +412,12 @@ impl AutoManagerCore {
             && !self.hosts_migration_target(node_id);
         match node {
             None => {
+                mark_terminated(&mut state);
                 state.phase = DrainPhase::Failed;
-                state.reason = Some("the node left the fleet before the drain finished".to_owned());
+                state.reason = Some(format!(
+                    "the node left the fleet before the drain finished{}",
+                    lost_words(&state)
+                ));
             }
             // Terminated outside the drain's own emptying (a forced
             // timeout, `terminateNode`, `evictNode`, a provision's startup
@@ -367,8 +427,12 @@ impl AutoManagerCore {
                 state.phase = DrainPhase::Terminating;
             }
             Some(n) if n.is_going() => {
+                mark_terminated(&mut state);
                 state.phase = DrainPhase::Failed;
-                state.reason = Some("the node stopped before the drain finished".to_owned());
+                state.reason = Some(format!(
+                    "the node stopped before the drain finished{}",
+                    lost_words(&state)
+                ));
             }
             Some(_) if empty => {
                 state.phase = DrainPhase::Terminating;
@@ -442,6 +506,12 @@ impl AutoManagerCore {
                 state.phase = DrainPhase::Failed;
                 state.reason = Some(format!("terminating the node failed: {}", f.message));
             }
+            // "Done" only when every job moved: a job that went down with
+            // the node makes the drain `partial`, whatever was asked.
+            _ if state.jobs.iter().any(|j| !j.status.left_the_node()) => {
+                state.phase = DrainPhase::Partial;
+                state.reason = Some(format!("the node was terminated{}", lost_words(&state)));
+            }
             _ => state.phase = DrainPhase::Done,
         }
         self.publish_drain(node_id, state);
@@ -459,8 +529,8 @@ impl AutoManagerCore {
     }
 }
 
-/// Jobs still migrating or stuck when the node's terminate was issued go
-/// down with it.
+/// Jobs still migrating or stuck when the node's terminate was issued (or
+/// when it went) go down with it.
 fn mark_terminated(state: &mut DrainState) {
     for job in &mut state.jobs {
         if matches!(job.status, DrainJobStatus::Migrating | DrainJobStatus::Stuck) {
@@ -468,4 +538,23 @@ fn mark_terminated(state: &mut DrainState) {
             job.reason = Some("still on the node when it was terminated".to_owned());
         }
     }
+}
+
+/// `" with N job(s) still on it, which recover per their onRuntimeFailure:
+/// a, b"`, or nothing when every job had left.
+fn lost_words(state: &DrainState) -> String {
+    let lost: Vec<String> = state
+        .jobs
+        .iter()
+        .filter(|j| j.status == DrainJobStatus::Terminated)
+        .map(|j| j.job_id.to_string())
+        .collect();
+    if lost.is_empty() {
+        return String::new();
+    }
+    format!(
+        " with {} job(s) still on it, which recover per their onRuntimeFailure: {}",
+        lost.len(),
+        lost.join(", ")
+    )
 }

@@ -21,10 +21,13 @@ pub enum DrainPhase {
     Waiting,
     /// The terminate has been issued; Manager has not answered yet.
     Terminating,
-    /// The node was terminated.
+    /// The node was terminated and every job had left it first (migrated,
+    /// or moved some other way): nothing went down with it.
     Done,
-    /// The timeout passed with jobs stuck: nothing was terminated and the
-    /// node stays cordoned.
+    /// Not every job left: the timeout passed with jobs stuck (nothing was
+    /// terminated and the node stays cordoned), or a forced drain
+    /// terminated the node with jobs still on it (they are `terminated` and
+    /// recover per their `onRuntimeFailure`; the reason names them).
     Partial,
     /// The drain could not finish: the terminate was refused, the node
     /// stopped under it, or an uncordon cancelled it.
@@ -52,9 +55,18 @@ pub enum DrainJobStatus {
     /// The saga refused it, placement found nowhere for it, or its
     /// migration aborted: it stays where it is until the timeout.
     Stuck,
-    /// The node was terminated with it still on it (a forced drain at its
-    /// timeout, an eviction); it is recovered per its `onRuntimeFailure`.
+    /// It went down with the node: the node was terminated with it still
+    /// on it (a forced drain at its timeout, an eviction) or stopped under
+    /// it; it is recovered per its `onRuntimeFailure`. Never counted as
+    /// moved.
     Terminated,
+}
+
+impl DrainJobStatus {
+    /// Whether the job left the node before it went (`migrated`, `moved`).
+    pub fn left_the_node(self) -> bool {
+        matches!(self, Self::Migrated | Self::Moved)
+    }
 }
 
 /// One job of a drain.

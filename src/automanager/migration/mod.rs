@@ -6,12 +6,14 @@
 //! through the ordinary placement path ([`start`]), driving each strategy
 //! through its phases on Manager's events ([`observe`]), and deadlines,
 //! aborts and `close()` ([`wind_down`]). The `migration` settings and the
-//! refusals have a file each.
+//! refusals have a file each. Co-located jobs move as a unit: [`group`]
+//! says how a group is placed onto one target and cut over together.
 //!
 //! The job's record ([`super::binding::JobRecord`]) carries the migration
 //! claim: the target instance, reserved on its node next to the source for
 //! as long as both exist, and moved into the binding at `done`.
 
+pub mod group;
 mod observe;
 mod rebind;
 mod refusal;
@@ -19,6 +21,7 @@ mod settings;
 mod start;
 mod wind_down;
 
+pub use group::GroupPeer;
 pub use refusal::MigrationRefusal;
 pub use settings::{
     DEFAULT_MIGRATION_HANDOVER_STEP_TIMEOUT_MS, DEFAULT_MIGRATION_PLACING_TIMEOUT_MS,
@@ -109,6 +112,10 @@ pub struct MigrationOptions {
 /// - `handover`: `placing -> starting -> awaitingReady -> stoppingOutput ->
 ///   applying -> stoppingSource -> done`
 ///
+/// A member of a co-located group moving together waits in `awaitingGroup`
+/// just before its point of no return (after `preparing`, `starting` or
+/// `awaitingReady`) until the rest of its group is ready too.
+///
 /// Any phase before the point of no return may end `aborted`; after it a
 /// migration ends `done` (failing forward) or, when its target is lost or
 /// the AutoManager closes, `lost`.
@@ -127,6 +134,11 @@ pub enum MigrationPhase {
     /// `handover`: both instances were told (`propose`); waiting for the
     /// target's `target_ready`.
     AwaitingReady,
+    /// A member of a co-located group is ready to cross its point of no
+    /// return (its target prepared, running, or ready); waiting for the
+    /// rest of its group to be, so the group cuts over together. No
+    /// deadline of its own: each member it waits for has one.
+    AwaitingGroup,
     /// `handover`: the source was told to stop output at the target's
     /// payload (the point of no return); waiting for `source_stopped_at`.
     StoppingOutput,
@@ -212,6 +224,11 @@ pub struct MigrationState {
     /// Why it was aborted or lost, or how it failed forward.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The rest of the job's co-located group, each moving with it to the
+    /// same target in a migration of its own (empty when the job moves
+    /// alone): "groups are the unit of movement".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub group: Vec<GroupPeer>,
 }
 
 impl MigrationState {
@@ -258,6 +275,9 @@ pub(crate) struct Migrations {
     stop_when_started: std::collections::BTreeSet<MigrationId>,
     /// Migrations whose source has been seen stopped.
     source_stopped: std::collections::BTreeSet<MigrationId>,
+    /// Members of a group waiting at its cut-over, with the step each takes
+    /// once the whole group is ready.
+    parked: BTreeMap<MigrationId, group::CutOver>,
     /// Sources told to stop, by job, until their stop is answered and
     /// they are seen stopped. Until then the job is not placed again: a new
     /// instance in the same slot would wear the same key, and a stop still
@@ -431,6 +451,7 @@ impl Migrations {
     fn mark_ended(&mut self, id: &MigrationId) {
         self.ended.push_back(id.clone());
         self.source_stopped.remove(id);
+        self.parked.remove(id);
         while self.ended.len() > ENDED_MIGRATIONS_KEPT {
             if let Some(old) = self.ended.pop_front() {
                 self.by_id.remove(&old);

@@ -7,6 +7,7 @@
 
 use crate::model::{InstanceKey, JobHistoryEntry, JobId, JobStopReason, MigrationSignal, NodeId, UnixMillis};
 
+use super::group::CutOver;
 use super::wind_down::Target;
 use super::{MigrationCall, MigrationId, MigrationPhase, MigrationStrategy};
 use crate::automanager::binding::BindingPhase;
@@ -74,7 +75,7 @@ impl AutoManagerCore {
     }
 
     /// The target runs: `overlap` stops the source (the point of no
-    /// return); `handover` proposes to both instances and waits for the
+    /// return, crossed with the rest of its group); `handover` proposes to both instances and waits for the
     /// target's ready; `stopThenStart`'s started target is done.
     fn target_running(&mut self, id: &MigrationId, now: UnixMillis) {
         let Some((state, _)) = self.in_flight(id) else {
@@ -90,10 +91,7 @@ impl AutoManagerCore {
             target.phase = BindingPhase::Running;
         }
         match (phase, strategy) {
-            (MigrationPhase::Starting, MigrationStrategy::Overlap) => {
-                self.stop_source(id);
-                self.enter_phase(id, MigrationPhase::StoppingSource, now);
-            }
+            (MigrationPhase::Starting, MigrationStrategy::Overlap) => self.cut_over(id, CutOver::StopSource, now),
             (MigrationPhase::Starting, MigrationStrategy::Handover) => {
                 self.signal(id, MigrationStep::Propose(MigrationStrategy::Handover));
                 self.enter_phase(id, MigrationPhase::AwaitingReady, now);
@@ -122,12 +120,9 @@ impl AutoManagerCore {
             self.complete(id, Some(&why), now);
             return true;
         }
-        self.roll_back(
-            id,
-            &format!("the source is stopping ({})", stop_reason(reason)),
-            Target::Stop,
-            now,
-        );
+        // The job is lost where it ran: recovered on its own, while the
+        // rest of its group moves on.
+        self.roll_back_leaving_group(id, &format!("the source is stopping ({})", stop_reason(reason)), now);
         false
     }
 
@@ -144,7 +139,7 @@ impl AutoManagerCore {
                 self.complete(id, Some("the source stopped; completed onto the running target"), now);
                 return true;
             }
-            self.roll_back(id, "the source stopped", Target::Stop, now);
+            self.roll_back_leaving_group(id, "the source stopped", now);
             return false;
         }
         let (strategy, phase) = (state.strategy, state.phase);
@@ -161,7 +156,8 @@ impl AutoManagerCore {
     }
 
     /// `job_prepared`: `stopThenStart`'s target is created; the source is
-    /// stopped (the point of no return).
+    /// stopped (the point of no return, crossed with the rest of its
+    /// group).
     pub(crate) fn migration_prepared(&mut self, job: &JobId, role: &InstanceKey, node: &NodeId, now: UnixMillis) {
         let Some((id, Instance::Target)) = self.instance_of(job, role, Some(node)) else {
             return;
@@ -171,8 +167,7 @@ impl AutoManagerCore {
             .get(&id)
             .is_some_and(|m| m.phase == MigrationPhase::Preparing)
         {
-            self.stop_source(&id);
-            self.enter_phase(&id, MigrationPhase::StoppingSource, now);
+            self.cut_over(&id, CutOver::StopSource, now);
         }
     }
 
@@ -199,8 +194,7 @@ impl AutoManagerCore {
         let from_source = from == &state.source_key;
         match (signal, state.phase) {
             (MigrationSignal::TargetReady(payload), MigrationPhase::AwaitingReady) if from_target => {
-                self.signal(&id, MigrationStep::StopOutputAt(payload));
-                self.enter_phase(&id, MigrationPhase::StoppingOutput, now);
+                self.cut_over(&id, CutOver::StopOutputAt(payload), now);
             }
             (MigrationSignal::SourceStoppedAt(position), MigrationPhase::StoppingOutput) if from_source => {
                 self.signal(&id, MigrationStep::ApplyFrom(position));
@@ -264,7 +258,9 @@ impl AutoManagerCore {
                 let forward = state.past_point_of_no_return || claim.target.phase == BindingPhase::Running;
                 let reason = format!("the source's node {node} is gone");
                 if !forward {
-                    self.roll_back(&id, &reason, Target::Stop, now);
+                    // Every member of a group there is settled on its own:
+                    // a running target takes its job, the rest recover.
+                    self.roll_back_alone(&id, &reason, Target::Stop, now);
                     continue;
                 }
                 let prepared = state.strategy == MigrationStrategy::StopThenStart
@@ -292,7 +288,7 @@ impl AutoManagerCore {
             self.stop_target(&id);
             self.mark_lost(&id, reason, now);
         } else {
-            self.roll_back(&id, reason, Target::Stop, now);
+            self.roll_back_leaving_group(&id, reason, now);
         }
     }
 

@@ -69,6 +69,19 @@ pub enum MigrationRefusal {
         /// Placement's reason.
         reason: String,
     },
+    /// The job's co-located group moves as a unit, and it cannot: a member
+    /// is not running or already migrating, or no target takes the whole
+    /// group (the reason names the rule, the tier and the numbers).
+    #[error("job {job_id} moves with its co-located group [{}], which cannot move: {reason}", .group.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+    #[serde(rename_all = "camelCase")]
+    GroupCannotMove {
+        /// The job asked for.
+        job_id: JobId,
+        /// Every member that would have moved with it (itself included).
+        group: Vec<JobId>,
+        /// Why not.
+        reason: String,
+    },
     /// No migration of that id is known.
     #[error("no migration {migration_id}")]
     #[serde(rename_all = "camelCase")]

@@ -68,6 +68,8 @@ impl MigrationSettings {
             MigrationPhase::Applying => self.applying_timeout_ms,
             MigrationPhase::StoppingSource => self.stopping_source_timeout_ms,
             MigrationPhase::StartingTarget => self.starting_target_timeout_ms,
+            // Bounded by the deadlines of the members it waits for.
+            MigrationPhase::AwaitingGroup => return None,
             MigrationPhase::Done | MigrationPhase::Aborted | MigrationPhase::Lost => return None,
         })
     }

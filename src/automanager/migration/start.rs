@@ -5,13 +5,18 @@
 //! and an explicit target as a pin. "A migration passes no
 //! `onRuntimeFailure` to placement: the reserve is protected by
 //! reservation there, not by the spare penalty." The target is reserved on
-//! its node beside the source from here on.
+//! its node beside the source from here on. A job of a co-located group
+//! starts its whole group's migrations, onto one target placed for the
+//! group (see [`super::group`]).
 
 use crate::model::{InstanceKey, JobId, NodePhase, Slot, UnixMillis};
-use crate::placement::{Outcome, PlacementRequest, RecoveryContext, apply_placement, place, placed_job};
+use crate::placement::{
+    FleetView, Outcome, PlacementRequest, RecoveryContext, SequentialNodeIds, apply_placement, place, placed_job,
+};
 
 use super::{
-    MigrationCall, MigrationId, MigrationOptions, MigrationPhase, MigrationRefusal, MigrationState, MigrationStrategy,
+    GroupPeer, MigrationCall, MigrationId, MigrationOptions, MigrationPhase, MigrationRefusal, MigrationState,
+    MigrationStrategy,
 };
 use crate::automanager::binding::{Binding, BindingPhase, MigrationClaim};
 use crate::automanager::core::{AutoManagerCore, Pending};
@@ -25,18 +30,137 @@ struct TargetPlacement {
     gpu_index: Option<u32>,
 }
 
+/// One placement of a migration's (or a group's) target, as the engine
+/// decided it.
+struct Placed {
+    job_id: JobId,
+    outcome: Outcome,
+    resilience: crate::placement::ResilienceReport,
+    target: TargetPlacement,
+}
+
 impl AutoManagerCore {
     /// `migrateJob`: places the target and dispatches its `StartJob` (or
-    /// provisions its node); the saga then runs on Manager's events. The
-    /// drain calls this for every job of the node it drains: consecutive
-    /// calls with nothing else changing the fleet or the bindings in
-    /// between reuse the placement view as the previous one left it.
+    /// provisions its node); the saga then runs on Manager's events. A job
+    /// of a co-located group moves with its group (see [`super::group`]):
+    /// the id returned is the asked job's migration, whose state names the
+    /// rest. The drain calls this for every job of the node it drains:
+    /// consecutive calls with nothing else changing the fleet or the
+    /// bindings in between reuse the placement view as the previous one
+    /// left it.
     pub(crate) fn migrate_job(
         &mut self,
         job_id: &JobId,
         options: &MigrationOptions,
         now: UnixMillis,
     ) -> Result<MigrationId, MigrationRefusal> {
+        let strategy = options.strategy;
+        let started = self.migrate_with_group(job_id, options, &|_| strategy, now)?;
+        // The asked job's migration comes first; one always starts when the
+        // group was not refused.
+        started
+            .into_iter()
+            .next()
+            .map(|(_, id)| id)
+            .ok_or_else(|| MigrationRefusal::NotRunning { job_id: job_id.clone() })
+    }
+
+    /// Migrates `job_id` and every member of its co-located group that runs
+    /// beside it, each with the strategy `strategy_of` gives it; returns
+    /// each member's migration. Refused as a whole.
+    pub(crate) fn migrate_with_group(
+        &mut self,
+        job_id: &JobId,
+        options: &MigrationOptions,
+        strategy_of: &dyn Fn(&JobId) -> MigrationStrategy,
+        now: UnixMillis,
+    ) -> Result<Vec<(JobId, MigrationId)>, MigrationRefusal> {
+        let source = self.movable_source(job_id, options)?;
+        let group = self.moving_group(job_id, &source.node_id);
+        let refused = |reason: String| MigrationRefusal::GroupCannotMove {
+            job_id: job_id.clone(),
+            group: group.clone(),
+            reason,
+        };
+        // The asked job first: it is its group's first mover.
+        let mut members: Vec<(JobId, Binding)> = vec![(job_id.clone(), source.clone())];
+        for peer in group.iter().filter(|j| *j != job_id) {
+            match self.movable_source(peer, &MigrationOptions::default()) {
+                Ok(binding) => members.push((peer.clone(), binding)),
+                Err(refusal) => return Err(refused(refusal.to_string())),
+            }
+        }
+        let movers: Vec<JobId> = members.iter().map(|(j, _)| j.clone()).collect();
+        let targets =
+            self.place_targets(&movers, &source, options, now)
+                .map_err(|refusal| match (refusal, movers.len()) {
+                    (refusal, 1) => refusal,
+                    (MigrationRefusal::NowhereToPlace { reason, .. }, _) => {
+                        refused(format!("no target takes the whole group: {reason}"))
+                    }
+                    (refusal, _) => refused(refusal.to_string()),
+                })?;
+        let mut started: Vec<(JobId, MigrationId, InstanceKey)> = Vec::with_capacity(members.len());
+        for ((member, binding), target) in members.iter().zip(&targets) {
+            let record = self.jobs.get(member);
+            let replica = record.map_or(0, |r| r.bundle_ref.replica_index);
+            let slot = binding
+                .instance_key
+                .slot_of()
+                .unwrap_or_else(|| Slot::of_replica(replica));
+            let (migration_id, tag) = self.migrations.next_id(member, now);
+            let target_key = InstanceKey::migration_target(slot, tag);
+            if let Some(record) = self.jobs.get_mut(member) {
+                record.migration = Some(MigrationClaim {
+                    migration_id: migration_id.clone(),
+                    target: Binding {
+                        node_id: target.node_id.clone(),
+                        instance_key: target_key.clone(),
+                        gpu_index: target.gpu_index,
+                        phase: BindingPhase::AwaitingNode,
+                        uncounted: true,
+                    },
+                });
+            }
+            started.push((member.clone(), migration_id, target_key));
+        }
+        for (((member, binding), target), (_, migration_id, target_key)) in members.iter().zip(&targets).zip(&started) {
+            let group = started
+                .iter()
+                .filter(|(peer, _, _)| peer != member)
+                .map(|(peer, id, _)| GroupPeer {
+                    job_id: peer.clone(),
+                    migration_id: id.clone(),
+                })
+                .collect();
+            self.migrations.insert(MigrationState {
+                migration_id: migration_id.clone(),
+                job_id: member.clone(),
+                strategy: strategy_of(member),
+                phase: MigrationPhase::Placing,
+                transitions: Vec::new(),
+                source_node_id: binding.node_id.clone(),
+                source_key: binding.instance_key.clone(),
+                target_node_id: target.node_id.clone(),
+                target_key: target_key.clone(),
+                past_point_of_no_return: false,
+                phase_deadline: None,
+                reason: None,
+                group,
+            });
+        }
+        for (_, migration_id, _) in &started {
+            self.enter_phase(migration_id, MigrationPhase::Placing, now);
+        }
+        for (_, migration_id, _) in &started {
+            self.dispatch_target_if_ready(migration_id, now);
+        }
+        Ok(started.into_iter().map(|(job, id, _)| (job, id)).collect())
+    }
+
+    /// The running instance `job_id` would move from, or why it cannot
+    /// move: the saga's refusals.
+    fn movable_source(&self, job_id: &JobId, options: &MigrationOptions) -> Result<Binding, MigrationRefusal> {
         // Nothing is placed before Manager's snapshot is complete.
         if !self.hydrated {
             return Err(MigrationRefusal::NotHydrated { job_id: job_id.clone() });
@@ -68,83 +192,53 @@ impl AutoManagerCore {
                 node_id: source.node_id,
             });
         }
-        let slot = source
-            .instance_key
-            .slot_of()
-            .unwrap_or_else(|| Slot::of_replica(record.bundle_ref.replica_index));
-        let target = self.place_target(job_id, &source, options, now)?;
-        let (migration_id, tag) = self.migrations.next_id(job_id, now);
-        let target_key = InstanceKey::migration_target(slot, tag);
-        if let Some(record) = self.jobs.get_mut(job_id) {
-            record.migration = Some(MigrationClaim {
-                migration_id: migration_id.clone(),
-                target: Binding {
-                    node_id: target.node_id.clone(),
-                    instance_key: target_key.clone(),
-                    gpu_index: target.gpu_index,
-                    phase: BindingPhase::AwaitingNode,
-                    uncounted: true,
-                },
-            });
-        }
-        self.migrations.insert(MigrationState {
-            migration_id: migration_id.clone(),
-            job_id: job_id.clone(),
-            strategy: options.strategy,
-            phase: MigrationPhase::Placing,
-            transitions: Vec::new(),
-            source_node_id: source.node_id,
-            source_key: source.instance_key,
-            target_node_id: target.node_id,
-            target_key,
-            past_point_of_no_return: false,
-            phase_deadline: None,
-            reason: None,
-        });
-        self.enter_phase(&migration_id, MigrationPhase::Placing, now);
-        self.dispatch_target_if_ready(&migration_id, now);
-        Ok(migration_id)
+        Ok(source)
     }
 
-    /// Places the target: the ordinary engine, in a migration's context
-    /// (the source excluded, no `onRuntimeFailure`), pinned when asked.
-    fn place_target(
+    /// Places the targets of `members` (one job, or a co-located group with
+    /// its first mover first): the ordinary engine, in a migration's context
+    /// (the source excluded, no `onRuntimeFailure`), pinned when asked. A
+    /// group's first mover is sized for the whole group; the others are
+    /// pinned to its target. Nothing is provisioned or kept reserved unless
+    /// every member found its place.
+    fn place_targets(
         &mut self,
-        job_id: &JobId,
+        members: &[JobId],
         source: &Binding,
         options: &MigrationOptions,
         now: UnixMillis,
-    ) -> Result<TargetPlacement, MigrationRefusal> {
+    ) -> Result<Vec<TargetPlacement>, MigrationRefusal> {
+        let Some(first) = members.first() else {
+            return Ok(Vec::new());
+        };
         let nowhere = |reason: String| MigrationRefusal::NowhereToPlace {
-            job_id: job_id.clone(),
+            job_id: first.clone(),
             reason,
         };
         let record = self
             .jobs
-            .get(job_id)
+            .get(first)
             .ok_or_else(|| nowhere("the job is unknown".to_owned()))?;
-        let job_ref = record.bundle_ref.clone();
+        let (bundle_id, replica_index) = (record.bundle_ref.bundle_id.clone(), record.bundle_ref.replica_index);
         let bundle = self
             .bundles
-            .get(&job_ref.bundle_id)
+            .get(&bundle_id)
             .cloned()
-            .ok_or_else(|| MigrationRefusal::NotAutoManagerPlaced { job_id: job_id.clone() })?;
+            .ok_or_else(|| MigrationRefusal::NotAutoManagerPlaced { job_id: first.clone() })?;
+        let mut names = Vec::with_capacity(members.len());
+        for member in members {
+            let name = self
+                .jobs
+                .get(member)
+                .map(|r| r.bundle_ref.job_name.clone())
+                .ok_or_else(|| nowhere(format!("job {member} is unknown")))?;
+            names.push(name);
+        }
         let context = RecoveryContext {
             on_runtime_failure: None,
             excluded_nodes: vec![source.node_id.clone()],
         };
-        let mut request = PlacementRequest::launch(
-            &bundle.bundle_id,
-            &bundle.spec,
-            job_ref.replica_index,
-            &job_ref.job_name,
-        )
-        .recovering(&context)
-        .with_trace(self.settings.trace_placements);
-        request.override_reservation |= options.override_reservation;
-        if let Some(pin) = &options.target_node_id {
-            request = request.pinned_to(pin);
-        }
+        let grouped = members.len() > 1;
         // Held-back tiers and exhausted offerings shape the pools as in a
         // placement round (a view of its own then); otherwise the kept view,
         // which keeps the target's reservation.
@@ -163,86 +257,133 @@ impl AutoManagerCore {
             PlacementView::Kept(Box::new(kept))
         };
         self.migrations.view_in_sync = false;
-        self.counters.placements_attempted += 1;
-        let mut ids = NodeIds {
-            serial: &mut self.next_node_serial,
-        };
-        let placement = match place(view.fleet_view(), request, &mut ids) {
-            Ok(placement) => placement,
-            Err(e) => {
-                self.restore_view(view);
-                self.counters.placements_failed += 1;
-                return Err(nowhere(e.to_string()));
+        let mut placed: Vec<Placed> = Vec::with_capacity(members.len());
+        let mut target: Option<crate::model::NodeId> = None;
+        for (member, name) in members.iter().zip(&names) {
+            let mut request = PlacementRequest::launch(&bundle.bundle_id, &bundle.spec, replica_index, name)
+                .recovering(&context)
+                .with_trace(self.settings.trace_placements);
+            request.override_reservation |= options.override_reservation;
+            if grouped {
+                request = request.moving_group_from(&source.node_id);
             }
-        };
-        let decision = decision_of(&placement.outcome);
-        self.notify(Notification::PlacementDecision(Box::new(PlacementDecisionInfo {
-            job_id: job_id.clone(),
-            bundle_id: job_ref.bundle_id.clone(),
-            replica_index: job_ref.replica_index,
-            job_name: job_ref.job_name.clone(),
-            // A move, not a re-placement after a loss.
-            recovery: false,
-            decision,
-            trace: placement.trace.clone(),
-        })));
-        let (node_id, gpu_index) = match &placement.outcome {
-            Outcome::NoCapacityInAnyPool => {
-                self.restore_view(view);
-                self.counters.placements_failed += 1;
-                let reason = "noCapacityInAnyPool".to_owned();
-                self.notify(Notification::PlacementFailed {
-                    job_id: job_id.clone(),
-                    reason: reason.clone(),
-                });
-                return Err(nowhere(reason));
+            // The first mover goes where it is pinned (if it is); the rest
+            // of its group goes where it went.
+            if let Some(pin) = target.as_ref().or(options.target_node_id.as_ref()) {
+                request = request.pinned_to(pin);
             }
-            Outcome::Placed { node_id, gpu_index, .. } => (node_id.clone(), *gpu_index),
-            Outcome::Provision {
+            self.counters.placements_attempted += 1;
+            let mut ids = NodeIds {
+                serial: &mut self.next_node_serial,
+            };
+            let placement = match place(view.fleet_view(), request, &mut ids) {
+                Ok(placement) => placement,
+                Err(e) => {
+                    self.abandon_view(view, !placed.is_empty());
+                    self.counters.placements_failed += 1;
+                    return Err(nowhere(e.to_string()));
+                }
+            };
+            self.notify(Notification::PlacementDecision(Box::new(PlacementDecisionInfo {
+                job_id: member.clone(),
+                bundle_id: bundle.bundle_id.clone(),
+                replica_index,
+                job_name: name.clone(),
+                // A move, not a re-placement after a loss.
+                recovery: false,
+                decision: decision_of(&placement.outcome),
+                trace: placement.trace.clone(),
+            })));
+            let (node_id, gpu_index) = match &placement.outcome {
+                Outcome::Placed { node_id, gpu_index, .. } | Outcome::Provision { node_id, gpu_index, .. } => {
+                    (node_id.clone(), *gpu_index)
+                }
+                Outcome::NoCapacityInAnyPool => {
+                    let why = match &placement.trace {
+                        Some(trace) => trace.why_not_placed(),
+                        None => why_not_placed(view.fleet_view(), request),
+                    };
+                    self.abandon_view(view, !placed.is_empty());
+                    self.counters.placements_failed += 1;
+                    let reason = format!("noCapacityInAnyPool ({why})");
+                    self.notify(Notification::PlacementFailed {
+                        job_id: member.clone(),
+                        reason: reason.clone(),
+                    });
+                    return Err(nowhere(reason));
+                }
+            };
+            if let Err(e) = apply_placement(view.fleet_view(), &request, &placement.outcome) {
+                self.abandon_view(view, true);
+                self.counters.placements_failed += 1;
+                return Err(nowhere(format!("the target could not be reserved: {e}")));
+            }
+            target = Some(node_id.clone());
+            placed.push(Placed {
+                job_id: member.clone(),
+                outcome: placement.outcome,
+                resilience: placement.resilience,
+                target: TargetPlacement { node_id, gpu_index },
+            });
+        }
+        // Every member has its place: the node is provisioned (for the first
+        // mover, which sized it) and the reservations kept.
+        let mut provisioned = false;
+        for one in &placed {
+            if let Outcome::Provision {
                 node_id,
                 pool,
                 tier,
                 instance_type,
-                gpu_index,
-            } => {
-                self.provision(job_id, node_id, pool.clone(), tier.clone(), instance_type.clone(), now);
-                (node_id.clone(), *gpu_index)
+                ..
+            } = &one.outcome
+            {
+                self.provision(
+                    &one.job_id,
+                    node_id,
+                    pool.clone(),
+                    tier.clone(),
+                    instance_type.clone(),
+                    now,
+                );
+                provisioned = true;
             }
-        };
-        let reserved = apply_placement(view.fleet_view(), &request, &placement.outcome);
+            if one.resilience.is_degraded() {
+                self.notify(Notification::ResilienceDegraded {
+                    job_id: one.job_id.clone(),
+                    node_id: one.target.node_id.clone(),
+                    violations: one.resilience.violations.clone(),
+                    interruptible_primary_without_durable_backup: one
+                        .resilience
+                        .interruptible_primary_without_durable_backup,
+                });
+            }
+        }
         // A view that gained a prospective node no longer matches what it
         // remembers of the fleet: it is built again next round.
-        let provisioned = matches!(placement.outcome, Outcome::Provision { .. });
-        if reserved.is_ok() && !provisioned {
-            if let PlacementView::Kept(cache) = &mut view
-                && let Some(spec) = bundle.spec.job(&job_ref.job_name)
-            {
-                let placed = placed_job(&bundle.bundle_id, job_ref.replica_index, spec, gpu_index);
-                cache.reserved_target(job_id.clone(), node_id.clone(), placed);
+        match view {
+            PlacementView::Kept(mut cache) if !provisioned => {
+                for (one, name) in placed.iter().zip(&names) {
+                    if let Some(spec) = bundle.spec.job(name) {
+                        let reserved = placed_job(&bundle.bundle_id, replica_index, spec, one.target.gpu_index);
+                        cache.reserved_target(one.job_id.clone(), one.target.node_id.clone(), reserved);
+                    }
+                }
+                self.migrations.view_in_sync = true;
+                self.view_cache = Some(*cache);
             }
-            self.migrations.view_in_sync = matches!(view, PlacementView::Kept(_));
-            self.restore_view(view);
-        } else {
-            self.view_cache = None;
+            _ => self.view_cache = None,
         }
-        if placement.resilience.is_degraded() {
-            self.notify(Notification::ResilienceDegraded {
-                job_id: job_id.clone(),
-                node_id: node_id.clone(),
-                violations: placement.resilience.violations.clone(),
-                interruptible_primary_without_durable_backup: placement
-                    .resilience
-                    .interruptible_primary_without_durable_backup,
-            });
-        }
-        Ok(TargetPlacement { node_id, gpu_index })
+        Ok(placed.into_iter().map(|one| one.target).collect())
     }
 
-    /// Puts the kept view back after a target placement (a one-off view is
-    /// dropped).
-    fn restore_view(&mut self, view: PlacementView) {
-        if let PlacementView::Kept(cache) = view {
-            self.view_cache = Some(*cache);
+    /// A placement of targets that did not go through: the kept view is put
+    /// back when nothing was reserved in it, else dropped (it holds what
+    /// was not kept) and built again next round.
+    fn abandon_view(&mut self, view: PlacementView, reserved: bool) {
+        match view {
+            PlacementView::Kept(cache) if !reserved => self.view_cache = Some(*cache),
+            _ => self.view_cache = None,
         }
     }
 
@@ -298,5 +439,17 @@ impl AutoManagerCore {
             MigrationPhase::Starting
         };
         self.enter_phase(id, next, now);
+    }
+}
+
+/// Why `request` finds no place in `view`, in words: the same placement
+/// again with its trace on (a failed placement changes nothing, so it
+/// fails the same way).
+fn why_not_placed(view: &FleetView, request: PlacementRequest<'_>) -> String {
+    match place(view, request.with_trace(true), &mut SequentialNodeIds::default()) {
+        Ok(placement) => placement
+            .trace
+            .map_or_else(|| "no tier placed or provisioned".to_owned(), |t| t.why_not_placed()),
+        Err(e) => e.to_string(),
     }
 }

@@ -57,13 +57,46 @@ impl AutoManagerCore {
     /// The rollback: the abort told to both instance keys, the target
     /// stopped (at once, or when its start is answered), its reservation
     /// released; the source keeps running. Only before the point of no
-    /// return.
+    /// return. The rest of a co-located group moving with it is rolled back
+    /// too: a group moves whole or not at all.
     pub(super) fn roll_back(&mut self, id: &MigrationId, reason: &str, target: Target, now: UnixMillis) {
+        if self.group_left_source(id) {
+            return self.rejoin_group(id, reason, target, now);
+        }
+        if self.roll_back_alone(id, reason, target, now) {
+            self.roll_back_group(id, reason, now);
+        }
+    }
+
+    /// The rollback of a member whose own source failed: settled alone,
+    /// the rest of its group moves on (a member waiting for it at the
+    /// cut-over crosses now).
+    pub(super) fn roll_back_leaving_group(&mut self, id: &MigrationId, reason: &str, now: UnixMillis) {
+        if self.roll_back_alone(id, reason, Target::Stop, now) {
+            self.release_peers_of(id, now);
+        }
+    }
+
+    /// Members of `id`'s group waiting at the cut-over cross it when `id`
+    /// was the last they waited for.
+    fn release_peers_of(&mut self, id: &MigrationId, now: UnixMillis) {
+        let peers: Vec<MigrationId> = self
+            .migrations
+            .get(id)
+            .map(|m| m.group.iter().map(|p| p.migration_id.clone()).collect())
+            .unwrap_or_default();
+        if let Some(peer) = peers.iter().find(|p| self.migrations.parked.contains_key(*p)) {
+            self.release_group_if_ready(&peer.clone(), now);
+        }
+    }
+
+    /// The rollback of this migration only; true when it was rolled back.
+    pub(super) fn roll_back_alone(&mut self, id: &MigrationId, reason: &str, target: Target, now: UnixMillis) -> bool {
         let Some((state, claim)) = self.in_flight(id) else {
-            return;
+            return false;
         };
         if state.past_point_of_no_return {
-            return;
+            return false;
         }
         let job_id = state.job_id.clone();
         let dispatched = claim.target.phase != BindingPhase::AwaitingNode;
@@ -80,6 +113,7 @@ impl AutoManagerCore {
         }
         self.release_target(&job_id);
         self.end_migration(id, MigrationPhase::Aborted, reason, now);
+        true
     }
 
     /// Past the point of no return and not finished: marked lost
@@ -117,8 +151,10 @@ impl AutoManagerCore {
             },
             ..target
         });
-        let single_use = record.job.spec.single_use;
         self.fleet_epoch += 1;
+        // The node a group leaves is released once its last member has
+        // gone (`release_node` keeps a node anything is bound to).
+        let single_use = self.group_single_use(id);
         self.release_node(&source_node, single_use);
         // A reason given earlier (how it failed forward) is kept.
         if let Some(reason) = reason {
@@ -129,6 +165,9 @@ impl AutoManagerCore {
             migration_id: id.clone(),
             job_id,
         });
+        // A member that completed ahead of its group (its source failed
+        // with its target running) no longer holds the rest back.
+        self.release_peers_of(id, now);
     }
 
     /// The job's claim ends; its target's node, if it was provisioned for
@@ -302,7 +341,8 @@ impl AutoManagerCore {
             if past {
                 self.mark_lost(&id, "AutoManager closed", now);
             } else {
-                self.roll_back(&id, "AutoManager closed", Target::Stop, now);
+                // Every migration in flight is visited: no group to settle.
+                self.roll_back_alone(&id, "AutoManager closed", Target::Stop, now);
                 // No answer will be read any more: stop the target now.
                 if self.migrations.stop_when_started.remove(&id) {
                     self.stop_target(&id);

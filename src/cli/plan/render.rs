@@ -5,9 +5,7 @@
 use serde::Serialize;
 
 use crate::model::{BundleId, NodeId};
-use crate::placement::{
-    BundleIssueCode, NoProvisionReason, PlanRow, PlannedOutcome, ResilienceFlag, TierDecision, Trace, Verdict,
-};
+use crate::placement::{BundleIssueCode, PlanRow, PlannedOutcome, ResilienceFlag, TierDecision, Trace, Verdict};
 
 #[derive(Serialize)]
 struct JsonPlan<'a> {
@@ -161,7 +159,7 @@ fn explain(trace: &Trace) -> String {
             TierDecision::Placed { node_id } => format!("placed on {node_id}"),
             TierDecision::Provision { instance_type } => format!("provision {instance_type}"),
             TierDecision::NotProvisioned { why } => {
-                format!("no placement, not provisioning: {}", why_not(why))
+                format!("no placement, not provisioning: {why}")
             }
         };
         out.push_str(&format!("    => {decision}\n"));
@@ -191,19 +189,6 @@ fn resilience(row: &PlanRow) -> String {
         "-".to_owned()
     } else {
         parts.join(", ")
-    }
-}
-
-fn why_not(why: &NoProvisionReason) -> String {
-    match why {
-        NoProvisionReason::PinnedTarget => "a pinned target never provisions".to_owned(),
-        NoProvisionReason::FixedTier => "fixed tier".to_owned(),
-        NoProvisionReason::CoLocatedPeerPlaced => "a co-located peer is already placed".to_owned(),
-        NoProvisionReason::PeerAzUnknownForNewNode => "sameAz hard: a new node's AZ is unknown".to_owned(),
-        NoProvisionReason::AtMaxNodes { nodes, max_nodes } => {
-            format!("at maxNodes ({nodes} of {max_nodes})")
-        }
-        NoProvisionReason::NoShapeFits => "no candidate instance type fits".to_owned(),
     }
 }
 
