@@ -411,7 +411,7 @@ fn at_the_timeout_a_drain_with_stuck_jobs_ends_partial_with_nothing_terminated()
 }
 
 #[test]
-fn a_forced_drain_terminates_at_the_timeout_ends_partial_and_its_stuck_jobs_recover() {
+fn a_forced_drain_terminates_at_the_timeout_ends_failed_and_its_stuck_jobs_recover() {
     let mut h = Harness::hydrated();
     let jobs = three_jobs_on_a(&mut h);
     drain(
@@ -433,7 +433,7 @@ fn a_forced_drain_terminates_at_the_timeout_ends_partial_and_its_stuck_jobs_reco
     assert_eq!(terminates(&h.ok_all()), vec![a()]);
     // "Done" only when every job moved: these went down with the node.
     let ended = status(&h, &a());
-    assert_eq!(ended.phase, DrainPhase::Partial);
+    assert_eq!(ended.phase, DrainPhase::Failed);
     assert!(
         ended
             .reason

@@ -449,7 +449,7 @@ fn an_interruption_whose_deadline_is_missed_reports_the_pair_terminated_and_the_
     assert_eq!(terminating.phase, DrainPhase::Terminating);
     assert_eq!(terminates(&calls(&mut h)), vec![node("a")]);
     let ended = drain_state(&h, "a");
-    assert_eq!(ended.phase, DrainPhase::Partial, "{ended:?}");
+    assert_eq!(ended.phase, DrainPhase::Failed, "{ended:?}");
     for job in [encode(), package()] {
         let (status, reason) = drain_job(&h, "a", &job);
         assert_eq!(status, DrainJobStatus::Terminated, "{job} went down with the node");
@@ -462,7 +462,7 @@ fn an_interruption_whose_deadline_is_missed_reports_the_pair_terminated_and_the_
     );
     let phases = drain_phases(&h.take_notifications());
     assert!(!phases.contains(&DrainPhase::Done), "notified done: {phases:?}");
-    assert_eq!(phases.last(), Some(&DrainPhase::Partial));
+    assert_eq!(phases.last(), Some(&DrainPhase::Failed));
     // The node goes; the pair recovers together, not against the ceiling.
     h.node_stopping("a", NodeStopReason::ProviderTerminate);
     let recovered = h.start_all();
@@ -895,4 +895,23 @@ fn a_refused_target_start_of_a_member_rolls_the_group_back_and_keeps_both_source
     assert_eq!(state(&h, &enc).phase, MigrationPhase::Aborted);
     assert_eq!(h.bound_node(&encode()), Some(node("a")));
     assert_eq!(h.bound_node(&package()), Some(node("a")));
+}
+
+#[test]
+fn a_node_interrupted_notification_carries_each_key_once() {
+    let mut h = ch1_on_a();
+    h.take_notifications();
+    interrupt(&mut h, "a", h.now + 120_000);
+    let interrupted = h
+        .take_notifications()
+        .into_iter()
+        .find(|n| matches!(n, Notification::NodeInterrupted(_)))
+        .expect("nodeInterrupted fires");
+    let line = serde_json::to_string(&interrupted).expect("encodes");
+    // A last-wins JSON reader must see the callback's name under `kind`.
+    assert_eq!(line.matches("\"kind\"").count(), 1, "{line}");
+    let value: serde_json::Value = serde_json::from_str(&line).expect("decodes");
+    assert_eq!(value["kind"], "nodeInterrupted", "{line}");
+    assert_eq!(value["interruptionKind"], "spot-interruption", "{line}");
+    assert_eq!(value["nodeId"], "a", "{line}");
 }

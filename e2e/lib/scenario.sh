@@ -131,14 +131,25 @@ helm_upgrade() {
     # The old Pods stop within their grace period (the Lease's duration).
     local pod
     for pod in $before; do
-        kubectl -n "$SYSTEM_NS" wait --for=delete "pod/$pod" --timeout="${TIMEOUT}s"
+        kubectl -n "$SYSTEM_NS" wait --for=delete "pod/$pod" --timeout="${TIMEOUT}s" 2>/dev/null || true
     done
+    poll "$TIMEOUT" "old operator Pods gone" pods_gone "$before"
     after="$(operator_pods | sort)"
     if [[ -n "$(comm -12 <(echo "$before") <(echo "$after"))" ]]; then
         echo "pods not replaced: before $before, after $after" >&2
         return 1
     fi
-    kubectl -n "$SYSTEM_NS" get configmap "$RELEASE-norsk-auto-manager" -o yaml | grep -F "${1##*.}" >/dev/null
+    # The new setting is in the settings file the new Pods read.
+    local key="${1%%=*}" value="${1#*=}"
+    key="${key##*.}"
+    kubectl -n "$SYSTEM_NS" get configmap "$RELEASE-norsk-auto-manager" -o yaml | grep -F "$key: $value"
+}
+
+# pods_gone NAMES: none of the named operator Pods is left.
+pods_gone() {
+    local now
+    now="$(operator_pods)"
+    ! grep -qxF -f <(tr ' ' '\n' <<<"$1" | sed '/^$/d') <<<"$now"
 }
 
 # events KIND NAME: `kubectl describe` lists its Events.

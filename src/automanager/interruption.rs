@@ -74,7 +74,10 @@ impl InterruptionNotice {
 pub struct NodeInterruptionState {
     /// The node.
     pub node_id: NodeId,
-    /// The last notice's kind.
+    /// The last notice's kind. Written as `interruptionKind`: a notification
+    /// line's `kind` is the callback's name (`nodeInterrupted`), and a key
+    /// may appear only once in a JSON object.
+    #[serde(rename = "interruptionKind")]
     pub kind: InterruptionKind,
     /// The provider's deadline, if it gave one.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -46,8 +46,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, Recorder, Reporter};
 use tokio::sync::{mpsc, watch};
@@ -135,8 +135,7 @@ async fn with_uid(client: &Client, mut regarding: ObjectReference) -> ObjectRefe
     if regarding.uid.is_some() {
         return regarding;
     }
-    let (Some(api_version), Some(kind), Some(name)) = (&regarding.api_version, &regarding.kind, &regarding.name)
-    else {
+    let (Some(api_version), Some(kind), Some(name)) = (&regarding.api_version, &regarding.kind, &regarding.name) else {
         return regarding;
     };
     let (group, version) = match api_version.split_once('/') {

@@ -121,8 +121,10 @@ pub struct NodeDrainStatus {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// `migrating`, `waiting`, `terminating`, `done` (every job moved off,
-    /// the node terminated), `partial` (jobs stuck at the timeout, or
-    /// `terminated` with the node) or `failed`.
+    /// the node terminated), `partial` (jobs stuck at the timeout; nothing
+    /// terminated, the node still cordoned) or `failed` (jobs `terminated`
+    /// with the node by a forced drain, the node stopped under the drain, or
+    /// its terminate refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
     /// When the drain started (RFC 3339).

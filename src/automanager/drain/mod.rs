@@ -507,9 +507,10 @@ impl AutoManagerCore {
                 state.reason = Some(format!("terminating the node failed: {}", f.message));
             }
             // "Done" only when every job moved: a job that went down with
-            // the node makes the drain `partial`, whatever was asked.
+            // the node makes the drain `failed` (`partial` keeps the spec's
+            // meaning: nothing terminated, the node still cordoned).
             _ if state.jobs.iter().any(|j| !j.status.left_the_node()) => {
-                state.phase = DrainPhase::Partial;
+                state.phase = DrainPhase::Failed;
                 state.reason = Some(format!("the node was terminated{}", lost_words(&state)));
             }
             _ => state.phase = DrainPhase::Done,

@@ -24,13 +24,14 @@ pub enum DrainPhase {
     /// The node was terminated and every job had left it first (migrated,
     /// or moved some other way): nothing went down with it.
     Done,
-    /// Not every job left: the timeout passed with jobs stuck (nothing was
-    /// terminated and the node stays cordoned), or a forced drain
-    /// terminated the node with jobs still on it (they are `terminated` and
-    /// recover per their `onRuntimeFailure`; the reason names them).
+    /// The timeout passed with jobs stuck: nothing was terminated, the node
+    /// stays cordoned, and `jobs` names the stuck ones.
     Partial,
-    /// The drain could not finish: the terminate was refused, the node
-    /// stopped under it, or an uncordon cancelled it.
+    /// The drain could not move every job off: a forced drain (an
+    /// interruption's included) terminated the node with jobs still on it
+    /// (they are `terminated`, recover per their `onRuntimeFailure`, and the
+    /// reason names them), the node stopped under it, the terminate was
+    /// refused, or an uncordon cancelled it.
     Failed,
 }
 
