@@ -389,7 +389,9 @@ node_down() {
         [[ "$(basename "$pidfile")" == unshare ]] && continue
         kill "$(cat "$pidfile")" 2>/dev/null || true
     done
-    kill "$unshare" 2>/dev/null || true
+    # The holder is PID 1 of the namespace: killing it kills everything in it, and unshare
+    # (its parent) reaps it and exits, leaving no zombie behind.
+    kill -9 "$(cat "$RUN/holder.pid")" 2>/dev/null || true
     local i
     for i in $(seq 100); do
         kill -0 "$unshare" 2>/dev/null || break
