@@ -217,7 +217,7 @@ nodeStatusUpdateFrequency: 4s
 syncFrequency: 10s
 EOF
     # Pods resolve through the cluster DNS only: nothing outside exists for them.
-    printf 'nameserver %s\n' "$NODE_IP" >"$cfg/resolv.conf"
+    printf 'nameserver %s\nsearch svc.%s %s\n' "$NODE_IP" "$CLUSTER_DOMAIN" "$CLUSTER_DOMAIN" >"$cfg/resolv.conf"
 
     cat >"$cfg/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -286,6 +286,9 @@ node_namespaces() {
         mkdir -p '$RUN/host/var-lib' '$RUN/host/var-log'
         mount --bind '$RUN/host/var-lib' /var/lib
         mount --bind '$RUN/host/var-log' /var/log
+        # Processes on the node resolve through the cluster DNS, as pods do: simctl reaches
+        # the simulator by its Service name.
+        mount --bind '$RUN/config/resolv.conf' /etc/resolv.conf
         ip link set lo up
         ip link add nodeveth0 type veth peer name nodeveth1
         ip addr add $NODE_IP/24 dev nodeveth0

@@ -27,6 +27,21 @@ if [[ "${1:-}" == down ]]; then
     exit
 fi
 
+# What the run needs of the machine (.ci/run installs the Debian packages): root, for the
+# namespaces; Go for the binaries; rustup's musl target and musl-tools for the image.
+missing=()
+for tool in go cargo gcc musl-gcc umoci unshare nsenter ip iptables curl openssl python3 pgrep; do
+    command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
+[[ -f /usr/include/seccomp.h ]] || missing+=("seccomp.h")
+if ((${#missing[@]})) || ((EUID != 0)); then
+    echo "e2e/node/run.sh needs root and: ${missing[*]:-nothing else}" >&2
+    echo "  apt-get install libseccomp-dev musl-tools umoci iptables curl openssl util-linux iproute2 procps" >&2
+    echo "  rustup target add x86_64-unknown-linux-musl" >&2
+    echo "e2e node: 0/1 steps passed"
+    exit 1
+fi
+
 TIMEOUT=${TIMEOUT:-240}
 RELEASE=nam
 SYSTEM_NS=norsk-system
@@ -61,10 +76,11 @@ helm() {
 }
 # `kubectl norsk`: kubectl finds the plugin on PATH, as after a krew install.
 knorsk() { kubectl norsk "$@"; }
-# distroless has no shell: simctl is the image's own binary, exec'd in the simulator's Pod.
+# simctl from the node, through the simulator's Service: its name resolved by the cluster
+# DNS, its ClusterIP routed by kube-proxy to the simulator's Pod.
 simctl() {
-    kubectl -n "$SYSTEM_NS" exec "deploy/$RELEASE-norsk-auto-manager-sim" -- \
-        norsk-auto-manager simctl --addr http://127.0.0.1:6789 "$@"
+    node_exec "$RELEASE_BIN/norsk-auto-manager" simctl \
+        --addr "http://$RELEASE-norsk-auto-manager-sim.$SYSTEM_NS.svc.cluster.local:6789" "$@"
 }
 
 STEPS=()
@@ -168,6 +184,11 @@ step_leader() {
     grep -qx "$holder" <<<"$pods" || { echo "Lease held by $holder, not one of: $pods" >&2; return 1; }
     echo "leader: $holder"
     kubectl -n "$SYSTEM_NS" wait --for=condition=Ready pod -l app.kubernetes.io/component=operator --timeout=60s
+    # Probes pass: neither replica was restarted by its liveness probe.
+    local restarts
+    restarts="$(kubectl -n "$SYSTEM_NS" get pods -l app.kubernetes.io/component=operator \
+        -o 'jsonpath={range .items[*]}{.status.containerStatuses[0].restartCount}{"\n"}{end}' | sort -u)"
+    [[ "$restarts" == 0 ]] || { echo "operator restarts: $restarts" >&2; return 1; }
 }
 
 # The metrics Service from inside the cluster (this node's network): the core's gauges.
