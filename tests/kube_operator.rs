@@ -116,7 +116,9 @@ async fn a_killed_node_moves_the_bundle_and_an_event_says_why() {
                 .is_some_and(|n| n != first)
     })
     .await;
-    assert_ne!(moved.status.and_then(|s| s.primary_node), Some(first));
+    let uid = moved.metadata.uid.clone();
+    let now_on = moved.status.and_then(|s| s.primary_node).expect("placed again");
+    assert_ne!(now_on, first);
     let events = watcher(Api::<Event>::namespaced(cp.client(), &ns), watcher::Config::default()).applied_objects();
     let recovered = tokio::time::timeout(WAIT, async {
         let mut events = pin!(events);
@@ -131,7 +133,10 @@ async fn a_killed_node_moves_the_bundle_and_an_event_says_why() {
     })
     .await
     .expect("a Recovered event on the bundle");
-    assert!(recovered.note.unwrap_or_default().contains("re-placed"));
+    // `kubectl describe` lists the Events whose regarding.uid is the object's own.
+    assert_eq!(recovered.regarding.as_ref().and_then(|r| r.uid.clone()), uid);
+    let note = recovered.note.unwrap_or_default();
+    assert!(note.contains("re-placed") && note.contains(&now_on), "{note}");
     operator.stop().await;
     sim.shutdown().await;
 }

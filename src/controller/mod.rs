@@ -28,6 +28,7 @@ pub mod conditions;
 pub mod drain;
 pub mod drain_follow;
 pub mod drain_status;
+pub mod events;
 pub mod hot_spare;
 pub mod leader;
 pub mod migration;
@@ -49,7 +50,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, Recorder, Reporter};
+use kube::runtime::events::Event;
 use tokio::sync::{mpsc, watch};
 
 use crate::automanager::{AutoManagerHandle, CommandError, QueryError};
@@ -188,13 +189,7 @@ impl Context {
         instance: Option<String>,
     ) -> (Arc<Self>, tokio::task::JoinHandle<()>) {
         let (events, mut queue) = mpsc::channel::<(Event, ObjectReference)>(EVENT_QUEUE);
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: OPERATOR_NAME.to_owned(),
-                instance,
-            },
-        );
+        let mut recorder = events::Publisher::new(client.clone(), OPERATOR_NAME.to_owned(), instance);
         let lookup = client.clone();
         let publisher = tokio::spawn(async move {
             while let Some((event, regarding)) = queue.recv().await {
