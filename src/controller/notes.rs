@@ -227,17 +227,52 @@ pub fn bundle_event(notification: &Notification) -> Option<Event> {
     })
 }
 
+/// A node in words for its Events: what it is, where, and which pool and tier it serves.
+fn describe_node(node: &crate::model::NodeInfo) -> String {
+    use crate::model::{ProviderMetadata, tags};
+    let what = match &node.provider {
+        ProviderMetadata::Aws { instance_type, region } => format!("an AWS {instance_type} in {region}"),
+        ProviderMetadata::Test { instance_type, region } => format!("a {instance_type} in {region}"),
+        ProviderMetadata::Oci => "an OCI instance".to_owned(),
+        ProviderMetadata::Unknown => "a node".to_owned(),
+    };
+    match (node.tags.get(tags::POOL), node.tags.get(tags::TIER)) {
+        (Some(pool), Some(tier)) => format!("{what} (pool {pool}, tier {tier})"),
+        (Some(pool), None) => format!("{what} (pool {pool})"),
+        _ => what,
+    }
+}
+
 /// The node a notification is about and the Event it becomes on its
-/// `NorskNode`.
+/// `NorskNode`. Every Event carries a note.
 pub fn node_event(notification: &Notification) -> Option<(&NodeId, Event)> {
     use EventType::{Normal, Warning};
     Some(match notification {
-        Notification::NodeStarting { node } => (&node.node_id, event(Normal, "Starting", "Provision", String::new())),
-        Notification::NodeStarted { node } => (&node.node_id, event(Normal, "Started", "Provision", String::new())),
+        Notification::NodeStarting { node } => (
+            &node.node_id,
+            event(
+                Normal,
+                "Starting",
+                "Provision",
+                format!("starting {}", describe_node(node)),
+            ),
+        ),
+        Notification::NodeStarted { node } => (
+            &node.node_id,
+            event(
+                Normal,
+                "Started",
+                "Provision",
+                format!("{} is up and connected", describe_node(node)),
+            ),
+        ),
         Notification::NodeStopping { node_id, reason } => {
             (node_id, event(Warning, "Stopping", "Run", format!("{reason:?}")))
         }
-        Notification::NodeStopped { node_id } => (node_id, event(Normal, "Stopped", "Run", String::new())),
+        Notification::NodeStopped { node_id } => (
+            node_id,
+            event(Normal, "Stopped", "Run", "Manager reports the node gone".to_owned()),
+        ),
         Notification::NodeTerminated { node_id } => (
             node_id,
             event(
@@ -299,5 +334,30 @@ mod tests {
         assert_eq!(r.namespace.as_deref(), Some("ns"));
         assert!(bundle_ref_of_job(&JobId("plain".into())).is_none());
         assert!(bundle_ref(&BundleId("b1".into())).is_none());
+    }
+
+    #[test]
+    fn a_node_starting_and_started_say_what_the_node_is() {
+        let node = crate::model::NodeInfo {
+            node_id: NodeId::from("production-reserved-4"),
+            tags: [("pool", "production"), ("tier", "reserved")]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            created_at: None,
+            provider: crate::model::ProviderMetadata::Aws {
+                instance_type: "m5.xlarge".to_owned(),
+                region: "eu-west-1".to_owned(),
+            },
+        };
+        let starting = Notification::NodeStarting { node: node.clone() };
+        let (_, starting) = node_event(&starting).expect("an Event");
+        assert_eq!(
+            starting.note.as_deref(),
+            Some("starting an AWS m5.xlarge in eu-west-1 (pool production, tier reserved)")
+        );
+        let started = Notification::NodeStarted { node };
+        let (_, started) = node_event(&started).expect("an Event");
+        assert!(started.note.is_some_and(|n| n.ends_with("is up and connected")));
     }
 }
