@@ -265,16 +265,18 @@ async fn migration_in(cp: &control_plane::ControlPlane, ns: &str) -> JobMigratio
     found.expect("the JobMigration was created")
 }
 
-#[tokio::test]
-async fn migrate_waits_for_the_operator_and_exits_with_failure_when_refused() {
+/// Runs `kubectl norsk migrate ch1 package` in `prefix`'s namespace, answers the
+/// JobMigration it creates with `status` as the operator would, and returns the exit code;
+/// the command must still be waiting before the answer.
+async fn migrate_answered(prefix: &str, strategy: Strategy, status: serde_json::Value) -> ExitCode {
     let cp = installed().await;
-    let ns = cp.namespace("migrate-refused").await;
+    let ns = cp.namespace(prefix).await;
     let command = Command::Migrate {
         bundle: "ch1".to_owned(),
         job: "package".to_owned(),
         replica: 0,
         to: None,
-        strategy: Strategy::StopThenStart,
+        strategy,
         override_reservation: false,
         no_wait: false,
     };
@@ -288,53 +290,32 @@ async fn migrate_waits_for_the_operator_and_exits_with_failure_when_refused() {
         .patch_status(
             &created.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"reason": "job default/ch1/0/package is not running"}})),
+            &Patch::Merge(json!({ "status": status })),
         )
         .await
         .expect("status patch");
-    let code = tokio::time::timeout(WAIT, running)
+    tokio::time::timeout(WAIT, running)
         .await
-        .expect("migrate returns once refused")
+        .expect("migrate returns once answered")
         .expect("task")
-        .expect("migrate");
+        .expect("migrate")
+}
+
+#[tokio::test]
+async fn migrate_waits_for_the_operator_and_exits_with_failure_when_refused() {
+    let refused = json!({"reason": "job default/ch1/0/package is not running"});
+    let code = migrate_answered("migrate-refused", Strategy::StopThenStart, refused).await;
     assert_eq!(code, ExitCode::FAILURE);
 }
 
 #[tokio::test]
 async fn migrate_exits_with_success_once_the_operator_accepted() {
-    let cp = installed().await;
-    let ns = cp.namespace("migrate-accepted").await;
-    let command = Command::Migrate {
-        bundle: "ch1".to_owned(),
-        job: "package".to_owned(),
-        replica: 0,
-        to: None,
-        strategy: Strategy::Overlap,
-        override_reservation: false,
-        no_wait: false,
-    };
-    let client = cp.client();
-    let namespace = ns.clone();
-    let running = tokio::spawn(async move { plugin::run(client, &namespace, command).await });
-    let created = migration_in(cp, &ns).await;
-    let migrations: Api<JobMigration> = Api::namespaced(cp.client(), &ns);
-    migrations
-        .patch_status(
-            &created.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {
-                "migrationId": "0000abcd", "phase": "starting",
-                "sourceNodeId": "node-a", "targetNodeId": "node-s1",
-                "group": [{"jobId": "default/ch1/0/encode", "migrationId": "0000abce"}]
-            }})),
-        )
-        .await
-        .expect("status patch");
-    let code = tokio::time::timeout(WAIT, running)
-        .await
-        .expect("migrate returns once accepted")
-        .expect("task")
-        .expect("migrate");
+    let accepted = json!({
+        "migrationId": "0000abcd", "phase": "starting",
+        "sourceNodeId": "node-a", "targetNodeId": "node-s1",
+        "group": [{"jobId": "default/ch1/0/encode", "migrationId": "0000abce"}]
+    });
+    let code = migrate_answered("migrate-accepted", Strategy::Overlap, accepted).await;
     assert_eq!(code, ExitCode::SUCCESS);
 }
 
