@@ -13,11 +13,12 @@ use crate::placement::{
     placed_job,
 };
 
-use super::binding::{Binding, BindingPhase};
+use super::binding::{AwaitedStop, Binding, BindingPhase, StopWait, StoppingInstance};
 use super::core::{AutoManagerCore, Pending, Readiness};
 use super::fleet::{Provisioned, provisioned_tags};
 use super::notification::{Decision, PlacementDecisionInfo};
 use super::recovery::{FAILED_INSTANCE_STOP_GRACE_MS, FailureVerdict, LossCause, MIN_RECOVERY_INTERVAL_MS, judge};
+use super::spares::is_spare_tagged;
 use super::view_cache::ViewCache;
 use super::{CommandError, Notification, RequestId, Rpc, RpcFailure, RpcFailureKind};
 
@@ -162,18 +163,37 @@ impl AutoManagerCore {
         if let Some(context) = &recovery {
             request = request.recovering(context);
         }
-        // Placed while its failed instance is still awaited: the grace ran
+        // Placed while an instance of it is still awaited: the grace ran
         // out (see `FAILED_INSTANCE_STOP_GRACE_MS`).
         if let Some(stuck) = self.jobs.get(job_id).and_then(|r| self.awaited_stop(r)).cloned() {
-            self.notify(Notification::Error {
-                message: format!(
-                    "instance {} of {job_id} on {} did not report Stopped within {FAILED_INSTANCE_STOP_GRACE_MS} ms \
-                     of failing; starting its replacement",
-                    stuck.instance_key.0, stuck.node_id
+            let StoppingInstance {
+                node_id, instance_key, ..
+            } = &stuck.instance;
+            let (message, still) = match stuck.wait {
+                StopWait::HeldOnStoppingNode => (
+                    format!(
+                        "instance {} of {job_id} is still held on stopping node {node_id} after \
+                         {FAILED_INSTANCE_STOP_GRACE_MS} ms; trying its replacement again",
+                        instance_key.0
+                    ),
+                    // Should Manager refuse again, the wait starts over.
+                    Some(AwaitedStop {
+                        wait: StopWait::LostWithStoppingNode,
+                        ..stuck.clone()
+                    }),
                 ),
-            });
+                _ => (
+                    format!(
+                        "instance {} of {job_id} on {node_id} did not report Stopped within \
+                         {FAILED_INSTANCE_STOP_GRACE_MS} ms of failing; starting its replacement",
+                        instance_key.0
+                    ),
+                    None,
+                ),
+            };
+            self.notify(Notification::Error { message });
             if let Some(record) = self.jobs.get_mut(job_id) {
-                record.stopping = None;
+                record.stopping = still;
             }
         }
         self.counters.placements_attempted += 1;
@@ -421,6 +441,15 @@ impl AutoManagerCore {
                 // away from) is kept until here, so a refused provision or
                 // dispatch never sends the job back to the node it failed on.
                 record.recovery = None;
+                // Manager took the instance key: whatever it held on a
+                // stopping node no longer stands in the way.
+                if record
+                    .stopping
+                    .as_ref()
+                    .is_some_and(|s| s.wait != StopWait::FailedOnLiveNode)
+                {
+                    record.stopping = None;
+                }
                 if counted {
                     self.counters.placements_succeeded += 1;
                 }
@@ -431,12 +460,66 @@ impl AutoManagerCore {
                 }
                 // Retried no sooner than a recovery would be.
                 record.not_before = now + MIN_RECOVERY_INTERVAL_MS;
-                self.end_binding(job_id);
-                self.notify(Notification::Error {
-                    message: format!("StartJob for {job_id} failed: {}", failure.message),
-                });
+                let refused_key = binding.instance_key.clone();
+                let held = self.held_on_stopping_node(job_id, &refused_key, &failure, now);
+                // The refusal is no fault of the node it was placed on: its
+                // health is not touched, and a spare stays a spare (only an
+                // accepted start consumes one) — a single-use job never ran
+                // there, so it does not take the spare down either.
+                let on_spare = self
+                    .jobs
+                    .get(job_id)
+                    .and_then(|r| r.binding.as_ref())
+                    .and_then(|b| self.fleet.get(&b.node_id))
+                    .is_some_and(is_spare_tagged);
+                self.unbind(job_id, !on_spare);
+                let message = match held {
+                    Some(old) => format!(
+                        "StartJob for {job_id} refused: Manager still holds instance {} on stopping node \
+                         {old}; recovered once it is gone ({})",
+                        refused_key.0, failure.message
+                    ),
+                    None => format!("StartJob for {job_id} failed: {}", failure.message),
+                };
+                self.notify(Notification::Error { message });
             }
         }
+    }
+
+    /// A start refused as `AlreadyExists` while the job's previous
+    /// instance (same key) was lost with a node that is still stopping:
+    /// Manager holds that instance until the node has stopped, so the job
+    /// waits for it to go instead of being retried (and placed, perhaps
+    /// provisioned, elsewhere) meanwhile. Returns the stopping node.
+    fn held_on_stopping_node(
+        &mut self,
+        job_id: &JobId,
+        refused_key: &InstanceKey,
+        failure: &RpcFailure,
+        now: UnixMillis,
+    ) -> Option<NodeId> {
+        if failure.kind != RpcFailureKind::AlreadyExists {
+            return None;
+        }
+        let record = self.jobs.get(job_id)?;
+        let awaited = record
+            .stopping
+            .as_ref()
+            .filter(|s| s.wait == StopWait::LostWithStoppingNode && &s.instance.instance_key == refused_key)?;
+        let old = awaited.instance.node_id.clone();
+        let stopping = self
+            .fleet
+            .get(&old)
+            .is_some_and(|n| n.phase == NodePhase::Stopping);
+        if !stopping {
+            return None;
+        }
+        let record = self.jobs.get_mut(job_id)?;
+        if let Some(awaited) = record.stopping.as_mut() {
+            awaited.wait = StopWait::HeldOnStoppingNode;
+            awaited.instance.since = now;
+        }
+        Some(old)
     }
 
     fn create_result(&mut self, node_id: &NodeId, for_job: &JobId, result: Result<(), RpcFailure>, now: UnixMillis) {
@@ -500,6 +583,11 @@ impl AutoManagerCore {
             LossCause::NodeLost if self.drains.is_reclaimed(&binding.node_id) => LossCause::Reclaimed,
             cause => cause,
         };
+        let node_stopping = matches!(cause, LossCause::NodeLost | LossCause::Reclaimed)
+            && self
+                .fleet
+                .get(&binding.node_id)
+                .is_some_and(|n| n.phase == NodePhase::Stopping);
         if hydrated {
             let requirements = record.job.spec.requirements.clone();
             match judge(&self.settings, &requirements, &mut record.restarts, &cause, now) {
@@ -508,6 +596,19 @@ impl AutoManagerCore {
                         on_runtime_failure: Some(requirements.on_runtime_failure),
                         excluded_nodes: vec![binding.node_id.clone()],
                     });
+                    // Lost with a node that is stopping, not stopped:
+                    // Manager may still hold the instance there. Recovery
+                    // stays prompt; a start refused for it waits for it.
+                    if node_stopping {
+                        record.stopping = Some(AwaitedStop {
+                            instance: StoppingInstance {
+                                node_id: binding.node_id.clone(),
+                                instance_key: binding.instance_key.clone(),
+                                since: now,
+                            },
+                            wait: StopWait::LostWithStoppingNode,
+                        });
+                    }
                     // Spaced from the previous recovery by `readiness`.
                     record.not_before = now;
                 }
@@ -574,13 +675,19 @@ impl AutoManagerCore {
     /// request, deleted, dispatch refused): the binding ends, nothing is
     /// counted.
     pub(super) fn end_binding(&mut self, job_id: &JobId) {
+        self.unbind(job_id, true);
+    }
+
+    /// Ends the binding; `single_use_release` says whether a `singleUse`
+    /// job's node is terminated with it.
+    fn unbind(&mut self, job_id: &JobId, single_use_release: bool) {
         let Some(record) = self.jobs.get_mut(job_id) else {
             return;
         };
         let Some(binding) = record.binding.take() else {
             return;
         };
-        let single_use = record.job.spec.single_use;
+        let single_use = record.job.spec.single_use && single_use_release;
         self.fleet_epoch += 1;
         self.release_node(&binding.node_id, single_use);
     }
