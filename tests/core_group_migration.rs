@@ -901,7 +901,8 @@ fn a_refused_target_start_of_a_member_rolls_the_group_back_and_keeps_both_source
 fn a_node_interrupted_notification_carries_each_key_once() {
     let mut h = ch1_on_a();
     h.take_notifications();
-    interrupt(&mut h, "a", h.now + 120_000);
+    let deadline = h.now + 120_000;
+    interrupt(&mut h, "a", deadline);
     let interrupted = h
         .take_notifications()
         .into_iter()
