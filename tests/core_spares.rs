@@ -1014,7 +1014,10 @@ const STILL_ON_S1: &str = "instance \"primary\" of job \"ch/0/encode\" already e
 /// The worker of `node-s1` dropped: the job is re-placed on a spare and
 /// Manager refuses the start, the old instance still being there.
 fn refused_while_the_old_instance_runs(h: &mut Harness, spares: &[NodeId]) {
-    h.node_stopping("node-s1", norsk_auto_manager::model::NodeStopReason::HealthPingTimeExceeded);
+    h.node_stopping(
+        "node-s1",
+        norsk_auto_manager::model::NodeStopReason::HealthPingTimeExceeded,
+    );
     let (start, _, node) = starts_of(h).remove(0);
     assert_eq!(node, spares[0], "preferSpare: the recovery goes to a spare");
     refuse(h, start, RpcFailureKind::AlreadyExists, STILL_ON_S1);
@@ -1077,7 +1080,10 @@ fn a_job_held_by_a_stopping_node_is_recovered_when_its_old_instance_stops() {
     h.stopped(&job, &NodeId::from("node-s1"), InstanceKey("primary".into()));
     let starts = starts_of(&mut h);
     assert_eq!(
-        starts.iter().map(|(_, j, n)| (j.clone(), n.clone())).collect::<Vec<_>>(),
+        starts
+            .iter()
+            .map(|(_, j, n)| (j.clone(), n.clone()))
+            .collect::<Vec<_>>(),
         vec![(job, spares[0].clone())]
     );
 }

@@ -249,7 +249,11 @@ async fn a_dropped_worker_costs_one_spare_the_one_that_carries_its_job() {
         snapshot
             .nodes
             .iter()
-            .filter(|n| n.instances.iter().any(|i| i.job_id.0 == "ch/0/encode" && i.phase == "running"))
+            .filter(|n| {
+                n.instances
+                    .iter()
+                    .any(|i| i.job_id.0 == "ch/0/encode" && i.phase == "running")
+            })
             .map(|n| n.id.0.clone())
             .collect()
     };
@@ -286,7 +290,10 @@ async fn a_dropped_worker_costs_one_spare_the_one_that_carries_its_job() {
             node.id
         );
     }
-    assert!(aws.iter().any(|n| n.id.0 == carrier), "recovered onto a spare: {carrier}");
+    assert!(
+        aws.iter().any(|n| n.id.0 == carrier),
+        "recovered onto a spare: {carrier}"
+    );
     let status = am.hot_spare_status().await.expect("status");
     assert_eq!(status[0].consumed, 1, "one spare consumed, the one carrying the job");
     assert_eq!((status[0].live, status[0].underflow), (2, None));

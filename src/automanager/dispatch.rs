@@ -507,10 +507,7 @@ impl AutoManagerCore {
             .as_ref()
             .filter(|s| s.wait == StopWait::LostWithStoppingNode && &s.instance.instance_key == refused_key)?;
         let old = awaited.instance.node_id.clone();
-        let stopping = self
-            .fleet
-            .get(&old)
-            .is_some_and(|n| n.phase == NodePhase::Stopping);
+        let stopping = self.fleet.get(&old).is_some_and(|n| n.phase == NodePhase::Stopping);
         if !stopping {
             return None;
         }
