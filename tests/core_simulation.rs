@@ -4,8 +4,10 @@
 //! `NodeStopping`, jobs running, failing, rejected — invalid specs included
 //! — provisions refused, dispatches failing, bundles updated, windows
 //! ending, time passing, jobs migrated under each strategy and migrations
-//! aborted; nodes cordoned, uncordoned, drained and interrupted). After
-//! every step the invariants are checked.
+//! aborted; nodes cordoned, uncordoned, drained and interrupted; workers
+//! that drop, whose node stays stopping — its instances still held, so a
+//! start elsewhere is refused `AlreadyExists` — until its `NodeStopped`).
+//! After every step the invariants are checked.
 //!
 //! `CORE_SIM_SEEDS` / `CORE_SIM_STEPS` size the run (default 2,000 × 300);
 //! a failure prints its seed, and `CORE_SIM_SEED=<seed>` replays just that
@@ -40,6 +42,9 @@ struct Instance {
 enum NodePhase {
     Starting,
     Running,
+    /// Its worker dropped (`NodeStopping`); Manager still holds its
+    /// instances until `NodeStopped`.
+    Stopping,
 }
 
 /// The Manager model.
@@ -49,6 +54,14 @@ struct Model {
     pending: Vec<(RequestId, Rpc)>,
     nodes: BTreeMap<NodeId, (NodePhase, Vec<(String, String)>)>,
     instances: BTreeMap<JobId, Instance>,
+    /// Instances Manager still holds on a stopping node: a start of the
+    /// same instance elsewhere is refused `AlreadyExists`.
+    held: BTreeMap<JobId, Instance>,
+    /// Spare-untagging calls the core has made (what it counts consumed).
+    spares_untagged: u64,
+    /// Starts refused because the instance was still held on a stopping
+    /// node.
+    refused_held: u64,
     /// Migration targets, beside their job's instance: (instance, created
     /// with a deferred start and not yet started).
     targets: BTreeMap<JobId, (Instance, bool)>,
@@ -119,6 +132,9 @@ impl Model {
             pending: Vec::new(),
             nodes: BTreeMap::new(),
             instances: BTreeMap::new(),
+            held: BTreeMap::new(),
+            spares_untagged: 0,
+            refused_held: 0,
             targets: BTreeMap::new(),
             displaced: BTreeMap::new(),
             bundles: BTreeMap::new(),
@@ -177,6 +193,19 @@ impl Model {
                 let usable = self.nodes.get(&node_id).is_some_and(|(p, _)| *p == NodePhase::Running);
                 if !usable || self.ended.contains(&job_id) {
                     return self.fail(id, RpcFailureKind::NotFound);
+                }
+                if let Some(held) = self.held.get(&job_id).filter(|i| i.key == instance_key)
+                    && held.node != node_id
+                {
+                    let message = format!("instance {instance_key} already exists: it runs on node {}", held.node);
+                    self.refused_held += 1;
+                    return self.h.input(norsk_auto_manager::automanager::Input::RpcResult {
+                        id,
+                        result: Err(norsk_auto_manager::automanager::RpcFailure {
+                            kind: RpcFailureKind::AlreadyExists,
+                            message,
+                        }),
+                    });
                 }
                 self.h.ok(id);
                 if self
@@ -247,9 +276,33 @@ impl Model {
     fn node_gone(&mut self, node: &NodeId) {
         self.nodes.remove(node);
         self.instances.retain(|_, i| &i.node != node);
+        self.held.retain(|_, i| &i.node != node);
         self.targets.retain(|_, (t, _)| &t.node != node);
         self.displaced.retain(|_, i| &i.node != node);
         self.h.event(ManagerEvent::NodeStopped(node.clone()));
+    }
+
+    /// The node's worker dropped: `NodeStopping` now, `NodeStopped` only on
+    /// a later step. Its instances are held by Manager meanwhile.
+    fn worker_drops(&mut self, node: &NodeId) {
+        if let Some(entry) = self.nodes.get_mut(node) {
+            entry.0 = NodePhase::Stopping;
+        }
+        let on_node: Vec<JobId> = self
+            .instances
+            .iter()
+            .filter(|(_, i)| &i.node == node)
+            .map(|(j, _)| j.clone())
+            .collect();
+        for job in on_node {
+            if let Some(instance) = self.instances.remove(&job) {
+                self.held.insert(job, instance);
+            }
+        }
+        self.targets.retain(|_, (t, _)| &t.node != node);
+        self.displaced.retain(|_, i| &i.node != node);
+        self.h
+            .node_stopping(node.as_str(), NodeStopReason::HealthPingTimeExceeded);
     }
 
     fn pick<T: Clone>(&mut self, items: Vec<T>) -> Option<T> {
@@ -409,11 +462,18 @@ impl Model {
             68..=70 => {
                 let nodes: Vec<NodeId> = self.nodes.keys().cloned().collect();
                 if let Some(node) = self.pick(nodes) {
-                    if self.rng.random_bool(0.5) {
-                        self.h
-                            .node_stopping(node.as_str(), NodeStopReason::HealthPingTimeExceeded);
+                    let stopping = self.nodes.get(&node).is_some_and(|(p, _)| *p == NodePhase::Stopping);
+                    if stopping {
+                        self.node_gone(&node);
+                    } else if self.rng.random_bool(0.3) {
+                        self.worker_drops(&node);
+                    } else {
+                        if self.rng.random_bool(0.5) {
+                            self.h
+                                .node_stopping(node.as_str(), NodeStopReason::HealthPingTimeExceeded);
+                        }
+                        self.node_gone(&node);
                     }
-                    self.node_gone(&node);
                 }
             }
             71..=88 => {
@@ -476,6 +536,18 @@ impl Model {
         for (at, action) in actions {
             match action {
                 Action::Call { id, rpc } => {
+                    // No spare is consumed without a job Manager accepted
+                    // on it.
+                    if let Rpc::UpdateNodeTags { node_id, remove, .. } = &rpc
+                        && remove.iter().any(|t| t == "spare")
+                    {
+                        self.spares_untagged += 1;
+                        let carries = self.instances.values().any(|i| &i.node == node_id)
+                            || self.targets.values().any(|(t, _)| &t.node == node_id);
+                        if !carries {
+                            return Err(format!("spare {node_id} consumed with no job accepted on it"));
+                        }
+                    }
                     if let Rpc::StartJob { job_id, .. } = &rpc
                         && self
                             .pending
@@ -579,9 +651,37 @@ impl Model {
                 return Err(format!("leaked node {}: launching, empty, past its timeout", node.id));
             }
         }
-        // A spare that took a job is an ordinary node from then on.
-        if let Some(node) = used.keys().find(|n| self.h.core.spare_spec(n).is_some()) {
-            return Err(format!("{node} carries a job and is still a spare"));
+        // A spare that took a job (Manager accepted its start there) is an
+        // ordinary node from then on.
+        let accepted: BTreeSet<&NodeId> = self.h.core.jobs().filter_map(|r| r.accepted_on()).collect();
+        if let Some(node) = accepted.iter().find(|n| self.h.core.spare_spec(n).is_some()) {
+            return Err(format!("{node} carries an accepted job and is still a spare"));
+        }
+        // The reconciler's count, the status and the pool gauge agree, and
+        // nothing is counted consumed that was not untagged for a job.
+        let core = &self.h.core;
+        let status = core.hot_spare_status();
+        let metrics = core.metrics(now);
+        let gauge = metrics.pools.iter().find(|p| p.pool_name == "production");
+        if let (Some(status), Some(gauge)) = (status.first(), gauge) {
+            let spares: Vec<&NodeId> = core
+                .fleet()
+                .iter()
+                .filter(|n| core.spare_spec(&n.id).is_some() && !accepted.contains(&n.id))
+                .map(|n| &n.id)
+                .collect();
+            if gauge.live_spares != status.live || status.live + status.provisioning != spares.len() as u32 {
+                return Err(format!(
+                    "spare counts disagree: status {status:?}, gauge {}, spares {spares:?}",
+                    gauge.live_spares
+                ));
+            }
+            if status.consumed != self.spares_untagged {
+                return Err(format!(
+                    "{} spares counted consumed, {} untagged for a job",
+                    status.consumed, self.spares_untagged
+                ));
+            }
         }
         // At most one drain per node, and a drain `done` terminated its node.
         let mut drained = BTreeSet::new();
@@ -691,6 +791,16 @@ impl Model {
     fn spares_converge(&mut self) -> Result<(), String> {
         self.calm = true;
         for _ in 0..6 {
+            // Dropped workers' nodes finish stopping.
+            let stopping: Vec<NodeId> = self
+                .nodes
+                .iter()
+                .filter(|(_, (p, _))| *p == NodePhase::Stopping)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for node in stopping {
+                self.node_gone(&node);
+            }
             self.check(&BTreeSet::new(), &BTreeSet::new())?;
             while !self.pending.is_empty() {
                 self.answer();
@@ -830,7 +940,7 @@ fn the_simulation_exercises_recovery_breaking_and_provisioning() {
 #[test]
 fn the_simulation_exercises_spares_being_provisioned_consumed_and_trimmed() {
     // Guards the spare invariants: the paths they watch must be taken.
-    let (mut provisioned, mut consumed, mut trimmed) = (0, 0, 0);
+    let (mut provisioned, mut consumed, mut trimmed, mut refused_held) = (0, 0, 0, 0);
     for seed in 0..50 {
         let mut model = Model::new(seed);
         let mut spares = BTreeSet::new();
@@ -860,9 +970,14 @@ fn the_simulation_exercises_spares_being_provisioned_consumed_and_trimmed() {
                 .expect("invariants hold");
             model.step();
         }
+        refused_held += model.refused_held;
     }
     assert!(
         provisioned > 0 && consumed > 0 && trimmed > 0,
         "provisioned {provisioned}, consumed {consumed}, trimmed {trimmed}"
+    );
+    assert!(
+        refused_held > 0,
+        "no start was refused for an instance held on a stopping node"
     );
 }

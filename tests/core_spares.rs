@@ -275,6 +275,9 @@ fn a_spare_that_takes_a_job_becomes_an_ordinary_node_and_is_replaced() {
         h.bound_node(&job_id(b.bundle_id.as_str(), 0, "encode")),
         Some(spare.clone())
     );
+    // It takes the job once Manager accepts the start.
+    let (start, _, _) = starts_of(&mut h).remove(0);
+    h.ok(start);
     let calls = h.take_calls();
     let untag = calls.iter().find_map(|(_, rpc)| match rpc {
         Rpc::UpdateNodeTags { node_id, remove, .. } if node_id == &spare => Some(remove.clone()),
@@ -866,4 +869,253 @@ fn a_changed_warm_for_starts_pulls_on_the_live_spares_at_once() {
         })
         .collect();
     assert_eq!(pulls, vec![(spare, vec!["reg/other:1".to_owned()])]);
+}
+
+// "A spare that picks up a job is no longer a spare": it picks the job up
+// when Manager accepts the job's start there, not when placement chooses it.
+
+/// `StartJob` calls taken from the harness: (request, job, node).
+fn starts_of(h: &mut Harness) -> Vec<(RequestId, JobId, NodeId)> {
+    h.take_calls()
+        .into_iter()
+        .filter_map(|(id, rpc)| match rpc {
+            Rpc::StartJob { job_id, node_id, .. } => Some((id, job_id, node_id)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Nodes whose spare tags an `UpdateNodeTags` in `calls` removes.
+fn untagged(calls: &[(RequestId, Rpc)]) -> Vec<NodeId> {
+    calls
+        .iter()
+        .filter_map(|(_, rpc)| match rpc {
+            Rpc::UpdateNodeTags { node_id, remove, .. } if remove.iter().any(|t| t == tags::SPARE) => {
+                Some(node_id.clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// (live, provisioning, consumed) as the `HotSparePolicy` status shows
+/// them, checked against the pool gauge.
+fn spare_counts(h: &Harness) -> (u32, u32, u64) {
+    let status = &h.core.hot_spare_status()[0];
+    let metrics = h.core.metrics(h.now);
+    let gauge = metrics.pools.iter().find(|p| p.pool_name == "production").unwrap();
+    assert_eq!(gauge.live_spares, status.live, "the pool gauge and the status agree");
+    (status.live, status.provisioning, status.consumed)
+}
+
+fn refuse(h: &mut Harness, id: RequestId, kind: RpcFailureKind, message: &str) {
+    h.input(norsk_auto_manager::automanager::Input::RpcResult {
+        id,
+        result: Err(norsk_auto_manager::automanager::RpcFailure {
+            kind,
+            message: message.to_owned(),
+        }),
+    });
+}
+
+#[test]
+fn a_spare_is_consumed_only_once_manager_accepts_the_start_on_it() {
+    let mut h = hydrated_with(vec![entry(1, &[], &[], false)]);
+    let spare = running_spares(&mut h, &[&[]]).remove(0);
+    h.take_calls();
+    h.take_notifications();
+    let b = h.bundle(
+        "ch",
+        "pool: production\nonLaunch: allowSpare\njobs: [{jobName: encode, requirements: {requiredCapacity: 2}}]",
+    );
+    let job = job_id(b.bundle_id.as_str(), 0, "encode");
+    let calls = h.take_calls();
+    let start = calls
+        .iter()
+        .find_map(|(id, rpc)| matches!(rpc, Rpc::StartJob { node_id, .. } if node_id == &spare).then_some(*id))
+        .expect("the job is started on the spare");
+    assert!(untagged(&calls).is_empty(), "placed, not yet accepted: still a spare");
+    assert!(
+        !calls.iter().any(|(_, rpc)| matches!(rpc, Rpc::CreateNode { .. })),
+        "no replacement for a spare that still counts"
+    );
+    assert!(underflows(&h.take_notifications()).is_empty());
+    assert!(h.core.spare_spec(&spare).is_some());
+    assert_eq!(spare_counts(&h), (1, 0, 0));
+
+    h.ok(start);
+    let calls = h.take_calls();
+    assert_eq!(untagged(&calls), vec![spare.clone()], "accepted: the spare tags go");
+    assert!(
+        calls.iter().any(
+            |(_, rpc)| matches!(rpc, Rpc::CreateNode { tags, .. } if tags.get(tags::SPARE).is_some_and(|v| v == "true"))
+        ),
+        "a replacement spare is provisioned"
+    );
+    assert_eq!(
+        underflows(&h.take_notifications()),
+        vec![("production".to_owned(), 0, 1)]
+    );
+    assert_eq!(h.core.spare_spec(&spare), None, "an ordinary node now");
+    assert_eq!(h.bound_node(&job), Some(spare));
+    assert_eq!(spare_counts(&h), (0, 1, 1));
+}
+
+#[test]
+fn a_start_refused_on_a_spare_leaves_it_a_spare_with_its_tags_and_count() {
+    let mut h = hydrated_with(vec![entry(1, &["xyz"], &["xyz"], false)]);
+    let spare = running_spares(&mut h, &[&["reg/xyz:1", "reg/xyz-aux:1"]]).remove(0);
+    h.take_calls();
+    h.take_notifications();
+    h.bundle(
+        "ch",
+        "pool: production\nonLaunch: allowSpare\njobs: [{jobName: encode, template: xyz, requirements: {requiredCapacity: 2}}]",
+    );
+    let (start, _, node) = starts_of(&mut h).remove(0);
+    assert_eq!(node, spare);
+    h.fail(start, RpcFailureKind::Transient);
+    let calls = h.take_calls();
+    assert!(untagged(&calls).is_empty(), "no untagging for a refused start");
+    assert!(!calls.iter().any(|(_, rpc)| matches!(rpc, Rpc::CreateNode { .. })));
+    assert!(underflows(&h.take_notifications()).is_empty());
+    assert_eq!(
+        h.core.spare_spec(&spare),
+        Some(SpareSpec {
+            warm_for: vec!["xyz".into()],
+            reserved_for: vec!["xyz".into()],
+            exclusive: false,
+        }),
+        "it keeps its spare tags"
+    );
+    assert_eq!(spare_counts(&h), (1, 0, 0));
+    assert!(!h.core.fleet().get(&spare).unwrap().health.is_unhealthy());
+}
+
+/// A spare pool of `target` running spares beside cluster node `node-s1`,
+/// carrying the preferSpare job `ch/0/encode`, running.
+fn job_on_a_node_beside_spares(target: u32) -> (Harness, JobId, Vec<NodeId>) {
+    let mut h = hydrated_with(vec![entry(target, &[], &[], false)]);
+    let images: Vec<&[&str]> = (0..target).map(|_| &[][..]).collect();
+    let spares = running_spares(&mut h, &images);
+    h.cluster_node("node-s1", 4.0);
+    h.take_calls();
+    let b = h.bundle(
+        "ch",
+        "pool: production\njobs: [{jobName: encode, requirements: {requiredCapacity: 2, onRuntimeFailure: preferSpare}}]",
+    );
+    let job = job_id(b.bundle_id.as_str(), 0, "encode");
+    assert_eq!(h.start_all(), vec![(job.clone(), NodeId::from("node-s1"))]);
+    h.take_notifications();
+    (h, job, spares)
+}
+
+const STILL_ON_S1: &str = "instance \"primary\" of job \"ch/0/encode\" already exists: it runs on node \"node-s1\"";
+
+/// The worker of `node-s1` dropped: the job is re-placed on a spare and
+/// Manager refuses the start, the old instance still being there.
+fn refused_while_the_old_instance_runs(h: &mut Harness, spares: &[NodeId]) {
+    h.node_stopping(
+        "node-s1",
+        norsk_auto_manager::model::NodeStopReason::HealthPingTimeExceeded,
+    );
+    let (start, _, node) = starts_of(h).remove(0);
+    assert_eq!(node, spares[0], "preferSpare: the recovery goes to a spare");
+    refuse(h, start, RpcFailureKind::AlreadyExists, STILL_ON_S1);
+}
+
+#[test]
+fn a_start_refused_because_the_instance_still_runs_on_the_stopping_node_keeps_the_spare_and_waits() {
+    let (mut h, job, spares) = job_on_a_node_beside_spares(2);
+    refused_while_the_old_instance_runs(&mut h, &spares);
+    let calls = h.take_calls();
+    assert!(untagged(&calls).is_empty(), "the spare keeps its tags");
+    assert!(
+        !calls.iter().any(|(_, rpc)| matches!(rpc, Rpc::CreateNode { .. })),
+        "no capacity is provisioned for it"
+    );
+    assert!(h.core.spare_spec(&spares[0]).is_some());
+    assert_eq!(spare_counts(&h), (2, 0, 0));
+    let notes = h.take_notifications();
+    assert!(underflows(&notes).is_empty());
+    assert!(!kinds(&notes).contains(&"nodeUnhealthy".to_owned()));
+    assert!(
+        notes.iter().any(|n| matches!(n, Notification::Error { message }
+            if message.contains("still holds instance primary on stopping node node-s1"))),
+        "the refusal says what it waits for: {notes:?}"
+    );
+    assert_eq!(h.bound_node(&job), None);
+
+    // While node-s1 is stopping the job is neither started again nor placed
+    // elsewhere, past the recovery spacing.
+    h.advance(20_000);
+    let calls = h.take_calls();
+    assert!(
+        !calls
+            .iter()
+            .any(|(_, rpc)| matches!(rpc, Rpc::StartJob { .. } | Rpc::CreateNode { .. })),
+        "{calls:?}"
+    );
+    assert!(!kinds(&h.take_notifications()).contains(&"placementDecision".to_owned()));
+
+    // The old instance is gone with its node: recovered, on the spare.
+    h.event(ManagerEvent::NodeStopped(NodeId::from("node-s1")));
+    let (start, started, node) = starts_of(&mut h).remove(0);
+    assert_eq!((started, node.clone()), (job.clone(), spares[0].clone()));
+    assert_eq!(spare_counts(&h), (2, 0, 0), "not consumed before it is accepted");
+    h.ok(start);
+    assert_eq!(untagged(&h.take_calls()), vec![spares[0].clone()]);
+    assert_eq!(spare_counts(&h).2, 1, "one spare consumed, the one carrying the job");
+    assert!(h.core.spare_spec(&spares[1]).is_some(), "the other spare untouched");
+    assert!(!h.core.fleet().get(&spares[0]).unwrap().health.is_unhealthy());
+}
+
+#[test]
+fn a_job_held_by_a_stopping_node_is_recovered_when_its_old_instance_stops() {
+    let (mut h, job, spares) = job_on_a_node_beside_spares(1);
+    refused_while_the_old_instance_runs(&mut h, &spares);
+    h.take_calls();
+    h.advance(6_000);
+    assert!(starts_of(&mut h).is_empty(), "waiting for the old instance");
+    // Manager stops the old instance before the node's keepalive runs out.
+    h.stopped(&job, &NodeId::from("node-s1"), InstanceKey("primary".into()));
+    let starts = starts_of(&mut h);
+    assert_eq!(
+        starts
+            .iter()
+            .map(|(_, j, n)| (j.clone(), n.clone()))
+            .collect::<Vec<_>>(),
+        vec![(job, spares[0].clone())]
+    );
+}
+
+#[test]
+fn no_spare_underflow_repeats_while_the_spares_are_intact() {
+    let (mut h, job, spares) = job_on_a_node_beside_spares(2);
+    refused_while_the_old_instance_runs(&mut h, &spares);
+    // node-s1 stays stopping for three reconcile ticks; every retry after
+    // the grace is refused the same way.
+    let mut refusals = 1;
+    for _ in 0..18 {
+        h.advance(10_000);
+        for (id, rpc) in h.take_calls() {
+            match rpc {
+                Rpc::StartJob { job_id, node_id, .. } => {
+                    assert_eq!((job_id, node_id), (job.clone(), spares[0].clone()));
+                    refuse(&mut h, id, RpcFailureKind::AlreadyExists, STILL_ON_S1);
+                    refusals += 1;
+                }
+                Rpc::CreateNode { .. } => panic!("capacity provisioned while the spares are intact"),
+                Rpc::UpdateNodeTags { node_id, .. } => panic!("{node_id} untagged without a job accepted on it"),
+                _ => h.ok(id),
+            }
+        }
+        assert_eq!(spare_counts(&h), (2, 0, 0));
+        let notes = h.take_notifications();
+        assert!(underflows(&notes).is_empty(), "{:?}", underflows(&notes));
+        assert!(!kinds(&notes).contains(&"nodeUnhealthy".to_owned()));
+    }
+    // Retried once per `FAILED_INSTANCE_STOP_GRACE_MS` (30 s), not every
+    // `MIN_RECOVERY_INTERVAL_MS`.
+    assert!((6..=8).contains(&refusals), "{refusals} refusals in three minutes");
+    assert!(spares.iter().all(|s| h.core.spare_spec(s).is_some()));
 }

@@ -11,7 +11,8 @@ use norsk_auto_manager::automanager::node_services::{NodeServiceSpec, ServicePha
 use norsk_auto_manager::automanager::settings::Experimental;
 use norsk_auto_manager::automanager::spares::{HotSpareChange, HotSpareField};
 use norsk_auto_manager::automanager::{AutoManager, AutoManagerHandle, AutoSettings, Notification, RunOptions};
-use norsk_auto_manager::model::{HotSpareSpec, NodeInventory, NodePhase, tags};
+use norsk_auto_manager::manager::proto::sim_admin;
+use norsk_auto_manager::model::{Bundle, BundleId, HotSpareSpec, NodeInventory, NodePhase, tags};
 use norsk_auto_manager::sim::{ClusterNode, SimConfig, SimSnapshot};
 use sim_support::Sim;
 use tokio::sync::broadcast;
@@ -216,6 +217,86 @@ async fn a_node_service_is_placed_eagerly_on_every_node_against_the_simulator() 
                 ]
     })
     .await;
+    am.close().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_worker_costs_one_spare_the_one_that_carries_its_job() {
+    let (sim, am, mut events) = start(
+        AutoSettings {
+            hot_spares: vec![HotSpareSpec {
+                reserved_for: vec![],
+                warm_for: vec![],
+                ..entry(2, &[])
+            }],
+            ..AutoSettings::default()
+        },
+        &["rack-a"],
+    )
+    .await;
+    until(&mut events, || async { live_spares(&am).await == 2 }).await;
+    let bundle = Bundle {
+        bundle_id: BundleId("ch".into()),
+        spec: serde_yaml::from_str(
+            "pool: production\njobs: [{jobName: encode, requirements: {requiredCapacity: 2, onRuntimeFailure: preferSpare}}]",
+        )
+        .expect("bundle parses"),
+        ..Bundle::default()
+    };
+    am.create_bundle(bundle).await.expect("bundle accepted");
+    let runs_on = |snapshot: &SimSnapshot| -> Vec<String> {
+        snapshot
+            .nodes
+            .iter()
+            .filter(|n| {
+                n.instances
+                    .iter()
+                    .any(|i| i.job_id.0 == "ch/0/encode" && i.phase == "running")
+            })
+            .map(|n| n.id.0.clone())
+            .collect()
+    };
+    until(&mut events, || async { runs_on(&sim.snapshot().await) == ["rack-a"] }).await;
+
+    // rack-a's worker drops: NodeStopping now, NodeStopped after Manager's
+    // keepalive. Until then Manager still holds the instance there.
+    sim.admin
+        .clone()
+        .stop_node(sim_admin::NodeRef {
+            node_id: "rack-a".into(),
+        })
+        .await
+        .expect("worker dropped");
+    until(&mut events, || async {
+        let snapshot = sim.snapshot().await;
+        let on = runs_on(&snapshot);
+        on.len() == 1 && on[0] != "rack-a" && live_spares(&am).await == 2
+    })
+    .await;
+    let snapshot = sim.snapshot().await;
+    let carrier = runs_on(&snapshot).remove(0);
+    let aws: Vec<_> = snapshot
+        .nodes
+        .iter()
+        .filter(|n| n.phase == NodePhase::Running && n.tags.get(tags::TIER).is_some_and(|t| t == "aws"))
+        .collect();
+    for node in &aws {
+        let spare = node.tags.get(tags::SPARE).is_some_and(|v| v == "true");
+        let carries = node.instances.iter().any(|i| i.phase == "running");
+        assert!(
+            spare != carries,
+            "{}: spare {spare}, carries a job {carries}: every aws node is a spare or runs the job",
+            node.id
+        );
+    }
+    assert!(
+        aws.iter().any(|n| n.id.0 == carrier),
+        "recovered onto a spare: {carrier}"
+    );
+    let status = am.hot_spare_status().await.expect("status");
+    assert_eq!(status[0].consumed, 1, "one spare consumed, the one carrying the job");
+    assert_eq!((status[0].live, status[0].underflow), (2, None));
     am.close().await;
     sim.shutdown().await;
 }

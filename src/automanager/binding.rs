@@ -68,11 +68,12 @@ pub struct JobRecord {
     pub awaiting_capacity_since: Option<u64>,
     /// Dropped: terminal, never placed again.
     pub dropped: bool,
-    /// A failed instance Manager is still stopping (its `Stopping` seen,
-    /// not yet its `Stopped`): the replacement wears the same instance key,
-    /// so it is not started until this instance has stopped or its node is
-    /// gone.
-    pub stopping: Option<StoppingInstance>,
+    /// An instance Manager may still hold: one that failed and is being
+    /// stopped (its `Stopping` seen, not yet its `Stopped`), or one lost
+    /// with a node that is stopping. The replacement wears the same
+    /// instance key, so while it is awaited (see [`StopWait`]) the
+    /// replacement is not started.
+    pub stopping: Option<AwaitedStop>,
     /// The migration in flight, if any: no second one starts while it is
     /// set ("no concurrent migrations per job").
     pub migration: Option<MigrationClaim>,
@@ -89,16 +90,46 @@ pub struct MigrationClaim {
     pub target: Binding,
 }
 
-/// An instance that failed and is being stopped by Manager.
+/// An instance Manager is stopping (or may still hold although the job has
+/// left it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoppingInstance {
     /// Where it ran.
     pub node_id: NodeId,
     /// The key it wears.
     pub instance_key: InstanceKey,
-    /// When its failure was seen; its replacement waits for its `Stopped`
-    /// until `FAILED_INSTANCE_STOP_GRACE_MS` after this at most.
+    /// When its failure was seen (or the wait for it began); its
+    /// replacement waits for it until `FAILED_INSTANCE_STOP_GRACE_MS` after
+    /// this at most.
     pub since: UnixMillis,
+}
+
+/// An instance a job's replacement may have to wait for, and what for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AwaitedStop {
+    /// The instance.
+    pub instance: StoppingInstance,
+    /// What the replacement waits for.
+    pub wait: StopWait,
+}
+
+/// What the replacement of an instance Manager may still hold waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopWait {
+    /// The instance failed on a node that stays up: the replacement waits
+    /// for its `Stopped` (or for its node to go).
+    FailedOnLiveNode,
+    /// The instance was lost with a node that is stopping. Recovery is
+    /// prompt ("`onNodeStopping` is the prompt worker-dropped signal"), so
+    /// nothing is awaited yet; should Manager refuse the replacement's start
+    /// because it still holds this instance there, the wait becomes
+    /// [`StopWait::HeldOnStoppingNode`].
+    LostWithStoppingNode,
+    /// Manager refused the replacement's start (`AlreadyExists`) because
+    /// it still holds this instance on its stopping node: the job is
+    /// recovered once the instance is gone (its `Stopped`, or the node's
+    /// `NodeStopped`), not retried against Manager meanwhile.
+    HeldOnStoppingNode,
 }
 
 impl JobRecord {
@@ -134,5 +165,22 @@ impl JobRecord {
     /// Whether the job is bound to `node`.
     pub fn is_bound_to(&self, node: &NodeId) -> bool {
         self.binding.as_ref().is_some_and(|b| &b.node_id == node)
+    }
+
+    /// The node Manager accepted this job's instance on: its `StartJob`
+    /// succeeded, or Manager reported the instance provisioned or running
+    /// there. A binding still awaiting its node, or whose `StartJob` result
+    /// is still to come, is not accepted: Manager may yet refuse it. This
+    /// is what consumes a hot spare ("a spare that picks up a job is no
+    /// longer a spare").
+    pub fn accepted_on(&self) -> Option<&NodeId> {
+        self.binding
+            .as_ref()
+            .filter(|b| match b.phase {
+                BindingPhase::AwaitingNode => false,
+                BindingPhase::Dispatched => self.in_flight.is_none(),
+                BindingPhase::Running => true,
+            })
+            .map(|b| &b.node_id)
     }
 }

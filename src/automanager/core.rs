@@ -13,7 +13,7 @@ use crate::placement::{
     validate_bundle, validate_bundle_admission,
 };
 
-use super::binding::{JobRecord, StoppingInstance};
+use super::binding::{AwaitedStop, JobRecord, StopWait};
 use super::drain::Drains;
 use super::fleet::Fleet;
 use super::metrics::{Counters, Metrics, PoolGauge};
@@ -353,14 +353,13 @@ impl AutoManagerCore {
                 let members = self.fleet.iter().filter(|n| {
                     n.tags.get(crate::model::tags::POOL) == Some(&pool.name) && !n.is_going() && !n.terminated
                 });
+                // Live: booted; a spare still launching is provisioning.
+                // Counted by the reconciler's own rule, so the gauge and the
+                // `HotSparePolicy` status never disagree.
+                gauge.live_spares = self.spare_count(&pool.name).live;
                 for node in members {
                     gauge.node_count += 1;
                     let jobs = placed.get(&node.id);
-                    let spare = node.tags.get(crate::model::tags::SPARE).map(String::as_str) == Some("true");
-                    // Live: booted; a spare still launching is provisioning.
-                    if spare && jobs.is_none_or(Vec::is_empty) && !node.is_launching() {
-                        gauge.live_spares += 1;
-                    }
                     usable += node.inventory.as_ref().map_or(0.0, |i| i.usable_capacity());
                     used += jobs.map_or(0.0, |j| j.iter().map(|p| p.required_capacity).sum());
                 }
@@ -547,7 +546,7 @@ impl AutoManagerCore {
         // both, `FAILED_INSTANCE_STOP_GRACE_MS` after the failure.
         let stop_wait = self
             .awaited_stop(record)
-            .map(|s| s.since + FAILED_INSTANCE_STOP_GRACE_MS);
+            .map(|s| s.instance.since + FAILED_INSTANCE_STOP_GRACE_MS);
         let Some(bundle) = self.bundles.get(&record.bundle_ref.bundle_id) else {
             return Readiness::Never;
         };
@@ -580,13 +579,17 @@ impl AutoManagerCore {
         Readiness::At(at)
     }
 
-    /// The failed instance a job's replacement waits for: still stopping,
-    /// on a node still up.
-    pub(super) fn awaited_stop<'r>(&self, record: &'r JobRecord) -> Option<&'r StoppingInstance> {
+    /// The instance a job's replacement waits for: a failed one still
+    /// stopping on a node still up, or one Manager still holds on a node
+    /// that is stopping (until that node's `NodeStopped`).
+    pub(super) fn awaited_stop<'r>(&self, record: &'r JobRecord) -> Option<&'r AwaitedStop> {
         record.stopping.as_ref().filter(|s| {
-            self.fleet
-                .get(&s.node_id)
-                .is_some_and(|n| !n.is_going() && !n.terminated)
+            let node = self.fleet.get(&s.instance.node_id);
+            match s.wait {
+                StopWait::FailedOnLiveNode => node.is_some_and(|n| !n.is_going() && !n.terminated),
+                StopWait::LostWithStoppingNode => false,
+                StopWait::HeldOnStoppingNode => node.is_some_and(|n| n.phase != NodePhase::Stopped),
+            }
         })
     }
 

@@ -1,9 +1,10 @@
 //! Placing and dispatching: every ready job through the placement engine
 //! (the kept fleet view brought up to date once per round, each placement
 //! seeing the ones before it),
-//! the resulting `StartJob` / `CreateAwsNode` / `CreateOciNode` calls, their
-//! results, and what ends a binding: a loss judged by the failure policy, a
-//! job that ended, a terminal verdict, a released or terminated node.
+//! the resulting `StartJob` / `CreateAwsNode` / `CreateOciNode` calls (their
+//! results are `call_results`'), and what ends a binding: a loss judged by
+//! the failure policy, a job that ended, a terminal verdict, a released or
+//! terminated node.
 
 use crate::model::{
     InstanceKey, JobId, NodeId, NodePhase, ProviderKind, Slot, TerminalVerdict, UnixMillis, VerdictKind, tags,
@@ -13,13 +14,13 @@ use crate::placement::{
     placed_job,
 };
 
-use super::binding::{Binding, BindingPhase};
+use super::binding::{AwaitedStop, Binding, BindingPhase, StopWait, StoppingInstance};
 use super::core::{AutoManagerCore, Pending, Readiness};
 use super::fleet::{Provisioned, provisioned_tags};
 use super::notification::{Decision, PlacementDecisionInfo};
 use super::recovery::{FAILED_INSTANCE_STOP_GRACE_MS, FailureVerdict, LossCause, MIN_RECOVERY_INTERVAL_MS, judge};
 use super::view_cache::ViewCache;
-use super::{CommandError, Notification, RequestId, Rpc, RpcFailure, RpcFailureKind};
+use super::{Notification, Rpc};
 
 /// Prospective node ids: `<pool>-<tier>-<serial>`, the serial counting up
 /// for the core's life and skipping ids the fleet holds, so the same inputs
@@ -162,18 +163,37 @@ impl AutoManagerCore {
         if let Some(context) = &recovery {
             request = request.recovering(context);
         }
-        // Placed while its failed instance is still awaited: the grace ran
+        // Placed while an instance of it is still awaited: the grace ran
         // out (see `FAILED_INSTANCE_STOP_GRACE_MS`).
         if let Some(stuck) = self.jobs.get(job_id).and_then(|r| self.awaited_stop(r)).cloned() {
-            self.notify(Notification::Error {
-                message: format!(
-                    "instance {} of {job_id} on {} did not report Stopped within {FAILED_INSTANCE_STOP_GRACE_MS} ms \
-                     of failing; starting its replacement",
-                    stuck.instance_key.0, stuck.node_id
+            let StoppingInstance {
+                node_id, instance_key, ..
+            } = &stuck.instance;
+            let (message, still) = match stuck.wait {
+                StopWait::HeldOnStoppingNode => (
+                    format!(
+                        "instance {} of {job_id} is still held on stopping node {node_id} after \
+                         {FAILED_INSTANCE_STOP_GRACE_MS} ms; trying its replacement again",
+                        instance_key.0
+                    ),
+                    // Should Manager refuse again, the wait starts over.
+                    Some(AwaitedStop {
+                        wait: StopWait::LostWithStoppingNode,
+                        ..stuck.clone()
+                    }),
                 ),
-            });
+                _ => (
+                    format!(
+                        "instance {} of {job_id} on {node_id} did not report Stopped within \
+                         {FAILED_INSTANCE_STOP_GRACE_MS} ms of failing; starting its replacement",
+                        instance_key.0
+                    ),
+                    None,
+                ),
+            };
+            self.notify(Notification::Error { message });
             if let Some(record) = self.jobs.get_mut(job_id) {
-                record.stopping = None;
+                record.stopping = still;
             }
         }
         self.counters.placements_attempted += 1;
@@ -361,128 +381,6 @@ impl AutoManagerCore {
         }
     }
 
-    pub(super) fn rpc_result(&mut self, id: RequestId, result: Result<(), RpcFailure>, now: UnixMillis) {
-        let Some(pending) = self.pending.remove(&id) else {
-            return;
-        };
-        if let Pending::TerminateNode(node_id) = &pending {
-            self.drain_terminate_settled(node_id, result.as_ref().err());
-        }
-        match pending {
-            Pending::Command { id: command, revives } => {
-                if let (Ok(()), Some(bundle_id)) = (&result, revives) {
-                    self.revive(&bundle_id);
-                }
-                self.reply(command, result.map_err(CommandError::Manager));
-            }
-            Pending::TerminateNode(node_id) => match result {
-                // Manager no longer knows it (it never came up, or is gone
-                // already): forget it, or it would count against its tier's
-                // `maxNodes` forever.
-                Err(failure) if failure.kind == RpcFailureKind::NotFound => {
-                    self.fleet.remove(&node_id);
-                    self.fleet_epoch += 1;
-                }
-                Err(failure) => self.notify(Notification::Error {
-                    message: format!("terminating {node_id} failed: {}", failure.message),
-                }),
-                Ok(()) => {}
-            },
-            Pending::StartJob(job_id) => self.start_result(&job_id, id, result, now),
-            Pending::CreateNode { node_id, for_job } => self.create_result(&node_id, &for_job, result, now),
-            Pending::Spare(request) => self.spare_rpc_result(request, result, now),
-            Pending::NodeService(request) => self.node_service_rpc_result(request, result, now),
-            Pending::Migration { migration_id, call } => self.migration_call_result(&migration_id, call, result, now),
-            Pending::Other => {
-                if let Err(failure) = result {
-                    self.notify(Notification::Error {
-                        message: failure.message,
-                    });
-                }
-            }
-        }
-    }
-
-    fn start_result(&mut self, job_id: &JobId, id: RequestId, result: Result<(), RpcFailure>, now: UnixMillis) {
-        let Some(record) = self.jobs.get_mut(job_id).filter(|r| r.in_flight == Some(id)) else {
-            return;
-        };
-        record.in_flight = None;
-        // While the gate was shut the job could not be placed again, so a
-        // binding now is the one this start was for; none means it ended
-        // meanwhile (its node lost) and there is nothing more to do.
-        let Some(binding) = record.binding.as_mut() else {
-            return;
-        };
-        let counted = std::mem::replace(&mut binding.uncounted, false);
-        match result {
-            Ok(()) => {
-                // The re-placement is done: its context (the nodes to keep
-                // away from) is kept until here, so a refused provision or
-                // dispatch never sends the job back to the node it failed on.
-                record.recovery = None;
-                if counted {
-                    self.counters.placements_succeeded += 1;
-                }
-            }
-            Err(failure) => {
-                if counted {
-                    self.counters.placements_dispatch_failed += 1;
-                }
-                // Retried no sooner than a recovery would be.
-                record.not_before = now + MIN_RECOVERY_INTERVAL_MS;
-                self.end_binding(job_id);
-                self.notify(Notification::Error {
-                    message: format!("StartJob for {job_id} failed: {}", failure.message),
-                });
-            }
-        }
-    }
-
-    fn create_result(&mut self, node_id: &NodeId, for_job: &JobId, result: Result<(), RpcFailure>, now: UnixMillis) {
-        let counted = self
-            .jobs
-            .get_mut(for_job)
-            .and_then(|r| r.binding.as_mut())
-            .filter(|b| &b.node_id == node_id)
-            .is_some_and(|b| std::mem::replace(&mut b.uncounted, false));
-        let Err(failure) = result else {
-            if counted {
-                self.counters.placements_succeeded += 1;
-            }
-            return;
-        };
-        if counted {
-            self.counters.placements_dispatch_failed += 1;
-        }
-        // No phantom node: it is forgotten, its jobs re-placed, and what
-        // refused held back so the next shape or tier is tried. The kept
-        // view may hold it as a prospective node without remembering it as
-        // one of the fleet's: it is built again.
-        self.view_cache = None;
-        if let Some(node) = self.fleet.remove(node_id)
-            && let Some(p) = node.provisioned
-        {
-            self.provision_refused(&p, failure.kind, now);
-        }
-        self.fleet_epoch += 1;
-        for record in self.jobs.values_mut() {
-            if record.is_bound_to(node_id) {
-                record.binding = None;
-                // A recovery's next attempt keeps its spacing.
-                if record.recovery.is_some() {
-                    let earliest = record
-                        .last_recovery_at
-                        .map_or(now, |last| last + MIN_RECOVERY_INTERVAL_MS);
-                    record.not_before = record.not_before.max(earliest);
-                }
-            }
-        }
-        self.notify(Notification::Error {
-            message: format!("provisioning {node_id} failed: {}", failure.message),
-        });
-    }
-
     /// An instance was lost: the binding ends and the failure policy judges
     /// whether the job is re-placed or ends terminally. While hydrating,
     /// only the binding ends.
@@ -500,6 +398,11 @@ impl AutoManagerCore {
             LossCause::NodeLost if self.drains.is_reclaimed(&binding.node_id) => LossCause::Reclaimed,
             cause => cause,
         };
+        let node_stopping = matches!(cause, LossCause::NodeLost | LossCause::Reclaimed)
+            && self
+                .fleet
+                .get(&binding.node_id)
+                .is_some_and(|n| n.phase == NodePhase::Stopping);
         if hydrated {
             let requirements = record.job.spec.requirements.clone();
             match judge(&self.settings, &requirements, &mut record.restarts, &cause, now) {
@@ -508,6 +411,19 @@ impl AutoManagerCore {
                         on_runtime_failure: Some(requirements.on_runtime_failure),
                         excluded_nodes: vec![binding.node_id.clone()],
                     });
+                    // Lost with a node that is stopping, not stopped:
+                    // Manager may still hold the instance there. Recovery
+                    // stays prompt; a start refused for it waits for it.
+                    if node_stopping {
+                        record.stopping = Some(AwaitedStop {
+                            instance: StoppingInstance {
+                                node_id: binding.node_id.clone(),
+                                instance_key: binding.instance_key.clone(),
+                                since: now,
+                            },
+                            wait: StopWait::LostWithStoppingNode,
+                        });
+                    }
                     // Spaced from the previous recovery by `readiness`.
                     record.not_before = now;
                 }
@@ -574,13 +490,19 @@ impl AutoManagerCore {
     /// request, deleted, dispatch refused): the binding ends, nothing is
     /// counted.
     pub(super) fn end_binding(&mut self, job_id: &JobId) {
+        self.unbind(job_id, true);
+    }
+
+    /// Ends the binding; `single_use_release` says whether a `singleUse`
+    /// job's node is terminated with it.
+    pub(super) fn unbind(&mut self, job_id: &JobId, single_use_release: bool) {
         let Some(record) = self.jobs.get_mut(job_id) else {
             return;
         };
         let Some(binding) = record.binding.take() else {
             return;
         };
-        let single_use = record.job.spec.single_use;
+        let single_use = record.job.spec.single_use && single_use_release;
         self.fleet_epoch += 1;
         self.release_node(&binding.node_id, single_use);
     }

@@ -9,7 +9,7 @@ use crate::model::{
 };
 
 use super::Notification;
-use super::binding::{Binding, BindingPhase, JobRecord, StoppingInstance};
+use super::binding::{AwaitedStop, Binding, BindingPhase, JobRecord, StopWait, StoppingInstance};
 use super::core::AutoManagerCore;
 use super::recovery::LossCause;
 
@@ -329,22 +329,25 @@ impl AutoManagerCore {
         if let Some(record) = self.jobs.get_mut(job_id)
             && let Some(binding) = &record.binding
         {
-            record.stopping = Some(StoppingInstance {
-                node_id: binding.node_id.clone(),
-                instance_key: role,
-                since: now,
+            record.stopping = Some(AwaitedStop {
+                instance: StoppingInstance {
+                    node_id: binding.node_id.clone(),
+                    instance_key: role,
+                    since: now,
+                },
+                wait: StopWait::FailedOnLiveNode,
             });
         }
     }
 
-    /// A stopped instance: if it is the failed one being waited for, its
-    /// replacement may now start.
+    /// A stopped instance: if it is the one being waited for (failed, or
+    /// held on a stopping node), its replacement may now start.
     fn instance_stopped(&mut self, job_id: &JobId, role: &crate::model::InstanceKey, node: Option<&NodeId>) {
         if let Some(record) = self.jobs.get_mut(job_id)
             && record
                 .stopping
                 .as_ref()
-                .is_some_and(|s| &s.instance_key == role && node.is_none_or(|n| n == &s.node_id))
+                .is_some_and(|s| &s.instance.instance_key == role && node.is_none_or(|n| n == &s.instance.node_id))
         {
             record.stopping = None;
         }

@@ -12,8 +12,8 @@
 //! - [`binding`]: one record per job (node, instance key, placement of
 //!   record, in-flight gate).
 //! - [`recovery`]: runtime-failure policy, restart ceiling, node health.
-//! - `events` / `dispatch`: applying Manager events; placing and
-//!   dispatching.
+//! - `events` / `dispatch` / `call_results`: applying Manager events;
+//!   placing and dispatching; what Manager answered to each call.
 //! - `view_cache`: the placement view kept between rounds and brought up
 //!   to date instead of rebuilt.
 //! - `offerings`: what providers recently could not supply (an exhausted
@@ -27,6 +27,7 @@
 //! - [`metrics`], [`notification`].
 
 pub mod binding;
+mod call_results;
 mod core;
 mod dispatch;
 pub mod drain;

@@ -27,6 +27,10 @@ pub const PROVISION_FAILURE_BACKOFF_MS: i64 = 60_000;
 /// that never reports it must not hold the job off the air for good. Past
 /// this the replacement is placed anyway (should Manager still hold the old
 /// instance, the start is refused and retried like any failed dispatch).
+/// The same grace bounds the wait for an instance Manager still holds on a
+/// stopping node after refusing its replacement's start (`AlreadyExists`):
+/// the job is tried again at most this often until the node's
+/// `NodeStopped`.
 pub const FAILED_INSTANCE_STOP_GRACE_MS: i64 = 30_000;
 
 /// How an instance was lost.

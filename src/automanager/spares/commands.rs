@@ -149,8 +149,8 @@ impl AutoManagerCore {
             if self.hydrated
                 && let HotSpareChange::Changed { before, after, .. } = change
             {
-                let bound = self.bound_nodes();
-                let live: Vec<NodeId> = self.unconsumed_spares(pool, &bound).map(|n| n.id.clone()).collect();
+                let accepted = self.accepted_nodes();
+                let live: Vec<NodeId> = self.unconsumed_spares(pool, &accepted).map(|n| n.id.clone()).collect();
                 for node_id in live {
                     self.write_spare_spec(&node_id, &before.spare_spec(), &after.spare_spec());
                 }

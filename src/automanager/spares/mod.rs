@@ -10,7 +10,12 @@
 //! provision backoff ends, and on the periodic tick
 //! (`hotSpareReconcileIntervalMs`, default 60 s). A pass:
 //! - turns a spare that took a job into an ordinary node (its spare tags
-//!   are removed), so the underflow path replaces it;
+//!   are removed), so the underflow path replaces it. "Took" means Manager
+//!   accepted the job's start there (the `StartJob` succeeded, or Manager
+//!   reports the instance on it): a spare placement picked whose start is
+//!   still awaited, refused or failed stays a spare with its tags and still
+//!   counts, so a refused start never burns a spare nor provisions a
+//!   replacement for one;
 //! - reaps the unconsumed spares of a pool with no entry as orphans;
 //! - under target: fires `spareUnderflow(pool, effective, target)` and
 //!   provisions the shortfall from the pool's first elastic tier, tagged
@@ -53,7 +58,8 @@ pub struct HotSpareStatus {
     pub pool: String,
     /// `targetCount`.
     pub target: u32,
-    /// Unconsumed spares that have booted.
+    /// Unconsumed spares that have booted (one whose job's start Manager
+    /// has not accepted yet is still unconsumed).
     pub live: u32,
     /// Unconsumed spares still launching.
     pub provisioning: u32,
@@ -62,7 +68,8 @@ pub struct HotSpareStatus {
     pub underflow: Option<u32>,
     /// When `spareUnderflow` last fired for the pool.
     pub last_underflow_at: Option<UnixMillis>,
-    /// Spares that took a job (and became ordinary nodes) since start.
+    /// Spares that took a job (Manager accepted its start there, and they
+    /// became ordinary nodes) since start.
     pub consumed: u64,
     /// Spare provisioning for the pool is held back until then.
     pub backoff_until: Option<UnixMillis>,
@@ -114,21 +121,47 @@ pub(super) fn is_spare_tagged(node: &NodeState) -> bool {
     node.tags.get(tags::SPARE).is_some_and(|v| v == "true")
 }
 
+/// A pool's unconsumed spares, as the reconciler, `HotSparePolicy` status and
+/// the pool gauges all count them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct SpareCount {
+    /// Booted.
+    pub(super) live: u32,
+    /// Still launching.
+    pub(super) provisioning: u32,
+}
+
 impl AutoManagerCore {
-    /// Spares of `pool` that count: tagged, carrying no job (none of
-    /// `bound`), not going.
+    /// Spares of `pool`: tagged, not going, and on none of `excluded` (the
+    /// nodes with an accepted job, to count them; every occupied node, to
+    /// pick which to terminate or warm).
     fn unconsumed_spares<'a>(
         &'a self,
         pool: &'a str,
-        bound: &'a HashSet<NodeId>,
+        excluded: &'a HashSet<NodeId>,
     ) -> impl Iterator<Item = &'a NodeState> + 'a {
         self.fleet.iter().filter(move |n| {
             is_spare_tagged(n)
                 && !n.is_going()
                 && !n.terminated
                 && n.tags.get(tags::POOL).map(String::as_str) == Some(pool)
-                && !bound.contains(&n.id)
+                && !excluded.contains(&n.id)
         })
+    }
+
+    /// `pool`'s unconsumed spares, live and provisioning: the one count the
+    /// reconciler, the status and the metrics share.
+    pub(super) fn spare_count(&self, pool: &str) -> SpareCount {
+        let accepted = self.accepted_nodes();
+        let mut count = SpareCount::default();
+        for node in self.unconsumed_spares(pool, &accepted) {
+            if node.is_launching() {
+                count.provisioning += 1;
+            } else {
+                count.live += 1;
+            }
+        }
+        count
     }
 
     /// Notes what the reconciler learns from Manager's events: when a node
@@ -166,19 +199,11 @@ impl AutoManagerCore {
     /// target, the last underflow and any provision backoff (what a
     /// `HotSparePolicy` status shows).
     pub fn hot_spare_status(&self) -> Vec<HotSpareStatus> {
-        let bound = self.bound_nodes();
         self.settings
             .hot_spares
             .iter()
             .map(|entry| {
-                let (mut live, mut provisioning) = (0, 0);
-                for node in self.unconsumed_spares(&entry.pool, &bound) {
-                    if node.is_launching() {
-                        provisioning += 1;
-                    } else {
-                        live += 1;
-                    }
-                }
+                let SpareCount { live, provisioning } = self.spare_count(&entry.pool);
                 HotSpareStatus {
                     pool: entry.pool.clone(),
                     target: entry.target_count,
@@ -218,16 +243,16 @@ impl AutoManagerCore {
                 return;
             }
         }
-        // Placing a job binds it without moving the fleet epoch, so while
+        // Manager accepting a start does not move the fleet epoch, so while
         // spares are configured a spare taking a job is looked for on
         // every step.
         let consumed = self.consumed_spares();
         if !(tick || backoff_ended || changed || self.spares.forced || !consumed.is_empty()) {
             return;
         }
-        let bound = self.bound_nodes();
         self.spares.backoff.retain(|_, until| *until > now);
-        // "A spare that picks up a job is no longer a spare."
+        // "A spare that picks up a job is no longer a spare": once Manager
+        // accepted the job there, never on placement alone.
         for node_id in consumed {
             if let Some(pool) = self.fleet.get(&node_id).and_then(|n| n.tags.get(tags::POOL)) {
                 *self.spares.consumed.entry(pool.clone()).or_default() += 1;
@@ -235,12 +260,13 @@ impl AutoManagerCore {
             self.update_tags(&node_id, BTreeMap::new(), SPARE_TAGS.map(str::to_owned).to_vec());
             self.spares.pulls.remove(&node_id);
         }
-        self.reap_orphans(&bound);
+        let occupied = self.occupied_nodes();
+        self.reap_orphans(&occupied);
         let loud = tick || self.spares.forced;
         for entry in self.settings.hot_spares.clone() {
-            self.converge(&entry, &bound, loud, now);
+            self.converge(&entry, &occupied, loud, now);
         }
-        self.prefetch_warm_for(&bound);
+        self.prefetch_warm_for(&occupied);
         if tick {
             self.spares.next_tick = Some(now + self.settings.hot_spare_reconcile_interval_ms as i64);
         }
@@ -248,15 +274,23 @@ impl AutoManagerCore {
         self.spares.seen_epoch = Some(self.fleet_epoch);
     }
 
-    /// Every node some job is bound to.
-    fn bound_nodes(&self) -> HashSet<NodeId> {
+    /// Every node Manager accepted a job on.
+    fn accepted_nodes(&self) -> HashSet<NodeId> {
+        self.jobs.values().filter_map(|r| r.accepted_on().cloned()).collect()
+    }
+
+    /// Every node holding anything: a job bound there (its start accepted
+    /// or not) or a migration's target. An occupied spare still counts
+    /// until a start on it is accepted, but is never terminated or warmed.
+    fn occupied_nodes(&self) -> HashSet<NodeId> {
         self.jobs
             .values()
-            .filter_map(|r| r.binding.as_ref().map(|b| b.node_id.clone()))
+            .flat_map(|r| r.binding.iter().chain(r.migration_target()))
+            .map(|b| b.node_id.clone())
             .collect()
     }
 
-    /// Spare-tagged nodes that carry a job.
+    /// Spare-tagged nodes Manager accepted a job on.
     fn consumed_spares(&self) -> Vec<NodeId> {
         let spares: HashSet<&NodeId> = self
             .fleet
@@ -270,14 +304,15 @@ impl AutoManagerCore {
         let consumed: BTreeSet<&NodeId> = self
             .jobs
             .values()
-            .filter_map(|r| r.binding.as_ref().map(|b| &b.node_id))
+            .filter_map(|r| r.accepted_on())
             .filter(|n| spares.contains(n))
             .collect();
         consumed.into_iter().cloned().collect()
     }
 
-    /// Unconsumed spares of pools without an entry are orphans.
-    fn reap_orphans(&mut self, bound: &HashSet<NodeId>) {
+    /// Unconsumed spares of pools without an entry are orphans; those
+    /// holding nothing are reaped.
+    fn reap_orphans(&mut self, occupied: &HashSet<NodeId>) {
         let entries: BTreeSet<&str> = self.settings.hot_spares.iter().map(|e| e.pool.as_str()).collect();
         let pools: BTreeSet<String> = self
             .fleet
@@ -288,7 +323,7 @@ impl AutoManagerCore {
             .collect();
         for pool in pools {
             let orphans: Vec<NodeId> = self
-                .unconsumed_spares(&pool, bound)
+                .unconsumed_spares(&pool, occupied)
                 .filter(|n| self.is_terminable(n))
                 .map(|n| n.id.clone())
                 .collect();
@@ -299,8 +334,9 @@ impl AutoManagerCore {
     }
 
     /// Brings one pool to its target.
-    fn converge(&mut self, entry: &HotSpareSpec, bound: &HashSet<NodeId>, loud: bool, now: UnixMillis) {
-        let effective = self.unconsumed_spares(&entry.pool, bound).count() as u32;
+    fn converge(&mut self, entry: &HotSpareSpec, occupied: &HashSet<NodeId>, loud: bool, now: UnixMillis) {
+        let SpareCount { live, provisioning } = self.spare_count(&entry.pool);
+        let effective = live + provisioning;
         let target = entry.target_count;
         if effective < target {
             let last = self.spares.underflow.insert(entry.pool.clone(), (effective, target));
@@ -319,7 +355,7 @@ impl AutoManagerCore {
         }
         self.spares.underflow.remove(&entry.pool);
         if effective > target {
-            self.terminate_coldest(entry, bound, effective - target);
+            self.terminate_coldest(entry, occupied, effective - target);
         }
     }
 
@@ -404,8 +440,9 @@ impl AutoManagerCore {
 
     /// Terminates `excess` unconsumed spares of the entry's pool, coldest
     /// first (fewest of the entry's `warmFor` images held), the least
-    /// recently active first among equals.
-    fn terminate_coldest(&mut self, entry: &HotSpareSpec, bound: &HashSet<NodeId>, excess: u32) {
+    /// recently active first among equals; never one a job or migration
+    /// target was placed on.
+    fn terminate_coldest(&mut self, entry: &HotSpareSpec, occupied: &HashSet<NodeId>, excess: u32) {
         let warm_images: BTreeSet<&String> = entry
             .warm_for
             .iter()
@@ -413,7 +450,7 @@ impl AutoManagerCore {
             .flatten()
             .collect();
         let mut candidates: Vec<(usize, UnixMillis, NodeId)> = self
-            .unconsumed_spares(&entry.pool, bound)
+            .unconsumed_spares(&entry.pool, occupied)
             .filter(|n| self.is_terminable(n))
             .map(|n| {
                 let held = n.inventory.as_ref().map_or(0, |i| {
@@ -452,11 +489,11 @@ impl AutoManagerCore {
 
     /// Asks each running unconsumed spare to pull the images of its
     /// `warmFor` templates it neither holds, nor was asked for, nor failed.
-    fn prefetch_warm_for(&mut self, bound: &HashSet<NodeId>) {
+    fn prefetch_warm_for(&mut self, occupied: &HashSet<NodeId>) {
         let pools: Vec<String> = self.settings.hot_spares.iter().map(|e| e.pool.clone()).collect();
         let mut asks = Vec::new();
         for pool in &pools {
-            for node in self.unconsumed_spares(pool, bound) {
+            for node in self.unconsumed_spares(pool, occupied) {
                 if node.phase != crate::model::NodePhase::Running {
                     continue;
                 }

@@ -1,0 +1,199 @@
+//! What Manager answered to the core's calls: the result of every RPC routed
+//! to the concern that issued it, and for placement's own calls — `StartJob`
+//! and the node provisions — what a success or a refusal means for the job:
+//! counted as placed or dispatch-failed, the recovery context kept or
+//! dropped, a phantom node forgotten, and a start refused because Manager
+//! still holds the instance on a stopping node turned into a wait for that
+//! instance (never a node fault, never a spare consumed).
+
+use crate::model::{InstanceKey, JobId, NodeId, NodePhase, UnixMillis};
+
+use super::binding::StopWait;
+use super::core::{AutoManagerCore, Pending};
+use super::recovery::MIN_RECOVERY_INTERVAL_MS;
+use super::spares::is_spare_tagged;
+use super::{CommandError, Notification, RequestId, RpcFailure, RpcFailureKind};
+
+impl AutoManagerCore {
+    pub(super) fn rpc_result(&mut self, id: RequestId, result: Result<(), RpcFailure>, now: UnixMillis) {
+        let Some(pending) = self.pending.remove(&id) else {
+            return;
+        };
+        if let Pending::TerminateNode(node_id) = &pending {
+            self.drain_terminate_settled(node_id, result.as_ref().err());
+        }
+        match pending {
+            Pending::Command { id: command, revives } => {
+                if let (Ok(()), Some(bundle_id)) = (&result, revives) {
+                    self.revive(&bundle_id);
+                }
+                self.reply(command, result.map_err(CommandError::Manager));
+            }
+            Pending::TerminateNode(node_id) => match result {
+                // Manager no longer knows it (it never came up, or is gone
+                // already): forget it, or it would count against its tier's
+                // `maxNodes` forever.
+                Err(failure) if failure.kind == RpcFailureKind::NotFound => {
+                    self.fleet.remove(&node_id);
+                    self.fleet_epoch += 1;
+                }
+                Err(failure) => self.notify(Notification::Error {
+                    message: format!("terminating {node_id} failed: {}", failure.message),
+                }),
+                Ok(()) => {}
+            },
+            Pending::StartJob(job_id) => self.start_result(&job_id, id, result, now),
+            Pending::CreateNode { node_id, for_job } => self.create_result(&node_id, &for_job, result, now),
+            Pending::Spare(request) => self.spare_rpc_result(request, result, now),
+            Pending::NodeService(request) => self.node_service_rpc_result(request, result, now),
+            Pending::Migration { migration_id, call } => self.migration_call_result(&migration_id, call, result, now),
+            Pending::Other => {
+                if let Err(failure) = result {
+                    self.notify(Notification::Error {
+                        message: failure.message,
+                    });
+                }
+            }
+        }
+    }
+
+    fn start_result(&mut self, job_id: &JobId, id: RequestId, result: Result<(), RpcFailure>, now: UnixMillis) {
+        let Some(record) = self.jobs.get_mut(job_id).filter(|r| r.in_flight == Some(id)) else {
+            return;
+        };
+        record.in_flight = None;
+        // While the gate was shut the job could not be placed again, so a
+        // binding now is the one this start was for; none means it ended
+        // meanwhile (its node lost) and there is nothing more to do.
+        let Some(binding) = record.binding.as_mut() else {
+            return;
+        };
+        let counted = std::mem::replace(&mut binding.uncounted, false);
+        match result {
+            Ok(()) => {
+                // The re-placement is done: its context (the nodes to keep
+                // away from) is kept until here, so a refused provision or
+                // dispatch never sends the job back to the node it failed on.
+                record.recovery = None;
+                // Manager took the instance key: whatever it held on a
+                // stopping node no longer stands in the way.
+                if record
+                    .stopping
+                    .as_ref()
+                    .is_some_and(|s| s.wait != StopWait::FailedOnLiveNode)
+                {
+                    record.stopping = None;
+                }
+                if counted {
+                    self.counters.placements_succeeded += 1;
+                }
+            }
+            Err(failure) => {
+                if counted {
+                    self.counters.placements_dispatch_failed += 1;
+                }
+                // Retried no sooner than a recovery would be.
+                record.not_before = now + MIN_RECOVERY_INTERVAL_MS;
+                let refused_key = binding.instance_key.clone();
+                let held = self.held_on_stopping_node(job_id, &refused_key, &failure, now);
+                // The refusal is no fault of the node it was placed on: its
+                // health is not touched, and a spare stays a spare (only an
+                // accepted start consumes one) — a single-use job never ran
+                // there, so it does not take the spare down either.
+                let on_spare = self
+                    .jobs
+                    .get(job_id)
+                    .and_then(|r| r.binding.as_ref())
+                    .and_then(|b| self.fleet.get(&b.node_id))
+                    .is_some_and(is_spare_tagged);
+                self.unbind(job_id, !on_spare);
+                let message = match held {
+                    Some(old) => format!(
+                        "StartJob for {job_id} refused: Manager still holds instance {} on stopping node \
+                         {old}; recovered once it is gone ({})",
+                        refused_key.0, failure.message
+                    ),
+                    None => format!("StartJob for {job_id} failed: {}", failure.message),
+                };
+                self.notify(Notification::Error { message });
+            }
+        }
+    }
+
+    /// A start refused as `AlreadyExists` while the job's previous
+    /// instance (same key) was lost with a node that is still stopping:
+    /// Manager holds that instance until the node has stopped, so the job
+    /// waits for it to go instead of being retried (and placed, perhaps
+    /// provisioned, elsewhere) meanwhile. Returns the stopping node.
+    fn held_on_stopping_node(
+        &mut self,
+        job_id: &JobId,
+        refused_key: &InstanceKey,
+        failure: &RpcFailure,
+        now: UnixMillis,
+    ) -> Option<NodeId> {
+        if failure.kind != RpcFailureKind::AlreadyExists {
+            return None;
+        }
+        let record = self.jobs.get(job_id)?;
+        let awaited = record
+            .stopping
+            .as_ref()
+            .filter(|s| s.wait == StopWait::LostWithStoppingNode && &s.instance.instance_key == refused_key)?;
+        let old = awaited.instance.node_id.clone();
+        let stopping = self.fleet.get(&old).is_some_and(|n| n.phase == NodePhase::Stopping);
+        if !stopping {
+            return None;
+        }
+        let record = self.jobs.get_mut(job_id)?;
+        if let Some(awaited) = record.stopping.as_mut() {
+            awaited.wait = StopWait::HeldOnStoppingNode;
+            awaited.instance.since = now;
+        }
+        Some(old)
+    }
+
+    fn create_result(&mut self, node_id: &NodeId, for_job: &JobId, result: Result<(), RpcFailure>, now: UnixMillis) {
+        let counted = self
+            .jobs
+            .get_mut(for_job)
+            .and_then(|r| r.binding.as_mut())
+            .filter(|b| &b.node_id == node_id)
+            .is_some_and(|b| std::mem::replace(&mut b.uncounted, false));
+        let Err(failure) = result else {
+            if counted {
+                self.counters.placements_succeeded += 1;
+            }
+            return;
+        };
+        if counted {
+            self.counters.placements_dispatch_failed += 1;
+        }
+        // No phantom node: it is forgotten, its jobs re-placed, and what
+        // refused held back so the next shape or tier is tried. The kept
+        // view may hold it as a prospective node without remembering it as
+        // one of the fleet's: it is built again.
+        self.view_cache = None;
+        if let Some(node) = self.fleet.remove(node_id)
+            && let Some(p) = node.provisioned
+        {
+            self.provision_refused(&p, failure.kind, now);
+        }
+        self.fleet_epoch += 1;
+        for record in self.jobs.values_mut() {
+            if record.is_bound_to(node_id) {
+                record.binding = None;
+                // A recovery's next attempt keeps its spacing.
+                if record.recovery.is_some() {
+                    let earliest = record
+                        .last_recovery_at
+                        .map_or(now, |last| last + MIN_RECOVERY_INTERVAL_MS);
+                    record.not_before = record.not_before.max(earliest);
+                }
+            }
+        }
+        self.notify(Notification::Error {
+            message: format!("provisioning {node_id} failed: {}", failure.message),
+        });
+    }
+}
