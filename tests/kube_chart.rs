@@ -117,6 +117,29 @@ async fn chart_passes_helm_lint() {
 }
 
 #[tokio::test]
+async fn a_disruption_budget_is_rendered_only_when_it_allows_a_disruption() {
+    let cp = control_plane::shared().await;
+    let budgets = |args: &[&str]| {
+        let mut all = vec!["--set", URL];
+        all.extend_from_slice(args);
+        let rendered = template(cp, "pdb", "norsk-system", &all).unwrap_or_else(|e| panic!("render: {e}"));
+        serde_yaml::Deserializer::from_str(&rendered)
+            .filter_map(|d| serde::Deserialize::deserialize(d).ok())
+            .filter(|d: &serde_json::Value| d["kind"] == "PodDisruptionBudget")
+            .collect::<Vec<_>>()
+    };
+    let default = budgets(&[]);
+    assert_eq!(default.len(), 1, "two replicas keep one available");
+    // A Manager outage makes every replica unready: they may still be evicted.
+    assert_eq!(default[0]["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+    assert!(
+        budgets(&["--set", "replicaCount=1"]).is_empty(),
+        "one replica: a budget would block every drain"
+    );
+    assert!(budgets(&["--set", "podDisruptionBudget.enabled=false"]).is_empty());
+}
+
+#[tokio::test]
 async fn rendered_chart_is_accepted_by_the_api_server() {
     let cp = installed().await;
     let ns = cp.namespace("render").await;
