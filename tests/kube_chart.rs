@@ -117,6 +117,29 @@ async fn chart_passes_helm_lint() {
 }
 
 #[tokio::test]
+async fn the_chart_renders_with_its_defaults_and_its_notes_say_what_is_missing() {
+    let cp = control_plane::shared().await;
+    let rendered = template(cp, "defaults", "norsk-system", &[]).unwrap_or_else(|e| panic!("render: {e}"));
+    assert!(rendered.contains("kind: Deployment"), "{rendered}");
+    let mut helm = cp.helm();
+    helm.args(["install", "defaults"])
+        .arg(chart_dir())
+        .args(["-n", "norsk-system", "--dry-run=client"]);
+    let notes = run(helm, "").unwrap_or_else(|e| panic!("dry run: {e}"));
+    assert!(
+        notes.contains("WARNING: no Manager to drive. Set manager.url"),
+        "{notes}"
+    );
+    assert!(notes.contains("settings.url: no Manager address given"), "{notes}");
+    let mut helm = cp.helm();
+    helm.args(["install", "defaults"])
+        .arg(chart_dir())
+        .args(["-n", "norsk-system", "--dry-run=client", "--set", URL]);
+    let notes = run(helm, "").unwrap_or_else(|e| panic!("dry run: {e}"));
+    assert!(!notes.contains("WARNING"), "{notes}");
+}
+
+#[tokio::test]
 async fn a_disruption_budget_is_rendered_only_when_it_allows_a_disruption() {
     let cp = control_plane::shared().await;
     let budgets = |args: &[&str]| {

@@ -40,14 +40,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s-sim" (include "nam.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Manager's URL: manager.url, else the simulator's Service. */}}
+{{/* Manager's URL: manager.url, else the simulator's Service, else empty. The chart renders
+without one (`helm template` with the defaults works, for reviews and GitOps tools); NOTES
+then says what is missing, and the operator refuses to start with "settings.url: no Manager
+address given". */}}
 {{- define "nam.managerUrl" -}}
 {{- if .Values.manager.url }}
 {{- .Values.manager.url }}
 {{- else if .Values.simulator.enabled }}
 {{- printf "http://%s.%s.svc:%d" (include "nam.simulatorName" .) .Release.Namespace (int .Values.simulator.port) }}
-{{- else }}
-{{- fail "manager.url is required (or simulator.enabled=true)" }}
 {{- end }}
 {{- end }}
 
