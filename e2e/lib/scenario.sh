@@ -65,6 +65,7 @@ scenario_step() {
         helm-upgrade) helm_upgrade "$@" ;;
         events) events "$@" ;;
         one-instance) one_instance ;;
+        plain-logs) plain_logs ;;
         uninstall) uninstall ;;
         *) echo "unknown step: $verb" >&2; return 2 ;;
     esac
@@ -143,6 +144,16 @@ helm_upgrade() {
     local key="${1%%=*}" value="${1#*=}"
     key="${key##*.}"
     kubectl -n "$SYSTEM_NS" get configmap "$RELEASE-norsk-auto-manager" -o yaml | grep -F "$key: $value"
+}
+
+# The operators' logs, as a log collector reads them (not a terminal): no colour codes.
+plain_logs() {
+    local pod escapes
+    for pod in $(operator_pods); do
+        escapes="$(kubectl -n "$SYSTEM_NS" logs "$pod" | grep -c $'\e\[' || true)"
+        [[ "$escapes" == 0 ]] || { echo "$pod: $escapes log lines with colour codes" >&2; return 1; }
+    done
+    echo "plain text logs"
 }
 
 # pods_gone NAMES: none of the named operator Pods is left.

@@ -253,7 +253,10 @@ pub fn resolve(args: &Args, read: impl Fn(&Path) -> std::io::Result<String>) -> 
 fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // Colour only on a terminal: a file or a log collector gets plain text.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
     // A second initialisation (tests) keeps the first subscriber.
     let _ = match format {
         LogFormat::Text => builder.try_init(),

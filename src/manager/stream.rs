@@ -199,7 +199,7 @@ async fn session(
         let mut notes = wire::Notes::new();
         let converted = wire::event_from_pb(&msg, &mut notes);
         for n in &notes {
-            tracing::warn!(message = n.message, field = n.field, what = %n.what, "normalised a value from Manager");
+            tracing::warn!(detail = n.message, field = n.field, what = %n.what, "normalised a value from Manager");
         }
         let item = match converted {
             Ok(ManagerEvent::InitialDataComplete) => match snapshot.take() {

@@ -481,7 +481,7 @@ impl Shell {
 
     fn publish(&self, notification: Notification) {
         if let Notification::Error { message } = &notification {
-            tracing::warn!(%message, "automanager error");
+            tracing::warn!(error = %message, "automanager error");
         }
         // No subscriber is not an error: notifications are fire-and-forget.
         let _ = self.notifications.send(notification);
