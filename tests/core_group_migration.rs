@@ -482,7 +482,7 @@ fn a_pinned_migration_of_one_job_of_a_group_moves_the_whole_group_to_the_pin() {
     let mut h = ch1_on_a();
     h.cluster_node("c", 4.0);
     let pinned = MigrationOptions {
-        strategy: MigrationStrategy::Overlap,
+        strategy: Some(MigrationStrategy::Overlap),
         target_node_id: Some(node("c")),
         override_reservation: false,
     };

@@ -346,7 +346,8 @@ async fn ensure_drain(shared: &DrainContext, state: &NodeInterruptionState) -> R
             // An interruption's drain is forced: the provider takes the
             // node at the deadline regardless.
             force: true,
-            strategy: crd::MigrationStrategy::default(),
+            // Each job moves with its declared strategy.
+            strategy: None,
             interruption: Some(Interruption {
                 kind: interruption_kind(state.kind),
                 deadline: state.deadline.and_then(rfc3339),

@@ -7,28 +7,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// How a job is moved off the node.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum MigrationStrategy {
-    /// Target prepared without starting, source stopped, target started.
-    #[default]
-    StopThenStart,
-    /// Target started; once running, the source stopped.
-    Overlap,
-    /// Cooperative: the job hands over at a point both instances agree on.
-    Handover,
-}
-
-impl From<MigrationStrategy> for crate::automanager::MigrationStrategy {
-    fn from(strategy: MigrationStrategy) -> Self {
-        match strategy {
-            MigrationStrategy::StopThenStart => Self::StopThenStart,
-            MigrationStrategy::Overlap => Self::Overlap,
-            MigrationStrategy::Handover => Self::Handover,
-        }
-    }
-}
+/// How a job is moved off the node: the model's strategy, so a drain, a
+/// migration and a Bundle job's declaration share one schema.
+pub use crate::model::MigrationStrategy;
 
 /// A provider's notice that it takes the node back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -84,9 +65,13 @@ pub struct NodeDrainSpec {
     /// Terminate at the timeout even with jobs still on the node.
     #[serde(default)]
     pub force: bool,
-    /// How each job is migrated.
-    #[serde(default)]
-    pub strategy: MigrationStrategy,
+    /// How every job is migrated: `stopThenStart` (target prepared, source
+    /// stopped, target started: a gap of one start), `overlap` (both run for
+    /// a moment) or `handover` (cooperative). When absent, each job moves
+    /// with the strategy it declares (`requirements.migrationStrategy` in
+    /// its Bundle), else `stopThenStart`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<MigrationStrategy>,
     /// The provider notice this drain answers (a forced drain sized to the
     /// deadline).
     #[serde(default, skip_serializing_if = "Option::is_none")]

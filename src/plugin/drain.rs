@@ -38,7 +38,7 @@ pub fn drain_resource(
     node_id: &str,
     timeout_seconds: Option<u32>,
     force: bool,
-    strategy: MigrationStrategy,
+    strategy: Option<MigrationStrategy>,
 ) -> NodeDrain {
     named(NodeDrain::new(
         "",
@@ -53,14 +53,20 @@ pub fn drain_resource(
 }
 
 /// The drain answering a provider's notice: forced, sized to the deadline by the operator.
-pub fn interruption_resource(node_id: &str, kind: InterruptionKind, deadline: Option<String>) -> NodeDrain {
+/// Without `strategy`, each job moves with the one it declares.
+pub fn interruption_resource(
+    node_id: &str,
+    kind: InterruptionKind,
+    deadline: Option<String>,
+    strategy: Option<MigrationStrategy>,
+) -> NodeDrain {
     named(NodeDrain::new(
         "",
         NodeDrainSpec {
             node_id: node_id.to_owned(),
             timeout_seconds: None,
             force: true,
-            strategy: MigrationStrategy::default(),
+            strategy,
             interruption: Some(Interruption { kind, deadline }),
         },
     ))
@@ -295,11 +301,11 @@ mod tests {
 
     #[test]
     fn drain_names_are_valid_resource_names_from_any_node_id() {
-        let drain = drain_resource("EC2/i-0ABC_1", None, false, MigrationStrategy::Overlap);
+        let drain = drain_resource("EC2/i-0ABC_1", None, false, Some(MigrationStrategy::Overlap));
         assert_eq!(drain.metadata.generate_name.as_deref(), Some("ec2-i-0abc-1-drain-"));
         assert_eq!(drain.spec.node_id, "EC2/i-0ABC_1");
         let long = "n".repeat(300);
-        let name = interruption_resource(&long, InterruptionKind::Rebalance, None)
+        let name = interruption_resource(&long, InterruptionKind::Rebalance, None, None)
             .metadata
             .generate_name
             .unwrap_or_default();

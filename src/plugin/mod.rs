@@ -83,9 +83,10 @@ pub enum Command {
         /// Terminate at the timeout even with jobs left.
         #[arg(long)]
         force: bool,
-        /// How each job moves.
-        #[arg(long, value_enum, default_value = "stop-then-start")]
-        strategy: Strategy,
+        /// How every job moves; when absent, each job moves with the strategy its Bundle
+        /// declares (`requirements.migrationStrategy`), else stop-then-start.
+        #[arg(long, value_enum)]
+        strategy: Option<Strategy>,
         /// Create the drain and return.
         #[arg(long)]
         no_wait: bool,
@@ -103,9 +104,10 @@ pub enum Command {
         /// The target node (placement chooses when absent).
         #[arg(long)]
         to: Option<String>,
-        /// How the job moves.
-        #[arg(long, value_enum, default_value = "stop-then-start")]
-        strategy: Strategy,
+        /// How the job (and its group) moves; when absent, each job moves with the strategy
+        /// its Bundle declares (`requirements.migrationStrategy`), else stop-then-start.
+        #[arg(long, value_enum)]
+        strategy: Option<Strategy>,
         /// May take an exclusively reserved spare.
         #[arg(long)]
         override_reservation: bool,
@@ -125,6 +127,10 @@ pub enum Command {
         /// When the node is reclaimed (RFC 3339; the kind's default when absent).
         #[arg(long)]
         deadline: Option<String>,
+        /// How every job moves; when absent, each job moves with the strategy its Bundle
+        /// declares (`requirements.migrationStrategy`), else stop-then-start.
+        #[arg(long, value_enum)]
+        strategy: Option<Strategy>,
         /// Create the drain and return.
         #[arg(long)]
         no_wait: bool,
@@ -289,17 +295,18 @@ pub async fn run(client: Client, namespace: &str, command: Command) -> Result<Ex
             no_wait,
         } => {
             let node_id = nodes::node_id(client.clone(), &node).await?;
-            let drain = drain_resource(&node_id, timeout, force, strategy.into());
+            let drain = drain_resource(&node_id, timeout, force, strategy.map(Into::into));
             drain::create_and_follow(client, drain, no_wait).await
         }
         Command::Interrupt {
             node,
             kind,
             deadline,
+            strategy,
             no_wait,
         } => {
             let node_id = nodes::node_id(client.clone(), &node).await?;
-            let drain = interruption_resource(&node_id, kind.into(), deadline);
+            let drain = interruption_resource(&node_id, kind.into(), deadline, strategy.map(Into::into));
             drain::create_and_follow(client, drain, no_wait).await
         }
         Command::Migrate {
@@ -311,7 +318,14 @@ pub async fn run(client: Client, namespace: &str, command: Command) -> Result<Ex
             override_reservation,
             no_wait,
         } => {
-            let migration = migration_resource(&bundle, &job, replica, to, strategy.into(), override_reservation);
+            let migration = migration_resource(
+                &bundle,
+                &job,
+                replica,
+                to,
+                strategy.map(Into::into),
+                override_reservation,
+            );
             migrate::create_and_wait(client, namespace, migration, no_wait).await
         }
     }

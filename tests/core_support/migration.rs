@@ -24,7 +24,7 @@ pub fn running_job() -> (Harness, JobId, NodeId) {
 
 pub fn options(strategy: MigrationStrategy) -> MigrationOptions {
     MigrationOptions {
-        strategy,
+        strategy: Some(strategy),
         ..MigrationOptions::default()
     }
 }

@@ -10,8 +10,10 @@
 //!
 //! Groups are the unit of movement: the jobs of a co-located group on the
 //! node are migrated together (see [`super::migration::group`]), each with
-//! its own `strategyFor` strategy, and a group that cannot move is `stuck`
-//! as a whole, every member with the same reason.
+//! its own strategy, and a group that cannot move is `stuck` as a whole,
+//! every member with the same reason. A job's strategy is the caller's
+//! `strategyFor` for it, else the caller's default, else the one the job
+//! declares (`requirements.migrationStrategy`), else `stopThenStart`.
 //!
 //! Outcomes are what happened to the jobs: a drain is `done` only when
 //! every job left the node before it went (`migrated`, or `moved` some
@@ -259,7 +261,7 @@ impl AutoManagerCore {
             match self.migrate_with_group(
                 &job_id,
                 &MigrationOptions::default(),
-                &|job| strategy_for.strategy(job),
+                &|job| strategy_for.given(job),
                 now,
             ) {
                 Ok(started) => jobs.extend(started.into_iter().map(|(job_id, migration_id)| DrainJob {

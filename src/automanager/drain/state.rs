@@ -108,8 +108,10 @@ pub struct DrainState {
     pub reason: Option<String>,
 }
 
-/// Which migration strategy each job of a drain uses (`strategyFor`): one
-/// per job where given, else the default, else the saga's own default.
+/// Which migration strategy the caller of a drain gives each job
+/// (`strategyFor`): one per job where given, else the default. A job the
+/// caller gives none moves with the strategy it declares
+/// (`requirements.migrationStrategy`), else `stopThenStart`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StrategyFor {
@@ -130,9 +132,9 @@ impl StrategyFor {
         }
     }
 
-    /// The strategy for `job`.
-    pub fn strategy(&self, job: &JobId) -> MigrationStrategy {
-        self.jobs.get(job).copied().or(self.default).unwrap_or_default()
+    /// The strategy the caller gives `job`, if any.
+    pub fn given(&self, job: &JobId) -> Option<MigrationStrategy> {
+        self.jobs.get(job).copied().or(self.default)
     }
 }
 
@@ -146,7 +148,7 @@ pub struct DrainOptions {
     /// Terminate at the timeout regardless.
     #[serde(default)]
     pub force: bool,
-    /// Per-job migration strategy.
+    /// Per-job migration strategy (a job given none moves with its own).
     #[serde(default)]
     pub strategy_for: StrategyFor,
 }

@@ -54,6 +54,8 @@ impl AutoManagerCore {
         options: &MigrationOptions,
         now: UnixMillis,
     ) -> Result<MigrationId, MigrationRefusal> {
+        // The caller's strategy moves the whole group; given none, each
+        // member moves with the one it declares.
         let strategy = options.strategy;
         let started = self.migrate_with_group(job_id, options, &|_| strategy, now)?;
         // The asked job's migration comes first; one always starts when the
@@ -66,13 +68,15 @@ impl AutoManagerCore {
     }
 
     /// Migrates `job_id` and every member of its co-located group that runs
-    /// beside it, each with the strategy `strategy_of` gives it; returns
+    /// beside it, each with the strategy `strategy_of` gives it or, where it
+    /// gives none, the one the member declares
+    /// (`requirements.migrationStrategy`, else `stopThenStart`); returns
     /// each member's migration. Refused as a whole.
     pub(crate) fn migrate_with_group(
         &mut self,
         job_id: &JobId,
         options: &MigrationOptions,
-        strategy_of: &dyn Fn(&JobId) -> MigrationStrategy,
+        strategy_of: &dyn Fn(&JobId) -> Option<MigrationStrategy>,
         now: UnixMillis,
     ) -> Result<Vec<(JobId, MigrationId)>, MigrationRefusal> {
         let source = self.movable_source(job_id, options)?;
@@ -136,7 +140,10 @@ impl AutoManagerCore {
             self.migrations.insert(MigrationState {
                 migration_id: migration_id.clone(),
                 job_id: member.clone(),
-                strategy: strategy_of(member),
+                strategy: self.jobs.get(member).map(|r| r.job.requirements()).map_or_else(
+                    || strategy_of(member).unwrap_or_default(),
+                    |req| req.migration_strategy_or(strategy_of(member)),
+                ),
                 phase: MigrationPhase::Placing,
                 transitions: Vec::new(),
                 source_node_id: binding.node_id.clone(),
