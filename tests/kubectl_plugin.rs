@@ -135,6 +135,8 @@ async fn drain_creates_a_node_drain_and_follows_it_until_done() {
         timeout: Some(120),
         force: true,
         strategy: Some(Strategy::Overlap),
+        keep: false,
+        terminate: false,
         no_wait: false,
     };
     let client = cp.client();
@@ -171,6 +173,8 @@ async fn drain_that_ends_partial_exits_with_failure() {
         timeout: None,
         force: false,
         strategy: Some(Strategy::StopThenStart),
+        keep: false,
+        terminate: false,
         no_wait: false,
     };
     let client = cp.client();

@@ -207,6 +207,7 @@ async fn start(
                         timeout_ms: drain.spec.timeout_seconds.map(|s| u64::from(s) * 1000),
                         force: drain.spec.force,
                         strategy_for,
+                        after: drain.spec.after.map(Into::into),
                     },
                 )
                 .await

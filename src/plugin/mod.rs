@@ -17,7 +17,7 @@ use clap::{Parser, Subcommand};
 use kube::Client;
 
 use crate::controller::node_status::DEFAULT_FLEET;
-use crate::crd::{InterruptionKind, MigrationStrategy};
+use crate::crd::{DrainAfter, InterruptionKind, MigrationStrategy};
 
 pub use drain::{DrainEnd, drain_resource, follow_drain, interruption_resource};
 pub use migrate::{MigrationAnswer, migration_resource};
@@ -72,8 +72,9 @@ pub enum Command {
         /// The NorskNode (resource name or Manager node id).
         node: String,
     },
-    /// Drain a node: its jobs migrated elsewhere, then the node terminated. Follows the
-    /// drain until it ends (exit 0 when done, 1 when partial or failed).
+    /// Drain a node: its jobs migrated elsewhere, then the node terminated (or, with
+    /// `--keep`, kept cordoned for maintenance). Follows the drain until it ends (exit 0
+    /// when done, 1 when partial or failed).
     Drain {
         /// The NorskNode (resource name or Manager node id).
         node: String,
@@ -87,6 +88,15 @@ pub enum Command {
         /// declares (`requirements.migrationStrategy`), else stop-then-start.
         #[arg(long, value_enum)]
         strategy: Option<Strategy>,
+        /// A maintenance drain: keep the emptied node, cordoned and running, for planned
+        /// work (`uncordon` returns it to service). The default for registered cluster
+        /// servers.
+        #[arg(long, conflicts_with = "terminate")]
+        keep: bool,
+        /// Terminate the emptied node, even a registered cluster server (the default for
+        /// any other node).
+        #[arg(long)]
+        terminate: bool,
         /// Create the drain and return.
         #[arg(long)]
         no_wait: bool,
@@ -292,10 +302,17 @@ pub async fn run(client: Client, namespace: &str, command: Command) -> Result<Ex
             timeout,
             force,
             strategy,
+            keep,
+            terminate,
             no_wait,
         } => {
             let node_id = nodes::node_id(client.clone(), &node).await?;
-            let drain = drain_resource(&node_id, timeout, force, strategy.map(Into::into));
+            let after = match (keep, terminate) {
+                (true, _) => Some(DrainAfter::Keep),
+                (_, true) => Some(DrainAfter::Terminate),
+                _ => None,
+            };
+            let drain = drain_resource(&node_id, timeout, force, strategy.map(Into::into), after);
             drain::create_and_follow(client, drain, no_wait).await
         }
         Command::Interrupt {
