@@ -140,10 +140,7 @@ impl AutoManagerCore {
             self.migrations.insert(MigrationState {
                 migration_id: migration_id.clone(),
                 job_id: member.clone(),
-                strategy: self.jobs.get(member).map(|r| r.job.requirements()).map_or_else(
-                    || strategy_of(member).unwrap_or_default(),
-                    |req| req.migration_strategy_or(strategy_of(member)),
-                ),
+                strategy: self.strategy_for(member, strategy_of(member)),
                 phase: MigrationPhase::Placing,
                 transitions: Vec::new(),
                 source_node_id: binding.node_id.clone(),
@@ -163,6 +160,16 @@ impl AutoManagerCore {
             self.dispatch_target_if_ready(migration_id, now);
         }
         Ok(started.into_iter().map(|(job, id, _)| (job, id)).collect())
+    }
+
+    /// The strategy `job_id` moves with when its caller gives `given`: the
+    /// caller's, else the one the job declares
+    /// (`requirements.migrationStrategy`), else `stopThenStart`.
+    fn strategy_for(&self, job_id: &JobId, given: Option<MigrationStrategy>) -> MigrationStrategy {
+        match self.jobs.get(job_id) {
+            Some(record) => record.job.requirements().migration_strategy_or(given),
+            None => given.unwrap_or_default(),
+        }
     }
 
     /// The running instance `job_id` would move from, or why it cannot
