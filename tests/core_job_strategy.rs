@@ -234,3 +234,27 @@ fn nothing_declared_and_nothing_given_is_stop_then_start() {
     let id = try_migrate(&mut h, &job, MigrationOptions::default()).expect("the migration starts");
     assert_eq!(state(&h, &id).strategy, MigrationStrategy::StopThenStart);
 }
+
+/// A co-located pair: `encode` declares `overlap`, `package` nothing.
+const PAIR: &str = "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1, migrationStrategy: overlap}}\n  - {jobName: package, coLocateWith: [encode], requirements: {requiredCapacity: 1}}\n";
+
+#[test]
+fn a_co_located_group_drained_without_a_strategy_moves_each_member_with_its_own() {
+    let mut h = jobs_on_a(PAIR);
+    drain_a(&mut h, DrainOptions::default());
+    assert_eq!(
+        drain_strategies(&h),
+        strategies(&[
+            ("encode", MigrationStrategy::Overlap),
+            ("package", MigrationStrategy::StopThenStart),
+        ])
+    );
+    let targets: Vec<NodeId> = drain_migrations(&h)
+        .values()
+        .map(|id| state(&h, id).target_node_id)
+        .collect();
+    assert!(
+        targets.windows(2).all(|w| w[0] == w[1]),
+        "one target for the group: {targets:?}"
+    );
+}
