@@ -20,7 +20,7 @@ fn migrations(hot_jobs: usize) -> Vec<Input> {
             command: Command::MigrateJob {
                 job_id: runtime_job_id(&BundleId(format!("b{i}")), 0, "encode"),
                 options: MigrationOptions {
-                    strategy: MigrationStrategy::Overlap,
+                    strategy: Some(MigrationStrategy::Overlap),
                     ..MigrationOptions::default()
                 },
             },

@@ -4,19 +4,18 @@
 
 mod core_support;
 
+use core_support::migration::{run_overlaps, terminates};
 use core_support::*;
 use norsk_auto_manager::automanager::drain::DEFAULT_DRAIN_TIMEOUT_MS;
 use norsk_auto_manager::automanager::interruption::{
     DEFAULT_REBALANCE_DRAIN_MS, DEFAULT_SPOT_INTERRUPTION_DRAIN_MS, SPOT_INTERRUPTION_DRAIN_MARGIN_MS,
 };
 use norsk_auto_manager::automanager::{
-    AutoManagerCore, Command, CommandError, DrainJobStatus, DrainOptions, DrainPhase, DrainState, InterruptionNotice,
-    MigrationId, MigrationPhase, MigrationState, MigrationStrategy, NodeInterruptionState, Notification, Rpc,
+    AutoManagerCore, Command, CommandError, DrainAfter, DrainJobStatus, DrainOptions, DrainPhase, DrainState,
+    InterruptionNotice, MigrationId, MigrationState, MigrationStrategy, NodeInterruptionState, Notification, Rpc,
     RpcFailureKind, StrategyFor, validate_auto_settings,
 };
-use norsk_auto_manager::model::{
-    InterruptionKind, JobHistoryEntry, JobId, JobStopReason, ManagerEvent, NodeId, NodeStopReason,
-};
+use norsk_auto_manager::model::{InterruptionKind, JobId, ManagerEvent, NodeId, NodeStopReason};
 
 /// Three jobs of one capacity each.
 const THREE_JOBS: &str = "pool: production\njobs:\n  - {jobName: j0, requirements: {requiredCapacity: 1}}\n  - {jobName: j1, requirements: {requiredCapacity: 1}}\n  - {jobName: j2, requirements: {requiredCapacity: 1}}\n";
@@ -65,10 +64,21 @@ fn drain(h: &mut Harness, node: NodeId, options: DrainOptions) -> Result<(), Com
     replies[0].1.clone()
 }
 
+/// The spec's drain-then-terminate. The nodes of these scenarios are
+/// registered cluster servers, whose drain keeps them by default (a
+/// maintenance drain, see `core_maintenance_drain.rs`), so the spec's rules
+/// are exercised with `after: terminate` asked for.
+fn terminating() -> DrainOptions {
+    DrainOptions {
+        after: Some(DrainAfter::Terminate),
+        ..DrainOptions::default()
+    }
+}
+
 fn overlap() -> DrainOptions {
     DrainOptions {
         strategy_for: StrategyFor::all(MigrationStrategy::Overlap),
-        ..DrainOptions::default()
+        ..terminating()
     }
 }
 
@@ -84,70 +94,11 @@ fn migration(h: &Harness, id: &MigrationId) -> MigrationState {
     h.core.migration_by_id(id).expect("migration known").clone()
 }
 
-/// Plays Manager for every `overlap` migration in flight until none moves:
-/// every call answered, each target reported running, each source stopped
-/// once asked.
-fn run_overlaps(h: &mut Harness) {
-    loop {
-        h.ok_all();
-        let mut moved = false;
-        let in_flight: Vec<MigrationState> = h
-            .core
-            .migrations()
-            .into_iter()
-            .filter(|m| m.is_in_flight())
-            .cloned()
-            .collect();
-        for m in in_flight {
-            match m.phase {
-                MigrationPhase::Starting => {
-                    h.history(
-                        &m.job_id,
-                        JobHistoryEntry::Running {
-                            at: Some(h.now),
-                            role: m.target_key.clone(),
-                            node_id: Some(m.target_node_id.clone()),
-                        },
-                    );
-                    moved = true;
-                }
-                MigrationPhase::StoppingSource => {
-                    h.history(
-                        &m.job_id,
-                        JobHistoryEntry::Stopping {
-                            at: Some(h.now),
-                            role: m.source_key.clone(),
-                            node_id: Some(m.source_node_id.clone()),
-                            reason: JobStopReason::UserRequested,
-                        },
-                    );
-                    h.stopped(&m.job_id, &m.source_node_id, m.source_key.clone());
-                    moved = true;
-                }
-                _ => {}
-            }
-        }
-        if !moved {
-            return;
-        }
-    }
-}
-
 fn drain_phases(notifications: &[Notification]) -> Vec<DrainPhase> {
     notifications
         .iter()
         .filter_map(|n| match n {
             Notification::DrainProgress(state) => Some(state.phase),
-            _ => None,
-        })
-        .collect()
-}
-
-fn terminates(calls: &[Rpc]) -> Vec<NodeId> {
-    calls
-        .iter()
-        .filter_map(|c| match c {
-            Rpc::TerminateNode { node_id } => Some(node_id.clone()),
             _ => None,
         })
         .collect()
@@ -297,7 +248,7 @@ fn drain_progress_fires_on_every_phase_and_job_status_change() {
 #[test]
 fn drain_of_an_empty_node_terminates_it_at_once() {
     let mut h = Harness::hydrated();
-    drain(&mut h, a(), DrainOptions::default()).expect("the drain starts");
+    drain(&mut h, a(), terminating()).expect("the drain starts");
     assert_eq!(status(&h, &a()).phase, DrainPhase::Terminating);
     assert_eq!(terminates(&h.ok_all()), vec![a()]);
     assert_eq!(status(&h, &a()).phase, DrainPhase::Done);
@@ -468,7 +419,7 @@ fn a_second_drain_returns_the_running_one() {
         DrainOptions {
             timeout_ms: Some(1),
             force: true,
-            ..DrainOptions::default()
+            ..terminating()
         },
     )
     .expect("the running drain is returned");
@@ -506,7 +457,7 @@ fn uncordon_cancels_a_drain_that_has_not_issued_its_terminate() {
 #[test]
 fn uncordon_after_the_terminate_does_not_cancel_the_drain() {
     let mut h = Harness::hydrated();
-    drain(&mut h, a(), DrainOptions::default()).expect("the drain starts");
+    drain(&mut h, a(), terminating()).expect("the drain starts");
     h.command(Command::UncordonNode(a()));
     assert_eq!(status(&h, &a()).phase, DrainPhase::Terminating);
     h.ok_all();
@@ -537,7 +488,7 @@ fn a_stuck_job_that_leaves_the_node_otherwise_is_moved() {
 #[test]
 fn a_refused_terminate_fails_the_drain() {
     let mut h = Harness::hydrated();
-    drain(&mut h, a(), DrainOptions::default()).expect("the drain starts");
+    drain(&mut h, a(), terminating()).expect("the drain starts");
     let (id, _) = h.take_calls().remove(0);
     h.fail(id, RpcFailureKind::Rejected);
     let state = status(&h, &a());
@@ -549,7 +500,7 @@ fn a_refused_terminate_fails_the_drain() {
 fn drain_of_an_unknown_node_is_refused() {
     let mut h = Harness::hydrated();
     assert_eq!(
-        drain(&mut h, NodeId::from("nowhere"), DrainOptions::default()),
+        drain(&mut h, NodeId::from("nowhere"), terminating()),
         Err(CommandError::UnknownNode(NodeId::from("nowhere")))
     );
 }
@@ -790,7 +741,7 @@ fn cordons_survive_a_fresh_core_hydrated_after_a_stream_break() {
 #[test]
 fn a_finished_drain_is_forgotten_once_its_node_leaves_the_fleet() {
     let mut h = Harness::hydrated();
-    drain(&mut h, a(), DrainOptions::default()).expect("the drain starts");
+    drain(&mut h, a(), terminating()).expect("the drain starts");
     h.ok_all();
     assert_eq!(status(&h, &a()).phase, DrainPhase::Done);
     h.node_stopping("a", NodeStopReason::UserRequested);

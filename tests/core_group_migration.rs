@@ -12,9 +12,9 @@ mod core_support;
 use core_support::migration::*;
 use core_support::*;
 use norsk_auto_manager::automanager::{
-    Command, CommandError, DrainJobStatus, DrainOptions, DrainPhase, DrainState, InterruptionNotice, MigrationId,
-    MigrationOptions, MigrationPhase, MigrationRefusal, MigrationStep, MigrationStrategy, Notification, Rpc,
-    RpcFailureKind, StrategyFor,
+    Command, CommandError, DrainAfter, DrainJobStatus, DrainOptions, DrainPhase, DrainState, InterruptionNotice,
+    MigrationId, MigrationOptions, MigrationPhase, MigrationRefusal, MigrationStep, MigrationStrategy, Notification,
+    Rpc, RpcFailureKind, StrategyFor,
 };
 use norsk_auto_manager::model::{
     HotSpareSpec, InterruptionKind, JobId, ManagerEvent, MigrationSignal, NodeId, NodeStopReason, ProviderKind, tags,
@@ -101,9 +101,13 @@ fn drain(h: &mut Harness, on: &str, options: DrainOptions) {
     replies[0].1.clone().expect("the drain starts");
 }
 
+/// The spec's drain-then-terminate under `strategy`: the nodes here are
+/// registered cluster servers, whose drain otherwise keeps them (a
+/// maintenance drain).
 fn every_job(strategy: MigrationStrategy) -> DrainOptions {
     DrainOptions {
         strategy_for: StrategyFor::all(strategy),
+        after: Some(DrainAfter::Terminate),
         ..DrainOptions::default()
     }
 }
@@ -187,16 +191,6 @@ fn crossings(calls: &[Rpc]) -> Vec<(JobId, &'static str)> {
         .collect();
     out.sort();
     out
-}
-
-fn terminates(calls: &[Rpc]) -> Vec<NodeId> {
-    calls
-        .iter()
-        .filter_map(|c| match c {
-            Rpc::TerminateNode { node_id } => Some(node_id.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 fn drain_phases(notifications: &[Notification]) -> Vec<DrainPhase> {
@@ -357,6 +351,7 @@ fn each_job_of_a_group_is_switched_with_its_own_strategy() {
         "a",
         DrainOptions {
             strategy_for,
+            after: Some(DrainAfter::Terminate),
             ..DrainOptions::default()
         },
     );
@@ -482,7 +477,7 @@ fn a_pinned_migration_of_one_job_of_a_group_moves_the_whole_group_to_the_pin() {
     let mut h = ch1_on_a();
     h.cluster_node("c", 4.0);
     let pinned = MigrationOptions {
-        strategy: MigrationStrategy::Overlap,
+        strategy: Some(MigrationStrategy::Overlap),
         target_node_id: Some(node("c")),
         override_reservation: false,
     };

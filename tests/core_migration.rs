@@ -284,7 +284,7 @@ fn migrate_job_rejects_when_placement_finds_nowhere() {
     );
     let (job, _) = h.start_all().remove(0);
     let pinned = MigrationOptions {
-        strategy: MigrationStrategy::Overlap,
+        strategy: Some(MigrationStrategy::Overlap),
         target_node_id: Some(NodeId::from("nowhere")),
         override_reservation: false,
     };
@@ -312,7 +312,7 @@ fn a_pinned_target_goes_to_the_pin() {
     let (mut h, job, _) = running_job();
     h.cluster_node("c", 4.0);
     let pinned = MigrationOptions {
-        strategy: MigrationStrategy::Overlap,
+        strategy: Some(MigrationStrategy::Overlap),
         target_node_id: Some(NodeId::from("c")),
         override_reservation: false,
     };

@@ -185,7 +185,7 @@ async fn migrate_all(s: &mut Setup, jobs: usize, strategy: MigrationStrategy) {
     let mut ids = Vec::new();
     for job in sources.keys() {
         let options = MigrationOptions {
-            strategy,
+            strategy: Some(strategy),
             ..MigrationOptions::default()
         };
         ids.push(s.am.migrate_job(job.clone(), options).await.expect("migration starts"));
@@ -253,7 +253,7 @@ async fn a_job_that_refuses_the_handover_keeps_running_on_its_source() {
         .await
         .expect("behaviour set");
     let options = MigrationOptions {
-        strategy: MigrationStrategy::Handover,
+        strategy: Some(MigrationStrategy::Handover),
         ..MigrationOptions::default()
     };
     let id = s.am.migrate_job(job(0), options).await.expect("starts");
@@ -284,7 +284,7 @@ async fn a_target_that_never_starts_is_aborted_at_its_deadline() {
         .await
         .expect("behaviour set");
     let options = MigrationOptions {
-        strategy: MigrationStrategy::Overlap,
+        strategy: Some(MigrationStrategy::Overlap),
         ..MigrationOptions::default()
     };
     let id = s.am.migrate_job(job(0), options).await.expect("starts");
@@ -309,7 +309,7 @@ async fn close_rolls_back_a_migration_in_flight() {
         .await
         .expect("behaviour set");
     let options = MigrationOptions {
-        strategy: MigrationStrategy::Overlap,
+        strategy: Some(MigrationStrategy::Overlap),
         ..MigrationOptions::default()
     };
     s.am.migrate_job(job(0), options).await.expect("starts");
@@ -338,7 +338,7 @@ async fn close_holds_the_channel_open_only_for_its_grace() {
         .await
         .expect("behaviour set");
     let options = MigrationOptions {
-        strategy: MigrationStrategy::Overlap,
+        strategy: Some(MigrationStrategy::Overlap),
         ..MigrationOptions::default()
     };
     s.am.migrate_job(job(0), options).await.expect("starts");

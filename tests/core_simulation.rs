@@ -21,7 +21,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use core_support::*;
 use norsk_auto_manager::automanager::recovery::MIN_RECOVERY_INTERVAL_MS;
 use norsk_auto_manager::automanager::{
-    Action, Command, DrainOptions, DrainPhase, InterruptionNotice, Notification, RequestId, Rpc, RpcFailureKind,
+    Action, Command, DrainAfter, DrainOptions, DrainPhase, InterruptionNotice, Notification, RequestId, Rpc,
+    RpcFailureKind,
 };
 use norsk_auto_manager::model::{
     Bundle, BundleId, HotSpareSpec, InstanceKey, InterruptionKind, JobHistoryEntry, JobId, JobState, JobStopReason,
@@ -325,6 +326,9 @@ impl Model {
                 options: DrainOptions {
                     timeout_ms: Some(self.rng.random_range(0..300_000)),
                     force: self.rng.random_bool(0.5),
+                    // The node's default, a maintenance drain, or the
+                    // spec's drain-then-terminate.
+                    after: [None, Some(DrainAfter::Keep), Some(DrainAfter::Terminate)][self.rng.random_range(0..3)],
                     ..DrainOptions::default()
                 },
             },
@@ -683,13 +687,16 @@ impl Model {
                 ));
             }
         }
-        // At most one drain per node, and a drain `done` terminated its node.
+        // At most one drain per node, and a drain `done` terminated its node
+        // unless it was a maintenance drain (`after: keep`), which keeps it.
         let mut drained = BTreeSet::new();
         for drain in self.h.core.drains() {
             if !drained.insert(drain.node_id.clone()) {
                 return Err(format!("two drains of {}", drain.node_id));
             }
-            if drain.phase == DrainPhase::Done && self.h.core.fleet().get(&drain.node_id).is_some_and(|n| !n.terminated)
+            if drain.phase == DrainPhase::Done
+                && drain.after == DrainAfter::Terminate
+                && self.h.core.fleet().get(&drain.node_id).is_some_and(|n| !n.terminated)
             {
                 return Err(format!("drain of {} done, the node not terminated", drain.node_id));
             }

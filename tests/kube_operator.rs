@@ -613,7 +613,7 @@ async fn a_node_drain_migrates_the_jobs_away_and_reports_the_drain_state() {
     .expect("the drain's migration is recorded and done");
     assert_eq!(recorded.spec.bundle, "moving");
     assert_eq!(recorded.spec.job_name, "encode");
-    assert_eq!(recorded.spec.strategy, crd::MigrationStrategy::Overlap);
+    assert_eq!(recorded.spec.strategy, Some(crd::MigrationStrategy::Overlap));
     assert!(
         recorded
             .owner_references()

@@ -134,7 +134,9 @@ async fn drain_creates_a_node_drain_and_follows_it_until_done() {
         node: "drain-done".to_owned(),
         timeout: Some(120),
         force: true,
-        strategy: Strategy::Overlap,
+        strategy: Some(Strategy::Overlap),
+        keep: false,
+        terminate: false,
         no_wait: false,
     };
     let client = cp.client();
@@ -142,7 +144,7 @@ async fn drain_creates_a_node_drain_and_follows_it_until_done() {
     let drain = drain_of(cp, "drain-done").await;
     assert_eq!(drain.spec.timeout_seconds, Some(120));
     assert!(drain.spec.force);
-    assert_eq!(drain.spec.strategy, MigrationStrategy::Overlap);
+    assert_eq!(drain.spec.strategy, Some(MigrationStrategy::Overlap));
     assert!(drain.spec.interruption.is_none());
     let name = drain.name_any();
     set_phase(
@@ -170,7 +172,9 @@ async fn drain_that_ends_partial_exits_with_failure() {
         node: "drain-partial".to_owned(),
         timeout: None,
         force: false,
-        strategy: Strategy::StopThenStart,
+        strategy: Some(Strategy::StopThenStart),
+        keep: false,
+        terminate: false,
         no_wait: false,
     };
     let client = cp.client();
@@ -201,6 +205,7 @@ async fn interrupt_creates_a_forced_drain_carrying_the_notice() {
         node: "spot-1".to_owned(),
         kind: plugin::Notice::Rebalance,
         deadline: Some("2026-11-29T23:00:00Z".to_owned()),
+        strategy: None,
         no_wait: true,
     };
     assert_eq!(
@@ -223,7 +228,7 @@ async fn migrate_creates_a_job_migration_in_the_namespace() {
         job: "encode".to_owned(),
         replica: 1,
         to: Some("node-b".to_owned()),
-        strategy: Strategy::Handover,
+        strategy: Some(Strategy::Handover),
         override_reservation: true,
         no_wait: true,
     };
@@ -240,7 +245,7 @@ async fn migrate_creates_a_job_migration_in_the_namespace() {
         ("ch1", "encode", 1)
     );
     assert_eq!(spec.target_node_id.as_deref(), Some("node-b"));
-    assert_eq!(spec.strategy, MigrationStrategy::Handover);
+    assert_eq!(spec.strategy, Some(MigrationStrategy::Handover));
     assert!(spec.override_reservation && !spec.abort);
     assert!(created[0].name_any().starts_with("ch1-encode-"));
 }
@@ -276,7 +281,7 @@ async fn migrate_answered(prefix: &str, strategy: Strategy, status: serde_json::
         job: "package".to_owned(),
         replica: 0,
         to: None,
-        strategy,
+        strategy: Some(strategy),
         override_reservation: false,
         no_wait: false,
     };

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::{InterruptionKind, NodeId, UnixMillis};
 
 use super::core::AutoManagerCore;
-use super::drain::{DrainOptions, DrainState, StrategyFor};
+use super::drain::{DrainAfter, DrainOptions, DrainState, StrategyFor};
 use super::fleet::Fleet;
 use super::{CommandError, Notification};
 
@@ -159,6 +159,8 @@ impl AutoManagerCore {
                 timeout_ms: Some(timeout_ms),
                 force: true,
                 strategy_for: notice.strategy_for,
+                // The provider takes the node: nothing to keep.
+                after: Some(DrainAfter::Terminate),
             };
             self.drain_node(node_id, options, now)
         };

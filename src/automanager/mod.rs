@@ -50,7 +50,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 pub use self::core::AutoManagerCore;
-pub use drain::{DrainJob, DrainJobStatus, DrainOptions, DrainPhase, DrainState, StrategyFor};
+pub use drain::{DrainAfter, DrainJob, DrainJobStatus, DrainOptions, DrainPhase, DrainState, StrategyFor};
 pub use interruption::{InterruptionNotice, NodeInterruptionState};
 pub use metrics::{Metrics, PoolGauge};
 pub use migration::{

@@ -24,7 +24,9 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use crate::automanager::{CommandError, DrainOptions, DrainPhase, DrainState, InterruptionNotice, StrategyFor};
+use crate::automanager::{
+    CommandError, DrainOptions, DrainPhase, DrainState, InterruptionNotice, MigrationId, StrategyFor,
+};
 use crate::crd::{self, JobMigration, JobMigrationSpec, NodeDrain, NodeDrainStatus};
 use crate::model::{self, NodeId};
 
@@ -179,7 +181,11 @@ async fn start(
 ) -> Result<NodeDrainStatus, ReconcileError> {
     let ctx = &shared.ctx;
     let node = NodeId::from(drain.spec.node_id.as_str());
-    let strategy_for = StrategyFor::all(drain.spec.strategy.into());
+    // No strategy in the spec: each job moves with its declared one.
+    let strategy_for = StrategyFor {
+        default: drain.spec.strategy,
+        ..StrategyFor::default()
+    };
     let result = match &drain.spec.interruption {
         Some(interruption) => ctx
             .core
@@ -201,6 +207,7 @@ async fn start(
                         timeout_ms: drain.spec.timeout_seconds.map(|s| u64::from(s) * 1000),
                         force: drain.spec.force,
                         strategy_for,
+                        after: drain.spec.after.map(Into::into),
                     },
                 )
                 .await
@@ -287,6 +294,12 @@ async fn create_migrations(drain: &NodeDrain, next: &NodeDrainStatus, shared: &D
         if shared.created(&key) {
             continue;
         }
+        // The strategy the core chose (the drain's, else the job's own):
+        // the record says how the job actually moves.
+        let strategy = match shared.ctx.core.migration_by_id(MigrationId(migration_id.clone())).await {
+            Ok(Some(state)) => Some(state.strategy),
+            _ => drain.spec.strategy,
+        };
         let migration = JobMigration {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
@@ -303,7 +316,7 @@ async fn create_migrations(drain: &NodeDrain, next: &NodeDrainStatus, shared: &D
                 bundle: bundle.to_owned(),
                 replica_index,
                 job_name: job_name.to_owned(),
-                strategy: drain.spec.strategy,
+                strategy,
                 target_node_id: None,
                 override_reservation: false,
                 abort: false,

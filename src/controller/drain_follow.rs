@@ -346,7 +346,9 @@ async fn ensure_drain(shared: &DrainContext, state: &NodeInterruptionState) -> R
             // An interruption's drain is forced: the provider takes the
             // node at the deadline regardless.
             force: true,
-            strategy: crd::MigrationStrategy::default(),
+            // Each job moves with its declared strategy.
+            strategy: None,
+            after: None,
             interruption: Some(Interruption {
                 kind: interruption_kind(state.kind),
                 deadline: state.deadline.and_then(rfc3339),
@@ -375,6 +377,7 @@ mod tests {
             started: 0,
             timeout_ms: 90_000,
             force: true,
+            after: Default::default(),
             jobs: vec![DrainJob {
                 job_id: "default/ch1/0/encode".into(),
                 status,

@@ -49,6 +49,7 @@ pub fn status_of(state: &DrainState) -> NodeDrainStatus {
         conditions: Vec::new(),
         phase: Some(phase_name(state.phase)),
         started: rfc3339(state.started),
+        after: Some(wire_name(&state.after)),
         jobs: state
             .jobs
             .iter()
@@ -94,8 +95,13 @@ pub fn conditions_of(status: &NodeDrainStatus) -> Vec<Observed> {
     let lost = lost_jobs(status);
     let ended = match status.phase.as_deref() {
         Some("done") if every_job_moved(status) => {
+            let message = if status.after.as_deref() == Some("keep") {
+                "every job left the node; the node is kept cordoned and running (uncordon returns it to service)"
+            } else {
+                "every job left the node and the node was terminated"
+            };
             return vec![
-                Observed::yes(READY, "Drained", "every job left the node and the node was terminated"),
+                Observed::yes(READY, "Drained", message),
                 Observed::no(RECONCILING, "Drained", ""),
                 Observed::no(STALLED, "Drained", ""),
             ];
@@ -179,6 +185,7 @@ mod tests {
             started: 1_700_000_000_000,
             timeout_ms: 600_000,
             force: false,
+            after: Default::default(),
             jobs: jobs
                 .iter()
                 .map(|(id, status)| DrainJob {
@@ -219,6 +226,19 @@ mod tests {
                 .any(|c| c.type_ == RECONCILING && c.status && c.reason == "Waiting")
         );
         assert!(stalled(&running).is_none());
+    }
+
+    #[test]
+    fn a_kept_drain_is_ready_and_says_the_node_stays_cordoned() {
+        let mut state = drain(DrainPhase::Done, &[("ns/b/0/enc", CoreJobStatus::Migrated)]);
+        state.after = crate::automanager::DrainAfter::Keep;
+        let status = status_of(&state);
+        assert_eq!(status.after.as_deref(), Some("keep"));
+        let ready = conditions_of(&status)
+            .into_iter()
+            .find(|c| c.type_ == READY && c.status)
+            .expect("ready");
+        assert!(ready.message.contains("kept cordoned and running"), "{}", ready.message);
     }
 
     fn at(phase: &str, reason: Option<&str>) -> NodeDrainStatus {

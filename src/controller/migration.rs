@@ -155,7 +155,7 @@ async fn start(
     key: &str,
 ) -> Result<JobMigrationStatus, ReconcileError> {
     let options = MigrationOptions {
-        strategy: migration.spec.strategy.into(),
+        strategy: migration.spec.strategy,
         target_node_id: migration.spec.target_node_id.as_deref().map(NodeId::from),
         override_reservation: migration.spec.override_reservation,
     };

@@ -7,25 +7,43 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// How a job is moved off the node.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// How a job is moved off the node: the model's strategy, so a drain, a
+/// migration and a Bundle job's declaration share one schema.
+pub use crate::model::MigrationStrategy;
+
+/// What becomes of the node once every job has left it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub enum MigrationStrategy {
-    /// Target prepared without starting, source stopped, target started.
-    #[default]
-    StopThenStart,
-    /// Target started; once running, the source stopped.
-    Overlap,
-    /// Cooperative: the job hands over at a point both instances agree on.
-    Handover,
+pub enum DrainAfter {
+    /// Terminate the emptied node (the spec's drain-then-terminate).
+    Terminate,
+    /// Keep it, cordoned and running, for planned work (a maintenance drain).
+    Keep,
 }
 
-impl From<MigrationStrategy> for crate::automanager::MigrationStrategy {
-    fn from(strategy: MigrationStrategy) -> Self {
-        match strategy {
-            MigrationStrategy::StopThenStart => Self::StopThenStart,
-            MigrationStrategy::Overlap => Self::Overlap,
-            MigrationStrategy::Handover => Self::Handover,
+/// Without a description of its own, like [`MigrationStrategy`]'s: the
+/// field is optional, and the CRD form of an optional enum would take the
+/// enum's description over the field's (which says what absence means).
+impl JsonSchema for DrainAfter {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "DrainAfter".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "oneOf": [
+                {"type": "string", "const": "terminate"},
+                {"type": "string", "const": "keep"}
+            ]
+        })
+    }
+}
+
+impl From<DrainAfter> for crate::automanager::DrainAfter {
+    fn from(after: DrainAfter) -> Self {
+        match after {
+            DrainAfter::Terminate => Self::Terminate,
+            DrainAfter::Keep => Self::Keep,
         }
     }
 }
@@ -57,7 +75,7 @@ pub struct Interruption {
 #[kube(
     group = "automanager.norsk.video",
     version = "v1alpha1",
-    doc = "A drain of one node: its jobs migrated elsewhere, then the node terminated.",
+    doc = "A drain of one node: its jobs migrated elsewhere, then the node terminated (or, with after: keep, kept cordoned for maintenance).",
     kind = "NodeDrain",
     category = "norsk",
     shortname = "ndrain",
@@ -65,11 +83,14 @@ pub struct Interruption {
     printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.nodeId"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Force","type":"boolean","jsonPath":".spec.force"}"#,
+    printcolumn = r#"{"name":"After","type":"string","jsonPath":".status.after","description":"terminate, or keep (a maintenance drain)"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "self.nodeId == oldSelf.nodeId", "message": "nodeId cannot change: delete this drain and create another"}
+    {"rule": "self.nodeId == oldSelf.nodeId", "message": "nodeId cannot change: delete this drain and create another"},
+    {"rule": "!has(self.interruption) || !has(self.after) || self.after == 'terminate'",
+     "message": "a drain answering an interruption cannot keep its node: the provider takes it at the deadline"}
 ]))]
 pub struct NodeDrainSpec {
     /// The Manager node to drain.
@@ -84,9 +105,21 @@ pub struct NodeDrainSpec {
     /// Terminate at the timeout even with jobs still on the node.
     #[serde(default)]
     pub force: bool,
-    /// How each job is migrated.
-    #[serde(default)]
-    pub strategy: MigrationStrategy,
+    /// How every job is migrated: `stopThenStart` (target prepared, source
+    /// stopped, target started: a gap of one start), `overlap` (both run for
+    /// a moment) or `handover` (cooperative). When absent, each job moves
+    /// with the strategy it declares (`requirements.migrationStrategy` in
+    /// its Bundle), else `stopThenStart`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<MigrationStrategy>,
+    /// What becomes of the node once every job moved: `terminate` (the
+    /// spec's drain) or `keep` (a maintenance drain: the node stays
+    /// cordoned and running for planned work; the drain ends `done`, and
+    /// uncordoning the NorskNode returns it to service). Default: `keep`
+    /// for a registered cluster server (a node of a `local-servers` tier),
+    /// `terminate` for any other. `force` still terminates at the timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<DrainAfter>,
     /// The provider notice this drain answers (a forced drain sized to the
     /// deadline).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -121,12 +154,16 @@ pub struct NodeDrainStatus {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// `migrating`, `waiting`, `terminating`, `done` (every job moved off,
-    /// the node terminated), `partial` (jobs stuck at the timeout; nothing
+    /// the node terminated, or kept cordoned with `after: keep`), `partial` (jobs stuck at the timeout; nothing
     /// terminated, the node still cordoned) or `failed` (jobs `terminated`
     /// with the node by a forced drain, the node stopped under the drain, or
     /// its terminate refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+    /// What becomes of the node once every job moved: `terminate` or
+    /// `keep` (the default resolved for the node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
     /// When the drain started (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started: Option<String>,
@@ -137,4 +174,26 @@ pub struct NodeDrainStatus {
     /// Why the drain ended as it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_drain_after_schema_lists_every_serde_name() {
+        let schema = schemars::schema_for!(DrainAfter);
+        let listed: Vec<String> = schema
+            .get("oneOf")
+            .and_then(|v| v.as_array())
+            .unwrap()
+            .iter()
+            .map(|v| v["const"].as_str().unwrap().to_owned())
+            .collect();
+        let named: Vec<String> = [DrainAfter::Terminate, DrainAfter::Keep]
+            .iter()
+            .map(|a| serde_json::to_value(a).unwrap().as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(listed, named);
+    }
 }

@@ -28,7 +28,7 @@ use super::drain::MigrationStrategy;
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
-    {"rule": "self.bundle == oldSelf.bundle && self.replicaIndex == oldSelf.replicaIndex && self.jobName == oldSelf.jobName && self.strategy == oldSelf.strategy",
+    {"rule": "self.bundle == oldSelf.bundle && self.replicaIndex == oldSelf.replicaIndex && self.jobName == oldSelf.jobName && has(self.strategy) == has(oldSelf.strategy) && (!has(self.strategy) || self.strategy == oldSelf.strategy)",
      "message": "a migration's job and strategy cannot change: create another JobMigration"},
     {"rule": "!has(oldSelf.abort) || !oldSelf.abort || self.abort",
      "message": "an aborted migration cannot be resumed: create another JobMigration"}
@@ -44,9 +44,12 @@ pub struct JobMigrationSpec {
     /// The job's name in the bundle.
     #[schemars(length(min = 1, max = 63))]
     pub job_name: String,
-    /// How the job is moved.
-    #[serde(default)]
-    pub strategy: MigrationStrategy,
+    /// How the job (and its co-located group) is moved: `stopThenStart`,
+    /// `overlap` or `handover`. When absent, each job moves with the
+    /// strategy it declares (`requirements.migrationStrategy` in its
+    /// Bundle), else `stopThenStart`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<MigrationStrategy>,
     /// Pin the target node (placement chooses when absent; the job's
     /// current node is never a candidate).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -18,7 +18,8 @@ mod pool;
 
 pub use bundle::{Bundle, BundleResourceSpec, BundleStatus, DEFAULT_NAMESPACE, JobStatus, ReplicaStatus};
 pub use drain::{
-    DrainJobStatus, Interruption, InterruptionKind, MigrationStrategy, NodeDrain, NodeDrainSpec, NodeDrainStatus,
+    DrainAfter, DrainJobStatus, Interruption, InterruptionKind, MigrationStrategy, NodeDrain, NodeDrainSpec,
+    NodeDrainStatus,
 };
 pub use hot_spare::{HotSparePolicy, HotSparePolicySpec, HotSparePolicyStatus};
 pub use migration::{GroupMemberStatus, JobMigration, JobMigrationSpec, JobMigrationStatus, PhaseTransition};

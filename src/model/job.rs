@@ -45,6 +45,49 @@ pub enum StartMode {
     Manual,
 }
 
+/// How a job moves from one node to another (`migrateJob`'s `strategy`).
+/// A job may declare the one it supports (`requirements.migrationStrategy`);
+/// a drain or an interruption uses that declaration when its caller names
+/// no strategy for the job.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MigrationStrategy {
+    /// The target is created without starting (`deferStart`), the source
+    /// stopped, the prepared target started. Never two running at once; a
+    /// gap of one container start. No job cooperation. The default.
+    #[default]
+    StopThenStart,
+    /// The target started, and once running the source stopped. Both run
+    /// for a moment. No job cooperation.
+    Overlap,
+    /// Cooperative: the target signals ready (with an opaque payload), the
+    /// source stops output at that point and reports where, the target
+    /// applies from there and confirms; only then is the source stopped.
+    Handover,
+}
+
+/// The schema carries no description of its own: a strategy is always an
+/// optional field (a drain's, a migration's, a job's declaration), and the
+/// API server's form of an optional enum takes the enum's description over
+/// the field's, which says what absence means there.
+impl JsonSchema for MigrationStrategy {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "MigrationStrategy".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        // One `const` per strategy, as the derive writes a documented enum:
+        // the form the CRD generator folds into `enum` + `nullable`.
+        schemars::json_schema!({
+            "oneOf": [
+                {"type": "string", "const": "stopThenStart"},
+                {"type": "string", "const": "overlap"},
+                {"type": "string", "const": "handover"}
+            ]
+        })
+    }
+}
+
 /// A transport protocol of a host port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum PortProtocol {
@@ -155,12 +198,27 @@ pub struct Requirements {
     /// Whether losing this job ends the whole production (absent = true).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub essential: Option<bool>,
+    /// The migration strategy the job supports (`handover` only for a job
+    /// that cooperates, `overlap` for one that may briefly run twice).
+    /// Drains and interruptions move the job with it when their caller
+    /// names no strategy for the job, and `migrateJob` when it is given
+    /// none; absent means `stopThenStart`, the spec's default. Precedence:
+    /// the caller's per-job strategy (`strategyFor`), the caller's default,
+    /// this declaration, `stopThenStart`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub migration_strategy: Option<MigrationStrategy>,
 }
 
 impl Requirements {
     /// `essential`, absent meaning true.
     pub fn is_essential(&self) -> bool {
         self.essential.unwrap_or(true)
+    }
+
+    /// The strategy to move the job with when the caller gives `given`:
+    /// the caller's, else the job's declared one, else `stopThenStart`.
+    pub fn migration_strategy_or(&self, given: Option<MigrationStrategy>) -> MigrationStrategy {
+        given.or(self.migration_strategy).unwrap_or_default()
     }
 }
 
@@ -227,6 +285,42 @@ mod tests {
         for bad in ["", "1935", "1935/sctp", "0/tcp", "70000/tcp", "abc/tcp", "/tcp"] {
             assert!(bad.parse::<HostPort>().is_err(), "{bad} accepted");
         }
+    }
+
+    #[test]
+    fn the_migration_strategy_schema_lists_every_serde_name() {
+        let schema = schemars::schema_for!(MigrationStrategy);
+        let listed: Vec<String> = schema
+            .get("oneOf")
+            .and_then(|v| v.as_array())
+            .unwrap()
+            .iter()
+            .map(|v| v["const"].as_str().unwrap().to_owned())
+            .collect();
+        let named: Vec<String> = [
+            MigrationStrategy::StopThenStart,
+            MigrationStrategy::Overlap,
+            MigrationStrategy::Handover,
+        ]
+        .iter()
+        .map(|s| serde_json::to_value(s).unwrap().as_str().unwrap().to_owned())
+        .collect();
+        assert_eq!(listed, named);
+    }
+
+    #[test]
+    fn a_declared_strategy_yields_to_the_callers_and_defaults_to_stop_then_start() {
+        let none = Requirements::default();
+        assert_eq!(none.migration_strategy_or(None), MigrationStrategy::StopThenStart);
+        let declared = Requirements {
+            migration_strategy: Some(MigrationStrategy::Overlap),
+            ..Default::default()
+        };
+        assert_eq!(declared.migration_strategy_or(None), MigrationStrategy::Overlap);
+        assert_eq!(
+            declared.migration_strategy_or(Some(MigrationStrategy::Handover)),
+            MigrationStrategy::Handover
+        );
     }
 
     #[test]

@@ -14,7 +14,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use crate::controller::drain_status::{every_job_moved, lost_jobs};
-use crate::crd::{Interruption, InterruptionKind, MigrationStrategy, NodeDrain, NodeDrainSpec, NodeDrainStatus};
+use crate::crd::{
+    DrainAfter, Interruption, InterruptionKind, MigrationStrategy, NodeDrain, NodeDrainSpec, NodeDrainStatus,
+};
 
 use super::PluginError;
 
@@ -23,6 +25,8 @@ use super::PluginError;
 pub enum DrainEnd {
     /// Every job moved off; the node terminated.
     Done,
+    /// Every job moved off; the node kept, cordoned and running (a maintenance drain).
+    Kept,
     /// The node was terminated with jobs still on it: they went down with it (the reason
     /// names them).
     JobsLost(String),
@@ -38,7 +42,8 @@ pub fn drain_resource(
     node_id: &str,
     timeout_seconds: Option<u32>,
     force: bool,
-    strategy: MigrationStrategy,
+    strategy: Option<MigrationStrategy>,
+    after: Option<DrainAfter>,
 ) -> NodeDrain {
     named(NodeDrain::new(
         "",
@@ -47,20 +52,29 @@ pub fn drain_resource(
             timeout_seconds,
             force,
             strategy,
+            after,
             interruption: None,
         },
     ))
 }
 
 /// The drain answering a provider's notice: forced, sized to the deadline by the operator.
-pub fn interruption_resource(node_id: &str, kind: InterruptionKind, deadline: Option<String>) -> NodeDrain {
+/// Without `strategy`, each job moves with the one it declares.
+pub fn interruption_resource(
+    node_id: &str,
+    kind: InterruptionKind,
+    deadline: Option<String>,
+    strategy: Option<MigrationStrategy>,
+) -> NodeDrain {
     named(NodeDrain::new(
         "",
         NodeDrainSpec {
             node_id: node_id.to_owned(),
             timeout_seconds: None,
             force: true,
-            strategy: MigrationStrategy::default(),
+            strategy,
+            // The provider takes the node: the operator terminates it.
+            after: None,
             interruption: Some(Interruption { kind, deadline }),
         },
     ))
@@ -132,6 +146,7 @@ pub fn end(status: &NodeDrainStatus) -> Option<DrainEnd> {
         return Some(DrainEnd::JobsLost(why));
     }
     match phase {
+        "done" if every_job_moved(status) && status.after.as_deref() == Some("keep") => Some(DrainEnd::Kept),
         "done" if every_job_moved(status) => Some(DrainEnd::Done),
         "done" => Some(DrainEnd::Partial(format!(
             "the node was terminated but not every job moved off: {}",
@@ -181,6 +196,12 @@ pub async fn create_and_follow(client: Client, drain: NodeDrain, no_wait: bool) 
     match ended? {
         DrainEnd::Done => {
             println!("nodedrain/{name} done: every job moved off, node terminated");
+            Ok(ExitCode::SUCCESS)
+        }
+        DrainEnd::Kept => {
+            println!(
+                "nodedrain/{name} done: every job moved off, node kept cordoned and running (uncordon returns it to service)"
+            );
             Ok(ExitCode::SUCCESS)
         }
         DrainEnd::JobsLost(reason) => {
@@ -294,12 +315,28 @@ mod tests {
     }
 
     #[test]
+    fn a_kept_drain_is_done_with_its_node_kept() {
+        let kept = NodeDrainStatus {
+            phase: Some("done".to_owned()),
+            after: Some("keep".to_owned()),
+            jobs: vec![job("migrated")],
+            ..NodeDrainStatus::default()
+        };
+        assert_eq!(end(&kept), Some(DrainEnd::Kept));
+        let terminated = NodeDrainStatus {
+            after: Some("terminate".to_owned()),
+            ..kept
+        };
+        assert_eq!(end(&terminated), Some(DrainEnd::Done));
+    }
+
+    #[test]
     fn drain_names_are_valid_resource_names_from_any_node_id() {
-        let drain = drain_resource("EC2/i-0ABC_1", None, false, MigrationStrategy::Overlap);
+        let drain = drain_resource("EC2/i-0ABC_1", None, false, Some(MigrationStrategy::Overlap), None);
         assert_eq!(drain.metadata.generate_name.as_deref(), Some("ec2-i-0abc-1-drain-"));
         assert_eq!(drain.spec.node_id, "EC2/i-0ABC_1");
         let long = "n".repeat(300);
-        let name = interruption_resource(&long, InterruptionKind::Rebalance, None)
+        let name = interruption_resource(&long, InterruptionKind::Rebalance, None, None)
             .metadata
             .generate_name
             .unwrap_or_default();

@@ -61,7 +61,7 @@ pub fn migration_resource(
     job: &str,
     replica_index: u32,
     target_node_id: Option<String>,
-    strategy: MigrationStrategy,
+    strategy: Option<MigrationStrategy>,
     override_reservation: bool,
 ) -> JobMigration {
     let mut migration = JobMigration::new(

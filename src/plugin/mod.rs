@@ -17,7 +17,7 @@ use clap::{Parser, Subcommand};
 use kube::Client;
 
 use crate::controller::node_status::DEFAULT_FLEET;
-use crate::crd::{InterruptionKind, MigrationStrategy};
+use crate::crd::{DrainAfter, InterruptionKind, MigrationStrategy};
 
 pub use drain::{DrainEnd, drain_resource, follow_drain, interruption_resource};
 pub use migrate::{MigrationAnswer, migration_resource};
@@ -72,8 +72,9 @@ pub enum Command {
         /// The NorskNode (resource name or Manager node id).
         node: String,
     },
-    /// Drain a node: its jobs migrated elsewhere, then the node terminated. Follows the
-    /// drain until it ends (exit 0 when done, 1 when partial or failed).
+    /// Drain a node: its jobs migrated elsewhere, then the node terminated (or, with
+    /// `--keep`, kept cordoned for maintenance). Follows the drain until it ends (exit 0
+    /// when done, 1 when partial or failed).
     Drain {
         /// The NorskNode (resource name or Manager node id).
         node: String,
@@ -83,9 +84,19 @@ pub enum Command {
         /// Terminate at the timeout even with jobs left.
         #[arg(long)]
         force: bool,
-        /// How each job moves.
-        #[arg(long, value_enum, default_value = "stop-then-start")]
-        strategy: Strategy,
+        /// How every job moves; when absent, each job moves with the strategy its Bundle
+        /// declares (`requirements.migrationStrategy`), else stop-then-start.
+        #[arg(long, value_enum)]
+        strategy: Option<Strategy>,
+        /// A maintenance drain: keep the emptied node, cordoned and running, for planned
+        /// work (`uncordon` returns it to service). The default for registered cluster
+        /// servers.
+        #[arg(long, conflicts_with = "terminate")]
+        keep: bool,
+        /// Terminate the emptied node, even a registered cluster server (the default for
+        /// any other node).
+        #[arg(long)]
+        terminate: bool,
         /// Create the drain and return.
         #[arg(long)]
         no_wait: bool,
@@ -103,9 +114,10 @@ pub enum Command {
         /// The target node (placement chooses when absent).
         #[arg(long)]
         to: Option<String>,
-        /// How the job moves.
-        #[arg(long, value_enum, default_value = "stop-then-start")]
-        strategy: Strategy,
+        /// How the job (and its group) moves; when absent, each job moves with the strategy
+        /// its Bundle declares (`requirements.migrationStrategy`), else stop-then-start.
+        #[arg(long, value_enum)]
+        strategy: Option<Strategy>,
         /// May take an exclusively reserved spare.
         #[arg(long)]
         override_reservation: bool,
@@ -125,6 +137,10 @@ pub enum Command {
         /// When the node is reclaimed (RFC 3339; the kind's default when absent).
         #[arg(long)]
         deadline: Option<String>,
+        /// How every job moves; when absent, each job moves with the strategy its Bundle
+        /// declares (`requirements.migrationStrategy`), else stop-then-start.
+        #[arg(long, value_enum)]
+        strategy: Option<Strategy>,
         /// Create the drain and return.
         #[arg(long)]
         no_wait: bool,
@@ -286,20 +302,28 @@ pub async fn run(client: Client, namespace: &str, command: Command) -> Result<Ex
             timeout,
             force,
             strategy,
+            keep,
+            terminate,
             no_wait,
         } => {
             let node_id = nodes::node_id(client.clone(), &node).await?;
-            let drain = drain_resource(&node_id, timeout, force, strategy.into());
+            let after = match (keep, terminate) {
+                (true, _) => Some(DrainAfter::Keep),
+                (_, true) => Some(DrainAfter::Terminate),
+                _ => None,
+            };
+            let drain = drain_resource(&node_id, timeout, force, strategy.map(Into::into), after);
             drain::create_and_follow(client, drain, no_wait).await
         }
         Command::Interrupt {
             node,
             kind,
             deadline,
+            strategy,
             no_wait,
         } => {
             let node_id = nodes::node_id(client.clone(), &node).await?;
-            let drain = interruption_resource(&node_id, kind.into(), deadline);
+            let drain = interruption_resource(&node_id, kind.into(), deadline, strategy.map(Into::into));
             drain::create_and_follow(client, drain, no_wait).await
         }
         Command::Migrate {
@@ -311,7 +335,14 @@ pub async fn run(client: Client, namespace: &str, command: Command) -> Result<Ex
             override_reservation,
             no_wait,
         } => {
-            let migration = migration_resource(&bundle, &job, replica, to, strategy.into(), override_reservation);
+            let migration = migration_resource(
+                &bundle,
+                &job,
+                replica,
+                to,
+                strategy.map(Into::into),
+                override_reservation,
+            );
             migrate::create_and_wait(client, namespace, migration, no_wait).await
         }
     }

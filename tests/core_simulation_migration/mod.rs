@@ -167,7 +167,7 @@ impl Model {
             self.h.command(Command::MigrateJob {
                 job_id,
                 options: MigrationOptions {
-                    strategy,
+                    strategy: Some(strategy),
                     ..MigrationOptions::default()
                 },
             });

@@ -24,7 +24,7 @@ pub fn running_job() -> (Harness, JobId, NodeId) {
 
 pub fn options(strategy: MigrationStrategy) -> MigrationOptions {
     MigrationOptions {
-        strategy,
+        strategy: Some(strategy),
         ..MigrationOptions::default()
     }
 }
@@ -198,4 +198,64 @@ pub fn up_to(strategy: MigrationStrategy, phase: MigrationPhase) -> (Harness, Jo
     assert_eq!(state(&h, &id).phase, phase, "walked to {phase:?}");
     h.take_notifications();
     (h, job, id)
+}
+
+/// Plays Manager for every `overlap` migration in flight until none moves:
+/// every call answered, each target reported running, each source stopped
+/// once asked.
+pub fn run_overlaps(h: &mut Harness) {
+    loop {
+        h.ok_all();
+        let mut moved = false;
+        let in_flight: Vec<MigrationState> = h
+            .core
+            .migrations()
+            .into_iter()
+            .filter(|m| m.is_in_flight())
+            .cloned()
+            .collect();
+        for m in in_flight {
+            match m.phase {
+                MigrationPhase::Starting => {
+                    h.history(
+                        &m.job_id,
+                        JobHistoryEntry::Running {
+                            at: Some(h.now),
+                            role: m.target_key.clone(),
+                            node_id: Some(m.target_node_id.clone()),
+                        },
+                    );
+                    moved = true;
+                }
+                MigrationPhase::StoppingSource => {
+                    h.history(
+                        &m.job_id,
+                        JobHistoryEntry::Stopping {
+                            at: Some(h.now),
+                            role: m.source_key.clone(),
+                            node_id: Some(m.source_node_id.clone()),
+                            reason: JobStopReason::UserRequested,
+                        },
+                    );
+                    h.stopped(&m.job_id, &m.source_node_id, m.source_key.clone());
+                    moved = true;
+                }
+                _ => {}
+            }
+        }
+        if !moved {
+            return;
+        }
+    }
+}
+
+/// The nodes the core asked Manager to terminate.
+pub fn terminates(calls: &[Rpc]) -> Vec<NodeId> {
+    calls
+        .iter()
+        .filter_map(|c| match c {
+            Rpc::TerminateNode { node_id } => Some(node_id.clone()),
+            _ => None,
+        })
+        .collect()
 }

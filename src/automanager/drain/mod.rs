@@ -10,8 +10,10 @@
 //!
 //! Groups are the unit of movement: the jobs of a co-located group on the
 //! node are migrated together (see [`super::migration::group`]), each with
-//! its own `strategyFor` strategy, and a group that cannot move is `stuck`
-//! as a whole, every member with the same reason.
+//! its own strategy, and a group that cannot move is `stuck` as a whole,
+//! every member with the same reason. A job's strategy is the caller's
+//! `strategyFor` for it, else the caller's default, else the one the job
+//! declares (`requirements.migrationStrategy`), else `stopThenStart`.
 //!
 //! Outcomes are what happened to the jobs: a drain is `done` only when
 //! every job left the node before it went (`migrated`, or `moved` some
@@ -19,6 +21,15 @@
 //! stops under the drain, went down with it: it is `terminated` (never
 //! `moved`), and the drain ends `partial` (terminated by the drain itself)
 //! or `failed` (the node went under it), the reason naming those jobs.
+//!
+//! Maintenance drains extend the spec: a drain with `after: keep` empties
+//! its node the same way but keeps it (cordoned, running) for planned work
+//! instead of terminating it; it ends `done` once every job moved, and
+//! `uncordonNode` returns the node to service. `keep` is the default for
+//! registered cluster servers (nodes of a `local-servers` tier), where a
+//! terminate takes a studio server away; elsewhere `terminate` stays the
+//! default. A forced drain still terminates at its timeout, and an
+//! interruption always terminates (the provider takes the node anyway).
 //!
 //! This module owns the drains and the cordon flag's meaning; it never
 //! places a job itself (the saga does), and it never changes a binding.
@@ -34,7 +45,7 @@ use super::interruption::Interruptions;
 use super::migration::{MigrationEnd, MigrationOptions};
 use super::{CommandError, Notification, RpcFailure, RpcFailureKind};
 
-pub use state::{DrainJob, DrainJobStatus, DrainOptions, DrainPhase, DrainState, StrategyFor};
+pub use state::{DrainAfter, DrainJob, DrainJobStatus, DrainOptions, DrainPhase, DrainState, StrategyFor};
 
 /// `DEFAULT_DRAIN_TIMEOUT_MS`: how long a drain waits for its node to empty
 /// when no timeout is given (10 min).
@@ -113,8 +124,11 @@ impl Drains {
         let Some(drain) = self.by_node.get_mut(node).filter(|d| !d.state.phase.is_final()) else {
             return false;
         };
-        let mut changed = !drain.state.force;
+        let mut changed = !drain.state.force || drain.state.after != DrainAfter::Terminate;
         drain.state.force = true;
+        // The provider takes the node at the deadline: a maintenance drain
+        // under way can no longer keep it.
+        drain.state.after = DrainAfter::Terminate;
         if deadline < drain.deadline && !drain.terminate_issued() {
             drain.deadline = deadline;
             drain.state.timeout_ms = (deadline - drain.state.started).max(0) as u64;
@@ -228,6 +242,11 @@ impl AutoManagerCore {
         if node.terminated || node.is_going() {
             return Err(CommandError::NodeGone(node_id.clone()));
         }
+        let after = options.after.unwrap_or(if is_cluster_server(node) {
+            DrainAfter::Keep
+        } else {
+            DrainAfter::Terminate
+        });
         self.cordon_node(node_id)?;
         let bound = self.jobs_bound_to(node_id);
         let mut jobs: Vec<DrainJob> = Vec::with_capacity(bound.len());
@@ -259,7 +278,7 @@ impl AutoManagerCore {
             match self.migrate_with_group(
                 &job_id,
                 &MigrationOptions::default(),
-                &|job| strategy_for.strategy(job),
+                &|job| strategy_for.given(job),
                 now,
             ) {
                 Ok(started) => jobs.extend(started.into_iter().map(|(job_id, migration_id)| DrainJob {
@@ -299,6 +318,7 @@ impl AutoManagerCore {
             started: now,
             timeout_ms,
             force: options.force,
+            after,
             jobs,
             reason: None,
         };
@@ -434,6 +454,9 @@ impl AutoManagerCore {
                     lost_words(&state)
                 ));
             }
+            // A maintenance drain is done here: every job moved, the node
+            // stays cordoned and running.
+            Some(_) if empty && state.after == DrainAfter::Keep => state.phase = DrainPhase::Done,
             Some(_) if empty => {
                 state.phase = DrainPhase::Terminating;
                 self.terminate(node_id);
@@ -528,6 +551,17 @@ impl AutoManagerCore {
             self.notify(Notification::DrainProgress(Box::new(state)));
         }
     }
+}
+
+/// A registered cluster server: a node of a `local-servers` tier, not one
+/// this or another AutoManager provisioned from a cloud.
+fn is_cluster_server(node: &super::fleet::NodeState) -> bool {
+    node.provisioned.is_none()
+        && !node.tags.contains_key(crate::model::tags::PROVISIONED_FOR)
+        && node
+            .inventory
+            .as_ref()
+            .is_none_or(|i| i.kind == crate::model::ProviderKind::LocalServers)
 }
 
 /// Jobs still migrating or stuck when the node's terminate was issued (or

@@ -70,6 +70,20 @@ impl DrainJobStatus {
     }
 }
 
+/// What a drain does with its node once every job has left it. The spec's
+/// drain always terminates; keeping the node is this project's extension
+/// for planned work on it (a maintenance drain): the node ends emptied,
+/// cordoned and running, and `uncordonNode` returns it to service.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DrainAfter {
+    /// Terminate the emptied node (the spec's drain-then-terminate).
+    #[default]
+    Terminate,
+    /// Keep the emptied node, cordoned and running (a maintenance drain).
+    Keep,
+}
+
 /// One job of a drain.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -101,6 +115,9 @@ pub struct DrainState {
     pub timeout_ms: u64,
     /// Whether the node is terminated at the timeout regardless.
     pub force: bool,
+    /// What becomes of the node once every job has left it.
+    #[serde(default)]
+    pub after: DrainAfter,
     /// Every job that was bound to the node when the drain started.
     pub jobs: Vec<DrainJob>,
     /// Why it ended as it did (`partial`, `failed`).
@@ -108,8 +125,10 @@ pub struct DrainState {
     pub reason: Option<String>,
 }
 
-/// Which migration strategy each job of a drain uses (`strategyFor`): one
-/// per job where given, else the default, else the saga's own default.
+/// Which migration strategy the caller of a drain gives each job
+/// (`strategyFor`): one per job where given, else the default. A job the
+/// caller gives none moves with the strategy it declares
+/// (`requirements.migrationStrategy`), else `stopThenStart`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StrategyFor {
@@ -130,9 +149,9 @@ impl StrategyFor {
         }
     }
 
-    /// The strategy for `job`.
-    pub fn strategy(&self, job: &JobId) -> MigrationStrategy {
-        self.jobs.get(job).copied().or(self.default).unwrap_or_default()
+    /// The strategy the caller gives `job`, if any.
+    pub fn given(&self, job: &JobId) -> Option<MigrationStrategy> {
+        self.jobs.get(job).copied().or(self.default)
     }
 }
 
@@ -146,7 +165,12 @@ pub struct DrainOptions {
     /// Terminate at the timeout regardless.
     #[serde(default)]
     pub force: bool,
-    /// Per-job migration strategy.
+    /// Per-job migration strategy (a job given none moves with its own).
     #[serde(default)]
     pub strategy_for: StrategyFor,
+    /// What becomes of the emptied node. When absent: kept for a
+    /// registered cluster server (a node of a `local-servers` tier, where
+    /// terminating takes a studio server away), terminated otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<DrainAfter>,
 }

@@ -32,6 +32,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::model::MigrationStrategy;
+
 use crate::model::{InstanceKey, JobId, NodeId, UnixMillis};
 
 use super::binding::{MigrationClaim, StoppingInstance};
@@ -72,30 +74,14 @@ impl std::fmt::Display for MigrationId {
     }
 }
 
-/// How the job moves.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum MigrationStrategy {
-    /// The target is created without starting (`deferStart`), the source
-    /// stopped, the prepared target started. Never two running at once; a
-    /// gap of one container start. No job cooperation.
-    #[default]
-    StopThenStart,
-    /// The target started, and once running the source stopped. Both run
-    /// for a moment. No job cooperation.
-    Overlap,
-    /// Cooperative: the target signals ready (with an opaque payload), the
-    /// source stops output at that point and reports where, the target
-    /// applies from there and confirms; only then is the source stopped.
-    Handover,
-}
-
 /// `migrateJob`'s options.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct MigrationOptions {
-    /// The strategy (default `stopThenStart`).
-    pub strategy: MigrationStrategy,
+    /// The strategy; when absent, the job's declared one
+    /// (`requirements.migrationStrategy`), else `stopThenStart`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<MigrationStrategy>,
     /// A hard pin: only this node may take the target.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target_node_id: Option<NodeId>,

@@ -54,6 +54,8 @@ impl AutoManagerCore {
         options: &MigrationOptions,
         now: UnixMillis,
     ) -> Result<MigrationId, MigrationRefusal> {
+        // The caller's strategy moves the whole group; given none, each
+        // member moves with the one it declares.
         let strategy = options.strategy;
         let started = self.migrate_with_group(job_id, options, &|_| strategy, now)?;
         // The asked job's migration comes first; one always starts when the
@@ -66,13 +68,15 @@ impl AutoManagerCore {
     }
 
     /// Migrates `job_id` and every member of its co-located group that runs
-    /// beside it, each with the strategy `strategy_of` gives it; returns
+    /// beside it, each with the strategy `strategy_of` gives it or, where it
+    /// gives none, the one the member declares
+    /// (`requirements.migrationStrategy`, else `stopThenStart`); returns
     /// each member's migration. Refused as a whole.
     pub(crate) fn migrate_with_group(
         &mut self,
         job_id: &JobId,
         options: &MigrationOptions,
-        strategy_of: &dyn Fn(&JobId) -> MigrationStrategy,
+        strategy_of: &dyn Fn(&JobId) -> Option<MigrationStrategy>,
         now: UnixMillis,
     ) -> Result<Vec<(JobId, MigrationId)>, MigrationRefusal> {
         let source = self.movable_source(job_id, options)?;
@@ -136,7 +140,7 @@ impl AutoManagerCore {
             self.migrations.insert(MigrationState {
                 migration_id: migration_id.clone(),
                 job_id: member.clone(),
-                strategy: strategy_of(member),
+                strategy: self.strategy_for(member, strategy_of(member)),
                 phase: MigrationPhase::Placing,
                 transitions: Vec::new(),
                 source_node_id: binding.node_id.clone(),
@@ -156,6 +160,16 @@ impl AutoManagerCore {
             self.dispatch_target_if_ready(migration_id, now);
         }
         Ok(started.into_iter().map(|(job, id, _)| (job, id)).collect())
+    }
+
+    /// The strategy `job_id` moves with when its caller gives `given`: the
+    /// caller's, else the one the job declares
+    /// (`requirements.migrationStrategy`), else `stopThenStart`.
+    fn strategy_for(&self, job_id: &JobId, given: Option<MigrationStrategy>) -> MigrationStrategy {
+        match self.jobs.get(job_id) {
+            Some(record) => record.job.requirements().migration_strategy_or(given),
+            None => given.unwrap_or_default(),
+        }
     }
 
     /// The running instance `job_id` would move from, or why it cannot

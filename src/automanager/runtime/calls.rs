@@ -6,7 +6,7 @@ use crate::manager::proto::manager as pb;
 use crate::manager::wire;
 use crate::model::{JobId, ProviderKind};
 
-use super::super::{MigrationId, MigrationStep, MigrationStrategy, Rpc, RpcFailure, RpcFailureKind};
+use super::super::{MigrationId, MigrationStep, Rpc, RpcFailure, RpcFailureKind};
 
 pub(super) fn failure(e: RpcError) -> RpcFailure {
     let kind = match e.kind() {
@@ -135,11 +135,7 @@ fn migration_signal(
 ) -> pb::MigrationSignalRequest {
     use pb::migration_signal_request::Signal;
     let signal = match step {
-        MigrationStep::Propose(strategy) => Signal::Propose(match strategy {
-            MigrationStrategy::StopThenStart => pb::MigrationStrategy::StopThenStart,
-            MigrationStrategy::Overlap => pb::MigrationStrategy::Overlap,
-            MigrationStrategy::Handover => pb::MigrationStrategy::Handover,
-        } as i32),
+        MigrationStep::Propose(strategy) => Signal::Propose(wire::strategy_to_pb(strategy) as i32),
         MigrationStep::StopOutputAt(payload) => Signal::StopOutputAt(payload),
         MigrationStep::ApplyFrom(position) => Signal::ApplyFrom(position),
         MigrationStep::Abort(reason) => Signal::AbortReason(reason),

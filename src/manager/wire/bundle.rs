@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use super::{Notes, WireError, bounded, id, millis_from_pb, millis_to_pb, text};
 use crate::manager::proto::manager as pb;
 use crate::model::{
-    Bundle, BundleId, BundleSpec, BundleState, HostPort, IntraReplicaAz, IntraReplicaPlacement, JobSpec, OnLaunch,
-    OnRuntimeFailure, Requirements, ResiliencePolicy, ResilienceRule, StartMode, TerminalVerdict, VerdictKind,
+    Bundle, BundleId, BundleSpec, BundleState, HostPort, IntraReplicaAz, IntraReplicaPlacement, JobSpec,
+    MigrationStrategy, OnLaunch, OnRuntimeFailure, Requirements, ResiliencePolicy, ResilienceRule, StartMode,
+    TerminalVerdict, VerdictKind,
 };
 
 /// A resilience flag from the wire; an unknown value is read as `allow`
@@ -135,6 +136,16 @@ pub fn requirements_from_pb(r: &pb::JobRequirements) -> Result<Requirements, Wir
         },
         max_restarts_per_hour: r.max_restarts_per_hour,
         essential: r.essential,
+        // An unknown strategy is read as none declared: the drain then
+        // uses the spec's default rather than refusing the job.
+        migration_strategy: r
+            .migration_strategy
+            .and_then(|m| pb::MigrationStrategy::try_from(m).ok())
+            .map(|m| match m {
+                pb::MigrationStrategy::StopThenStart => MigrationStrategy::StopThenStart,
+                pb::MigrationStrategy::Overlap => MigrationStrategy::Overlap,
+                pb::MigrationStrategy::Handover => MigrationStrategy::Handover,
+            }),
     })
 }
 
@@ -154,6 +165,16 @@ pub fn requirements_to_pb(r: &Requirements) -> pb::JobRequirements {
         } as i32,
         max_restarts_per_hour: r.max_restarts_per_hour,
         essential: r.essential,
+        migration_strategy: r.migration_strategy.map(|m| strategy_to_pb(m) as i32),
+    }
+}
+
+/// A declared migration strategy as its wire enum.
+pub fn strategy_to_pb(strategy: MigrationStrategy) -> pb::MigrationStrategy {
+    match strategy {
+        MigrationStrategy::StopThenStart => pb::MigrationStrategy::StopThenStart,
+        MigrationStrategy::Overlap => pb::MigrationStrategy::Overlap,
+        MigrationStrategy::Handover => pb::MigrationStrategy::Handover,
     }
 }
 
@@ -311,7 +332,7 @@ onLaunch: allowSpare
 jobs:
   - jobName: encode
     template: xyz
-    requirements: {requiredCapacity: 2, requiredCores: 2, requiredHostPorts: ["1935/tcp"], onRuntimeFailure: avoidSpare, essential: false, maxRestartsPerHour: 3}
+    requirements: {requiredCapacity: 2, requiredCores: 2, requiredHostPorts: ["1935/tcp"], onRuntimeFailure: avoidSpare, essential: false, maxRestartsPerHour: 3, migrationStrategy: handover}
     startMode: manual
     parameters: {bitrate: "5000"}
 backupParameterOverrides: {encode: {bitrate: "3000"}}
@@ -338,6 +359,22 @@ backupParameterOverrides: {encode: {bitrate: "3000"}}
         pb.jobs[0].start_mode = 0;
         let back = bundle_from_pb(&pb, &mut Notes::new()).unwrap();
         assert_eq!(back.spec.jobs[0].start_mode, StartMode::Auto);
+    }
+
+    #[test]
+    fn a_job_that_declares_no_migration_strategy_reads_as_none() {
+        let mut pb = bundle_to_pb(&bundle());
+        assert_eq!(
+            pb.jobs[0].requirements.as_ref().unwrap().migration_strategy,
+            Some(pb::MigrationStrategy::Handover as i32)
+        );
+        pb.jobs[0].requirements.as_mut().unwrap().migration_strategy = None;
+        let back = bundle_from_pb(&pb, &mut Notes::new()).unwrap();
+        assert_eq!(back.spec.jobs[0].requirements.migration_strategy, None);
+        // An unknown strategy is none declared, not a refused bundle.
+        pb.jobs[0].requirements.as_mut().unwrap().migration_strategy = Some(9);
+        let back = bundle_from_pb(&pb, &mut Notes::new()).unwrap();
+        assert_eq!(back.spec.jobs[0].requirements.migration_strategy, None);
     }
 
     #[test]
