@@ -111,8 +111,14 @@ finish() {
     cat "$RUN/times" >&2
     local total=${#STEPS[@]}
     ((total > 0)) || total=1
-    echo "e2e node: $PASSED/$total steps passed"
     if ((PASSED != total)); then code=1; fi
+    # A passing run leaves nothing behind; a failed one keeps its directory (logs, kubeconfig).
+    if ((code == 0)) && [[ "${KEEP:-0}" != 1 ]]; then
+        rm -rf "$RUN"
+    else
+        echo "run directory kept: $RUN" >&2
+    fi
+    echo "e2e node: $PASSED/$total steps passed"
     exit "$code"
 }
 trap finish EXIT
