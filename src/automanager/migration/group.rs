@@ -67,7 +67,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::{JobId, NodeId, UnixMillis, runtime_job_id};
-use crate::placement::{JobGroups, RecoveryContext};
+use crate::placement::JobGroups;
 
 use super::wind_down::Target;
 use super::{MigrationId, MigrationPhase};
@@ -274,15 +274,7 @@ impl AutoManagerCore {
             }
         }
         self.stop_source(id);
-        self.mark_lost(id, &reason, now);
-        self.end_binding(&job_id);
-        if let Some(record) = self.jobs.get_mut(&job_id) {
-            record.recovery = Some(RecoveryContext {
-                on_runtime_failure: None,
-                excluded_nodes: vec![source_node],
-            });
-            record.not_before = now;
-        }
+        self.lost_and_placed_afresh(id, &job_id, source_node, &reason, now);
         self.release_group_if_ready(id, now);
     }
 

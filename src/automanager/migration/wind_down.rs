@@ -7,7 +7,7 @@
 //! after it the saga fails forward" — and `close()`, which aborts what it
 //! can and marks the rest lost.
 
-use crate::model::{JobId, UnixMillis};
+use crate::model::{JobId, NodeId, UnixMillis};
 use crate::placement::RecoveryContext;
 
 use super::{MigrationId, MigrationPhase, MigrationRefusal, MigrationStrategy};
@@ -306,12 +306,24 @@ impl AutoManagerCore {
         if !self.migrations.source_stopped.contains(id) && !told_to_stop {
             self.stop_source(id);
         }
+        self.lost_and_placed_afresh(id, &job_id, source_node, reason, now);
+    }
+
+    /// Ends migration `id` `lost` and places its job afresh away from the
+    /// node it was leaving (a stop still addressed to the source there
+    /// cannot reach the new instance), and, as for any migration, without
+    /// `onRuntimeFailure`.
+    pub(super) fn lost_and_placed_afresh(
+        &mut self,
+        id: &MigrationId,
+        job_id: &JobId,
+        source_node: NodeId,
+        reason: &str,
+        now: UnixMillis,
+    ) {
         self.mark_lost(id, reason, now);
-        self.end_binding(&job_id);
-        if let Some(record) = self.jobs.get_mut(&job_id) {
-            // Placed afresh away from the node it was leaving (a stop still
-            // addressed to the source there cannot reach the new instance),
-            // and, as for any migration, without `onRuntimeFailure`.
+        self.end_binding(job_id);
+        if let Some(record) = self.jobs.get_mut(job_id) {
             record.recovery = Some(RecoveryContext {
                 on_runtime_failure: None,
                 excluded_nodes: vec![source_node],
