@@ -672,3 +672,52 @@ async fn metrics_service_monitor_and_budget_select_only_the_operator_pods() {
         "the ServiceMonitor scrapes the simulator"
     );
 }
+
+#[tokio::test]
+async fn the_alerting_rules_and_the_dashboard_ship_as_their_files_only_when_asked_for() {
+    let cp = control_plane::shared().await;
+    let documents = |args: &[&str]| -> Vec<serde_json::Value> {
+        let mut all = vec!["--set", URL];
+        all.extend_from_slice(args);
+        let rendered = template(cp, "mon", "ops", &all).unwrap_or_else(|e| panic!("render: {e}"));
+        serde_yaml::Deserializer::from_str(&rendered)
+            .filter_map(|d| serde::Deserialize::deserialize(d).ok())
+            .filter(|d: &serde_json::Value| d.is_object())
+            .collect()
+    };
+    let monitoring = |docs: &[serde_json::Value]| {
+        docs.iter()
+            .filter(|d| d["kind"] == "PrometheusRule" || d["metadata"]["name"] == "mon-norsk-auto-manager-dashboard")
+            .count()
+    };
+    assert_eq!(monitoring(&documents(&[])), 0, "off by default");
+    let docs = documents(&[
+        "--set",
+        "metrics.prometheusRule.enabled=true",
+        "--set",
+        "metrics.prometheusRule.labels.release=kube-prometheus-stack",
+        "--set",
+        "metrics.dashboard.enabled=true",
+    ]);
+    let rule = docs
+        .iter()
+        .find(|d| d["kind"] == "PrometheusRule")
+        .expect("a PrometheusRule");
+    assert_eq!(rule["metadata"]["labels"]["release"], "kube-prometheus-stack");
+    let file: serde_json::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(chart_dir().join("files/alerts.yaml")).unwrap()).unwrap();
+    assert_eq!(
+        rule["spec"], file,
+        "the PrometheusRule carries files/alerts.yaml as it is"
+    );
+    let dashboard = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "mon-norsk-auto-manager-dashboard")
+        .expect("the dashboard ConfigMap");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    let shipped: serde_json::Value =
+        serde_json::from_str(dashboard["data"]["norsk-auto-manager.json"].as_str().unwrap()).unwrap();
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(chart_dir().join("files/dashboard.json")).unwrap()).unwrap();
+    assert_eq!(shipped, file);
+}

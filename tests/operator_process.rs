@@ -3,7 +3,11 @@
 //! plane and the simulator — ready on `/readyz`, a bundle placed, a clean
 //! exit on SIGTERM — and two processes handing over: the follower is ready
 //! only with Manager's snapshot in its standby core, and takes over without
-//! creating anything twice or losing a live spare.
+//! creating anything twice or losing a live spare. And what a monitoring
+//! stack sees of it: `/metrics` passes `promtool check metrics`, the chart's
+//! alerting rules pass `promtool check rules` and their unit tests, and a
+//! real Prometheus scraping the running operator evaluates every alert and
+//! dashboard expression without error (every panel with data).
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
@@ -290,5 +294,275 @@ async fn a_killed_leader_is_replaced_and_nothing_is_created_twice() {
     ];
     kept.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(nodes, kept, "the fleet changed over the handover");
+    sim.shutdown().await;
+}
+
+/// `promtool` or `prometheus`: from `NORSK_PROMETHEUS_BIN` (a directory),
+/// else from `PATH` (Debian's `prometheus` package installs both; on a
+/// Debian machine run as root it is installed on first use, as the control
+/// plane is built on first use).
+fn prometheus_tool(name: &str) -> std::path::PathBuf {
+    let find = || {
+        let dirs = std::env::var_os("NORSK_PROMETHEUS_BIN")
+            .map(|d| vec![std::path::PathBuf::from(d)])
+            .unwrap_or_else(|| std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).collect());
+        dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())
+    };
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    if find().is_none() && std::env::var_os("NORSK_PROMETHEUS_BIN").is_none() {
+        INSTALL.call_once(|| {
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } == 0 && std::path::Path::new("/usr/bin/apt-get").exists() {
+                eprintln!("installing Debian's prometheus package for the monitoring tests");
+                let _ = Command::new("sh")
+                    .args([
+                        "-c",
+                        "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus",
+                    ])
+                    .stdout(Stdio::null())
+                    .status();
+            }
+        });
+    }
+    find().unwrap_or_else(|| {
+        panic!(
+            "{name} not found: install Debian's prometheus package (apt-get install prometheus), \
+             or point NORSK_PROMETHEUS_BIN at a directory holding prometheus and promtool"
+        )
+    })
+}
+
+fn repo_path(relative: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+/// GET over HTTP/1.0 (no chunked answers): the status line and the body.
+async fn http_get(port: u16, path_and_query: &str, accept: &str) -> Option<(String, String)> {
+    let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let request = format!("GET {path_and_query} HTTP/1.0\r\nHost: localhost\r\nAccept: {accept}\r\n\r\n");
+    socket.write_all(request.as_bytes()).await.ok()?;
+    let mut answer = String::new();
+    socket.read_to_string(&mut answer).await.ok()?;
+    let (head, body) = answer.split_once("\r\n\r\n")?;
+    Some((head.to_owned(), body.to_owned()))
+}
+
+/// Percent-encodes a PromQL expression for a query string.
+fn query_escape(expr: &str) -> String {
+    expr.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A Prometheus server of its own, scraping one operator every second.
+struct Prometheus {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    fn start(operator_port: u16) -> Prometheus {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nrule_files: [{rules}]\nscrape_configs:\n  - job_name: norsk-auto-manager\n    static_configs: [{{targets: ['127.0.0.1:{operator_port}']}}]\n",
+                rules = repo_path("charts/norsk-auto-manager/files/alerts.yaml").display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
+        let child = Command::new(prometheus_tool("prometheus"))
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("prometheus starts");
+        Prometheus { child, port, dir }
+    }
+
+    /// The `data` of a successful API answer; any other answer fails the
+    /// test with what Prometheus said.
+    async fn api(&self, path_and_query: &str) -> serde_json::Value {
+        let (head, body) = http_get(self.port, path_and_query, "application/json")
+            .await
+            .unwrap_or_else(|| panic!("prometheus did not answer {path_and_query}\n{}", self.log()));
+        let answer: serde_json::Value =
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path_and_query}: {e}: {head}\n{body}"));
+        assert_eq!(answer["status"], "success", "{path_and_query}: {answer}");
+        answer["data"].clone()
+    }
+
+    async fn query(&self, expr: &str) -> Vec<serde_json::Value> {
+        let data = self.api(&format!("/api/v1/query?query={}", query_escape(expr))).await;
+        data["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run_tool(mut command: Command) -> String {
+    let out = command.output().expect("the tool runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{command:?} failed:\n{text}");
+    text
+}
+
+#[tokio::test]
+async fn a_real_prometheus_scrapes_the_operator_and_every_alert_and_dashboard_query_evaluates() {
+    // The rule file and its unit tests, as promtool sees them.
+    let rules = repo_path("charts/norsk-auto-manager/files/alerts.yaml");
+    let mut check = Command::new(prometheus_tool("promtool"));
+    check.args(["check", "rules"]).arg(&rules);
+    run_tool(check);
+    let mut test = Command::new(prometheus_tool("promtool"));
+    test.args(["test", "rules", "alerts_test.yaml"])
+        .current_dir(repo_path("tests/monitoring"));
+    run_tool(test);
+
+    let cp = control_plane::shared().await;
+    let (ns, sim) = setup(cp, "monitoring").await;
+    let mut operator = Process::spawn(cp, &ns, &sim, "monitoring-0");
+    operator.ready().await;
+    cp.kubectl_apply(&ns, &bundle("watched")).expect("bundle applies");
+    until_ready(cp, &ns, "watched").await;
+
+    // The exposition as a scraper that does not ask for OpenMetrics gets it.
+    let (head, body) = http_get(operator.port, "/metrics", "*/*")
+        .await
+        .expect("/metrics answers");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    let mut lint = Command::new(prometheus_tool("promtool"));
+    lint.args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = lint.spawn().expect("promtool runs");
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), body.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics:\n{}{}\n--- the exposition:\n{body}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for family in [
+        "norsk_automanager_build_info{",
+        "process_cpu_seconds_total ",
+        "process_resident_memory_bytes ",
+        "norsk_automanager_pool_used_capacity_ratio{pool=\"studio\"}",
+        "norsk_automanager_leader 1",
+        "norsk_automanager_manager_connected 1",
+    ] {
+        assert!(body.contains(family), "{family:?} missing from:\n{body}");
+    }
+
+    let prometheus = Prometheus::start(operator.port);
+    // Ready, the target up, and enough scrapes for every rate() window.
+    let scraped = tokio::time::timeout(WAIT, async {
+        loop {
+            if let Some((head, _)) = http_get(prometheus.port, "/-/ready", "*/*").await
+                && head.contains(" 200 ")
+            {
+                let up = prometheus
+                    .query("count_over_time(up{job=\"norsk-auto-manager\"}[1m]) >= 5 and up == 1")
+                    .await;
+                if !up.is_empty() {
+                    return;
+                }
+            }
+            // Prometheus is another process on its own clock.
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+    .await;
+    assert!(
+        scraped.is_ok(),
+        "the operator was never scraped five times:\n{}",
+        prometheus.log()
+    );
+    // The operator's own counters moved while Prometheus watched.
+    cp.kubectl_apply(&ns, &bundle("second")).expect("bundle applies");
+    until_ready(cp, &ns, "second").await;
+
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_path("charts/norsk-auto-manager/files/dashboard.json")).unwrap(),
+    )
+    .expect("the dashboard is JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(!panels.is_empty());
+    let mut empty = Vec::new();
+    for panel in panels {
+        for target in panel["targets"].as_array().expect("targets") {
+            // Grafana's range variable, at this scrape interval.
+            let expr = target["expr"]
+                .as_str()
+                .expect("expr")
+                .replace("$__rate_interval", "30s");
+            if prometheus.query(&expr).await.is_empty() {
+                empty.push(format!("{}: {expr}", panel["title"]));
+            }
+        }
+    }
+    assert!(empty.is_empty(), "panels without data:\n{}", empty.join("\n"));
+
+    let alerts: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(&rules).unwrap()).unwrap();
+    let mut names = Vec::new();
+    for rule in alerts["groups"][0]["rules"].as_array().expect("rules") {
+        // Evaluates (an error fails `api`); a healthy operator raises none.
+        let firing = prometheus.query(rule["expr"].as_str().expect("expr")).await;
+        assert!(
+            firing.is_empty(),
+            "{} fires on a healthy operator: {firing:?}",
+            rule["alert"]
+        );
+        names.push(rule["alert"].as_str().unwrap().to_owned());
+    }
+    // Prometheus loaded the same rules and evaluates them without error.
+    let loaded = prometheus.api("/api/v1/rules").await;
+    let loaded: Vec<(String, String, String)> = loaded["groups"][0]["rules"]
+        .as_array()
+        .expect("loaded rules")
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap_or_default().to_owned(),
+                r["health"].as_str().unwrap_or_default().to_owned(),
+                r["lastError"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String, String)> = names
+        .iter()
+        .map(|n| (n.clone(), "ok".to_owned(), String::new()))
+        .collect();
+    assert_eq!(loaded, expected);
+    drop(prometheus);
+    drop(operator);
     sim.shutdown().await;
 }

@@ -16,7 +16,7 @@ pub mod standalone;
 
 /// Placement policy for fleets of Norsk live-video workers.
 #[derive(Debug, Parser)]
-#[command(name = "norsk-auto-manager", version, about)]
+#[command(name = "norsk-auto-manager", version = crate::telemetry::VERSION, about)]
 pub struct Cli {
     /// What to run.
     #[command(subcommand)]

@@ -26,7 +26,7 @@ pub use plan::{FleetSource, PlanWarning, Planned};
 
 /// kubectl plugin for norsk-auto-manager.
 #[derive(Debug, Parser)]
-#[command(name = "kubectl-norsk", bin_name = "kubectl norsk", version)]
+#[command(name = "kubectl-norsk", bin_name = "kubectl norsk", version = crate::telemetry::VERSION)]
 pub struct Cli {
     /// Namespace of bundles and migrations (default: the kubeconfig's).
     #[arg(short, long, global = true)]
