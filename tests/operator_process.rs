@@ -153,10 +153,29 @@ impl Process {
             .args(["--bundle-namespace", ns, "--fleet", ns, "--log-format", "json"])
             .env("KUBECONFIG", cp.kubeconfig())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("operator.log")).unwrap())
             .spawn()
             .expect("the operator starts");
         Process { child, port, _dir: dir }
+    }
+
+    /// Its JSON log lines so far.
+    fn log_lines(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self._dir.path().join("operator.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("a log line that is not JSON ({e}): {l}")))
+            .collect()
+    }
+
+    /// The first log line whose message is `message`.
+    fn logged(&self, message: &str) -> serde_json::Value {
+        let lines = self.log_lines();
+        lines
+            .iter()
+            .find(|l| l["fields"]["message"] == message)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {message:?} line in the log:\n{lines:#?}"))
     }
 
     /// Waits until `/readyz` answers 200.
@@ -224,6 +243,20 @@ async fn the_operator_process_becomes_ready_places_a_bundle_and_stops_on_sigterm
     cp.kubectl_apply(&ns, &bundle("live")).expect("bundle applies");
     let placed = until_ready(cp, &ns, "live").await;
     assert_eq!(placed.status.and_then(|s| s.primary_node), Some(format!("{ns}-a")));
+    // What an on-call person reads: who started, against which Manager, and
+    // each decision with its ids as fields.
+    let start = operator.logged("norsk-auto-manager operator starting");
+    assert_eq!(start["level"], "INFO");
+    assert_eq!(start["fields"]["identity"], "process-0");
+    assert_eq!(start["fields"]["manager"], sim.handle.url());
+    assert_eq!(start["fields"]["revision"].as_str().map(str::len), Some(40), "{start}");
+    let ready = operator.logged("Manager event stream open, snapshot received");
+    assert_eq!(ready["fields"]["manager"], sim.handle.url());
+    let placement = operator.logged("placed");
+    assert_eq!(placement["fields"]["bundle"], format!("{ns}/live"));
+    assert_eq!(placement["fields"]["job"], "encode");
+    assert_eq!(placement["fields"]["node"], format!("{ns}-a"));
+    assert_eq!(placement["fields"]["pool"], "studio");
     let metrics = http_status(operator.port, "/metrics").await;
     assert!(metrics.is_some_and(|l| l.contains(" 200 ")));
     operator.signal(libc::SIGTERM);

@@ -253,10 +253,12 @@ pub fn resolve(args: &Args, read: impl Fn(&Path) -> std::io::Result<String>) -> 
 fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colour only on a terminal: a file or a log collector gets plain text.
+    // Logs go to stderr, as Kubernetes components write them; colour only
+    // on a terminal: a file or a log collector gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     // A second initialisation (tests) keeps the first subscriber.
     let _ = match format {
         LogFormat::Text => builder.try_init(),
@@ -274,6 +276,17 @@ pub async fn run(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        revision = telemetry::REVISION,
+        identity = %config.lease.identity,
+        manager = %config.session.manager.url,
+        fleet = %config.session.fleet,
+        bundle_namespace = config.session.bundle_namespace.as_deref().unwrap_or("(all)"),
+        lease = %format!("{}/{}", config.lease.namespace, config.lease.name),
+        metrics = %config.metrics_addr,
+        "norsk-auto-manager operator starting"
+    );
     let client = match kube::Client::try_default().await {
         Ok(client) => client,
         Err(e) => {

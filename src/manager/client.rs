@@ -193,6 +193,7 @@ pub struct StartJob {
 pub struct ManagerClient {
     inner: Inner,
     request_timeout: Duration,
+    url: String,
 }
 
 impl ManagerClient {
@@ -242,7 +243,13 @@ impl ManagerClient {
             inner: pb::manager_client::ManagerClient::with_interceptor(channel, BearerAuth(token))
                 .max_decoding_message_size(64 * 1024 * 1024),
             request_timeout: settings.request_timeout,
+            url: settings.url.clone(),
         })
+    }
+
+    /// The address it calls, as configured.
+    pub fn url(&self) -> &str {
+        &self.url
     }
 
     fn request<T>(&self, msg: T) -> tonic::Request<T> {
