@@ -207,6 +207,9 @@ async fn a_typo_in_values_fails_install() {
         "manager.ur=http://m:1",
         "metrics.serviceMonitor.enable=true",
         "lease.nam=x",
+        // Inside the core's settings too: refused at install, not at the operator's start.
+        "settings.maxRestartPerHour=3",
+        "settings.migration.placingTimeout=1",
     ] {
         let mut helm = cp.helm();
         helm.args(["install", "typo"])
@@ -226,6 +229,9 @@ async fn a_typo_in_values_fails_install() {
     )
     .expect_err("pools in settings");
     assert!(error.contains("settings"), "{error}");
+    let error = template(cp, "typo", &ns, &["--set", URL, "--set", "settings.pendingWindow=soon"])
+        .expect_err("a word for a number");
+    assert!(error.contains("/settings/pendingWindow"), "{error}");
 }
 
 #[tokio::test]
@@ -917,5 +923,17 @@ async fn the_chart_is_published_to_an_oci_registry_and_installs_from_it() {
     assert_eq!(
         labels.get("helm.sh/chart").map(String::as_str),
         Some(format!("norsk-auto-manager-{version}").as_str())
+    );
+}
+
+#[test]
+fn the_values_schema_types_settings_exactly_as_the_operator_reads_them() {
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(chart_dir().join("values.schema.json")).unwrap()).unwrap();
+    let expected = norsk_auto_manager::automanager::chart_settings_schema();
+    assert!(
+        schema["properties"]["settings"] == expected,
+        "values.schema.json's settings drifted from AutoSettings; its entry should be:\n{}",
+        serde_json::to_string_pretty(&expected).unwrap()
     );
 }

@@ -59,7 +59,7 @@ pub use migration::{
 };
 pub use notification::{Decision, Notification, PlacementDecisionInfo};
 pub use runtime::{AutoManager, AutoManagerHandle, QueryError, RunError, RunOptions};
-pub use settings::{AutoSettings, AutoSettingsValidationError, validate_auto_settings};
+pub use settings::{AutoSettings, AutoSettingsValidationError, chart_settings_schema, validate_auto_settings};
 
 use crate::model::{
     Bundle, BundleId, BundleJobRef, InstanceKey, JobId, LaunchMode, ManagerEvent, NodeId, PlacementPool, ProviderKind,
