@@ -83,14 +83,7 @@ fn bundle(name: &str, spec: &str) -> String {
 async fn the_examples_apply_cleanly() {
     let cp = installed().await;
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
-    // The example bundles live in the `studio` namespace, as a user's would.
-    let ns = cp
-        .kubectl()
-        .args(["create", "namespace", "studio"])
-        .output()
-        .expect("run kubectl");
-    let stderr = String::from_utf8_lossy(&ns.stderr);
-    assert!(ns.status.success() || stderr.contains("AlreadyExists"), "{stderr}");
+    // As on a fresh cluster: the examples create the namespace they use.
     let out = cp
         .kubectl()
         .args(["apply", "-f"])
@@ -112,6 +105,7 @@ async fn the_examples_apply_cleanly() {
         "{stdout}"
     );
     assert!(stdout.contains("bundle.automanager.norsk.video/"), "{stdout}");
+    assert!(stdout.contains("namespace/studio"), "{stdout}");
 }
 
 #[tokio::test]
