@@ -149,6 +149,8 @@ pub struct OperatorMetrics {
     pub manager_connected: Gauge,
     /// 1 while this process leads.
     pub leader: Gauge,
+    /// AutoManager extensions Manager was found not to serve.
+    pub manager_extensions_missing: Gauge,
 }
 
 impl Default for OperatorMetrics {
@@ -177,6 +179,7 @@ impl OperatorMetrics {
         let pool_used_capacity_ratio = Family::<PoolLabels, Gauge<f64, AtomicU64>>::default();
         let manager_connected = Gauge::default();
         let leader = Gauge::default();
+        let manager_extensions_missing = Gauge::default();
         let drains = Family::<PhaseLabels, Gauge>::default();
         let drains_ended = Family::<PhaseLabels, Counter>::default();
         let pool_spare_target = Family::<PoolLabels, Gauge>::default();
@@ -236,6 +239,11 @@ impl OperatorMetrics {
         );
         registry.register("leader", "1 while this process leads", leader.clone());
         registry.register(
+            "manager_extensions_missing",
+            "AutoManager extensions of the Manager API that Manager answered as unimplemented",
+            manager_extensions_missing.clone(),
+        );
+        registry.register(
             "pool_spare_target",
             "Hot spares the pool's HotSparePolicy asks for (0 without one)",
             pool_spare_target.clone(),
@@ -272,6 +280,7 @@ impl OperatorMetrics {
             in_flight: Mutex::default(),
             manager_connected,
             leader,
+            manager_extensions_missing,
         }
     }
 
@@ -585,13 +594,18 @@ pub struct Health {
     pub connected: AtomicBool,
     /// This process holds the Lease.
     pub leading: AtomicBool,
+    /// Manager lacks an AutoManager extension this process needed.
+    pub manager_lacks_extensions: AtomicBool,
 }
 
 impl Health {
-    /// Ready: hydrated and, when leading, connected.
+    /// Ready: hydrated and, when leading, connected to a Manager that
+    /// serves the AutoManager extensions.
     pub fn is_ready(&self) -> bool {
+        let leading = self.leading.load(Ordering::Relaxed);
         self.hydrated.load(Ordering::Relaxed)
-            && (self.connected.load(Ordering::Relaxed) || !self.leading.load(Ordering::Relaxed))
+            && (!leading
+                || self.connected.load(Ordering::Relaxed) && !self.manager_lacks_extensions.load(Ordering::Relaxed))
     }
 }
 

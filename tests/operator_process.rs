@@ -75,6 +75,12 @@ async fn http_status(port: u16, path: &str) -> Option<String> {
 /// then elastic AWS); returns a fresh namespace and a simulator with one
 /// cluster server `<ns>-a`.
 async fn setup(cp: &control_plane::ControlPlane, prefix: &str) -> (String, Sim) {
+    setup_with(cp, prefix, false).await
+}
+
+/// [`setup`], the simulator serving only the published Manager API when
+/// `published_api_only`.
+async fn setup_with(cp: &control_plane::ControlPlane, prefix: &str, published_api_only: bool) -> (String, Sim) {
     let crds: Api<CustomResourceDefinition> = Api::all(cp.client());
     for definition in crd::definitions() {
         let name = definition.metadata.name.clone().unwrap();
@@ -115,6 +121,7 @@ async fn setup(cp: &control_plane::ControlPlane, prefix: &str) -> (String, Sim) 
             tags: BTreeMap::from([(tags::POOL.to_owned(), "studio".to_owned())]),
             inventory: NodeInventory::local_server("studio", "rack-1", "r640", 8.0),
         }],
+        published_api_only,
         ..SimConfig::default()
     })
     .await;
@@ -597,5 +604,73 @@ async fn a_real_prometheus_scrapes_the_operator_and_every_alert_and_dashboard_qu
     assert_eq!(loaded, expected);
     drop(prometheus);
     drop(operator);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_manager_without_the_extensions_is_named_once_and_the_operator_is_not_ready() {
+    let cp = control_plane::shared().await;
+    let (ns, sim) = setup_with(cp, "published", true).await;
+    let mut operator = Process::spawn(cp, &ns, &sim, "published-0");
+    operator.ready().await;
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let lacking = |b: Option<&Bundle>| {
+        b.and_then(|b| b.status.as_ref()).is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == "ManagerLacksExtensions")
+        })
+    };
+    for name in ["first", "second"] {
+        cp.kubectl_apply(&ns, &bundle(name)).expect("bundle applies");
+        let refused = tokio::time::timeout(WAIT, await_condition(bundles.clone(), name, lacking))
+            .await
+            .expect("the bundle says Manager lacks the extensions")
+            .expect("watch")
+            .expect("bundle exists");
+        let ready = refused
+            .status
+            .unwrap()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert!(
+            ready.message.starts_with("Manager does not serve CreateBundle")
+                && ready.message.contains("Upgrade Norsk Manager"),
+            "{}",
+            ready.message
+        );
+    }
+    // Not ready while leading a Manager that cannot store bundles.
+    let unready = tokio::time::timeout(WAIT, async {
+        loop {
+            if http_status(operator.port, "/readyz")
+                .await
+                .is_some_and(|l| l.contains(" 503 "))
+            {
+                return;
+            }
+            // The operator is another process; poll its endpoint.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(unready.is_ok(), "/readyz stayed 200 with Manager lacking CreateBundle");
+    let (_, metrics) = http_get(operator.port, "/metrics", "*/*")
+        .await
+        .expect("/metrics answers");
+    assert!(
+        metrics.contains("norsk_automanager_manager_extensions_missing 1"),
+        "{metrics}"
+    );
+    // Said once, however many bundles hit it.
+    let said: Vec<_> = operator
+        .log_lines()
+        .into_iter()
+        .filter(|l| l["fields"]["rpc"] == "CreateBundle" && l["level"] == "ERROR")
+        .collect();
+    assert_eq!(said.len(), 1, "{said:#?}");
+    assert!(sim.snapshot().await.bundles.is_empty());
     sim.shutdown().await;
 }

@@ -237,6 +237,18 @@ pub enum Notification {
         /// The entry.
         entry: AuditEntry,
     },
+    /// Manager answered an AutoManager extension with `UNIMPLEMENTED`: it
+    /// speaks only the published API. Said once per RPC (the call is then
+    /// retried every few minutes, see `MISSING_EXTENSION_RETRY`).
+    #[serde(rename_all = "camelCase")]
+    ManagerLacksExtension {
+        /// The RPC Manager does not serve.
+        rpc: String,
+        /// What the operator cannot do without it.
+        needed_for: String,
+        /// The whole of it in words.
+        message: String,
+    },
     /// `onDrainProgress`: every phase transition of a node drain and every
     /// change to a job's status within it.
     DrainProgress(Box<DrainState>),

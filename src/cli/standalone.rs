@@ -257,6 +257,7 @@ pub fn describe(notification: &Notification) -> String {
             format!("prefetched   {node_id}: {} image(s)", results.len())
         }
         Notification::AuditAppended { entry } => format!("audit        {} {}", entry.action, entry.subject),
+        Notification::ManagerLacksExtension { message, .. } => format!("MANAGER      {message}"),
         Notification::DrainProgress(state) => format!(
             "drain        {} {:?} ({} job(s))",
             state.node_id,

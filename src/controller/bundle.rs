@@ -33,6 +33,10 @@ pub const FINALIZER: &str = "automanager.norsk.video/bundle";
 /// Re-read even without a change: "restarts in the trailing hour" decays.
 const RESYNC: Duration = Duration::from_secs(300);
 
+/// The `Ready` reason of a bundle Manager cannot store: it serves only the
+/// published API, without the AutoManager extensions.
+const LACKS_EXTENSIONS: &str = "ManagerLacksExtensions";
+
 /// Runs the controller until `shutdown` resolves, over the bundles of
 /// `namespace` (all when `None`). `notified` carries the bundles
 /// notifications were about.
@@ -147,6 +151,17 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
             "InvalidBundle",
             errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
         )),
+        // A Manager without the AutoManager extensions cannot store bundles:
+        // said in the runtime's words, and tried again on its slow backoff.
+        Some((action, Err(CommandError::Manager(failure))))
+            if ctx.core.lacking_extensions().borrow().contains(if action == "create" {
+                "CreateBundle"
+            } else {
+                "UpdateBundle"
+            }) =>
+        {
+            Some(Observed::no(READY, LACKS_EXTENSIONS, failure.message))
+        }
         Some((_, Err(CommandError::Manager(failure)))) if failure.kind == RpcFailureKind::Rejected => {
             Some(Observed::no(READY, "RejectedByManager", failure.message))
         }
@@ -160,6 +175,7 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
         _ => None,
     };
     if let Some(ready) = refused {
+        let lacks_extensions = ready.reason == LACKS_EXTENSIONS;
         // An invalid bundle waits for its spec to change.
         let stalled = Observed::yes(STALLED, ready.reason.clone(), ready.message.clone());
         write_if_changed(
@@ -172,6 +188,9 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
             },
         )
         .await?;
+        if lacks_extensions {
+            return Ok(Action::requeue(crate::automanager::MISSING_EXTENSION_RETRY));
+        }
         return Ok(Action::await_change());
     }
     let observed = observe_bundle(bundle, ctx).await?;

@@ -75,6 +75,8 @@ pub(super) fn log(notification: &Notification, manager_url: &str) {
         } => {
             tracing::warn!(pool, effective, target, "hot spares under target")
         }
+        // Logged where it is found (the runtime), once per RPC.
+        Notification::ManagerLacksExtension { .. } => {}
         Notification::NodeStopping { node_id, reason } => {
             tracing::info!(node = %node_id, reason = name(reason), "node stopping")
         }

@@ -88,9 +88,10 @@ pub enum RpcErrorKind {
     Rejected,
 }
 
-/// A failed Manager call.
+/// A failed Manager call. An addition to the published API that Manager
+/// does not serve says so in plain words ([`super::extensions`]).
 #[derive(Clone, Debug, thiserror::Error)]
-#[error("Manager {rpc} failed ({code:?}): {message}")]
+#[error("{}", self.describe())]
 pub struct RpcError {
     /// The RPC that failed.
     pub rpc: &'static str,
@@ -106,6 +107,20 @@ impl RpcError {
             rpc,
             code: status.code(),
             message: status.message().to_owned(),
+        }
+    }
+
+    /// Whether Manager lacks this RPC altogether: an addition to the
+    /// published API answered `UNIMPLEMENTED`.
+    pub fn is_missing_extension(&self) -> bool {
+        self.code == tonic::Code::Unimplemented && !super::extensions::is_published(self.rpc)
+    }
+
+    fn describe(&self) -> String {
+        if self.is_missing_extension() {
+            super::extensions::missing_message(self.rpc)
+        } else {
+            format!("Manager {} failed ({:?}): {}", self.rpc, self.code, self.message)
         }
     }
 

@@ -22,6 +22,31 @@ pub(super) fn failure(e: RpcError) -> RpcFailure {
     }
 }
 
+/// The Manager RPC that carries out `rpc`.
+pub(super) fn method(rpc: &Rpc) -> &'static str {
+    match rpc {
+        Rpc::StartJob { .. } | Rpc::StartMigrationTarget { .. } => "StartJob",
+        Rpc::CreateNode {
+            provider: ProviderKind::Oci,
+            ..
+        } => "CreateOciNode",
+        Rpc::CreateNode { .. } => "CreateAwsNode",
+        Rpc::TerminateNode { .. } => "TerminateNode",
+        Rpc::SetTerminalVerdict { .. } => "SetTerminalVerdict",
+        Rpc::CreateBundle(_) => "CreateBundle",
+        Rpc::UpdateBundle(_) => "UpdateBundle",
+        Rpc::DeleteBundle(_) => "DeleteBundle",
+        Rpc::StartBundleJob(_) => "StartBundleJob",
+        Rpc::StopBundleJob(_) => "StopBundleJob",
+        Rpc::UpdateNodeTags { .. } => "UpdateNodeTags",
+        Rpc::PrefetchImages { .. } => "PrefetchImages",
+        Rpc::CreateJob { .. } => "CreateJob",
+        Rpc::StartPreparedJob { .. } => "StartPreparedJob",
+        Rpc::StopJob { .. } => "StopJob",
+        Rpc::SendMigrationSignal { .. } => "SendMigrationSignal",
+    }
+}
+
 pub(super) async fn execute(client: &ManagerClient, rpc: Rpc) -> Result<(), RpcError> {
     match rpc {
         Rpc::StartJob {

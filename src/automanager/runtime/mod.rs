@@ -17,6 +17,7 @@
 mod calls;
 mod clock;
 mod handle;
+mod lacking;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -35,9 +36,11 @@ use super::{
     Action, Answer, AutoManagerCore, AutoSettings, AutoSettingsValidationError, Command, CommandError, CommandId,
     Input, Notification, RequestId, RpcFailure, Step,
 };
-use calls::{execute, failure};
+use calls::{execute, failure, method};
 use clock::Clock;
 pub use handle::AutoManagerHandle;
+use lacking::Lacking;
+pub use lacking::MISSING_EXTENSION_RETRY;
 
 /// How many notifications a subscriber may fall behind before it lags.
 const NOTIFICATION_BUFFER: usize = 4096;
@@ -167,6 +170,7 @@ impl AutoManager {
         let (requests, requests_rx) = mpsc::channel(256);
         let (notifications, _) = broadcast::channel(NOTIFICATION_BUFFER);
         let (connection, connection_rx) = watch::channel(ConnectionState::Idle);
+        let (lacking, lacking_rx) = Lacking::new();
         let clock = Clock::new(options.time_scale);
         let shell = Shell {
             core: AutoManagerCore::new(valid.clone(), clock.now()),
@@ -180,6 +184,7 @@ impl AutoManager {
             role,
             held: Vec::new(),
             connection,
+            lacking,
         };
         let join = tokio::spawn(shell.run(requests_rx));
         Ok((
@@ -187,6 +192,7 @@ impl AutoManager {
                 requests,
                 notifications,
                 connection: connection_rx,
+                lacking: lacking_rx,
             },
             join,
         ))
@@ -207,6 +213,8 @@ struct Shell {
     held: Vec<Request>,
     /// What [`AutoManagerHandle::connection`] reads.
     connection: watch::Sender<ConnectionState>,
+    /// The extensions Manager does not serve.
+    lacking: Lacking,
 }
 
 impl Shell {
@@ -458,8 +466,21 @@ impl Shell {
                 Action::Call { id, rpc } => {
                     let client = self.client.clone();
                     let results = results.clone();
+                    let lacking = self.lacking.clone();
+                    let notifications = self.notifications.clone();
                     calls.push(tokio::spawn(async move {
-                        let result = execute(&client, rpc).await.map_err(failure);
+                        let name = method(&rpc);
+                        let result = match lacking.held_back(name) {
+                            Some(missing) => Err(missing),
+                            None => {
+                                let result = execute(&client, rpc).await;
+                                if let Some(notice) = lacking.observe(name, &result) {
+                                    let _ = notifications.send(notice);
+                                }
+                                result
+                            }
+                        };
+                        let result = result.map_err(failure);
                         // The loop may have ended; the result is moot then.
                         let _ = results.send((id, result));
                     }));
