@@ -193,6 +193,22 @@ impl AutoManager {
     }
 }
 
+/// The pending window asked of Manager: `pendingWindow`, widened to the
+/// largest placement lead of the pools in force (the cloud default, 5 min,
+/// when none is known yet, as in the operator, whose pools arrive later), so
+/// Manager announces a scheduled job before its placement must begin.
+fn pending_window_s(valid: &ValidSettings) -> i32 {
+    let lead_ms = valid
+        .pools
+        .iter()
+        .flat_map(|p| &p.tiers)
+        .map(|t| t.effective_placement_lead_ms())
+        .max()
+        .unwrap_or(crate::model::DEFAULT_CLOUD_PLACEMENT_LEAD_MS);
+    let lead_s = u32::try_from(lead_ms.div_ceil(1_000)).unwrap_or(u32::MAX);
+    i32::try_from(valid.settings.pending_window.max(lead_s)).unwrap_or(i32::MAX)
+}
+
 struct Shell {
     clock: Clock,
     core: AutoManagerCore,
@@ -214,7 +230,7 @@ impl Shell {
         let mut session = StreamSession::start(
             self.client.clone(),
             StreamSettings {
-                pending_window_s: self.valid.settings.pending_window.min(i32::MAX as u32) as i32,
+                pending_window_s: pending_window_s(&self.valid),
                 ..StreamSettings::default()
             },
         );
