@@ -1479,3 +1479,34 @@ fn start_bundle_job_of_an_auto_job_or_a_missing_replica_is_refused_with_the_reas
         "a refused toggle reached Manager"
     );
 }
+
+#[test]
+fn a_start_asked_before_the_bundles_events_arrive_is_kept() {
+    let mut h = Harness::hydrated();
+    let bundle = bundle("b", MANUAL);
+    let create = h.command(Command::CreateBundle(bundle.clone()));
+    let calls = h.take_calls();
+    h.ok(calls[0].0);
+    let record = norsk_auto_manager::model::BundleJobRef {
+        bundle_id: "b".into(),
+        replica_index: 0,
+        job_name: "record".into(),
+    };
+    let start = h.command(Command::StartBundleJob(record));
+    let calls = h.take_calls();
+    let toggle = only_call(&calls, "StartBundleJob", |r| matches!(r, Rpc::StartBundleJob(_)));
+    h.ok(toggle);
+    assert_eq!(h.take_replies(), vec![(create, Ok(())), (start, Ok(()))]);
+    // Manager's news of the creation and the start come after.
+    h.event(ManagerEvent::BundleUpdated(bundle.clone()));
+    for mut job in jobs_of(&bundle) {
+        job.dormant = false;
+        h.event(ManagerEvent::JobActive(job));
+    }
+    let calls = h.take_calls();
+    assert!(
+        !calls.iter().any(|(_, r)| matches!(r, Rpc::StopBundleJob(_))),
+        "the start was undone: {calls:?}"
+    );
+    assert_eq!(start_jobs(&calls).len(), 2, "both jobs are placed");
+}

@@ -147,23 +147,14 @@ impl AutoManagerCore {
     /// `startBundleJob` / `stopBundleJob`: the replica is added to (or
     /// taken from) the wanted set once Manager accepts the toggle, and the
     /// command is answered then (at once when Manager already holds it so).
-    /// A bundle this core does not know is Manager's to answer for.
+    /// A bundle this core has not heard of yet (its creation's events still
+    /// on their way) is Manager's to judge: the toggle goes to Manager as
+    /// asked.
     pub(super) fn toggle_command(&mut self, command: CommandId, job: BundleJobRef, start: bool) {
+        let job_id = crate::model::runtime_job_id(&job.bundle_id, job.replica_index, &job.job_name);
+        let wants = (job.bundle_id.clone(), replica_job(&job));
         let Some(bundle) = self.bundles.get(&job.bundle_id) else {
-            let rpc = if start {
-                Rpc::StartBundleJob(job)
-            } else {
-                Rpc::StopBundleJob(job)
-            };
-            self.call(
-                rpc,
-                Pending::Command {
-                    id: command,
-                    revives: None,
-                    started: None,
-                },
-            );
-            return;
+            return self.send_toggle(job_id, job, start, vec![command], Some(wants));
         };
         let spec = &bundle.spec;
         let Some(job_spec) = spec.job(&job.job_name).filter(|_| job.replica_index < spec.replica_count()) else {
@@ -185,8 +176,6 @@ impl AutoManagerCore {
                 }),
             );
         }
-        let job_id = crate::model::runtime_job_id(&job.bundle_id, job.replica_index, &job.job_name);
-        let wants = (job.bundle_id.clone(), replica_job(&job));
         let holds_so = self.jobs.get(&job_id).is_some_and(|r| r.job.dormant != start);
         if holds_so && !self.manual.toggles.contains_key(&job_id) {
             self.apply_want(&wants.0, wants.1, start);
