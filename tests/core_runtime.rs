@@ -333,9 +333,16 @@ async fn a_spec_applied_through_the_handle_starts_and_stops_its_manual_jobs_acro
     // A fresh core after a stream break keeps wanting what the spec said.
     s.sim.admin.clone().drop_stream(()).await.expect("stream dropped");
     reconnected(&mut s.events).await;
-    assert_eq!(instances(&s.sim).await.get(&record), Some(&1), "the started job was stopped");
+    assert_eq!(
+        instances(&s.sim).await.get(&record),
+        Some(&1),
+        "the started job was stopped"
+    );
     s.am.update_bundle(show("[]")).await.expect("update accepted");
-    until_running(&mut s.events, &mut running, |r| r.len() == 1 && !r.contains_key(&record)).await;
+    until_running(&mut s.events, &mut running, |r| {
+        r.len() == 1 && !r.contains_key(&record)
+    })
+    .await;
     tokio::time::timeout(WAIT, async {
         while instances(&s.sim).await.contains_key(&record) {
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -1144,7 +1144,10 @@ fn a_scheduled_bundle_on_a_cloud_tier_is_placed_its_five_minute_lead_ahead_and_n
     h.bundle("b", &scheduled(start, None));
     assert!(h.take_calls().is_empty(), "placed twenty minutes ahead");
     let view = h.core.schedule_view(&"b".into(), h.now).expect("scheduled");
-    assert_eq!((view.phase, view.placing_from), (SchedulePhase::Waiting, start - 300_000));
+    assert_eq!(
+        (view.phase, view.placing_from),
+        (SchedulePhase::Waiting, start - 300_000)
+    );
     h.advance(15 * 60_000 - 1);
     assert!(h.take_calls().is_empty(), "placed before placementLeadMs");
     h.advance(1);
@@ -1189,7 +1192,8 @@ fn a_mixed_cascade_is_placed_at_its_largest_lead_and_still_takes_its_cheaper_clu
 
 #[test]
 fn a_provision_for_a_scheduled_start_times_out_after_twice_its_lead() {
-    let mut h = with_pools(&CLOUD_POOL.replace("region: eu-west-1", "region: eu-west-1\n      placementLeadMs: 900000"));
+    let mut h =
+        with_pools(&CLOUD_POOL.replace("region: eu-west-1", "region: eu-west-1\n      placementLeadMs: 900000"));
     h.event(ManagerEvent::InitialDataComplete);
     let start = h.now + 60 * 60_000;
     h.bundle("b", &scheduled(start, None));
@@ -1208,7 +1212,10 @@ fn a_provision_for_a_scheduled_start_times_out_after_twice_its_lead() {
             .any(|(_, r)| matches!(r, Rpc::TerminateNode { node_id } if *node_id == first)),
         "the node that never started was not terminated: {calls:?}"
     );
-    assert!(create_node(&calls).is_some_and(|(n, _, _)| n != first), "the job is re-placed");
+    assert!(
+        create_node(&calls).is_some_and(|(n, _, _)| n != first),
+        "the job is re-placed"
+    );
 }
 
 #[test]
@@ -1217,7 +1224,10 @@ fn a_schedule_moves_from_waiting_to_placing_live_and_ended_and_says_so_at_each_c
     let start = h.now + 10 * 60_000;
     let end = start + 10 * 60_000;
     h.bundle("b", &scheduled(start, Some(end)));
-    assert!(schedule_phases(&h.take_notifications()).is_empty(), "a first sight is no change");
+    assert!(
+        schedule_phases(&h.take_notifications()).is_empty(),
+        "a first sight is no change"
+    );
     h.advance(5 * 60_000);
     h.start_all();
     h.advance(5 * 60_000);
@@ -1232,7 +1242,12 @@ fn a_schedule_moves_from_waiting_to_placing_live_and_ended_and_says_so_at_each_c
 
 /// A bundle live from now to an hour from now, placed and running; returns
 /// the harness at its end (its `CompleteJob` answered), the job and node.
-fn at_its_end() -> (Harness, norsk_auto_manager::model::Bundle, norsk_auto_manager::model::JobId, NodeId) {
+fn at_its_end() -> (
+    Harness,
+    norsk_auto_manager::model::Bundle,
+    norsk_auto_manager::model::JobId,
+    NodeId,
+) {
     let mut h = Harness::hydrated();
     let end = h.now + 60 * 60_000;
     let bundle = h.bundle("b", &scheduled(h.now, Some(end)));
@@ -1305,7 +1320,11 @@ fn a_bundle_given_a_later_end_after_it_ended_lives_again() {
     h.event(ManagerEvent::BundleUpdated(bundle));
     runtime.state = JobState::Active;
     h.event(ManagerEvent::JobUpdated(runtime));
-    assert_eq!(start_jobs(&h.take_calls()).len(), 1, "the rescheduled bundle was not placed");
+    assert_eq!(
+        start_jobs(&h.take_calls()).len(),
+        1,
+        "the rescheduled bundle was not placed"
+    );
     let view = h.core.schedule_view(&"b".into(), h.now).unwrap();
     assert_eq!(view.phase, SchedulePhase::Live);
 }
@@ -1322,7 +1341,11 @@ fn with_started(bundle: &norsk_auto_manager::model::Bundle, replicas: &[u32]) ->
     bundle
 }
 
-fn only_call(calls: &[(norsk_auto_manager::automanager::RequestId, Rpc)], what: &str, matches: impl Fn(&Rpc) -> bool) -> norsk_auto_manager::automanager::RequestId {
+fn only_call(
+    calls: &[(norsk_auto_manager::automanager::RequestId, Rpc)],
+    what: &str,
+    matches: impl Fn(&Rpc) -> bool,
+) -> norsk_auto_manager::automanager::RequestId {
     let found: Vec<_> = calls.iter().filter(|(_, r)| matches(r)).collect();
     assert_eq!(found.len(), 1, "one {what} expected: {calls:?}");
     found[0].0
@@ -1342,21 +1365,41 @@ fn a_manual_job_is_started_and_stopped_from_the_bundle_spec_without_a_revision()
         !calls.iter().any(|(_, r)| matches!(r, Rpc::UpdateBundle(_))),
         "starting a manual job is no revision: {calls:?}"
     );
-    let toggle = only_call(&calls, "StartBundleJob", |r| matches!(r, Rpc::StartBundleJob(j) if j.job_name == "record"));
+    let toggle = only_call(
+        &calls,
+        "StartBundleJob",
+        |r| matches!(r, Rpc::StartBundleJob(j) if j.job_name == "record"),
+    );
     assert_eq!(h.take_replies(), vec![(id, Ok(()))]);
     h.ok(toggle);
-    assert!(start_jobs(&h.take_calls()).is_empty(), "placed before Manager took it out of dormant");
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "placed before Manager took it out of dormant"
+    );
     h.dormant(&record, false);
     let started = h.start_all();
-    let (_, node) = started.iter().find(|(j, _)| *j == record).cloned().expect("the started job is placed");
+    let (_, node) = started
+        .iter()
+        .find(|(j, _)| *j == record)
+        .cloned()
+        .expect("the started job is placed");
 
     h.command(Command::UpdateBundle(with_started(&bundle, &[])));
     let calls = h.take_calls();
-    assert!(!calls.iter().any(|(_, r)| matches!(r, Rpc::UpdateBundle(_))), "{calls:?}");
-    only_call(&calls, "StopBundleJob", |r| matches!(r, Rpc::StopBundleJob(j) if j.job_name == "record"));
-    only_call(&calls, "StopJob", |r| {
-        matches!(r, Rpc::StopJob { job_id, node_id, .. } if *job_id == record && *node_id == node)
-    });
+    assert!(
+        !calls.iter().any(|(_, r)| matches!(r, Rpc::UpdateBundle(_))),
+        "{calls:?}"
+    );
+    only_call(
+        &calls,
+        "StopBundleJob",
+        |r| matches!(r, Rpc::StopBundleJob(j) if j.job_name == "record"),
+    );
+    only_call(
+        &calls,
+        "StopJob",
+        |r| matches!(r, Rpc::StopJob { job_id, node_id, .. } if *job_id == record && *node_id == node),
+    );
     for (id, _) in calls {
         h.ok(id);
     }
@@ -1371,10 +1414,16 @@ fn a_manual_job_is_started_and_stopped_from_the_bundle_spec_without_a_revision()
         },
     );
     h.advance(10 * 60_000);
-    assert!(start_jobs(&h.take_calls()).is_empty(), "a stopped manual job was placed again");
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "a stopped manual job was placed again"
+    );
     assert_eq!(h.bound_node(&record), None);
     assert_eq!(h.bound_node(&encode), encode_node, "the other job was touched");
-    assert_eq!(h.core.applied_spec(&"b".into()).unwrap().jobs[1].started_replicas, Vec::<u32>::new());
+    assert_eq!(
+        h.core.applied_spec(&"b".into()).unwrap().jobs[1].started_replicas,
+        Vec::<u32>::new()
+    );
 }
 
 #[test]
@@ -1395,9 +1444,11 @@ fn stopping_a_running_manual_job_stops_its_instance_and_it_is_not_recovered() {
     h.ok(toggle);
     assert_eq!(h.take_replies(), vec![(stop, Ok(()))]);
     let calls = h.take_calls();
-    let stop_job = only_call(&calls, "StopJob", |r| {
-        matches!(r, Rpc::StopJob { job_id, node_id, .. } if *job_id == record && *node_id == node)
-    });
+    let stop_job = only_call(
+        &calls,
+        "StopJob",
+        |r| matches!(r, Rpc::StopJob { job_id, node_id, .. } if *job_id == record && *node_id == node),
+    );
     h.ok(stop_job);
     assert!(
         h.take_notifications()
@@ -1449,13 +1500,23 @@ fn starting_and_stopping_a_manual_job_keeps_restart_history_and_the_broken_mark(
     h.ok_all();
     h.command(Command::UpdateBundle(with_started(&bundle, &[0])));
     let calls = h.take_calls();
-    assert!(!calls.iter().any(|(_, r)| matches!(r, Rpc::UpdateBundle(_))), "{calls:?}");
+    assert!(
+        !calls.iter().any(|(_, r)| matches!(r, Rpc::UpdateBundle(_))),
+        "{calls:?}"
+    );
     for (id, _) in calls {
         h.ok(id);
     }
-    assert_eq!(h.core.broken_bundles().len(), 1, "starting a manual job revived a broken bundle");
+    assert_eq!(
+        h.core.broken_bundles().len(),
+        1,
+        "starting a manual job revived a broken bundle"
+    );
     h.dormant(&record, false);
-    assert!(start_jobs(&h.take_calls()).is_empty(), "a job of a broken bundle was placed");
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "a job of a broken bundle was placed"
+    );
 }
 
 #[test]
@@ -1468,8 +1529,14 @@ fn start_bundle_job_of_an_auto_job_or_a_missing_replica_is_refused_with_the_reas
     backup.replica_index = 1;
     h.command(Command::StopBundleJob(backup));
     let replies = h.take_replies();
-    assert!(matches!(replies[0].1, Err(CommandError::NotManualJob { .. })), "{replies:?}");
-    assert!(matches!(replies[1].1, Err(CommandError::UnknownBundleJob { .. })), "{replies:?}");
+    assert!(
+        matches!(replies[0].1, Err(CommandError::NotManualJob { .. })),
+        "{replies:?}"
+    );
+    assert!(
+        matches!(replies[1].1, Err(CommandError::UnknownBundleJob { .. })),
+        "{replies:?}"
+    );
     let message = replies[0].1.clone().unwrap_err().to_string();
     assert!(message.contains("startMode auto"), "{message}");
     assert!(

@@ -317,7 +317,10 @@ async fn started_replicas_are_for_manual_jobs() {
 async fn started_replicas_name_replicas_the_bundle_has() {
     let spec = "  pool: p\n  jobs: [{jobName: record, startMode: manual, startedReplicas: [1]}]\n";
     let msg = refused(&bundle("started-backup", spec)).await;
-    assert!(msg.contains("startedReplicas must name replicas the bundle has"), "{msg}");
+    assert!(
+        msg.contains("startedReplicas must name replicas the bundle has"),
+        "{msg}"
+    );
     let spec = "  pool: p\n  jobs: [{jobName: record, startMode: manual, startedReplicas: [0, 0]}]\n";
     let msg = refused(&bundle("started-twice", spec)).await;
     assert!(msg.contains("Duplicate value"), "{msg}");

@@ -756,15 +756,19 @@ async fn a_manual_job_is_started_and_stopped_from_the_bundle_resource() {
     let operator = Operator::start(cp, &ns, &sim, "manual-0").await;
     let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
     let record = format!("{ns}/show/0/record");
-    cp.kubectl_apply(&ns, &manual_bundle("show", &[])).expect("bundle applies");
+    cp.kubectl_apply(&ns, &manual_bundle("show", &[]))
+        .expect("bundle applies");
     let dormant = until(&bundles, "show", "Ready with record dormant", |b: Option<&Bundle>| {
         is_ready(b) && primary_job(b, "record").is_some_and(|(s, _)| s == "dormant")
     })
     .await;
-    let encode_node = primary_job(Some(&dormant), "encode").and_then(|(_, n)| n).expect("encode placed");
+    let encode_node = primary_job(Some(&dormant), "encode")
+        .and_then(|(_, n)| n)
+        .expect("encode placed");
     assert!(instances_of(&sim, &record).await.is_empty(), "a dormant job runs");
 
-    cp.kubectl_apply(&ns, &manual_bundle("show", &[0])).expect("started in the spec");
+    cp.kubectl_apply(&ns, &manual_bundle("show", &[0]))
+        .expect("started in the spec");
     let running = until(&bundles, "show", "record running", |b: Option<&Bundle>| {
         primary_job(b, "record").is_some_and(|(s, n)| s == "running" && n.is_some())
     })
@@ -772,10 +776,14 @@ async fn a_manual_job_is_started_and_stopped_from_the_bundle_resource() {
     let (_, node) = primary_job(Some(&running), "record").expect("record in status");
     assert_eq!(instances_of(&sim, &record).await, [node.expect("placed")]);
 
-    cp.kubectl_apply(&ns, &manual_bundle("show", &[])).expect("stopped in the spec");
-    until(&bundles, "show", "record dormant and off its node", |b: Option<&Bundle>| {
-        primary_job(b, "record").is_some_and(|(s, n)| s == "dormant" && n.is_none())
-    })
+    cp.kubectl_apply(&ns, &manual_bundle("show", &[]))
+        .expect("stopped in the spec");
+    until(
+        &bundles,
+        "show",
+        "record dormant and off its node",
+        |b: Option<&Bundle>| primary_job(b, "record").is_some_and(|(s, n)| s == "dormant" && n.is_none()),
+    )
     .await;
     // Its instance is stopped, not left running (Manager's StopBundleJob
     // alone would leave it).
@@ -810,19 +818,39 @@ async fn a_scheduled_bundle_shows_its_schedule_and_waits_for_it_or_ends_with_it(
     // The example, booked ahead: nothing runs, and it says when it will.
     cp.kubectl_apply(&ns, &example("scheduled-match.yaml"))
         .expect("example applies");
-    let waiting = until(&bundles, "match-final", "waiting for its start", |b: Option<&Bundle>| {
-        b.and_then(|b| b.status.as_ref()?.schedule.as_ref())
-            .is_some_and(|s| s.phase == SchedulePhase::Waiting)
-            && primary_job(b, "record").is_some_and(|(s, _)| s == "scheduled")
-    })
+    let waiting = until(
+        &bundles,
+        "match-final",
+        "waiting for its start",
+        |b: Option<&Bundle>| {
+            b.and_then(|b| b.status.as_ref()?.schedule.as_ref())
+                .is_some_and(|s| s.phase == SchedulePhase::Waiting)
+                && primary_job(b, "record").is_some_and(|(s, _)| s == "scheduled")
+        },
+    )
     .await;
-    assert_eq!(condition(&waiting, "Ready"), Some(("True".to_owned(), "Scheduled".to_owned())));
-    let schedule = waiting.status.as_ref().and_then(|s| s.schedule.clone()).expect("schedule");
+    assert_eq!(
+        condition(&waiting, "Ready"),
+        Some(("True".to_owned(), "Scheduled".to_owned()))
+    );
+    let schedule = waiting
+        .status
+        .as_ref()
+        .and_then(|s| s.schedule.clone())
+        .expect("schedule");
     assert_eq!(schedule.start.to_string(), "2027-05-29T19:00:00Z");
-    assert_eq!(schedule.placing_from.to_string(), "2027-05-29T18:55:00Z", "the cloud tiers' lead");
+    assert_eq!(
+        schedule.placing_from.to_string(),
+        "2027-05-29T18:55:00Z",
+        "the cloud tiers' lead"
+    );
     assert_eq!(schedule.next_phase, Some(SchedulePhase::Placing));
     assert_eq!(schedule.next_transition_time, Some(schedule.placing_from));
-    assert!(instances_of(&sim, &format!("{ns}/match-final/0/encode")).await.is_empty());
+    assert!(
+        instances_of(&sim, &format!("{ns}/match-final/0/encode"))
+            .await
+            .is_empty()
+    );
     // The same production in the past: ended, its jobs completed, nothing on air.
     let ended = example("scheduled-match.yaml")
         .replace("name: match-final", "name: match-past")
@@ -844,7 +872,11 @@ async fn a_scheduled_bundle_shows_its_schedule_and_waits_for_it_or_ends_with_it(
         .map(|j| j.state)
         .collect();
     assert_eq!(completed, [JobState::Post, JobState::Post], "completed on Manager");
-    assert!(instances_of(&sim, &format!("{ns}/match-past/0/encode")).await.is_empty());
+    assert!(
+        instances_of(&sim, &format!("{ns}/match-past/0/encode"))
+            .await
+            .is_empty()
+    );
     operator.stop().await;
     sim.shutdown().await;
 }

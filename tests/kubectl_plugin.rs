@@ -26,7 +26,9 @@ use norsk_auto_manager::crd::{
 };
 use norsk_auto_manager::model::{FleetNode, NodeId, NodeInventory, NodePhase};
 use norsk_auto_manager::plugin::{self, Command, FleetSource, PlanWarning, PluginError, Strategy};
-use operator_support::{Operator, WAIT, installed, instances_of, is_ready, manual_bundle, primary_job, simulator, until};
+use operator_support::{
+    Operator, WAIT, installed, instances_of, is_ready, manual_bundle, primary_job, simulator, until,
+};
 use serde_json::json;
 
 fn repo() -> PathBuf {
@@ -626,7 +628,8 @@ async fn start_and_stop_change_the_bundle_and_wait_for_the_operator_to_act() {
     let operator = Operator::start(cp, &ns, &sim, "start-stop-0").await;
     let bundles: Api<crd::Bundle> = Api::namespaced(cp.client(), &ns);
     let record = format!("{ns}/show/0/record");
-    cp.kubectl_apply(&ns, &manual_bundle("show", &[])).expect("bundle applies");
+    cp.kubectl_apply(&ns, &manual_bundle("show", &[]))
+        .expect("bundle applies");
     until(&bundles, "show", "Ready", |b: Option<&crd::Bundle>| is_ready(b)).await;
 
     let started = tokio::time::timeout(WAIT, plugin::run(cp.client(), &ns, start_stop(true, "record", None)))
@@ -635,7 +638,11 @@ async fn start_and_stop_change_the_bundle_and_wait_for_the_operator_to_act() {
         .expect("start");
     assert_eq!(started, ExitCode::SUCCESS);
     let bundle = bundles.get("show").await.expect("bundle");
-    assert_eq!(bundle.spec.0.jobs[1].started_replicas, [0], "the desired state is in the spec");
+    assert_eq!(
+        bundle.spec.0.jobs[1].started_replicas,
+        [0],
+        "the desired state is in the spec"
+    );
     let (state, _) = primary_job(Some(&bundle), "record").expect("record in status");
     assert_ne!(state, "dormant", "start returned before the operator acted");
     until(&bundles, "show", "record running", |b: Option<&crd::Bundle>| {
@@ -644,10 +651,13 @@ async fn start_and_stop_change_the_bundle_and_wait_for_the_operator_to_act() {
     .await;
     assert_eq!(instances_of(&sim, &record).await.len(), 1);
 
-    let stopped = tokio::time::timeout(WAIT, plugin::run(cp.client(), &ns, start_stop(false, "record", Some(0))))
-        .await
-        .expect("stop returns once the operator stopped the job")
-        .expect("stop");
+    let stopped = tokio::time::timeout(
+        WAIT,
+        plugin::run(cp.client(), &ns, start_stop(false, "record", Some(0))),
+    )
+    .await
+    .expect("stop returns once the operator stopped the job")
+    .expect("stop");
     assert_eq!(stopped, ExitCode::SUCCESS);
     let bundle = bundles.get("show").await.expect("bundle");
     assert!(bundle.spec.0.jobs[1].started_replicas.is_empty());
@@ -664,7 +674,8 @@ async fn start_and_stop_change_the_bundle_and_wait_for_the_operator_to_act() {
 async fn start_of_an_auto_job_or_a_missing_replica_says_so_and_changes_nothing() {
     let cp = installed().await;
     let ns = cp.namespace("start-refused").await;
-    cp.kubectl_apply(&ns, &manual_bundle("show", &[])).expect("bundle applies");
+    cp.kubectl_apply(&ns, &manual_bundle("show", &[]))
+        .expect("bundle applies");
     let bundles: Api<crd::Bundle> = Api::namespaced(cp.client(), &ns);
     let before = bundles.get("show").await.expect("bundle").metadata.resource_version;
     match plugin::run(cp.client(), &ns, start_stop(true, "encode", None)).await {

@@ -176,11 +176,17 @@ fn a_schedule_must_end_after_it_starts() {
     assert_eq!(codes(&found.errors), vec![BundleIssueCode::ScheduleEndsBeforeStart]);
     assert_eq!(found.errors[0].path, "schedule.end");
     assert!(
-        found.errors[0].message.contains("schedule.end must be after schedule.start"),
+        found.errors[0]
+            .message
+            .contains("schedule.end must be after schedule.start"),
         "{}",
         found.errors[0].message
     );
-    assert!(validate_bundle(&view, &schedule("2026-12-05T21:00:00Z")).errors.is_empty());
+    assert!(
+        validate_bundle(&view, &schedule("2026-12-05T21:00:00Z"))
+            .errors
+            .is_empty()
+    );
 }
 
 #[test]
@@ -200,8 +206,13 @@ jobs:
         vec![BundleIssueCode::StartedAutoJob, BundleIssueCode::UnknownStartedReplica]
     );
     assert_eq!(found.errors[1].path, "jobs[1].startedReplicas");
-    assert!(found.errors[1].message.contains("no backup"), "{}", found.errors[1].message);
-    let backup = bundle("pool: cloud\nresiliencePolicy: {}\njobs: [{jobName: b, startMode: manual, startedReplicas: [0, 1]}]");
+    assert!(
+        found.errors[1].message.contains("no backup"),
+        "{}",
+        found.errors[1].message
+    );
+    let backup =
+        bundle("pool: cloud\nresiliencePolicy: {}\njobs: [{jobName: b, startMode: manual, startedReplicas: [0, 1]}]");
     assert!(validate_bundle(&view, &backup).errors.is_empty());
 }
 

@@ -385,7 +385,11 @@ async fn a_completed_job_stays_completed_until_an_update_gives_it_a_new_schedule
                 .cloned()
         })
         .await;
-    assert_eq!(kept.state, pb::job::JobState::Post as i32, "a revision revived a completed job");
+    assert_eq!(
+        kept.state,
+        pb::job::JobState::Post as i32,
+        "a revision revived a completed job"
+    );
     // A later end: the job lives again.
     let mut rescheduled = revised;
     rescheduled.schedule = scheduled(now - 60_000, Some(now + 7_200_000)).schedule;

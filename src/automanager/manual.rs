@@ -119,7 +119,9 @@ impl AutoManagerCore {
     /// stopped (never placed, whatever Manager's flag says meanwhile).
     pub(super) fn held_stopped(&self, record: &JobRecord) -> bool {
         let r = &record.bundle_ref;
-        self.bundles.get(&r.bundle_id).is_some_and(|b| b.spec.is_manual(&r.job_name))
+        self.bundles
+            .get(&r.bundle_id)
+            .is_some_and(|b| b.spec.is_manual(&r.job_name))
             && self.manual.holds_stopped(&r.bundle_id, &replica_job(r))
     }
 
@@ -137,7 +139,10 @@ impl AutoManagerCore {
             return false;
         };
         let started = spec.started();
-        if stored.state != BundleState::Live || !stored.spec.same_revision(spec) || self.started_of(bundle_id) == started {
+        if stored.state != BundleState::Live
+            || !stored.spec.same_revision(spec)
+            || self.started_of(bundle_id) == started
+        {
             return false;
         }
         self.manual.want(bundle_id.clone(), started);
@@ -157,7 +162,10 @@ impl AutoManagerCore {
             return self.send_toggle(job_id, job, start, vec![command], Some(wants));
         };
         let spec = &bundle.spec;
-        let Some(job_spec) = spec.job(&job.job_name).filter(|_| job.replica_index < spec.replica_count()) else {
+        let Some(job_spec) = spec
+            .job(&job.job_name)
+            .filter(|_| job.replica_index < spec.replica_count())
+        else {
             return self.reply(
                 command,
                 Err(CommandError::UnknownBundleJob {
@@ -264,7 +272,10 @@ impl AutoManagerCore {
         }
         if let Err(failure) = result {
             self.notify(Notification::Error {
-                message: format!("stopping the instance of stopped manual job {job_id} failed: {}", failure.message),
+                message: format!(
+                    "stopping the instance of stopped manual job {job_id} failed: {}",
+                    failure.message
+                ),
             });
         }
     }
@@ -309,7 +320,9 @@ impl AutoManagerCore {
         for (job_id, job, start) in mismatches {
             let due = match self.manual.toggles.get(&job_id) {
                 None => true,
-                Some(t) => t.answered.is_some_and(|at| t.start != start || at + TOGGLE_RETRY_MS <= now),
+                Some(t) => t
+                    .answered
+                    .is_some_and(|at| t.start != start || at + TOGGLE_RETRY_MS <= now),
             };
             if due {
                 self.send_toggle(job_id, job, start, Vec::new(), None);

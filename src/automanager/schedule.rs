@@ -30,9 +30,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{
-    Bundle, BundleId, BundleState, JobId, JobState, SchedulePhase, ScheduleTransition, UnixMillis,
-};
+use crate::model::{Bundle, BundleId, BundleState, JobId, JobState, SchedulePhase, ScheduleTransition, UnixMillis};
 
 use super::core::{AutoManagerCore, Pending};
 use super::recovery::MIN_RECOVERY_INTERVAL_MS;

@@ -10,7 +10,9 @@ use crate::automanager::AutoManagerCore;
 use crate::automanager::binding::{BindingPhase, JobRecord};
 use crate::automanager::schedule::ScheduleView;
 use crate::crd::{JobStatus, ReplicaStatus, ScheduleStatus};
-use crate::model::{BundleId, BundleSpec, BundleState, DateTime, JobId, JobState, SchedulePhase, UnixMillis, runtime_job_id};
+use crate::model::{
+    BundleId, BundleSpec, BundleState, DateTime, JobId, JobState, SchedulePhase, UnixMillis, runtime_job_id,
+};
 use crate::placement::Admission;
 
 use super::conditions::{Observed, READY};

@@ -130,7 +130,10 @@ fn schedule_event(phase: SchedulePhase, next_phase: Option<SchedulePhase>, next_
     };
     let (reason, words) = match phase {
         SchedulePhase::Waiting => ("Scheduled", "rescheduled: waiting for its placement lead"),
-        SchedulePhase::Placing => ("PlacingAhead", "the placement lead began: its jobs are placed ahead of the start"),
+        SchedulePhase::Placing => (
+            "PlacingAhead",
+            "the placement lead began: its jobs are placed ahead of the start",
+        ),
         SchedulePhase::Live => ("Live", "the schedule's start: on air"),
         SchedulePhase::Ended => (
             "Ended",

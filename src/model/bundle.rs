@@ -291,12 +291,18 @@ mod tests {
         )
         .unwrap();
         let started = s.started();
-        assert_eq!(started, BTreeSet::from([(0, "record".to_owned()), (1, "record".to_owned())]));
+        assert_eq!(
+            started,
+            BTreeSet::from([(0, "record".to_owned()), (1, "record".to_owned())])
+        );
         let stopped = s.with_started(&BTreeSet::new());
         assert!(stopped.jobs[1].started_replicas.is_empty());
         assert!(s.same_revision(&stopped), "starting and stopping is not a revision");
         assert!(!s.same_applied(&stopped));
-        assert!(s.same_applied(&s.with_started(&started)), "the order of startedReplicas is no change");
+        assert!(
+            s.same_applied(&s.with_started(&started)),
+            "the order of startedReplicas is no change"
+        );
         s.jobs[0].requirements.required_capacity = 2.0;
         assert!(!s.same_revision(&stopped));
         assert_eq!(s.with_started(&started).jobs[1].started_replicas, [0, 1]);

@@ -309,7 +309,10 @@ fn check_schedule(bundle: &BundleSpec, found: &mut BundleValidation) {
         found.error(
             BundleIssueCode::ScheduleEndsBeforeStart,
             "schedule.end",
-            format!("schedule.end must be after schedule.start: {end} is not after {}", schedule.start),
+            format!(
+                "schedule.end must be after schedule.start: {end} is not after {}",
+                schedule.start
+            ),
         );
     }
 }

@@ -246,10 +246,10 @@ pub async fn start_or_stop(
         }
         None => {
             println!("{what}: already {verb} in the Bundle's spec");
-            let bundle = api
-                .get(&request.bundle)
-                .await
-                .map_err(PluginError::request(format!("get bundle {} in {namespace}", request.bundle)))?;
+            let bundle = api.get(&request.bundle).await.map_err(PluginError::request(format!(
+                "get bundle {} in {namespace}",
+                request.bundle
+            )))?;
             let (_, replicas) = started_replicas(&bundle, &request)?;
             (bundle.metadata.generation.unwrap_or_default(), replicas)
         }
@@ -312,7 +312,10 @@ mod tests {
         let unknown = started_replicas(&b, &request("mux", None, true)).unwrap_err();
         assert!(unknown.to_string().contains("no job \"mux\""), "{unknown}");
         let replica = started_replicas(&b, &request("record", Some(2), true)).unwrap_err();
-        assert!(replica.to_string().contains("replicas 0 (the primary) and 1"), "{replica}");
+        assert!(
+            replica.to_string().contains("replicas 0 (the primary) and 1"),
+            "{replica}"
+        );
     }
 
     #[test]
@@ -353,7 +356,11 @@ mod tests {
     #[test]
     fn a_start_is_answered_once_the_operator_took_the_job_out_of_dormant_at_the_patched_generation() {
         let start = request("record", Some(0), true);
-        assert_eq!(answer(&status(2, "running", Some("a")), 3, &start, &[0]), None, "an older generation");
+        assert_eq!(
+            answer(&status(2, "running", Some("a")), 3, &start, &[0]),
+            None,
+            "an older generation"
+        );
         assert_eq!(answer(&status(3, "dormant", None), 3, &start, &[0]), None);
         assert_eq!(
             answer(&status(3, "starting", Some("a")), 3, &start, &[0]),

@@ -92,7 +92,9 @@ type Update = Box<dyn FnOnce(&mut AutoManagerCore, UnixMillis) -> Step + Send>;
 type Replier = oneshot::Sender<Result<Option<Answer>, CommandError>>;
 
 enum Request {
-    Command(Command, Replier),
+    /// Boxed: a bundle's spec makes a command much larger than any other
+    /// request.
+    Command(Box<Command>, Replier),
     Query(Query),
     Update(Update),
     /// An update that changes only live settings before hydration: a
@@ -272,7 +274,7 @@ impl Shell {
                     let mut batch = Vec::new();
                     let mut next = request;
                     while let Some(Request::Command(command, reply)) = next {
-                        batch.push(self.command_input(command, reply));
+                        batch.push(self.command_input(*command, reply));
                         if batch.len() >= MAX_BATCH {
                             next = None;
                             break;
@@ -406,8 +408,10 @@ impl Shell {
     fn standby_request(&mut self, request: Request, results: &Results) {
         match request {
             Request::Query(ask) => ask(&self.core, self.clock.now()),
-            Request::Command(command @ (Command::SetPlacementPools(_) | Command::SetTemplateImages(_)), reply) => {
-                let input = self.command_input(command, reply);
+            Request::Command(command, reply)
+                if matches!(*command, Command::SetPlacementPools(_) | Command::SetTemplateImages(_)) =>
+            {
+                let input = self.command_input(*command, reply);
                 self.feed(input, results);
             }
             Request::Settings(change) => {
@@ -436,7 +440,7 @@ impl Shell {
         for request in std::mem::take(&mut self.held) {
             match request {
                 Request::Command(command, reply) => {
-                    let input = self.command_input(command, reply);
+                    let input = self.command_input(*command, reply);
                     self.feed(input, results);
                 }
                 Request::Update(change) => {

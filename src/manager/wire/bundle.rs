@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use super::{Notes, WireError, bounded, id, millis_from_pb, millis_to_pb, text};
 use crate::manager::proto::manager as pb;
 use crate::model::{
-    Bundle, BundleId, BundleSchedule, BundleSpec, BundleState, DateTime, HostPort, IntraReplicaAz, IntraReplicaPlacement, JobSpec,
-    MigrationStrategy, OnLaunch, OnRuntimeFailure, Requirements, ResiliencePolicy, ResilienceRule, StartMode,
-    TerminalVerdict, VerdictKind,
+    Bundle, BundleId, BundleSchedule, BundleSpec, BundleState, DateTime, HostPort, IntraReplicaAz,
+    IntraReplicaPlacement, JobSpec, MigrationStrategy, OnLaunch, OnRuntimeFailure, Requirements, ResiliencePolicy,
+    ResilienceRule, StartMode, TerminalVerdict, VerdictKind,
 };
 
 /// A resilience flag from the wire; an unknown value is read as `allow`

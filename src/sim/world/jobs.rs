@@ -78,7 +78,12 @@ impl World {
         let Some(stored) = self.jobs.get_mut(job_id) else {
             return;
         };
-        let due = stored.job.start_date_time.as_ref().map(millis).is_some_and(|s| s <= now);
+        let due = stored
+            .job
+            .start_date_time
+            .as_ref()
+            .map(millis)
+            .is_some_and(|s| s <= now);
         if stored.job.state != JobState::Pre as i32 || !due {
             return;
         }
