@@ -1577,3 +1577,37 @@ fn a_start_asked_before_the_bundles_events_arrive_is_kept() {
     );
     assert_eq!(start_jobs(&calls).len(), 2, "both jobs are placed");
 }
+
+#[test]
+fn a_fresh_core_after_a_stream_break_answers_a_start_in_flight_and_keeps_what_is_wanted() {
+    let mut h = Harness::hydrated();
+    let bundle = h.bundle("b", MANUAL);
+    h.start_all();
+    let record = job_id("b", 0, "record");
+    let reference = h.core.job(&record).unwrap().bundle_ref.clone();
+    let start = h.command(Command::StartBundleJob(reference));
+    let toggle = only_call(&h.take_calls(), "StartBundleJob", |r| {
+        matches!(r, Rpc::StartBundleJob(_))
+    });
+    // The stream breaks with the start in flight; a fresh core hydrates
+    // from the new snapshot, where Manager already holds the job started.
+    let valid = norsk_auto_manager::automanager::validate_auto_settings(settings()).expect("settings are valid");
+    h.core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &h.core, h.now);
+    h.cluster_node("a", 4.0);
+    h.cluster_node("b", 4.0);
+    h.event(ManagerEvent::BundleUpdated(bundle.clone()));
+    for mut job in jobs_of(&bundle) {
+        job.dormant = false;
+        h.event(ManagerEvent::JobActive(job));
+    }
+    h.event(ManagerEvent::InitialDataComplete);
+    h.ok(toggle);
+    assert_eq!(h.take_replies(), vec![(start, Ok(()))], "the start was never answered");
+    let calls = h.take_calls();
+    assert!(
+        !calls.iter().any(|(_, r)| matches!(r, Rpc::StopBundleJob(_))),
+        "{calls:?}"
+    );
+    assert!(start_jobs(&calls).iter().any(|(j, _)| *j == record.0), "{calls:?}");
+    assert_eq!(h.core.applied_spec(&"b".into()).unwrap().jobs[1].started_replicas, [0]);
+}

@@ -166,11 +166,12 @@ impl AutoManagerCore {
         core.manual = ManualStarts::carried_from(&previous.manual);
         core.migrations = Migrations::inherited(&previous.migrations);
         core.fail_inherited_migrations(now);
-        // Commands still waiting on Manager are answered by the new core.
+        // Commands still waiting on Manager are answered by the new core
+        // (a toggle in flight answers the commands that wait on it).
         core.pending = previous
             .pending
             .iter()
-            .filter(|(_, p)| matches!(p, Pending::Command { .. }))
+            .filter(|(_, p)| matches!(p, Pending::Command { .. } | Pending::Toggle(_)))
             .map(|(id, p)| (*id, p.clone()))
             .collect();
         core

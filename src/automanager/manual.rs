@@ -59,12 +59,20 @@ pub(super) struct ManualStarts {
 }
 
 impl ManualStarts {
-    /// What a fresh core after a stream break carries on: the wanted sets
-    /// (calls are not carried; the new core makes what is still needed).
+    /// What a fresh core after a stream break carries on: the wanted sets,
+    /// and the toggles still in flight, whose answers reach the new core
+    /// and answer the commands waiting on them. Everything else the new
+    /// core works out again from the new snapshot.
     pub(super) fn carried_from(previous: &ManualStarts) -> ManualStarts {
         ManualStarts {
             wanted: previous.wanted.clone(),
-            ..ManualStarts::default()
+            toggles: previous
+                .toggles
+                .iter()
+                .filter(|(_, t)| t.answered.is_none())
+                .map(|(id, t)| (id.clone(), t.clone()))
+                .collect(),
+            stops: BTreeMap::new(),
         }
     }
 

@@ -467,6 +467,28 @@ mod tests {
     }
 
     #[test]
+    fn start_and_stop_name_a_bundle_a_job_and_optionally_one_replica() {
+        let cli = Cli::try_parse_from(["kubectl-norsk", "start", "match-final", "record", "--replica", "1"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Start { ref bundle, ref job, replica: Some(1), no_wait: false } if bundle == "match-final" && job == "record"
+        ));
+        let cli = Cli::try_parse_from(["kubectl-norsk", "stop", "match-final", "record", "--no-wait"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Stop {
+                replica: None,
+                no_wait: true,
+                ..
+            }
+        ));
+        assert!(
+            Cli::try_parse_from(["kubectl-norsk", "start", "match-final"]).is_err(),
+            "the job is required"
+        );
+    }
+
+    #[test]
     fn plan_and_explain_place_on_the_live_default_fleet_unless_a_file_is_named() {
         assert_eq!(
             fleet_of(&["kubectl-norsk", "plan"]).unwrap(),
