@@ -280,3 +280,42 @@ async fn a_drain_strategy_is_one_the_saga_knows() {
     .await;
     assert!(msg.contains("Unsupported value: \"teleport\""), "{msg}");
 }
+
+#[tokio::test]
+async fn a_schedule_must_end_after_it_starts() {
+    let spec = "  pool: p\n  schedule: {start: '2026-12-05T19:00:00Z', end: '2026-12-05T20:00:00+01:00'}\n  jobs: [{jobName: encode}]\n";
+    let msg = refused(&bundle("ends-early", spec)).await;
+    assert!(msg.contains("schedule.end must be after schedule.start"), "{msg}");
+    let cp = installed().await;
+    let ns = cp.namespace("crd").await;
+    let fine = "  pool: p\n  schedule: {start: '2026-12-05T19:00:00Z', end: '2026-12-05T21:00:00+01:00'}\n  jobs: [{jobName: encode}]\n";
+    cp.kubectl_apply(&ns, &bundle("ends-later", fine))
+        .expect("an end after the start is accepted");
+}
+
+#[tokio::test]
+async fn schedule_times_are_rfc3339_with_an_offset() {
+    let spec = "  pool: p\n  schedule: {start: '2026-12-05T19:00:00'}\n  jobs: [{jobName: encode}]\n";
+    let msg = refused(&bundle("no-offset", spec)).await;
+    assert!(msg.contains("spec.schedule.start"), "{msg}");
+}
+
+#[tokio::test]
+async fn started_replicas_are_for_manual_jobs() {
+    let spec = "  pool: p\n  jobs: [{jobName: encode, startedReplicas: [0]}]\n";
+    let msg = refused(&bundle("started-auto", spec)).await;
+    assert!(msg.contains("startedReplicas is for startMode: manual jobs"), "{msg}");
+}
+
+#[tokio::test]
+async fn started_replicas_name_replicas_the_bundle_has() {
+    let spec = "  pool: p\n  jobs: [{jobName: record, startMode: manual, startedReplicas: [1]}]\n";
+    let msg = refused(&bundle("started-backup", spec)).await;
+    assert!(
+        msg.contains("startedReplicas must name replicas the bundle has"),
+        "{msg}"
+    );
+    let spec = "  pool: p\n  jobs: [{jobName: record, startMode: manual, startedReplicas: [0, 0]}]\n";
+    let msg = refused(&bundle("started-twice", spec)).await;
+    assert!(msg.contains("Duplicate value"), "{msg}");
+}

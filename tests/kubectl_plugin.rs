@@ -3,7 +3,7 @@
 //! a followed drain ending with its phase, `plan` printing what `norsk-auto-manager plan`
 //! prints for the same pools, bundles and fleet file, and `plan` on the live fleet (the
 //! NorskNodes an operator running against the simulator mirrors) choosing the node the
-//! operator then places on.
+//! operator then places on, and `start` / `stop` of a manual job through a real operator.
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
@@ -26,7 +26,9 @@ use norsk_auto_manager::crd::{
 };
 use norsk_auto_manager::model::{FleetNode, NodeId, NodeInventory, NodePhase};
 use norsk_auto_manager::plugin::{self, Command, FleetSource, PlanWarning, PluginError, Strategy};
-use operator_support::{Operator, WAIT, installed, is_ready, simulator, until};
+use operator_support::{
+    Operator, WAIT, installed, instances_of, is_ready, manual_bundle, primary_job, simulator, until,
+};
 use serde_json::json;
 
 fn repo() -> PathBuf {
@@ -596,4 +598,98 @@ async fn plan_leaves_out_a_norsk_node_whose_status_does_not_convert_and_says_whi
         "{:?}",
         empty.warnings
     );
+}
+
+/// The `start` / `stop` command for `show`'s manual job `record`.
+fn start_stop(start: bool, job: &str, replica: Option<u32>) -> Command {
+    let (bundle, job) = ("show".to_owned(), job.to_owned());
+    if start {
+        Command::Start {
+            bundle,
+            job,
+            replica,
+            no_wait: false,
+        }
+    } else {
+        Command::Stop {
+            bundle,
+            job,
+            replica,
+            no_wait: false,
+        }
+    }
+}
+
+#[tokio::test]
+async fn start_and_stop_change_the_bundle_and_wait_for_the_operator_to_act() {
+    let cp = installed().await;
+    let ns = cp.namespace("start-stop").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "start-stop-0").await;
+    let bundles: Api<crd::Bundle> = Api::namespaced(cp.client(), &ns);
+    let record = format!("{ns}/show/0/record");
+    cp.kubectl_apply(&ns, &manual_bundle("show", &[]))
+        .expect("bundle applies");
+    until(&bundles, "show", "Ready", |b: Option<&crd::Bundle>| is_ready(b)).await;
+
+    let started = tokio::time::timeout(WAIT, plugin::run(cp.client(), &ns, start_stop(true, "record", None)))
+        .await
+        .expect("start returns once the operator started the job")
+        .expect("start");
+    assert_eq!(started, ExitCode::SUCCESS);
+    let bundle = bundles.get("show").await.expect("bundle");
+    assert_eq!(
+        bundle.spec.0.jobs[1].started_replicas,
+        [0],
+        "the desired state is in the spec"
+    );
+    let (state, _) = primary_job(Some(&bundle), "record").expect("record in status");
+    assert_ne!(state, "dormant", "start returned before the operator acted");
+    until(&bundles, "show", "record running", |b: Option<&crd::Bundle>| {
+        primary_job(b, "record").is_some_and(|(s, _)| s == "running")
+    })
+    .await;
+    assert_eq!(instances_of(&sim, &record).await.len(), 1);
+
+    let stopped = tokio::time::timeout(
+        WAIT,
+        plugin::run(cp.client(), &ns, start_stop(false, "record", Some(0))),
+    )
+    .await
+    .expect("stop returns once the operator stopped the job")
+    .expect("stop");
+    assert_eq!(stopped, ExitCode::SUCCESS);
+    let bundle = bundles.get("show").await.expect("bundle");
+    assert!(bundle.spec.0.jobs[1].started_replicas.is_empty());
+    assert_eq!(
+        primary_job(Some(&bundle), "record"),
+        Some(("dormant".to_owned(), None)),
+        "stop returned before the job was off its node"
+    );
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn start_of_an_auto_job_or_a_missing_replica_says_so_and_changes_nothing() {
+    let cp = installed().await;
+    let ns = cp.namespace("start-refused").await;
+    cp.kubectl_apply(&ns, &manual_bundle("show", &[]))
+        .expect("bundle applies");
+    let bundles: Api<crd::Bundle> = Api::namespaced(cp.client(), &ns);
+    let before = bundles.get("show").await.expect("bundle").metadata.resource_version;
+    match plugin::run(cp.client(), &ns, start_stop(true, "encode", None)).await {
+        Err(e @ PluginError::NotManualJob { .. }) => assert!(e.to_string().contains("startMode auto"), "{e}"),
+        other => panic!("expected NotManualJob, got {other:?}"),
+    }
+    match plugin::run(cp.client(), &ns, start_stop(true, "record", Some(1))).await {
+        Err(e @ PluginError::UnknownReplica { .. }) => assert!(e.to_string().contains("no backup"), "{e}"),
+        other => panic!("expected UnknownReplica, got {other:?}"),
+    }
+    match plugin::run(cp.client(), &ns, start_stop(false, "mux", None)).await {
+        Err(PluginError::UnknownJob { job, .. }) => assert_eq!(job, "mux"),
+        other => panic!("expected UnknownJob, got {other:?}"),
+    }
+    let after = bundles.get("show").await.expect("bundle").metadata.resource_version;
+    assert_eq!(before, after, "a refused command wrote to the Bundle");
 }

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::model::{
     AuditEntry, Bundle, BundleId, ImagePrefetchResult, InstanceKey, JobId, NodeId, NodeInfo, NodeStopReason,
-    RejectionCode, RuntimeJob,
+    RejectionCode, RuntimeJob, SchedulePhase, UnixMillis,
 };
 use crate::placement::{ResilienceFlag, Trace};
 
@@ -190,6 +190,38 @@ pub enum Notification {
         bundle_id: BundleId,
         /// Why.
         reason: String,
+    },
+    /// A bundle's schedule entered a phase (`placing` at its placement
+    /// lead, `live` at its start, `ended` at its end — its jobs completed —
+    /// or `waiting` again once rescheduled). An extension of the spec's
+    /// callbacks.
+    #[serde(rename_all = "camelCase")]
+    BundleSchedule {
+        /// The bundle.
+        bundle_id: BundleId,
+        /// The phase entered.
+        phase: SchedulePhase,
+        /// The phase after it, if one is to come.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        next_phase: Option<SchedulePhase>,
+        /// When that comes.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        next_at: Option<UnixMillis>,
+    },
+    /// Manager accepted a `StartBundleJob`: the manual job runs (it is
+    /// placed). An extension of the spec's callbacks.
+    #[serde(rename_all = "camelCase")]
+    BundleJobStarted {
+        /// The job.
+        job_id: JobId,
+    },
+    /// Manager accepted a `StopBundleJob`: the manual job is dormant and
+    /// its instance, if any, is being stopped. An extension of the spec's
+    /// callbacks.
+    #[serde(rename_all = "camelCase")]
+    BundleJobStopped {
+        /// The job.
+        job_id: JobId,
     },
     /// `onPlacementDecision`: every time placement runs.
     PlacementDecision(Box<PlacementDecisionInfo>),

@@ -231,6 +231,22 @@ pub fn describe(notification: &Notification) -> String {
         Notification::BundleUpdated { bundle } => format!("bundle       {} updated", bundle.bundle_id),
         Notification::BundleDeleted { bundle_id } => format!("bundle       {bundle_id} deleted"),
         Notification::BundleBroken { bundle_id, reason } => format!("BROKEN       {bundle_id}: {reason}"),
+        Notification::BundleSchedule {
+            bundle_id,
+            phase,
+            next_phase,
+            next_at,
+        } => match (next_phase, next_at) {
+            (Some(next), Some(at)) => format!(
+                "schedule     {bundle_id} {} (then {} at {})",
+                phase.as_str(),
+                next.as_str(),
+                crate::model::DateTime::from_millis(*at)
+            ),
+            _ => format!("schedule     {bundle_id} {}", phase.as_str()),
+        },
+        Notification::BundleJobStarted { job_id } => format!("started      {job_id}"),
+        Notification::BundleJobStopped { job_id } => format!("stopped      {job_id}"),
         Notification::PlacementDecision(info) => {
             let verb = if info.recovery { "recovered" } else { "placed" };
             match &info.decision {

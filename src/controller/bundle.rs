@@ -110,10 +110,12 @@ async fn stored(ctx: &Context, bundle_id: &model::BundleId) -> Result<Stored, Re
         .core
         .inspect(move |core, _| Stored {
             hydrated: core.is_hydrated(),
+            // Compared as applied: which manual jobs run is the core's
+            // wanted set, not part of Manager's stored spec.
             bundle: core
                 .bundles()
                 .find(|b| b.bundle_id == id)
-                .map(|b| (b.spec.clone(), b.state)),
+                .and_then(|b| Some((core.applied_spec(&id)?, b.state))),
         })
         .await?)
 }
@@ -140,7 +142,7 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
             // runs the old one's saga: create once that has finished.
             return Err(ReconcileError::StillDeleting(bundle_id.to_string()));
         }
-        Some((spec, BundleState::Live)) if spec != &wanted.spec => {
+        Some((spec, BundleState::Live)) if !spec.same_applied(&wanted.spec) => {
             Some(("update", ctx.core.update_bundle(wanted).await))
         }
         Some(_) => None,
@@ -290,6 +292,7 @@ async fn write_if_changed(
         backup_node: observed.backup_node,
         replicas: observed.replicas,
         broken: observed.broken,
+        schedule: observed.schedule,
     };
     if !status::differs(&previous, &next, |s: &mut BundleStatus| &mut s.conditions) {
         return Ok(());

@@ -7,9 +7,12 @@
 use std::collections::BTreeMap;
 
 use crate::automanager::AutoManagerCore;
-use crate::automanager::binding::BindingPhase;
-use crate::crd::{JobStatus, ReplicaStatus};
-use crate::model::{BundleId, BundleSpec, BundleState, JobId, UnixMillis, runtime_job_id};
+use crate::automanager::binding::{BindingPhase, JobRecord};
+use crate::automanager::schedule::ScheduleView;
+use crate::crd::{JobStatus, ReplicaStatus, ScheduleStatus};
+use crate::model::{
+    BundleId, BundleSpec, BundleState, DateTime, JobId, JobState, SchedulePhase, UnixMillis, runtime_job_id,
+};
 use crate::placement::Admission;
 
 use super::conditions::{Observed, READY};
@@ -35,8 +38,57 @@ pub struct ObservedBundle {
     pub backup_node: Option<String>,
     /// The broken reason.
     pub broken: Option<String>,
+    /// A scheduled bundle's phase and what comes next.
+    pub schedule: Option<ScheduleStatus>,
     /// `Ready`, `Placed`, `Degraded`, `Broken`, and `Admitted` when asked.
     pub conditions: Vec<Observed>,
+}
+
+/// A schedule as the status shows it.
+fn schedule_status(view: &ScheduleView) -> ScheduleStatus {
+    ScheduleStatus {
+        phase: view.phase,
+        placing_from: DateTime::from_millis(view.placing_from),
+        start: DateTime::from_millis(view.start),
+        end: view.end.map(DateTime::from_millis),
+        next_phase: view.next.map(|n| n.phase),
+        next_transition_time: view.next.map(|n| DateTime::from_millis(n.at)),
+    }
+}
+
+/// A job's state in words (see [`JobStatus::state`]).
+///
+/// [`JobStatus::state`]: crate::crd::JobStatus::state
+fn job_state(
+    core: &AutoManagerCore,
+    record: Option<&JobRecord>,
+    phase: Option<SchedulePhase>,
+    deleting: bool,
+    broken: bool,
+) -> &'static str {
+    let Some(r) = record else {
+        return match phase {
+            _ if deleting => "deleting",
+            Some(SchedulePhase::Waiting) => "scheduled",
+            _ => "pending",
+        };
+    };
+    let ended = phase == Some(SchedulePhase::Ended) || r.job.state == JobState::Post;
+    let leaving = ended || core.is_dormant(r);
+    match r.binding.as_ref().map(|b| b.phase) {
+        _ if deleting => "deleting",
+        _ if r.dropped => "dropped",
+        _ if broken => "broken",
+        Some(_) if leaving => "stopping",
+        Some(BindingPhase::AwaitingNode) => "awaitingNode",
+        Some(BindingPhase::Dispatched) => "starting",
+        Some(BindingPhase::Running) => "running",
+        None if ended => "ended",
+        None if core.is_dormant(r) => "dormant",
+        None if phase == Some(SchedulePhase::Waiting) => "scheduled",
+        None if r.awaiting_capacity_since.is_some() => "awaitingCapacity",
+        None => "pending",
+    }
 }
 
 /// Whether admission is worth checking against the fleet: it builds a
@@ -68,8 +120,11 @@ pub fn observe(
     let stored = core.bundles().find(|b| &b.bundle_id == bundle_id);
     let deleting = stored.is_some_and(|b| b.state == BundleState::Deleting);
     let broken = core.broken_bundles().get(bundle_id).cloned();
+    let schedule = core.schedule_view(bundle_id, now);
+    let phase = schedule.map(|s| s.phase);
     let mut observed = ObservedBundle {
         broken: broken.clone(),
+        schedule: schedule.as_ref().map(schedule_status),
         ..ObservedBundle::default()
     };
     let (mut active, mut placed, mut running, mut awaiting_capacity) = (0, 0, 0, Vec::new());
@@ -81,21 +136,9 @@ pub fn observe(
             let record = core.job(&job_id);
             let binding = record.and_then(|r| r.binding.as_ref());
             let job_notes = notes.get(&job_id).cloned().unwrap_or_default();
-            let state = match record {
-                _ if deleting => "deleting",
-                Some(r) if r.dropped => "dropped",
-                _ if broken.is_some() => "broken",
-                Some(r) if r.job.dormant => "dormant",
-                Some(_) => match binding.map(|b| b.phase) {
-                    Some(BindingPhase::AwaitingNode) => "awaitingNode",
-                    Some(BindingPhase::Dispatched) => "starting",
-                    Some(BindingPhase::Running) => "running",
-                    None if record.is_some_and(|r| r.awaiting_capacity_since.is_some()) => "awaitingCapacity",
-                    None => "pending",
-                },
-                None => "pending",
-            };
-            if !matches!(state, "dormant" | "dropped") {
+            let state = job_state(core, record, phase, deleting, broken.is_some());
+            // Jobs that are not to run now do not count towards Ready.
+            if !matches!(state, "dormant" | "dropped" | "stopping" | "ended" | "scheduled") {
                 active += 1;
                 placed += usize::from(binding.is_some());
                 running += usize::from(state == "running");
@@ -130,19 +173,49 @@ pub fn observe(
         observed.replicas.push(ReplicaStatus { index, jobs });
     }
 
+    // Waiting for its lead, or past its end, a scheduled bundle is where
+    // its schedule says it should be.
+    let off_air = match &schedule {
+        Some(s) if s.phase == SchedulePhase::Waiting => Some((
+            "Scheduled",
+            format!(
+                "scheduled: placing from {}, on air at {}{}",
+                DateTime::from_millis(s.placing_from),
+                DateTime::from_millis(s.start),
+                s.end
+                    .map(|e| format!(" until {}", DateTime::from_millis(e)))
+                    .unwrap_or_default()
+            ),
+        )),
+        Some(ScheduleView {
+            phase: SchedulePhase::Ended,
+            end: Some(end),
+            ..
+        }) => Some((
+            "Ended",
+            format!(
+                "ended at {}: its jobs were completed and are not placed again",
+                DateTime::from_millis(*end)
+            ),
+        )),
+        _ => None,
+    };
     let conditions = &mut observed.conditions;
-    conditions.push(match (&broken, deleting) {
-        (Some(reason), _) => Observed::no(READY, "Broken", reason.clone()),
-        (None, true) => Observed::no(READY, "Deleting", "Manager's stop-then-delete saga is running"),
-        (None, false) if running == active => {
+    conditions.push(match (&broken, deleting, &off_air) {
+        (Some(reason), _, _) => Observed::no(READY, "Broken", reason.clone()),
+        (None, true, _) => Observed::no(READY, "Deleting", "Manager's stop-then-delete saga is running"),
+        (None, false, Some((reason, message))) => Observed::yes(READY, *reason, message.clone()),
+        (None, false, None) if running == active => {
             Observed::yes(READY, "Running", format!("{running} of {active} jobs running"))
         }
-        (None, false) if placed == active => {
+        (None, false, None) if placed == active => {
             Observed::no(READY, "Starting", format!("{running} of {active} jobs running"))
         }
-        (None, false) => Observed::no(READY, "Placing", format!("{placed} of {active} jobs placed")),
+        (None, false, None) => Observed::no(READY, "Placing", format!("{placed} of {active} jobs placed")),
     });
-    conditions.push(if placed == active {
+    conditions.push(if let Some((reason, message)) = &off_air {
+        Observed::no(PLACED, *reason, message.clone())
+    } else if placed == active {
         Observed::yes(PLACED, "Placed", format!("{placed} of {active} jobs placed"))
     } else if !awaiting_capacity.is_empty() {
         Observed::no(

@@ -347,6 +347,13 @@ impl ManagerClient {
         unit("StopBundleJob", self.inner.clone().stop_bundle_job(req)).await
     }
 
+    /// `CompleteJob` (published): the job's window is over; Manager stops
+    /// its instances and moves it to `POST`.
+    pub async fn complete_job(&self, job: &JobId) -> Result<(), RpcError> {
+        let req = self.request(wire::job_id_to_pb(job));
+        unit("CompleteJob", self.inner.clone().complete_job(req)).await
+    }
+
     /// Starts (or, with `defer_start`, prepares) an instance on a node.
     pub async fn start_job(&self, start: &StartJob) -> Result<(), RpcError> {
         let req = self.request(pb::StartJobRequest {

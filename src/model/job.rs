@@ -227,7 +227,9 @@ impl Requirements {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {"rule": "!has(self.singleUse) || !self.singleUse || (has(self.exclusive) && self.exclusive)",
-     "message": "singleUse requires exclusive: true"}
+     "message": "singleUse requires exclusive: true"},
+    {"rule": "!has(self.startedReplicas) || size(self.startedReplicas) == 0 || (has(self.startMode) && self.startMode == 'manual')",
+     "message": "startedReplicas is for startMode: manual jobs (an auto job runs whenever its bundle does)"}
 ]))]
 pub struct JobSpec {
     /// Unique within the bundle.
@@ -257,6 +259,15 @@ pub struct JobSpec {
     /// `auto` (default) or `manual` (dormant until started).
     #[serde(default)]
     pub start_mode: StartMode,
+    /// A `manual` job's replicas that should run (0 the primary, 1 the
+    /// backup): the desired state `startBundleJob` / `stopBundleJob` bring
+    /// Manager to. Adding a replica starts it; removing it stops it, its
+    /// running instance included. Changing only this is not a revision of
+    /// the bundle: restart histories and a broken mark are kept and running
+    /// jobs are not touched.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 2), inner(range(max = 1)), extend("x-kubernetes-list-type" = "set"))]
+    pub started_replicas: Vec<u32>,
     /// Job parameters passed to the template.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub parameters: BTreeMap<String, String>,

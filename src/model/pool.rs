@@ -149,6 +149,8 @@ pub struct PlacementTier {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_volume: Option<RootVolume>,
     /// How far ahead of a scheduled start to place (5 min cloud, 0 cluster).
+    /// A scheduled job is placed the largest lead of its pool's tiers ahead,
+    /// then through the whole cascade, cheapest tier first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement_lead_ms: Option<u64>,
     /// How long a provision may stay prospective before its jobs are

@@ -1,7 +1,8 @@
 //! `kubectl-norsk`, the kubectl plugin: day-two commands on the operator's resources through
 //! the API server, as the person running kubectl (their kubeconfig, their RBAC). It owns no
 //! policy: `cordon` edits a `NorskNode`, `drain` / `interrupt` create a `NodeDrain`, `migrate`
-//! a `JobMigration`, and the operator does the rest; `plan` / `explain` run the placement
+//! a `JobMigration`, `start` / `stop` a manual job's `startedReplicas` on its `Bundle`, and
+//! the operator does the rest; `plan` / `explain` run the placement
 //! engine on the cluster's pools and bundles and the live fleet the operator mirrors into
 //! `NorskNode`s (or a fleet snapshot file), as `norsk-auto-manager plan` does offline.
 
@@ -9,6 +10,7 @@ mod drain;
 mod migrate;
 mod nodes;
 pub mod plan;
+mod start;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,6 +25,7 @@ pub use drain::{DrainEnd, drain_resource, follow_drain, interruption_resource};
 pub use migrate::{MigrationAnswer, migration_resource};
 pub use nodes::set_cordoned;
 pub use plan::{FleetSource, PlanWarning, Planned};
+pub use start::{StartStop, StartStopAnswer, start_or_stop};
 
 /// kubectl plugin for norsk-auto-manager.
 #[derive(Debug, Parser)]
@@ -123,6 +126,35 @@ pub enum Command {
         override_reservation: bool,
         /// Create the migration and return, without waiting for the operator to accept or
         /// refuse it.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Start a `startMode: manual` job: adds its replicas to the Bundle's `startedReplicas`
+    /// (the desired state) and waits until the operator has started them (exit 0), or says
+    /// why it cannot (exit 1). Under GitOps, change `startedReplicas` in Git instead.
+    Start {
+        /// The bundle.
+        bundle: String,
+        /// The manual job's name in the bundle.
+        job: String,
+        /// Only this replica (0 the primary, 1 the backup); every replica when absent.
+        #[arg(long)]
+        replica: Option<u32>,
+        /// Patch the Bundle and return.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Stop a `startMode: manual` job: takes its replicas from the Bundle's `startedReplicas`
+    /// and waits until the operator has stopped them, their instances included (exit 0).
+    Stop {
+        /// The bundle.
+        bundle: String,
+        /// The manual job's name in the bundle.
+        job: String,
+        /// Only this replica (0 the primary, 1 the backup); every replica when absent.
+        #[arg(long)]
+        replica: Option<u32>,
+        /// Patch the Bundle and return.
         #[arg(long)]
         no_wait: bool,
     },
@@ -232,9 +264,55 @@ pub enum PluginError {
     /// The migration's watch ended before the operator answered.
     #[error("lost track of JobMigration {0}")]
     LostMigration(String),
+    /// No Bundle of that name in the namespace.
+    #[error("no Bundle {0}")]
+    UnknownBundle(String),
+    /// The Bundle has no job of that name.
+    #[error("bundle {bundle} has no job {job:?}")]
+    UnknownJob {
+        /// The bundle.
+        bundle: String,
+        /// The job asked for.
+        job: String,
+    },
+    /// `start` / `stop` of a job that is not `startMode: manual`.
+    #[error(
+        "job {job} of bundle {bundle} is startMode auto: it runs whenever its bundle does; only manual jobs are started and stopped"
+    )]
+    NotManualJob {
+        /// The bundle.
+        bundle: String,
+        /// The job.
+        job: String,
+    },
+    /// `--replica` names a replica the bundle does not have.
+    #[error("bundle {bundle} has no replica {replica}: {}", replicas_words(*.replicas))]
+    UnknownReplica {
+        /// The bundle.
+        bundle: String,
+        /// The replica asked for.
+        replica: u32,
+        /// How many it has.
+        replicas: u32,
+    },
+    /// Every patch lost a race with another edit of the Bundle.
+    #[error("bundle {0} kept changing while it was patched; try again")]
+    Contended(String),
+    /// The bundle's watch ended before the operator answered.
+    #[error("lost track of Bundle {0}")]
+    LostBundle(String),
     /// Planning failed.
     #[error(transparent)]
     Plan(#[from] plan::PlanError),
+}
+
+/// What replicas a bundle with `count` of them has, in words.
+fn replicas_words(count: u32) -> &'static str {
+    if count > 1 {
+        "it has replicas 0 (the primary) and 1 (the backup)"
+    } else {
+        "it has only replica 0 (no resiliencePolicy, so no backup)"
+    }
 }
 
 impl PluginError {
@@ -345,6 +423,34 @@ pub async fn run(client: Client, namespace: &str, command: Command) -> Result<Ex
             );
             migrate::create_and_wait(client, namespace, migration, no_wait).await
         }
+        Command::Start {
+            bundle,
+            job,
+            replica,
+            no_wait,
+        } => {
+            let request = StartStop {
+                bundle,
+                job,
+                replica,
+                start: true,
+            };
+            start_or_stop(client, namespace, request, no_wait).await
+        }
+        Command::Stop {
+            bundle,
+            job,
+            replica,
+            no_wait,
+        } => {
+            let request = StartStop {
+                bundle,
+                job,
+                replica,
+                start: false,
+            };
+            start_or_stop(client, namespace, request, no_wait).await
+        }
     }
 }
 
@@ -358,6 +464,28 @@ mod tests {
             Command::Plan { fleet, .. } | Command::Explain { fleet, .. } => Ok(fleet.source()),
             other => panic!("not a plan: {other:?}"),
         }
+    }
+
+    #[test]
+    fn start_and_stop_name_a_bundle_a_job_and_optionally_one_replica() {
+        let cli = Cli::try_parse_from(["kubectl-norsk", "start", "match-final", "record", "--replica", "1"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Start { ref bundle, ref job, replica: Some(1), no_wait: false } if bundle == "match-final" && job == "record"
+        ));
+        let cli = Cli::try_parse_from(["kubectl-norsk", "stop", "match-final", "record", "--no-wait"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Stop {
+                replica: None,
+                no_wait: true,
+                ..
+            }
+        ));
+        assert!(
+            Cli::try_parse_from(["kubectl-norsk", "start", "match-final"]).is_err(),
+            "the job is required"
+        );
     }
 
     #[test]

@@ -102,6 +102,7 @@ pub(super) async fn execute(client: &ManagerClient, rpc: Rpc) -> Result<(), RpcE
         Rpc::DeleteBundle(bundle_id) => client.delete_bundle(&bundle_id).await,
         Rpc::StartBundleJob(job) => client.start_bundle_job(&job).await,
         Rpc::StopBundleJob(job) => client.stop_bundle_job(&job).await,
+        Rpc::CompleteJob { job_id } => client.complete_job(&job_id).await,
         Rpc::UpdateNodeTags { node_id, set, remove } => client.update_node_tags(&node_id, &set, &remove).await,
         Rpc::PrefetchImages { node_id, images } => client.prefetch_images(&node_id, &images).await,
         Rpc::CreateJob { job_id, template, tags } => client.create_job(&job_id, &template, &tags).await,

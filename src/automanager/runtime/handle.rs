@@ -39,7 +39,7 @@ impl AutoManagerHandle {
     async fn ask(&self, command: Command) -> Result<Option<Answer>, CommandError> {
         let (reply, answer) = oneshot::channel();
         self.requests
-            .send(Request::Command(command, reply))
+            .send(Request::Command(Box::new(command), reply))
             .await
             .map_err(|_| CommandError::Closed)?;
         answer.await.unwrap_or(Err(CommandError::Closed))

@@ -95,7 +95,9 @@ type Update = Box<dyn FnOnce(&mut AutoManagerCore, UnixMillis) -> Step + Send>;
 type Replier = oneshot::Sender<Result<Option<Answer>, CommandError>>;
 
 enum Request {
-    Command(Command, Replier),
+    /// Boxed: a bundle's spec makes a command much larger than any other
+    /// request.
+    Command(Box<Command>, Replier),
     Query(Query),
     Update(Update),
     /// An update that changes only live settings before hydration: a
@@ -199,6 +201,22 @@ impl AutoManager {
     }
 }
 
+/// The pending window asked of Manager: `pendingWindow`, widened to the
+/// largest placement lead of the pools in force (the cloud default, 5 min,
+/// when none is known yet, as in the operator, whose pools arrive later), so
+/// Manager announces a scheduled job before its placement must begin.
+fn pending_window_s(valid: &ValidSettings) -> i32 {
+    let lead_ms = valid
+        .pools
+        .iter()
+        .flat_map(|p| &p.tiers)
+        .map(|t| t.effective_placement_lead_ms())
+        .max()
+        .unwrap_or(crate::model::DEFAULT_CLOUD_PLACEMENT_LEAD_MS);
+    let lead_s = u32::try_from(lead_ms.div_ceil(1_000)).unwrap_or(u32::MAX);
+    i32::try_from(valid.settings.pending_window.max(lead_s)).unwrap_or(i32::MAX)
+}
+
 struct Shell {
     clock: Clock,
     core: AutoManagerCore,
@@ -222,7 +240,7 @@ impl Shell {
         let mut session = StreamSession::start(
             self.client.clone(),
             StreamSettings {
-                pending_window_s: self.valid.settings.pending_window.min(i32::MAX as u32) as i32,
+                pending_window_s: pending_window_s(&self.valid),
                 ..StreamSettings::default()
             },
         );
@@ -264,7 +282,7 @@ impl Shell {
                     let mut batch = Vec::new();
                     let mut next = request;
                     while let Some(Request::Command(command, reply)) = next {
-                        batch.push(self.command_input(command, reply));
+                        batch.push(self.command_input(*command, reply));
                         if batch.len() >= MAX_BATCH {
                             next = None;
                             break;
@@ -398,8 +416,10 @@ impl Shell {
     fn standby_request(&mut self, request: Request, results: &Results) {
         match request {
             Request::Query(ask) => ask(&self.core, self.clock.now()),
-            Request::Command(command @ (Command::SetPlacementPools(_) | Command::SetTemplateImages(_)), reply) => {
-                let input = self.command_input(command, reply);
+            Request::Command(command, reply)
+                if matches!(*command, Command::SetPlacementPools(_) | Command::SetTemplateImages(_)) =>
+            {
+                let input = self.command_input(*command, reply);
                 self.feed(input, results);
             }
             Request::Settings(change) => {
@@ -428,7 +448,7 @@ impl Shell {
         for request in std::mem::take(&mut self.held) {
             match request {
                 Request::Command(command, reply) => {
-                    let input = self.command_input(command, reply);
+                    let input = self.command_input(*command, reply);
                     self.feed(input, results);
                 }
                 Request::Update(change) => {
