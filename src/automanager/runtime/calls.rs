@@ -41,6 +41,7 @@ pub(super) fn method(rpc: &Rpc) -> &'static str {
         Rpc::UpdateNodeTags { .. } => "UpdateNodeTags",
         Rpc::PrefetchImages { .. } => "PrefetchImages",
         Rpc::CreateJob { .. } => "CreateJob",
+        Rpc::CompleteJob { .. } => "CompleteJob",
         Rpc::StartPreparedJob { .. } => "StartPreparedJob",
         Rpc::StopJob { .. } => "StopJob",
         Rpc::SendMigrationSignal { .. } => "SendMigrationSignal",
