@@ -21,8 +21,7 @@ use crate::automanager::{CommandError, RpcFailureKind};
 use crate::crd::{self, BundleStatus};
 use crate::model::{self, BundleState, runtime_job_id};
 
-use super::bundle_status::{ADMITTED, AdmissionCheck, ObservedBundle, PLACED, observe, replica_count};
-use super::conditions::{self, Observed, READY, STALLED};
+use super::bundle_status::{self, AdmissionCheck, ObservedBundle, observe, replica_count};
 use super::notes::JobNotes;
 use super::{Context, ReconcileError, status};
 
@@ -142,13 +141,12 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
         Some(_) => None,
     };
     let refused = match sent {
-        Some((_, Err(CommandError::InvalidBundle { errors }))) => Some(Observed::no(
-            READY,
+        Some((_, Err(CommandError::InvalidBundle { errors }))) => Some((
             "InvalidBundle",
             errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
         )),
         Some((_, Err(CommandError::Manager(failure)))) if failure.kind == RpcFailureKind::Rejected => {
-            Some(Observed::no(READY, "RejectedByManager", failure.message))
+            Some(("RejectedByManager", failure.message))
         }
         Some((action, Err(source))) => {
             return Err(ReconcileError::Command {
@@ -159,19 +157,9 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
         }
         _ => None,
     };
-    if let Some(ready) = refused {
+    if let Some((reason, message)) = refused {
         // An invalid bundle waits for its spec to change.
-        let stalled = Observed::yes(STALLED, ready.reason.clone(), ready.message.clone());
-        write_if_changed(
-            bundle,
-            api,
-            ctx,
-            ObservedBundle {
-                conditions: vec![ready, stalled],
-                ..ObservedBundle::default()
-            },
-        )
-        .await?;
+        write_if_changed(bundle, api, ctx, bundle_status::refused(reason, message)).await?;
         return Ok(Action::await_change());
     }
     let observed = observe_bundle(bundle, ctx).await?;
@@ -188,15 +176,8 @@ async fn observe_bundle(bundle: &crd::Bundle, ctx: &Context) -> Result<ObservedB
         bundle.status.clone(),
     );
     let previous = known.as_ref();
-    let placed_before = previous
-        .and_then(|s| conditions::find(&s.conditions, PLACED))
-        .is_some_and(|c| c.status == "True");
     let same_generation = previous.and_then(|s| s.observed_generation) == bundle.meta().generation;
-    let check = if placed_before && same_generation {
-        AdmissionCheck::Skip
-    } else {
-        AdmissionCheck::Check
-    };
+    let check = bundle_status::admission_check(previous, same_generation);
     let spec = bundle.spec.0.clone();
     let notes: BTreeMap<_, _> = {
         let notes = ctx.notes();
@@ -220,15 +201,7 @@ async fn observe_bundle(bundle: &crd::Bundle, ctx: &Context) -> Result<ObservedB
         .inspect(move |core, now| observe(core, &id, &spec, &notes, check, now))
         .await?;
     if check == AdmissionCheck::Skip {
-        // Keep what admission found last time.
-        if let Some(admitted) = previous.and_then(|s| conditions::find(&s.conditions, ADMITTED)) {
-            observed.conditions.push(Observed {
-                type_: ADMITTED,
-                status: admitted.status == "True",
-                reason: admitted.reason.clone(),
-                message: admitted.message.clone(),
-            });
-        }
+        bundle_status::keep_admitted(&mut observed, previous);
     }
     Ok(observed)
 }
@@ -259,19 +232,7 @@ async fn write_if_changed(
     let previous = ctx
         .known_status(CONTROLLER, &key, version.as_ref(), bundle.status.clone())
         .unwrap_or_default();
-    let generation = bundle.meta().generation;
-    let next = BundleStatus {
-        observed_generation: generation,
-        conditions: conditions::merge(
-            &previous.conditions,
-            conditions::with_reconciling(observed.conditions, &[super::bundle_status::BROKEN]),
-            generation,
-        ),
-        primary_node: observed.primary_node,
-        backup_node: observed.backup_node,
-        replicas: observed.replicas,
-        broken: observed.broken,
-    };
+    let next = bundle_status::status_of(&previous, observed, bundle.meta().generation);
     if !status::differs(&previous, &next, |s: &mut BundleStatus| &mut s.conditions) {
         return Ok(());
     }

@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 
 use crate::automanager::AutoManagerCore;
 use crate::automanager::binding::BindingPhase;
-use crate::crd::{JobStatus, ReplicaStatus};
+use crate::crd::{BundleStatus, JobStatus, ReplicaStatus};
 use crate::model::{BundleId, BundleSpec, BundleState, JobId, UnixMillis, runtime_job_id};
 use crate::placement::Admission;
 
-use super::conditions::{Observed, READY};
+use super::conditions::{self, Observed, READY, STALLED};
 use super::notes::JobNotes;
 
 /// Every job holds a placement.
@@ -166,6 +166,61 @@ pub fn observe(
         conditions.push(admission(core, bundle_id, spec));
     }
     observed
+}
+
+/// Whether to check admission for a bundle whose last status is
+/// `previous`: again for a changed spec or while a job is unplaced.
+pub fn admission_check(previous: Option<&BundleStatus>, same_spec: bool) -> AdmissionCheck {
+    let placed_before = previous
+        .and_then(|s| conditions::find(&s.conditions, PLACED))
+        .is_some_and(|c| c.status == "True");
+    if placed_before && same_spec {
+        AdmissionCheck::Skip
+    } else {
+        AdmissionCheck::Check
+    }
+}
+
+/// Keeps what admission found last time (`previous`'s `Admitted`) in an
+/// observation made without the check.
+pub fn keep_admitted(observed: &mut ObservedBundle, previous: Option<&BundleStatus>) {
+    if let Some(admitted) = previous.and_then(|s| conditions::find(&s.conditions, ADMITTED)) {
+        observed.conditions.push(Observed {
+            type_: ADMITTED,
+            status: admitted.status == "True",
+            reason: admitted.reason.clone(),
+            message: admitted.message.clone(),
+        });
+    }
+}
+
+/// What a bundle the core (or Manager) refused observes: `Ready` false
+/// with `reason` and `message`, and `Stalled` — it waits for its spec to
+/// change.
+pub fn refused(reason: &str, message: String) -> ObservedBundle {
+    let ready = Observed::no(READY, reason, message.clone());
+    ObservedBundle {
+        conditions: vec![ready, Observed::yes(STALLED, reason, message)],
+        ..ObservedBundle::default()
+    }
+}
+
+/// The status to write for `observed`, given the `previous` status
+/// (whose conditions keep their transition times where nothing changed)
+/// and the resource's generation.
+pub fn status_of(previous: &BundleStatus, observed: ObservedBundle, generation: Option<i64>) -> BundleStatus {
+    BundleStatus {
+        observed_generation: generation,
+        conditions: conditions::merge(
+            &previous.conditions,
+            conditions::with_reconciling(observed.conditions, &[BROKEN]),
+            generation,
+        ),
+        primary_node: observed.primary_node,
+        backup_node: observed.backup_node,
+        replicas: observed.replicas,
+        broken: observed.broken,
+    }
 }
 
 /// `Admitted`: validation warnings and `noCapacity` need the fleet, so the
