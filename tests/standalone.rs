@@ -3,8 +3,9 @@
 //! documents, notifications read back as JSON lines, the status file and
 //! stderr read as a user reads them — bundles placed and running, a drain
 //! and a migration driven from files, a cordon from a `NorskNode`
-//! document, a bad file beside a good one, a misspelt field refused, the
-//! first notifications printed, a bad config refused.
+//! document, a bad file beside a good one, a misspelt field refused, a
+//! bundle refused until its pool arrives, a finished migration not redone
+//! after a restart, the first notifications printed, a bad config refused.
 
 mod sim_support;
 
@@ -521,6 +522,84 @@ async fn a_misspelt_field_is_refused_and_the_job_is_not_given_the_default() {
     });
     assert_eq!(updated["bundle"]["jobs"][0]["requirements"]["onRuntimeFailure"], "drop");
     drop(standalone);
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_naming_an_unknown_pool_is_refused_once_and_runs_when_the_pool_arrives() {
+    let sim = sim_with(&["n1"]).await;
+    let dir = workspace(&sim, "resources: resources\n");
+    let resources = dir.path().join("resources");
+    std::fs::write(resources.join("ch1.yaml"), bundle_doc("ch1")).unwrap();
+    let standalone = Standalone::start(dir.path());
+    let error = standalone.stderr_until("ch1 refused", |l| l.contains("ch1.yaml"));
+    assert!(
+        error.contains("ch1.yaml: document 1 (Bundle default/ch1): refused (InvalidBundle): spec.pool:"),
+        "{error}"
+    );
+    assert!(error.contains("at line 5 column 3"), "{error}");
+    let status = standalone.status_until("ch1 stalled", |s| {
+        condition(&s["bundles"]["default/ch1"], "Stalled")["status"] == "True"
+    });
+    assert_eq!(
+        condition(&status["bundles"]["default/ch1"], "Ready")["reason"],
+        "InvalidBundle"
+    );
+
+    std::fs::write(resources.join("pools.yaml"), POOLS).unwrap();
+    standalone.until("ch1 running", |v| running_on_a_node(v, "default/ch1/0/encode"));
+    assert_eq!(
+        standalone.stderr_lines(|l| l.contains("refused (InvalidBundle)")).len(),
+        1
+    );
+    drop(standalone);
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_does_not_start_a_finished_migration_again() {
+    let sim = sim_with(&["n1", "n2"]).await;
+    let dir = workspace(&sim, "resources: resources\n");
+    let resources = dir.path().join("resources");
+    std::fs::write(resources.join("pools.yaml"), POOLS).unwrap();
+    std::fs::write(resources.join("ch1.yaml"), bundle_doc("ch1")).unwrap();
+    std::fs::write(
+        resources.join("move-ch1.yaml"),
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: JobMigration\nmetadata: {name: move-ch1}\nspec: {bundle: ch1, jobName: encode}\n",
+    )
+    .unwrap();
+    let first = Standalone::start(dir.path());
+    first.until("ch1 running", |v| running_on_a_node(v, "default/ch1/0/encode"));
+    // Refused while the job was not yet running, the migration waits for a
+    // change of its document.
+    std::fs::write(
+        resources.join("move-ch1.yaml"),
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: JobMigration\nmetadata: {name: move-ch1}\nspec: {bundle: ch1, jobName: encode, overrideReservation: true}\n",
+    )
+    .unwrap();
+    let status = first.status_until("the migration done", |s| {
+        s["jobMigrations"]["default/move-ch1"]["phase"] == "done"
+    });
+    let target = status["jobMigrations"]["default/move-ch1"]["targetNodeId"].clone();
+    first.status_until("ch1 on its target", |s| {
+        node_of(s, "default/ch1").as_deref() == target.as_str()
+    });
+    drop(first);
+
+    let second = Standalone::start(dir.path());
+    second.until("ready", |v| {
+        v["kind"] == "connectionStateChange" && v["state"] == "ready"
+    });
+    std::fs::write(resources.join("ch2.yaml"), bundle_doc("ch2")).unwrap();
+    second.until("ch2 running", |v| running_on_a_node(v, "default/ch2/0/encode"));
+    assert!(
+        !second.seen.borrow().iter().any(|v| v["kind"] == "migrationPhase"),
+        "the finished migration was started again"
+    );
+    let status = second.status_until("ch2 in the status", |s| node_of(s, "default/ch2").is_some());
+    assert_eq!(status["jobMigrations"]["default/move-ch1"]["phase"], "done");
+    assert_eq!(node_of(&status, "default/ch1").as_deref(), target.as_str());
+    drop(second);
     sim.shutdown().await;
 }
 

@@ -5,7 +5,6 @@
 //! It is reconciled on every change of the resource and on every
 //! notification about its bundle.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,10 +18,9 @@ use kube::{Resource, ResourceExt};
 
 use crate::automanager::{CommandError, RpcFailureKind};
 use crate::crd::{self, BundleStatus};
-use crate::model::{self, BundleState, runtime_job_id};
+use crate::model::{self, BundleState};
 
-use super::bundle_status::{self, AdmissionCheck, ObservedBundle, observe, replica_count};
-use super::notes::JobNotes;
+use super::bundle_status::{self, AdmissionCheck, ObservedBundle, observe};
 use super::{Context, ReconcileError, status};
 
 /// The controller's name (metrics label, field manager suffix).
@@ -179,22 +177,7 @@ async fn observe_bundle(bundle: &crd::Bundle, ctx: &Context) -> Result<ObservedB
     let same_generation = previous.and_then(|s| s.observed_generation) == bundle.meta().generation;
     let check = bundle_status::admission_check(previous, same_generation);
     let spec = bundle.spec.0.clone();
-    let notes: BTreeMap<_, _> = {
-        let notes = ctx.notes();
-        let bundle_id = &bundle_id;
-        (0..replica_count(&spec))
-            .flat_map(|r| spec.jobs.iter().map(move |j| runtime_job_id(bundle_id, r, &j.job_name)))
-            .map(|id| {
-                let mut known = notes.job(&id);
-                if known == JobNotes::default() {
-                    // Notes live in memory: a new leader has none until the
-                    // next placement, so what the status recorded stands.
-                    known = recorded(previous, &id);
-                }
-                (id, known)
-            })
-            .collect()
-    };
+    let notes = bundle_status::job_notes(&ctx.notes(), &bundle_id, &spec, previous);
     let id = bundle.bundle_id();
     let mut observed = ctx
         .core
@@ -204,20 +187,6 @@ async fn observe_bundle(bundle: &crd::Bundle, ctx: &Context) -> Result<ObservedB
         bundle_status::keep_admitted(&mut observed, previous);
     }
     Ok(observed)
-}
-
-/// What a status recorded of a job's last placement and degradation.
-fn recorded(status: Option<&BundleStatus>, job: &model::JobId) -> JobNotes {
-    status
-        .into_iter()
-        .flat_map(|s| &s.replicas)
-        .flat_map(|r| &r.jobs)
-        .find(|j| j.job_id == job.as_str())
-        .map(|j| JobNotes {
-            last_placement: j.last_placement.clone(),
-            resilience_degraded: j.resilience_degraded.clone(),
-        })
-        .unwrap_or_default()
 }
 
 /// Writes the status when it differs from what the resource holds.

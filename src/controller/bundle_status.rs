@@ -13,7 +13,7 @@ use crate::model::{BundleId, BundleSpec, BundleState, JobId, UnixMillis, runtime
 use crate::placement::Admission;
 
 use super::conditions::{self, Observed, READY, STALLED};
-use super::notes::JobNotes;
+use super::notes::{JobNotes, Notes};
 
 /// Every job holds a placement.
 pub const PLACED: &str = "Placed";
@@ -166,6 +166,41 @@ pub fn observe(
         conditions.push(admission(core, bundle_id, spec));
     }
     observed
+}
+
+/// What notifications said of each job of `bundle_id` (`spec`), by job.
+/// Notes live in memory: a new leader (or process) has none until the next
+/// placement, so what the `previous` status recorded stands meanwhile.
+pub fn job_notes(
+    notes: &Notes,
+    bundle_id: &BundleId,
+    spec: &BundleSpec,
+    previous: Option<&BundleStatus>,
+) -> BTreeMap<JobId, JobNotes> {
+    (0..replica_count(spec))
+        .flat_map(|r| spec.jobs.iter().map(move |j| runtime_job_id(bundle_id, r, &j.job_name)))
+        .map(|id| {
+            let mut known = notes.job(&id);
+            if known == JobNotes::default() {
+                known = recorded(previous, &id);
+            }
+            (id, known)
+        })
+        .collect()
+}
+
+/// What a status recorded of a job's last placement and degradation.
+fn recorded(status: Option<&BundleStatus>, job: &JobId) -> JobNotes {
+    status
+        .into_iter()
+        .flat_map(|s| &s.replicas)
+        .flat_map(|r| &r.jobs)
+        .find(|j| j.job_id == job.as_str())
+        .map(|j| JobNotes {
+            last_placement: j.last_placement.clone(),
+            resilience_degraded: j.resilience_degraded.clone(),
+        })
+        .unwrap_or_default()
 }
 
 /// Whether to check admission for a bundle whose last status is

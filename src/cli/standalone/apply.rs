@@ -351,7 +351,14 @@ impl Applier {
             .await?;
         if pools != in_force {
             self.pools.refused = match self.core.set_placement_pools(pools).await {
-                Ok(()) => None,
+                Ok(()) => {
+                    // A bundle refused for naming an unknown pool is tried
+                    // again once the pools change.
+                    for record in self.bundles.values_mut() {
+                        record.refused.take_if(|r| r.reason == INVALID_BUNDLE);
+                    }
+                    None
+                }
                 Err(CommandError::Closed) => return Err(QueryError::Closed),
                 Err(CommandError::InvalidSettings { errors }) => {
                     Some(errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
@@ -461,7 +468,7 @@ impl Applier {
                             wanted.problem(path, &issue.message).to_string()
                         })
                         .collect();
-                    Some(("InvalidBundle", problems.join("; ")))
+                    Some((INVALID_BUNDLE, problems.join("; ")))
                 }
                 Err(CommandError::Manager(f)) if f.kind == RpcFailureKind::Rejected => {
                     Some(("RejectedByManager", f.message))
@@ -821,6 +828,9 @@ impl Applier {
         }
     }
 }
+
+/// The reason of a bundle the core's validation refused.
+const INVALID_BUNDLE: &str = "InvalidBundle";
 
 /// The reason given to `abortMigration`.
 const ABORT_REASON: &str = "spec.abort set on the JobMigration";

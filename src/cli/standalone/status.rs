@@ -37,7 +37,7 @@ use crate::crd::{
     BundleStatus, HotSparePolicyStatus, JobMigrationStatus, NodeDrainStatus, NorskNodeStatus, PlacementPoolStatus,
 };
 use crate::manager::stream::ConnectionState;
-use crate::model::{BundleId, BundleSpec, HotSpareSpec, JobId, NodeId, UnixMillis, runtime_job_id};
+use crate::model::{BundleId, BundleSpec, HotSpareSpec, JobId, NodeId, UnixMillis};
 
 use super::apply::{Applier, Refusal, namespaced_name};
 use super::follow::{FileStatus, Files};
@@ -140,9 +140,10 @@ struct Inputs {
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Recorded {
-    /// The bundles wanted then: one no document wants now is deleted.
+    /// The bundles wanted then: one no document wants now is deleted; the
+    /// others' last placements stand until the next.
     #[serde(default)]
-    pub bundles: BTreeMap<String, serde::de::IgnoredAny>,
+    pub bundles: BTreeMap<String, BundleStatus>,
     /// The drains: one that ended is not started again.
     #[serde(default)]
     pub node_drains: BTreeMap<String, NodeDrainStatus>,
@@ -207,6 +208,7 @@ impl Status {
     /// Starts from the statuses `recorded` holds for the drains and
     /// migrations the files want.
     pub fn resume(&mut self, recorded: &Recorded, applier: &Applier) {
+        self.document.bundles = recorded.bundles.clone();
         self.document.node_drains = recorded
             .node_drains
             .iter()
@@ -269,16 +271,12 @@ impl Status {
         let bundles = applier
             .bundles
             .iter()
+            // A bundle an earlier run held, no document wants and this run
+            // never saw the spec of: deleted, not reported.
+            .filter(|(_, record)| record.wanted || record.spec != BundleSpec::default())
             .map(|(id, record)| {
                 let previous = previous.bundles.get(id.as_str()).cloned().unwrap_or_default();
-                let notes = (0..bundle_status::replica_count(&record.spec))
-                    .flat_map(|r| record.spec.jobs.iter().map(move |j| (r, j.job_name.clone())))
-                    .map(|(r, job)| {
-                        let job_id = runtime_job_id(id, r, &job);
-                        let notes = self.notes.job(&job_id);
-                        (job_id, notes)
-                    })
-                    .collect();
+                let notes = bundle_status::job_notes(&self.notes, id, &record.spec, Some(&previous));
                 BundleInput {
                     id: id.clone(),
                     spec: record.spec.clone(),
