@@ -273,6 +273,46 @@ mod tests {
     }
 
     #[test]
+    fn a_migration_whose_core_is_gone_ends_from_where_its_job_runs() {
+        let recorded = status_of(&state(MigrationPhase::Starting));
+        let ended = |node: Option<&str>| unfollowed(&recorded, node.map(str::to_owned), 9_000, "the core went");
+        let Unfollowed::Ended(done) = ended(Some("b")) else {
+            panic!("done on its target")
+        };
+        assert_eq!(done.phase.as_deref(), Some("done"));
+        assert_eq!(
+            done.transitions.last().map(|t| t.at.as_str()),
+            Some("1970-01-01T00:00:09Z")
+        );
+        let Unfollowed::RolledBack { phase, source, status } = ended(Some("a")) else {
+            panic!("rolled back on its source")
+        };
+        assert_eq!((phase.as_str(), source.as_str()), ("starting", "a"));
+        assert_eq!(status.phase.as_deref(), Some("aborted"));
+        let Unfollowed::Ended(lost) = ended(None) else {
+            panic!("lost")
+        };
+        assert_eq!(lost.phase.as_deref(), Some("lost"));
+        assert!(
+            lost.reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("the core went during starting"))
+        );
+        // Past the point of no return, the source is no rollback.
+        let mut past = recorded.clone();
+        past.point_of_no_return_passed = true;
+        let Unfollowed::Ended(lost) = unfollowed(&past, Some("a".to_owned()), 9_000, "the core went") else {
+            panic!("lost")
+        };
+        assert_eq!(lost.phase.as_deref(), Some("lost"));
+        // An ended record stays as it is.
+        assert_eq!(
+            unfollowed(&done, None, 10_000, "again"),
+            Unfollowed::Ended(done.clone())
+        );
+    }
+
+    #[test]
     fn a_job_moving_with_its_group_says_so_in_status_and_conditions() {
         let mut moving = state(MigrationPhase::AwaitingGroup);
         moving.group = vec![crate::automanager::GroupPeer {

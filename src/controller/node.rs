@@ -266,7 +266,7 @@ async fn apply_cordon(ctx: &Context, node: &NorskNode) -> Result<Observed, Recon
     };
     Ok(match outcome {
         Ok(cordoned) => cordon_done(cordoned),
-        Err(CommandError::Closed) => return Err(ReconcileError::ReadCore(crate::automanager::QueryError::Closed)),
+        Err(CommandError::Closed) => return Err(ReconcileError::ReadCore(QueryError::Closed)),
         // An unknown node, ...: nothing to cordon until Manager has it.
         Err(e) => Observed::no(CORDONED, "CordonRefused", e.to_string()),
     })
