@@ -175,7 +175,11 @@ impl fmt::Display for Problem {
         }
         f.write_str(&self.message)?;
         if let (Some(line), Some(column)) = (self.line, self.column) {
-            write!(f, " at line {line} column {column}")?;
+            let at = format!("at line {line} column {column}");
+            // A YAML syntax error's own words already say where.
+            if !self.message.contains(&at) {
+                write!(f, " {at}")?;
+            }
         }
         Ok(())
     }

@@ -1,5 +1,6 @@
 //! The followed files: the config's `pools` and `hotSpares` files and every
-//! `*.yaml` / `*.yml` file of its `resources` directory, each a stream of
+//! `*.yaml` / `*.yml` file directly in its `resources` directory (hidden
+//! files aside), each a stream of
 //! resource documents of any kind. A file is read again when its content
 //! changed and decoded as a whole ([`crate::cli::documents`]): a good file
 //! replaces what it held, a bad one is reported once — file, document,
@@ -300,12 +301,16 @@ impl Files {
     }
 }
 
-/// The `*.yaml` / `*.yml` files directly in `dir`, sorted.
+/// The `*.yaml` / `*.yml` files directly in `dir`, sorted. Hidden files
+/// (`.name.yaml`: what editors save to before renaming) are not followed.
 fn list(dir: &Path) -> Result<Vec<PathBuf>, String> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("cannot list the directory: {e}"))?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .filter(|p| {
+            let hidden = p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'));
+            !hidden && p.is_file() && p.extension().is_some_and(|x| x == "yaml" || x == "yml")
+        })
         .collect();
     files.sort();
     Ok(files)

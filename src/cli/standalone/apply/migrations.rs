@@ -24,10 +24,11 @@ impl Applier {
                 refused: None,
                 aborted_unstarted: false,
                 abort_refused: None,
+                abort_sent: false,
             });
             let subject = wanted.resource.key().to_string();
             match record.id.clone() {
-                Some(id) if migration.spec.abort && record.abort_refused.is_none() => {
+                Some(id) if migration.spec.abort && !record.abort_sent && record.abort_refused.is_none() => {
                     let asked = id.clone();
                     let state = self
                         .core
@@ -43,7 +44,7 @@ impl Applier {
                             );
                         }
                         Some((false, false)) => match self.core.abort_migration(id, ABORT_REASON.to_owned()).await {
-                            Ok(()) => {}
+                            Ok(()) => record.abort_sent = true,
                             Err(CommandError::Closed) => return Err(QueryError::Closed),
                             Err(e) => record.abort_refused = Some(e.to_string()),
                         },
@@ -65,6 +66,7 @@ impl Applier {
                         refused: None,
                         aborted_unstarted: false,
                         abort_refused: None,
+                        abort_sent: false,
                     });
                     let message = match result {
                         Ok(id) => {

@@ -112,6 +112,8 @@ pub struct MigrationApplied {
     pub aborted_unstarted: bool,
     /// The answer to `spec.abort` when it could not roll back.
     pub abort_refused: Option<String>,
+    /// `abortMigration` was sent (once: the rollback takes its course).
+    pub abort_sent: bool,
 }
 
 /// What was done for one `NorskNode` document.
@@ -231,6 +233,7 @@ impl Applier {
                     refused: None,
                     aborted_unstarted,
                     abort_refused: None,
+                    abort_sent: false,
                 },
             );
         }
