@@ -441,6 +441,23 @@ spec:
         );
     }
 
+    proptest::proptest! {
+        /// Whatever a person's editor leaves in a file, reading it refuses
+        /// or accepts; it never panics, and a refusal says where.
+        #[test]
+        fn an_edited_document_is_refused_or_accepted_never_a_panic(
+            at in 0usize..400,
+            inserted in "[ -~\n\t]{0,12}",
+        ) {
+            let mut text = BUNDLE.to_owned();
+            let at = (0..=at.min(text.len())).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+            text.insert_str(at, &inserted);
+            if let Err(errors) = decode_file(&text, &Kind::ALL) {
+                proptest::prop_assert!(errors.iter().all(|e| e.document >= 1 && !e.problems.is_empty()));
+            }
+        }
+    }
+
     #[test]
     fn every_bad_document_is_listed_and_a_duplicate_is_one() {
         let good = BUNDLE.replace("Faliure", "Failure");
