@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 pub mod bench;
 pub mod crds;
 pub mod demo;
+pub mod documents;
 pub mod operator;
 pub mod plan;
 pub mod sim;

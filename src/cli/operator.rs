@@ -13,6 +13,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use tokio::sync::watch;
 
+use super::documents;
 use crate::automanager::{AutoSettings, RunOptions, validate_auto_settings};
 use crate::controller::leader::LeaseSettings;
 use crate::controller::node_status::DEFAULT_FLEET;
@@ -140,10 +141,10 @@ pub struct ConfigErrors(pub Vec<String>);
 pub fn resolve(args: &Args, read: impl Fn(&Path) -> std::io::Result<String>) -> Result<OperatorConfig, ConfigErrors> {
     let mut errors = Vec::new();
     let file = match &args.config {
-        Some(path) => match read(path).map(|text| serde_yaml::from_str::<OperatorFile>(&text)) {
+        Some(path) => match read(path).map(|text| documents::strict::decode::<OperatorFile>(&text)) {
             Ok(Ok(file)) => file,
-            Ok(Err(e)) => {
-                errors.push(format!("{}: {e}", path.display()));
+            Ok(Err(problems)) => {
+                errors.extend(problems.iter().map(|p| format!("{}: {p}", path.display())));
                 OperatorFile::default()
             }
             Err(e) => {

@@ -5,7 +5,6 @@
 //! It is reconciled on every change of the resource and on every
 //! notification about its bundle.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,11 +18,9 @@ use kube::{Resource, ResourceExt};
 
 use crate::automanager::{CommandError, RpcFailureKind};
 use crate::crd::{self, BundleStatus};
-use crate::model::{self, BundleState, runtime_job_id};
+use crate::model::{self, BundleState};
 
-use super::bundle_status::{ADMITTED, AdmissionCheck, ObservedBundle, PLACED, observe, replica_count};
-use super::conditions::{self, Observed, READY, STALLED};
-use super::notes::JobNotes;
+use super::bundle_status::{self, AdmissionCheck, ObservedBundle, observe};
 use super::{Context, ReconcileError, status};
 
 /// The controller's name (metrics label, field manager suffix).
@@ -148,8 +145,7 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
         Some(_) => None,
     };
     let refused = match sent {
-        Some((_, Err(CommandError::InvalidBundle { errors }))) => Some(Observed::no(
-            READY,
+        Some((_, Err(CommandError::InvalidBundle { errors }))) => Some((
             "InvalidBundle",
             errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
         )),
@@ -162,10 +158,10 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
                 "UpdateBundle"
             }) =>
         {
-            Some(Observed::no(READY, LACKS_EXTENSIONS, failure.message))
+            Some((LACKS_EXTENSIONS, failure.message))
         }
         Some((_, Err(CommandError::Manager(failure)))) if failure.kind == RpcFailureKind::Rejected => {
-            Some(Observed::no(READY, "RejectedByManager", failure.message))
+            Some(("RejectedByManager", failure.message))
         }
         Some((action, Err(source))) => {
             return Err(ReconcileError::Command {
@@ -176,21 +172,11 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
         }
         _ => None,
     };
-    if let Some(ready) = refused {
-        let lacks_extensions = ready.reason == LACKS_EXTENSIONS;
-        // An invalid bundle waits for its spec to change.
-        let stalled = Observed::yes(STALLED, ready.reason.clone(), ready.message.clone());
-        write_if_changed(
-            bundle,
-            api,
-            ctx,
-            ObservedBundle {
-                conditions: vec![ready, stalled],
-                ..ObservedBundle::default()
-            },
-        )
-        .await?;
-        if lacks_extensions {
+    if let Some((reason, message)) = refused {
+        write_if_changed(bundle, api, ctx, bundle_status::refused(reason, message)).await?;
+        // A Manager without the extensions is asked again on its slow
+        // backoff; an invalid bundle waits for its spec to change.
+        if reason == LACKS_EXTENSIONS {
             return Ok(Action::requeue(crate::automanager::MISSING_EXTENSION_RETRY));
         }
         return Ok(Action::await_change());
@@ -209,63 +195,19 @@ async fn observe_bundle(bundle: &crd::Bundle, ctx: &Context) -> Result<ObservedB
         bundle.status.clone(),
     );
     let previous = known.as_ref();
-    let placed_before = previous
-        .and_then(|s| conditions::find(&s.conditions, PLACED))
-        .is_some_and(|c| c.status == "True");
     let same_generation = previous.and_then(|s| s.observed_generation) == bundle.meta().generation;
-    let check = if placed_before && same_generation {
-        AdmissionCheck::Skip
-    } else {
-        AdmissionCheck::Check
-    };
+    let check = bundle_status::admission_check(previous, same_generation);
     let spec = bundle.spec.0.clone();
-    let notes: BTreeMap<_, _> = {
-        let notes = ctx.notes();
-        let bundle_id = &bundle_id;
-        (0..replica_count(&spec))
-            .flat_map(|r| spec.jobs.iter().map(move |j| runtime_job_id(bundle_id, r, &j.job_name)))
-            .map(|id| {
-                let mut known = notes.job(&id);
-                if known == JobNotes::default() {
-                    // Notes live in memory: a new leader has none until the
-                    // next placement, so what the status recorded stands.
-                    known = recorded(previous, &id);
-                }
-                (id, known)
-            })
-            .collect()
-    };
+    let notes = bundle_status::job_notes(&ctx.notes(), &bundle_id, &spec, previous);
     let id = bundle.bundle_id();
     let mut observed = ctx
         .core
         .inspect(move |core, now| observe(core, &id, &spec, &notes, check, now))
         .await?;
     if check == AdmissionCheck::Skip {
-        // Keep what admission found last time.
-        if let Some(admitted) = previous.and_then(|s| conditions::find(&s.conditions, ADMITTED)) {
-            observed.conditions.push(Observed {
-                type_: ADMITTED,
-                status: admitted.status == "True",
-                reason: admitted.reason.clone(),
-                message: admitted.message.clone(),
-            });
-        }
+        bundle_status::keep_admitted(&mut observed, previous);
     }
     Ok(observed)
-}
-
-/// What a status recorded of a job's last placement and degradation.
-fn recorded(status: Option<&BundleStatus>, job: &model::JobId) -> JobNotes {
-    status
-        .into_iter()
-        .flat_map(|s| &s.replicas)
-        .flat_map(|r| &r.jobs)
-        .find(|j| j.job_id == job.as_str())
-        .map(|j| JobNotes {
-            last_placement: j.last_placement.clone(),
-            resilience_degraded: j.resilience_degraded.clone(),
-        })
-        .unwrap_or_default()
 }
 
 /// Writes the status when it differs from what the resource holds.
@@ -280,20 +222,7 @@ async fn write_if_changed(
     let previous = ctx
         .known_status(CONTROLLER, &key, version.as_ref(), bundle.status.clone())
         .unwrap_or_default();
-    let generation = bundle.meta().generation;
-    let next = BundleStatus {
-        observed_generation: generation,
-        conditions: conditions::merge(
-            &previous.conditions,
-            conditions::with_reconciling(observed.conditions, &[super::bundle_status::BROKEN]),
-            generation,
-        ),
-        primary_node: observed.primary_node,
-        backup_node: observed.backup_node,
-        replicas: observed.replicas,
-        broken: observed.broken,
-        schedule: observed.schedule,
-    };
+    let next = bundle_status::status_of(&previous, observed, bundle.meta().generation);
     if !status::differs(&previous, &next, |s: &mut BundleStatus| &mut s.conditions) {
         return Ok(());
     }

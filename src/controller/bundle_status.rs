@@ -9,14 +9,14 @@ use std::collections::BTreeMap;
 use crate::automanager::AutoManagerCore;
 use crate::automanager::binding::{BindingPhase, JobRecord};
 use crate::automanager::schedule::ScheduleView;
-use crate::crd::{JobStatus, ReplicaStatus, ScheduleStatus};
+use crate::crd::{BundleStatus, JobStatus, ReplicaStatus, ScheduleStatus};
 use crate::model::{
     BundleId, BundleSpec, BundleState, DateTime, JobId, JobState, SchedulePhase, UnixMillis, runtime_job_id,
 };
 use crate::placement::Admission;
 
-use super::conditions::{Observed, READY};
-use super::notes::JobNotes;
+use super::conditions::{self, Observed, READY, STALLED};
+use super::notes::{JobNotes, Notes};
 
 /// Every job holds a placement.
 pub const PLACED: &str = "Placed";
@@ -239,6 +239,97 @@ pub fn observe(
         conditions.push(admission(core, bundle_id, spec));
     }
     observed
+}
+
+/// What notifications said of each job of `bundle_id` (`spec`), by job.
+/// Notes live in memory: a new leader (or process) has none until the next
+/// placement, so what the `previous` status recorded stands meanwhile.
+pub fn job_notes(
+    notes: &Notes,
+    bundle_id: &BundleId,
+    spec: &BundleSpec,
+    previous: Option<&BundleStatus>,
+) -> BTreeMap<JobId, JobNotes> {
+    (0..replica_count(spec))
+        .flat_map(|r| spec.jobs.iter().map(move |j| runtime_job_id(bundle_id, r, &j.job_name)))
+        .map(|id| {
+            let mut known = notes.job(&id);
+            if known == JobNotes::default() {
+                known = recorded(previous, &id);
+            }
+            (id, known)
+        })
+        .collect()
+}
+
+/// What a status recorded of a job's last placement and degradation.
+fn recorded(status: Option<&BundleStatus>, job: &JobId) -> JobNotes {
+    status
+        .into_iter()
+        .flat_map(|s| &s.replicas)
+        .flat_map(|r| &r.jobs)
+        .find(|j| j.job_id == job.as_str())
+        .map(|j| JobNotes {
+            last_placement: j.last_placement.clone(),
+            resilience_degraded: j.resilience_degraded.clone(),
+        })
+        .unwrap_or_default()
+}
+
+/// Whether to check admission for a bundle whose last status is
+/// `previous`: again for a changed spec or while a job is unplaced.
+pub fn admission_check(previous: Option<&BundleStatus>, same_spec: bool) -> AdmissionCheck {
+    let placed_before = previous
+        .and_then(|s| conditions::find(&s.conditions, PLACED))
+        .is_some_and(|c| c.status == "True");
+    if placed_before && same_spec {
+        AdmissionCheck::Skip
+    } else {
+        AdmissionCheck::Check
+    }
+}
+
+/// Keeps what admission found last time (`previous`'s `Admitted`) in an
+/// observation made without the check.
+pub fn keep_admitted(observed: &mut ObservedBundle, previous: Option<&BundleStatus>) {
+    if let Some(admitted) = previous.and_then(|s| conditions::find(&s.conditions, ADMITTED)) {
+        observed.conditions.push(Observed {
+            type_: ADMITTED,
+            status: admitted.status == "True",
+            reason: admitted.reason.clone(),
+            message: admitted.message.clone(),
+        });
+    }
+}
+
+/// What a bundle the core (or Manager) refused observes: `Ready` false
+/// with `reason` and `message`, and `Stalled` — it waits for its spec to
+/// change.
+pub fn refused(reason: &str, message: String) -> ObservedBundle {
+    let ready = Observed::no(READY, reason, message.clone());
+    ObservedBundle {
+        conditions: vec![ready, Observed::yes(STALLED, reason, message)],
+        ..ObservedBundle::default()
+    }
+}
+
+/// The status to write for `observed`, given the `previous` status
+/// (whose conditions keep their transition times where nothing changed)
+/// and the resource's generation.
+pub fn status_of(previous: &BundleStatus, observed: ObservedBundle, generation: Option<i64>) -> BundleStatus {
+    BundleStatus {
+        observed_generation: generation,
+        conditions: conditions::merge(
+            &previous.conditions,
+            conditions::with_reconciling(observed.conditions, &[BROKEN]),
+            generation,
+        ),
+        primary_node: observed.primary_node,
+        backup_node: observed.backup_node,
+        replicas: observed.replicas,
+        broken: observed.broken,
+        schedule: observed.schedule,
+    }
 }
 
 /// `Admitted`: validation warnings and `noCapacity` need the fleet, so the

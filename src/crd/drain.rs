@@ -58,6 +58,15 @@ pub enum InterruptionKind {
     Rebalance,
 }
 
+impl From<InterruptionKind> for crate::model::InterruptionKind {
+    fn from(kind: InterruptionKind) -> Self {
+        match kind {
+            InterruptionKind::SpotInterruption => Self::SpotInterruption,
+            InterruptionKind::Rebalance => Self::Rebalance,
+        }
+    }
+}
+
 /// The interruption a drain answers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -144,6 +144,19 @@ impl AutoManager {
         options: RunOptions,
         client: ClientSettings,
     ) -> Result<(AutoManagerHandle, JoinHandle<()>), RunError> {
+        Self::start(settings, options, client, Role::Active).map(|(handle, _, join)| (handle, join))
+    }
+
+    /// [`AutoManager::run_with`] with a subscription taken before the loop
+    /// starts: it holds every notification, the first `connecting` and
+    /// `ready`, the hydration's replays and the first `spareUnderflow`
+    /// included (a [`AutoManagerHandle::subscribe`] after `run` may miss
+    /// what the loop sent meanwhile).
+    pub fn run_subscribed(
+        settings: AutoSettings,
+        options: RunOptions,
+    ) -> Result<(AutoManagerHandle, broadcast::Receiver<Notification>, JoinHandle<()>), RunError> {
+        let client = ClientSettings::plaintext(settings.url.clone());
         Self::start(settings, options, client, Role::Active)
     }
 
@@ -159,6 +172,7 @@ impl AutoManager {
         client: ClientSettings,
     ) -> Result<(AutoManagerHandle, JoinHandle<()>), RunError> {
         Self::start(settings, options, client, Role::Standby { snapshot: false })
+            .map(|(handle, _, join)| (handle, join))
     }
 
     fn start(
@@ -166,11 +180,11 @@ impl AutoManager {
         options: RunOptions,
         client: ClientSettings,
         role: Role,
-    ) -> Result<(AutoManagerHandle, JoinHandle<()>), RunError> {
+    ) -> Result<(AutoManagerHandle, broadcast::Receiver<Notification>, JoinHandle<()>), RunError> {
         let valid = validate_auto_settings(settings)?;
         let client = ManagerClient::connect_lazy(&client)?;
         let (requests, requests_rx) = mpsc::channel(256);
-        let (notifications, _) = broadcast::channel(NOTIFICATION_BUFFER);
+        let (notifications, first) = broadcast::channel(NOTIFICATION_BUFFER);
         let (connection, connection_rx) = watch::channel(ConnectionState::Idle);
         let (lacking, lacking_rx) = Lacking::new();
         let clock = Clock::new(options.time_scale);
@@ -196,6 +210,7 @@ impl AutoManager {
                 connection: connection_rx,
                 lacking: lacking_rx,
             },
+            first,
             join,
         ))
     }
