@@ -129,7 +129,11 @@ pub fn bench_placement(args: &PlacementArgs) -> Result<Report, BenchError> {
 fn render(report: &Report, output: crate::cli::plan::Output) -> Result<String, BenchError> {
     Ok(match output {
         crate::cli::plan::Output::Json => serde_json::to_string(report)?,
-        crate::cli::plan::Output::Table => format!(
+        crate::cli::plan::Output::Yaml => serde_json::from_value::<serde_yaml::Value>(serde_json::to_value(report)?)
+            .ok()
+            .and_then(|v| serde_yaml::to_string(&v).ok())
+            .unwrap_or_default(),
+        crate::cli::plan::Output::Table | crate::cli::plan::Output::Wide => format!(
             "placements/s {:.0}\np50          {:.1} µs\np99          {:.1} µs\npeak RSS     {}",
             report.placements_per_second,
             report.p50_micros,

@@ -33,8 +33,13 @@ pub enum Output {
     /// A table for people.
     #[default]
     Table,
+    /// The table with where each job runs now and whether the plan moves
+    /// it (read from the fleet's reservations).
+    Wide,
     /// The JSON document (`{"placements": [...]}`).
     Json,
+    /// The same document in YAML.
+    Yaml,
 }
 
 /// Arguments of `plan`.
@@ -152,7 +157,7 @@ pub fn plan_report(args: &Args) -> Result<PlanReport, PlanCommandError> {
     };
     let rows = plan_rows(pools, &hot_spares, &fleet, &bundles, args.explain, &sources)?;
     Ok(PlanReport {
-        text: render_rows(&rows, args.output)?,
+        text: render_rows(&rows, args.output, &fleet)?,
         invalid: invalid_bundles(&documents, &rows),
     })
 }
@@ -217,10 +222,14 @@ pub fn plan_rows(
 }
 
 /// The plan as `output` asks.
-pub fn render_rows(rows: &[PlanRow], output: Output) -> Result<String, PlanCommandError> {
+/// `rows` as `output`; `fleet` is what `wide` reads the jobs' current
+/// nodes from (the fleet as it is, before any reservation is set aside).
+pub fn render_rows(rows: &[PlanRow], output: Output, fleet: &FleetSnapshot) -> Result<String, PlanCommandError> {
     Ok(match output {
         Output::Table => render::table(rows),
+        Output::Wide => render::wide(rows, &render::current_nodes(fleet)),
         Output::Json => render::json(rows)?,
+        Output::Yaml => render::yaml(rows)?,
     })
 }
 

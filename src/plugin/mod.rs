@@ -31,12 +31,82 @@ pub use start::{StartStop, StartStopAnswer, start_or_stop};
 #[derive(Debug, Parser)]
 #[command(name = "kubectl-norsk", bin_name = "kubectl norsk", version = crate::telemetry::VERSION)]
 pub struct Cli {
-    /// Namespace of bundles and migrations (default: the kubeconfig's).
-    #[arg(short, long, global = true)]
-    pub namespace: Option<String>,
+    /// Which cluster, as kubectl's own flags choose it.
+    #[command(flatten)]
+    pub kube: KubeArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// kubectl's connection flags, read the way kubectl reads them: `--kubeconfig`, else
+/// `$KUBECONFIG` (a list of files, merged), else `~/.kube/config`, else the in-cluster
+/// service account; `--context`, `--cluster` and `--user` override the current context's.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct KubeArgs {
+    /// Path to the kubeconfig file to use.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, global = true)]
+    pub context: Option<String>,
+    /// The kubeconfig cluster to use.
+    #[arg(long, global = true)]
+    pub cluster: Option<String>,
+    /// The kubeconfig user to use.
+    #[arg(long, global = true)]
+    pub user: Option<String>,
+    /// Namespace of bundles and migrations (default: the context's, else `default`).
+    #[arg(short, long, global = true)]
+    pub namespace: Option<String>,
+    /// `plan` the bundles of every namespace.
+    #[arg(short = 'A', long, global = true, conflicts_with = "namespace")]
+    pub all_namespaces: bool,
+}
+
+impl KubeArgs {
+    /// The client configuration these flags choose.
+    pub async fn config(&self) -> Result<kube::Config, PluginError> {
+        let options = kube::config::KubeConfigOptions {
+            context: self.context.clone(),
+            cluster: self.cluster.clone(),
+            user: self.user.clone(),
+        };
+        let chosen = options.context.is_some() || options.cluster.is_some() || options.user.is_some();
+        match &self.kubeconfig {
+            Some(path) => {
+                let file = kube::config::Kubeconfig::read_from(path).map_err(|e| PluginError::Kubeconfig {
+                    what: path.display().to_string(),
+                    why: e.to_string(),
+                })?;
+                kube::Config::from_custom_kubeconfig(file, &options)
+                    .await
+                    .map_err(|e| PluginError::Kubeconfig {
+                        what: path.display().to_string(),
+                        why: e.to_string(),
+                    })
+            }
+            // A chosen context must come from a kubeconfig: no in-cluster fallback.
+            None if chosen => kube::Config::from_kubeconfig(&options)
+                .await
+                .map_err(|e| PluginError::Kubeconfig {
+                    what: "the kubeconfig ($KUBECONFIG or ~/.kube/config)".to_owned(),
+                    why: e.to_string(),
+                }),
+            None => kube::Config::infer()
+                .await
+                .map_err(|e| PluginError::Connect(kube::Error::InferConfig(e))),
+        }
+    }
+}
+
+/// Where a command looks for namespaced resources.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// One namespace.
+    Namespace(String),
+    /// Every namespace (`-A`; `plan` only).
+    All,
 }
 
 /// The plugin's commands.
@@ -50,8 +120,9 @@ pub enum Command {
         fleet: FleetArgs,
         /// Only these bundles.
         bundles: Vec<String>,
-        /// `table` or `json`.
-        #[arg(long, value_enum, default_value_t = crate::cli::plan::Output::Table)]
+        /// `table`, `wide` (with each job's current node and whether the plan moves it),
+        /// `json` or `yaml`.
+        #[arg(short, long, value_enum, default_value_t = crate::cli::plan::Output::Table)]
         output: crate::cli::plan::Output,
     },
     /// Why a bundle's jobs are where they are: the last placement the operator recorded for
@@ -158,6 +229,12 @@ pub enum Command {
         #[arg(long)]
         no_wait: bool,
     },
+    /// Print the shell completion script of `kubectl-norsk`:
+    /// `source <(kubectl-norsk completion bash)`.
+    Completion {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// Tell the operator a provider is taking the node back: a forced drain sized to the
     /// deadline. Follows it like `drain`.
     Interrupt {
@@ -177,6 +254,24 @@ pub enum Command {
         #[arg(long)]
         no_wait: bool,
     },
+}
+
+impl Command {
+    /// The command's name, as typed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Plan { .. } => "plan",
+            Command::Explain { .. } => "explain",
+            Command::Cordon { .. } => "cordon",
+            Command::Uncordon { .. } => "uncordon",
+            Command::Drain { .. } => "drain",
+            Command::Migrate { .. } => "migrate",
+            Command::Start { .. } => "start",
+            Command::Stop { .. } => "stop",
+            Command::Interrupt { .. } => "interrupt",
+            Command::Completion { .. } => "completion",
+        }
+    }
 }
 
 /// The fleet `plan` and `explain` place on: the live one unless `--fleet` names a file.
@@ -247,6 +342,17 @@ pub enum PluginError {
     /// No kubeconfig or in-cluster configuration.
     #[error("cannot reach the cluster: {0}")]
     Connect(#[from] kube::Error),
+    /// The kubeconfig (or the context, cluster or user asked for) could not be used.
+    #[error("cannot use {what}: {why}")]
+    Kubeconfig {
+        /// The file or flag.
+        what: String,
+        /// Why.
+        why: String,
+    },
+    /// `-A` with a command that acts on one resource.
+    #[error("--all-namespaces applies to plan only: {0} acts on one resource; name its namespace with -n")]
+    AllNamespaces(&'static str),
     /// No NorskNode has that name or node id.
     #[error("no NorskNode named {0:?} or with spec.nodeId {0:?}")]
     UnknownNode(String),
@@ -324,16 +430,24 @@ impl PluginError {
 
 /// Runs the command with the kubeconfig's client; prints errors and returns the exit code.
 pub async fn main(cli: Cli) -> ExitCode {
+    // Needs no cluster.
+    if let Command::Completion { shell } = cli.command {
+        return crate::cli::print_completion::<Cli>(shell, "kubectl-norsk");
+    }
     let result = async {
-        let config = kube::Config::infer()
-            .await
-            .map_err(|e| PluginError::Connect(kube::Error::InferConfig(e)))?;
-        let namespace = cli
-            .namespace
-            .clone()
-            .unwrap_or_else(|| config.default_namespace.clone());
+        let config = cli.kube.config().await?;
+        let scope = if cli.kube.all_namespaces {
+            Scope::All
+        } else {
+            Scope::Namespace(
+                cli.kube
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| config.default_namespace.clone()),
+            )
+        };
         let client = Client::try_from(config)?;
-        run(client, &namespace, cli.command).await
+        run_in(client, &scope, cli.command).await
     }
     .await;
     match result {
@@ -356,9 +470,23 @@ fn print_planned(planned: &Planned) -> ExitCode {
 
 /// Runs one command against `client`; bundles and migrations live in `namespace`.
 pub async fn run(client: Client, namespace: &str, command: Command) -> Result<ExitCode, PluginError> {
+    run_in(client, &Scope::Namespace(namespace.to_owned()), command).await
+}
+
+/// Runs one command against `client` in `scope`.
+pub async fn run_in(client: Client, scope: &Scope, command: Command) -> Result<ExitCode, PluginError> {
+    let namespace = match (scope, &command) {
+        (Scope::All, Command::Plan { fleet, bundles, output }) => {
+            let planned = plan::plan(client, None, &fleet.clone().source(), bundles, *output).await?;
+            return Ok(print_planned(&planned));
+        }
+        (Scope::All, other) => return Err(PluginError::AllNamespaces(other.name())),
+        (Scope::Namespace(namespace), _) => namespace.as_str(),
+    };
     match command {
+        Command::Completion { shell } => Ok(crate::cli::print_completion::<Cli>(shell, "kubectl-norsk")),
         Command::Plan { fleet, bundles, output } => {
-            let planned = plan::plan(client, namespace, &fleet.source(), &bundles, output).await?;
+            let planned = plan::plan(client, Some(namespace), &fleet.source(), &bundles, output).await?;
             Ok(print_planned(&planned))
         }
         Command::Explain { bundle, job, fleet } => {
