@@ -213,10 +213,16 @@ impl Standalone {
             if let Some(status) = status.as_ref().filter(|s| found(s)) {
                 return status.clone();
             }
-            assert!(
-                Instant::now() < deadline,
-                "no {what} in the status file within {WAIT:?}: {status:#?}"
-            );
+            if Instant::now() >= deadline {
+                self.drain_stderr();
+                let seen = self.seen.borrow();
+                let last: Vec<String> = seen.iter().rev().take(30).rev().map(ToString::to_string).collect();
+                panic!(
+                    "no {what} in the status file within {WAIT:?}: {status:#?}\nthe last notifications:\n{}\nstderr:\n{}",
+                    last.join("\n"),
+                    self.stderr.borrow().join("\n")
+                );
+            }
             self.next_line(RECHECK);
         }
     }
@@ -620,4 +626,84 @@ fn a_config_with_an_unknown_key_is_refused_with_its_line() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("unknown field `resorces`"), "{stderr}");
     assert!(stderr.contains("at line 2 column 1"), "{stderr}");
+}
+
+/// A bundle with an auto `encode` and a manual `record`, `record` started
+/// on the replicas listed (none: the field left out).
+fn manual_bundle_doc(started: &[u32]) -> String {
+    let started = if started.is_empty() {
+        String::new()
+    } else {
+        format!(", startedReplicas: {started:?}")
+    };
+    format!(
+        "apiVersion: automanager.norsk.video/v1alpha1
+kind: Bundle
+metadata: {{name: show, namespace: default}}
+spec:
+  pool: production
+  jobs:
+    - {{jobName: encode, requirements: {{requiredCapacity: 1}}}}
+    - {{jobName: record, startMode: manual, requirements: {{requiredCapacity: 1}}{started}}}
+"
+    )
+}
+
+/// The state the status file gives job `job` of `default/show`'s primary.
+fn show_job_state(status: &Value, job: &str) -> Option<String> {
+    status["bundles"]["default/show"]["replicas"][0]["jobs"]
+        .as_array()?
+        .iter()
+        .find(|j| j["jobName"] == job)
+        .and_then(|j| j["state"].as_str().map(str::to_owned))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_job_is_started_and_stopped_by_editing_its_started_replicas_in_the_file() {
+    let sim = sim_with(&["n1", "n2"]).await;
+    let dir = workspace(&sim, "resources: resources\n");
+    let resources = dir.path().join("resources");
+    std::fs::write(resources.join("pools.yaml"), POOLS).unwrap();
+    std::fs::write(resources.join("show.yaml"), manual_bundle_doc(&[])).unwrap();
+    let standalone = Standalone::start(dir.path());
+    let status = standalone.status_until("encode running, record dormant", |s| {
+        show_job_state(s, "encode").as_deref() == Some("running")
+            && show_job_state(s, "record").as_deref() == Some("dormant")
+    });
+    assert!(
+        running_node(&sim, "default/show/0/record").await.is_none(),
+        "{status:#}"
+    );
+
+    std::fs::write(resources.join("show.yaml"), manual_bundle_doc(&[0])).unwrap();
+    standalone.until("record running", |v| running_on_a_node(v, "default/show/0/record"));
+    standalone.status_until("record running in the status", |s| {
+        show_job_state(s, "record").as_deref() == Some("running")
+    });
+    let encode_on = running_node(&sim, "default/show/0/encode").await.expect("encode runs");
+
+    std::fs::write(resources.join("show.yaml"), manual_bundle_doc(&[])).unwrap();
+    standalone.status_until("record dormant again", |s| {
+        show_job_state(s, "record").as_deref() == Some("dormant")
+    });
+    // Its instance went with it; the encoder was not touched (no revision).
+    let deadline = Instant::now() + WAIT;
+    while running_node(&sim, "default/show/0/record").await.is_some() {
+        assert!(Instant::now() < deadline, "record's instance still runs");
+        standalone.next_line(RECHECK);
+    }
+    assert_eq!(running_node(&sim, "default/show/0/encode").await, Some(encode_on));
+    let bundle = sim
+        .snapshot()
+        .await
+        .bundles
+        .into_iter()
+        .find(|b| b.bundle_id.0 == "default/show")
+        .unwrap();
+    assert_eq!(
+        bundle.generation, 1,
+        "starting and stopping a manual job is not a revision"
+    );
+    drop(standalone);
+    sim.shutdown().await;
 }

@@ -14,8 +14,11 @@ impl Applier {
         let stored: BTreeMap<BundleId, (BundleSpec, BundleState)> = self
             .core
             .inspect(|core, _| {
+                // As applied: Manager's spec with the manual jobs started as
+                // the core runs them, so a start or stop is seen as a change
+                // (and an unchanged file is not sent again).
                 core.bundles()
-                    .map(|b| (b.bundle_id.clone(), (b.spec.clone(), b.state)))
+                    .filter_map(|b| Some((b.bundle_id.clone(), (core.applied_spec(&b.bundle_id)?, b.state))))
                     .collect()
             })
             .await?;
@@ -53,7 +56,7 @@ impl Applier {
                 // Deleted and wanted again while Manager still runs the old
                 // one's saga: created once that has finished.
                 Some((_, BundleState::Deleting)) => continue,
-                Some((live, BundleState::Live)) if live != &spec => self.core.update_bundle(request).await,
+                Some((live, BundleState::Live)) if !live.same_applied(&spec) => self.core.update_bundle(request).await,
                 Some(_) => Ok(()),
             };
             let subject = wanted.resource.key().to_string();
