@@ -420,6 +420,30 @@ async fn a_bundle_the_fleet_cannot_hold_says_no_capacity() {
     assert_eq!(condition(&waiting, "Admitted").map(|c| c.1), Some("NoCapacity".into()));
     assert_eq!(condition(&waiting, "Ready").map(|c| c.0), Some("False".into()));
     assert_eq!(condition(&waiting, "Placed").map(|c| c.0), Some("False".into()));
+    // The condition says what decided it, as `kubectl norsk explain` would.
+    let placed = until(
+        &bundles,
+        "huge",
+        "Placed naming the tiers' verdicts",
+        |b: Option<&Bundle>| {
+            b.and_then(|b| b.status.as_ref())
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Placed"))
+                .is_some_and(|c| c.message.contains("no candidate instance type fits"))
+        },
+    )
+    .await;
+    let message = placed
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Placed")
+        .unwrap()
+        .message;
+    assert!(
+        message.starts_with("no tier could place or provision 0/encode (no capacity in any pool: tier "),
+        "{message}"
+    );
     operator.stop().await;
     sim.shutdown().await;
 }

@@ -143,7 +143,12 @@ pub fn observe(
                 placed += usize::from(binding.is_some());
                 running += usize::from(state == "running");
                 if state == "awaitingCapacity" {
-                    awaiting_capacity.push(format!("{}/{}", index, job.job_name));
+                    awaiting_capacity.push(format!(
+                        "{}/{} ({})",
+                        index,
+                        job.job_name,
+                        why_awaiting(core, bundle_id, spec, index, &job.job_name, &job_notes)
+                    ));
                 }
             }
             if let Some(why) = &job_notes.resilience_degraded {
@@ -235,10 +240,42 @@ pub fn observe(
         Some(reason) => Observed::yes(BROKEN, "BundleBroken", reason.clone()),
         None => Observed::no(BROKEN, "NotBroken", ""),
     });
-    if check == AdmissionCheck::Check && !deleting {
+    // A bundle whose every job is placed was admitted in fact: admission
+    // against today's fleet (its own jobs on it) must not contradict Ready.
+    if placed == active && active > 0 && off_air.is_none() && !deleting {
+        conditions.push(Observed::yes(ADMITTED, "Placed", "every job is placed"));
+    } else if check == AdmissionCheck::Check && !deleting {
         conditions.push(admission(core, bundle_id, spec));
     }
     observed
+}
+
+/// What keeps a job waiting for capacity, tier by tier: from its last
+/// decision's trace when placements are traced, else from a traced dry run
+/// on the fleet as it is now (the same engine, nothing placed).
+fn why_awaiting(
+    core: &AutoManagerCore,
+    bundle_id: &BundleId,
+    spec: &BundleSpec,
+    replica_index: u32,
+    job_name: &str,
+    notes: &JobNotes,
+) -> String {
+    if let Some(why) = notes.last_placement.as_ref().filter(|w| w.contains(": tier ")) {
+        return why.clone();
+    }
+    let traced = core
+        .place_dry_run(bundle_id, spec, replica_index, job_name)
+        .ok()
+        .and_then(Result::ok)
+        .and_then(|placement| placement.trace);
+    match traced {
+        Some(trace) => format!("no capacity in any pool: {}", trace.why_not_placed()),
+        None => notes
+            .last_placement
+            .clone()
+            .unwrap_or_else(|| "no capacity in any pool".to_owned()),
+    }
 }
 
 /// What notifications said of each job of `bundle_id` (`spec`), by job.
@@ -292,6 +329,9 @@ pub fn admission_check(previous: Option<&BundleStatus>, same_spec: bool) -> Admi
 /// Keeps what admission found last time (`previous`'s `Admitted`) in an
 /// observation made without the check.
 pub fn keep_admitted(observed: &mut ObservedBundle, previous: Option<&BundleStatus>) {
+    if observed.conditions.iter().any(|c| c.type_ == ADMITTED) {
+        return;
+    }
     if let Some(admitted) = previous.and_then(|s| conditions::find(&s.conditions, ADMITTED)) {
         observed.conditions.push(Observed {
             type_: ADMITTED,

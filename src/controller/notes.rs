@@ -38,7 +38,15 @@ impl Notes {
                 // A new decision supersedes the old one's degradation; the
                 // core reports a degradation right after its decision.
                 let notes = self.jobs.entry(info.job_id.clone()).or_default();
-                notes.last_placement = Some(describe_decision(&info.decision, info.recovery));
+                let mut words = describe_decision(&info.decision, info.recovery);
+                // What decided it (a tier at maxNodes, no shape fitting, the
+                // nodes' verdicts), when the decision carries its trace.
+                if info.decision == Decision::NoCapacityInAnyPool
+                    && let Some(trace) = &info.trace
+                {
+                    words = format!("{words}: {}", trace.why_not_placed());
+                }
+                notes.last_placement = Some(words);
                 notes.resilience_degraded = None;
             }
             Notification::ResilienceDegraded { job_id, violations, .. } => {
