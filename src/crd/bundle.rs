@@ -12,8 +12,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 /// The namespace of a bundle document that names none.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
-/// The desired bundle: the seed's `Bundle` (minus its id, which comes from
-/// the resource's namespace and name).
+/// The desired bundle: its jobs, the pool they are placed into and the
+/// rules between them. Its id on Manager is `<namespace>/<name>`.
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "automanager.norsk.video",

@@ -152,7 +152,8 @@ pub struct DrainJobStatus {
     pub reason: Option<String>,
 }
 
-/// The seed's `DrainState`.
+/// Where the drain is: its phase, each job that was on the node and what
+/// became of it, and why it ended as it did.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeDrainStatus {

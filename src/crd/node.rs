@@ -69,7 +69,7 @@ pub struct NorskNodeStatus {
     /// Instance type or shape.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_type: Option<String>,
-    /// Region.
+    /// The provider region the node runs in (for example `eu-west-1`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
     /// Availability zone (or rack).

@@ -94,24 +94,34 @@ pub struct TerminalVerdict {
     pub at: Option<UnixMillis>,
 }
 
-/// The bundle spec as users write it (the seed's `Bundle` minus its id).
+/// The bundle spec as users write it (a bundle without its id).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-// Shape rules the API server enforces itself (CEL); what needs the fleet is
-// reported on the resource's status instead.
+// Shape rules the API server enforces itself (CEL), each naming the field
+// it is about (`fieldPath`); what needs the fleet is reported on the
+// resource's status instead. The messages name the rule, not the offending
+// job: a `messageExpression` listing names loops over the jobs again and
+// exceeds the API server's cost budget for message expressions many times
+// over; the operator's own validation names them.
 #[schemars(extend("x-kubernetes-validations" = [
     {"rule": "self.jobs.all(j, self.jobs.exists_one(k, k.jobName == j.jobName))",
-     "message": "job names must be unique within a bundle"},
+     "message": "job names must be unique within a bundle",
+     "fieldPath": ".jobs"},
     {"rule": "self.jobs.all(j, !has(j.coLocateWith) || j.coLocateWith.all(n, n != j.jobName && self.jobs.exists(k, k.jobName == n)))",
-     "message": "coLocateWith must name other jobs of this bundle"},
+     "message": "coLocateWith must name other jobs of this bundle",
+     "fieldPath": ".jobs"},
     {"rule": "self.jobs.all(j, !has(j.separateFrom) || j.separateFrom.all(n, n != j.jobName && self.jobs.exists(k, k.jobName == n)))",
-     "message": "separateFrom must name other jobs of this bundle"},
+     "message": "separateFrom must name other jobs of this bundle",
+     "fieldPath": ".jobs"},
     {"rule": "self.jobs.all(j, !has(j.coLocateWith) || !has(j.separateFrom) || j.coLocateWith.all(n, !(n in j.separateFrom)))",
-     "message": "a job cannot both co-locate with and separate from the same job"},
+     "message": "a job cannot both co-locate with and separate from the same job",
+     "fieldPath": ".jobs"},
     {"rule": "!has(self.backupParameterOverrides) || self.backupParameterOverrides.all(n, self.jobs.exists(k, k.jobName == n))",
-     "message": "backupParameterOverrides must be keyed by job names of this bundle"},
+     "message": "backupParameterOverrides must be keyed by job names of this bundle",
+     "fieldPath": ".backupParameterOverrides"},
     {"rule": "self.jobs.all(j, !has(j.startedReplicas) || j.startedReplicas.all(r, r == 0 || has(self.resiliencePolicy)))",
-     "message": "startedReplicas must name replicas the bundle has: 0 (the primary) and, with a resiliencePolicy, 1 (the backup)"}
+     "message": "startedReplicas must name replicas the bundle has: 0 (the primary) and, with a resiliencePolicy, 1 (the backup)",
+     "fieldPath": ".jobs"}
 ]))]
 pub struct BundleSpec {
     /// The one pool the primary is placed into.

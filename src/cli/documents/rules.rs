@@ -43,6 +43,10 @@ pub const COVERED: &[(&str, &str)] = &[
         "validate_bundle: singleUseRequiresExclusive",
     ),
     (
+        "has(self.scaleOut) && self.scaleOut == 'fixed' || has(self.candidateInstanceTypes) && size(self.candidateInstanceTypes) > 0",
+        "validate_pools: noCandidateInstanceTypes",
+    ),
+    (
         "self.tiers.all(t, self.tiers.exists_one(u, u.name == t.name))",
         "validate_pools: duplicateTier",
     ),
