@@ -185,13 +185,14 @@ impl Process {
             .unwrap_or_else(|| panic!("no {message:?} line in the log:\n{lines:#?}"))
     }
 
-    /// Waits until `/readyz` answers 200.
-    async fn ready(&mut self) {
-        let ready = tokio::time::timeout(WAIT, async {
+    /// Whether `/readyz` answers `code` within [`WAIT`].
+    async fn readyz_becomes(&self, code: &str) -> bool {
+        let wanted = format!(" {code} ");
+        tokio::time::timeout(WAIT, async {
             loop {
                 if http_status(self.port, "/readyz")
                     .await
-                    .is_some_and(|l| l.contains(" 200 "))
+                    .is_some_and(|l| l.contains(&wanted))
                 {
                     return;
                 }
@@ -199,8 +200,13 @@ impl Process {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
-        .await;
-        if ready.is_err() {
+        .await
+        .is_ok()
+    }
+
+    /// Waits until `/readyz` answers 200.
+    async fn ready(&mut self) {
+        if !self.readyz_becomes("200").await {
             let _ = self.child.kill();
             panic!("the operator never became ready");
         }
@@ -643,20 +649,8 @@ async fn a_manager_without_the_extensions_is_named_once_and_the_operator_is_not_
         );
     }
     // Not ready while leading a Manager that cannot store bundles.
-    let unready = tokio::time::timeout(WAIT, async {
-        loop {
-            if http_status(operator.port, "/readyz")
-                .await
-                .is_some_and(|l| l.contains(" 503 "))
-            {
-                return;
-            }
-            // The operator is another process; poll its endpoint.
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
-    assert!(unready.is_ok(), "/readyz stayed 200 with Manager lacking CreateBundle");
+    let unready = operator.readyz_becomes("503").await;
+    assert!(unready, "/readyz stayed 200 with Manager lacking CreateBundle");
     let (_, metrics) = http_get(operator.port, "/metrics", "*/*")
         .await
         .expect("/metrics answers");

@@ -28,7 +28,10 @@ SOURCE="$(git -C "$ROOT" remote get-url origin 2>/dev/null || true)"
 start=$SECONDS
 log "building the static release binaries ($TARGET)"
 # As the Dockerfile's build stage: cargo build --release --locked --target <arch>-unknown-linux-musl.
-(cd "$ROOT" && cargo build --release --locked --target "$TARGET" --bin norsk-auto-manager --bin kubectl-norsk)
+# The commit goes in as the Dockerfile passes it (REVISION), so the binary's build_info and
+# --version name the commit the image's label names.
+(cd "$ROOT" && NORSK_REVISION="$REVISION" cargo build --release --locked --target "$TARGET" --bin norsk-auto-manager --bin kubectl-norsk)
+echo "$REVISION" >"$OUT/revision"
 release="$ROOT/target/$TARGET/release"
 log "binaries built in $((SECONDS - start))s"
 

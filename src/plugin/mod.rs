@@ -483,6 +483,7 @@ pub async fn run_in(client: Client, scope: &Scope, command: Command) -> Result<E
         (Scope::All, other) => return Err(PluginError::AllNamespaces(other.name())),
         (Scope::Namespace(namespace), _) => namespace.as_str(),
     };
+    let command_name = command.name();
     match command {
         Command::Completion { shell } => Ok(crate::cli::print_completion::<Cli>(shell, "kubectl-norsk")),
         Command::Plan { fleet, bundles, output } => {
@@ -556,16 +557,8 @@ pub async fn run_in(client: Client, scope: &Scope, command: Command) -> Result<E
             job,
             replica,
             no_wait,
-        } => {
-            let request = StartStop {
-                bundle,
-                job,
-                replica,
-                start: true,
-            };
-            start_or_stop(client, namespace, request, no_wait).await
         }
-        Command::Stop {
+        | Command::Stop {
             bundle,
             job,
             replica,
@@ -575,7 +568,7 @@ pub async fn run_in(client: Client, scope: &Scope, command: Command) -> Result<E
                 bundle,
                 job,
                 replica,
-                start: false,
+                start: matches!(command_name, "start"),
             };
             start_or_stop(client, namespace, request, no_wait).await
         }
