@@ -31,12 +31,12 @@ log "building the static release binaries ($TARGET)"
 # The commit goes in as the Dockerfile passes it (REVISION), so the binary's build_info and
 # --version name the commit the image's label names.
 (cd "$ROOT" && NORSK_REVISION="$REVISION" cargo build --release --locked --target "$TARGET" --bin norsk-auto-manager --bin kubectl-norsk)
-echo "$REVISION" >"$OUT/revision"
 release="$ROOT/target/$TARGET/release"
 log "binaries built in $((SECONDS - start))s"
 
 rm -rf "$OUT/layout" "$OUT/bundle"
 mkdir -p "$OUT"
+echo "$REVISION" >"$OUT/revision"
 umoci init --layout "$OUT/layout"
 umoci new --image "$OUT/layout:$TAG"
 umoci unpack --image "$OUT/layout:$TAG" "$OUT/bundle" >/dev/null
