@@ -479,3 +479,38 @@ fn the_job_is_not_placed_again_while_a_stop_to_its_source_is_on_its_way() {
         "placed again once every stop is answered"
     );
 }
+
+#[test]
+fn a_source_told_to_stop_again_at_its_deadline_holds_its_job_until_both_stops_are_answered() {
+    let (mut h, job, id) = up_to(MigrationStrategy::Overlap, MigrationPhase::Starting);
+    let s = state(&h, &id);
+    // The target takes a while to run: the source is told to stop well
+    // after the migration started, and again at `stoppingSource`'s
+    // deadline.
+    h.advance(20_000);
+    target_runs(&mut h, &id);
+    let first = h.take_calls();
+    assert_eq!(stops(&first.iter().map(|(_, c)| c.clone()).collect::<Vec<_>>()).len(), 1);
+    h.advance(DEFAULT_MIGRATION_STOPPING_SOURCE_TIMEOUT_MS as i64);
+    assert_eq!(state(&h, &id).phase, MigrationPhase::Done);
+    let second = h.take_calls();
+    assert_eq!(second.len(), 1, "told again: {second:?}");
+    // The first stop is answered and the source seen stopped; the second
+    // is still on its way.
+    h.ok(first[0].0);
+    source_stops(&mut h, &id);
+    h.failed(&job, &s.target_node_id);
+    h.advance(60_000);
+    assert!(
+        !h.take_calls().iter().any(|(_, c)| matches!(c, Rpc::StartJob { .. })),
+        "placed again under the source's key while a stop to it is unanswered"
+    );
+    h.ok(second[0].0);
+    h.advance(1);
+    assert!(
+        h.take_calls()
+            .iter()
+            .any(|(_, c)| matches!(c, Rpc::StartJob { job_id, .. } if job_id == &job)),
+        "placed again once every stop is answered"
+    );
+}

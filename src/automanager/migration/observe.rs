@@ -300,11 +300,9 @@ impl AutoManagerCore {
         result: Result<(), RpcFailure>,
         now: UnixMillis,
     ) {
-        if call == MigrationCall::StopSource
-            && let Some(job) = self.migrations.get(id).map(|m| m.job_id.clone())
-        {
+        if call == MigrationCall::StopSource {
             let gone = matches!(&result, Err(f) if f.kind == RpcFailureKind::NotFound);
-            self.migrations.source_stop_answered(&job, gone);
+            self.migrations.source_stop_answered(id, gone);
         }
         if call == MigrationCall::StartTarget {
             self.migrations.start_pending.remove(id);
