@@ -10,7 +10,9 @@
 //!    job, a dropped one, one not placed yet): they follow their peers when
 //!    they are placed. A member bound there that is not running, or is
 //!    already migrating, refuses the whole group — a group moves whole or
-//!    not at all.
+//!    not at all. So does any member still migrating from an earlier move
+//!    (one that completed ahead of the rest is already on the target, its
+//!    peers still on their way): a second move would split the group.
 //! 2. **One target for the group.** The job asked for is placed first as
 //!    its group's first mover: its request says the group is moving off
 //!    the source (`PlacementRequest::moving_group_from`), so the members'
@@ -127,6 +129,18 @@ impl AutoManagerCore {
             .into_iter()
             .filter(|member| member == job || self.jobs.get(member).is_some_and(|r| r.is_bound_to(source)))
             .collect()
+    }
+
+    /// A member of `job`'s co-located group (other than `job`) whose
+    /// migration is still in flight, with that migration: while one is, the
+    /// group is mid-move — part of it may already run on the target, part
+    /// still on the source — and no member starts a move of its own, which
+    /// would place it apart from where the group ends up.
+    pub(super) fn peer_still_moving(&self, job: &JobId) -> Option<(JobId, MigrationId)> {
+        self.group_of(job).into_iter().filter(|member| member != job).find_map(|member| {
+            let id = self.jobs.get(&member)?.migration.as_ref()?.migration_id.clone();
+            Some((member, id))
+        })
     }
 
     /// Whether `record`'s job, waiting to be placed, waits for its
