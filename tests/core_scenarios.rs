@@ -1088,3 +1088,36 @@ fn inputs_fed_together_are_one_step_with_the_outcome_of_feeding_them_one_by_one(
         "placed more than once for one batch"
     );
 }
+
+#[test]
+fn a_node_this_core_terminated_no_longer_counts_against_max_nodes_once_it_has_stopped() {
+    let mut settings = settings();
+    settings.placement_pools = serde_yaml::from_str(&POOLS.replace(
+        "      provisionTimeoutMs: 600000\n",
+        "      provisionTimeoutMs: 600000\n      maxNodes: 1\n",
+    ))
+    .expect("pools parse");
+    let mut h = Harness::with(settings);
+    h.event(ManagerEvent::InitialDataComplete);
+    h.bundle("b", ONE_JOB);
+    let calls = h.take_calls();
+    let (node, _, node_tags) = create_node(&calls).expect("provisioned on aws");
+    assert_eq!(node_tags[tags::TIER], "aws");
+    h.ok(calls[0].0);
+    let t: Vec<(&str, &str)> = node_tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    h.provisioned_node_starts(node.as_str(), ProviderKind::Aws, &t);
+    h.start_all();
+    job_ends(&mut h, &job_id("b", 0, "encode"));
+    h.command(Command::TerminateNode(node.clone()));
+    h.ok_all();
+    h.node_stopping(node.as_str(), NodeStopReason::UserRequested);
+    h.event(ManagerEvent::NodeStopped(node.clone()));
+    h.bundle("c", ONE_JOB);
+    let calls = h.take_calls();
+    let (again, _, again_tags) = create_node(&calls).expect("a node is provisioned for the next job");
+    assert_eq!(
+        again_tags[tags::TIER],
+        "aws",
+        "{again}: the stopped node still counted against the aws tier's maxNodes"
+    );
+}
