@@ -1121,3 +1121,49 @@ fn a_node_this_core_terminated_no_longer_counts_against_max_nodes_once_it_has_st
         "{again}: the stopped node still counted against the aws tier's maxNodes"
     );
 }
+
+#[test]
+fn a_broken_bundle_s_replica_waiting_for_its_node_is_never_started_there() {
+    let mut h = empty_hydrated();
+    h.bundle(
+        "b",
+        "pool: production\nresiliencePolicy: {sameNode: forbid}\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 3, maxRestartsPerHour: 0}}\n",
+    );
+    let calls = h.take_calls();
+    let provisions: Vec<(NodeId, Vec<(String, String)>)> = calls
+        .iter()
+        .filter_map(|(_, rpc)| match rpc {
+            Rpc::CreateNode { node_id, tags, .. } => Some((node_id.clone(), tags.clone().into_iter().collect())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(provisions.len(), 2, "a node each for the primary and the backup");
+    for (id, _) in &calls {
+        h.ok(*id);
+    }
+    let node_for = |job: &str| {
+        provisions
+            .iter()
+            .find(|(_, t)| t.iter().any(|(k, v)| k == tags::PROVISIONED_FOR && v == job))
+            .cloned()
+            .expect("a node provisioned for the job")
+    };
+    let (primary_node, primary_tags) = node_for("b/0/encode");
+    let (backup_node, backup_tags) = node_for("b/1/encode");
+    let t: Vec<(&str, &str)> = primary_tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    h.provisioned_node_starts(primary_node.as_str(), ProviderKind::Aws, &t);
+    h.start_all();
+    // The primary fails past its ceiling: the production ends.
+    h.failed(&job_id("b", 0, "encode"), &primary_node);
+    assert!(kinds(&h.take_notifications()).contains(&"bundleBroken".to_owned()));
+    let t: Vec<(&str, &str)> = backup_tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    h.provisioned_node_starts(backup_node.as_str(), ProviderKind::Aws, &t);
+    let calls = h.take_calls();
+    assert!(start_jobs(&calls).is_empty(), "a replica of a broken bundle started: {calls:?}");
+    assert!(
+        calls
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::TerminateNode { node_id } if *node_id == backup_node)),
+        "the node launched for the backup is released: {calls:?}"
+    );
+}

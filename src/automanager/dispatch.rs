@@ -463,6 +463,7 @@ impl AutoManagerCore {
                 return;
             }
             self.broken.insert(bundle_id.clone(), reason.clone());
+            self.withhold_unstarted(&bundle_id);
             self.counters.bundles_broken += 1;
             self.notify(Notification::BundleBroken {
                 bundle_id: bundle_id.clone(),
@@ -484,6 +485,25 @@ impl AutoManagerCore {
             },
             Pending::Other,
         );
+    }
+
+    /// A broken bundle "stops placing every replica of it": a job of it
+    /// placed on a node still launching, its `StartJob` not yet sent, is
+    /// not started there when the node comes up; a node provisioned for it
+    /// and carrying nothing else is released with it.
+    pub(super) fn withhold_unstarted(&mut self, bundle_id: &crate::model::BundleId) {
+        let waiting: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|r| {
+                &r.bundle_ref.bundle_id == bundle_id
+                    && r.binding.as_ref().is_some_and(|b| b.phase == BindingPhase::AwaitingNode)
+            })
+            .map(|r| r.job_id().clone())
+            .collect();
+        for job_id in waiting {
+            self.end_binding(&job_id);
+        }
     }
 
     /// The job's instance ended without a failure (window over, stopped on
