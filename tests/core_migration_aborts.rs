@@ -514,3 +514,61 @@ fn a_source_told_to_stop_again_at_its_deadline_holds_its_job_until_both_stops_ar
         "placed again once every stop is answered"
     );
 }
+
+#[test]
+fn a_target_whose_start_is_on_its_way_when_its_node_is_terminated_is_stopped_once_started() {
+    let (mut h, job, _) = running_job();
+    let id = migrate(&mut h, &job, MigrationStrategy::Overlap);
+    let s = state(&h, &id);
+    let start = h.take_calls();
+    assert!(matches!(&start[..], [(_, Rpc::StartMigrationTarget { .. })]), "{start:?}");
+    // The target's node is terminated before Manager answers the start.
+    h.command(Command::TerminateNode(s.target_node_id.clone()));
+    assert_eq!(state(&h, &id).phase, MigrationPhase::Aborted);
+    assert!(
+        stops(&calls(&mut h)).is_empty(),
+        "a stop sent before the start is answered could overtake it"
+    );
+    // Manager carried the start out: the target is stopped, not left
+    // running beside the source.
+    h.ok(start[0].0);
+    assert_eq!(stops(&calls(&mut h)), vec![(s.target_key, s.target_node_id)]);
+    assert_eq!(bound(&h, &job), (s.source_node_id, s.source_key));
+}
+
+#[test]
+fn a_prepared_target_whose_start_manager_did_not_hear_is_started_again() {
+    let (mut h, job, id) = up_to(MigrationStrategy::StopThenStart, MigrationPhase::StoppingSource);
+    source_stops(&mut h, &id);
+    let start = h.take_calls();
+    assert!(matches!(&start[..], [(_, Rpc::StartPreparedJob { .. })]), "{start:?}");
+    h.fail(start[0].0, RpcFailureKind::Transient);
+    assert_eq!(state(&h, &id).phase, MigrationPhase::StartingTarget, "failed forward, not lost");
+    let again = calls(&mut h);
+    assert!(matches!(&again[..], [Rpc::StartPreparedJob { .. }]), "{again:?}");
+    target_runs(&mut h, &id);
+    let s = state(&h, &id);
+    assert_eq!(s.phase, MigrationPhase::Done);
+    assert_eq!(bound(&h, &job), (s.target_node_id, s.target_key));
+}
+
+#[test]
+fn a_prepared_target_manager_refused_to_start_is_stopped_when_its_migration_is_lost() {
+    let (mut h, job, id) = up_to(MigrationStrategy::StopThenStart, MigrationPhase::StoppingSource);
+    source_stops(&mut h, &id);
+    let start = h.take_calls();
+    h.fail(start[0].0, RpcFailureKind::Rejected);
+    let s = state(&h, &id);
+    assert_eq!(s.phase, MigrationPhase::Lost);
+    let after = calls(&mut h);
+    assert!(
+        stops(&after).contains(&(s.target_key.clone(), s.target_node_id.clone())),
+        "the prepared target is stopped: {after:?}"
+    );
+    assert!(
+        after
+            .iter()
+            .any(|c| matches!(c, Rpc::StartJob { job_id, .. } if *job_id == job)),
+        "the job is placed afresh: {after:?}"
+    );
+}

@@ -280,13 +280,7 @@ impl AutoManagerCore {
              afresh beside the group"
         );
         self.signal(id, MigrationStep::Abort(reason.clone()));
-        if target == Target::Stop && dispatched {
-            if self.migrations.start_pending.contains(id) {
-                self.migrations.stop_when_started.insert(id.clone());
-            } else {
-                self.stop_target(id);
-            }
-        }
+        self.wind_down_target(id, target, dispatched);
         self.stop_source(id);
         self.lost_and_placed_afresh(id, &job_id, source_node, &reason, now);
         self.release_group_if_ready(id, now);
