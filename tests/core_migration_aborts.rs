@@ -572,3 +572,20 @@ fn a_prepared_target_manager_refused_to_start_is_stopped_when_its_migration_is_l
         "the job is placed afresh: {after:?}"
     );
 }
+
+#[test]
+fn an_aborted_target_whose_stop_manager_did_not_hear_is_stopped_again() {
+    let (mut h, _, id) = up_to(MigrationStrategy::Handover, MigrationPhase::AwaitingReady);
+    h.command(Command::AbortMigration {
+        migration_id: id.clone(),
+        reason: "operator changed mind".into(),
+    });
+    let s = state(&h, &id);
+    let stop = h
+        .take_calls()
+        .into_iter()
+        .find(|(_, c)| matches!(c, Rpc::StopJob { .. }))
+        .expect("the target is stopped");
+    h.fail(stop.0, RpcFailureKind::Transient);
+    assert_eq!(stops(&calls(&mut h)), vec![(s.target_key, s.target_node_id)]);
+}

@@ -351,6 +351,9 @@ impl AutoManagerCore {
                 self.stop_source(id);
             }
             MigrationCall::StopTarget if failure.kind == RpcFailureKind::NotFound => {}
+            // Manager did not hear it: a target left running beside the job
+            // would run it twice, so it is told again.
+            MigrationCall::StopTarget if failure.kind == RpcFailureKind::Transient => self.stop_target(id),
             MigrationCall::Signal
                 if in_flight && !self.migrations.get(id).is_some_and(|m| m.past_point_of_no_return) =>
             {
