@@ -1167,3 +1167,22 @@ fn a_broken_bundle_s_replica_waiting_for_its_node_is_never_started_there() {
         "the node launched for the backup is released: {calls:?}"
     );
 }
+
+#[test]
+fn a_terminate_manager_did_not_hear_is_sent_again_and_the_node_terminated_once() {
+    let mut h = Harness::hydrated();
+    h.command(Command::TerminateNode(NodeId::from("a")));
+    let calls = h.take_calls();
+    assert!(matches!(&calls[..], [(_, Rpc::TerminateNode { .. })]), "{calls:?}");
+    h.take_notifications();
+    h.fail(calls[0].0, RpcFailureKind::Transient);
+    let again = h.take_calls();
+    assert!(
+        matches!(&again[..], [(_, Rpc::TerminateNode { node_id })] if node_id.as_str() == "a"),
+        "told again: {again:?}"
+    );
+    assert!(
+        !kinds(&h.take_notifications()).contains(&"nodeTerminated".to_owned()),
+        "nodeTerminated fires once per node, when first issued"
+    );
+}

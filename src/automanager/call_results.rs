@@ -12,14 +12,19 @@ use super::binding::StopWait;
 use super::core::{AutoManagerCore, Pending};
 use super::recovery::MIN_RECOVERY_INTERVAL_MS;
 use super::spares::is_spare_tagged;
-use super::{CommandError, Notification, RequestId, RpcFailure, RpcFailureKind};
+use super::{CommandError, Notification, RequestId, Rpc, RpcFailure, RpcFailureKind};
 
 impl AutoManagerCore {
     pub(super) fn rpc_result(&mut self, id: RequestId, result: Result<(), RpcFailure>, now: UnixMillis) {
         let Some(pending) = self.pending.remove(&id) else {
             return;
         };
-        if let Pending::TerminateNode(node_id) = &pending {
+        // A terminate Manager did not hear is sent again (below): a drain
+        // waiting on it waits for that answer instead.
+        let unheard = matches!(&result, Err(f) if f.kind == RpcFailureKind::Transient);
+        if let Pending::TerminateNode(node_id) = &pending
+            && !unheard
+        {
             self.drain_terminate_settled(node_id, result.as_ref().err());
         }
         match pending {
@@ -36,6 +41,18 @@ impl AutoManagerCore {
                 Err(failure) if failure.kind == RpcFailureKind::NotFound => {
                     self.fleet.remove(&node_id);
                     self.fleet_epoch += 1;
+                }
+                // Not heard: the node would run (and cost) on, taking
+                // nothing, counted against its tier's `maxNodes`. It is told
+                // again; `nodeTerminated` fired once, when it was first
+                // issued.
+                Err(_) if unheard && self.fleet.get(&node_id).is_some_and(|n| n.phase != NodePhase::Stopped) => {
+                    self.call(
+                        Rpc::TerminateNode {
+                            node_id: node_id.clone(),
+                        },
+                        Pending::TerminateNode(node_id),
+                    );
                 }
                 Err(failure) => self.notify(Notification::Error {
                     message: format!("terminating {node_id} failed: {}", failure.message),
