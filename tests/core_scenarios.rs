@@ -1186,3 +1186,28 @@ fn a_terminate_manager_did_not_hear_is_sent_again_and_the_node_terminated_once()
         "nodeTerminated fires once per node, when first issued"
     );
 }
+
+#[test]
+fn a_node_created_after_its_provision_timed_out_is_terminated_once_it_exists() {
+    let mut h = empty_hydrated();
+    h.bundle("b", ONE_JOB);
+    let create = h.take_calls();
+    let (node, _, _) = create_node(&create).expect("a node is provisioned");
+    // The create is slow: the provision times out and is given up on.
+    h.advance(600_000);
+    let terminate = h
+        .take_calls()
+        .into_iter()
+        .find(|(_, r)| matches!(r, Rpc::TerminateNode { .. }))
+        .expect("terminated past its provisionTimeoutMs");
+    // Manager does not know the node yet; then the create goes through.
+    h.fail(terminate.0, RpcFailureKind::NotFound);
+    assert!(h.core.fleet().contains(&node), "forgotten while its create was on its way");
+    h.ok(create[0].0);
+    assert!(
+        h.take_calls()
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::TerminateNode { node_id } if *node_id == node)),
+        "{node} exists now and would run on, leaked"
+    );
+}
