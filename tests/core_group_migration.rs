@@ -944,3 +944,16 @@ fn a_member_that_arrived_ahead_of_its_group_does_not_move_again_until_the_group_
     let again = migrate(&mut h, &package(), MigrationStrategy::Overlap);
     assert_eq!(state(&h, &again).group.len(), 1, "the whole group moves: {:?}", state(&h, &again));
 }
+
+#[test]
+fn a_member_that_fails_beside_its_running_group_rejoins_it_on_its_node() {
+    let mut h = ch1_on_a();
+    h.failed(&package(), &node("a"));
+    h.advance(10_000);
+    let recovered = h.start_all();
+    assert_eq!(
+        recovered,
+        vec![(package(), node("a"))],
+        "placed beside encode, the only node co-location allows it"
+    );
+}

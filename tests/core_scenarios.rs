@@ -1211,3 +1211,30 @@ fn a_node_created_after_its_provision_timed_out_is_terminated_once_it_exists() {
         "{node} exists now and would run on, leaked"
     );
 }
+
+#[test]
+fn a_single_use_job_s_node_is_released_once_its_co_located_peer_has_left_too() {
+    let mut h = empty_hydrated();
+    h.bundle(
+        "b",
+        "pool: production\njobs:\n  - {jobName: encode, exclusive: true, singleUse: true, requirements: {requiredCapacity: 2}}\n  - {jobName: package, coLocateWith: [encode], requirements: {requiredCapacity: 1}}\n",
+    );
+    let calls = h.take_calls();
+    let (node, _, node_tags) = create_node(&calls).expect("one node for the pair");
+    h.ok(calls[0].0);
+    let t: Vec<(&str, &str)> = node_tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    h.provisioned_node_starts(node.as_str(), ProviderKind::Aws, &t);
+    assert_eq!(h.start_all().len(), 2);
+    let terminated = |calls: &[(norsk_auto_manager::automanager::RequestId, Rpc)]| {
+        calls
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::TerminateNode { node_id } if *node_id == node))
+    };
+    job_ends(&mut h, &job_id("b", 0, "encode"));
+    assert!(!terminated(&h.take_calls()), "terminated under its co-located peer");
+    job_ends(&mut h, &job_id("b", 0, "package"));
+    assert!(
+        terminated(&h.take_calls()),
+        "the single-use job's node is left for reuse once empty"
+    );
+}

@@ -386,6 +386,15 @@ impl AutoManagerCore {
     /// only the binding ends.
     pub(super) fn lose_instance(&mut self, job_id: &JobId, cause: LossCause, now: UnixMillis) {
         let hydrated = self.hydrated;
+        // A member of a co-located group whose peers stay on its node
+        // rejoins them there: the group's node is the only one the hard
+        // co-location rule allows it, so keeping it away from the node it
+        // was lost on would leave it placed nowhere.
+        let rejoins_group = self
+            .jobs
+            .get(job_id)
+            .and_then(|r| r.binding.as_ref())
+            .is_some_and(|b| self.moving_group(job_id, &b.node_id).len() > 1);
         let Some(record) = self.jobs.get_mut(job_id) else {
             return;
         };
@@ -407,9 +416,14 @@ impl AutoManagerCore {
             let requirements = record.job.spec.requirements.clone();
             match judge(&self.settings, &requirements, &mut record.restarts, &cause, now) {
                 FailureVerdict::Restart => {
+                    let excluded_nodes = if rejoins_group {
+                        Vec::new()
+                    } else {
+                        vec![binding.node_id.clone()]
+                    };
                     record.recovery = Some(RecoveryContext {
                         on_runtime_failure: Some(requirements.on_runtime_failure),
-                        excluded_nodes: vec![binding.node_id.clone()],
+                        excluded_nodes,
                     });
                     // Lost with a node that is stopping, not stopped:
                     // Manager may still hold the instance there. Recovery
@@ -535,11 +549,7 @@ impl AutoManagerCore {
         let Some(node) = self.fleet.get(node_id) else {
             return;
         };
-        if node.terminated
-            || node.is_going()
-            || self.jobs.values().any(|r| r.is_bound_to(node_id))
-            || self.hosts_migration_target(node_id)
-        {
+        if node.terminated || node.is_going() {
             return;
         }
         let provisioned_here = node.provisioned.is_some();
@@ -548,7 +558,16 @@ impl AutoManagerCore {
                 .inventory
                 .as_ref()
                 .map_or(provisioned_here, |i| i.kind != ProviderKind::LocalServers);
-        if (provisioned_here && node.is_launching()) || (single_use && provisioned_cloud) {
+        let single_use = (single_use && provisioned_cloud) || node.release_when_empty;
+        if self.jobs.values().any(|r| r.is_bound_to(node_id)) || self.hosts_migration_target(node_id) {
+            // A single-use job left company behind (its co-located peers):
+            // the node goes once they have left too.
+            if single_use && let Some(node) = self.fleet.get_mut(node_id) {
+                node.release_when_empty = true;
+            }
+            return;
+        }
+        if (provisioned_here && node.is_launching()) || single_use {
             self.terminate(node_id);
         }
     }
