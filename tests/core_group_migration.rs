@@ -911,3 +911,54 @@ fn a_node_interrupted_notification_carries_each_key_once() {
     assert_eq!(value["interruptionKind"], "spot-interruption", "{line}");
     assert_eq!(value["nodeId"], "a", "{line}");
 }
+
+#[test]
+fn a_member_that_arrived_ahead_of_its_group_does_not_move_again_until_the_group_has_arrived() {
+    let mut h = ch1_on_a();
+    let enc = migrate(&mut h, &encode(), MigrationStrategy::Overlap);
+    let pkg = state(&h, &enc).group[0].migration_id.clone();
+    calls(&mut h);
+    make_ready(&mut h, &pkg);
+    calls(&mut h);
+    assert_eq!(state(&h, &pkg).phase, MigrationPhase::AwaitingGroup);
+    // `package`'s source fails with its target running: it lands there
+    // ahead of `encode`, which is still on its way.
+    h.failed(&package(), &node("a"));
+    assert_eq!(state(&h, &pkg).phase, MigrationPhase::Done);
+    assert_eq!(h.bound_node(&package()), Some(node("b")));
+    assert_eq!(state(&h, &enc).phase, MigrationPhase::Starting);
+    let refusal = try_migrate(&mut h, &package(), options(MigrationStrategy::Overlap));
+    match refusal {
+        Err(CommandError::Migration(MigrationRefusal::GroupCannotMove { reason, .. })) => {
+            assert!(reason.contains("ch1/0/encode is still moving"), "{reason}")
+        }
+        other => panic!("a second move of the group is refused while it moves: {other:?}"),
+    }
+    // The group arrives together on `b`, and may then move again, whole.
+    make_ready(&mut h, &enc);
+    calls(&mut h);
+    finish(&mut h, &enc);
+    assert_eq!(state(&h, &enc).phase, MigrationPhase::Done);
+    assert_eq!(h.bound_node(&encode()), Some(node("b")));
+    assert_eq!(h.bound_node(&package()), Some(node("b")));
+    let again = migrate(&mut h, &package(), MigrationStrategy::Overlap);
+    assert_eq!(
+        state(&h, &again).group.len(),
+        1,
+        "the whole group moves: {:?}",
+        state(&h, &again)
+    );
+}
+
+#[test]
+fn a_member_that_fails_beside_its_running_group_rejoins_it_on_its_node() {
+    let mut h = ch1_on_a();
+    h.failed(&package(), &node("a"));
+    h.advance(10_000);
+    let recovered = h.start_all();
+    assert_eq!(
+        recovered,
+        vec![(package(), node("a"))],
+        "placed beside encode, the only node co-location allows it"
+    );
+}

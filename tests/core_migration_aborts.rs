@@ -479,3 +479,123 @@ fn the_job_is_not_placed_again_while_a_stop_to_its_source_is_on_its_way() {
         "placed again once every stop is answered"
     );
 }
+
+#[test]
+fn a_source_told_to_stop_again_at_its_deadline_holds_its_job_until_both_stops_are_answered() {
+    let (mut h, job, id) = up_to(MigrationStrategy::Overlap, MigrationPhase::Starting);
+    let s = state(&h, &id);
+    // The target takes a while to run: the source is told to stop well
+    // after the migration started, and again at `stoppingSource`'s
+    // deadline.
+    h.advance(20_000);
+    target_runs(&mut h, &id);
+    let first = h.take_calls();
+    assert_eq!(
+        stops(&first.iter().map(|(_, c)| c.clone()).collect::<Vec<_>>()).len(),
+        1
+    );
+    h.advance(DEFAULT_MIGRATION_STOPPING_SOURCE_TIMEOUT_MS as i64);
+    assert_eq!(state(&h, &id).phase, MigrationPhase::Done);
+    let second = h.take_calls();
+    assert_eq!(second.len(), 1, "told again: {second:?}");
+    // The first stop is answered and the source seen stopped; the second
+    // is still on its way.
+    h.ok(first[0].0);
+    source_stops(&mut h, &id);
+    h.failed(&job, &s.target_node_id);
+    h.advance(60_000);
+    assert!(
+        !h.take_calls().iter().any(|(_, c)| matches!(c, Rpc::StartJob { .. })),
+        "placed again under the source's key while a stop to it is unanswered"
+    );
+    h.ok(second[0].0);
+    h.advance(1);
+    assert!(
+        h.take_calls()
+            .iter()
+            .any(|(_, c)| matches!(c, Rpc::StartJob { job_id, .. } if job_id == &job)),
+        "placed again once every stop is answered"
+    );
+}
+
+#[test]
+fn a_target_whose_start_is_on_its_way_when_its_node_is_terminated_is_stopped_once_started() {
+    let (mut h, job, _) = running_job();
+    let id = migrate(&mut h, &job, MigrationStrategy::Overlap);
+    let s = state(&h, &id);
+    let start = h.take_calls();
+    assert!(
+        matches!(&start[..], [(_, Rpc::StartMigrationTarget { .. })]),
+        "{start:?}"
+    );
+    // The target's node is terminated before Manager answers the start.
+    h.command(Command::TerminateNode(s.target_node_id.clone()));
+    assert_eq!(state(&h, &id).phase, MigrationPhase::Aborted);
+    assert!(
+        stops(&calls(&mut h)).is_empty(),
+        "a stop sent before the start is answered could overtake it"
+    );
+    // Manager carried the start out: the target is stopped, not left
+    // running beside the source.
+    h.ok(start[0].0);
+    assert_eq!(stops(&calls(&mut h)), vec![(s.target_key, s.target_node_id)]);
+    assert_eq!(bound(&h, &job), (s.source_node_id, s.source_key));
+}
+
+#[test]
+fn a_prepared_target_whose_start_manager_did_not_hear_is_started_again() {
+    let (mut h, job, id) = up_to(MigrationStrategy::StopThenStart, MigrationPhase::StoppingSource);
+    source_stops(&mut h, &id);
+    let start = h.take_calls();
+    assert!(matches!(&start[..], [(_, Rpc::StartPreparedJob { .. })]), "{start:?}");
+    h.fail(start[0].0, RpcFailureKind::Transient);
+    assert_eq!(
+        state(&h, &id).phase,
+        MigrationPhase::StartingTarget,
+        "failed forward, not lost"
+    );
+    let again = calls(&mut h);
+    assert!(matches!(&again[..], [Rpc::StartPreparedJob { .. }]), "{again:?}");
+    target_runs(&mut h, &id);
+    let s = state(&h, &id);
+    assert_eq!(s.phase, MigrationPhase::Done);
+    assert_eq!(bound(&h, &job), (s.target_node_id, s.target_key));
+}
+
+#[test]
+fn a_prepared_target_manager_refused_to_start_is_stopped_when_its_migration_is_lost() {
+    let (mut h, job, id) = up_to(MigrationStrategy::StopThenStart, MigrationPhase::StoppingSource);
+    source_stops(&mut h, &id);
+    let start = h.take_calls();
+    h.fail(start[0].0, RpcFailureKind::Rejected);
+    let s = state(&h, &id);
+    assert_eq!(s.phase, MigrationPhase::Lost);
+    let after = calls(&mut h);
+    assert!(
+        stops(&after).contains(&(s.target_key.clone(), s.target_node_id.clone())),
+        "the prepared target is stopped: {after:?}"
+    );
+    assert!(
+        after
+            .iter()
+            .any(|c| matches!(c, Rpc::StartJob { job_id, .. } if *job_id == job)),
+        "the job is placed afresh: {after:?}"
+    );
+}
+
+#[test]
+fn an_aborted_target_whose_stop_manager_did_not_hear_is_stopped_again() {
+    let (mut h, _, id) = up_to(MigrationStrategy::Handover, MigrationPhase::AwaitingReady);
+    h.command(Command::AbortMigration {
+        migration_id: id.clone(),
+        reason: "operator changed mind".into(),
+    });
+    let s = state(&h, &id);
+    let stop = h
+        .take_calls()
+        .into_iter()
+        .find(|(_, c)| matches!(c, Rpc::StopJob { .. }))
+        .expect("the target is stopped");
+    h.fail(stop.0, RpcFailureKind::Transient);
+    assert_eq!(stops(&calls(&mut h)), vec![(s.target_key, s.target_node_id)]);
+}

@@ -1611,3 +1611,159 @@ fn a_fresh_core_after_a_stream_break_answers_a_start_in_flight_and_keeps_what_is
     assert!(start_jobs(&calls).iter().any(|(j, _)| *j == record.0), "{calls:?}");
     assert_eq!(h.core.applied_spec(&"b".into()).unwrap().jobs[1].started_replicas, [0]);
 }
+
+#[test]
+fn a_node_this_core_terminated_no_longer_counts_against_max_nodes_once_it_has_stopped() {
+    let mut settings = settings();
+    settings.placement_pools = serde_yaml::from_str(&POOLS.replace(
+        "      provisionTimeoutMs: 600000\n",
+        "      provisionTimeoutMs: 600000\n      maxNodes: 1\n",
+    ))
+    .expect("pools parse");
+    let mut h = Harness::with(settings);
+    h.event(ManagerEvent::InitialDataComplete);
+    h.bundle("b", ONE_JOB);
+    let calls = h.take_calls();
+    let (node, _, node_tags) = create_node(&calls).expect("provisioned on aws");
+    assert_eq!(node_tags[tags::TIER], "aws");
+    h.ok(calls[0].0);
+    let t: Vec<(&str, &str)> = node_tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    h.provisioned_node_starts(node.as_str(), ProviderKind::Aws, &t);
+    h.start_all();
+    job_ends(&mut h, &job_id("b", 0, "encode"));
+    h.command(Command::TerminateNode(node.clone()));
+    h.ok_all();
+    h.node_stopping(node.as_str(), NodeStopReason::UserRequested);
+    h.event(ManagerEvent::NodeStopped(node.clone()));
+    h.bundle("c", ONE_JOB);
+    let calls = h.take_calls();
+    let (again, _, again_tags) = create_node(&calls).expect("a node is provisioned for the next job");
+    assert_eq!(
+        again_tags[tags::TIER],
+        "aws",
+        "{again}: the stopped node still counted against the aws tier's maxNodes"
+    );
+}
+
+#[test]
+fn a_broken_bundle_s_replica_waiting_for_its_node_is_never_started_there() {
+    let mut h = empty_hydrated();
+    h.bundle(
+        "b",
+        "pool: production\nresiliencePolicy: {sameNode: forbid}\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 3, maxRestartsPerHour: 0}}\n",
+    );
+    let calls = h.take_calls();
+    let provisions: Vec<(NodeId, Vec<(String, String)>)> = calls
+        .iter()
+        .filter_map(|(_, rpc)| match rpc {
+            Rpc::CreateNode { node_id, tags, .. } => Some((node_id.clone(), tags.clone().into_iter().collect())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(provisions.len(), 2, "a node each for the primary and the backup");
+    for (id, _) in &calls {
+        h.ok(*id);
+    }
+    let node_for = |job: &str| {
+        provisions
+            .iter()
+            .find(|(_, t)| t.iter().any(|(k, v)| k == tags::PROVISIONED_FOR && v == job))
+            .cloned()
+            .expect("a node provisioned for the job")
+    };
+    let (primary_node, primary_tags) = node_for("b/0/encode");
+    let (backup_node, backup_tags) = node_for("b/1/encode");
+    let t: Vec<(&str, &str)> = primary_tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    h.provisioned_node_starts(primary_node.as_str(), ProviderKind::Aws, &t);
+    h.start_all();
+    // The primary fails past its ceiling: the production ends.
+    h.failed(&job_id("b", 0, "encode"), &primary_node);
+    assert!(kinds(&h.take_notifications()).contains(&"bundleBroken".to_owned()));
+    let t: Vec<(&str, &str)> = backup_tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    h.provisioned_node_starts(backup_node.as_str(), ProviderKind::Aws, &t);
+    let calls = h.take_calls();
+    assert!(
+        start_jobs(&calls).is_empty(),
+        "a replica of a broken bundle started: {calls:?}"
+    );
+    assert!(
+        calls
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::TerminateNode { node_id } if *node_id == backup_node)),
+        "the node launched for the backup is released: {calls:?}"
+    );
+}
+
+#[test]
+fn a_terminate_manager_did_not_hear_is_sent_again_and_the_node_terminated_once() {
+    let mut h = Harness::hydrated();
+    h.command(Command::TerminateNode(NodeId::from("a")));
+    let calls = h.take_calls();
+    assert!(matches!(&calls[..], [(_, Rpc::TerminateNode { .. })]), "{calls:?}");
+    h.take_notifications();
+    h.fail(calls[0].0, RpcFailureKind::Transient);
+    let again = h.take_calls();
+    assert!(
+        matches!(&again[..], [(_, Rpc::TerminateNode { node_id })] if node_id.as_str() == "a"),
+        "told again: {again:?}"
+    );
+    assert!(
+        !kinds(&h.take_notifications()).contains(&"nodeTerminated".to_owned()),
+        "nodeTerminated fires once per node, when first issued"
+    );
+}
+
+#[test]
+fn a_node_created_after_its_provision_timed_out_is_terminated_once_it_exists() {
+    let mut h = empty_hydrated();
+    h.bundle("b", ONE_JOB);
+    let create = h.take_calls();
+    let (node, _, _) = create_node(&create).expect("a node is provisioned");
+    // The create is slow: the provision times out and is given up on.
+    h.advance(600_000);
+    let terminate = h
+        .take_calls()
+        .into_iter()
+        .find(|(_, r)| matches!(r, Rpc::TerminateNode { .. }))
+        .expect("terminated past its provisionTimeoutMs");
+    // Manager does not know the node yet; then the create goes through.
+    h.fail(terminate.0, RpcFailureKind::NotFound);
+    assert!(
+        h.core.fleet().contains(&node),
+        "forgotten while its create was on its way"
+    );
+    h.ok(create[0].0);
+    assert!(
+        h.take_calls()
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::TerminateNode { node_id } if *node_id == node)),
+        "{node} exists now and would run on, leaked"
+    );
+}
+
+#[test]
+fn a_single_use_job_s_node_is_released_once_its_co_located_peer_has_left_too() {
+    let mut h = empty_hydrated();
+    h.bundle(
+        "b",
+        "pool: production\njobs:\n  - {jobName: encode, exclusive: true, singleUse: true, requirements: {requiredCapacity: 2}}\n  - {jobName: package, coLocateWith: [encode], requirements: {requiredCapacity: 1}}\n",
+    );
+    let calls = h.take_calls();
+    let (node, _, node_tags) = create_node(&calls).expect("one node for the pair");
+    h.ok(calls[0].0);
+    let t: Vec<(&str, &str)> = node_tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    h.provisioned_node_starts(node.as_str(), ProviderKind::Aws, &t);
+    assert_eq!(h.start_all().len(), 2);
+    let terminated = |calls: &[(norsk_auto_manager::automanager::RequestId, Rpc)]| {
+        calls
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::TerminateNode { node_id } if *node_id == node))
+    };
+    job_ends(&mut h, &job_id("b", 0, "encode"));
+    assert!(!terminated(&h.take_calls()), "terminated under its co-located peer");
+    job_ends(&mut h, &job_id("b", 0, "package"));
+    assert!(
+        terminated(&h.take_calls()),
+        "the single-use job's node is left for reuse once empty"
+    );
+}

@@ -63,9 +63,12 @@ struct Model {
     /// Starts refused because the instance was still held on a stopping
     /// node.
     refused_held: u64,
-    /// Migration targets, beside their job's instance: (instance, created
-    /// with a deferred start and not yet started).
-    targets: BTreeMap<JobId, (Instance, bool)>,
+    /// Migration targets, beside their job's instance, by job and instance
+    /// key: (instance, created with a deferred start and not yet started).
+    /// A job may have several: the target of a live migration and those of
+    /// aborted ones whose creation or stop is still on its way, each
+    /// answered on its own.
+    targets: BTreeMap<(JobId, InstanceKey), (Instance, bool)>,
     /// Sources a completed migration left running (its stop not yet
     /// handled).
     displaced: BTreeMap<JobId, Instance>,
@@ -120,7 +123,7 @@ fn random_bundle(rng: &mut StdRng, id: usize) -> Bundle {
 }
 
 impl Model {
-    fn new(seed: u64) -> Self {
+    fn new(seed: u64, trace: bool) -> Self {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut settings = settings();
         settings.placement_pools = serde_yaml::from_str(
@@ -128,8 +131,10 @@ impl Model {
         )
         .expect("pools parse");
         settings.hot_spares = vec![random_hot_spares(&mut rng)];
+        let mut h = Harness::with(settings);
+        h.trace = trace;
         let mut model = Model {
-            h: Harness::with(settings),
+            h,
             pending: Vec::new(),
             nodes: BTreeMap::new(),
             instances: BTreeMap::new(),
@@ -532,11 +537,6 @@ impl Model {
         let now = self.h.now;
         let actions = std::mem::take(&mut self.h.actions);
         let took_out_of_service = std::mem::take(&mut self.took_out_of_service);
-        if std::env::var("CORE_SIM_TRACE").is_ok() {
-            for (at, a) in &actions {
-                eprintln!("{at} {a:?}");
-            }
-        }
         for (at, action) in actions {
             match action {
                 Action::Call { id, rpc } => {
@@ -855,11 +855,15 @@ impl Model {
 }
 
 fn run_seed(seed: u64, steps: usize) -> Result<(), String> {
-    let mut model = Model::new(seed);
+    let trace = std::env::var("CORE_SIM_TRACE").is_ok();
+    let mut model = Model::new(seed, trace);
     model
         .check(&BTreeSet::new(), &BTreeSet::new())
         .map_err(|e| format!("setup: {e}"))?;
     for step in 0..steps {
+        if trace {
+            eprintln!("--- step {step} at {}", model.h.now);
+        }
         let broken: BTreeSet<BundleId> = model.h.core.broken_bundles().keys().cloned().collect();
         let dropped: BTreeSet<JobId> = model
             .h
@@ -887,10 +891,48 @@ fn core_invariants_hold_under_random_events_and_faults() {
         Some(seed) => vec![seed],
         None => (0..env("CORE_SIM_SEEDS", 2_000)).collect(),
     };
-    for seed in seeds {
-        if let Err(e) = run_seed(seed, steps) {
-            panic!("seed {seed} failed at {e}; replay with CORE_SIM_SEED={seed}");
-        }
+    // Every seed runs (on as many threads as there are cores), so a wide
+    // run reports all its failures at once.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(seeds.len().max(1));
+    let failures: Vec<(u64, String)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let seeds = &seeds;
+                scope.spawn(move || {
+                    seeds
+                        .iter()
+                        .skip(t)
+                        .step_by(threads)
+                        .filter_map(|&seed| run_seed(seed, steps).err().map(|e| (seed, e)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut all: Vec<(u64, String)> = workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("seed runner"))
+            .collect();
+        all.sort();
+        all
+    });
+    if !failures.is_empty() {
+        let report: Vec<String> = failures
+            .iter()
+            .map(|(seed, e)| {
+                format!(
+                    "seed {seed} failed at {e}\n  replay: CORE_SIM_SEED={seed} CORE_SIM_STEPS={steps} CORE_SIM_TRACE=1 \
+                     cargo test --release --test core_simulation core_invariants -- --nocapture"
+                )
+            })
+            .collect();
+        panic!(
+            "{} of {} seeds failed:\n{}",
+            failures.len(),
+            seeds.len(),
+            report.join("\n")
+        );
     }
 }
 
@@ -903,7 +945,7 @@ fn the_simulation_exercises_recovery_breaking_and_provisioning() {
     let (mut drains_done, mut drains_partial) = (0, 0);
     let (mut migrated, mut rolled_back) = (0, 0);
     for seed in 0..50 {
-        let mut model = Model::new(seed);
+        let mut model = Model::new(seed, false);
         for _ in 0..300 {
             for (_, action) in &model.h.actions {
                 match action {
@@ -949,7 +991,7 @@ fn the_simulation_exercises_spares_being_provisioned_consumed_and_trimmed() {
     // Guards the spare invariants: the paths they watch must be taken.
     let (mut provisioned, mut consumed, mut trimmed, mut refused_held) = (0, 0, 0, 0);
     for seed in 0..50 {
-        let mut model = Model::new(seed);
+        let mut model = Model::new(seed, false);
         let mut spares = BTreeSet::new();
         for _ in 0..300 {
             for (_, action) in &model.h.actions {

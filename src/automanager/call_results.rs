@@ -11,15 +11,34 @@ use crate::model::{InstanceKey, JobId, NodeId, NodePhase, UnixMillis};
 use super::binding::StopWait;
 use super::core::{AutoManagerCore, Pending};
 use super::recovery::MIN_RECOVERY_INTERVAL_MS;
-use super::spares::is_spare_tagged;
-use super::{CommandError, Notification, RequestId, RpcFailure, RpcFailureKind};
+use super::spares::{SpareRequest, is_spare_tagged};
+use super::{CommandError, Notification, RequestId, Rpc, RpcFailure, RpcFailureKind};
 
 impl AutoManagerCore {
     pub(super) fn rpc_result(&mut self, id: RequestId, result: Result<(), RpcFailure>, now: UnixMillis) {
         let Some(pending) = self.pending.remove(&id) else {
             return;
         };
-        if let Pending::TerminateNode(node_id) = &pending {
+        // A node created after this core gave up on it (its provision timed
+        // out and was terminated while the create was still on its way)
+        // exists now: it is terminated again, or it would run on, leaked.
+        if let (Pending::CreateNode { node_id, .. } | Pending::Spare(SpareRequest::Provision { node_id, .. }), Ok(())) =
+            (&pending, &result)
+            && self.fleet.get(node_id).is_some_and(|n| n.terminated)
+        {
+            self.call(
+                Rpc::TerminateNode {
+                    node_id: node_id.clone(),
+                },
+                Pending::TerminateNode(node_id.clone()),
+            );
+        }
+        // A terminate Manager did not hear is sent again (below): a drain
+        // waiting on it waits for that answer instead.
+        let unheard = matches!(&result, Err(f) if f.kind == RpcFailureKind::Transient);
+        if let Pending::TerminateNode(node_id) = &pending
+            && !unheard
+        {
             self.drain_terminate_settled(node_id, result.as_ref().err());
         }
         match pending {
@@ -45,9 +64,24 @@ impl AutoManagerCore {
                 // Manager no longer knows it (it never came up, or is gone
                 // already): forget it, or it would count against its tier's
                 // `maxNodes` forever.
+                // — unless its create is still on its way: it may yet exist.
                 Err(failure) if failure.kind == RpcFailureKind::NotFound => {
-                    self.fleet.remove(&node_id);
-                    self.fleet_epoch += 1;
+                    if !self.creating(&node_id) {
+                        self.fleet.remove(&node_id);
+                        self.fleet_epoch += 1;
+                    }
+                }
+                // Not heard: the node would run (and cost) on, taking
+                // nothing, counted against its tier's `maxNodes`. It is told
+                // again; `nodeTerminated` fired once, when it was first
+                // issued.
+                Err(_) if unheard && self.fleet.get(&node_id).is_some_and(|n| n.phase != NodePhase::Stopped) => {
+                    self.call(
+                        Rpc::TerminateNode {
+                            node_id: node_id.clone(),
+                        },
+                        Pending::TerminateNode(node_id),
+                    );
                 }
                 Err(failure) => self.notify(Notification::Error {
                     message: format!("terminating {node_id} failed: {}", failure.message),
@@ -67,6 +101,13 @@ impl AutoManagerCore {
                 }
             }
         }
+    }
+
+    /// Whether a call creating `node_id` awaits its answer.
+    fn creating(&self, node_id: &NodeId) -> bool {
+        self.pending.values().any(|p| {
+            matches!(p, Pending::CreateNode { node_id: n, .. } | Pending::Spare(SpareRequest::Provision { node_id: n, .. }) if n == node_id)
+        })
     }
 
     fn start_result(&mut self, job_id: &JobId, id: RequestId, result: Result<(), RpcFailure>, now: UnixMillis) {

@@ -386,6 +386,15 @@ impl AutoManagerCore {
     /// only the binding ends.
     pub(super) fn lose_instance(&mut self, job_id: &JobId, cause: LossCause, now: UnixMillis) {
         let hydrated = self.hydrated;
+        // A member of a co-located group whose peers stay on its node
+        // rejoins them there: the group's node is the only one the hard
+        // co-location rule allows it, so keeping it away from the node it
+        // was lost on would leave it placed nowhere.
+        let rejoins_group = self
+            .jobs
+            .get(job_id)
+            .and_then(|r| r.binding.as_ref())
+            .is_some_and(|b| self.moving_group(job_id, &b.node_id).len() > 1);
         let Some(record) = self.jobs.get_mut(job_id) else {
             return;
         };
@@ -407,9 +416,14 @@ impl AutoManagerCore {
             let requirements = record.job.spec.requirements.clone();
             match judge(&self.settings, &requirements, &mut record.restarts, &cause, now) {
                 FailureVerdict::Restart => {
+                    let excluded_nodes = if rejoins_group {
+                        Vec::new()
+                    } else {
+                        vec![binding.node_id.clone()]
+                    };
                     record.recovery = Some(RecoveryContext {
                         on_runtime_failure: Some(requirements.on_runtime_failure),
-                        excluded_nodes: vec![binding.node_id.clone()],
+                        excluded_nodes,
                     });
                     // Lost with a node that is stopping, not stopped:
                     // Manager may still hold the instance there. Recovery
@@ -463,6 +477,7 @@ impl AutoManagerCore {
                 return;
             }
             self.broken.insert(bundle_id.clone(), reason.clone());
+            self.withhold_unstarted(&bundle_id);
             self.counters.bundles_broken += 1;
             self.notify(Notification::BundleBroken {
                 bundle_id: bundle_id.clone(),
@@ -484,6 +499,27 @@ impl AutoManagerCore {
             },
             Pending::Other,
         );
+    }
+
+    /// A broken bundle "stops placing every replica of it": a job of it
+    /// placed on a node still launching, its `StartJob` not yet sent, is
+    /// not started there when the node comes up; a node provisioned for it
+    /// and carrying nothing else is released with it.
+    pub(super) fn withhold_unstarted(&mut self, bundle_id: &crate::model::BundleId) {
+        let waiting: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|r| {
+                &r.bundle_ref.bundle_id == bundle_id
+                    && r.binding
+                        .as_ref()
+                        .is_some_and(|b| b.phase == BindingPhase::AwaitingNode)
+            })
+            .map(|r| r.job_id().clone())
+            .collect();
+        for job_id in waiting {
+            self.end_binding(&job_id);
+        }
     }
 
     /// The job's instance ended without a failure (window over, stopped on
@@ -515,11 +551,7 @@ impl AutoManagerCore {
         let Some(node) = self.fleet.get(node_id) else {
             return;
         };
-        if node.terminated
-            || node.is_going()
-            || self.jobs.values().any(|r| r.is_bound_to(node_id))
-            || self.hosts_migration_target(node_id)
-        {
+        if node.terminated || node.is_going() {
             return;
         }
         let provisioned_here = node.provisioned.is_some();
@@ -528,7 +560,16 @@ impl AutoManagerCore {
                 .inventory
                 .as_ref()
                 .map_or(provisioned_here, |i| i.kind != ProviderKind::LocalServers);
-        if (provisioned_here && node.is_launching()) || (single_use && provisioned_cloud) {
+        let single_use = (single_use && provisioned_cloud) || node.release_when_empty;
+        if self.jobs.values().any(|r| r.is_bound_to(node_id)) || self.hosts_migration_target(node_id) {
+            // A single-use job left company behind (its co-located peers):
+            // the node goes once they have left too.
+            if single_use && let Some(node) = self.fleet.get_mut(node_id) {
+                node.release_when_empty = true;
+            }
+            return;
+        }
+        if (provisioned_here && node.is_launching()) || single_use {
             self.terminate(node_id);
         }
     }

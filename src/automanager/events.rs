@@ -200,6 +200,7 @@ impl AutoManagerCore {
                 self.broken
                     .entry(bundle.bundle_id.clone())
                     .or_insert_with(|| verdict.reason.clone());
+                self.withhold_unstarted(&bundle.bundle_id);
             }
             // A newer generation without a verdict is a revival (an update
             // made elsewhere).

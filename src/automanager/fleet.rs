@@ -51,6 +51,9 @@ pub struct NodeState {
     pub terminated: bool,
     /// Cordoned: no new placements land here (`cordonNode`).
     pub cordoned: bool,
+    /// A `singleUse` job left it with co-located peers still on it: it is
+    /// terminated once nothing is left on it, not kept for reuse.
+    pub release_when_empty: bool,
     /// When it stopped and why it was stopping.
     pub stopped_at: Option<UnixMillis>,
     /// The last `NodeStopping` reason.
@@ -72,6 +75,7 @@ impl NodeState {
             provisioned: None,
             terminated: false,
             cordoned: false,
+            release_when_empty: false,
             stopped_at: None,
             stop_reason: None,
             health: NodeHealth::default(),

@@ -238,7 +238,9 @@ pub(super) fn placed_jobs(jobs: &BTreeMap<JobId, JobRecord>) -> HashMap<&NodeId,
 
 /// The phase placement sees: a node this core terminated takes nothing new.
 pub(super) fn placement_phase(node: &NodeState) -> NodePhase {
-    if node.terminated {
+    // Terminated by this core: going, until Manager reports it stopped —
+    // from then on it no longer counts against its tier's `maxNodes`.
+    if node.terminated && node.phase != NodePhase::Stopped {
         NodePhase::Stopping
     } else {
         node.phase

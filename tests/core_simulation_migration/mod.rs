@@ -7,7 +7,7 @@
 use norsk_auto_manager::automanager::{
     Command, MigrationOptions, MigrationStep, MigrationStrategy, RequestId, Rpc, RpcFailureKind,
 };
-use norsk_auto_manager::model::{JobHistoryEntry, JobId, JobStopReason, ManagerEvent, MigrationSignal};
+use norsk_auto_manager::model::{InstanceKey, JobHistoryEntry, JobId, JobStopReason, ManagerEvent, MigrationSignal};
 use rand::Rng;
 
 use super::{Instance, Model, NodePhase};
@@ -35,7 +35,8 @@ impl Model {
                     node: node_id.clone(),
                     running: false,
                 };
-                self.targets.insert(job_id.clone(), (target, defer_start));
+                self.targets
+                    .insert((job_id.clone(), instance_key.clone()), (target, defer_start));
                 self.h.history(
                     &job_id,
                     JobHistoryEntry::Provisioned {
@@ -47,8 +48,8 @@ impl Model {
             }
             Rpc::StartPreparedJob {
                 job_id, instance_key, ..
-            } => match self.targets.get_mut(&job_id) {
-                Some((target, deferred)) if target.key == instance_key => {
+            } => match self.targets.get_mut(&(job_id, instance_key)) {
+                Some((_, deferred)) => {
                     *deferred = false;
                     self.h.ok(id);
                 }
@@ -67,10 +68,12 @@ impl Model {
                     self.instances.remove(&job_id)
                 } else if self
                     .targets
-                    .get(&job_id)
-                    .is_some_and(|(t, _)| t.key == instance_key && t.node == node_id)
+                    .get(&(job_id.clone(), instance_key.clone()))
+                    .is_some_and(|(t, _)| t.node == node_id)
                 {
-                    self.targets.remove(&job_id).map(|(t, _)| t)
+                    self.targets
+                        .remove(&(job_id.clone(), instance_key.clone()))
+                        .map(|(t, _)| t)
                 } else if self
                     .displaced
                     .get(&job_id)
@@ -177,19 +180,19 @@ impl Model {
     /// A migration target moves on: a deferred one reports prepared, a
     /// started one reaches running.
     pub(super) fn target_progresses(&mut self) {
-        let waiting: Vec<JobId> = self
+        let waiting: Vec<(JobId, InstanceKey)> = self
             .targets
             .iter()
             .filter(|(_, (t, _))| !t.running)
-            .map(|(j, _)| j.clone())
+            .map(|(k, _)| k.clone())
             .collect();
-        let Some(job) = self.pick(waiting) else {
+        let Some(key) = self.pick(waiting) else {
             return;
         };
-        let Some((target, deferred)) = self.targets.get_mut(&job) else {
+        let Some((target, deferred)) = self.targets.get_mut(&key) else {
             return;
         };
-        let target_now = target.clone();
+        let (job, target_now) = (key.0, target.clone());
         if *deferred {
             self.h.event(ManagerEvent::JobPrepared {
                 job_id: job,
@@ -210,25 +213,25 @@ impl Model {
     /// A target the core has moved the job to (`done`) is the job's
     /// instance from then on.
     pub(super) fn adopt_completed_targets(&mut self) {
-        let adopted: Vec<JobId> = self
+        let adopted: Vec<(JobId, InstanceKey)> = self
             .targets
             .iter()
-            .filter(|(job, (t, _))| {
+            .filter(|((job, _), (t, _))| {
                 self.h
                     .core
                     .job(job)
                     .and_then(|r| r.binding.as_ref())
                     .is_some_and(|b| b.instance_key == t.key && b.node_id == t.node)
             })
-            .map(|(job, _)| job.clone())
+            .map(|(key, _)| key.clone())
             .collect();
-        for job in adopted {
-            if let Some((target, _)) = self.targets.remove(&job)
-                && let Some(source) = self.instances.insert(job.clone(), target)
+        for key in adopted {
+            if let Some((target, _)) = self.targets.remove(&key)
+                && let Some(source) = self.instances.insert(key.0.clone(), target)
             {
                 // Done before the source stopped (failing forward): it
                 // still runs until its stop arrives.
-                self.displaced.insert(job, source);
+                self.displaced.insert(key.0, source);
             }
         }
     }

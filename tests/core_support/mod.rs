@@ -53,6 +53,9 @@ pub struct Harness {
     /// Every action emitted and not yet taken, with the time it was emitted.
     pub actions: Vec<(UnixMillis, Action)>,
     pub next_deadline: Option<UnixMillis>,
+    /// Every input and action is written to stderr as it happens (a
+    /// readable trace of a replayed run).
+    pub trace: bool,
     next_command: u64,
 }
 
@@ -71,6 +74,7 @@ impl Harness {
             now,
             actions: Vec::new(),
             next_deadline: None,
+            trace: false,
             next_command: 0,
         }
     }
@@ -86,8 +90,16 @@ impl Harness {
 
     /// Feeds one input at the current time.
     pub fn input(&mut self, input: Input) {
+        if self.trace {
+            eprintln!("{} <- {}", self.now, describe_input(&input));
+        }
         let step = self.core.handle(input, self.now);
         let now = self.now;
+        if self.trace {
+            for action in &step.actions {
+                eprintln!("{now}    -> {}", describe_action(action));
+            }
+        }
         self.actions.extend(step.actions.into_iter().map(|a| (now, a)));
         self.next_deadline = step.next_deadline;
     }
@@ -452,4 +464,48 @@ pub fn kinds(notifications: &[Notification]) -> Vec<String> {
                 .to_owned()
         })
         .collect()
+}
+
+/// An input in one line: a job change by its newest history entry, an RPC
+/// answer by its request id, the rest as they debug-print.
+pub fn describe_input(input: &Input) -> String {
+    match input {
+        Input::Event(event) => match event.as_ref() {
+            ManagerEvent::JobActive(job)
+            | ManagerEvent::JobPending(job)
+            | ManagerEvent::JobUpdated(job)
+            | ManagerEvent::JobOutOfWindow(job) => {
+                format!("job {} {:?}: {:?}", job.job_id, job.state, job.history.last())
+            }
+            ManagerEvent::BundleUpdated(bundle) => {
+                format!("bundle {} updated, generation {}", bundle.bundle_id, bundle.generation)
+            }
+            event => format!("{event:?}"),
+        },
+        Input::RpcResult { id, result: Ok(()) } => format!("answer {}: ok", id.0),
+        Input::RpcResult { id, result: Err(e) } => format!("answer {}: {:?} {}", id.0, e.kind, e.message),
+        Input::Command { command, .. } => format!("command {command:?}"),
+        other => format!("{other:?}"),
+    }
+}
+
+/// An action in one line (long notifications cut short).
+pub fn describe_action(action: &Action) -> String {
+    let text = match action {
+        Action::Call { id, rpc } => match rpc {
+            Rpc::CreateBundle(b) | Rpc::UpdateBundle(b) => format!("call {}: bundle {}", id.0, b.bundle_id),
+            rpc => format!("call {}: {rpc:?}", id.0),
+        },
+        Action::Notify(Notification::JobUpdated { job }) => format!("notify jobUpdated {}", job.job_id),
+        Action::Notify(Notification::BundleUpdated { bundle }) => format!("notify bundleUpdated {}", bundle.bundle_id),
+        Action::Notify(Notification::MigrationPhase(m)) => format!(
+            "notify migrationPhase {} of {}: {:?} ({} {} -> {} {})",
+            m.migration_id, m.job_id, m.phase, m.source_node_id, m.source_key, m.target_node_id, m.target_key
+        ),
+        other => format!("{other:?}"),
+    };
+    match text.char_indices().nth(400) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
+    }
 }

@@ -10,7 +10,9 @@
 //!    job, a dropped one, one not placed yet): they follow their peers when
 //!    they are placed. A member bound there that is not running, or is
 //!    already migrating, refuses the whole group — a group moves whole or
-//!    not at all.
+//!    not at all. So does any member still migrating from an earlier move
+//!    (one that completed ahead of the rest is already on the target, its
+//!    peers still on their way): a second move would split the group.
 //! 2. **One target for the group.** The job asked for is placed first as
 //!    its group's first mover: its request says the group is moving off
 //!    the source (`PlacementRequest::moving_group_from`), so the members'
@@ -127,6 +129,21 @@ impl AutoManagerCore {
             .into_iter()
             .filter(|member| member == job || self.jobs.get(member).is_some_and(|r| r.is_bound_to(source)))
             .collect()
+    }
+
+    /// A member of `job`'s co-located group (other than `job`) whose
+    /// migration is still in flight, with that migration: while one is, the
+    /// group is mid-move — part of it may already run on the target, part
+    /// still on the source — and no member starts a move of its own, which
+    /// would place it apart from where the group ends up.
+    pub(super) fn peer_still_moving(&self, job: &JobId) -> Option<(JobId, MigrationId)> {
+        self.group_of(job)
+            .into_iter()
+            .filter(|member| member != job)
+            .find_map(|member| {
+                let id = self.jobs.get(&member)?.migration.as_ref()?.migration_id.clone();
+                Some((member, id))
+            })
     }
 
     /// Whether `record`'s job, waiting to be placed, waits for its
@@ -266,13 +283,7 @@ impl AutoManagerCore {
              afresh beside the group"
         );
         self.signal(id, MigrationStep::Abort(reason.clone()));
-        if target == Target::Stop && dispatched {
-            if self.migrations.start_pending.contains(id) {
-                self.migrations.stop_when_started.insert(id.clone());
-            } else {
-                self.stop_target(id);
-            }
-        }
+        self.wind_down_target(id, target, dispatched);
         self.stop_source(id);
         self.lost_and_placed_afresh(id, &job_id, source_node, &reason, now);
         self.release_group_if_ready(id, now);

@@ -36,7 +36,7 @@ pub use crate::model::MigrationStrategy;
 
 use crate::model::{InstanceKey, JobId, NodeId, UnixMillis};
 
-use super::binding::{MigrationClaim, StoppingInstance};
+use super::binding::MigrationClaim;
 use super::core::{AutoManagerCore, Pending};
 use super::{MigrationStep, Notification, Rpc};
 
@@ -264,11 +264,13 @@ pub(crate) struct Migrations {
     /// Members of a group waiting at its cut-over, with the step each takes
     /// once the whole group is ready.
     parked: BTreeMap<MigrationId, group::CutOver>,
-    /// Sources told to stop, by job, until their stop is answered and
-    /// they are seen stopped. Until then the job is not placed again: a new
-    /// instance in the same slot would wear the same key, and a stop still
-    /// addressed to the source could reach it.
-    stopping_sources: BTreeMap<JobId, SourceStop>,
+    /// Sources told to stop, by job, each until every stop addressed to
+    /// it is answered and it is seen stopped. Until then the job is not
+    /// placed again: a new instance in the same slot would wear the same
+    /// key on the same node, and a stop still on its way to the source
+    /// would reach it. One entry per instance (node and key), however often
+    /// it is told: a stop sent again counts against the same entry.
+    stopping_sources: BTreeMap<JobId, Vec<SourceStop>>,
     /// The kept placement view is known to match the fleet and every
     /// placement: it was brought up to date by the previous target
     /// placement and nothing else has happened since. Consecutive
@@ -280,13 +282,27 @@ pub(crate) struct Migrations {
 /// A source told to stop.
 #[derive(Clone, Debug)]
 struct SourceStop {
-    /// The instance.
-    instance: StoppingInstance,
+    /// Where it runs.
+    node_id: NodeId,
+    /// The key it wears.
+    instance_key: InstanceKey,
     /// Its `StopJob`s not yet answered (a stop is sent again when Manager
     /// did not hear it, or at a deadline).
     unanswered: u32,
     /// Its `Stopped` is seen, or Manager no longer knows it.
     stopped: bool,
+}
+
+impl SourceStop {
+    fn is(&self, node: &NodeId, key: &InstanceKey) -> bool {
+        &self.node_id == node && &self.instance_key == key
+    }
+
+    /// Nothing is left to wait for: it is stopped and no stop addressed to
+    /// it is still on its way.
+    fn settled(&self) -> bool {
+        self.stopped && self.unanswered == 0
+    }
 }
 
 /// Which call of a saga an RPC result answers.
@@ -374,29 +390,40 @@ impl Migrations {
     }
 
     /// An instance of `job` stopped: if it is a source being waited for,
-    /// the wait is over.
+    /// that wait is over once no stop addressed to it is on its way.
     fn source_seen_stopped(&mut self, job: &JobId, role: &InstanceKey, node: Option<&NodeId>) {
-        if let Some(stop) = self.stopping_sources.get_mut(job)
-            && &stop.instance.instance_key == role
-            && node.is_none_or(|n| n == &stop.instance.node_id)
-        {
-            stop.stopped = true;
-            if stop.unanswered == 0 {
-                self.stopping_sources.remove(job);
+        self.settle_source(job, |stop| {
+            if &stop.instance_key == role && node.is_none_or(|n| n == &stop.node_id) {
+                stop.stopped = true;
             }
-        }
+        });
     }
 
-    /// One of a source's `StopJob`s was answered; `gone` when Manager no
-    /// longer knows it (nothing left to see stop). The wait ends when it
-    /// is stopped and no stop addressed to it is still on its way.
-    fn source_stop_answered(&mut self, job: &JobId, gone: bool) {
-        if let Some(stop) = self.stopping_sources.get_mut(job) {
-            stop.unanswered = stop.unanswered.saturating_sub(1);
-            stop.stopped |= gone;
-            if stop.stopped && stop.unanswered == 0 {
-                self.stopping_sources.remove(job);
+    /// One of the `StopJob`s addressed to the source of `id` was answered;
+    /// `gone` when Manager no longer knows it (nothing left to see stop).
+    fn source_stop_answered(&mut self, id: &MigrationId, gone: bool) {
+        let Some(m) = self.by_id.get(id) else {
+            return;
+        };
+        let (job, node, key) = (m.job_id.clone(), m.source_node_id.clone(), m.source_key.clone());
+        self.settle_source(&job, |stop| {
+            if stop.is(&node, &key) {
+                stop.unanswered = stop.unanswered.saturating_sub(1);
+                stop.stopped |= gone;
             }
+        });
+    }
+
+    /// Applies `change` to each source of `job` waited for, and forgets
+    /// those it settled.
+    fn settle_source(&mut self, job: &JobId, change: impl FnMut(&mut SourceStop)) {
+        let Some(stops) = self.stopping_sources.get_mut(job) else {
+            return;
+        };
+        stops.iter_mut().for_each(change);
+        stops.retain(|stop| !stop.settled());
+        if stops.is_empty() {
+            self.stopping_sources.remove(job);
         }
     }
 
@@ -404,9 +431,11 @@ impl Migrations {
     /// stopped.
     fn awaits_source_stop(&self, id: &MigrationId) -> bool {
         self.by_id.get(id).is_some_and(|m| {
-            self.stopping_sources
-                .get(&m.job_id)
-                .is_some_and(|s| !s.stopped && s.instance.instance_key == m.source_key)
+            self.stopping_sources.get(&m.job_id).is_some_and(|stops| {
+                stops
+                    .iter()
+                    .any(|s| !s.stopped && s.is(&m.source_node_id, &m.source_key))
+            })
         })
     }
 
@@ -425,7 +454,10 @@ impl Migrations {
 
     /// Sources on a node that is gone are not waited for.
     fn forget_sources_on(&mut self, node: &NodeId) {
-        self.stopping_sources.retain(|_, s| &s.instance.node_id != node);
+        for stops in self.stopping_sources.values_mut() {
+            stops.retain(|s| &s.node_id != node);
+        }
+        self.stopping_sources.retain(|_, stops| !stops.is_empty());
     }
 
     fn insert(&mut self, state: MigrationState) {
@@ -512,35 +544,33 @@ impl AutoManagerCore {
         self.call_for(id, rpc, MigrationCall::Signal);
     }
 
-    /// `StopJob` of the source.
+    /// `StopJob` of the source. Told again (Manager did not hear it, a
+    /// deadline passed), it is the same instance waited for, with one more
+    /// stop on its way.
     fn stop_source(&mut self, id: &MigrationId) {
         let Some(state) = self.migrations.get(id) else {
             return;
         };
-        let source = StoppingInstance {
-            node_id: state.source_node_id.clone(),
-            instance_key: state.source_key.clone(),
-            since: state.phase_entered_at(),
-        };
         let rpc = Rpc::StopJob {
             job_id: state.job_id.clone(),
-            instance_key: source.instance_key.clone(),
-            node_id: source.node_id.clone(),
+            instance_key: state.source_key.clone(),
+            node_id: state.source_node_id.clone(),
         };
-        let job_id = state.job_id.clone();
-        let stop = self.migrations.stopping_sources.entry(job_id).or_insert(SourceStop {
-            instance: source.clone(),
-            unanswered: 0,
-            stopped: false,
-        });
-        if stop.instance != source {
-            *stop = SourceStop {
-                instance: source,
-                unanswered: 0,
+        let (node, key) = (state.source_node_id.clone(), state.source_key.clone());
+        let stops = self
+            .migrations
+            .stopping_sources
+            .entry(state.job_id.clone())
+            .or_default();
+        match stops.iter_mut().find(|s| s.is(&node, &key)) {
+            Some(stop) => stop.unanswered += 1,
+            None => stops.push(SourceStop {
+                node_id: node,
+                instance_key: key,
+                unanswered: 1,
                 stopped: false,
-            };
+            }),
         }
-        stop.unanswered += 1;
         self.call_for(id, rpc, MigrationCall::StopSource);
     }
 

@@ -61,11 +61,16 @@ impl AutoManagerCore {
                 true
             }
             (Instance::Target, JobHistoryEntry::Stopping { reason, .. }) => {
-                self.target_lost(&id, &format!("the target is stopping ({})", stop_reason(reason)), now);
+                self.target_lost(
+                    &id,
+                    &format!("the target is stopping ({})", stop_reason(reason)),
+                    Target::Gone,
+                    now,
+                );
                 true
             }
             (Instance::Target, _) => {
-                self.target_lost(&id, "the target stopped", now);
+                self.target_lost(&id, "the target stopped", Target::Gone, now);
                 true
             }
             (Instance::Source, JobHistoryEntry::Stopping { reason, .. }) => self.source_stopping(&id, reason, now),
@@ -238,7 +243,7 @@ impl AutoManagerCore {
         now: UnixMillis,
     ) {
         if let Some((id, Instance::Target)) = self.instance_of(job, role, Some(node)) {
-            self.target_lost(&id, &format!("the target was rejected: {detail}"), now);
+            self.target_lost(&id, &format!("the target was rejected: {detail}"), Target::Gone, now);
         }
     }
 
@@ -253,7 +258,7 @@ impl AutoManagerCore {
                 continue;
             };
             if &claim.target.node_id == node {
-                self.target_lost(&id, &format!("the target's node {node} is gone"), now);
+                self.target_lost(&id, &format!("the target's node {node} is gone"), Target::Gone, now);
             } else if &state.source_node_id == node {
                 let forward = state.past_point_of_no_return || claim.target.phase == BindingPhase::Running;
                 let reason = format!("the source's node {node} is gone");
@@ -285,7 +290,7 @@ impl AutoManagerCore {
             return;
         };
         if self.migrations.get(&id).is_some_and(|m| m.past_point_of_no_return) {
-            self.stop_target(&id);
+            self.wind_down_target(&id, Target::Stop, true);
             self.mark_lost(&id, reason, now);
         } else {
             self.roll_back_leaving_group(&id, reason, now);
@@ -300,11 +305,9 @@ impl AutoManagerCore {
         result: Result<(), RpcFailure>,
         now: UnixMillis,
     ) {
-        if call == MigrationCall::StopSource
-            && let Some(job) = self.migrations.get(id).map(|m| m.job_id.clone())
-        {
+        if call == MigrationCall::StopSource {
             let gone = matches!(&result, Err(f) if f.kind == RpcFailureKind::NotFound);
-            self.migrations.source_stop_answered(&job, gone);
+            self.migrations.source_stop_answered(id, gone);
         }
         if call == MigrationCall::StartTarget {
             self.migrations.start_pending.remove(id);
@@ -319,10 +322,24 @@ impl AutoManagerCore {
         let in_flight = self.in_flight(id).is_some();
         match call {
             MigrationCall::StartTarget if in_flight => {
-                self.target_lost(id, &format!("the target's StartJob failed: {}", failure.message), now);
+                let reason = format!("the target's StartJob failed: {}", failure.message);
+                self.target_lost(id, &reason, Target::Gone, now);
             }
+            // Manager did not hear it: the prepared target is told again
+            // (the phase's deadline still bounds the wait).
+            MigrationCall::StartPrepared if in_flight && failure.kind == RpcFailureKind::Transient => {
+                self.start_prepared(id);
+            }
+            // Refused: the prepared target, if Manager still holds it, is
+            // stopped rather than left beside the job placed afresh.
             MigrationCall::StartPrepared if in_flight => {
-                self.target_lost(id, &format!("StartPreparedJob failed: {}", failure.message), now);
+                let target = if failure.kind == RpcFailureKind::NotFound {
+                    Target::Gone
+                } else {
+                    Target::Stop
+                };
+                let reason = format!("StartPreparedJob failed: {}", failure.message);
+                self.target_lost(id, &reason, target, now);
             }
             // The source is gone already: what the stop was for.
             MigrationCall::StopSource if failure.kind == RpcFailureKind::NotFound => {}
@@ -334,6 +351,9 @@ impl AutoManagerCore {
                 self.stop_source(id);
             }
             MigrationCall::StopTarget if failure.kind == RpcFailureKind::NotFound => {}
+            // Manager did not hear it: a target left running beside the job
+            // would run it twice, so it is told again.
+            MigrationCall::StopTarget if failure.kind == RpcFailureKind::Transient => self.stop_target(id),
             MigrationCall::Signal
                 if in_flight && !self.migrations.get(id).is_some_and(|m| m.past_point_of_no_return) =>
             {

@@ -86,6 +86,12 @@ impl AutoManagerCore {
             group: group.clone(),
             reason,
         };
+        // A group moves whole: not while another move of it is unfinished.
+        if let Some((peer, id)) = self.peer_still_moving(job_id) {
+            return Err(refused(format!(
+                "its co-located peer {peer} is still moving ({id}); the group moves again once it has arrived"
+            )));
+        }
         // The asked job first: it is its group's first mover.
         let mut members: Vec<(JobId, Binding)> = vec![(job_id.clone(), source.clone())];
         for peer in group.iter().filter(|j| *j != job_id) {

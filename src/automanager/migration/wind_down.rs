@@ -100,20 +100,26 @@ impl AutoManagerCore {
         }
         let job_id = state.job_id.clone();
         let dispatched = claim.target.phase != BindingPhase::AwaitingNode;
-        let start_pending = self.migrations.start_pending.contains(id);
         self.signal(id, MigrationStep::Abort(reason.to_owned()));
-        if target == Target::Stop && dispatched {
-            if start_pending {
-                // Stopped once its start is answered, so the stop cannot
-                // overtake the start.
-                self.migrations.stop_when_started.insert(id.clone());
-            } else {
-                self.stop_target(id);
-            }
-        }
+        self.wind_down_target(id, target, dispatched);
         self.release_target(&job_id);
         self.end_migration(id, MigrationPhase::Aborted, reason, now);
         true
+    }
+
+    /// The target of a migration that is ending without it is stopped,
+    /// unless it is known to be gone. A target whose start is still on its
+    /// way is stopped once the start is answered — so the stop cannot
+    /// overtake the start — whatever this core believes of it meanwhile: a
+    /// start Manager carries out on a node given up on (terminated, say)
+    /// would otherwise leave an instance nobody stops, the job running
+    /// twice.
+    pub(super) fn wind_down_target(&mut self, id: &MigrationId, target: Target, dispatched: bool) {
+        if self.migrations.start_pending.contains(id) {
+            self.migrations.stop_when_started.insert(id.clone());
+        } else if target == Target::Stop && dispatched {
+            self.stop_target(id);
+        }
     }
 
     /// Past the point of no return and not finished: marked lost
@@ -218,13 +224,19 @@ impl AutoManagerCore {
     pub(crate) fn step_migrations(&mut self, now: UnixMillis) {
         for id in self.migrations.in_flight() {
             self.dispatch_target_if_ready(&id, now);
-            let gone = self.in_flight(&id).is_some_and(|(_, claim)| {
-                self.fleet
-                    .get(&claim.target.node_id)
-                    .is_none_or(|n| n.terminated || n.is_going())
-            });
-            if gone {
-                self.target_lost(&id, "the target's node is gone", now);
+            // A node this core terminated may still be running what was
+            // started there: its target is stopped. One Manager reports
+            // going has taken it along.
+            let gone = self
+                .in_flight(&id)
+                .and_then(|(_, claim)| match self.fleet.get(&claim.target.node_id) {
+                    None => Some(Target::Gone),
+                    Some(n) if n.is_going() => Some(Target::Gone),
+                    Some(n) if n.terminated => Some(Target::Stop),
+                    Some(_) => None,
+                });
+            if let Some(target) = gone {
+                self.target_lost(&id, "the target's node is gone", target, now);
             }
             let expired = self
                 .migrations
@@ -284,17 +296,24 @@ impl AutoManagerCore {
         }
     }
 
-    /// The target is gone (failed, rejected, its node lost): before the
-    /// point of no return the migration aborts and the source keeps
-    /// running; after it the migration is lost, the source (told to stop)
-    /// is stopped and the job is placed afresh.
-    pub(super) fn target_lost(&mut self, id: &MigrationId, reason: &str, now: UnixMillis) {
-        let Some((state, _)) = self.in_flight(id) else {
+    /// The target is lost (failed, rejected, its node lost, or it cannot
+    /// be started; `target` says whether it may still be there to stop):
+    /// before the point of no return the migration aborts and the source
+    /// keeps running; after it the migration is lost, the target stopped
+    /// if it may still be there, the source (told to stop) is stopped and
+    /// the job is placed afresh.
+    pub(super) fn target_lost(&mut self, id: &MigrationId, reason: &str, target: Target, now: UnixMillis) {
+        let Some((state, claim)) = self.in_flight(id) else {
             return;
         };
         if !state.past_point_of_no_return {
-            return self.roll_back(id, reason, Target::Gone, now);
+            return self.roll_back(id, reason, target, now);
         }
+        let dispatched = claim.target.phase != BindingPhase::AwaitingNode;
+        self.wind_down_target(id, target, dispatched);
+        let Some((state, _)) = self.in_flight(id) else {
+            return;
+        };
         let (job_id, source_node) = (state.job_id.clone(), state.source_node_id.clone());
         let told_to_stop = matches!(
             state.phase,
