@@ -18,6 +18,7 @@ mod key;
 mod plan;
 mod rankings;
 mod request;
+mod search;
 pub mod settings;
 mod trace;
 mod validate;

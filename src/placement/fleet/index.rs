@@ -1,0 +1,419 @@
+//! The candidate index: the nodes of every tier filed so that a placement
+//! visits only the nodes that can win, and stops as soon as no unvisited
+//! node can beat the best found (the search is `placement::search`).
+//!
+//! A tier's nodes are partitioned into **profiles**: nodes that agree on
+//! every property the filter chain and the key read from the node itself
+//! apart from its free capacity and occupancy — launching, spare state and
+//! reservation, capabilities, held template images, AZ, provider, usable
+//! capacity, GPU devices. For one demand every node of a profile passes or
+//! fails the same node-property filters and shares key components 1 to 6
+//! and 8, so a profile is judged once. Each profile splits by
+//! [`Occupancy`] into **classes**; a class keeps its nodes in key order —
+//! fill (fullest first in a `binpack` tier, emptiest first under `spread`),
+//! then id label — so within a class the first node that passes the chain
+//! is the class's best, and "enough free capacity" is a bound on fill
+//! (`fill_of` is monotone), which is where a class's walk starts or ends.
+//!
+//! Nodes that are not reachable or are cordoned are in no class: the chain
+//! rejects them whatever the demand. A node whose fill is not a number
+//! cannot be ordered; it is kept aside and checked on every placement.
+//!
+//! The index is maintained in place by every change the view takes: a
+//! reservation or release re-files its node (a new fill, perhaps a new
+//! occupancy), a condition, inventory or membership change re-profiles it,
+//! a new label re-files it. Nothing is ever rebuilt.
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::model::{NodePhase, PackingStrategy, ProviderKind};
+
+use super::names::Name;
+use super::node::{CapabilitySet, Hot, NO_SLOT, NodeEntry, flag};
+use super::{NodeIdx, Pools};
+
+/// How a node is occupied, as the exclusivity filter and the spare
+/// components of the key see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Occupancy {
+    /// No job (an unconsumed spare, if tagged spare).
+    Empty = 0,
+    /// Jobs, none exclusive.
+    Shared = 1,
+    /// An exclusive job: only its co-located peers may join.
+    Held = 2,
+}
+
+impl Occupancy {
+    fn of(hot: &Hot) -> Self {
+        if hot.exclusive_occupants > 0 {
+            Occupancy::Held
+        } else if hot.occupants > 0 {
+            Occupancy::Shared
+        } else {
+            Occupancy::Empty
+        }
+    }
+}
+
+/// The flags a profile keeps: those the chain and the key read beyond
+/// reachability and cordon, which decide whether a node is filed at all.
+const PROFILE_FLAGS: u16 = flag::LAUNCHING | flag::SPARE | flag::RESERVED | flag::EXCLUSIVE_RESERVATION;
+
+/// What the nodes of one profile share (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Traits {
+    pub slot: u32,
+    /// [`PROFILE_FLAGS`] of the node's flags.
+    pub flags: u16,
+    pub reserved_for: Vec<String>,
+    pub capabilities: CapabilitySet,
+    /// Interned held template images, sorted.
+    pub images: Vec<u32>,
+    /// The low-id part of `images`, as [`Hot::images`] holds it.
+    pub image_mask: u64,
+    pub az: u32,
+    pub kind: ProviderKind,
+    /// The bits of the usable capacity: fill is a function of free capacity
+    /// only among nodes of equal usable capacity.
+    pub usable: u64,
+    /// Each device's model and the bits of its total capacity.
+    pub gpus: Vec<(Name, u64)>,
+}
+
+impl Traits {
+    fn of(hot: &Hot, entry: &NodeEntry) -> Self {
+        Traits {
+            slot: hot.slot,
+            flags: hot.flags & PROFILE_FLAGS,
+            reserved_for: entry.reserved_for.clone(),
+            capabilities: entry.capabilities.clone(),
+            images: entry.images.clone(),
+            image_mask: hot.images,
+            az: hot.az,
+            kind: hot.kind,
+            usable: entry.usable.to_bits(),
+            gpus: entry
+                .gpus
+                .iter()
+                .map(|g| (g.model.clone(), g.total.to_bits()))
+                .collect(),
+        }
+    }
+
+    pub(crate) fn has(&self, flag: u16) -> bool {
+        self.flags & flag != 0
+    }
+
+    pub(crate) fn usable(&self) -> f64 {
+        f64::from_bits(self.usable)
+    }
+}
+
+/// One profile and its nodes, by occupancy.
+#[derive(Clone, Debug)]
+pub(crate) struct Profile {
+    pub traits: Traits,
+    /// Indexed by [`Occupancy`].
+    pub classes: [BTreeSet<Entry>; 3],
+}
+
+/// A node as a class orders it: by `order` (its fill, oriented by the
+/// tier's packing so that ascending is best first), then by id label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Entry {
+    pub order: u64,
+    pub label: u32,
+    pub idx: NodeIdx,
+}
+
+impl Entry {
+    /// The first entry a class can hold at `order` or after.
+    pub(crate) fn from(order: u64) -> Self {
+        Entry {
+            order,
+            label: 0,
+            idx: 0,
+        }
+    }
+
+    /// The last entry a class can hold at `order` or before.
+    pub(crate) fn through(order: u64) -> Self {
+        Entry {
+            order,
+            label: u32::MAX,
+            idx: NodeIdx::MAX,
+        }
+    }
+}
+
+/// `fill` as an ascending sort key: the lower, the better the tier ranks it.
+/// Follows [`f64::total_cmp`], the order the key compares fills by.
+pub(crate) fn fill_order(fill: f64, packing: PackingStrategy) -> u64 {
+    let bits = fill.to_bits();
+    let ascending = if bits >> 63 == 1 { !bits } else { bits | 1 << 63 };
+    match packing {
+        PackingStrategy::Binpack => !ascending,
+        PackingStrategy::Spread => ascending,
+    }
+}
+
+/// The fill an [`Entry::order`] was made from.
+pub(crate) fn order_fill(order: u64, packing: PackingStrategy) -> f64 {
+    let ascending = match packing {
+        PackingStrategy::Binpack => !order,
+        PackingStrategy::Spread => order,
+    };
+    f64::from_bits(if ascending >> 63 == 1 {
+        ascending & !(1 << 63)
+    } else {
+        !ascending
+    })
+}
+
+/// One tier's part of the index.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TierIndex {
+    pub packing: PackingStrategy,
+    /// The tier's profiles, in the order they appeared.
+    pub profiles: Vec<u32>,
+    /// Filed nodes whose fill is not a number: checked on every placement.
+    pub unordered: Vec<NodeIdx>,
+    /// Nodes of the tier not yet stopped, prospective ones included: what
+    /// counts against `maxNodes`.
+    pub counted: u32,
+}
+
+/// Where one node is filed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Filing {
+    /// In no class: unreachable, cordoned, or of no tier.
+    Nowhere,
+    /// In class `occupancy` of profile `profile`.
+    Class {
+        profile: u32,
+        occupancy: Occupancy,
+        entry: Entry,
+    },
+    /// Aside, in its tier's `unordered`.
+    Unordered,
+}
+
+/// The candidate index of a view (see the module docs).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FleetIndex {
+    /// `[pool][tier]`.
+    tiers: Vec<Vec<TierIndex>>,
+    profiles: Vec<Profile>,
+    by_traits: HashMap<Traits, u32>,
+    /// Per node: its profile (`u32::MAX` when it is filed nowhere), its
+    /// filing, and the slot it counts in against `maxNodes`.
+    profile_of: Vec<u32>,
+    filing: Vec<Filing>,
+    counted_in: Vec<u32>,
+}
+
+const NO_PROFILE: u32 = u32::MAX;
+
+impl FleetIndex {
+    /// An empty index for `pools`' tiers.
+    pub(crate) fn new(pools: &Pools) -> Self {
+        FleetIndex {
+            tiers: pools
+                .iter()
+                .map(|p| {
+                    p.tiers
+                        .iter()
+                        .map(|t| TierIndex {
+                            packing: t.packing_strategy,
+                            ..TierIndex::default()
+                        })
+                        .collect()
+                })
+                .collect(),
+            ..FleetIndex::default()
+        }
+    }
+
+    pub(crate) fn tier(&self, pool: usize, tier: usize) -> Option<&TierIndex> {
+        self.tiers.get(pool)?.get(tier)
+    }
+
+    /// How many profiles the largest tier has.
+    pub(crate) fn largest_tier(&self) -> usize {
+        self.tiers.iter().flatten().map(|t| t.profiles.len()).max().unwrap_or(0)
+    }
+
+    pub(crate) fn profile(&self, profile: u32) -> &Profile {
+        &self.profiles[profile as usize]
+    }
+
+    /// Everything about node `idx` the index reads has changed (it is new,
+    /// or its condition, inventory or membership changed): files it again
+    /// from scratch.
+    pub(crate) fn reprofile(&mut self, idx: NodeIdx, hot: &Hot, entry: &NodeEntry) {
+        let i = idx as usize;
+        if self.profile_of.len() <= i {
+            self.profile_of.resize(i + 1, NO_PROFILE);
+            self.filing.resize(i + 1, Filing::Nowhere);
+            self.counted_in.resize(i + 1, NO_SLOT);
+        }
+        let counted = if entry.phase == NodePhase::Stopped {
+            NO_SLOT
+        } else {
+            hot.slot
+        };
+        if counted != self.counted_in[i] {
+            if let Some(tier) = self.tier_mut(self.counted_in[i]) {
+                tier.counted -= 1;
+            }
+            if let Some(tier) = self.tier_mut(counted) {
+                tier.counted += 1;
+            }
+            self.counted_in[i] = counted;
+        }
+        let eligible = hot.has(flag::INVENTORY)
+            && !hot.has(flag::GONE)
+            && !hot.has(flag::UNHEALTHY)
+            && !hot.has(flag::CORDONED)
+            && self.tier_mut(hot.slot).is_some();
+        self.profile_of[i] = if eligible {
+            self.profile_for(Traits::of(hot, entry))
+        } else {
+            NO_PROFILE
+        };
+        self.refile(idx, hot);
+    }
+
+    /// Node `idx`'s fill, occupancy or label changed: moves it to its place.
+    pub(crate) fn refile(&mut self, idx: NodeIdx, hot: &Hot) {
+        let i = idx as usize;
+        let Some(&profile) = self.profile_of.get(i) else {
+            return;
+        };
+        let wanted = if profile == NO_PROFILE {
+            Filing::Nowhere
+        } else if hot.fill.is_nan() {
+            Filing::Unordered
+        } else {
+            let packing = self.tier_of(hot.slot).map_or(PackingStrategy::Binpack, |t| t.packing);
+            Filing::Class {
+                profile,
+                occupancy: Occupancy::of(hot),
+                entry: Entry {
+                    order: fill_order(hot.fill, packing),
+                    label: hot.rank,
+                    idx,
+                },
+            }
+        };
+        let filed = self.filing[i];
+        if filed == wanted {
+            return;
+        }
+        match filed {
+            Filing::Nowhere => {}
+            Filing::Class {
+                profile,
+                occupancy,
+                entry,
+            } => {
+                self.profiles[profile as usize].classes[occupancy as usize].remove(&entry);
+            }
+            Filing::Unordered => {
+                for tier in self.tiers.iter_mut().flatten() {
+                    tier.unordered.retain(|&n| n != idx);
+                }
+            }
+        }
+        match wanted {
+            Filing::Nowhere => {}
+            Filing::Class {
+                profile,
+                occupancy,
+                entry,
+            } => {
+                self.profiles[profile as usize].classes[occupancy as usize].insert(entry);
+            }
+            Filing::Unordered => {
+                if let Some(tier) = self.tier_mut(hot.slot) {
+                    tier.unordered.push(idx);
+                }
+            }
+        }
+        self.filing[i] = wanted;
+    }
+
+    /// Node `idx` left the view.
+    pub(crate) fn forget(&mut self, idx: NodeIdx, hot: &Hot) {
+        let i = idx as usize;
+        if i >= self.profile_of.len() {
+            return;
+        }
+        self.profile_of[i] = NO_PROFILE;
+        self.refile(idx, hot);
+        if let Some(tier) = self.tier_mut(self.counted_in[i]) {
+            tier.counted -= 1;
+        }
+        self.counted_in[i] = NO_SLOT;
+    }
+
+    /// The label node `idx` is filed under, if it is in a class.
+    #[cfg(test)]
+    pub(crate) fn filed_label(&self, idx: NodeIdx) -> Option<u32> {
+        match self.filing.get(idx as usize)? {
+            Filing::Class { entry, .. } => Some(entry.label),
+            Filing::Nowhere | Filing::Unordered => None,
+        }
+    }
+
+    fn profile_for(&mut self, traits: Traits) -> u32 {
+        if let Some(&profile) = self.by_traits.get(&traits) {
+            return profile;
+        }
+        let profile = self.profiles.len() as u32;
+        if let Some(tier) = self.tier_mut(traits.slot) {
+            tier.profiles.push(profile);
+        }
+        self.by_traits.insert(traits.clone(), profile);
+        self.profiles.push(Profile {
+            traits,
+            classes: Default::default(),
+        });
+        profile
+    }
+
+    fn tier_of(&self, slot: u32) -> Option<&TierIndex> {
+        if slot == NO_SLOT {
+            return None;
+        }
+        self.tier((slot >> 16) as usize, (slot & 0xffff) as usize)
+    }
+
+    fn tier_mut(&mut self, slot: u32) -> Option<&mut TierIndex> {
+        if slot == NO_SLOT {
+            return None;
+        }
+        self.tiers
+            .get_mut((slot >> 16) as usize)?
+            .get_mut((slot & 0xffff) as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fill_orders_follow_the_packing_and_round_trip() {
+        let fills = [0.0, 0.25, 0.5, 1.0];
+        for packing in [PackingStrategy::Binpack, PackingStrategy::Spread] {
+            let orders: Vec<u64> = fills.iter().map(|&f| fill_order(f, packing)).collect();
+            for (&fill, &order) in fills.iter().zip(&orders) {
+                assert_eq!(order_fill(order, packing), fill);
+            }
+            let ascending = orders.windows(2).all(|w| w[0] < w[1]);
+            assert_eq!(ascending, packing == PackingStrategy::Spread, "{packing:?}");
+        }
+    }
+}
