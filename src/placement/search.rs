@@ -14,7 +14,9 @@
 //!    chain rejects whole is skipped: a capability or GPU model the profile
 //!    lacks, `sameAz: hard` outside the peers' AZ, a spare exclusively
 //!    reserved for other templates, a node held by an exclusive job, an
-//!    occupied node for an exclusive job.
+//!    occupied node for an exclusive job, a tracked host port the demand
+//!    asks for already claimed, no GPU device with room for the largest
+//!    GPU ask.
 //! 3. The other classes are walked best leading components first. A class
 //!    holds its nodes in key order; the walk starts (binpack) or ends
 //!    (spread) at the fill that still leaves room for the demand, and stops
@@ -23,15 +25,17 @@
 //!    leading components are worse than the best found.
 //!
 //! What it still visits beyond the winner are the nodes rejected for what
-//! the index does not order by: host ports, cores, GPU capacity left, a
-//! recovery's excluded node.
+//! the index does not tell apart: an untracked host port, cores, the GPU
+//! room within a class's eighth of a device, a recovery's excluded node.
 
 use std::cmp::Ordering;
 
 use crate::model::PackingStrategy;
 
 use super::filter::{CAPACITY_EPSILON, check, shares_az};
-use super::fleet::{Entry, FleetView, NodeIdx, Occupancy, Traits, fill_of, fill_order, flag, order_fill};
+use super::fleet::{
+    ClassKey, Entry, FleetView, GPU_ROOM_STEPS, NodeIdx, Occupancy, Traits, fill_of, fill_order, flag, order_fill,
+};
 use super::key::{Facts, PlacementKey, key, key_of};
 use super::request::Demand;
 
@@ -85,26 +89,40 @@ pub(super) fn best_in_tier(
     let Some(min_free) = min_free(demand.needs.capacity) else {
         return best;
     };
+    // The tracked host ports the demand asks for, as class claims.
+    let asked_ports = index
+        .tracked
+        .iter()
+        .enumerate()
+        .filter(|(_, port)| demand.needs.ports.contains(port))
+        .fold(0u8, |mask, (bit, _)| mask | 1 << bit);
+    let largest_gpu_ask = demand.needs.gpu_asks.iter().map(|a| a.capacity).reduce(f64::max);
     let classes = &mut scratch.classes;
     classes.clear();
     for &p in &index.profiles {
-        let traits = &view.index.profile(p).traits;
+        let profile = view.index.profile(p);
+        let traits = &profile.traits;
         if !admits(view, demand, traits) {
             continue;
         }
         let fill_bound = fill_order(fill_of(traits.usable(), min_free), packing);
-        for occupancy in [Occupancy::Empty, Occupancy::Shared] {
-            if view.index.profile(p).classes[occupancy as usize].is_empty()
-                || (occupancy == Occupancy::Shared && demand.needs.exclusive)
-            {
-                continue;
-            }
+        for (c, class) in profile.classes.iter().enumerate() {
+            let ClassKey {
+                occupancy,
+                claims,
+                gpu_room,
+            } = class.key;
             let empty = occupancy == Occupancy::Empty;
-            if empty
-                && traits.has(flag::EXCLUSIVE_RESERVATION)
-                && !demand.request.override_reservation
-                && !traits.reserved_for.contains(&demand.job.template)
-            {
+            let rejected = class.entries.is_empty()
+                || occupancy == Occupancy::Held
+                || (occupancy == Occupancy::Shared && demand.needs.exclusive)
+                || claims & asked_ports != 0
+                || largest_gpu_ask.is_some_and(|ask| !gpu_room_fits(gpu_room, ask))
+                || (empty
+                    && traits.has(flag::EXCLUSIVE_RESERVATION)
+                    && !demand.request.override_reservation
+                    && !traits.reserved_for.contains(&demand.job.template));
+            if rejected {
                 continue;
             }
             let facts = Facts {
@@ -120,7 +138,7 @@ pub(super) fn best_in_tier(
             classes.push(Class {
                 key: key_of(view, demand, &facts, packing),
                 profile: p,
-                occupancy,
+                class: c,
                 fill_bound,
             });
         }
@@ -135,7 +153,7 @@ pub(super) fn best_in_tier(
         {
             break;
         }
-        let entries = &view.index.profile(class.profile).classes[class.occupancy as usize];
+        let entries = &view.index.profile(class.profile).classes[class.class].entries;
         let walk = match packing {
             PackingStrategy::Binpack => entries.range(Entry::from(class.fill_bound)..),
             PackingStrategy::Spread => entries.range(..=Entry::through(class.fill_bound)),
@@ -160,7 +178,8 @@ pub(super) fn best_in_tier(
 struct Class {
     key: PlacementKey,
     profile: u32,
-    occupancy: Occupancy,
+    /// Its position among the profile's classes.
+    class: usize,
     /// The [`Entry::order`] of the fullest a node of the class can be and
     /// still have room for the demand: where a binpack walk starts and a
     /// spread walk ends.
@@ -180,6 +199,13 @@ fn admits(view: &FleetView, demand: &Demand<'_>, traits: &Traits) -> bool {
         })
         && (demand.same_az != crate::model::IntraReplicaAz::Hard
             || demand.peers.iter().all(|p| shares_az(view, None, traits.az, p.node)))
+}
+
+/// Whether a node whose roomiest GPU device has `room` (see
+/// [`ClassKey::gpu_room`]) may fit a GPU ask of `ask`: every ask needs a
+/// device with that much free, less the tolerance.
+fn gpu_room_fits(room: u8, ask: f64) -> bool {
+    room >= GPU_ROOM_STEPS || ask <= f64::from(room + 1) / f64::from(GPU_ROOM_STEPS) + 2.0 * CAPACITY_EPSILON
 }
 
 /// The least free capacity a node can have and still pass the capacity

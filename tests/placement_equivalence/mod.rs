@@ -109,7 +109,10 @@ prop_compose! {
         },
         cores in prop::sample::select(vec![0u32, 0, 1, 2]),
         ports in prop::collection::vec(0..6u16, 0..2),
-        gpu in prop::option::weighted(0.3, (prop::sample::select(vec![0.25, 0.5]), prop::option::of(0..3u32))),
+        gpu in prop::option::weighted(0.3, (
+            if fuzzy { prop::sample::select(vec![0.2, 0.25, 0.35]).boxed() } else { prop::sample::select(vec![0.25, 0.5]).boxed() },
+            prop::option::of(0..3u32),
+        )),
         exclusive in prop::bool::weighted(0.1),
     ) -> JobDesc {
         JobDesc { bundle, replica, name, template, capacity, cores, ports, gpu, exclusive }
@@ -190,7 +193,10 @@ prop_compose! {
         reserved in prop::sample::select(vec![0.0, 0.0, 0.0, 1.0]),
         cores in prop::sample::select(vec![0u32, 2, 4, 8]),
         capabilities in prop::sample::subsequence(vec!["gpu", "sdi", "c66", "c5"], 0..=4),
-        gpus in prop::collection::vec((prop::sample::select(vec!["t4", "a10"]), prop::sample::select(vec![1.0, 0.5])), 0..3),
+        gpus in prop::collection::vec((
+            prop::sample::select(vec!["t4", "a10"]),
+            if fuzzy { prop::sample::select(vec![1.0, 0.7, 0.45]).boxed() } else { prop::sample::select(vec![1.0, 0.5, 0.75]).boxed() },
+        ), 0..3),
         az in 0..4usize,
         images in prop::sample::subsequence(vec!["img1", "img2", "img3", "w3", "w66", "w69"], 0..=4),
         jobs in prop::collection::vec(job_desc(fuzzy), 0..4),
@@ -312,10 +318,13 @@ fn wide_capability_node() -> FleetNode {
 }
 
 prop_compose! {
-    fn job_spec(i: usize)(
+    fn job_spec(i: usize, fuzzy: bool)(
         size in prop::sample::select(vec![0.0, 0.5, 1.0, 2.0, 3.0]),
         cores in prop::sample::select(vec![0u32, 0, 1, 2]),
-        gpu in prop::option::weighted(0.2, prop::option::of(prop::sample::select(vec!["t4", "a10"]))),
+        gpu in prop::option::weighted(0.2, (
+            if fuzzy { prop::sample::select(vec![0.3, 0.5, 0.65]).boxed() } else { prop::sample::select(vec![0.25, 0.5]).boxed() },
+            prop::option::of(prop::sample::select(vec!["t4", "a10"])),
+        )),
         capabilities in prop::sample::subsequence(vec!["gpu", "sdi", "c66", "c5", "nope"], 0..=2),
         ports in prop::collection::vec(0..6u16, 0..2),
         exclusive in prop::bool::weighted(0.15),
@@ -329,8 +338,8 @@ prop_compose! {
         let mut spec: JobSpec = serde_yaml::from_str(&format!("{{jobName: {}, template: {template}}}", JOB_NAMES[i])).unwrap();
         spec.requirements.required_capacity = size;
         spec.requirements.required_cores = cores;
-        if let Some(model) = gpu {
-            spec.requirements.required_gpu_capacity = 0.5;
+        if let Some((capacity, model)) = gpu {
+            spec.requirements.required_gpu_capacity = capacity;
             spec.requirements.required_gpu_model = model.map(str::to_owned);
         }
         spec.requirements.required_capabilities = capabilities.into_iter().map(str::to_owned).collect();
@@ -343,8 +352,8 @@ prop_compose! {
 }
 
 prop_compose! {
-    fn bundle_spec()(
-        jobs in (1..=JOB_NAMES.len()).prop_flat_map(|n| (0..n).map(job_spec).collect::<Vec<_>>()),
+    fn bundle_spec(fuzzy: bool)(
+        jobs in (1..=JOB_NAMES.len()).prop_flat_map(move |n| (0..n).map(|i| job_spec(i, fuzzy)).collect::<Vec<_>>()),
         backup in prop::sample::select(vec![None, Some(None), Some(Some("dr")), Some(Some("main"))]),
         flags in (prop::bool::ANY, prop::bool::ANY, prop::bool::ANY),
         same_node_default in prop::bool::weighted(0.2),
@@ -396,8 +405,9 @@ enum Step {
     Replace(usize, NodeDesc),
     /// Remove a node and its jobs.
     Remove(usize),
-    /// Add `count` nodes like this one (without jobs) whose ids each sort
-    /// just after the last, until the room between two id labels runs out.
+    /// Add `count` nodes like this one whose ids each sort just after the
+    /// last, until the room between two id labels runs out; each holds one
+    /// job claiming the same host port, until the tier tracks the port.
     Crowd(usize, usize, NodeDesc),
 }
 
@@ -439,7 +449,7 @@ fn world() -> impl Strategy<Value = (bool, bool, Vec<(usize, NodeDesc)>, Vec<Bun
             Just(fuzzy),
             prop::bool::weighted(0.3),
             prop::collection::vec((0..60usize, node_desc(fuzzy)), 0..10),
-            prop::collection::vec(bundle_spec(), 3),
+            prop::collection::vec(bundle_spec(fuzzy), 3),
             prop::collection::vec(step(fuzzy), 1..24),
         )
     })
@@ -597,14 +607,26 @@ proptest! {
                     run.fleet.insert(id, node);
                 }
                 Step::Crowd(n, count, mut desc) => {
-                    desc.jobs.clear();
+                    desc.jobs = vec![JobDesc {
+                        bundle: None,
+                        replica: 0,
+                        name: 0,
+                        template: "t2",
+                        capacity: 0.5,
+                        cores: 0,
+                        ports: vec![0],
+                        gpu: None,
+                        exclusive: false,
+                    }];
                     for i in 1..=count {
                         let id = format!("{}{}", node_id(n), "~".repeat(i));
                         if run.fleet.contains_key(&id) {
                             continue;
                         }
-                        let node = desc.node(&id, 0, &mut run.taken);
+                        run.serial += 1;
+                        let node = desc.node(&id, run.serial, &mut run.taken);
                         run.view.add_node(&node).unwrap();
+                        run.placed.extend(node.jobs.iter().map(|j| (node.id.clone(), j.clone())));
                         run.fleet.insert(id, node);
                     }
                 }

@@ -8,12 +8,20 @@
 //! reservation, capabilities, held template images, AZ, provider, usable
 //! capacity, GPU devices. For one demand every node of a profile passes or
 //! fails the same node-property filters and shares key components 1 to 6
-//! and 8, so a profile is judged once. Each profile splits by
-//! [`Occupancy`] into **classes**; a class keeps its nodes in key order —
-//! fill (fullest first in a `binpack` tier, emptiest first under `spread`),
-//! then id label — so within a class the first node that passes the chain
-//! is the class's best, and "enough free capacity" is a bound on fill
-//! (`fill_of` is monotone), which is where a class's walk starts or ends.
+//! and 8, so a profile is judged once. Each profile splits into
+//! **classes** by what changes with the jobs a node holds but can still
+//! reject it whole ([`ClassKey`]): its [`Occupancy`], which of the tier's
+//! tracked host ports it has claimed, and how much room its roomiest GPU
+//! device has left. A class keeps its nodes in key order — fill (fullest
+//! first in a `binpack` tier, emptiest first under `spread`), then id
+//! label — so within a class the first node that passes the chain is the
+//! class's best, and "enough free capacity" is a bound on fill (`fill_of`
+//! is monotone), which is where a class's walk starts or ends.
+//!
+//! A host port is tracked in a tier once [`TRACK_AT`] claims on it
+//! accumulate there (a fixed ingest port such as 1935 claimed by every
+//! channel): without it, a job asking for that port would walk past every
+//! node that already claimed it, and those are the fullest.
 //!
 //! Nodes that are not reachable or are cordoned are in no class: the chain
 //! rejects them whatever the demand. A node whose fill is not a number
@@ -26,11 +34,20 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::model::{NodePhase, PackingStrategy, ProviderKind};
+use crate::model::{HostPort, NodePhase, PackingStrategy, ProviderKind};
 
 use super::names::Name;
-use super::node::{CapabilitySet, Hot, NO_SLOT, NodeEntry, flag};
+use super::node::{CapabilitySet, GpuDevice, Hot, NO_SLOT, NodeEntry, flag};
 use super::{NodeIdx, Pools};
+
+/// Claims on one host port within a tier past which the tier tracks it.
+pub(crate) const TRACK_AT: u32 = 32;
+/// How many host ports a tier tracks at most (one bit each in
+/// [`ClassKey::claims`]).
+const TRACKED_PORTS: usize = 8;
+/// [`ClassKey::gpu_room`] counts the eighths of a device the roomiest GPU
+/// device has free, up to this many.
+pub(crate) const GPU_ROOM_STEPS: u8 = 8;
 
 /// How a node is occupied, as the exclusivity filter and the spare
 /// components of the key see it.
@@ -45,7 +62,7 @@ pub(crate) enum Occupancy {
 }
 
 impl Occupancy {
-    fn of(hot: &Hot) -> Self {
+    pub(crate) fn of(hot: &Hot) -> Self {
         if hot.exclusive_occupants > 0 {
             Occupancy::Held
         } else if hot.occupants > 0 {
@@ -110,12 +127,38 @@ impl Traits {
     }
 }
 
-/// One profile and its nodes, by occupancy.
+/// Which class of its profile a node is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ClassKey {
+    pub occupancy: Occupancy,
+    /// Bit `i` set: the node claims the tier's `i`-th tracked host port.
+    pub claims: u8,
+    /// `k` below [`GPU_ROOM_STEPS`]: the roomiest device has less than
+    /// `(k + 1) / 8` of a device free; at it, a whole device or more.
+    pub gpu_room: u8,
+}
+
+/// How much room the roomiest of `devices` has, as [`ClassKey::gpu_room`]
+/// counts it.
+pub(crate) fn gpu_room(devices: &[GpuDevice]) -> u8 {
+    let roomiest = devices.iter().map(GpuDevice::free).fold(f64::NEG_INFINITY, f64::max);
+    (1..=GPU_ROOM_STEPS)
+        .take_while(|&k| roomiest >= f64::from(k) / f64::from(GPU_ROOM_STEPS))
+        .count() as u8
+}
+
+/// One profile and its nodes, by class.
 #[derive(Clone, Debug)]
 pub(crate) struct Profile {
     pub traits: Traits,
-    /// Indexed by [`Occupancy`].
-    pub classes: [BTreeSet<Entry>; 3],
+    pub classes: Vec<Class>,
+}
+
+/// The nodes of one profile in one class, in key order.
+#[derive(Clone, Debug)]
+pub(crate) struct Class {
+    pub key: ClassKey,
+    pub entries: BTreeSet<Entry>,
 }
 
 /// A node as a class orders it: by `order` (its fill, oriented by the
@@ -177,6 +220,10 @@ pub(crate) struct TierIndex {
     pub packing: PackingStrategy,
     /// The tier's profiles, in the order they appeared.
     pub profiles: Vec<u32>,
+    /// The host ports the tier tracks, in the order they were taken up.
+    pub tracked: Vec<HostPort>,
+    /// Claims per host port by the tier's nodes.
+    claims: HashMap<HostPort, u32>,
     /// Filed nodes whose fill is not a number: checked on every placement.
     pub unordered: Vec<NodeIdx>,
     /// Nodes of the tier not yet stopped, prospective ones included: what
@@ -189,12 +236,9 @@ pub(crate) struct TierIndex {
 enum Filing {
     /// In no class: unreachable, cordoned, or of no tier.
     Nowhere,
-    /// In class `occupancy` of profile `profile`.
-    Class {
-        profile: u32,
-        occupancy: Occupancy,
-        entry: Entry,
-    },
+    /// In class `class` (a position in its profile's classes) of profile
+    /// `profile`.
+    Class { profile: u32, class: u32, entry: Entry },
     /// Aside, in its tier's `unordered`.
     Unordered,
 }
@@ -282,11 +326,11 @@ impl FleetIndex {
         } else {
             NO_PROFILE
         };
-        self.refile(idx, hot);
+        self.refile(idx, hot, entry);
     }
 
-    /// Node `idx`'s fill, occupancy or label changed: moves it to its place.
-    pub(crate) fn refile(&mut self, idx: NodeIdx, hot: &Hot) {
+    /// Node `idx`'s fill, jobs or label changed: moves it to its place.
+    pub(crate) fn refile(&mut self, idx: NodeIdx, hot: &Hot, entry: &NodeEntry) {
         let i = idx as usize;
         let Some(&profile) = self.profile_of.get(i) else {
             return;
@@ -296,12 +340,36 @@ impl FleetIndex {
         } else if hot.fill.is_nan() {
             Filing::Unordered
         } else {
-            let packing = self.tier_of(hot.slot).map_or(PackingStrategy::Binpack, |t| t.packing);
+            let Some(tier) = self.tier_of(hot.slot) else {
+                return;
+            };
+            let key = ClassKey {
+                occupancy: Occupancy::of(hot),
+                claims: tier
+                    .tracked
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, port)| entry.ports.contains(port))
+                    .fold(0, |mask, (bit, _)| mask | 1 << bit),
+                gpu_room: gpu_room(&entry.gpus),
+            };
+            let order = fill_order(hot.fill, tier.packing);
+            let classes = &mut self.profiles[profile as usize].classes;
+            let class = match classes.iter().position(|c| c.key == key) {
+                Some(class) => class,
+                None => {
+                    classes.push(Class {
+                        key,
+                        entries: BTreeSet::new(),
+                    });
+                    classes.len() - 1
+                }
+            };
             Filing::Class {
                 profile,
-                occupancy: Occupancy::of(hot),
+                class: class as u32,
                 entry: Entry {
-                    order: fill_order(hot.fill, packing),
+                    order,
                     label: hot.rank,
                     idx,
                 },
@@ -313,12 +381,10 @@ impl FleetIndex {
         }
         match filed {
             Filing::Nowhere => {}
-            Filing::Class {
-                profile,
-                occupancy,
-                entry,
-            } => {
-                self.profiles[profile as usize].classes[occupancy as usize].remove(&entry);
+            Filing::Class { profile, class, entry } => {
+                self.profiles[profile as usize].classes[class as usize]
+                    .entries
+                    .remove(&entry);
             }
             Filing::Unordered => {
                 for tier in self.tiers.iter_mut().flatten() {
@@ -328,12 +394,10 @@ impl FleetIndex {
         }
         match wanted {
             Filing::Nowhere => {}
-            Filing::Class {
-                profile,
-                occupancy,
-                entry,
-            } => {
-                self.profiles[profile as usize].classes[occupancy as usize].insert(entry);
+            Filing::Class { profile, class, entry } => {
+                self.profiles[profile as usize].classes[class as usize]
+                    .entries
+                    .insert(entry);
             }
             Filing::Unordered => {
                 if let Some(tier) = self.tier_mut(hot.slot) {
@@ -344,14 +408,34 @@ impl FleetIndex {
         self.filing[i] = wanted;
     }
 
+    /// A node of slot `slot` claimed (`true`) or gave back a host port.
+    /// Returns true when the tier starts tracking the port: every node of
+    /// the tier must then be re-filed.
+    pub(crate) fn port_claim(&mut self, slot: u32, port: HostPort, claimed: bool) -> bool {
+        let Some(tier) = self.tier_mut(slot) else {
+            return false;
+        };
+        let count = tier.claims.entry(port).or_insert(0);
+        if claimed {
+            *count += 1;
+        } else {
+            *count = count.saturating_sub(1);
+        }
+        let take_up = *count >= TRACK_AT && tier.tracked.len() < TRACKED_PORTS && !tier.tracked.contains(&port);
+        if take_up {
+            tier.tracked.push(port);
+        }
+        take_up
+    }
+
     /// Node `idx` left the view.
-    pub(crate) fn forget(&mut self, idx: NodeIdx, hot: &Hot) {
+    pub(crate) fn forget(&mut self, idx: NodeIdx, hot: &Hot, entry: &NodeEntry) {
         let i = idx as usize;
         if i >= self.profile_of.len() {
             return;
         }
         self.profile_of[i] = NO_PROFILE;
-        self.refile(idx, hot);
+        self.refile(idx, hot, entry);
         if let Some(tier) = self.tier_mut(self.counted_in[i]) {
             tier.counted -= 1;
         }
@@ -378,7 +462,7 @@ impl FleetIndex {
         self.by_traits.insert(traits.clone(), profile);
         self.profiles.push(Profile {
             traits,
-            classes: Default::default(),
+            classes: Vec::new(),
         });
         profile
     }
@@ -403,6 +487,20 @@ impl FleetIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gpu_room_counts_the_eighths_the_roomiest_device_has_free() {
+        let device = |total: f64, used: f64| GpuDevice {
+            model: Name::from("t4"),
+            total,
+            used,
+        };
+        assert_eq!(gpu_room(&[]), 0);
+        assert_eq!(gpu_room(&[device(1.0, 1.0)]), 0);
+        assert_eq!(gpu_room(&[device(1.0, 0.75), device(1.0, 0.5)]), 4);
+        assert_eq!(gpu_room(&[device(1.0, 0.8)]), 1);
+        assert_eq!(gpu_room(&[device(2.0, 0.0)]), GPU_ROOM_STEPS);
+    }
 
     #[test]
     fn fill_orders_follow_the_packing_and_round_trip() {

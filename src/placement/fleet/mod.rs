@@ -19,7 +19,7 @@ mod order;
 
 use std::collections::HashMap;
 
-pub(crate) use index::{Entry, FleetIndex, Occupancy, Traits, fill_order, order_fill};
+pub(crate) use index::{ClassKey, Entry, FleetIndex, GPU_ROOM_STEPS, Occupancy, Traits, fill_order, order_fill};
 pub(crate) use names::Interner;
 pub use names::Name;
 pub(crate) use node::{CapabilitySet, GpuDevice, Hot, NO_AZ, NO_SLOT, NodeEntry, fill_of, flag, port_bit};
@@ -198,8 +198,31 @@ impl FleetView {
         if let Some(bundle) = &job.bundle {
             self.replicas.entry(bundle.clone()).or_default().push(occupant);
         }
-        self.index.refile(idx, &self.hot[idx as usize]);
+        let slot = self.hot[idx as usize].slot;
+        let mut take_up = false;
+        for &port in &job.required_host_ports {
+            take_up |= self.index.port_claim(slot, port, true);
+        }
+        self.refile(idx, take_up);
         Ok(())
+    }
+
+    /// Re-files node `idx` in the index, and every node of its tier when
+    /// the tier has just taken up a host port.
+    fn refile(&mut self, idx: NodeIdx, whole_tier: bool) {
+        let slot = self.hot[idx as usize].slot;
+        let tier_nodes = match self.tier_list(slot) {
+            Some(list) if whole_tier => std::mem::take(list),
+            _ => Vec::new(),
+        };
+        for &i in tier_nodes.iter().chain(std::iter::once(&idx)) {
+            self.index.refile(i, &self.hot[i as usize], &self.nodes[i as usize]);
+        }
+        if let Some(list) = self.tier_list(slot)
+            && whole_tier
+        {
+            *list = tier_nodes;
+        }
     }
 
     /// Undoes [`FleetView::reserve`] of `job` on `node`: its capacity, cores,
@@ -220,9 +243,11 @@ impl FleetView {
             return Ok(());
         };
         let occupant = entry.occupants.remove(at);
+        let slot = self.hot[idx as usize].slot;
         for port in &job.required_host_ports {
             if let Some(p) = entry.ports.iter().position(|p| p == port) {
                 entry.ports.remove(p);
+                self.index.port_claim(slot, *port, false);
             }
         }
         if job.required_gpu_capacity > 0.0 {
@@ -244,7 +269,7 @@ impl FleetView {
         {
             list.retain(|&o| o != occupant);
         }
-        self.index.refile(idx, &self.hot[idx as usize]);
+        self.refile(idx, false);
         Ok(())
     }
 
@@ -355,7 +380,7 @@ impl FleetView {
             list.push(idx);
         }
         for moved in self.insert_in_order(idx) {
-            self.index.refile(moved, &self.hot[moved as usize]);
+            self.refile(moved, false);
         }
         self.index
             .reprofile(idx, &self.hot[idx as usize], &self.nodes[idx as usize]);
@@ -425,13 +450,18 @@ impl FleetView {
         let hot = &mut self.hot[idx as usize];
         hot.slot = NO_SLOT;
         hot.flags = 0;
-        self.index.forget(idx, &self.hot[idx as usize]);
+        self.index
+            .forget(idx, &self.hot[idx as usize], &self.nodes[idx as usize]);
         Ok(())
     }
 
     /// Takes every job off node `idx` (its description stays).
     fn vacate(&mut self, idx: NodeIdx) {
+        let slot = self.hot[idx as usize].slot;
         let entry = &mut self.nodes[idx as usize];
+        for port in entry.ports.drain(..) {
+            self.index.port_claim(slot, port, false);
+        }
         for o in std::mem::take(&mut entry.occupants) {
             if let Some(bundle) = &self.occupants[o as usize].bundle
                 && let Some(list) = self.replicas.get_mut(bundle)
@@ -439,7 +469,6 @@ impl FleetView {
                 list.retain(|&other| other != o);
             }
         }
-        entry.ports.clear();
         entry.gpus.iter_mut().for_each(|d| d.used = 0.0);
         let usable = entry.usable;
         let hot = &mut self.hot[idx as usize];
@@ -449,7 +478,7 @@ impl FleetView {
         hot.occupants = 0;
         hot.exclusive_occupants = 0;
         hot.ports = 0;
-        self.index.refile(idx, &self.hot[idx as usize]);
+        self.refile(idx, false);
     }
 
     /// Numbers a node and records it, returning its index and slot.
