@@ -19,8 +19,9 @@ pub struct Rankings {
 }
 
 impl Rankings {
-    /// Starts a burst on `view`, with room for its largest tier's classes.
-    pub fn for_burst(view: &FleetView) -> Self {
+    /// Starts a burst of placements applied to `view` in turn, with room
+    /// for its largest tier's classes.
+    pub fn for_burst(view: &mut FleetView) -> Self {
         Rankings {
             scratch: Scratch::for_view(view),
         }

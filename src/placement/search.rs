@@ -56,7 +56,7 @@ impl Scratch {
     /// Room for the classes of `view`'s largest tier.
     pub(super) fn for_view(view: &FleetView) -> Self {
         Scratch {
-            classes: Vec::with_capacity(2 * view.index.largest_tier()),
+            classes: Vec::with_capacity(view.index.most_classes()),
         }
     }
 }
@@ -145,7 +145,7 @@ pub(super) fn best_in_tier(
     }
     // Fill and label are 0 in every class key: this orders by the leading
     // components, then the soft-AZ component.
-    classes.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+    classes.sort_unstable_by_key(|c| c.key);
     for class in classes.iter() {
         if best
             .as_ref()
@@ -155,8 +155,8 @@ pub(super) fn best_in_tier(
         }
         let entries = &view.index.profile(class.profile).classes[class.class].entries;
         let walk = match packing {
-            PackingStrategy::Binpack => entries.range(Entry::from(class.fill_bound)..),
-            PackingStrategy::Spread => entries.range(..=Entry::through(class.fill_bound)),
+            PackingStrategy::Binpack => entries.range(Entry::first_at(class.fill_bound)..),
+            PackingStrategy::Spread => entries.range(..=Entry::last_at(class.fill_bound)),
         };
         for entry in walk {
             let next = PlacementKey {

@@ -74,7 +74,7 @@ fn template_images() -> BTreeMap<String, Vec<String>> {
 fn port(n: u16) -> HostPort {
     HostPort {
         port: 1000 + n,
-        protocol: if n % 2 == 0 {
+        protocol: if n.is_multiple_of(2) {
             PortProtocol::Tcp
         } else {
             PortProtocol::Udp
@@ -441,9 +441,13 @@ fn step(fuzzy: bool) -> impl Strategy<Value = Step> {
     ]
 }
 
+/// Whether the run is fuzzy, whether the fleet holds the wide-capability
+/// node, the fleet's nodes, the bundles and the steps.
+type World = (bool, bool, Vec<(usize, NodeDesc)>, Vec<BundleSpec>, Vec<Step>);
+
 /// A fleet and a run of steps; `fuzzy` runs use inexact and infinite
 /// capacities, where only the index and the scan are compared.
-fn world() -> impl Strategy<Value = (bool, bool, Vec<(usize, NodeDesc)>, Vec<BundleSpec>, Vec<Step>)> {
+fn world() -> impl Strategy<Value = World> {
     prop::bool::weighted(0.25).prop_flat_map(|fuzzy| {
         (
             Just(fuzzy),

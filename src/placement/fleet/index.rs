@@ -33,6 +33,7 @@
 //! a new label re-files it. Nothing is ever rebuilt.
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 
 use crate::model::{HostPort, NodePhase, PackingStrategy, ProviderKind};
 
@@ -78,7 +79,7 @@ impl Occupancy {
 const PROFILE_FLAGS: u16 = flag::LAUNCHING | flag::SPARE | flag::RESERVED | flag::EXCLUSIVE_RESERVATION;
 
 /// What the nodes of one profile share (see the module docs).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug)]
 pub(crate) struct Traits {
     pub slot: u32,
     /// [`PROFILE_FLAGS`] of the node's flags.
@@ -116,6 +117,41 @@ impl Traits {
                 .map(|g| (g.model.clone(), g.total.to_bits()))
                 .collect(),
         }
+    }
+
+    /// Whether these are node `hot`/`entry`'s traits (what [`Traits::of`]
+    /// would make of it), without making them.
+    fn describe(&self, hot: &Hot, entry: &NodeEntry) -> bool {
+        self.slot == hot.slot
+            && self.flags == hot.flags & PROFILE_FLAGS
+            && self.az == hot.az
+            && self.kind == hot.kind
+            && self.image_mask == hot.images
+            && self.usable == entry.usable.to_bits()
+            && self.reserved_for == entry.reserved_for
+            && self.capabilities == entry.capabilities
+            && self.images == entry.images
+            && self.gpus.len() == entry.gpus.len()
+            && self
+                .gpus
+                .iter()
+                .zip(&entry.gpus)
+                .all(|((model, total), g)| *model == g.model && *total == g.total.to_bits())
+    }
+
+    /// A hash of a node's traits, so a node finds its profile without its
+    /// traits being copied out first.
+    fn fingerprint(hot: &Hot, entry: &NodeEntry) -> u64 {
+        let mut h = std::hash::DefaultHasher::new();
+        (hot.slot, hot.flags & PROFILE_FLAGS, hot.az, hot.kind, hot.images).hash(&mut h);
+        entry.usable.to_bits().hash(&mut h);
+        entry.reserved_for.hash(&mut h);
+        entry.capabilities.hash(&mut h);
+        entry.images.hash(&mut h);
+        for g in &entry.gpus {
+            (&g.model, g.total.to_bits()).hash(&mut h);
+        }
+        h.finish()
     }
 
     pub(crate) fn has(&self, flag: u16) -> bool {
@@ -172,7 +208,7 @@ pub(crate) struct Entry {
 
 impl Entry {
     /// The first entry a class can hold at `order` or after.
-    pub(crate) fn from(order: u64) -> Self {
+    pub(crate) fn first_at(order: u64) -> Self {
         Entry {
             order,
             label: 0,
@@ -181,7 +217,7 @@ impl Entry {
     }
 
     /// The last entry a class can hold at `order` or before.
-    pub(crate) fn through(order: u64) -> Self {
+    pub(crate) fn last_at(order: u64) -> Self {
         Entry {
             order,
             label: u32::MAX,
@@ -249,7 +285,8 @@ pub(crate) struct FleetIndex {
     /// `[pool][tier]`.
     tiers: Vec<Vec<TierIndex>>,
     profiles: Vec<Profile>,
-    by_traits: HashMap<Traits, u32>,
+    /// Profiles by [`Traits::fingerprint`].
+    by_fingerprint: HashMap<u64, Vec<u32>>,
     /// Per node: its profile (`u32::MAX` when it is filed nowhere), its
     /// filing, and the slot it counts in against `maxNodes`.
     profile_of: Vec<u32>,
@@ -283,9 +320,15 @@ impl FleetIndex {
         self.tiers.get(pool)?.get(tier)
     }
 
-    /// How many profiles the largest tier has.
-    pub(crate) fn largest_tier(&self) -> usize {
-        self.tiers.iter().flatten().map(|t| t.profiles.len()).max().unwrap_or(0)
+    /// How many classes the tier with the most has.
+    pub(crate) fn most_classes(&self) -> usize {
+        let classes = |tier: &TierIndex| -> usize {
+            tier.profiles
+                .iter()
+                .map(|&p| self.profiles[p as usize].classes.len())
+                .sum()
+        };
+        self.tiers.iter().flatten().map(classes).max().unwrap_or(0)
     }
 
     pub(crate) fn profile(&self, profile: u32) -> &Profile {
@@ -322,7 +365,7 @@ impl FleetIndex {
             && !hot.has(flag::CORDONED)
             && self.tier_mut(hot.slot).is_some();
         self.profile_of[i] = if eligible {
-            self.profile_for(Traits::of(hot, entry))
+            self.profile_for(hot, entry)
         } else {
             NO_PROFILE
         };
@@ -451,15 +494,24 @@ impl FleetIndex {
         }
     }
 
-    fn profile_for(&mut self, traits: Traits) -> u32 {
-        if let Some(&profile) = self.by_traits.get(&traits) {
+    /// The profile of a node, made when it is the first of its kind.
+    fn profile_for(&mut self, hot: &Hot, entry: &NodeEntry) -> u32 {
+        let fingerprint = Traits::fingerprint(hot, entry);
+        let same = self.by_fingerprint.get(&fingerprint).and_then(|profiles| {
+            profiles
+                .iter()
+                .copied()
+                .find(|&p| self.profiles[p as usize].traits.describe(hot, entry))
+        });
+        if let Some(profile) = same {
             return profile;
         }
+        let traits = Traits::of(hot, entry);
         let profile = self.profiles.len() as u32;
         if let Some(tier) = self.tier_mut(traits.slot) {
             tier.profiles.push(profile);
         }
-        self.by_traits.insert(traits.clone(), profile);
+        self.by_fingerprint.entry(fingerprint).or_default().push(profile);
         self.profiles.push(Profile {
             traits,
             classes: Vec::new(),
