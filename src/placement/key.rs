@@ -25,7 +25,7 @@ use serde::Serialize;
 use crate::model::{IntraReplicaAz, PackingStrategy, ProviderKind};
 
 use super::filter::shares_az;
-use super::fleet::{FleetView, NodeIdx, flag};
+use super::fleet::{FleetView, NodeEntry, NodeIdx, Traits, flag};
 use super::request::{Demand, SparePolicy};
 
 /// The rank of one surviving node (see the module docs for the order).
@@ -124,10 +124,38 @@ pub(crate) struct Facts<'a> {
     pub empty: bool,
     pub az: u32,
     pub kind: ProviderKind,
-    /// Held template images: the low ids as a mask, and every id, sorted.
+    /// Held template images with low ids, as a mask.
     pub image_mask: u64,
-    pub images: &'a [u32],
-    pub reserved_for: &'a [String],
+    /// Where the lists are: read only when a component needs them, so
+    /// ranking a node rarely touches more than its hot part.
+    pub lists: Lists<'a>,
+}
+
+/// Where [`Facts`] find every held template image and the spare's
+/// `reservedFor`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Lists<'a> {
+    /// The node's own entry.
+    Node(&'a NodeEntry),
+    /// A profile's traits.
+    Profile(&'a Traits),
+}
+
+impl Lists<'_> {
+    /// Interned held template images, sorted.
+    fn images(&self) -> &[u32] {
+        match self {
+            Lists::Node(entry) => &entry.images,
+            Lists::Profile(traits) => &traits.images,
+        }
+    }
+
+    fn reserved_for(&self) -> &[String] {
+        match self {
+            Lists::Node(entry) => &entry.reserved_for,
+            Lists::Profile(traits) => &traits.reserved_for,
+        }
+    }
 }
 
 impl<'a> Facts<'a> {
@@ -142,8 +170,7 @@ impl<'a> Facts<'a> {
             az: hot.az,
             kind: hot.kind,
             image_mask: hot.images,
-            images: &node.images,
-            reserved_for: &node.reserved_for,
+            lists: Lists::Node(node),
         }
     }
 }
@@ -207,7 +234,7 @@ pub(crate) fn key_of(
     let wide_warmth = demand
         .warm_wide
         .iter()
-        .filter(|i| facts.images.binary_search(i).is_ok())
+        .filter(|i| facts.lists.images().binary_search(i).is_ok())
         .count();
     let warmth = (demand.warm_mask & facts.image_mask).count_ones() + wide_warmth as u32;
     let outside_peer_az = demand.same_az == IntraReplicaAz::Soft
@@ -221,7 +248,9 @@ pub(crate) fn key_of(
         prospective: has(flag::LAUNCHING),
         avoided_spare: unconsumed_spare && demand.spare_policy == SparePolicy::Avoid,
         warmth,
-        reservation_match: unconsumed_spare && has(flag::RESERVED) && facts.reserved_for.contains(&demand.job.template),
+        reservation_match: unconsumed_spare
+            && has(flag::RESERVED)
+            && facts.lists.reserved_for().contains(&demand.job.template),
         preferred_spare: unconsumed_spare && demand.spare_policy == SparePolicy::Prefer,
         fill: 0.0,
         packing,

@@ -36,7 +36,7 @@ use super::filter::{CAPACITY_EPSILON, check, shares_az};
 use super::fleet::{
     ClassKey, Entry, FleetView, GPU_ROOM_STEPS, NodeIdx, Occupancy, Traits, fill_of, fill_order, flag, order_fill,
 };
-use super::key::{Facts, PlacementKey, key, key_of};
+use super::key::{Facts, Lists, PlacementKey, key, key_of};
 use super::request::Demand;
 
 /// The best survivor of a tier.
@@ -132,8 +132,7 @@ pub(super) fn best_in_tier(
                 az: traits.az,
                 kind: traits.kind,
                 image_mask: traits.image_mask,
-                images: &traits.images,
-                reserved_for: &traits.reserved_for,
+                lists: Lists::Profile(traits),
             };
             classes.push(Class {
                 key: key_of(view, demand, &facts, packing),
