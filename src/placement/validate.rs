@@ -512,9 +512,6 @@ fn could_ever_fit(view: &FleetView, idx: NodeIdx, needs: &Needs) -> bool {
     hot.has(flag::INVENTORY)
         && needs.capacity <= node.usable + CAPACITY_EPSILON
         && needs.cores <= u32::from(hot.total_cores)
-        && needs
-            .capabilities
-            .iter()
-            .all(|(id, _)| id.is_some_and(|id| node.capabilities.contains(id)))
+        && needs.held_by(&node.capabilities)
         && fit_gpus(&empty_gpus, &needs.gpu_asks).is_ok()
 }
