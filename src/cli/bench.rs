@@ -118,6 +118,9 @@ pub enum BenchError {
     /// The report could not be written.
     #[error("cannot render the report: {0}")]
     Render(#[from] serde_json::Error),
+    /// The report could not be written as YAML.
+    #[error("cannot render the report as YAML: {0}")]
+    Yaml(String),
 }
 
 /// Runs `bench`.
@@ -202,9 +205,8 @@ pub fn bench_fill(args: &FillArgs) -> Result<FillReport, BenchError> {
 }
 
 fn render_fill(report: &FillReport, output: crate::cli::plan::Output) -> Result<String, BenchError> {
-    Ok(match output {
-        crate::cli::plan::Output::Json => serde_json::to_string(report)?,
-        crate::cli::plan::Output::Table => format!(
+    let table = || {
+        format!(
             "jobs         {} ({} unplaced)\nnodes        {}\ntotal        {:.3} s\np50          {:.1} µs\np99          {:.1} µs\npeak RSS     {}",
             report.jobs,
             report.unplaced,
@@ -213,8 +215,9 @@ fn render_fill(report: &FillReport, output: crate::cli::plan::Output) -> Result<
             report.p50_micros,
             report.p99_micros,
             rss(report.peak_rss_bytes)
-        ),
-    })
+        )
+    };
+    render_as(report, output, table)
 }
 
 fn rss(bytes: Option<u64>) -> String {
@@ -222,19 +225,29 @@ fn rss(bytes: Option<u64>) -> String {
 }
 
 fn render(report: &Report, output: crate::cli::plan::Output) -> Result<String, BenchError> {
-    Ok(match output {
-        crate::cli::plan::Output::Json => serde_json::to_string(report)?,
-        crate::cli::plan::Output::Yaml => serde_json::from_value::<serde_yaml::Value>(serde_json::to_value(report)?)
-            .ok()
-            .and_then(|v| serde_yaml::to_string(&v).ok())
-            .unwrap_or_default(),
-        crate::cli::plan::Output::Table | crate::cli::plan::Output::Wide => format!(
+    let table = || {
+        format!(
             "placements/s {:.0}\np50          {:.1} µs\np99          {:.1} µs\npeak RSS     {}",
             report.placements_per_second,
             report.p50_micros,
             report.p99_micros,
             rss(report.peak_rss_bytes)
-        ),
+        )
+    };
+    render_as(report, output, table)
+}
+
+/// A report as JSON, YAML or the `table` text (`wide` is the table).
+fn render_as<T: serde::Serialize>(
+    report: &T,
+    output: crate::cli::plan::Output,
+    table: impl FnOnce() -> String,
+) -> Result<String, BenchError> {
+    use crate::cli::plan::Output;
+    Ok(match output {
+        Output::Json => serde_json::to_string(report)?,
+        Output::Yaml => serde_yaml::to_string(report).map_err(|e| BenchError::Yaml(e.to_string()))?,
+        Output::Table | Output::Wide => table(),
     })
 }
 
