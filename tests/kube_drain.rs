@@ -185,7 +185,10 @@ async fn an_applied_node_drain_empties_the_node_with_a_job_migration_per_job_it_
             migration_phase(m).as_deref() == Some("done")
         })
         .await;
-        assert_ne!(ended.status.and_then(|s| s.target_node_id), Some(node.clone()));
+        let target = ended.status.and_then(|s| s.target_node_id);
+        assert_ne!(target, Some(node.clone()));
+        // The drain's status names where each job went: its migration's target.
+        assert_eq!(job.target_node_id, target, "{status:#?}");
     }
     // Each phase transition is an Event on the drain.
     let event = event_about(cp, "default", &drain_name, "DrainDone").await;

@@ -62,3 +62,75 @@ fn readme_configuration_reference_lists_every_setting_with_its_default() {
         "docs/configuration.md's configuration reference lacks {missing:#?}\nexpected rows (each followed by ` description |`):\n{table}"
     );
 }
+
+/// The commands of the README's `sh` block after `heading` (parts `first` to
+/// `last`), through the extractor the end-to-end run uses.
+fn readme_commands(heading: &str, parts: Option<(u32, u32)>) -> Vec<String> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut command = std::process::Command::new("python3");
+    command
+        .arg(format!("{root}/e2e/lib/readme.py"))
+        .arg(format!("{root}/README.md"))
+        .arg(heading);
+    if let Some((first, last)) = parts {
+        command.arg(first.to_string()).arg(last.to_string());
+    }
+    let out = command.output().expect("python3 runs e2e/lib/readme.py");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+const QUICK_START: &str = "Quick start: the chart with a simulated Manager";
+
+#[test]
+fn the_readme_quick_start_runs_in_the_end_to_end_as_written() {
+    // Parts 2 to 4 and the Uninstall block are run verbatim by e2e/node/run.sh.
+    let install = readme_commands(QUICK_START, Some((2, 4)));
+    assert!(
+        install
+            .iter()
+            .any(|c| c.starts_with("helm install nam charts/norsk-auto-manager")),
+        "{install:#?}"
+    );
+    assert!(
+        install
+            .iter()
+            .any(|c| c.starts_with("kubectl wait ") && c.contains("--timeout")),
+        "{install:#?}"
+    );
+    let uninstall = readme_commands("Uninstall", None);
+    assert_eq!(uninstall.len(), 3, "{uninstall:#?}");
+    // Part 5's commands are the verbs of e2e/day-two.txt, each with the same arguments.
+    let day_two = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/day-two.txt")).expect("day-two");
+    let steps: Vec<&str> = day_two
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .collect();
+    let bundle_of = |c: &str| {
+        c.split("get bundle ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("no bundle named in {c}"))
+    };
+    let part_five = readme_commands(QUICK_START, Some((5, 5)));
+    assert_eq!(part_five.len(), 4, "{part_five:#?}");
+    for command in &part_five {
+        let words: Vec<&str> = command.split_whitespace().collect();
+        let verb = match words.as_slice() {
+            ["kubectl", "norsk", "drain", ..] => format!("drain-primary bundle {}", bundle_of(command)),
+            ["kubectl", "norsk", "interrupt", ..] => format!("interrupt-primary bundle {}", bundle_of(command)),
+            ["kubectl", "norsk", "migrate", bundle, job, ..] => format!("migrate {bundle} {job}"),
+            ["helm", "upgrade", .., "--set", setting] => format!("helm-upgrade {setting}"),
+            _ => panic!("no day-two verb runs the README's {command:?}"),
+        };
+        assert!(
+            steps.iter().any(|s| s.starts_with(&verb)),
+            "the README says {command:?} but e2e/day-two.txt has no {verb:?}"
+        );
+    }
+}

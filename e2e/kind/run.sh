@@ -50,11 +50,12 @@ say "building $IMAGE"
 docker build -t "$IMAGE" --build-arg REVISION="$(git -C "$ROOT" rev-parse HEAD)" "$ROOT"
 kind load docker-image --name "$CLUSTER" "$IMAGE"
 
-say "installing the chart"
-kubectl create namespace "$SYSTEM_NS"
-kubectl label namespace "$SYSTEM_NS" pod-security.kubernetes.io/enforce=restricted
-helm install "$RELEASE" "$CHART" --namespace "$SYSTEM_NS" \
-  --values "$ROOT/e2e/values.yaml" --wait --timeout "${TIMEOUT}s"
+say "installing the chart: the README's quick start, parts 2 to 4"
+IMAGE_TAG="${IMAGE##*:}"
+mapfile -t README_INSTALL < <(readme_commands "Quick start: the chart with a simulated Manager" 2 4)
+for cmd in "${README_INSTALL[@]}"; do
+  readme_step "$cmd"
+done
 
 say "running e2e/scenario.txt and e2e/day-two.txt"
 while read -r line; do

@@ -5,6 +5,9 @@
 #
 #   scenario_step VERB ARGS...     one line of a scenario file
 #   scenario_lines FILE...         the steps of the files, one per line
+#   readme_commands HEADING [A B]  the commands of the README's sh block after HEADING
+#                                  (parts `# A.` to `# B.`), one per line
+#   readme_step COMMAND            one of them, as a person runs it from the repository
 
 scenario_lines() {
     local file line
@@ -14,6 +17,24 @@ scenario_lines() {
             echo "$line"
         done <"$ROOT/e2e/$file"
     done
+}
+
+readme_commands() { python3 "$ROOT/e2e/lib/readme.py" "$ROOT/README.md" "$@"; }
+
+# The README's command as written, from the repository's root, with two differences: the
+# image is the one the run built (imported into the node, so no registry; kind loads it),
+# and a command that waits is bounded by TIMEOUT.
+readme_step() {
+    local cmd="$1"
+    cmd="${cmd//registry.example.com\/norsk-auto-manager/norsk-auto-manager}"
+    cmd="${cmd//image.tag=0.1.0/image.tag=${IMAGE_TAG:-e2e}}"
+    case "$cmd" in
+        "kubectl delete "*) cmd+=" --timeout=${TIMEOUT}s" ;;
+        "helm uninstall "*) cmd+=" --wait --timeout ${TIMEOUT}s" ;;
+        "helm install "*) cmd+=" --timeout ${TIMEOUT}s" ;;
+    esac
+    echo "\$ $cmd" >&2
+    (cd "$ROOT" && export NODE_WD="$ROOT" && eval "$cmd")
 }
 
 # poll SECONDS WHAT COMMAND...: COMMAND until it succeeds, bounded; its last output on failure.
@@ -175,12 +196,15 @@ events() {
     sed -n '/^Events:/,$p' <<<"$out" | head -n 12
 }
 
-# The documented uninstall: the custom resources first (the operator releases their jobs
+# The documented uninstall, the README's Uninstall block as written: the custom resources first (the operator releases their jobs
 # and removes its finalizers), then the release, then the CRDs; nothing may hang.
 uninstall() {
-    kubectl delete bundles,jobmigrations,nodedrains --all -A --timeout="${TIMEOUT}s"
-    helm uninstall "$RELEASE" --namespace "$SYSTEM_NS" --wait --timeout "${TIMEOUT}s"
-    kubectl delete -f "$CHART/crds/" --timeout="${TIMEOUT}s"
+    local commands cmd
+    mapfile -t commands < <(readme_commands Uninstall)
+    ((${#commands[@]})) || { echo "the README's Uninstall block has no commands" >&2; return 1; }
+    for cmd in "${commands[@]}"; do
+        readme_step "$cmd" || return 1
+    done
     local left
     left="$(kubectl get crds -o name | grep automanager.norsk.video || true)"
     [[ -z "$left" ]] || { echo "CRDs left: $left" >&2; return 1; }

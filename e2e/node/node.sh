@@ -28,8 +28,9 @@ NODE_TIMEOUT=${NODE_TIMEOUT:-180}
 node_log() { printf '[node %s] %s\n' "$(date +%T)" "$*" >&2; }
 
 # Commands inside the node's mount, network and PID namespaces.
+# NODE_WD: the working directory inside (default /), for commands given relative paths.
 node_exec() {
-    nsenter --target "$(cat "$RUN/holder.pid")" --mount --net --pid -- "$@"
+    nsenter --target "$(cat "$RUN/holder.pid")" --mount --net --pid --wd="${NODE_WD:-/}" -- "$@"
 }
 
 # A daemon inside the namespaces, its output in $RUN/logs/NAME.log.

@@ -167,20 +167,18 @@ step_node_ready() {
     kubectl get nodes -o wide
 }
 
-# As the README's Helm quick start: a namespace enforcing the restricted Pod Security
-# profile, then the chart (the image a user pushes to a registry is imported here instead).
-step_install() {
-    kubectl create namespace "$SYSTEM_NS"
-    kubectl label namespace "$SYSTEM_NS" pod-security.kubernetes.io/enforce=restricted
+# The README's Helm quick start, parts 2 to 4, command for command (part 1 builds and pushes
+# the image; here it is built and imported into the node's container runtime instead):
+# the namespace enforcing the restricted Pod Security profile, the chart, the pools and
+# channels, then `kubectl describe`. Part 5's commands are e2e/day-two.txt's verbs
+# (tests/readme_config.rs holds the two together).
+readme_install() {
     local t=$SECONDS
-    helm install "$RELEASE" "$CHART" --namespace "$SYSTEM_NS" --values "$VALUES" \
-        --set image.tag=e2e --wait --timeout "${TIMEOUT}s"
-    timed "helm install to Ready" $((SECONDS - t))
-    kubectl -n "$SYSTEM_NS" get pods -o wide
+    readme_step "$1"
+    [[ "$1" == "helm install "* ]] && timed "helm install to Ready" $((SECONDS - t))
+    return 0
 }
 
-
-# Two replicas, both Ready; one holds the Lease.
 step_leader() {
     local pods holder
     pods="$(operator_pods)"
@@ -212,7 +210,11 @@ step_metrics() {
 }
 
 add_step step_node_ready
-add_step step_install
+mapfile -t README_INSTALL < <(readme_commands "Quick start: the chart with a simulated Manager" 2 4)
+((${#README_INSTALL[@]})) || { echo "the README's quick start has no commands" >&2; exit 1; }
+for cmd in "${README_INSTALL[@]}"; do
+    add_step readme_install "$(printf '%q' "$cmd")"
+done
 add_step step_leader
 add_step step_metrics
 while read -r line; do

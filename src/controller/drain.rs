@@ -11,7 +11,7 @@
 //! the core's drain is idempotent per node — and an Event says it was
 //! resumed; a drain that ended stays as its status says.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -151,7 +151,7 @@ async fn apply(drain: &NodeDrain, api: &Api<NodeDrain>, shared: &DrainContext) -
     let node = NodeId::from(drain.spec.node_id.as_str());
     let recorded = recorded(drain, shared);
     let next = match ours(shared.ctx.core.drain_status(node.clone()).await?, drain, &recorded) {
-        Some(state) => status_of(&state),
+        Some(state) => status_with_targets(&shared.ctx.core, &state, &recorded).await?,
         None if recorded.phase.as_deref().is_some_and(is_final_name) => return Ok(Action::await_change()),
         None => start(drain, shared, &recorded).await?,
     };
@@ -163,6 +163,34 @@ async fn apply(drain: &NodeDrain, api: &Api<NodeDrain>, shared: &DrainContext) -
     } else {
         Action::requeue(RESYNC)
     })
+}
+
+/// The status `state` becomes, each migrating job with its migration's
+/// target as the core reports it (or as last recorded, once the core has
+/// forgotten a finished migration).
+async fn status_with_targets(
+    core: &AutoManagerHandle,
+    state: &DrainState,
+    recorded: &NodeDrainStatus,
+) -> Result<NodeDrainStatus, ReconcileError> {
+    let targets: HashMap<MigrationId, NodeId> = if state.jobs.iter().any(|j| j.migration_id.is_some()) {
+        core.migrations()
+            .await?
+            .into_iter()
+            .map(|m| (m.migration_id, m.target_node_id))
+            .collect()
+    } else {
+        HashMap::new()
+    };
+    let mut status = status_of(state, |id| targets.get(id).cloned());
+    for job in status.jobs.iter_mut().filter(|j| j.target_node_id.is_none()) {
+        job.target_node_id = recorded
+            .jobs
+            .iter()
+            .find(|r| r.job_id == job.job_id && r.migration_id == job.migration_id && r.migration_id.is_some())
+            .and_then(|r| r.target_node_id.clone());
+    }
+    Ok(status)
 }
 
 /// Starts what a `NodeDrain`'s `spec` asks of `core` for its node: a drain
@@ -223,7 +251,7 @@ async fn start(
                     format!("the drain was {phase} when the operator's previous term ended: started again"),
                 );
             }
-            Ok(status_of(&state))
+            Ok(status_with_targets(&ctx.core, &state, recorded).await?)
         }
         (Err(CommandError::UnknownNode(_) | CommandError::NodeGone(_)), Some(phase)) => {
             // The node went while no operator followed the drain: a

@@ -7,9 +7,9 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::automanager::{DrainJobStatus as CoreJobStatus, DrainPhase, DrainState};
+use crate::automanager::{DrainJobStatus as CoreJobStatus, DrainPhase, DrainState, MigrationId};
 use crate::crd::{DrainJobStatus, NodeDrainStatus};
-use crate::model::UnixMillis;
+use crate::model::{NodeId, UnixMillis};
 
 use super::conditions::{Observed, READY, STALLED};
 
@@ -43,8 +43,9 @@ fn wire_name(value: &impl serde::Serialize) -> String {
     }
 }
 
-/// The status fields (conditions aside) a drain state becomes.
-pub fn status_of(state: &DrainState) -> NodeDrainStatus {
+/// The status fields (conditions aside) a drain state becomes; `target`
+/// names the target node of a job's migration, as the core reports it.
+pub fn status_of(state: &DrainState, target: impl Fn(&MigrationId) -> Option<NodeId>) -> NodeDrainStatus {
     NodeDrainStatus {
         conditions: Vec::new(),
         phase: Some(phase_name(state.phase)),
@@ -57,6 +58,7 @@ pub fn status_of(state: &DrainState) -> NodeDrainStatus {
                 job_id: j.job_id.to_string(),
                 status: job_status_name(j.status),
                 migration_id: j.migration_id.as_ref().map(ToString::to_string),
+                target_node_id: j.migration_id.as_ref().and_then(&target).map(|n| n.to_string()),
                 reason: j.reason.clone(),
             })
             .collect(),
@@ -201,14 +203,29 @@ mod tests {
 
     #[test]
     fn status_carries_the_drain_state_in_wire_names() {
-        let status = status_of(&drain(
-            DrainPhase::Migrating,
-            &[("ns/b/0/enc", CoreJobStatus::Migrating)],
-        ));
+        let status = status_of(
+            &drain(DrainPhase::Migrating, &[("ns/b/0/enc", CoreJobStatus::Migrating)]),
+            |_| None,
+        );
         assert_eq!(status.phase.as_deref(), Some("migrating"));
         assert_eq!(status.jobs[0].status, "migrating");
         assert_eq!(status.started.as_deref(), Some("2023-11-14T22:13:20Z"));
         assert_eq!(status.started.as_deref().and_then(millis), Some(1_700_000_000_000));
+    }
+
+    #[test]
+    fn each_migrated_job_names_the_node_it_went_to() {
+        let mut state = drain(
+            DrainPhase::Done,
+            &[
+                ("ns/b/0/enc", CoreJobStatus::Migrated),
+                ("ns/b/0/pkg", CoreJobStatus::Stuck),
+            ],
+        );
+        state.jobs[0].migration_id = Some(MigrationId("m-1".to_owned()));
+        let status = status_of(&state, |id| (id.as_str() == "m-1").then(|| NodeId::from("n7")));
+        assert_eq!(status.jobs[0].target_node_id.as_deref(), Some("n7"));
+        assert_eq!(status.jobs[1].target_node_id, None);
     }
 
     #[test]
@@ -232,7 +249,7 @@ mod tests {
     fn a_kept_drain_is_ready_and_says_the_node_stays_cordoned() {
         let mut state = drain(DrainPhase::Done, &[("ns/b/0/enc", CoreJobStatus::Migrated)]);
         state.after = crate::automanager::DrainAfter::Keep;
-        let status = status_of(&state);
+        let status = status_of(&state, |_| None);
         assert_eq!(status.after.as_deref(), Some("keep"));
         let ready = conditions_of(&status)
             .into_iter()
@@ -251,13 +268,16 @@ mod tests {
 
     #[test]
     fn a_drain_that_lost_jobs_with_its_node_is_never_ready() {
-        let mut lost = status_of(&drain(
-            DrainPhase::Partial,
-            &[
-                ("ns/ch1/0/encode", CoreJobStatus::Terminated),
-                ("ns/ch1/0/package", CoreJobStatus::Migrated),
-            ],
-        ));
+        let mut lost = status_of(
+            &drain(
+                DrainPhase::Partial,
+                &[
+                    ("ns/ch1/0/encode", CoreJobStatus::Terminated),
+                    ("ns/ch1/0/package", CoreJobStatus::Migrated),
+                ],
+            ),
+            |_| None,
+        );
         lost.reason = Some("the node was terminated with 1 job(s) still on it".to_owned());
         let conditions = conditions_of(&lost);
         assert!(!conditions.iter().any(|c| c.type_ == READY && c.status));

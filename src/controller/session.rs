@@ -123,6 +123,7 @@ async fn follow(
     fleet_name: String,
     manager_url: String,
 ) {
+    let mut log = notification_log::NotificationLog::new(manager_url);
     loop {
         let notification = match notifications.recv().await {
             Ok(n) => n,
@@ -136,7 +137,7 @@ async fn follow(
         // The structured record of every callback (the Event and the metric
         // follow).
         tracing::debug!(?notification, "notification");
-        notification_log::log(&notification, &manager_url);
+        log.log(&notification);
         ctx.metrics.count(&notification);
         ctx.notes().record(&notification);
         if let Some(target) = bundle_of(&notification) {

@@ -147,6 +147,10 @@ pub struct DrainJobStatus {
     /// Its migration, while one runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration_id: Option<String>,
+    /// The node its migration moves it to (once `migrated`, where it runs
+    /// now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_node_id: Option<String>,
     /// Why it is stuck, or how it went down with the node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,

@@ -11,12 +11,11 @@ use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeMap;
 
-use kube::api::{ListParams, PostParams};
+use kube::api::PostParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use crate::controller::drain_status::{every_job_moved, lost_jobs};
-use crate::controller::migration::DRAIN;
 use crate::crd::{
     DrainAfter, Interruption, InterruptionKind, MigrationStrategy, NodeDrain, NodeDrainSpec, NodeDrainStatus,
 };
@@ -182,9 +181,9 @@ pub async fn create_and_follow(client: Client, drain: NodeDrain, no_wait: bool) 
         return Ok(ExitCode::SUCCESS);
     }
     let ended = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        follow_with_bar(&client, &api, &name).await
+        follow_with_bar(&api, &name).await
     } else {
-        follow_with_lines(&client, &api, &name).await
+        follow_with_lines(&api, &name).await
     };
     match ended? {
         DrainEnd::Done => {
@@ -214,7 +213,7 @@ pub async fn create_and_follow(client: Client, drain: NodeDrain, no_wait: bool) 
 
 /// On a terminal: a spinner until the drain knows its jobs, then a bar of the jobs moved
 /// off, and a line above it whenever a job's fate changes; at the end, where each job went.
-async fn follow_with_bar(client: &Client, api: &Api<NodeDrain>, name: &str) -> Result<DrainEnd, PluginError> {
+async fn follow_with_bar(api: &Api<NodeDrain>, name: &str) -> Result<DrainEnd, PluginError> {
     let bar = ProgressBar::new_spinner();
     bar.set_style(
         ProgressStyle::with_template("{spinner} {msg:<12} waiting for the drain's jobs ({elapsed})")
@@ -240,7 +239,7 @@ async fn follow_with_bar(client: &Client, api: &Api<NodeDrain>, name: &str) -> R
     })
     .await;
     bar.finish_and_clear();
-    for line in seen.destinations(&targets_of(client, name).await) {
+    for line in seen.destinations() {
         println!("{line}");
     }
     ended
@@ -248,7 +247,7 @@ async fn follow_with_bar(client: &Client, api: &Api<NodeDrain>, name: &str) -> R
 
 /// Not on a terminal (a pipe, a log): one plain line per phase and per change of a job's
 /// fate; at the end, where each job went.
-async fn follow_with_lines(client: &Client, api: &Api<NodeDrain>, name: &str) -> Result<DrainEnd, PluginError> {
+async fn follow_with_lines(api: &Api<NodeDrain>, name: &str) -> Result<DrainEnd, PluginError> {
     let mut seen = JobLines::default();
     let mut phase = None;
     let ended = follow_drain(api, name, |status| {
@@ -265,30 +264,14 @@ async fn follow_with_lines(client: &Client, api: &Api<NodeDrain>, name: &str) ->
         }
     })
     .await;
-    for line in seen.destinations(&targets_of(client, name).await) {
+    for line in seen.destinations() {
         println!("{line}");
     }
     ended
 }
 
-/// Migration id -> target node, from the JobMigrations a drain recorded (labelled with
-/// the drain's name). Empty when they cannot be read: the summary then names no target.
-async fn targets_of(client: &Client, drain: &str) -> BTreeMap<String, String> {
-    let api: Api<crate::crd::JobMigration> = Api::all(client.clone());
-    let params = ListParams::default().labels(&format!("{DRAIN}={drain}"));
-    let Ok(list) = api.list(&params).await else {
-        return BTreeMap::new();
-    };
-    list.items
-        .into_iter()
-        .filter_map(|m| {
-            let status = m.status?;
-            Some((status.migration_id?, status.target_node_id?))
-        })
-        .collect()
-}
-
-/// What the follower printed of each job: its last status and its migration.
+/// What the follower printed of each job: its last status and the node its
+/// migration moves it to.
 #[derive(Debug, Default)]
 struct JobLines {
     last: BTreeMap<String, (String, Option<String>)>,
@@ -299,12 +282,15 @@ impl JobLines {
     fn changed(&mut self, status: &NodeDrainStatus) -> Vec<String> {
         let mut lines = Vec::new();
         for job in &status.jobs {
-            let now = (job.status.clone(), job.migration_id.clone());
+            let now = (job.status.clone(), job.target_node_id.clone());
             if self.last.get(&job.job_id) == Some(&now) {
                 continue;
             }
             self.last.insert(job.job_id.clone(), now);
             let mut line = format!("  {} {}", job.job_id, job.status);
+            if let Some(target) = &job.target_node_id {
+                line.push_str(&format!(" -> {target}"));
+            }
             if let Some(reason) = &job.reason {
                 line.push_str(&format!(" ({reason})"));
             }
@@ -313,15 +299,12 @@ impl JobLines {
         lines
     }
 
-    /// Where each job that migrated went, given the drain's migrations' targets.
-    fn destinations(&self, targets: &BTreeMap<String, String>) -> Vec<String> {
+    /// Where each job that migrated went.
+    fn destinations(&self) -> Vec<String> {
         self.last
             .iter()
             .filter(|(_, (status, _))| status == "migrated")
-            .map(|(job, (_, migration))| {
-                let target = migration.as_ref().and_then(|id| targets.get(id));
-                format!("  {job} -> {}", target.map_or("(target not recorded)", String::as_str))
-            })
+            .map(|(job, (_, target))| format!("  {job} -> {}", target.as_deref().unwrap_or("(target not recorded)")))
             .collect()
     }
 }
@@ -369,7 +352,7 @@ mod tests {
     }
 
     #[test]
-    fn each_change_of_a_job_is_one_line_and_the_summary_says_where_each_moved_job_went() {
+    fn each_change_of_a_job_is_one_line_naming_its_target_and_the_summary_says_where_each_moved_job_went() {
         let mut lines = JobLines::default();
         let mut moving = job("migrating");
         moving.migration_id = Some("3f9c1e2a".to_owned());
@@ -377,22 +360,29 @@ mod tests {
             jobs,
             ..NodeDrainStatus::default()
         };
-        assert_eq!(lines.changed(&status(vec![moving.clone(), job("stuck")])).len(), 2);
+        assert_eq!(
+            lines.changed(&status(vec![moving.clone(), job("stuck")])),
+            vec!["  b/migrating migrating", "  b/stuck stuck"]
+        );
         assert!(
             lines.changed(&status(vec![moving.clone(), job("stuck")])).is_empty(),
             "nothing changed"
         );
+        moving.target_node_id = Some("node-b".to_owned());
+        assert_eq!(
+            lines.changed(&status(vec![moving.clone(), job("stuck")])),
+            vec!["  b/migrating migrating -> node-b"],
+            "the target, once placed, is a change of its own"
+        );
         let mut moved = moving;
         moved.status = "migrated".to_owned();
         assert_eq!(
-            lines.changed(&status(vec![moved, job("stuck")])),
-            vec!["  b/migrating migrated"]
+            lines.changed(&status(vec![moved, job("stuck"), job("migrated")])),
+            vec!["  b/migrating migrated -> node-b", "  b/migrated migrated"]
         );
-        let targets = BTreeMap::from([("3f9c1e2a".to_owned(), "node-b".to_owned())]);
-        assert_eq!(lines.destinations(&targets), vec!["  b/migrating -> node-b"]);
         assert_eq!(
-            lines.destinations(&BTreeMap::new()),
-            vec!["  b/migrating -> (target not recorded)"]
+            lines.destinations(),
+            vec!["  b/migrated -> (target not recorded)", "  b/migrating -> node-b"]
         );
     }
 

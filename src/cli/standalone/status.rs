@@ -426,7 +426,9 @@ fn read(core: &AutoManagerCore, now: UnixMillis, inputs: Inputs) -> (StatusDocum
             .started
             .and_then(|started| core.drain_status(&drain.node_id).filter(|s| s.started == started));
         let mut next = match (held, &drain.why_not) {
-            (Some(state), _) => drain_status::status_of(state),
+            (Some(state), _) => {
+                drain_status::status_of(state, |id| core.migration_by_id(id).map(|m| m.target_node_id.clone()))
+            }
             (None, Some(why)) if drain.started.is_none() => NodeDrainStatus {
                 reason: Some(why.clone()),
                 ..NodeDrainStatus::default()
