@@ -42,7 +42,7 @@ async fn one_run() -> Run {
     .expect("simulator starts");
     let settings = AutoSettings {
         url: sim.url(),
-        placement_pools: serde_yaml::from_str(
+        placement_pools: yaml_serde::from_str(
             "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n",
         )
         .expect("pools parse"),
@@ -51,7 +51,7 @@ async fn one_run() -> Run {
     };
     let (am, join) = AutoManager::run_with(settings, RunOptions { time_scale: 1_000.0 }).expect("runs");
     let spec: norsk_auto_manager::model::BundleSpec =
-        serde_yaml::from_str("pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1}}\n")
+        yaml_serde::from_str("pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1}}\n")
             .expect("bundle parses");
     let mut notifications = am.subscribe();
     let first_decision = tokio::spawn(async move {

@@ -57,7 +57,7 @@ async fn one_drain(pairs: bool) -> Duration {
     .expect("simulator starts");
     let settings = AutoSettings {
         url: sim.url(),
-        placement_pools: serde_yaml::from_str(
+        placement_pools: yaml_serde::from_str(
             "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n",
         )
         .expect("pools parse"),
@@ -82,7 +82,7 @@ async fn one_drain(pairs: bool) -> Duration {
             JOBS,
         )
     };
-    let spec: norsk_auto_manager::model::BundleSpec = serde_yaml::from_str(spec).expect("bundle parses");
+    let spec: norsk_auto_manager::model::BundleSpec = yaml_serde::from_str(spec).expect("bundle parses");
     for i in 0..bundles {
         let bundle = Bundle {
             bundle_id: BundleId(format!("b{i}")),

@@ -6,6 +6,7 @@
 //! `tonic`, `tokio` or a clock.
 
 pub mod automanager;
+pub mod backoff;
 pub mod cli;
 pub mod controller;
 pub mod crd;

@@ -70,7 +70,7 @@ async fn register(admin: &mut SimAdminClient<Channel>, id: &str) {
 }
 
 fn bundle(name: &str) -> Bundle {
-    let spec: BundleSpec = serde_yaml::from_str(
+    let spec: BundleSpec = yaml_serde::from_str(
         "pool: studio\njobs:\n  - jobName: encode\n    template: encoder\n    requirements: {requiredCapacity: 1}\n",
     )
     .unwrap();

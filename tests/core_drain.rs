@@ -36,7 +36,7 @@ fn b() -> NodeId {
 /// A hydrated core on `pools` with cluster nodes `a` and `b`.
 fn hydrated_on(pools: &str) -> Harness {
     let mut settings = settings();
-    settings.placement_pools = serde_yaml::from_str(pools).expect("pools parse");
+    settings.placement_pools = yaml_serde::from_str(pools).expect("pools parse");
     let mut h = Harness::with(settings);
     h.cluster_node("a", 4.0);
     h.cluster_node("b", 4.0);

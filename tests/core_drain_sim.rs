@@ -90,7 +90,7 @@ async fn bundles_on_a(bundles: usize, spec: &str, jobs_each: usize) -> Setup {
     .await;
     let settings = AutoSettings {
         url: sim.handle.url(),
-        placement_pools: serde_yaml::from_str(
+        placement_pools: yaml_serde::from_str(
             "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n",
         )
         .expect("pools parse"),
@@ -107,7 +107,7 @@ async fn bundles_on_a(bundles: usize, spec: &str, jobs_each: usize) -> Setup {
     for i in 0..bundles {
         let bundle = Bundle {
             bundle_id: BundleId(format!("b{i}")),
-            spec: serde_yaml::from_str(spec).expect("bundle parses"),
+            spec: yaml_serde::from_str(spec).expect("bundle parses"),
             ..Bundle::default()
         };
         am.create_bundle(bundle).await.expect("bundle accepted");

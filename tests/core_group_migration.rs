@@ -82,7 +82,7 @@ fn ch1_on_a() -> Harness {
 /// A hydrated core on `pools` with cluster nodes of the given capacities.
 fn fleet_on(pools: &str, nodes: &[(&str, f64)]) -> Harness {
     let mut settings = settings();
-    settings.placement_pools = serde_yaml::from_str(pools).expect("pools parse");
+    settings.placement_pools = yaml_serde::from_str(pools).expect("pools parse");
     let mut h = Harness::with(settings);
     for (id, vcpus) in nodes {
         h.cluster_node(id, *vcpus);
@@ -301,7 +301,7 @@ fn the_flagship_channel_drains_onto_an_empty_hot_spare() {
     settings.hot_spares = vec![HotSpareSpec {
         pool: "production".into(),
         target_count: 1,
-        spec: serde_yaml::from_str("{instanceType: m5.xlarge}").expect("spare spec parses"),
+        spec: yaml_serde::from_str("{instanceType: m5.xlarge}").expect("spare spec parses"),
         warm_for: vec![],
         reserved_for: vec![],
         exclusive: false,

@@ -632,7 +632,7 @@ fn nothing_is_migrated_before_initial_data_complete() {
 #[test]
 fn a_target_is_not_provisioned_from_an_exhausted_offering() {
     let mut settings = settings();
-    settings.placement_pools = serde_yaml::from_str(
+    settings.placement_pools = yaml_serde::from_str(
         "
 - name: production
   tiers:

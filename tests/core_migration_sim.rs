@@ -47,7 +47,7 @@ async fn start(nodes: &[(&str, f64)], tune: impl FnOnce(&mut AutoSettings)) -> S
     .await;
     let mut settings = AutoSettings {
         url: sim.handle.url(),
-        placement_pools: serde_yaml::from_str(
+        placement_pools: yaml_serde::from_str(
             "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n",
         )
         .expect("pools parse"),
@@ -63,7 +63,7 @@ async fn start(nodes: &[(&str, f64)], tune: impl FnOnce(&mut AutoSettings)) -> S
 fn bundle(i: usize) -> Bundle {
     Bundle {
         bundle_id: BundleId(format!("b{i}")),
-        spec: serde_yaml::from_str(
+        spec: yaml_serde::from_str(
             "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1}}\n",
         )
         .expect("bundle parses"),

@@ -12,7 +12,7 @@ const LATE_BUNDLE: &str = "pool: late\njobs:\n  - {jobName: encode, requirements
 
 fn pools_with(extra_yaml: &str) -> Vec<PlacementPool> {
     let mut pools = settings().placement_pools;
-    pools.extend(serde_yaml::from_str::<Vec<PlacementPool>>(extra_yaml).expect("pool parses"));
+    pools.extend(yaml_serde::from_str::<Vec<PlacementPool>>(extra_yaml).expect("pool parses"));
     pools
 }
 

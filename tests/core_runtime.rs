@@ -53,7 +53,7 @@ async fn start(nodes: &[(&str, f64)]) -> Setup {
 fn settings(sim: &Sim) -> AutoSettings {
     AutoSettings {
         url: sim.handle.url(),
-        placement_pools: serde_yaml::from_str(
+        placement_pools: yaml_serde::from_str(
             "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n",
         )
         .expect("pools parse"),
@@ -65,7 +65,7 @@ fn settings(sim: &Sim) -> AutoSettings {
 fn bundle(i: usize, vcpus: f64) -> Bundle {
     Bundle {
         bundle_id: BundleId(format!("b{i}")),
-        spec: serde_yaml::from_str(&format!(
+        spec: yaml_serde::from_str(&format!(
             "pool: production\njobs:\n  - {{jobName: encode, requirements: {{requiredCapacity: {vcpus}}}}}\n"
         ))
         .expect("bundle parses"),
@@ -315,7 +315,7 @@ async fn a_standby_follows_without_acting_and_leads_at_once_when_promoted() {
 fn show(started: &str) -> Bundle {
     Bundle {
         bundle_id: BundleId("show".into()),
-        spec: serde_yaml::from_str(&format!(
+        spec: yaml_serde::from_str(&format!(
             "pool: production\njobs:\n  - {{jobName: encode, requirements: {{requiredCapacity: 1}}}}\n  - {{jobName: record, startMode: manual, startedReplicas: {started}, requirements: {{requiredCapacity: 1}}}}\n"
         ))
         .expect("bundle parses"),

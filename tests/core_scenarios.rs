@@ -230,7 +230,7 @@ const TWO_SHAPES: &str = "
 
 fn two_shapes_hydrated() -> Harness {
     let mut settings = core_support::settings();
-    settings.placement_pools = serde_yaml::from_str(TWO_SHAPES).unwrap();
+    settings.placement_pools = yaml_serde::from_str(TWO_SHAPES).unwrap();
     let mut h = Harness::with(settings);
     h.event(ManagerEvent::InitialDataComplete);
     h
@@ -868,7 +868,7 @@ fn pool_gauges_are_computed_on_read() {
 #[test]
 fn placement_failure_is_reported_and_retried_when_capacity_appears() {
     let mut settings = settings();
-    settings.placement_pools = serde_yaml::from_str(
+    settings.placement_pools = yaml_serde::from_str(
         "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n",
     )
     .unwrap();
@@ -990,7 +990,7 @@ fn a_node_still_launching_for_a_job_takes_it_back_at_hydration() {
 #[test]
 fn a_backup_in_the_primarys_failure_domain_is_reported_as_degraded() {
     let mut settings = settings();
-    settings.placement_pools = serde_yaml::from_str(
+    settings.placement_pools = yaml_serde::from_str(
         "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n",
     )
     .unwrap();
@@ -1113,7 +1113,7 @@ const CLUSTER_POOL: &str = "
 
 fn with_pools(pools: &str) -> Harness {
     let mut settings = settings();
-    settings.placement_pools = serde_yaml::from_str(pools).expect("pools parse");
+    settings.placement_pools = yaml_serde::from_str(pools).expect("pools parse");
     Harness::with(settings)
 }
 
@@ -1615,7 +1615,7 @@ fn a_fresh_core_after_a_stream_break_answers_a_start_in_flight_and_keeps_what_is
 #[test]
 fn a_node_this_core_terminated_no_longer_counts_against_max_nodes_once_it_has_stopped() {
     let mut settings = settings();
-    settings.placement_pools = serde_yaml::from_str(&POOLS.replace(
+    settings.placement_pools = yaml_serde::from_str(&POOLS.replace(
         "      provisionTimeoutMs: 600000\n",
         "      provisionTimeoutMs: 600000\n      maxNodes: 1\n",
     ))

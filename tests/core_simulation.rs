@@ -126,7 +126,7 @@ impl Model {
     fn new(seed: u64, trace: bool) -> Self {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut settings = settings();
-        settings.placement_pools = serde_yaml::from_str(
+        settings.placement_pools = yaml_serde::from_str(
             "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n    - name: aws\n      kind: aws\n      region: eu-west-1\n      maxNodes: 4\n      provisionTimeoutMs: 120000\n      candidateInstanceTypes: [{instanceType: m5.xlarge, totalCapacity: 4, totalCores: 4}]\n",
         )
         .expect("pools parse");
@@ -161,7 +161,7 @@ impl Model {
             model.bundles.insert(bundle.bundle_id.clone(), bundle.clone());
             model.h.bundle(
                 bundle.bundle_id.as_str(),
-                &serde_yaml::to_string(&bundle.spec).expect("spec serialises"),
+                &yaml_serde::to_string(&bundle.spec).expect("spec serialises"),
             );
         }
         model.h.event(ManagerEvent::InitialDataComplete);
@@ -781,7 +781,7 @@ fn random_hot_spares(rng: &mut StdRng) -> HotSpareSpec {
     HotSpareSpec {
         pool: "production".into(),
         target_count: rng.random_range(0..=2),
-        spec: serde_yaml::from_str("{instanceType: m5.xlarge}").expect("spec parses"),
+        spec: yaml_serde::from_str("{instanceType: m5.xlarge}").expect("spec parses"),
         warm_for: if rng.random_bool(0.5) {
             vec!["xyz".into()]
         } else {

@@ -26,7 +26,7 @@ fn entry(target: u32, warm_for: &[&str], reserved_for: &[&str], exclusive: bool)
     HotSpareSpec {
         pool: "production".into(),
         target_count: target,
-        spec: serde_yaml::from_str("{instanceType: m5.xlarge}").unwrap(),
+        spec: yaml_serde::from_str("{instanceType: m5.xlarge}").unwrap(),
         warm_for: warm_for.iter().map(|s| (*s).to_owned()).collect(),
         reserved_for: reserved_for.iter().map(|s| (*s).to_owned()).collect(),
         exclusive,
@@ -161,7 +161,7 @@ fn a_pool_without_an_elastic_tier_only_gets_the_underflow_callback() {
         ..entry(2, &[], &[], false)
     }]);
     settings.placement_pools.push(
-        serde_yaml::from_str("{name: racks, tiers: [{name: rack, kind: local-servers, scaleOut: fixed}]}").unwrap(),
+        yaml_serde::from_str("{name: racks, tiers: [{name: rack, kind: local-servers, scaleOut: fixed}]}").unwrap(),
     );
     let mut h = Harness::with(settings);
     h.event(ManagerEvent::InitialDataComplete);
@@ -183,7 +183,7 @@ fn the_reconciler_runs_on_its_periodic_tick() {
         ..entry(1, &[], &[], false)
     }]);
     settings.placement_pools.push(
-        serde_yaml::from_str("{name: racks, tiers: [{name: rack, kind: local-servers, scaleOut: fixed}]}").unwrap(),
+        yaml_serde::from_str("{name: racks, tiers: [{name: rack, kind: local-servers, scaleOut: fixed}]}").unwrap(),
     );
     settings.hot_spare_reconcile_interval_ms = 10_000;
     let mut h = Harness::with(settings);
@@ -364,7 +364,7 @@ fn warm_for_starts_image_pulls_and_a_failed_image_leaves_the_spare_cold_for_it()
 /// An AWS-only pool: spares are the only capacity besides provisioning.
 fn aws_only(spares: Vec<HotSpareSpec>) -> Harness {
     let mut settings = spare_settings(spares);
-    settings.placement_pools = serde_yaml::from_str(
+    settings.placement_pools = yaml_serde::from_str(
         "- name: production\n  tiers:\n    - name: aws\n      kind: aws\n      region: eu-west-1\n      candidateInstanceTypes: [{instanceType: m5.xlarge, totalCapacity: 4, totalCores: 4}]\n",
     )
     .unwrap();
@@ -463,14 +463,14 @@ fn update_hot_spare_specs_is_validated_as_at_boot_and_rejected_whole() {
 fn update_hot_spare_specs_converges_at_once_and_returns_the_diff_by_pool() {
     let mut settings = spare_settings(vec![entry(1, &["xyz"], &["xyz"], false)]);
     settings.placement_pools.push(
-        serde_yaml::from_str(
+        yaml_serde::from_str(
             "{name: edge, tiers: [{name: oci, kind: oci, region: eu-frankfurt-1, candidateInstanceTypes: [{instanceType: VM.Standard3.Flex, totalCapacity: 4}]}]}",
         )
         .unwrap(),
     );
     settings.hot_spares.push(HotSpareSpec {
         pool: "edge".into(),
-        spec: serde_yaml::from_str("{instanceType: VM.Standard3.Flex}").unwrap(),
+        spec: yaml_serde::from_str("{instanceType: VM.Standard3.Flex}").unwrap(),
         ..entry(1, &[], &[], false)
     });
     let mut h = Harness::with(settings);
@@ -658,7 +658,7 @@ fn a_node_service_lifecycle_other_than_eager_is_refused() {
     };
     assert_eq!(settings_codes(settings), ["unsupportedNodeServiceLifecycle"]);
     let yaml = "url: m:1\nexperimental: {nodeServices: true}\nnodeServices: [{name: a, template: t}]\n";
-    let parsed: AutoSettings = serde_yaml::from_str(yaml).unwrap();
+    let parsed: AutoSettings = yaml_serde::from_str(yaml).unwrap();
     assert_eq!(parsed.node_services[0].lifecycle, "eager", "eager by default");
 }
 
@@ -732,7 +732,7 @@ fn a_node_service_that_stops_is_placed_again_after_its_backoff() {
         tags: BTreeMap::new(),
         start_date_time: None,
         bundle_ref: None,
-        spec: serde_yaml::from_str("{jobName: agent, template: agent}").unwrap(),
+        spec: yaml_serde::from_str("{jobName: agent, template: agent}").unwrap(),
         context: None,
         dormant: false,
         terminal_verdict: None,

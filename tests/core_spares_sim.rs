@@ -50,7 +50,7 @@ async fn start(
     .await;
     let settings = AutoSettings {
         url: sim.handle.url(),
-        placement_pools: serde_yaml::from_str(POOLS).expect("pools parse"),
+        placement_pools: yaml_serde::from_str(POOLS).expect("pools parse"),
         template_images: BTreeMap::from([("xyz".to_owned(), vec!["reg/xyz:1".to_owned()])]),
         trace_placements: false,
         ..settings
@@ -77,7 +77,7 @@ fn entry(target: u32, reserved_for: &[&str]) -> HotSpareSpec {
     HotSpareSpec {
         pool: "production".into(),
         target_count: target,
-        spec: serde_yaml::from_str("{instanceType: m5.xlarge}").expect("spec parses"),
+        spec: yaml_serde::from_str("{instanceType: m5.xlarge}").expect("spec parses"),
         warm_for: vec!["xyz".into()],
         reserved_for: reserved_for.iter().map(|s| (*s).to_owned()).collect(),
         exclusive: false,
@@ -238,7 +238,7 @@ async fn a_dropped_worker_costs_one_spare_the_one_that_carries_its_job() {
     until(&mut events, || async { live_spares(&am).await == 2 }).await;
     let bundle = Bundle {
         bundle_id: BundleId("ch".into()),
-        spec: serde_yaml::from_str(
+        spec: yaml_serde::from_str(
             "pool: production\njobs: [{jobName: encode, requirements: {requiredCapacity: 2, onRuntimeFailure: preferSpare}}]",
         )
         .expect("bundle parses"),

@@ -53,7 +53,7 @@ fn a_release_manifest_points_every_platform_at_its_archive_with_its_sha256() {
         !manifest.contains("RELEASE_URL") && !manifest.contains("0.1.0"),
         "{manifest}"
     );
-    let doc: serde_yaml::Value = serde_yaml::from_str(&manifest).expect("the manifest is YAML");
+    let doc: yaml_serde::Value = yaml_serde::from_str(&manifest).expect("the manifest is YAML");
     assert_eq!(doc["kind"].as_str(), Some("Plugin"));
     assert_eq!(doc["metadata"]["name"].as_str(), Some("norsk"));
     assert_eq!(doc["spec"]["version"].as_str(), Some("v1.2.3"));

@@ -150,7 +150,7 @@ async fn a_disruption_budget_is_rendered_only_when_it_allows_a_disruption() {
         let mut all = vec!["--set", URL];
         all.extend_from_slice(args);
         let rendered = template(cp, "pdb", "norsk-system", &all).unwrap_or_else(|e| panic!("render: {e}"));
-        serde_yaml::Deserializer::from_str(&rendered)
+        yaml_serde::Deserializer::from_str(&rendered)
             .filter_map(|d| serde::Deserialize::deserialize(d).ok())
             .filter(|d: &serde_json::Value| d["kind"] == "PodDisruptionBudget")
             .collect::<Vec<_>>()
@@ -335,12 +335,12 @@ async fn rendered_settings_file_is_one_the_operator_accepts() {
         ],
     )
     .expect("render");
-    let config_map: k8s_openapi::api::core::v1::ConfigMap = serde_yaml::from_str(&rendered).expect("a ConfigMap");
+    let config_map: k8s_openapi::api::core::v1::ConfigMap = yaml_serde::from_str(&rendered).expect("a ConfigMap");
     let text = config_map
         .data
         .and_then(|d| d.get("operator.yaml").cloned())
         .expect("operator.yaml");
-    let file: OperatorFile = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{e}:\n{text}"));
+    let file: OperatorFile = yaml_serde::from_str(&text).unwrap_or_else(|e| panic!("{e}:\n{text}"));
     assert_eq!(file.settings.pending_window, 30);
     assert!(!file.settings.trace_placements);
     assert_eq!(file.lease.namespace.as_deref(), Some("ops"));
@@ -649,7 +649,7 @@ async fn metrics_service_monitor_and_budget_select_only_the_operator_pods() {
         ],
     )
     .expect("render");
-    let documents: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&rendered)
+    let documents: Vec<serde_json::Value> = yaml_serde::Deserializer::from_str(&rendered)
         .filter_map(|d| serde::Deserialize::deserialize(d).ok())
         .filter(|d: &serde_json::Value| d.is_object())
         .collect();
@@ -690,7 +690,7 @@ async fn the_alerting_rules_and_the_dashboard_ship_as_their_files_only_when_aske
         let mut all = vec!["--set", URL];
         all.extend_from_slice(args);
         let rendered = template(cp, "mon", "ops", &all).unwrap_or_else(|e| panic!("render: {e}"));
-        serde_yaml::Deserializer::from_str(&rendered)
+        yaml_serde::Deserializer::from_str(&rendered)
             .filter_map(|d| serde::Deserialize::deserialize(d).ok())
             .filter(|d: &serde_json::Value| d.is_object())
             .collect()
@@ -715,7 +715,7 @@ async fn the_alerting_rules_and_the_dashboard_ship_as_their_files_only_when_aske
         .expect("a PrometheusRule");
     assert_eq!(rule["metadata"]["labels"]["release"], "kube-prometheus-stack");
     let file: serde_json::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(chart_dir().join("files/alerts.yaml")).unwrap()).unwrap();
+        yaml_serde::from_str(&std::fs::read_to_string(chart_dir().join("files/alerts.yaml")).unwrap()).unwrap();
     assert_eq!(
         rule["spec"], file,
         "the PrometheusRule carries files/alerts.yaml as it is"
@@ -870,8 +870,8 @@ async fn the_chart_is_published_to_an_oci_registry_and_installs_from_it() {
     let mut package = cp.helm();
     package.args(["package"]).arg(chart_dir()).arg("-d").arg(dir.path());
     run(package, "").unwrap_or_else(|e| panic!("helm package failed:\n{e}"));
-    let chart: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(chart_dir().join("Chart.yaml")).unwrap()).unwrap();
+    let chart: yaml_serde::Value =
+        yaml_serde::from_str(&std::fs::read_to_string(chart_dir().join("Chart.yaml")).unwrap()).unwrap();
     let version = chart["version"].as_str().expect("a chart version").to_owned();
     let packaged = dir.path().join(format!("norsk-auto-manager-{version}.tgz"));
     let remote = format!("oci://127.0.0.1:{}/charts", registry.1);

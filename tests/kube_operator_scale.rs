@@ -108,7 +108,7 @@ async fn a_thousand_bundles_applied_at_once_become_ready() {
         .map(|i| {
             let bundles = bundles.clone();
             async move {
-                let bundle: Bundle = serde_yaml::from_str(&format!(
+                let bundle: Bundle = yaml_serde::from_str(&format!(
                     "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {{name: b{i}}}\nspec:\n  pool: scale\n  jobs: [{{jobName: encode, requirements: {{requiredCapacity: 0.5}}}}]\n"
                 ))
                 .unwrap();

@@ -78,7 +78,7 @@ struct SimulatorValues {
 /// The fleet the kind scenario's simulator starts with.
 fn kind_fleet() -> Vec<ClusterNode> {
     let text = std::fs::read_to_string(repo().join("e2e/values.yaml")).expect("e2e/values.yaml");
-    serde_yaml::from_str::<KindValues>(&text)
+    yaml_serde::from_str::<KindValues>(&text)
         .expect("simulator.cluster of e2e/values.yaml")
         .simulator
         .cluster

@@ -697,21 +697,21 @@ async fn start_of_an_auto_job_or_a_missing_replica_says_so_and_changes_nothing()
 /// A kubeconfig whose current context points nowhere and whose context `real` (namespace
 /// `namespace`) is the test cluster: a command reaches the cluster only through `--context`.
 fn two_context_kubeconfig(cp: &control_plane::ControlPlane, dir: &Path, namespace: &str) -> PathBuf {
-    let mut config: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(cp.kubeconfig()).unwrap()).unwrap();
-    let real = serde_yaml::from_str::<serde_yaml::Value>(&format!(
+    let mut config: yaml_serde::Value =
+        yaml_serde::from_str(&std::fs::read_to_string(cp.kubeconfig()).unwrap()).unwrap();
+    let real = yaml_serde::from_str::<yaml_serde::Value>(&format!(
         "name: real\ncontext: {{cluster: norsk-test, user: admin, namespace: {namespace}}}"
     ))
     .unwrap();
     let broken =
-        serde_yaml::from_str::<serde_yaml::Value>("name: broken\ncontext: {cluster: nowhere, user: admin}").unwrap();
-    config["contexts"] = serde_yaml::Value::Sequence(vec![real, broken]);
+        yaml_serde::from_str::<yaml_serde::Value>("name: broken\ncontext: {cluster: nowhere, user: admin}").unwrap();
+    config["contexts"] = yaml_serde::Value::Sequence(vec![real, broken]);
     let nowhere =
-        serde_yaml::from_str::<serde_yaml::Value>("name: nowhere\ncluster: {server: 'https://127.0.0.1:1'}").unwrap();
+        yaml_serde::from_str::<yaml_serde::Value>("name: nowhere\ncluster: {server: 'https://127.0.0.1:1'}").unwrap();
     config["clusters"].as_sequence_mut().unwrap().push(nowhere);
     config["current-context"] = "broken".into();
     let path = dir.join("kubeconfig");
-    std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
+    std::fs::write(&path, yaml_serde::to_string(&config).unwrap()).unwrap();
     path
 }
 
@@ -818,7 +818,7 @@ async fn the_plugin_takes_kubectls_connection_flags_and_lists_every_namespace_wi
     );
     let stdout = String::from_utf8_lossy(&all.stdout);
     assert!(all.status.success(), "{stdout}{}", String::from_utf8_lossy(&all.stderr));
-    let document: serde_yaml::Value = serde_yaml::from_str(&stdout).expect("plan -o yaml is YAML");
+    let document: yaml_serde::Value = yaml_serde::from_str(&stdout).expect("plan -o yaml is YAML");
     let bundles: Vec<&str> = document["placements"]
         .as_sequence()
         .unwrap()

@@ -101,7 +101,7 @@ async fn setup_with(cp: &control_plane::ControlPlane, prefix: &str, published_ap
     }
     let ns = cp.namespace(prefix).await;
     // Server-side apply: tests running at once may both make the pool.
-    let pool: PlacementPool = serde_yaml::from_str(
+    let pool: PlacementPool = yaml_serde::from_str(
         "apiVersion: automanager.norsk.video/v1alpha1\nkind: PlacementPool\nmetadata: {name: studio}\nspec:\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n    - {name: cloud, kind: aws, region: eu-west-1, scaleOut: elastic, maxNodes: 2, candidateInstanceTypes: [{instanceType: m5.xlarge, totalCapacity: 4, totalCores: 4, capabilities: []}]}\n",
     )
     .unwrap();
@@ -577,7 +577,7 @@ async fn a_real_prometheus_scrapes_the_operator_and_every_alert_and_dashboard_qu
     }
     assert!(empty.is_empty(), "panels without data:\n{}", empty.join("\n"));
 
-    let alerts: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(&rules).unwrap()).unwrap();
+    let alerts: serde_json::Value = yaml_serde::from_str(&std::fs::read_to_string(&rules).unwrap()).unwrap();
     let mut names = Vec::new();
     for rule in alerts["groups"][0]["rules"].as_array().expect("rules") {
         // Evaluates (an error fails `api`); a healthy operator raises none.

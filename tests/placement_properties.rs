@@ -45,7 +45,7 @@ const POOLS: &str = "
 ";
 
 fn pools() -> Vec<PlacementPool> {
-    serde_yaml::from_str(POOLS).unwrap()
+    yaml_serde::from_str(POOLS).unwrap()
 }
 
 fn port(n: u16) -> HostPort {
@@ -160,7 +160,7 @@ prop_compose! {
         let mut ports: Vec<HostPort> = ports.into_iter().map(port).collect();
         ports.sort();
         ports.dedup();
-        let mut spec: JobSpec = serde_yaml::from_str(&format!("{{jobName: j{i}, template: {template}}}")).unwrap();
+        let mut spec: JobSpec = yaml_serde::from_str(&format!("{{jobName: j{i}, template: {template}}}")).unwrap();
         spec.requirements.required_capacity = size;
         spec.requirements.required_cores = cores;
         spec.requirements.required_gpu_capacity = if gpu { 0.5 } else { 0.0 };
@@ -192,7 +192,7 @@ prop_compose! {
                 rule(flags.0), rule(flags.1), rule(flags.2)
             ),
         };
-        let mut spec: BundleSpec = serde_yaml::from_str(&format!(
+        let mut spec: BundleSpec = yaml_serde::from_str(&format!(
             "pool: main\n{resilience}intraReplicaPlacement: {{sameNodeDefault: {same_node_default}, sameAz: {same_az}}}\nonLaunch: {}\njobs: []\n",
             if allow_spare { "allowSpare" } else { "avoidSpare" }
         )).unwrap();

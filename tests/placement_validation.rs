@@ -13,7 +13,7 @@ use placement_support::*;
 
 #[test]
 fn every_settings_error_is_listed_at_once_with_its_code() {
-    let pools: Vec<PlacementPool> = serde_yaml::from_str(
+    let pools: Vec<PlacementPool> = yaml_serde::from_str(
         "
 - name: ''
   tiers: [{name: t, kind: aws, scaleOut: fixed}]
@@ -27,7 +27,7 @@ fn every_settings_error_is_listed_at_once_with_its_code() {
 ",
     )
     .unwrap();
-    let spares: Vec<HotSpareSpec> = serde_yaml::from_str(
+    let spares: Vec<HotSpareSpec> = yaml_serde::from_str(
         "
 - {pool: nowhere, targetCount: 1, spec: {instanceType: m5.xlarge}}
 - {pool: production, targetCount: 1, spec: {instanceType: m5.xlarge}}
@@ -65,9 +65,9 @@ fn every_settings_error_is_listed_at_once_with_its_code() {
 
 #[test]
 fn valid_settings_are_accepted() {
-    let pools: Vec<PlacementPool> = serde_yaml::from_str(ONE_FIXED_TIER).unwrap();
+    let pools: Vec<PlacementPool> = yaml_serde::from_str(ONE_FIXED_TIER).unwrap();
     let spares: Vec<HotSpareSpec> =
-        serde_yaml::from_str("[{pool: p, targetCount: 1, spec: {instanceType: m5.xlarge}}]").unwrap();
+        yaml_serde::from_str("[{pool: p, targetCount: 1, spec: {instanceType: m5.xlarge}}]").unwrap();
     assert!(validate_settings(pools, &spares).is_ok());
 }
 
@@ -315,9 +315,9 @@ fn a_dry_run_traces_one_job_without_acting() {
 #[test]
 fn a_replacement_hot_spare_list_is_validated_as_at_start_and_rejected_whole() {
     let pools = pools(ONE_FIXED_TIER);
-    let good: Vec<HotSpareSpec> = serde_yaml::from_str("[{pool: p, targetCount: 2, spec: {instanceType: m}}]").unwrap();
+    let good: Vec<HotSpareSpec> = yaml_serde::from_str("[{pool: p, targetCount: 2, spec: {instanceType: m}}]").unwrap();
     assert!(pools.validate_hot_spares(&good).is_ok());
-    let bad: Vec<HotSpareSpec> = serde_yaml::from_str(
+    let bad: Vec<HotSpareSpec> = yaml_serde::from_str(
         "[{pool: p, targetCount: 2, spec: {instanceType: m}}, {pool: p, targetCount: 1, spec: {instanceType: m}}, {pool: q, targetCount: 1, spec: {instanceType: m}}]",
     )
     .unwrap();

@@ -22,7 +22,7 @@ fn bundle(id: &str) -> pb::Bundle {
 
 #[tokio::test]
 async fn stream_replays_the_snapshot_then_initial_data_complete_once_then_live_events() {
-    let cluster: Vec<ClusterNode> = serde_yaml::from_str(
+    let cluster: Vec<ClusterNode> = yaml_serde::from_str(
         "- id: rack-1\n  tags: {pool: studio}\n  inventory: {kind: local-servers, totalCapacity: 16, totalCores: 16}\n",
     )
     .unwrap();

@@ -64,7 +64,7 @@ pub fn running_job(bundle: &Bundle, node: &str) -> RuntimeJob {
 pub fn fleet(nodes: usize, hot_jobs: usize, spread_jobs: usize) -> AutoManagerCore {
     let settings = AutoSettings {
         url: "bench:1".into(),
-        placement_pools: serde_yaml::from_str(
+        placement_pools: yaml_serde::from_str(
             "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n",
         )
         .expect("pools parse"),
@@ -77,7 +77,7 @@ pub fn fleet(nodes: usize, hot_jobs: usize, spread_jobs: usize) -> AutoManagerCo
     }
     node(&mut core, "hot", 256.0);
     let spec: BundleSpec =
-        serde_yaml::from_str("pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1}}\n")
+        yaml_serde::from_str("pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1}}\n")
             .expect("bundle parses");
     for i in 0..hot_jobs + spread_jobs {
         let bundle = Bundle {

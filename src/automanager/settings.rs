@@ -317,7 +317,7 @@ mod tests {
 
     #[test]
     fn omitted_settings_take_the_spec_defaults() {
-        let s: AutoSettings = serde_yaml::from_str("url: m:6789\n").unwrap();
+        let s: AutoSettings = yaml_serde::from_str("url: m:6789\n").unwrap();
         assert_eq!(s.rejection_escalation_count, 3);
         assert_eq!(s.rejection_backoff_ms, 5_000);
         assert_eq!(s.unhealthy_cooldown_ms, 600_000);
@@ -326,7 +326,7 @@ mod tests {
 
     #[test]
     fn a_misspelt_setting_is_refused() {
-        let refused = serde_yaml::from_str::<AutoSettings>("url: m:1\nmaxRestartPerHour: 3\n");
+        let refused = yaml_serde::from_str::<AutoSettings>("url: m:1\nmaxRestartPerHour: 3\n");
         assert!(refused.unwrap_err().to_string().contains("maxRestartPerHour"));
     }
 
@@ -350,7 +350,7 @@ mod tests {
 
     #[test]
     fn every_settings_error_is_listed_at_once() {
-        let s: AutoSettings = serde_yaml::from_str(
+        let s: AutoSettings = yaml_serde::from_str(
             "url: ''\nrejectionEscalationCount: 0\nplacementPools:\n  - {name: p, tiers: [{name: a, kind: aws}, {name: a, kind: aws}]}\nhotSpares:\n  - {pool: nowhere, targetCount: 1, spec: {instanceType: m5.xlarge}}\n",
         )
         .unwrap();

@@ -246,7 +246,7 @@ fn render_as<T: serde::Serialize>(
     use crate::cli::plan::Output;
     Ok(match output {
         Output::Json => serde_json::to_string(report)?,
-        Output::Yaml => serde_yaml::to_string(report).map_err(|e| BenchError::Yaml(e.to_string()))?,
+        Output::Yaml => yaml_serde::to_string(report).map_err(|e| BenchError::Yaml(e.to_string()))?,
         Output::Table | Output::Wide => table(),
     })
 }

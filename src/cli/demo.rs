@@ -76,7 +76,7 @@ fn cluster_node(id: &str) -> ClusterNode {
 }
 
 fn bundle(name: &str, job_yaml: &str) -> Result<Bundle, DemoError> {
-    let spec = serde_yaml::from_str(&format!("pool: production\njobs:\n  - {job_yaml}\n"))
+    let spec = yaml_serde::from_str(&format!("pool: production\njobs:\n  - {job_yaml}\n"))
         .map_err(|e| DemoError::Stage(format!("demo bundle {name}: {e}")))?;
     Ok(Bundle {
         bundle_id: BundleId(format!("demo/{name}")),

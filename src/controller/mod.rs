@@ -55,6 +55,7 @@ use kube::runtime::events::Event;
 use tokio::sync::{mpsc, watch};
 
 use crate::automanager::{AutoManagerHandle, CommandError, QueryError};
+use crate::backoff::Backoff;
 use crate::telemetry::OperatorMetrics;
 
 use self::notes::Notes;
@@ -167,7 +168,7 @@ pub struct Context {
     pub metrics: Arc<OperatorMetrics>,
     notes: Mutex<Notes>,
     events: mpsc::Sender<(Event, ObjectReference)>,
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Mutex<HashMap<String, Backoff>>,
     written: Mutex<HashMap<String, Written>>,
     /// Bumped whenever the pool controller changes the core's pools.
     pools: watch::Sender<u64>,
@@ -286,7 +287,7 @@ impl Context {
         self.written().remove(&format!("{controller}/{key}"));
     }
 
-    fn failures(&self) -> MutexGuard<'_, HashMap<String, u32>> {
+    fn failures(&self) -> MutexGuard<'_, HashMap<String, Backoff>> {
         self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -295,7 +296,8 @@ impl Context {
         self.failures().remove(&format!("{controller}/{key}"));
     }
 
-    /// A reconcile of `key` failed: requeue after a doubling delay.
+    /// A reconcile of `key` failed: requeue after the next delay of its
+    /// backoff (doubling from `FIRST_RETRY` up to `MAX_RETRY`).
     pub fn failed(&self, controller: &str, key: &str, error: &ReconcileError) -> Action {
         self.metrics
             .reconcile_errors
@@ -304,10 +306,11 @@ impl Context {
                 reason: error.reason().to_owned(),
             })
             .inc();
-        let mut failures = self.failures();
-        let count = failures.entry(format!("{controller}/{key}")).or_insert(0);
-        let delay = FIRST_RETRY.saturating_mul(1 << (*count).min(16)).min(MAX_RETRY);
-        *count += 1;
+        let delay = self
+            .failures()
+            .entry(format!("{controller}/{key}"))
+            .or_insert_with(|| Backoff::new(FIRST_RETRY, MAX_RETRY))
+            .next_delay();
         if !matches!(
             error,
             ReconcileError::NotHydrated | ReconcileError::PoolsNotSynced | ReconcileError::StillDeleting(_)

@@ -10,13 +10,13 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::client::{ManagerClient, RpcError};
 use super::wire::{self, WireError};
+use crate::backoff::Backoff;
 use crate::model::ManagerEvent;
 
 /// The seed's `onConnectionStateChange` states.
@@ -47,41 +47,6 @@ pub enum StreamItem {
     Event(Box<ManagerEvent>),
     /// A message that could not be read; it was skipped.
     Rejected(WireError),
-}
-
-/// Reconnect backoff: `base × 2^attempt`, capped, with full jitter in
-/// [50 %, 100 %] so a fleet of operators does not reconnect in lock-step.
-#[derive(Clone, Debug)]
-pub struct Backoff {
-    base: Duration,
-    cap: Duration,
-    attempt: u32,
-    rng: StdRng,
-}
-
-impl Backoff {
-    /// A backoff starting at `base` and never exceeding `cap`.
-    pub fn new(base: Duration, cap: Duration, seed: u64) -> Self {
-        Self {
-            base,
-            cap,
-            attempt: 0,
-            rng: StdRng::seed_from_u64(seed),
-        }
-    }
-
-    /// The next delay.
-    pub fn next_delay(&mut self) -> Duration {
-        let exp = self.base.saturating_mul(1u32 << self.attempt.min(20));
-        self.attempt = self.attempt.saturating_add(1);
-        let ceiling = exp.min(self.cap);
-        ceiling.mul_f64(self.rng.random_range(0.5..=1.0))
-    }
-
-    /// Back to the base delay (after a stream delivered its snapshot).
-    pub fn reset(&mut self) {
-        self.attempt = 0;
-    }
 }
 
 /// Settings of a stream session.
@@ -158,7 +123,7 @@ async fn run(
     mut shutdown: watch::Receiver<bool>,
     seed: u64,
 ) {
-    let mut backoff = Backoff::new(settings.backoff_base, settings.backoff_cap, seed);
+    let mut backoff = Backoff::new(settings.backoff_base, settings.backoff_cap).with_jitter(seed);
     loop {
         state.send_replace(ConnectionState::Connecting);
         let ended = tokio::select! {
@@ -245,21 +210,4 @@ async fn session(
         }
     }
     Ended::Broken("stream ended".into())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_grows_exponentially_with_jitter_and_is_capped() {
-        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(2), 7);
-        let delays: Vec<_> = (0..8).map(|_| b.next_delay()).collect();
-        assert!(delays[0] >= Duration::from_millis(50) && delays[0] <= Duration::from_millis(100));
-        assert!(delays[3] >= Duration::from_millis(400) && delays[3] <= Duration::from_millis(800));
-        assert!(delays.iter().all(|d| *d <= Duration::from_secs(2)));
-        assert!(delays[7] >= Duration::from_secs(1));
-        b.reset();
-        assert!(b.next_delay() <= Duration::from_millis(100));
-    }
 }

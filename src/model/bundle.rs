@@ -265,7 +265,7 @@ mod tests {
     use super::*;
 
     fn spec() -> BundleSpec {
-        serde_yaml::from_str(
+        yaml_serde::from_str(
             "pool: production\nresiliencePolicy: {pool: oci-fra, sameNode: forbid}\njobs:\n  - jobName: encode\n    parameters: {bitrate: '5000'}\nbackupParameterOverrides: {encode: {bitrate: '3000'}}\n",
         )
         .unwrap()
@@ -296,7 +296,7 @@ mod tests {
 
     #[test]
     fn started_replicas_are_a_desired_state_outside_the_revision() {
-        let mut s: BundleSpec = serde_yaml::from_str(
+        let mut s: BundleSpec = yaml_serde::from_str(
             "pool: p\nresiliencePolicy: {}\njobs:\n  - {jobName: encode}\n  - {jobName: record, startMode: manual, startedReplicas: [1, 0]}\n",
         )
         .unwrap();
@@ -320,7 +320,7 @@ mod tests {
 
     #[test]
     fn entries_of_auto_jobs_or_missing_replicas_are_never_started() {
-        let s: BundleSpec = serde_yaml::from_str(
+        let s: BundleSpec = yaml_serde::from_str(
             "pool: p\njobs:\n  - {jobName: encode, startedReplicas: [0]}\n  - {jobName: record, startMode: manual, startedReplicas: [0, 1]}\n",
         )
         .unwrap();

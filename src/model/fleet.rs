@@ -140,7 +140,7 @@ nodes:
          template: xyz, requiredCapacity: 2, requiredCores: 0, requiredHostPorts: ["1935/tcp"],
          requiredGpuCapacity: 0, gpuIndex: null, exclusive: false}
 "#;
-        let fleet: FleetSnapshot = serde_yaml::from_str(yaml).unwrap();
+        let fleet: FleetSnapshot = yaml_serde::from_str(yaml).unwrap();
         let node = &fleet.nodes[0];
         assert_eq!(node.phase, NodePhase::Running);
         assert_eq!(node.inventory.as_ref().unwrap().gpus[0].model, "t4");

@@ -369,7 +369,7 @@ mod tests {
 
     #[test]
     fn unknown_schedule_fields_are_refused() {
-        let e = serde_yaml::from_str::<BundleSchedule>("{start: '2026-12-05T19:00:00Z', stop: '2026-12-05T21:00:00Z'}")
+        let e = yaml_serde::from_str::<BundleSchedule>("{start: '2026-12-05T19:00:00Z', stop: '2026-12-05T21:00:00Z'}")
             .expect_err("unknown field");
         assert!(e.to_string().contains("stop"), "{e}");
     }

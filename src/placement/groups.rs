@@ -102,7 +102,7 @@ mod tests {
     use super::*;
 
     fn bundle(yaml: &str) -> BundleSpec {
-        serde_yaml::from_str(yaml).unwrap()
+        yaml_serde::from_str(yaml).unwrap()
     }
 
     #[test]

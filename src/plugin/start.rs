@@ -278,7 +278,7 @@ mod tests {
     use crate::crd::{JobStatus, ReplicaStatus};
 
     fn bundle(yaml: &str) -> Bundle {
-        serde_yaml::from_str(&format!(
+        yaml_serde::from_str(&format!(
             "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {{name: ch1}}\nspec:\n{yaml}"
         ))
         .unwrap()

@@ -43,7 +43,7 @@ pub enum CatalogError {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: serde_yaml::Error,
+        source: yaml_serde::Error,
     },
     /// The catalogue parsed but contradicts itself.
     #[error("invalid catalogue: {0}")]
@@ -253,7 +253,7 @@ impl Catalog {
             path: path.to_owned(),
             source,
         })?;
-        let catalog: Catalog = serde_yaml::from_str(&text).map_err(|source| CatalogError::Parse {
+        let catalog: Catalog = yaml_serde::from_str(&text).map_err(|source| CatalogError::Parse {
             path: path.to_owned(),
             source,
         })?;
@@ -347,7 +347,7 @@ mod tests {
     #[test]
     fn a_catalogue_file_replaces_the_builtin_one() {
         let yaml = "aws:\n  regions: [{name: r1, zones: [r1a]}]\n  instanceTypes: [{name: t1, vcpus: 2, cores: 1, gpu: {model: t4, count: 2}}]\n";
-        let c: Catalog = serde_yaml::from_str(yaml).unwrap();
+        let c: Catalog = yaml_serde::from_str(yaml).unwrap();
         c.validate().unwrap();
         assert!(c.oci.regions.is_empty());
         assert_eq!(c.aws.instance_type("t1").unwrap().nic_mbps, 10_000);
@@ -366,6 +366,6 @@ mod tests {
     #[test]
     fn a_misspelt_field_is_refused() {
         let yaml = "aws:\n  regions: [{name: r1, zone: [r1a]}]\n";
-        assert!(serde_yaml::from_str::<Catalog>(yaml).is_err());
+        assert!(yaml_serde::from_str::<Catalog>(yaml).is_err());
     }
 }

@@ -98,7 +98,7 @@ impl ClusterNode {
             path: path.to_owned(),
             source,
         })?;
-        serde_yaml::from_str(&text).map_err(|source| StartError::ParseCluster {
+        yaml_serde::from_str(&text).map_err(|source| StartError::ParseCluster {
             path: path.to_owned(),
             source,
         })
@@ -137,7 +137,7 @@ pub enum StartError {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: serde_yaml::Error,
+        source: yaml_serde::Error,
     },
     /// A cluster node was refused.
     #[error("failed to register cluster node {id:?}: {source}")]

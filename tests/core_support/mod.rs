@@ -40,7 +40,7 @@ pub const POOLS: &str = "
 pub fn settings() -> AutoSettings {
     AutoSettings {
         url: "manager.test:6789".into(),
-        placement_pools: serde_yaml::from_str(POOLS).expect("pools parse"),
+        placement_pools: yaml_serde::from_str(POOLS).expect("pools parse"),
         trace_placements: false,
         ..Default::default()
     }
@@ -388,7 +388,7 @@ pub fn inventory(kind: ProviderKind, capacity: f64) -> NodeInventory {
 
 /// A bundle from YAML.
 pub fn bundle(id: &str, spec_yaml: &str) -> Bundle {
-    let spec: BundleSpec = serde_yaml::from_str(spec_yaml).expect("bundle parses");
+    let spec: BundleSpec = yaml_serde::from_str(spec_yaml).expect("bundle parses");
     Bundle {
         bundle_id: BundleId::from(id),
         spec,

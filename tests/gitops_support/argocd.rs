@@ -42,7 +42,7 @@ struct Cases {
 pub fn cases(kind_dir: &Path) -> Vec<Case> {
     let text = std::fs::read_to_string(kind_dir.join("health_test.yaml"))
         .unwrap_or_else(|e| panic!("{}/health_test.yaml: {e}", kind_dir.display()));
-    serde_yaml::from_str::<Cases>(&text)
+    yaml_serde::from_str::<Cases>(&text)
         .unwrap_or_else(|e| panic!("{}/health_test.yaml: {e}", kind_dir.display()))
         .tests
 }
@@ -50,7 +50,7 @@ pub fn cases(kind_dir: &Path) -> Vec<Case> {
 /// A YAML resource file as JSON.
 pub fn read_object(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    yaml_serde::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Runs the kind's `health.lua` on `object`.

@@ -38,7 +38,7 @@ pub(super) const BUNDLES: usize = 6;
 pub(super) const JOB_NAMES: [&str; 4] = ["j0", "j1", "j2", "j3"];
 
 pub(super) fn pools() -> Vec<PlacementPool> {
-    serde_yaml::from_str(POOLS).unwrap()
+    yaml_serde::from_str(POOLS).unwrap()
 }
 
 pub(super) fn template_images() -> BTreeMap<String, Vec<String>> {
@@ -314,7 +314,7 @@ prop_compose! {
         let mut ports: Vec<HostPort> = ports.into_iter().map(port).collect();
         ports.sort();
         ports.dedup();
-        let mut spec: JobSpec = serde_yaml::from_str(&format!("{{jobName: {}, template: {template}}}", JOB_NAMES[i])).unwrap();
+        let mut spec: JobSpec = yaml_serde::from_str(&format!("{{jobName: {}, template: {template}}}", JOB_NAMES[i])).unwrap();
         spec.requirements.required_capacity = size;
         spec.requirements.required_cores = cores;
         if let Some((capacity, model)) = gpu {
@@ -350,7 +350,7 @@ prop_compose! {
                 rule(flags.0), rule(flags.1), rule(flags.2)
             ),
         };
-        let mut spec: BundleSpec = serde_yaml::from_str(&format!(
+        let mut spec: BundleSpec = yaml_serde::from_str(&format!(
             "pool: {pool}\n{resilience}intraReplicaPlacement: {{sameNodeDefault: {same_node_default}, sameAz: {same_az}}}\nonLaunch: {}\noverrideReservation: {override_reservation}\njobs: []\n",
             if allow_spare { "allowSpare" } else { "avoidSpare" }
         )).unwrap();

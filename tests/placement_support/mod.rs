@@ -18,13 +18,13 @@ pub const ONE_FIXED_TIER: &str = "
 
 /// Validated pools from YAML (a list of `PlacementPool`).
 pub fn pools(yaml: &str) -> Pools {
-    let pools: Vec<PlacementPool> = serde_yaml::from_str(yaml).expect("pools parse");
+    let pools: Vec<PlacementPool> = yaml_serde::from_str(yaml).expect("pools parse");
     validate_pools(pools).expect("pools are valid")
 }
 
 /// A fleet snapshot from YAML.
 pub fn snapshot(yaml: &str) -> FleetSnapshot {
-    serde_yaml::from_str(yaml).expect("fleet parses")
+    yaml_serde::from_str(yaml).expect("fleet parses")
 }
 
 /// The view of a fleet (YAML) against pools (YAML).
@@ -34,7 +34,7 @@ pub fn view(pools_yaml: &str, fleet_yaml: &str) -> FleetView {
 
 /// A bundle spec from YAML.
 pub fn bundle(yaml: &str) -> BundleSpec {
-    serde_yaml::from_str(yaml).expect("bundle parses")
+    yaml_serde::from_str(yaml).expect("bundle parses")
 }
 
 /// The id every test bundle uses.

@@ -95,7 +95,7 @@ mod tests {
 
     #[test]
     fn omitted_migration_deadlines_take_their_defaults() {
-        let s: AutoSettings = serde_yaml::from_str("url: m:1\nmigration: {startingTimeoutMs: 5000}\n").unwrap();
+        let s: AutoSettings = yaml_serde::from_str("url: m:1\nmigration: {startingTimeoutMs: 5000}\n").unwrap();
         assert_eq!(s.migration.starting_timeout_ms, 5_000);
         assert_eq!(s.migration.placing_timeout_ms, 600_000);
         assert_eq!(s.migration.awaiting_ready_timeout_ms, 30_000);
@@ -104,7 +104,7 @@ mod tests {
 
     #[test]
     fn a_zero_migration_deadline_is_refused() {
-        let s: AutoSettings = serde_yaml::from_str("url: m:1\nmigration: {applyingTimeoutMs: 0}\n").unwrap();
+        let s: AutoSettings = yaml_serde::from_str("url: m:1\nmigration: {applyingTimeoutMs: 0}\n").unwrap();
         let errors = validate_auto_settings(s).unwrap_err().errors;
         assert!(
             errors.iter().any(|e| e.path == "migration.applyingTimeoutMs"),
@@ -114,6 +114,6 @@ mod tests {
 
     #[test]
     fn a_misspelt_migration_deadline_is_refused() {
-        assert!(serde_yaml::from_str::<AutoSettings>("url: m:1\nmigration: {startTimeoutMs: 1}\n").is_err());
+        assert!(yaml_serde::from_str::<AutoSettings>("url: m:1\nmigration: {startTimeoutMs: 1}\n").is_err());
     }
 }

@@ -33,7 +33,7 @@ const CPU_REQUESTS: [f64; 5] = [0.1, 0.25, 0.5, 1.0, 1.5];
 pub fn karpenter_fill(jobs: usize, seed: u64) -> Workload {
     let mut rng = StdRng::seed_from_u64(seed);
     // A constant the test below parses: it cannot fail at run time.
-    let mut pool: PlacementPool = serde_yaml::from_str(
+    let mut pool: PlacementPool = yaml_serde::from_str(
         "{name: karpenter, tiers: [{name: default, kind: aws, region: us-west-2, scaleOut: elastic, packingStrategy: binpack}]}",
     )
     .expect("the fill's pool parses");
@@ -95,7 +95,7 @@ fn bundle(kind: usize, room: usize, rng: &mut StdRng) -> BundleSpec {
         _ => format!("pool: karpenter\njobs: [{}]", job("generic", cpu(), "")),
     };
     // Built from the constants above: it cannot fail at run time.
-    serde_yaml::from_str(&yaml).expect("the fill's bundles parse")
+    yaml_serde::from_str(&yaml).expect("the fill's bundles parse")
 }
 
 #[cfg(test)]

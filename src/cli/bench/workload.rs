@@ -59,7 +59,7 @@ const ENCODER_IMAGE: &str = "registry.example/encoder:1";
 pub fn workload(nodes: usize, placed_jobs: usize, placements: usize, seed: u64) -> Workload {
     let mut rng = StdRng::seed_from_u64(seed);
     // A constant the tests below parse: it cannot fail at run time.
-    let pools: Vec<PlacementPool> = serde_yaml::from_str(POOLS).expect("the workload's pools parse");
+    let pools: Vec<PlacementPool> = yaml_serde::from_str(POOLS).expect("the workload's pools parse");
     let mut fleet_nodes: Vec<FleetNode> = (0..nodes).map(|i| node(i, &mut rng)).collect();
     for j in 0..placed_jobs {
         let n = rng.random_range(0..fleet_nodes.len().max(1));
@@ -192,7 +192,7 @@ fn bundle(i: usize) -> BundleSpec {
         _ => "pool: production\nresiliencePolicy: {sameNode: forbid, sameAz: forbid}\njobs: [{jobName: encode, template: encoder, requirements: {requiredCapacity: 1, requiredHostPorts: [1935/tcp]}}]".to_owned(),
     };
     // Constants the tests below parse: they cannot fail at run time.
-    serde_yaml::from_str(&yaml).expect("the workload's bundles parse")
+    yaml_serde::from_str(&yaml).expect("the workload's bundles parse")
 }
 
 #[cfg(test)]

@@ -228,7 +228,7 @@ pub fn decode_file(text: &str, kinds: &[Kind]) -> Result<Vec<Document>, Vec<Docu
     let mut documents = Vec::new();
     let mut errors = Vec::new();
     let mut seen: BTreeMap<ResourceKey, usize> = BTreeMap::new();
-    for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    for (index, document) in yaml_serde::Deserializer::from_str(text).enumerate() {
         let value = match serde::Deserialize::deserialize(document) {
             Ok(value) => value,
             Err(e) => {
@@ -267,18 +267,18 @@ pub fn decode_file(text: &str, kinds: &[Kind]) -> Result<Vec<Document>, Vec<Docu
     if errors.is_empty() { Ok(documents) } else { Err(errors) }
 }
 
-fn syntax_problem(error: &serde_yaml::Error) -> Problem {
+fn syntax_problem(error: &yaml_serde::Error) -> Problem {
     let location = error.location();
     Problem {
         path: FieldPath::default(),
-        line: location.as_ref().map(serde_yaml::Location::line),
-        column: location.as_ref().map(serde_yaml::Location::column),
+        line: location.as_ref().map(yaml_serde::Location::line),
+        column: location.as_ref().map(yaml_serde::Location::column),
         message: format!("not valid YAML: {error}"),
     }
 }
 
 /// The resource a document's plain value names, for messages.
-fn named(value: &serde_yaml::Value) -> Option<String> {
+fn named(value: &yaml_serde::Value) -> Option<String> {
     let kind = value.get("kind")?.as_str()?;
     let metadata = value.get("metadata")?;
     let name = metadata.get("name")?.as_str()?;
@@ -296,7 +296,7 @@ fn named(value: &serde_yaml::Value) -> Option<String> {
 fn decode_value(
     text: &str,
     index: usize,
-    value: &serde_yaml::Value,
+    value: &yaml_serde::Value,
     kinds: &[Kind],
 ) -> Result<Option<Resource>, DocumentError> {
     if value.is_null() {
@@ -350,8 +350,8 @@ fn typed<K: DeserializeOwned>(
     decode_document::<K>(text, index, &tolerated).map(|(resource, problems)| (wrap(resource), problems))
 }
 
-fn type_of(value: &serde_yaml::Value, kinds: &[Kind]) -> Result<Kind, (&'static str, String)> {
-    let field = |name: &str| value.get(name).and_then(serde_yaml::Value::as_str);
+fn type_of(value: &yaml_serde::Value, kinds: &[Kind]) -> Result<Kind, (&'static str, String)> {
+    let field = |name: &str| value.get(name).and_then(yaml_serde::Value::as_str);
     match field("apiVersion") {
         Some(API_VERSION) => {}
         Some(other) => return Err(("apiVersion", format!("expected {API_VERSION}, found {other:?}"))),

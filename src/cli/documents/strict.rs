@@ -12,7 +12,7 @@
 //! neither on the way to a person's fields.
 //!
 //! Every problem carries its field path and the line and column in the
-//! file: serde_yaml's own errors have them, and a skipped key is found by a
+//! file: yaml_serde's own errors have them, and a skipped key is found by a
 //! second walk of the document down its path ([`locate`]).
 
 use std::fmt;
@@ -197,7 +197,7 @@ pub fn decode_document<T: DeserializeOwned>(
     index: usize,
     tolerated: &[FieldPath],
 ) -> Result<(T, Vec<Problem>), Problem> {
-    let Some(document) = serde_yaml::Deserializer::from_str(text).nth(index) else {
+    let Some(document) = yaml_serde::Deserializer::from_str(text).nth(index) else {
         return Err(Problem {
             path: FieldPath::default(),
             line: None,
@@ -232,9 +232,9 @@ pub fn decode<T: DeserializeOwned>(text: &str) -> Result<T, Vec<Problem>> {
     }
 }
 
-/// A serde_yaml error as a problem: its message without the path and
-/// position serde_yaml puts around it (they become fields).
-fn type_problem(path: FieldPath, error: &serde_yaml::Error) -> Problem {
+/// A yaml_serde error as a problem: its message without the path and
+/// position yaml_serde puts around it (they become fields).
+fn type_problem(path: FieldPath, error: &yaml_serde::Error) -> Problem {
     let mut message = error.to_string();
     let location = error.location();
     if let Some(at) = &location {
@@ -249,8 +249,8 @@ fn type_problem(path: FieldPath, error: &serde_yaml::Error) -> Problem {
     }
     Problem {
         path,
-        line: location.as_ref().map(serde_yaml::Location::line),
-        column: location.as_ref().map(serde_yaml::Location::column),
+        line: location.as_ref().map(yaml_serde::Location::line),
+        column: location.as_ref().map(yaml_serde::Location::column),
         message,
     }
 }
@@ -259,8 +259,8 @@ fn type_problem(path: FieldPath, error: &serde_yaml::Error) -> Problem {
 /// of a mapping entry, the element of a sequence. Where the path leaves
 /// the document, the nearest enclosing node.
 pub fn locate(text: &str, index: usize, path: &FieldPath) -> Option<(usize, usize)> {
-    let document = serde_yaml::Deserializer::from_str(text).nth(index)?;
-    // The walk always ends in an error: serde_yaml stamps the position of
+    let document = yaml_serde::Deserializer::from_str(text).nth(index)?;
+    // The walk always ends in an error: yaml_serde stamps the position of
     // the node being read onto it.
     let error = Locate(&path.0).deserialize(document).err()?;
     error.location().map(|at| (at.line(), at.column()))

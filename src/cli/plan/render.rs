@@ -75,7 +75,7 @@ pub fn json(rows: &[PlanRow]) -> Result<String, serde_json::Error> {
 /// The plan as the documented document, in YAML.
 pub fn yaml(rows: &[PlanRow]) -> Result<String, serde_json::Error> {
     let document: serde_json::Value = serde_json::from_str(&json(rows)?)?;
-    serde_yaml::to_string(&document).map_err(serde::ser::Error::custom)
+    yaml_serde::to_string(&document).map_err(serde::ser::Error::custom)
 }
 
 /// Where each bundle job runs now, keyed by (bundle, replica, job name), as

@@ -361,7 +361,7 @@ mod tests {
     use super::*;
 
     fn bundle() -> Bundle {
-        let spec: BundleSpec = serde_yaml::from_str(
+        let spec: BundleSpec = yaml_serde::from_str(
             r#"
 pool: production
 resiliencePolicy: {pool: oci-fra, sameNode: forbid, sameAz: forbid}

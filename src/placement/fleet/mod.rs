@@ -509,11 +509,11 @@ mod tests {
     use crate::placement::validate_pools;
 
     fn view() -> FleetView {
-        let pools = serde_yaml::from_str(
+        let pools = yaml_serde::from_str(
             "- {name: p, tiers: [{name: t, kind: aws, candidateInstanceTypes: [{instanceType: m, totalCapacity: 4}]}]}",
         )
         .unwrap();
-        let fleet: FleetSnapshot = serde_yaml::from_str(
+        let fleet: FleetSnapshot = yaml_serde::from_str(
             "nodes:\n- {id: d, pool: p, tier: t, inventory: {kind: aws, totalCapacity: 4}}\n- {id: b, pool: p, tier: t, inventory: {kind: aws, totalCapacity: 4}}",
         )
         .unwrap();
@@ -582,7 +582,7 @@ mod tests {
     fn a_reservation_takes_capacity_cores_ports_and_gpu_from_its_node() {
         let mut view = view();
         let job: PlacedJob =
-            serde_yaml::from_str("{jobId: x, requiredCapacity: 1.5, requiredCores: 2, requiredHostPorts: [1935/tcp]}")
+            yaml_serde::from_str("{jobId: x, requiredCapacity: 1.5, requiredCores: 2, requiredHostPorts: [1935/tcp]}")
                 .unwrap();
         view.reserve(&NodeId::from("b"), &job).unwrap();
         let idx = view.node_index(&NodeId::from("b")).unwrap();
@@ -599,7 +599,7 @@ mod tests {
 
     #[test]
     fn a_node_listed_twice_is_refused() {
-        let fleet: FleetSnapshot = serde_yaml::from_str("nodes: [{id: a}, {id: a}]").unwrap();
+        let fleet: FleetSnapshot = yaml_serde::from_str("nodes: [{id: a}, {id: a}]").unwrap();
         let pools = validate_pools(vec![]).unwrap();
         assert_eq!(
             FleetView::new(&fleet, pools).unwrap_err(),
