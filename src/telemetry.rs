@@ -99,14 +99,6 @@ struct InFlight {
     migrations: BTreeMap<String, String>,
 }
 
-/// The spec's name of a phase (its JSON form).
-fn phase_name(phase: impl serde::Serialize) -> String {
-    serde_json::to_value(phase)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
 /// Every metric the operator exports.
 #[derive(Debug)]
 pub struct OperatorMetrics {
@@ -305,19 +297,19 @@ impl OperatorMetrics {
                     .inc();
             }
             Notification::DrainProgress(state) => {
-                let phase = (!state.phase.is_final()).then(|| phase_name(state.phase));
+                let phase = (!state.phase.is_final()).then(|| crate::model::wire_name(&state.phase));
                 let was_in_flight = self.in_flight(|f| &mut f.drains, &self.drains, state.node_id.0.clone(), phase);
                 // A final phase ends the drain once, however often it is repeated.
                 if state.phase.is_final() && was_in_flight {
                     self.drains_ended
                         .get_or_create(&PhaseLabels {
-                            phase: phase_name(state.phase),
+                            phase: crate::model::wire_name(&state.phase),
                         })
                         .inc();
                 }
             }
             Notification::MigrationPhase(state) => {
-                let phase = state.is_in_flight().then(|| phase_name(state.phase));
+                let phase = state.is_in_flight().then(|| crate::model::wire_name(&state.phase));
                 self.in_flight(
                     |f| &mut f.migrations,
                     &self.migrations,

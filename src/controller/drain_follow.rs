@@ -22,11 +22,11 @@ use crate::crd::{self, Interruption, JobMigration, NodeDrain, NodeDrainSpec};
 use crate::model::{self, NodeId};
 
 use super::Context;
-use super::drain_status::{camel, job_changes, phase_name, rfc3339};
-use super::migration_status::phase_name as migration_phase_name;
+use super::drain_status::{camel, job_changes, rfc3339};
 use super::node::{FLEET, MANAGED_BY};
 use super::node_status::node_resource_name;
 use super::{drain, migration};
+use crate::model::wire_name;
 
 /// What the drain and migration controllers share for one term.
 pub struct DrainContext {
@@ -175,7 +175,7 @@ async fn follow(shared: Arc<DrainContext>, mut notifications: broadcast::Receive
                 });
             }
             Notification::MigrationPhase(state) => {
-                let phase = migration_phase_name(state.phase);
+                let phase = wire_name(&state.phase);
                 let group: Vec<String> = state.group.iter().map(|p| p.job_id.to_string()).collect();
                 let with = if group.is_empty() {
                     String::new()
@@ -254,7 +254,7 @@ fn progress_event(before: Option<&DrainState>, after: &DrainState) -> Option<Eve
     if !phase_moved && changes.is_empty() {
         return None;
     }
-    let phase = phase_name(after.phase);
+    let phase = wire_name(&after.phase);
     let lost = after.jobs.iter().any(|j| j.status == DrainJobStatus::Terminated);
     let warning = lost || matches!(phase.as_str(), "partial" | "failed");
     let mut note = format!("drain of {} is {phase}", after.node_id);
@@ -291,7 +291,7 @@ fn interrupted_event(state: &NodeInterruptionState) -> Event {
             "{:?} notice for {}: {deadline}; its drain is {}",
             state.kind,
             state.node_id,
-            phase_name(state.drain.phase)
+            wire_name(&state.drain.phase)
         )),
         action: "Drain".to_owned(),
         secondary: None,

@@ -7,9 +7,9 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::automanager::{DrainJobStatus as CoreJobStatus, DrainPhase, DrainState, MigrationId};
+use crate::automanager::{DrainJobStatus as CoreJobStatus, DrainState, MigrationId};
 use crate::crd::{DrainJobStatus, NodeDrainStatus};
-use crate::model::{NodeId, UnixMillis};
+use crate::model::{NodeId, UnixMillis, wire_name};
 
 use super::conditions::{Observed, READY, STALLED};
 
@@ -26,21 +26,9 @@ pub fn millis(rfc3339: &str) -> Option<UnixMillis> {
     rfc3339.parse::<Timestamp>().ok().map(|t| t.as_millisecond())
 }
 
-/// The wire name of a drain phase (`migrating`, `done`, ...).
-pub fn phase_name(phase: DrainPhase) -> String {
-    wire_name(&phase)
-}
-
 /// Whether a phase name recorded in status is one a drain ends in.
 pub fn is_final_name(phase: &str) -> bool {
     ["done", "partial", "failed"].contains(&phase)
-}
-
-fn wire_name(value: &impl serde::Serialize) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => String::new(),
-    }
 }
 
 /// The status fields (conditions aside) a drain state becomes; `target`
@@ -48,7 +36,7 @@ fn wire_name(value: &impl serde::Serialize) -> String {
 pub fn status_of(state: &DrainState, target: impl Fn(&MigrationId) -> Option<NodeId>) -> NodeDrainStatus {
     NodeDrainStatus {
         conditions: Vec::new(),
-        phase: Some(phase_name(state.phase)),
+        phase: Some(wire_name(&state.phase)),
         started: rfc3339(state.started),
         after: Some(wire_name(&state.after)),
         jobs: state
@@ -178,7 +166,7 @@ pub fn job_changes(before: Option<&DrainState>, after: &DrainState) -> Vec<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::automanager::DrainJob;
+    use crate::automanager::{DrainJob, DrainPhase};
 
     fn drain(phase: DrainPhase, jobs: &[(&str, CoreJobStatus)]) -> DrainState {
         DrainState {

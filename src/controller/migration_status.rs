@@ -6,20 +6,12 @@
 //! flight, each saying when the job moves with its group. Pure: the
 //! controller feeds it what the core reports.
 
-use crate::automanager::{MigrationPhase, MigrationState};
+use crate::automanager::MigrationState;
 use crate::crd::{GroupMemberStatus, JobMigrationStatus, PhaseTransition};
 use crate::model::UnixMillis;
 
 use super::conditions::{Observed, READY, STALLED};
 use super::drain_status::{RECONCILING, camel, rfc3339};
-
-/// The wire name of a migration phase (`placing`, `stoppingSource`, ...).
-pub fn phase_name(phase: MigrationPhase) -> String {
-    match serde_json::to_value(phase) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => String::new(),
-    }
-}
 
 /// Whether a phase name recorded in status is one a migration ends in.
 pub fn is_ended_name(phase: &str) -> bool {
@@ -31,12 +23,12 @@ pub fn status_of(state: &MigrationState) -> JobMigrationStatus {
     JobMigrationStatus {
         conditions: Vec::new(),
         migration_id: Some(state.migration_id.to_string()),
-        phase: Some(phase_name(state.phase)),
+        phase: Some(crate::model::wire_name(&state.phase)),
         transitions: state
             .transitions
             .iter()
             .map(|t| PhaseTransition {
-                phase: phase_name(t.phase),
+                phase: crate::model::wire_name(&t.phase),
                 at: rfc3339(t.at).unwrap_or_default(),
             })
             .collect(),
@@ -203,7 +195,7 @@ pub fn conditions_of(status: &JobMigrationStatus) -> Vec<Observed> {
 mod tests {
     use super::*;
     use crate::automanager::migration::PhaseTransition as CoreTransition;
-    use crate::automanager::{MigrationId, MigrationStrategy};
+    use crate::automanager::{MigrationId, MigrationPhase, MigrationStrategy};
     use crate::model::InstanceKey;
 
     fn state(phase: MigrationPhase) -> MigrationState {

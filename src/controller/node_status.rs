@@ -77,16 +77,6 @@ pub fn resource_name(node_id: &str) -> String {
     }
 }
 
-fn phase_name(phase: NodePhase) -> &'static str {
-    match phase {
-        NodePhase::Prospective => "prospective",
-        NodePhase::Starting => "starting",
-        NodePhase::Running => "running",
-        NodePhase::Stopping => "stopping",
-        NodePhase::Stopped => "stopped",
-    }
-}
-
 fn mirror(node: &NodeState, jobs: &[String], placement: Option<NodePlacementStatus>) -> MirroredNode {
     let inventory = node.inventory.as_ref();
     let unhealthy = node.health.is_unhealthy();
@@ -110,7 +100,7 @@ fn mirror(node: &NodeState, jobs: &[String], placement: Option<NodePlacementStat
             .map(|i| i.region.clone())
             .or_else(|| node.provisioned.as_ref().map(|p| p.region.clone())),
         availability_zone: inventory.map(|i| i.az.clone()).filter(|az| !az.is_empty()),
-        phase: phase_name(node.phase).to_owned(),
+        phase: crate::model::wire_name(&node.phase),
         inventory: inventory.map(|i| NodeInventoryStatus {
             total_capacity: i.total_capacity,
             total_cores: i.total_cores,
@@ -138,7 +128,7 @@ fn mirror(node: &NodeState, jobs: &[String], placement: Option<NodePlacementStat
             "Unhealthy",
             "excluded from placement after repeated job rejections",
         ),
-        (phase, _) => Observed::no(READY, capitalised(phase_name(phase)), ""),
+        (phase, _) => Observed::no(READY, capitalised(&crate::model::wire_name(&phase)), ""),
     };
     MirroredNode {
         node_id: node.id.clone(),

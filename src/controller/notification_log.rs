@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use tracing::Span;
 
 use crate::automanager::{Decision, MigrationId, Notification};
-use crate::model::{NodeId, UnixMillis};
+use crate::model::{NodeId, UnixMillis, wire_name};
 
 /// The log of one term's notifications, with the spans of the sagas in
 /// flight.
@@ -86,14 +86,6 @@ impl NotificationLog {
     }
 }
 
-/// The spec's name of a phase or kind (its JSON form).
-fn name(value: impl serde::Serialize) -> String {
-    serde_json::to_value(value)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
 /// Logs `notification` at the level its meaning calls for.
 fn log(notification: &Notification, manager_url: &str) {
     match notification {
@@ -138,7 +130,9 @@ fn log(notification: &Notification, manager_url: &str) {
             code,
             detail,
             ..
-        } => tracing::warn!(job = %job_id, node = %node_id, code = name(code), detail, "the worker rejected a job"),
+        } => {
+            tracing::warn!(job = %job_id, node = %node_id, code = wire_name(&code), detail, "the worker rejected a job")
+        }
         Notification::ResilienceDegraded {
             job_id,
             node_id,
@@ -157,15 +151,15 @@ fn log(notification: &Notification, manager_url: &str) {
         // Logged where it is found (the runtime), once per RPC.
         Notification::ManagerLacksExtension { .. } => {}
         Notification::NodeStopping { node_id, reason } => {
-            tracing::info!(node = %node_id, reason = name(reason), "node stopping")
+            tracing::info!(node = %node_id, reason = wire_name(&reason), "node stopping")
         }
         Notification::NodeUnhealthy { node_id } => tracing::warn!(node = %node_id, "node unhealthy"),
         Notification::NodeInterrupted(state) => tracing::warn!(
-            node = %state.node_id, interruption = name(state.kind), deadline = state.deadline,
+            node = %state.node_id, interruption = wire_name(&state.kind), deadline = state.deadline,
             "node interrupted: draining it before the deadline"
         ),
         Notification::DrainProgress(state) => {
-            let phase = name(state.phase);
+            let phase = wire_name(&state.phase);
             let (node, jobs) = (state.node_id.as_str(), state.jobs.len());
             let reason = state.reason.as_deref().unwrap_or_default();
             match phase.as_str() {
@@ -175,8 +169,8 @@ fn log(notification: &Notification, manager_url: &str) {
             }
         }
         Notification::MigrationPhase(state) => tracing::info!(
-            migration = %state.migration_id, job = %state.job_id, strategy = name(state.strategy),
-            phase = name(state.phase), source = %state.source_node_id, target = %state.target_node_id,
+            migration = %state.migration_id, job = %state.job_id, strategy = wire_name(&state.strategy),
+            phase = wire_name(&state.phase), source = %state.source_node_id, target = %state.target_node_id,
             "migration"
         ),
         Notification::MigrationCompleted { migration_id, job_id } => {

@@ -30,3 +30,25 @@ pub use spare::*;
 /// Milliseconds since the Unix epoch. The core never reads a clock; every
 /// instant is passed in as one of these.
 pub type UnixMillis = i64;
+
+/// The spec's name of a unit variant (a phase, a status, a kind): its
+/// serialised form, as the wire, the callbacks and every status carry it.
+/// Empty for a value that does not serialise as a string.
+pub fn wire_name(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wire_name_is_the_serialised_name_and_empty_for_what_is_not_a_name() {
+        assert_eq!(wire_name(&NodePhase::Prospective), "prospective");
+        assert_eq!(wire_name(&NodePhase::Running), "running");
+        assert_eq!(wire_name(&42), "");
+    }
+}

@@ -80,7 +80,7 @@ pub enum RequestError {
         /// The node.
         node: String,
         /// Its phase.
-        phase: &'static str,
+        phase: String,
     },
     /// Something with this id exists and differs from the request.
     #[error("{what} already exists: {why}")]

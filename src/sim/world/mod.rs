@@ -362,14 +362,3 @@ pub(crate) fn required<'a>(value: &'a str, field: &'static str) -> Result<&'a st
         Ok(value)
     }
 }
-
-/// The spec's name for a phase, for messages.
-pub(crate) fn phase_name(phase: NodePhase) -> &'static str {
-    match phase {
-        NodePhase::Prospective => "prospective",
-        NodePhase::Starting => "starting",
-        NodePhase::Running => "running",
-        NodePhase::Stopping => "stopping",
-        NodePhase::Stopped => "stopped",
-    }
-}

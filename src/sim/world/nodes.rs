@@ -6,9 +6,7 @@
 use rand::Rng;
 use rand::seq::IndexedRandom;
 
-use super::{
-    Launches, PROVISIONING_MS, SimNode, TERMINATE_MS, World, node_id_of, node_ref, phase_name, required, timestamp,
-};
+use super::{Launches, PROVISIONING_MS, SimNode, TERMINATE_MS, World, node_id_of, node_ref, required, timestamp};
 use crate::manager::proto::manager::{self as pb, event_stream_event::Event, node_stopping};
 use crate::manager::proto::{common, sim_admin};
 use crate::model::{NodePhase, ProviderKind};
@@ -465,7 +463,7 @@ impl World {
         if node.phase != NodePhase::Running {
             return Err(RequestError::NodeNotRunning {
                 node: node_id.to_owned(),
-                phase: phase_name(node.phase),
+                phase: crate::model::wire_name(&node.phase),
             });
         }
         Ok(node)
