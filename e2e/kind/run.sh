@@ -54,7 +54,7 @@ say "installing the chart: the README's quick start, parts 2 to 4"
 IMAGE_TAG="${IMAGE##*:}"
 mapfile -t README_INSTALL < <(readme_commands "Quick start: the chart with a simulated Manager" 2 4)
 for cmd in "${README_INSTALL[@]}"; do
-  readme_step "$cmd"
+  readme_step "$cmd" || exit 1
 done
 
 say "running e2e/scenario.txt and e2e/day-two.txt"

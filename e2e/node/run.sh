@@ -174,9 +174,8 @@ step_node_ready() {
 # (tests/readme_config.rs holds the two together).
 readme_install() {
     local t=$SECONDS
-    readme_step "$1"
-    [[ "$1" == "helm install "* ]] && timed "helm install to Ready" $((SECONDS - t))
-    return 0
+    readme_step "$1" || return 1
+    [[ "$1" != "helm install "* ]] || timed "helm install to Ready" $((SECONDS - t))
 }
 
 step_leader() {
