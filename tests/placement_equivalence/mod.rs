@@ -136,6 +136,15 @@ impl Run {
         self.fleet.keys().cloned().collect()
     }
 
+    /// Node `id` described by `desc` joins the fleet and the kept view.
+    fn add(&mut self, id: String, desc: &NodeDesc) {
+        self.serial += 1;
+        let node = desc.node(&id, self.serial, &mut self.taken);
+        self.view.add_node(&node).unwrap();
+        self.placed.extend(node.jobs.iter().map(|j| (node.id.clone(), j.clone())));
+        self.fleet.insert(id, node);
+    }
+
     fn pick(&self, n: usize) -> Option<String> {
         let ids = self.ids();
         (!ids.is_empty()).then(|| ids[n % ids.len()].clone())
@@ -248,14 +257,9 @@ proptest! {
                 }
                 Step::Add(n, desc) => {
                     let id = node_id(n);
-                    if run.fleet.contains_key(&id) {
-                        continue;
+                    if !run.fleet.contains_key(&id) {
+                        run.add(id, &desc);
                     }
-                    run.serial += 1;
-                    let node = desc.node(&id, run.serial, &mut run.taken);
-                    run.view.add_node(&node).unwrap();
-                    run.placed.extend(node.jobs.iter().map(|j| (node.id.clone(), j.clone())));
-                    run.fleet.insert(id, node);
                 }
                 Step::Replace(n, desc) => {
                     let Some(id) = run.pick(n) else { continue };
@@ -279,14 +283,9 @@ proptest! {
                     }];
                     for i in 1..=count {
                         let id = format!("{}{}", node_id(n), "~".repeat(i));
-                        if run.fleet.contains_key(&id) {
-                            continue;
+                        if !run.fleet.contains_key(&id) {
+                            run.add(id, &desc);
                         }
-                        run.serial += 1;
-                        let node = desc.node(&id, run.serial, &mut run.taken);
-                        run.view.add_node(&node).unwrap();
-                        run.placed.extend(node.jobs.iter().map(|j| (node.id.clone(), j.clone())));
-                        run.fleet.insert(id, node);
                     }
                 }
                 Step::Remove(n) => {
