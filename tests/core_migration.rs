@@ -10,6 +10,7 @@ mod core_support;
 use core_support::migration::*;
 use core_support::*;
 use norsk_auto_manager::automanager::migration::DEFAULT_MIGRATION_PLACING_TIMEOUT_MS;
+use norsk_auto_manager::controller::pool::observe_pool;
 use norsk_auto_manager::automanager::{
     Command, CommandError, Input, MigrationId, MigrationOptions, MigrationPhase, MigrationRefusal, MigrationStep,
     MigrationStrategy, Notification, Rpc,
@@ -93,10 +94,18 @@ fn overlap_starts_the_target_and_stops_the_source_once_it_runs() {
 fn during_the_overlap_the_job_is_reserved_on_both_nodes() {
     let (mut h, job, _) = running_job();
     let used = |h: &Harness| h.core.metrics(h.now).pools[0].used_capacity_fraction;
+    // What the PlacementPool status says, from the same computation.
+    let status = |h: &Harness| observe_pool(&h.core, "production", &["cluster".to_owned()]);
     assert_eq!(used(&h), 0.25);
     let id = migrate(&mut h, &job, MigrationStrategy::Overlap);
     calls(&mut h);
     assert_eq!(used(&h), 0.5, "the target is reserved beside the source");
+    assert_eq!(
+        status(&h).used_capacity_fraction,
+        0.5,
+        "the pool's status counts the target as its gauge does"
+    );
+    assert_eq!(status(&h).nodes, h.core.metrics(h.now).pools[0].node_count);
     // A 3-vCPU job fits neither 4-vCPU node now: it is provisioned for.
     h.bundle(
         "big",

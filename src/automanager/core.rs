@@ -17,7 +17,7 @@ use super::binding::{AwaitedStop, JobRecord, StopWait};
 use super::drain::Drains;
 use super::fleet::Fleet;
 use super::manual::ManualStarts;
-use super::metrics::{Counters, Metrics, PoolGauge};
+use super::metrics::{Counters, Metrics, PoolGauge, PoolUsage, TierUsage};
 use super::migration::{MigrationCall, MigrationId, Migrations};
 use super::node_services::{NodeServiceState, ServiceRequest};
 use super::offerings::Offering;
@@ -354,42 +354,10 @@ impl AutoManagerCore {
 
     /// `metrics()`: counters since `startedAt`, pool gauges computed now.
     pub fn metrics(&self, now: UnixMillis) -> Metrics {
-        let placed = self.placed_jobs();
         let pools = self
             .pools
             .iter()
-            .map(|pool| {
-                let mut gauge = PoolGauge {
-                    pool_name: pool.name.clone(),
-                    node_count: 0,
-                    live_spares: 0,
-                    spare_target: self
-                        .settings
-                        .hot_spares
-                        .iter()
-                        .find(|s| s.pool == pool.name)
-                        .map_or(0, |s| s.target_count),
-                    used_capacity_fraction: 0.0,
-                };
-                let (mut used, mut usable) = (0.0, 0.0);
-                let members = self.fleet.iter().filter(|n| {
-                    n.tags.get(crate::model::tags::POOL) == Some(&pool.name) && !n.is_going() && !n.terminated
-                });
-                // Live: booted; a spare still launching is provisioning.
-                // Counted by the reconciler's own rule, so the gauge and the
-                // `HotSparePolicy` status never disagree.
-                gauge.live_spares = self.spare_count(&pool.name).live;
-                for node in members {
-                    gauge.node_count += 1;
-                    let jobs = placed.get(&node.id);
-                    usable += node.inventory.as_ref().map_or(0.0, |i| i.usable_capacity());
-                    used += jobs.map_or(0.0, |j| j.iter().map(|p| p.required_capacity).sum());
-                }
-                if usable > 0.0 {
-                    gauge.used_capacity_fraction = used / usable;
-                }
-                gauge
-            })
+            .map(|pool| self.pool_usage(&pool.name, &[]).gauge)
             .collect();
         Metrics {
             started_at: self.started_at,
@@ -397,6 +365,73 @@ impl AutoManagerCore {
             counters: self.counters.clone(),
             pools,
             broken_bundle_ids: self.broken.keys().cloned().collect(),
+        }
+    }
+
+    /// Pool `pool`'s usage, with tiers `tier_names` apart: its nodes not
+    /// going (launching ones included), live spares by the spare
+    /// reconciler's own rule (so the gauge and the `HotSparePolicy` status
+    /// agree), and capacity reserved by placed jobs, migration targets
+    /// included, over usable capacity.
+    pub fn pool_usage(&self, pool: &str, tier_names: &[String]) -> PoolUsage {
+        let placed = self.placed_jobs();
+        let mut gauge = PoolGauge {
+            pool_name: pool.to_owned(),
+            node_count: 0,
+            live_spares: self.spare_count(pool).live,
+            spare_target: self
+                .settings
+                .hot_spares
+                .iter()
+                .find(|s| s.pool == pool)
+                .map_or(0, |s| s.target_count),
+            used_capacity_fraction: 0.0,
+        };
+        let mut tiers: Vec<(TierUsage, f64, f64)> = tier_names
+            .iter()
+            .map(|name| {
+                let tier = TierUsage {
+                    name: name.clone(),
+                    nodes: 0,
+                    prospective_nodes: 0,
+                    used_capacity_fraction: 0.0,
+                };
+                (tier, 0.0, 0.0)
+            })
+            .collect();
+        let (mut used_all, mut usable_all) = (0.0, 0.0);
+        let members = self
+            .fleet
+            .iter()
+            .filter(|n| n.tags.get(crate::model::tags::POOL).map(String::as_str) == Some(pool) && !n.is_going() && !n.terminated);
+        for node in members {
+            gauge.node_count += 1;
+            let usable = node.inventory.as_ref().map_or(0.0, |i| i.usable_capacity());
+            let used: f64 = placed.get(&node.id).map_or(0.0, |j| j.iter().map(|p| p.required_capacity).sum());
+            used_all += used;
+            usable_all += usable;
+            let tier = node.tags.get(crate::model::tags::TIER);
+            if let Some((t, u, c)) = tiers.iter_mut().find(|(t, _, _)| Some(&t.name) == tier) {
+                if node.is_launching() {
+                    t.prospective_nodes += 1;
+                } else {
+                    t.nodes += 1;
+                }
+                *u += used;
+                *c += usable;
+            }
+        }
+        let fraction = |used: f64, usable: f64| if usable > 0.0 { used / usable } else { 0.0 };
+        gauge.used_capacity_fraction = fraction(used_all, usable_all);
+        PoolUsage {
+            gauge,
+            tiers: tiers
+                .into_iter()
+                .map(|(t, used, usable)| TierUsage {
+                    used_capacity_fraction: fraction(used, usable),
+                    ..t
+                })
+                .collect(),
         }
     }
 

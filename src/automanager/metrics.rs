@@ -43,6 +43,33 @@ pub struct PoolGauge {
     pub used_capacity_fraction: f64,
 }
 
+/// One tier's share of a pool's usage.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TierUsage {
+    /// The tier's name.
+    pub name: String,
+    /// Nodes of the tier that are up.
+    pub nodes: u32,
+    /// Nodes of the tier asked for and not yet started.
+    pub prospective_nodes: u32,
+    /// Capacity reserved by placed jobs (migration targets included) over
+    /// the tier's usable capacity, 0 when it has none.
+    pub used_capacity_fraction: f64,
+}
+
+/// A pool's usage by the core's own rules: the pool gauges and the
+/// `PlacementPool` status are both this one computation, so they never
+/// disagree (a migration's target counts on both).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolUsage {
+    /// The gauges `metrics()` reports for the pool.
+    pub gauge: PoolGauge,
+    /// Per tier named, in the order given.
+    pub tiers: Vec<TierUsage>,
+}
+
 /// What `metrics()` returns.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -16,10 +16,9 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use crate::automanager::fleet::NodeState;
 use crate::automanager::{AutoManagerCore, CommandError};
 use crate::crd::{PlacementPool, PlacementPoolStatus, TierStatus};
-use crate::model::{self, NodeId, tags};
+use crate::model;
 use crate::placement::validate_pools;
 
 use super::conditions::{self, Observed, READY, STALLED};
@@ -209,84 +208,29 @@ pub fn pool_conditions(refused: Option<&String>, in_force: bool) -> Vec<Observed
     }
 }
 
-/// The capacity bound jobs reserve, by node.
-fn reserved_by_node(core: &AutoManagerCore) -> BTreeMap<NodeId, f64> {
-    let mut reserved = BTreeMap::new();
-    for record in core.jobs() {
-        if let Some(binding) = &record.binding {
-            *reserved.entry(binding.node_id.clone()).or_insert(0.0) += record.job.requirements().required_capacity;
-        }
-    }
-    reserved
-}
-
-fn members<'a>(core: &'a AutoManagerCore, pool: &'a str) -> impl Iterator<Item = &'a NodeState> {
-    core.fleet()
-        .iter()
-        .filter(move |n| n.tags.get(tags::POOL).map(String::as_str) == Some(pool) && !n.is_going() && !n.terminated)
-}
-
-fn is_spare(node: &NodeState) -> bool {
-    node.tags.get(tags::SPARE).is_some_and(|v| v == "true")
-}
-
-fn fraction(used: f64, usable: f64) -> f64 {
+fn fraction(value: f64) -> f64 {
     // Three decimals: finer is noise, and every change would be a write.
-    if usable > 0.0 {
-        (used / usable * 1000.0).round() / 1000.0
-    } else {
-        0.0
-    }
+    (value * 1000.0).round() / 1000.0
 }
 
-/// A pool's status from the core's fleet (conditions left to the caller).
+/// A pool's status from the core's usage of it (conditions left to the
+/// caller): the computation the pool gauges come from.
 pub fn observe_pool(core: &AutoManagerCore, pool: &str, tier_names: &[String]) -> PlacementPoolStatus {
-    let reserved = reserved_by_node(core);
-    let mut status = PlacementPoolStatus::default();
-    let (mut used_all, mut usable_all) = (0.0, 0.0);
-    let mut tiers: Vec<(TierStatus, f64, f64)> = tier_names
-        .iter()
-        .map(|name| {
-            (
-                TierStatus {
-                    name: name.clone(),
-                    ..TierStatus::default()
-                },
-                0.0,
-                0.0,
-            )
-        })
-        .collect();
-    for node in members(core, pool) {
-        let used = reserved.get(&node.id).copied().unwrap_or(0.0);
-        let usable = node
-            .inventory
-            .as_ref()
-            .map_or(0.0, model::NodeInventory::usable_capacity);
-        status.nodes += 1;
-        used_all += used;
-        usable_all += usable;
-        if is_spare(node) && !node.is_launching() && used == 0.0 {
-            status.live_spares += 1;
-        }
-        let tier = node.tags.get(tags::TIER);
-        if let Some((t, u, c)) = tiers.iter_mut().find(|(t, _, _)| Some(&t.name) == tier) {
-            if node.is_launching() {
-                t.prospective_nodes += 1;
-            } else {
-                t.nodes += 1;
-            }
-            *u += used;
-            *c += usable;
-        }
+    let usage = core.pool_usage(pool, tier_names);
+    PlacementPoolStatus {
+        nodes: usage.gauge.node_count,
+        used_capacity_fraction: fraction(usage.gauge.used_capacity_fraction),
+        live_spares: usage.gauge.live_spares,
+        tiers: usage
+            .tiers
+            .into_iter()
+            .map(|t| TierStatus {
+                name: t.name,
+                nodes: t.nodes,
+                prospective_nodes: t.prospective_nodes,
+                used_capacity_fraction: fraction(t.used_capacity_fraction),
+            })
+            .collect(),
+        ..PlacementPoolStatus::default()
     }
-    status.used_capacity_fraction = fraction(used_all, usable_all);
-    status.tiers = tiers
-        .into_iter()
-        .map(|(t, used, usable)| TierStatus {
-            used_capacity_fraction: fraction(used, usable),
-            ..t
-        })
-        .collect();
-    status
 }
