@@ -144,7 +144,7 @@ fn a_node_whose_co_located_group_fits_nowhere_takes_its_bundle_dark_with_every_t
     }
     let why = verdict.why().expect("a reason");
     assert!(
-        why.starts_with("bundle g goes dark: encode (replica 0) no capacity in any tier"),
+        why.starts_with("bundle g goes dark, losing encode (replica 0): no capacity in any tier"),
         "{why}"
     );
 }

@@ -344,7 +344,7 @@ impl DomainVerdict {
         let Fate::Dark { reason } = &job.fate else {
             return None;
         };
-        let fate = if bundle.on_air { "loses" } else { "goes dark:" };
+        let fate = if bundle.on_air { "loses" } else { "goes dark, losing" };
         let more = self.unplaced_jobs().saturating_sub(1);
         let more = if more > 0 {
             format!(" (and {more} more jobs)")
@@ -352,7 +352,7 @@ impl DomainVerdict {
             String::new()
         };
         Some(format!(
-            "bundle {} {fate} {} (replica {}) {reason}{more}",
+            "bundle {} {fate} {} (replica {}): {reason}{more}",
             bundle.bundle, job.job_name, job.replica_index
         ))
     }
