@@ -1,4 +1,5 @@
-//! Resilience headroom, kept continuously: after anything changes, and
+//! Resilience headroom, kept continuously when
+//! `experimental.headroom` is on: after anything changes, and
 //! once the fleet has been quiet for `HEADROOM_DEBOUNCE_MS` (or at most
 //! `HEADROOM_MAX_WAIT_MS` after the first change), the tracker of
 //! `placement::headroom` brings every verdict up to date from the fleet as
@@ -53,6 +54,9 @@ impl AutoManagerCore {
 
     /// Notes a change, and recomputes headroom once the debounce is over.
     pub(super) fn step_headroom(&mut self, now: UnixMillis) {
+        if !self.settings.experimental.headroom {
+            return;
+        }
         let fingerprint = self.fingerprint();
         if self.headroom.seen.as_ref() != Some(&fingerprint) {
             self.headroom.seen = Some(fingerprint);
