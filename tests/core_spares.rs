@@ -653,7 +653,10 @@ fn node_services_without_the_experimental_flag_are_refused() {
 fn a_node_service_lifecycle_other_than_eager_is_refused() {
     let settings = AutoSettings {
         node_services: vec![service("agent", "lazy")],
-        experimental: Experimental { node_services: true },
+        experimental: Experimental {
+            node_services: true,
+            ..Experimental::default()
+        },
         ..settings()
     };
     assert_eq!(settings_codes(settings), ["unsupportedNodeServiceLifecycle"]);
@@ -666,7 +669,10 @@ fn a_node_service_lifecycle_other_than_eager_is_refused() {
 fn a_node_service_is_placed_eagerly_on_every_running_node_it_applies_to() {
     let mut h = Harness::with(AutoSettings {
         node_services: vec![service("agent", "eager")],
-        experimental: Experimental { node_services: true },
+        experimental: Experimental {
+            node_services: true,
+            ..Experimental::default()
+        },
         ..settings()
     });
     h.cluster_node("a", 4.0);
@@ -709,7 +715,10 @@ fn a_node_service_is_placed_eagerly_on_every_running_node_it_applies_to() {
 fn a_node_service_that_stops_is_placed_again_after_its_backoff() {
     let mut h = Harness::with(AutoSettings {
         node_services: vec![service("agent", "eager")],
-        experimental: Experimental { node_services: true },
+        experimental: Experimental {
+            node_services: true,
+            ..Experimental::default()
+        },
         ..settings()
     });
     h.cluster_node("a", 4.0);
@@ -825,7 +834,10 @@ fn a_refused_node_service_is_tried_again_after_its_backoff() {
     agent.pools = vec!["production".into()];
     let mut h = Harness::with(AutoSettings {
         node_services: vec![agent],
-        experimental: Experimental { node_services: true },
+        experimental: Experimental {
+            node_services: true,
+            ..Experimental::default()
+        },
         ..settings()
     });
     h.cluster_node("a", 4.0);

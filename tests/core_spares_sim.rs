@@ -188,7 +188,10 @@ async fn a_node_service_is_placed_eagerly_on_every_node_against_the_simulator() 
                 pools: vec![],
                 provides: vec!["metrics".into()],
             }],
-            experimental: Experimental { node_services: true },
+            experimental: Experimental {
+                node_services: true,
+                ..Experimental::default()
+            },
             ..AutoSettings::default()
         },
         &["rack-a", "rack-b"],

@@ -3,6 +3,7 @@
 //! launch and migration, each run through `plan_bundles` or `place` and
 //! asserting where every job lands.
 
+mod placement_headroom;
 mod placement_support;
 
 use norsk_auto_manager::model::{BundleId, BundleSpec, NodeId};

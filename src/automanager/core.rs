@@ -112,6 +112,8 @@ pub struct AutoManagerCore {
     pub(super) schedules: Schedules,
     /// Manual jobs' wanted state and the calls bringing Manager to it.
     pub(super) manual: ManualStarts,
+    /// Resilience headroom, kept up to date with the fleet.
+    pub(super) headroom: super::headroom::HeadroomState,
     pub(super) out: Vec<Action>,
 }
 
@@ -143,6 +145,7 @@ impl AutoManagerCore {
             migrations: Migrations::default(),
             schedules: Schedules::default(),
             manual: ManualStarts::default(),
+            headroom: Default::default(),
             out: Vec::new(),
         }
     }
@@ -212,6 +215,7 @@ impl AutoManagerCore {
             self.reconcile_spares(now);
             self.place_node_services(now);
             self.follow_drains();
+            self.step_headroom(now);
         }
         Step {
             actions: std::mem::take(&mut self.out),
@@ -680,6 +684,7 @@ impl AutoManagerCore {
             .chain(self.migrations.next_deadline())
             .chain(self.schedules_deadline(now))
             .chain(self.manual_deadline(now))
+            .chain(self.headroom_deadline())
             .min()
             .map(|at| at.max(now))
     }

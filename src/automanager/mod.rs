@@ -26,6 +26,8 @@
 //! - [`migration`]: the migration saga (`migrateJob`, `abortMigration`).
 //! - [`schedule`]: scheduled bundles (the placement lead, the phases, the
 //!   end); `manual`: manual jobs started and stopped as a desired state.
+//! - [`headroom`]: resilience headroom recomputed after changes, with a
+//!   debounce.
 //! - [`metrics`], [`notification`].
 
 pub mod binding;
@@ -35,6 +37,7 @@ mod dispatch;
 pub mod drain;
 mod events;
 pub mod fleet;
+pub mod headroom;
 pub mod interruption;
 mod manual;
 pub mod metrics;

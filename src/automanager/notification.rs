@@ -245,6 +245,25 @@ pub enum Notification {
         /// The primary is interruptible and no backup is durable.
         interruptible_primary_without_durable_backup: bool,
     },
+    /// Resilience headroom changed its verdict: whether the loss of any
+    /// single domain of `kind` would be absorbed, for the fleet (`pool`
+    /// absent) or one pool. An extension of the spec's callbacks.
+    #[serde(rename_all = "camelCase")]
+    HeadroomChanged {
+        /// The pool; absent for the whole fleet.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pool: Option<String>,
+        /// The kind of domain.
+        domain_kind: crate::placement::headroom::DomainKind,
+        /// The loss of any single one would be absorbed.
+        survives: bool,
+        /// The worst domain, when one would not be.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        worst: Option<String>,
+        /// Why, in words.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        why: Option<String>,
+    },
     /// `onSpareUnderflow(pool, effective, target)`: the hot-spare
     /// reconciler is short of the pool's target.
     #[serde(rename_all = "camelCase")]

@@ -101,6 +101,12 @@ pub struct AutoSettings {
 pub struct Experimental {
     /// Allows a non-empty `nodeServices`.
     pub node_services: bool,
+    /// Keeps resilience headroom continuously (`headroomChanged`). Off by
+    /// default: each recompute runs inside the core's loop, and on a
+    /// 1,000-node fleet an update can take most of a second, which would
+    /// delay recoveries; `norsk-auto-manager headroom` asks the same
+    /// question offline at no cost to the core.
+    pub headroom: bool,
 }
 
 /// The JSON schema of the `settings` a Helm release writes into the

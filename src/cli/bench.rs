@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::placement::{FleetView, PlacementRequest, SequentialNodeIds, apply_placement, place, validate_pools};
 
+pub mod headroom;
 pub mod karpenter;
 pub mod workload;
 
@@ -30,6 +31,9 @@ pub enum Target {
     Placement(PlacementArgs),
     /// A from-scratch fill with Karpenter's scheduling-benchmark mix.
     Fill(FillArgs),
+    /// Resilience headroom: every single-node loss, then incremental
+    /// updates after one placement each.
+    Headroom(headroom::HeadroomArgs),
 }
 
 /// Arguments of `bench fill`.
@@ -118,6 +122,9 @@ pub enum BenchError {
     /// The report could not be written.
     #[error("cannot render the report: {0}")]
     Render(#[from] serde_json::Error),
+    /// The headroom analysis refused the workload.
+    #[error("the headroom analysis failed: {0}")]
+    Headroom(String),
     /// The report could not be written as YAML.
     #[error("cannot render the report as YAML: {0}")]
     Yaml(String),
@@ -128,6 +135,8 @@ pub async fn run(args: Args) -> ExitCode {
     let rendered = match args.target {
         Target::Placement(args) => bench_placement(&args).and_then(|report| render(&report, args.output)),
         Target::Fill(args) => bench_fill(&args).and_then(|report| render_fill(&report, args.output)),
+        Target::Headroom(args) => headroom::bench_headroom(&args)
+            .and_then(|report| render_as(&report, args.output, || headroom::table(&report))),
     };
     match rendered {
         Ok(text) => {

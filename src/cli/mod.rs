@@ -9,6 +9,7 @@ pub mod bench;
 pub mod crds;
 pub mod demo;
 pub mod documents;
+pub mod headroom;
 pub mod operator;
 pub mod plan;
 pub mod sim;
@@ -33,6 +34,9 @@ pub enum Command {
     Simctl(simctl::Args),
     /// Plan bundles against a fleet snapshot offline, with a full trace.
     Plan(plan::Args),
+    /// Resilience headroom offline: would the loss of each node, zone or
+    /// provider kind of a fleet snapshot be absorbed, and if not, why.
+    Headroom(headroom::Args),
     /// Measure the placement engine on a synthetic fleet.
     Bench(bench::Args),
     /// Run the AutoManager against a Manager without Kubernetes: settings,
@@ -77,6 +81,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Sim(args) => sim::run(args).await,
         Command::Simctl(args) => simctl::run(args).await,
         Command::Plan(args) => plan::run(args).await,
+        Command::Headroom(args) => headroom::run(args).await,
         Command::Bench(args) => bench::run(args).await,
         Command::Standalone(args) => standalone::run(args).await,
         Command::Demo(args) => demo::run(args).await,

@@ -141,6 +141,27 @@ fn log(notification: &Notification, manager_url: &str) {
         } => tracing::warn!(
             job = %job_id, node = %node_id, violations = ?violations, "resilience degraded"
         ),
+        Notification::HeadroomChanged {
+            pool,
+            domain_kind,
+            survives,
+            worst,
+            why,
+        } => {
+            let pool = pool.as_deref().unwrap_or("");
+            let kind = domain_kind.as_str();
+            if *survives {
+                tracing::info!(pool, kind, "headroom: the loss of any single {kind} would be absorbed")
+            } else {
+                tracing::warn!(
+                    pool,
+                    kind,
+                    worst = worst.as_deref().unwrap_or(""),
+                    why = why.as_deref().unwrap_or(""),
+                    "headroom: the fleet cannot absorb the loss of a {kind}"
+                )
+            }
+        }
         Notification::SpareUnderflow {
             pool,
             effective,

@@ -374,6 +374,9 @@ fn provisioning<'p>(
     if demand.same_az == IntraReplicaAz::Hard && !demand.peers.is_empty() {
         return Err(NoProvisionReason::PeerAzUnknownForNewNode);
     }
+    if view.provisioning_withheld(demand.pool, t) {
+        return Err(NoProvisionReason::CapacityLost);
+    }
     if let Some(max_nodes) = tier.max_nodes {
         let nodes = view.counted_tier_nodes(demand.pool, t);
         if nodes >= max_nodes {
@@ -384,6 +387,29 @@ fn provisioning<'p>(
         .iter()
         .find(|shape| shape_fits(shape, &demand.needs))
         .ok_or(NoProvisionReason::NoShapeFits)
+}
+
+/// Why each tier of the replica's pool refuses the job, when no node of
+/// any tier takes it: the per-tier decisions of a placement that found
+/// `noCapacityInAnyPool`, without scanning the nodes (the untraced
+/// placement already showed none survives).
+pub(crate) fn tier_refusals(
+    view: &FleetView,
+    request: PlacementRequest<'_>,
+) -> Result<Vec<(String, String, NoProvisionReason)>, PlacementError> {
+    let demand = Demand::compile(view, request)?;
+    let Some(pool) = view.pools().at(demand.pool) else {
+        return Ok(Vec::new());
+    };
+    Ok(pool
+        .tiers
+        .iter()
+        .enumerate()
+        .filter_map(|(t, tier)| {
+            let why = provisioning(view, &demand, t, tier).err()?;
+            Some((pool.name.clone(), tier.name.clone(), why))
+        })
+        .collect())
 }
 
 /// Whether a fresh node of `shape` would take `needs` (a first mover's

@@ -9,6 +9,8 @@
 //!   placement scans every node); [`place_ranked`] the same within a burst
 //!   ([`Rankings`]).
 //! - [`validate_bundle`], [`validate_bundle_admission`], [`place_dry_run`].
+//! - [`headroom`]: what-if loss analysis (a node, zone, tier, provider kind
+//!   or pool taken away and its jobs placed again) on a copy of the view.
 //! - [`plan_bundles`]: every replica of every bundle in order, each placement
 //!   seeing those before it (what `norsk-auto-manager plan` prints).
 
@@ -16,6 +18,7 @@ mod engine;
 mod filter;
 mod fleet;
 mod groups;
+pub mod headroom;
 mod key;
 mod plan;
 mod rankings;

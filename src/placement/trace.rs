@@ -105,6 +105,9 @@ pub enum NoProvisionReason {
     },
     /// No candidate shape fits the job (or its group).
     NoShapeFits,
+    /// The tier's capacity is lost with the failure domain a what-if
+    /// takes away (`headroom`), so nothing is provisioned from it.
+    CapacityLost,
 }
 
 impl std::fmt::Display for NoProvisionReason {
@@ -116,6 +119,7 @@ impl std::fmt::Display for NoProvisionReason {
             NoProvisionReason::PeerAzUnknownForNewNode => write!(f, "sameAz hard: a new node's AZ is unknown"),
             NoProvisionReason::AtMaxNodes { nodes, max_nodes } => write!(f, "at maxNodes ({nodes} of {max_nodes})"),
             NoProvisionReason::NoShapeFits => write!(f, "no candidate instance type fits"),
+            NoProvisionReason::CapacityLost => write!(f, "its capacity is lost with the domain"),
         }
     }
 }

@@ -197,7 +197,7 @@ fn messages_and_traces(rows: &[PlanRow]) -> String {
 
 /// One placement's trace: per tier, every node's verdict, then the tier's
 /// decision.
-fn explain(trace: &Trace) -> String {
+pub(crate) fn explain(trace: &Trace) -> String {
     let mut out = String::new();
     for tier in &trace.tiers {
         out.push_str(&format!("  tier {}/{}\n", tier.pool, tier.tier));

@@ -67,6 +67,26 @@ pub fn describe(notification: &Notification) -> String {
         } => {
             format!("spares       {pool} short: {effective} of {target}")
         }
+        Notification::HeadroomChanged {
+            pool,
+            domain_kind,
+            survives,
+            worst,
+            why,
+        } => {
+            let scope = pool
+                .as_ref()
+                .map_or_else(|| "fleet".to_owned(), |p| format!("pool {p}"));
+            let kind = domain_kind.as_str();
+            match (survives, worst, why) {
+                (true, _, _) => format!("headroom     {scope} survives the loss of any single {kind}"),
+                (false, worst, why) => format!(
+                    "HEADROOM     {scope} cannot absorb the loss of {kind} {}: {}",
+                    worst.as_deref().unwrap_or("?"),
+                    why.as_deref().unwrap_or("")
+                ),
+            }
+        }
         Notification::ImagesPrefetched { node_id, results } => {
             format!("prefetched   {node_id}: {} image(s)", results.len())
         }

@@ -89,6 +89,9 @@ pub struct FleetView {
     pub(crate) images: Interner,
     pub(crate) azs: Interner,
     template_images: HashMap<String, Vec<u32>>,
+    /// `(pool, tier)` indices whose provisioning is withheld (a what-if in
+    /// which the tier's capacity is lost, see `placement::headroom`).
+    withheld: Vec<(usize, usize)>,
 }
 
 impl FleetView {
@@ -109,6 +112,7 @@ impl FleetView {
             images: Interner::default(),
             azs: Interner::default(),
             template_images: HashMap::new(),
+            withheld: Vec::new(),
         };
         // Template images are interned first, so they get the low ids the
         // hot image mask holds.
@@ -300,6 +304,20 @@ impl FleetView {
         self.index
             .reprofile(idx, &self.hot[idx as usize], &self.nodes[idx as usize]);
         Ok(())
+    }
+
+    /// Withholds (or gives back) provisioning from tier `tier` of pool
+    /// `pool`: while withheld, the tier places only on the nodes it has.
+    pub(crate) fn withhold_provisioning(&mut self, pool: usize, tier: usize, withheld: bool) {
+        self.withheld.retain(|&at| at != (pool, tier));
+        if withheld {
+            self.withheld.push((pool, tier));
+        }
+    }
+
+    /// Whether provisioning from the tier is withheld.
+    pub(crate) fn provisioning_withheld(&self, pool: usize, tier: usize) -> bool {
+        self.withheld.contains(&(pool, tier))
     }
 
     /// The nodes of one tier.

@@ -1,0 +1,158 @@
+//! Resilience headroom, kept continuously when
+//! `experimental.headroom` is on: after anything changes, and
+//! once the fleet has been quiet for `HEADROOM_DEBOUNCE_MS` (or at most
+//! `HEADROOM_MAX_WAIT_MS` after the first change), the tracker of
+//! `placement::headroom` brings every verdict up to date from the fleet as
+//! placement reads it: per pool and for the fleet, "survives the loss of any
+//! single node / zone / provider kind", with the worst domain and why. A
+//! verdict that changes is a `headroomChanged` notification.
+//!
+//! The analysis runs on the core's own pools, bundles and restart
+//! ceilings (a job already at its ceiling would not come back), on the
+//! virtual clock like everything else here: nothing sleeps.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::model::{BundleId, BundleSpec, JobId, UnixMillis};
+use crate::placement::headroom::{HeadroomReport, KindSummary, Tracker};
+
+use super::Notification;
+use super::core::AutoManagerCore;
+
+/// How long the fleet must stay unchanged before headroom is recomputed.
+pub const HEADROOM_DEBOUNCE_MS: i64 = 2_000;
+/// The longest a change waits for its recompute while changes keep coming.
+pub const HEADROOM_MAX_WAIT_MS: i64 = 10_000;
+
+/// The headroom state the core keeps.
+#[derive(Clone, Debug, Default)]
+pub(super) struct HeadroomState {
+    tracker: Tracker,
+    /// What the last recompute saw, to tell a change.
+    seen: Option<Fingerprint>,
+    /// The first and the latest change not yet recomputed.
+    pending: Option<(UnixMillis, UnixMillis)>,
+    report: Option<HeadroomReport>,
+}
+
+/// A cheap summary of what headroom reads: when it moves, something headroom
+/// depends on may have changed.
+#[derive(Clone, Debug, PartialEq)]
+struct Fingerprint {
+    fleet_epoch: u64,
+    revisions: u64,
+    bindings: u64,
+    generations: u64,
+    pools: crate::placement::Pools,
+}
+
+impl AutoManagerCore {
+    /// The last headroom report, once one was computed.
+    pub fn headroom(&self) -> Option<&HeadroomReport> {
+        self.headroom.report.as_ref()
+    }
+
+    /// Notes a change, and recomputes headroom once the debounce is over.
+    pub(super) fn step_headroom(&mut self, now: UnixMillis) {
+        if !self.settings.experimental.headroom {
+            return;
+        }
+        let fingerprint = self.fingerprint();
+        if self.headroom.seen.as_ref() != Some(&fingerprint) {
+            self.headroom.seen = Some(fingerprint);
+            self.headroom.pending = Some(match self.headroom.pending {
+                Some((first, _)) => (first, now),
+                None => (now, now),
+            });
+        }
+        let Some(due) = self.headroom_deadline() else {
+            return;
+        };
+        if due > now {
+            return;
+        }
+        self.headroom.pending = None;
+        let snapshot = self.fleet_snapshot();
+        let bundles: BTreeMap<BundleId, BundleSpec> = self
+            .bundles
+            .values()
+            .map(|b| (b.bundle_id.clone(), b.spec.clone()))
+            .collect();
+        let ceiling: BTreeSet<JobId> = self
+            .jobs
+            .values()
+            .filter(|r| {
+                self.settings
+                    .restart_ceiling(&r.job.spec.requirements)
+                    .is_some_and(|c| r.restarts.count(now) >= c)
+            })
+            .map(|r| r.job_id().clone())
+            .collect();
+        if let Err(e) = self.headroom.tracker.update(&snapshot, &self.pools, &bundles, &ceiling) {
+            return self.notify(Notification::Error {
+                message: format!("headroom not computed: {e}"),
+            });
+        }
+        let report = self.headroom.tracker.report();
+        let before = self.headroom.report.take();
+        for (scope, kind) in summaries(&report) {
+            let was = before.as_ref().and_then(|b| {
+                summaries(b)
+                    .into_iter()
+                    .find(|(s, k)| *s == scope && k.kind == kind.kind)
+            });
+            let changed = was.as_ref().is_none_or(|(_, w)| {
+                w.survives != kind.survives || w.worst.as_ref().map(|x| &x.name) != kind.worst.as_ref().map(|x| &x.name)
+            });
+            // The first verdict is news only when it is bad.
+            if changed && (was.is_some() || !kind.survives) {
+                self.notify(Notification::HeadroomChanged {
+                    pool: scope,
+                    domain_kind: kind.kind,
+                    survives: kind.survives,
+                    worst: kind.worst.as_ref().map(|w| w.name.clone()),
+                    why: kind.worst.as_ref().map(|w| w.why.clone()),
+                });
+            }
+        }
+        self.headroom.report = Some(report);
+    }
+
+    /// When headroom is next recomputed, if a change waits.
+    pub(super) fn headroom_deadline(&self) -> Option<UnixMillis> {
+        self.headroom
+            .pending
+            .map(|(first, last)| (last + HEADROOM_DEBOUNCE_MS).min(first + HEADROOM_MAX_WAIT_MS))
+    }
+
+    fn fingerprint(&self) -> Fingerprint {
+        Fingerprint {
+            fleet_epoch: self.fleet_epoch,
+            revisions: self.fleet.iter().map(|n| n.revision).fold(0, u64::wrapping_add),
+            bindings: {
+                use std::hash::{Hash, Hasher};
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                for record in self.jobs.values() {
+                    if let Some(binding) = &record.binding {
+                        record.job_id().hash(&mut hasher);
+                        binding.node_id.hash(&mut hasher);
+                    }
+                }
+                hasher.finish()
+            },
+            generations: self.bundles.values().map(|b| b.generation).fold(0, u64::wrapping_add),
+            pools: self.pools.clone(),
+        }
+    }
+}
+
+/// Every summary of a report with its scope: `None` for the fleet, else
+/// the pool.
+fn summaries(report: &HeadroomReport) -> Vec<(Option<String>, KindSummary)> {
+    let fleet = report.fleet.iter().map(|k| (None, k.clone()));
+    let pools = report
+        .pools
+        .iter()
+        .flat_map(|p| p.kinds.iter().map(move |k| (Some(p.pool.clone()), k.clone())));
+    fleet.chain(pools).collect()
+}

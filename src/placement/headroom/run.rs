@@ -1,0 +1,392 @@
+//! One what-if: a domain's nodes taken away from the view, their jobs
+//! placed again as the core would, the verdict read off, and the view put
+//! back as it was. The view is changed in place and restored, rather than
+//! cloned per domain: a clone of a large fleet costs far more than the
+//! placements themselves.
+//!
+//! Besides the verdict, a run records what it read of the rest of the
+//! fleet ([`Deps`]), so the tracker can tell which later changes could
+//! alter it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::model::{BundleId, NodeId, NodePhase, OnRuntimeFailure, PackingStrategy, PlacedJob, ScaleOut};
+
+use super::super::engine::{
+    Outcome, SequentialNodeIds, apply_placement, place, place_ranked, placed_job, tier_refusals,
+};
+use super::super::fleet::{FleetView, NO_SLOT, NodeIdx, flag};
+use super::super::rankings::Rankings;
+use super::super::request::{PlacementRequest, RecoveryContext};
+use super::{
+    BundleFate, Context, DarkReason, Domain, DomainVerdict, Fate, JobFate, LostNode, ProvisionNeed, TierRefusal,
+    bundle_absorbed, lost_tiers,
+};
+
+/// What a run read of the fleet beyond the lost nodes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Deps {
+    /// Bundles of the lost jobs: a change to any of their jobs (peers,
+    /// the other replica), their spec or their restart ceilings can
+    /// change the run.
+    pub bundles: BTreeSet<BundleId>,
+    /// Nodes that took a job: a change to any of them can change the run.
+    pub landing: BTreeSet<NodeId>,
+    /// One per placement made.
+    pub steps: Vec<StepDep>,
+    /// Elastic tiers `(pool, tier)` a placement found no node in and
+    /// asked to provision from: their node counts (`maxNodes`) matter.
+    pub elastic: BTreeSet<(usize, usize)>,
+}
+
+/// What one placement of a run decided, as far as other nodes could
+/// change it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct StepDep {
+    /// The replica's pool.
+    pub pool: usize,
+    /// The last tier walked (the deciding one, else the last).
+    pub upto: usize,
+    /// The tier and fill of the node that won, if one did.
+    pub winner: Option<(usize, f64, PackingStrategy)>,
+    /// The job's own capacity: no node with less free can take it.
+    pub need: f64,
+}
+
+/// Analyses the loss of `lost` (the nodes of `domain`) on `view`, which is
+/// left as it was found.
+pub(crate) fn what_if(
+    view: &mut FleetView,
+    carried: &HashMap<NodeId, Vec<PlacedJob>>,
+    context: Context<'_>,
+    domain: Domain,
+    lost: &[NodeIdx],
+    explain: bool,
+) -> (DomainVerdict, Deps) {
+    let lost_nodes: Vec<LostNode> = lost
+        .iter()
+        .map(|&idx| LostNode {
+            node_id: view.node(idx).id.clone(),
+            pool: pool_of(view, idx),
+        })
+        .collect();
+    let none: &[PlacedJob] = &[];
+    let jobs_of = |id: &NodeId| carried.get(id).map_or(none, Vec::as_slice);
+
+    // Take the nodes away: their jobs released, the nodes stopped (so
+    // they no longer count against `maxNodes`).
+    let mut saved = Vec::with_capacity(lost.len());
+    for (&idx, node) in lost.iter().zip(&lost_nodes) {
+        let phase = view.node(idx).phase;
+        let unhealthy = view.hot(idx).has(flag::UNHEALTHY);
+        for job in jobs_of(&node.node_id) {
+            // The node is in the view (it was found there), so neither
+            // call can refuse.
+            let _ = view.release(&node.node_id, job);
+        }
+        let _ = view.set_condition(&node.node_id, NodePhase::Stopped, unhealthy);
+        saved.push((node.node_id.clone(), phase, unhealthy));
+    }
+    let withheld = lost_tiers(view.pools(), &domain);
+    for &(p, t) in &withheld {
+        view.withhold_provisioning(p, t, true);
+    }
+
+    // The core recovers in runtime job id order.
+    let mut lost_jobs: Vec<(&NodeId, &PlacedJob)> = lost_nodes
+        .iter()
+        .flat_map(|n| jobs_of(&n.node_id).iter().map(move |j| (&n.node_id, j)))
+        .collect();
+    lost_jobs.sort_by(|a, b| a.1.job_id.cmp(&b.1.job_id));
+
+    // Judged before anything is placed, as the core judges every job of a
+    // lost node first: an essential terminal job breaks its bundle.
+    let mut broken: BTreeMap<BundleId, String> = BTreeMap::new();
+    for (_, job) in &lost_jobs {
+        if let Some(bundle) = &job.bundle
+            && let Some(spec) = context.bundles.get(bundle).and_then(|s| s.job(&job.job_name))
+            && spec.requirements.is_essential()
+            && terminal(context, job, spec.requirements.on_runtime_failure).is_some()
+        {
+            broken.entry(bundle.clone()).or_insert_with(|| job.job_name.clone());
+        }
+    }
+    // Replicas with jobs left standing, before anything is placed again.
+    let mut standing: BTreeMap<BundleId, BTreeSet<u32>> = BTreeMap::new();
+    for (_, job) in &lost_jobs {
+        if let Some(bundle) = &job.bundle {
+            let replicas = view
+                .bundle_occupants(bundle)
+                .iter()
+                .map(|&o| view.occupants[o as usize].replica)
+                .collect();
+            standing.insert(bundle.clone(), replicas);
+        }
+    }
+
+    let mut deps = Deps::default();
+    let mut rankings = Rankings::for_burst(view);
+    let mut ids = SequentialNodeIds::default();
+    let mut reserved: Vec<(NodeId, PlacedJob)> = Vec::new();
+    let mut prospective: Vec<NodeId> = Vec::new();
+    let mut provisions: Vec<ProvisionNeed> = Vec::new();
+    let mut fates: BTreeMap<BundleId, Vec<JobFate>> = BTreeMap::new();
+    let mut unmanaged = Vec::new();
+    for (from, job) in lost_jobs {
+        let Some(bundle_id) = &job.bundle else {
+            unmanaged.push(job.job_id.clone());
+            continue;
+        };
+        deps.bundles.insert(bundle_id.clone());
+        let bundle = context.bundles.get(bundle_id);
+        let spec = bundle.and_then(|b| b.job(&job.job_name));
+        let fate = match (bundle, spec) {
+            (Some(bundle), Some(spec)) => {
+                let policy = spec.requirements.on_runtime_failure;
+                if let Some(reason) = terminal(context, job, policy) {
+                    Fate::Dark { reason }
+                } else if let Some(job_name) = broken.get(bundle_id) {
+                    Fate::Dark {
+                        reason: DarkReason::BundleBroken {
+                            job_name: job_name.clone(),
+                        },
+                    }
+                } else {
+                    let recovery = RecoveryContext {
+                        on_runtime_failure: Some(policy),
+                        excluded_nodes: vec![from.clone()],
+                    };
+                    let request = PlacementRequest::launch(bundle_id, bundle, job.replica_index, &job.job_name)
+                        .recovering(&recovery);
+                    let placed = place_ranked(view, request, &mut ids, &mut rankings);
+                    let step = |upto, winner| StepDep {
+                        pool: view
+                            .pools()
+                            .index_of(bundle.pool_for_replica(job.replica_index))
+                            .unwrap_or(0),
+                        upto,
+                        winner,
+                        need: job.required_capacity.max(0.0),
+                    };
+                    match placed {
+                        Err(e) => Fate::Dark {
+                            reason: DarkReason::PlacementRefused { message: e.to_string() },
+                        },
+                        Ok(placement) => {
+                            let (fate, step) = match &placement.outcome {
+                                Outcome::Placed {
+                                    node_id, pool, tier, ..
+                                } => {
+                                    let t = tier_index(view, pool, tier);
+                                    let winner = view
+                                        .node_index(node_id)
+                                        .map(|idx| (t, view.hot(idx).fill, packing_of(view, pool, t)));
+                                    deps.landing.insert(node_id.clone());
+                                    let fate = Fate::Placed {
+                                        node_id: node_id.clone(),
+                                        pool: pool.clone(),
+                                        tier: tier.clone(),
+                                    };
+                                    (fate, step(t, winner))
+                                }
+                                Outcome::Provision {
+                                    node_id,
+                                    pool,
+                                    tier,
+                                    instance_type,
+                                    ..
+                                } => {
+                                    let t = tier_index(view, pool, tier);
+                                    prospective.push(node_id.clone());
+                                    match provisions.iter_mut().find(|p| &p.node_id == node_id) {
+                                        Some(need) => need.jobs.push(job.job_id.clone()),
+                                        None => provisions.push(ProvisionNeed {
+                                            node_id: node_id.clone(),
+                                            pool: pool.clone(),
+                                            tier: tier.clone(),
+                                            instance_type: instance_type.clone(),
+                                            jobs: vec![job.job_id.clone()],
+                                        }),
+                                    }
+                                    let fate = Fate::Provision {
+                                        node_id: node_id.clone(),
+                                        pool: pool.clone(),
+                                        tier: tier.clone(),
+                                        instance_type: instance_type.clone(),
+                                    };
+                                    (fate, step(t, None))
+                                }
+                                Outcome::NoCapacityInAnyPool => {
+                                    let tiers = tier_refusals(view, request)
+                                        .unwrap_or_default()
+                                        .into_iter()
+                                        .map(|(pool, tier, why)| TierRefusal { pool, tier, why })
+                                        .collect();
+                                    let trace = explain
+                                        .then(|| {
+                                            place(view, request.with_trace(true), &mut SequentialNodeIds::default())
+                                        })
+                                        .and_then(|p| p.ok()?.trace);
+                                    let tiers_in_pool = view
+                                        .pools()
+                                        .get(bundle.pool_for_replica(job.replica_index))
+                                        .map_or(0, |p| p.tiers.len());
+                                    let fate = Fate::Dark {
+                                        reason: DarkReason::NoCapacityInAnyPool { tiers, trace },
+                                    };
+                                    (fate, step(tiers_in_pool.saturating_sub(1), None))
+                                }
+                            };
+                            note_elastic(view, &step, &mut deps.elastic);
+                            deps.steps.push(step);
+                            if fate.is_replaced() {
+                                match apply_placement(view, &request, &placement.outcome) {
+                                    Ok(()) => {
+                                        let gpu = match &placement.outcome {
+                                            Outcome::Placed { gpu_index, .. }
+                                            | Outcome::Provision { gpu_index, .. } => *gpu_index,
+                                            Outcome::NoCapacityInAnyPool => None,
+                                        };
+                                        let node = match &fate {
+                                            Fate::Placed { node_id, .. } | Fate::Provision { node_id, .. } => {
+                                                node_id.clone()
+                                            }
+                                            Fate::Dark { .. } => from.clone(),
+                                        };
+                                        reserved.push((node, placed_job(bundle_id, job.replica_index, spec, gpu)));
+                                        fate
+                                    }
+                                    Err(e) => Fate::Dark {
+                                        reason: DarkReason::PlacementRefused { message: e.to_string() },
+                                    },
+                                }
+                            } else {
+                                fate
+                            }
+                        }
+                    }
+                }
+            }
+            _ => Fate::Dark {
+                reason: DarkReason::UnknownSpec,
+            },
+        };
+        fates.entry(bundle_id.clone()).or_default().push(JobFate {
+            job_id: job.job_id.clone(),
+            replica_index: job.replica_index,
+            job_name: job.job_name.clone(),
+            lost_from: from.clone(),
+            essential: spec.is_none_or(|s| s.requirements.is_essential()),
+            fate,
+        });
+    }
+
+    // Put the view back as it was.
+    for (node, job) in reserved.iter().rev() {
+        let _ = view.release(node, job);
+    }
+    for id in &prospective {
+        let _ = view.remove_node(id);
+    }
+    for &(p, t) in &withheld {
+        view.withhold_provisioning(p, t, false);
+    }
+    for (id, phase, unhealthy) in saved {
+        let _ = view.set_condition(&id, phase, unhealthy);
+        for job in jobs_of(&id) {
+            let _ = view.reserve(&id, job);
+        }
+    }
+
+    let bundles: Vec<BundleFate> = fates
+        .into_iter()
+        .map(|(bundle, jobs)| {
+            let touched: BTreeSet<u32> = jobs.iter().map(|j| j.replica_index).collect();
+            let untouched_replicas: Vec<u32> = standing
+                .get(&bundle)
+                .into_iter()
+                .flatten()
+                .copied()
+                .filter(|r| !touched.contains(r))
+                .collect();
+            let back = touched.iter().any(|&r| {
+                jobs.iter()
+                    .filter(|j| j.replica_index == r && j.essential)
+                    .all(|j| j.fate.is_replaced())
+            });
+            BundleFate {
+                on_air: !untouched_replicas.is_empty() || back,
+                broken: broken.contains_key(&bundle),
+                untouched_replicas,
+                bundle,
+                jobs,
+            }
+        })
+        .collect();
+    let jobs_lost = bundles.iter().map(|b| b.jobs.len() as u32).sum::<u32>() + unmanaged.len() as u32;
+    let jobs_replaced = bundles
+        .iter()
+        .flat_map(|b| &b.jobs)
+        .filter(|j| j.fate.is_replaced())
+        .count() as u32;
+    let verdict = DomainVerdict {
+        domain,
+        absorbed: bundles.iter().all(bundle_absorbed),
+        nodes: lost_nodes,
+        jobs_lost,
+        jobs_replaced,
+        bundles,
+        provisions,
+        unmanaged,
+    };
+    (verdict, deps)
+}
+
+/// Why a lost job would be terminal: `drop`, or its restart ceiling.
+fn terminal(context: Context<'_>, job: &PlacedJob, policy: OnRuntimeFailure) -> Option<DarkReason> {
+    if policy == OnRuntimeFailure::Drop {
+        Some(DarkReason::Dropped)
+    } else if context.at_restart_ceiling.contains(&job.job_id) {
+        Some(DarkReason::RestartCeiling)
+    } else {
+        None
+    }
+}
+
+fn pool_of(view: &FleetView, idx: NodeIdx) -> Option<String> {
+    let slot = view.hot(idx).slot;
+    (slot != NO_SLOT)
+        .then(|| view.pools().at((slot >> 16) as usize))
+        .flatten()
+        .map(|p| p.name.clone())
+}
+
+fn tier_index(view: &FleetView, pool: &str, tier: &str) -> usize {
+    view.pools()
+        .get(pool)
+        .and_then(|p| p.tiers.iter().position(|t| t.name == tier))
+        .unwrap_or(0)
+}
+
+fn packing_of(view: &FleetView, pool: &str, tier: usize) -> PackingStrategy {
+    view.pools()
+        .get(pool)
+        .and_then(|p| p.tiers.get(tier))
+        .map_or(PackingStrategy::Binpack, |t| t.packing_strategy)
+}
+
+/// Records the elastic tiers a placement found no node in.
+fn note_elastic(view: &FleetView, step: &StepDep, elastic: &mut BTreeSet<(usize, usize)>) {
+    let Some(pool) = view.pools().at(step.pool) else {
+        return;
+    };
+    let last = match step.winner {
+        Some((t, _, _)) => t,
+        None => step.upto + 1,
+    };
+    for (t, tier) in pool.tiers.iter().enumerate().take(last.min(pool.tiers.len())) {
+        if tier.scale_out == ScaleOut::Elastic {
+            elastic.insert((step.pool, t));
+        }
+    }
+}

@@ -1,0 +1,405 @@
+//! Headroom kept up to date for a changing fleet. Each [`Tracker::update`]
+//! is handed the fleet as it stands; the tracker finds what changed since
+//! the last one (nodes added, removed, described anew, jobs reserved or
+//! released; bundle specs; restart ceilings), applies it to its own view
+//! and recomputes a node's verdict only when one of those changes could
+//! alter it:
+//!
+//! - the node itself changed, or a node its re-placement put a job on;
+//! - a job, spec or restart ceiling of a bundle it carries changed (its
+//!   peers, its other replica);
+//! - a node's count in a tier that re-placement tried to provision from
+//!   changed (`maxNodes`);
+//! - another node could now take one of its jobs where it could not, or
+//!   could now win where it lost. A node that only took jobs has less room
+//!   and nothing else changed about it, so it can only win where it fits
+//!   and is at least as full (binpack) or as empty (spread) as the node
+//!   that won; any other change counts when the node now fits the job.
+//!
+//! Anything else (pools, template images) recomputes every verdict. Zones
+//! and provider kinds are few and wide; their verdicts are recomputed
+//! whenever anything changed.
+//!
+//! Memory stays bounded: the view's leftovers from what-ifs (the slots of
+//! prospective nodes taken away again, released reservations) are dropped
+//! by building the view afresh once they outgrow the fleet.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::model::{BundleId, BundleSpec, FleetNode, FleetSnapshot, JobId, NodeId, PackingStrategy, PlacedJob};
+
+use super::super::fleet::{FleetError, FleetView, NO_SLOT, flag};
+use super::super::settings::Pools;
+use super::run::{Deps, what_if};
+use super::{Context, Domain, DomainKind, DomainVerdict, HeadroomReport, domains_of, members};
+
+/// Tolerance of the fill and capacity comparisons, wider than the
+/// engine's so a comparison here never misses a tie the engine sees.
+const SLACK: f64 = 1e-6;
+
+/// What one update did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UpdateStats {
+    /// Node verdicts recomputed.
+    pub nodes_recomputed: usize,
+    /// Node domains in the fleet.
+    pub nodes: usize,
+    /// Zone and provider verdicts recomputed.
+    pub wide_recomputed: usize,
+    /// The view was built afresh (first update, new pools or images,
+    /// leftovers outgrowing the fleet).
+    pub rebuilt: bool,
+}
+
+/// The headroom of a changing fleet (see the module docs).
+#[derive(Clone, Debug, Default)]
+pub struct Tracker {
+    view: Option<FleetView>,
+    nodes: BTreeMap<NodeId, FleetNode>,
+    template_images: BTreeMap<String, Vec<String>>,
+    carried: HashMap<NodeId, Vec<PlacedJob>>,
+    bundles: BTreeMap<BundleId, BundleSpec>,
+    ceiling: BTreeSet<JobId>,
+    runs: BTreeMap<NodeId, (DomainVerdict, Deps)>,
+    wide: Vec<DomainVerdict>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ChangeKind {
+    /// Only jobs were added: the node has less room, and is no spare
+    /// taking its first job.
+    Shrink,
+    /// Anything else about a node that is still there.
+    General,
+    /// The node left the fleet.
+    Removed,
+}
+
+#[derive(Clone, Debug)]
+struct Change {
+    node: NodeId,
+    kind: ChangeKind,
+    /// `(pool, tier)` before and after.
+    slots: Vec<(usize, usize)>,
+}
+
+impl Tracker {
+    /// A tracker that has seen nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Brings every verdict up to date with `snapshot` placed with `pools`,
+    /// `bundles` the specs of what it carries and `ceiling` the jobs at
+    /// their restart ceiling.
+    pub fn update(
+        &mut self,
+        snapshot: &FleetSnapshot,
+        pools: &Pools,
+        bundles: &BTreeMap<BundleId, BundleSpec>,
+        ceiling: &BTreeSet<JobId>,
+    ) -> Result<UpdateStats, FleetError> {
+        let fresh = match &self.view {
+            None => true,
+            Some(view) => view.pools() != pools || self.template_images != snapshot.template_images,
+        };
+        if fresh {
+            return self.rebuild(snapshot, pools, bundles, ceiling);
+        }
+        let mut touched: BTreeSet<BundleId> = BTreeSet::new();
+        for (id, spec) in bundles {
+            if self.bundles.get(id) != Some(spec) {
+                touched.insert(id.clone());
+            }
+        }
+        touched.extend(self.bundles.keys().filter(|id| !bundles.contains_key(*id)).cloned());
+        for job in self.ceiling.symmetric_difference(ceiling) {
+            if let Some(bundle) = bundle_of(job) {
+                touched.insert(bundle);
+            }
+        }
+        let changes = match self.apply(snapshot, &mut touched) {
+            Ok(changes) => changes,
+            // The view refused a change it should take: start again.
+            Err(_) => return self.rebuild(snapshot, pools, bundles, ceiling),
+        };
+        self.bundles = bundles.clone();
+        self.ceiling = ceiling.clone();
+        let Some(view) = self.view.as_mut() else {
+            return self.rebuild(snapshot, pools, bundles, ceiling);
+        };
+        let current: Vec<Domain> = domains_of(view, DomainKind::Node);
+        let names: BTreeSet<String> = current.iter().map(|d| d.name.clone()).collect();
+        self.runs.retain(|id, _| names.contains(id.as_str()));
+        let dirty: Vec<Domain> = current
+            .into_iter()
+            .filter(|d| match self.runs.get(&NodeId::from(d.name.as_str())) {
+                None => true,
+                Some((_, deps)) => affected(view, deps, &changes, &touched, &d.name),
+            })
+            .collect();
+        let context = Context {
+            bundles: &self.bundles,
+            at_restart_ceiling: &self.ceiling,
+        };
+        let mut stats = UpdateStats {
+            nodes_recomputed: dirty.len(),
+            nodes: names.len(),
+            ..UpdateStats::default()
+        };
+        for domain in dirty {
+            let lost = members(view, &domain);
+            let id = NodeId::from(domain.name.as_str());
+            let run = what_if(view, &self.carried, context, domain, &lost, false);
+            self.runs.insert(id, run);
+        }
+        if !changes.is_empty() || !touched.is_empty() {
+            stats.wide_recomputed = self.recompute_wide();
+        }
+        if self.view.as_ref().is_some_and(has_outgrown) {
+            let carried_snapshot = self.snapshot();
+            let rebuilt = FleetView::new(&carried_snapshot, pools.clone())?;
+            self.view = Some(rebuilt);
+        }
+        Ok(stats)
+    }
+
+    /// Every verdict summed up, for the fleet and per pool.
+    pub fn report(&self) -> HeadroomReport {
+        let pools: Vec<String> = self
+            .view
+            .as_ref()
+            .map(|v| v.pools().iter().map(|p| p.name.clone()).collect())
+            .unwrap_or_default();
+        let domains = self
+            .runs
+            .values()
+            .map(|(v, _)| v.clone())
+            .chain(self.wide.iter().cloned());
+        HeadroomReport::of(domains.collect(), &pools)
+    }
+
+    /// The verdict on one node's loss.
+    pub fn node(&self, node: &NodeId) -> Option<&DomainVerdict> {
+        self.runs.get(node).map(|(v, _)| v)
+    }
+
+    fn rebuild(
+        &mut self,
+        snapshot: &FleetSnapshot,
+        pools: &Pools,
+        bundles: &BTreeMap<BundleId, BundleSpec>,
+        ceiling: &BTreeSet<JobId>,
+    ) -> Result<UpdateStats, FleetError> {
+        let mut view = FleetView::new(snapshot, pools.clone())?;
+        self.nodes = snapshot.nodes.iter().map(|n| (n.id.clone(), n.clone())).collect();
+        self.template_images = snapshot.template_images.clone();
+        self.carried = snapshot
+            .nodes
+            .iter()
+            .filter(|n| !n.jobs.is_empty())
+            .map(|n| (n.id.clone(), n.jobs.clone()))
+            .collect();
+        self.bundles = bundles.clone();
+        self.ceiling = ceiling.clone();
+        let context = Context {
+            bundles: &self.bundles,
+            at_restart_ceiling: &self.ceiling,
+        };
+        self.runs.clear();
+        for domain in domains_of(&view, DomainKind::Node) {
+            let lost = members(&view, &domain);
+            let id = NodeId::from(domain.name.as_str());
+            let run = what_if(&mut view, &self.carried, context, domain, &lost, false);
+            self.runs.insert(id, run);
+        }
+        let nodes = self.runs.len();
+        self.view = Some(view);
+        let wide_recomputed = self.recompute_wide();
+        Ok(UpdateStats {
+            nodes_recomputed: nodes,
+            nodes,
+            wide_recomputed,
+            rebuilt: true,
+        })
+    }
+
+    fn recompute_wide(&mut self) -> usize {
+        let Some(view) = self.view.as_mut() else {
+            return 0;
+        };
+        let context = Context {
+            bundles: &self.bundles,
+            at_restart_ceiling: &self.ceiling,
+        };
+        let domains: Vec<Domain> = [DomainKind::Zone, DomainKind::Provider]
+            .into_iter()
+            .flat_map(|k| domains_of(view, k))
+            .collect();
+        self.wide = domains
+            .into_iter()
+            .map(|domain| {
+                let lost = members(view, &domain);
+                what_if(view, &self.carried, context, domain, &lost, false).0
+            })
+            .collect();
+        self.wide.len()
+    }
+
+    /// Applies what changed in `snapshot` to the view; the bundles of the
+    /// jobs that moved go to `touched`.
+    fn apply(&mut self, snapshot: &FleetSnapshot, touched: &mut BTreeSet<BundleId>) -> Result<Vec<Change>, FleetError> {
+        let Some(view) = self.view.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let mut changes = Vec::new();
+        let mut seen: BTreeSet<&NodeId> = BTreeSet::new();
+        for node in &snapshot.nodes {
+            seen.insert(&node.id);
+            let old = self.nodes.get(&node.id);
+            if old == Some(node) {
+                continue;
+            }
+            let mut slots = Vec::new();
+            slots.extend(old.and_then(|_| slot_of(view, &node.id)));
+            let kind = match old {
+                None => {
+                    view.add_node(node)?;
+                    ChangeKind::General
+                }
+                Some(old) if same_but_jobs(old, node) => {
+                    let removed: Vec<&PlacedJob> = old.jobs.iter().filter(|j| !node.jobs.contains(j)).collect();
+                    let added: Vec<&PlacedJob> = node.jobs.iter().filter(|j| !old.jobs.contains(j)).collect();
+                    for job in &removed {
+                        view.release(&node.id, job)?;
+                    }
+                    for job in &added {
+                        view.reserve(&node.id, job)?;
+                    }
+                    touched.extend(removed.iter().chain(&added).filter_map(|j| j.bundle.clone()));
+                    if removed.is_empty() && !old.is_unconsumed_spare() {
+                        ChangeKind::Shrink
+                    } else {
+                        ChangeKind::General
+                    }
+                }
+                Some(old) => {
+                    view.replace_node(node)?;
+                    touched.extend(old.jobs.iter().chain(&node.jobs).filter_map(|j| j.bundle.clone()));
+                    ChangeKind::General
+                }
+            };
+            slots.extend(slot_of(view, &node.id));
+            changes.push(Change {
+                node: node.id.clone(),
+                kind,
+                slots,
+            });
+            if node.jobs.is_empty() {
+                self.carried.remove(&node.id);
+            } else {
+                self.carried.insert(node.id.clone(), node.jobs.clone());
+            }
+        }
+        let gone: Vec<NodeId> = self.nodes.keys().filter(|id| !seen.contains(id)).cloned().collect();
+        for id in gone {
+            let slots = slot_of(view, &id).into_iter().collect();
+            if let Some(old) = self.nodes.get(&id) {
+                touched.extend(old.jobs.iter().filter_map(|j| j.bundle.clone()));
+            }
+            view.remove_node(&id)?;
+            self.carried.remove(&id);
+            changes.push(Change {
+                node: id,
+                kind: ChangeKind::Removed,
+                slots,
+            });
+        }
+        self.nodes = snapshot.nodes.iter().map(|n| (n.id.clone(), n.clone())).collect();
+        Ok(changes)
+    }
+
+    /// The fleet as last seen.
+    fn snapshot(&self) -> FleetSnapshot {
+        FleetSnapshot {
+            template_images: self.template_images.clone(),
+            nodes: self.nodes.values().cloned().collect(),
+        }
+    }
+}
+
+/// Whether a change could alter the run of node `name` (see the module
+/// docs).
+fn affected(view: &FleetView, deps: &Deps, changes: &[Change], touched: &BTreeSet<BundleId>, name: &str) -> bool {
+    if deps.bundles.iter().any(|b| touched.contains(b)) {
+        return true;
+    }
+    changes.iter().any(|change| {
+        change.node.as_str() == name
+            || deps.landing.contains(&change.node)
+            || (change.kind != ChangeKind::Shrink && change.slots.iter().any(|s| deps.elastic.contains(s)))
+            || (change.kind != ChangeKind::Removed && could_win(view, deps, change))
+    })
+}
+
+/// Whether the changed node could now take, or win, a placement of the run.
+fn could_win(view: &FleetView, deps: &Deps, change: &Change) -> bool {
+    let Some(idx) = view.node_index(&change.node) else {
+        return false;
+    };
+    let hot = view.hot(idx);
+    let reachable =
+        hot.has(flag::INVENTORY) && !hot.has(flag::GONE) && !hot.has(flag::UNHEALTHY) && !hot.has(flag::CORDONED);
+    if hot.slot == NO_SLOT || !reachable {
+        return false;
+    }
+    let (pool, tier) = ((hot.slot >> 16) as usize, (hot.slot & 0xffff) as usize);
+    deps.steps.iter().any(|step| {
+        if step.pool != pool || tier > step.upto || hot.free + SLACK < step.need {
+            return false;
+        }
+        match change.kind {
+            ChangeKind::Shrink => match step.winner {
+                Some((t, fill, packing)) if t == tier => match packing {
+                    PackingStrategy::Binpack => hot.fill + SLACK >= fill,
+                    PackingStrategy::Spread => hot.fill <= fill + SLACK,
+                },
+                // It had no room in a tier that had none: it has less now.
+                _ => false,
+            },
+            _ => true,
+        }
+    })
+}
+
+fn slot_of(view: &FleetView, id: &NodeId) -> Option<(usize, usize)> {
+    let slot = view.hot(view.node_index(id)?).slot;
+    (slot != NO_SLOT).then_some(((slot >> 16) as usize, (slot & 0xffff) as usize))
+}
+
+/// Whether two descriptions of a node differ in their jobs alone.
+fn same_but_jobs(a: &FleetNode, b: &FleetNode) -> bool {
+    a.id == b.id
+        && a.pool == b.pool
+        && a.tier == b.tier
+        && a.phase == b.phase
+        && a.cordoned == b.cordoned
+        && a.unhealthy == b.unhealthy
+        && a.spare == b.spare
+        && a.spare_spec == b.spare_spec
+        && a.tags == b.tags
+        && a.inventory == b.inventory
+}
+
+/// The bundle of a runtime job id (`<bundle>/<replica>/<job>`).
+fn bundle_of(job: &JobId) -> Option<BundleId> {
+    let mut parts = job.as_str().rsplitn(3, '/');
+    let (_, _, bundle) = (parts.next()?, parts.next()?, parts.next()?);
+    Some(BundleId::from(bundle))
+}
+
+/// Whether the view's leftovers from what-ifs outgrew the fleet.
+fn has_outgrown(view: &FleetView) -> bool {
+    let live: usize = view.order.iter().map(|&i| view.node(i).occupants.len()).sum();
+    view.nodes.len() > 2 * view.node_count() + 256 || view.occupants.len() > 4 * live + 4096
+}
