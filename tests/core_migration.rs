@@ -10,11 +10,11 @@ mod core_support;
 use core_support::migration::*;
 use core_support::*;
 use norsk_auto_manager::automanager::migration::DEFAULT_MIGRATION_PLACING_TIMEOUT_MS;
-use norsk_auto_manager::controller::pool::observe_pool;
 use norsk_auto_manager::automanager::{
     Command, CommandError, Input, MigrationId, MigrationOptions, MigrationPhase, MigrationRefusal, MigrationStep,
     MigrationStrategy, Notification, Rpc,
 };
+use norsk_auto_manager::controller::pool::observe_pool;
 use norsk_auto_manager::model::{
     InstanceKey, JobHistoryEntry, JobId, JobStopReason, ManagerEvent, MigrationSignal, NodeId,
 };

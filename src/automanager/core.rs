@@ -404,14 +404,15 @@ impl AutoManagerCore {
             })
             .collect();
         let (mut used_all, mut usable_all) = (0.0, 0.0);
-        let members = self
-            .fleet
-            .iter()
-            .filter(|n| n.tags.get(crate::model::tags::POOL).map(String::as_str) == Some(pool) && !n.is_going() && !n.terminated);
+        let members = self.fleet.iter().filter(|n| {
+            n.tags.get(crate::model::tags::POOL).map(String::as_str) == Some(pool) && !n.is_going() && !n.terminated
+        });
         for node in members {
             gauge.node_count += 1;
             let usable = node.inventory.as_ref().map_or(0.0, |i| i.usable_capacity());
-            let used: f64 = placed.get(&node.id).map_or(0.0, |j| j.iter().map(|p| p.required_capacity).sum());
+            let used: f64 = placed
+                .get(&node.id)
+                .map_or(0.0, |j| j.iter().map(|p| p.required_capacity).sum());
             used_all += used;
             usable_all += usable;
             let tier = node.tags.get(crate::model::tags::TIER);

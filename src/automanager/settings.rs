@@ -79,7 +79,7 @@ pub struct AutoSettings {
     /// filter verdict). On by default: the spec's `onPlacementDecision`
     /// "carries the full trace". Recording a verdict per node costs about
     /// 300 µs per placement on a 5,000-node fleet, and a traced placement
-    /// scans every node (it cannot use the rankings kept across a burst), so
+    /// scans every node (an untraced one searches the candidate index), so
     /// fleets of more than a few hundred nodes should turn it off;
     /// `placeDryRun` and `plan --trace` still show the trace on request.
     pub trace_placements: bool,

@@ -141,7 +141,8 @@ impl Run {
         self.serial += 1;
         let node = desc.node(&id, self.serial, &mut self.taken);
         self.view.add_node(&node).unwrap();
-        self.placed.extend(node.jobs.iter().map(|j| (node.id.clone(), j.clone())));
+        self.placed
+            .extend(node.jobs.iter().map(|j| (node.id.clone(), j.clone())));
         self.fleet.insert(id, node);
     }
 

@@ -428,7 +428,7 @@ fn place_bundle(fleet: &mut FleetSnapshot, id: &BundleId, spec: &BundleSpec) {
         };
         if row.outcome == PlannedOutcome::Provision && !fleet.nodes.iter().any(|n| n.id == node_id) {
             fleet.nodes.push(
-                serde_yaml::from_str(&format!(
+                yaml_serde::from_str(&format!(
                     "{{id: {node_id}, pool: studio, tier: reserved, phase: running, inventory: {{kind: aws, az: z3, totalCapacity: 4, totalCores: 4}}}}"
                 ))
                 .unwrap(),
@@ -497,7 +497,7 @@ fn the_tracker_s_incremental_verdicts_equal_a_fresh_analysis_after_every_change(
                     if rng.below(2) == 0 {
                         fleet
                             .nodes
-                            .push(serde_yaml::from_str(&node(&format!("m{step}"), "z2", 4.0, "")[4..]).unwrap());
+                            .push(yaml_serde::from_str(&node(&format!("m{step}"), "z2", 4.0, "")[4..]).unwrap());
                     } else {
                         let n = rng.below(fleet.nodes.len());
                         fleet.nodes.remove(n);

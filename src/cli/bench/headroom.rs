@@ -58,7 +58,7 @@ impl HeadroomWorkload {
                     job.required_capacity,
                     ports.join(", ")
                 );
-                let spec: BundleSpec = serde_yaml::from_str(&yaml).expect("the workload's bundles parse");
+                let spec: BundleSpec = yaml_serde::from_str(&yaml).expect("the workload's bundles parse");
                 job.job_id = runtime_job_id(&bundle, 0, "encode");
                 job.bundle = Some(bundle.clone());
                 job.replica_index = 0;
@@ -79,7 +79,7 @@ impl HeadroomWorkload {
 /// (`extra/<n>`, 1 vCPU) placed where placement puts it.
 pub fn one_more_job(work: &HeadroomWorkload, n: usize) -> (FleetSnapshot, BTreeMap<BundleId, BundleSpec>) {
     let bundle = BundleId(format!("extra/{n}"));
-    let spec: BundleSpec = serde_yaml::from_str(
+    let spec: BundleSpec = yaml_serde::from_str(
         "pool: production\njobs: [{jobName: encode, template: encoder, requirements: {requiredCapacity: 1}}]",
     )
     .expect("a constant bundle parses");

@@ -22,7 +22,7 @@ pub fn render(report: &HeadroomReport, output: Output, explain: bool) -> Result<
         }
         Output::Yaml => {
             let value = serde_json::to_value(report)?;
-            serde_yaml::to_string(&value).map_err(serde::ser::Error::custom)?
+            yaml_serde::to_string(&value).map_err(serde::ser::Error::custom)?
         }
     })
 }
