@@ -125,6 +125,18 @@ async fn bundles_on_a(bundles: usize, spec: &str, jobs_each: usize) -> Setup {
     })
     .await;
     assert!(running.values().all(|n| n.as_str() == "a"), "placed on a: {running:?}");
+    // Manager may report a job running before the core has the StartJob's
+    // answer; until it does, the call is in flight and a drain would find the
+    // job not yet running (stuck). Every answer is in once each placement
+    // counts as succeeded.
+    let placed = (bundles * jobs_each) as u64;
+    tokio::time::timeout(WAIT, async {
+        while am.metrics().await.expect("metrics").counters.placements_succeeded < placed {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("every StartJob answered");
     am.uncordon_node(NodeId::from("b")).await.expect("b uncordoned");
     Setup { sim, am, join, events }
 }

@@ -503,8 +503,37 @@ async fn plan_on_the_live_fleet_chooses_the_node_the_operator_places_on() {
         "{}",
         explained.text
     );
+    // Headroom on the live fleet: the loss of the filled server takes exactly the jobs
+    // the operator put there, each with its fate, and the exit code says whether it is absorbed.
+    mirrored_with(cp, &ns, &filled, "small").await;
+    let selection = plugin_headroom_selection(&filled);
+    let found = plugin::plan::headroom(cp.client(), &live, &selection, Output::Json, false)
+        .await
+        .expect("headroom");
+    let report: serde_json::Value = serde_json::from_str(&found.planned.text).expect("a JSON report");
+    let domain = &report["domains"][0];
+    assert_eq!(domain["domain"]["name"], filled.as_str(), "{report:#}");
+    let mut lost: Vec<String> = domain["bundles"]
+        .as_array()
+        .expect("bundles")
+        .iter()
+        .map(|b| b["bundle"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    lost.sort();
+    assert_eq!(lost, [format!("{ns}/fill"), format!("{ns}/small")], "{report:#}");
+    assert_eq!(domain["jobsLost"], 2, "{report:#}");
+    assert_eq!(domain["absorbed"].as_bool(), Some(found.absorbed), "{report:#}");
     operator.stop().await;
     sim.shutdown().await;
+}
+
+/// `--node NODE`, as `kubectl norsk headroom` reads it.
+fn plugin_headroom_selection(node: &str) -> norsk_auto_manager::placement::headroom::Selection {
+    norsk_auto_manager::cli::headroom::DomainArgs {
+        nodes: vec![node.to_owned()],
+        ..Default::default()
+    }
+    .selection()
 }
 
 /// A NorskNode of fleet `fleet` as the operator mirrors it, with `status`.

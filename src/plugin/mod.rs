@@ -125,6 +125,24 @@ pub enum Command {
         #[arg(short, long, value_enum, default_value_t = crate::cli::plan::Output::Table)]
         output: crate::cli::plan::Output,
     },
+    /// Whether the fleet would absorb the loss of each node (or of the named node, zone, tier,
+    /// provider kind or pool): every lost job placed again by the operator's own rules, with
+    /// the cluster's pools, hot spares and every namespace's bundles. Exit 0 when every loss
+    /// is absorbed, 1 when one is not.
+    Headroom {
+        /// The fleet to analyse.
+        #[command(flatten)]
+        fleet: FleetArgs,
+        /// The domains to take away (none: every node, zone and provider kind).
+        #[command(flatten)]
+        domains: crate::cli::headroom::DomainArgs,
+        /// `table`, `wide` (every lost job's fate), `json` or `yaml`.
+        #[arg(short, long, value_enum, default_value_t = crate::cli::plan::Output::Table)]
+        output: crate::cli::plan::Output,
+        /// Trace every placement that finds nowhere and print it.
+        #[arg(long)]
+        explain: bool,
+    },
     /// Why a bundle's jobs are where they are: the last placement the operator recorded for
     /// each job, then the placement trace against the live fleet (or --fleet), node by node.
     Explain {
@@ -262,6 +280,7 @@ impl Command {
         match self {
             Command::Plan { .. } => "plan",
             Command::Explain { .. } => "explain",
+            Command::Headroom { .. } => "headroom",
             Command::Cordon { .. } => "cordon",
             Command::Uncordon { .. } => "uncordon",
             Command::Drain { .. } => "drain",
@@ -480,6 +499,8 @@ pub async fn run_in(client: Client, scope: &Scope, command: Command) -> Result<E
             let planned = plan::plan(client, None, &fleet.clone().source(), bundles, *output).await?;
             return Ok(print_planned(&planned));
         }
+        // Cluster-wide whatever the namespace: a node carries every namespace's jobs.
+        (_, Command::Headroom { .. }) => "",
         (Scope::All, other) => return Err(PluginError::AllNamespaces(other.name())),
         (Scope::Namespace(namespace), _) => namespace.as_str(),
     };
@@ -489,6 +510,20 @@ pub async fn run_in(client: Client, scope: &Scope, command: Command) -> Result<E
         Command::Plan { fleet, bundles, output } => {
             let planned = plan::plan(client, Some(namespace), &fleet.source(), &bundles, output).await?;
             Ok(print_planned(&planned))
+        }
+        Command::Headroom {
+            fleet,
+            domains,
+            output,
+            explain,
+        } => {
+            let found = plan::headroom(client, &fleet.source(), &domains.selection(), output, explain).await?;
+            print_planned(&found.planned);
+            Ok(if found.absorbed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
         Command::Explain { bundle, job, fleet } => {
             let planned = plan::explain(client, namespace, &fleet.source(), &bundle, job.as_deref()).await?;

@@ -10,7 +10,7 @@
 //! reservations on the live fleet are set aside first (they would otherwise count twice).
 //! `--fleet FILE` plans on a snapshot file instead, exactly as `norsk-auto-manager plan` does.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::PathBuf;
 
@@ -44,6 +44,9 @@ pub enum PlanError {
     /// A named bundle does not exist.
     #[error("no Bundle {0} in namespace {1}")]
     UnknownBundle(String, String),
+    /// The headroom analysis could not be made.
+    #[error(transparent)]
+    Headroom(#[from] crate::cli::headroom::HeadroomCommandError),
 }
 
 /// The fleet a plan places on.
@@ -185,6 +188,64 @@ fn set_aside(snapshot: &mut FleetSnapshot, bundles: &[(BundleId, BundleSpec)]) {
     }
 }
 
+/// The fleet as it is (the live one's jobs where they run now), what was left
+/// out of it, and how errors name it.
+async fn fleet_of(
+    client: Client,
+    fleet: &FleetSource,
+) -> Result<(FleetSnapshot, Vec<PlanWarning>, PathBuf), PlanError> {
+    Ok(match fleet {
+        FleetSource::File(file) => (input::read_fleet(file)?, Vec::new(), file.clone()),
+        FleetSource::Live(name) => {
+            let (as_is, warnings) = live_fleet(client, name).await?;
+            (as_is, warnings, PathBuf::from(format!("NorskNodes of fleet {name}")))
+        }
+    })
+}
+
+/// What `kubectl norsk headroom` found, and whether every loss analysed
+/// would be absorbed.
+#[derive(Debug)]
+pub struct Headroom {
+    /// The report and the warnings, as `plan`'s.
+    pub planned: Planned,
+    /// Every loss analysed would be absorbed.
+    pub absorbed: bool,
+}
+
+/// Whether the fleet (the live one, or `fleet`'s file) would absorb the loss
+/// of each domain `selection` names, with the cluster's pools, hot spares and
+/// every namespace's bundles: `norsk-auto-manager headroom` on what the
+/// cluster holds.
+pub async fn headroom(
+    client: Client,
+    fleet: &FleetSource,
+    selection: &crate::placement::headroom::Selection,
+    output: Output,
+    explain: bool,
+) -> Result<Headroom, PlanError> {
+    let all = ListParams::default();
+    let pools = list(Api::<PlacementPool>::all(client.clone()), &all, "placementpools").await?;
+    let spares = list(Api::<HotSparePolicy>::all(client.clone()), &all, "hotsparepolicies").await?;
+    let bundles: BTreeMap<BundleId, BundleSpec> = bundles(client.clone(), None, &[]).await?.into_iter().collect();
+    let (snapshot, warnings, label) = fleet_of(client, fleet).await?;
+    let report = crate::cli::headroom::analyse(
+        pools.iter().map(PlacementPool::to_model).collect(),
+        &spares.into_iter().map(|p| p.spec.0).collect::<Vec<_>>(),
+        &snapshot,
+        &bundles,
+        selection,
+        explain,
+        ("the cluster's PlacementPools and HotSparePolicies", &label),
+    )?;
+    let text = crate::cli::headroom::render::render(&report, output, explain)
+        .map_err(crate::cli::headroom::HeadroomCommandError::from)?;
+    Ok(Headroom {
+        absorbed: report.domains.iter().all(|d| d.absorbed),
+        planned: Planned { text, warnings },
+    })
+}
+
 /// The plan's rows, what it left out, and the fleet as it is (before the planned bundles'
 /// own reservations were set aside: where their jobs run now).
 async fn rows(
@@ -198,24 +259,11 @@ async fn rows(
     let pools = list(Api::<PlacementPool>::all(client.clone()), &all, "placementpools").await?;
     let spares = list(Api::<HotSparePolicy>::all(client.clone()), &all, "hotsparepolicies").await?;
     let bundles = bundles(client.clone(), namespace, only).await?;
-    let (snapshot, as_is, warnings, label) = match fleet {
-        FleetSource::File(file) => {
-            let snapshot = input::read_fleet(file)?;
-            (snapshot.clone(), snapshot, Vec::new(), file.clone())
-        }
-        FleetSource::Live(name) => {
-            let (as_is, warnings) = live_fleet(client, name).await?;
-            let mut snapshot = as_is.clone();
-            set_aside(&mut snapshot, &bundles);
-            // Names the fleet in a fleet error.
-            (
-                snapshot,
-                as_is,
-                warnings,
-                PathBuf::from(format!("NorskNodes of fleet {name}")),
-            )
-        }
-    };
+    let (as_is, warnings, label) = fleet_of(client, fleet).await?;
+    let mut snapshot = as_is.clone();
+    if matches!(fleet, FleetSource::Live(_)) {
+        set_aside(&mut snapshot, &bundles);
+    }
     let sources = Sources {
         settings: "the cluster's PlacementPools and HotSparePolicies".to_owned(),
         fleet: label,
