@@ -1767,3 +1767,59 @@ fn a_single_use_job_s_node_is_released_once_its_co_located_peer_has_left_too() {
         "the single-use job's node is left for reuse once empty"
     );
 }
+
+#[test]
+fn an_unhealthy_node_s_cooldown_is_the_timer_an_idle_core_waits_for() {
+    let mut h = Harness::hydrated();
+    assert_eq!(h.next_deadline, None, "an idle core asked to be woken");
+    for other in ["o1", "o2", "o3"] {
+        reject(&mut h, &job_id(other, 0, "j"), "a", RejectionCode::PortInUse, "busy");
+    }
+    assert!(kinds(&h.take_notifications()).contains(&"nodeUnhealthy".to_owned()));
+    // `unhealthyCooldownMs` (default 10 min) is the next thing due, and
+    // nothing sooner: the runtime sleeps until then.
+    assert_eq!(h.next_deadline, Some(h.now + 600_000));
+}
+
+#[test]
+fn a_single_rejection_does_not_mark_the_node() {
+    let mut h = Harness::hydrated();
+    reject(&mut h, &job_id("o1", 0, "j"), "a", RejectionCode::PortInUse, "busy");
+    assert!(!kinds(&h.take_notifications()).contains(&"nodeUnhealthy".to_owned()));
+    // `a` and `b` tie; the node id decides, so `a` still takes placements.
+    h.bundle("y", ONE_JOB);
+    assert_eq!(
+        start_jobs(&h.take_calls()),
+        vec![("y/0/encode".to_owned(), "a".to_owned())]
+    );
+}
+
+#[test]
+fn rejections_further_apart_than_rejection_backoff_ms_never_make_a_node_unhealthy() {
+    let mut h = Harness::hydrated();
+    // Three rejections (`rejectionEscalationCount`), but never three inside
+    // 5 s (`rejectionBackoffMs`).
+    for (i, other) in ["o1", "o2", "o3", "o4"].into_iter().enumerate() {
+        if i > 0 {
+            h.advance(3_000);
+        }
+        reject(&mut h, &job_id(other, 0, "j"), "a", RejectionCode::PortInUse, "busy");
+    }
+    assert!(!kinds(&h.take_notifications()).contains(&"nodeUnhealthy".to_owned()));
+    h.bundle("y", ONE_JOB);
+    assert_eq!(
+        start_jobs(&h.take_calls()),
+        vec![("y/0/encode".to_owned(), "a".to_owned())]
+    );
+}
+
+#[test]
+fn node_healthy_is_notified_only_when_an_exclusion_cleared() {
+    let mut h = Harness::hydrated();
+    h.bundle("x", ONE_JOB);
+    h.start_all();
+    assert!(
+        !kinds(&h.take_notifications()).contains(&"nodeHealthy".to_owned()),
+        "a job running on a node that was never excluded reported it healthy"
+    );
+}

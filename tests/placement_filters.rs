@@ -446,3 +446,82 @@ nodes:
         })
     );
 }
+
+#[test]
+fn a_job_within_the_capacity_tolerance_of_the_free_capacity_fits() {
+    // `CAPACITY_EPSILON` (1e-9): fractional sums that land a hair above a
+    // node's capacity still fit, up to and including the tolerance.
+    let fleet = "
+nodes:
+  - {id: a, pool: p, tier: t, phase: running, inventory: {kind: aws, totalCapacity: 4}}
+";
+    let view = view(ONE_FIXED_TIER, fleet);
+    let at_tolerance = launch(
+        &view,
+        &bundle("pool: p\njobs: [{jobName: j, requirements: {requiredCapacity: 4.000000001}}]"),
+        0,
+        "j",
+    );
+    assert_eq!(node_of(&at_tolerance), Some("a"));
+    let past_it = launch(
+        &view,
+        &bundle("pool: p\njobs: [{jobName: j, requirements: {requiredCapacity: 4.00000001}}]"),
+        0,
+        "j",
+    );
+    assert_eq!(
+        rejection(&past_it, "a"),
+        Some(Rejection::InsufficientCapacity {
+            needed: 4.00000001,
+            free: 4.0
+        })
+    );
+}
+
+#[test]
+fn a_job_pinning_exactly_the_free_cores_fits() {
+    let fleet = "
+nodes:
+  - {id: a, pool: p, tier: t, phase: running, inventory: {kind: aws, totalCapacity: 8, totalCores: 4},
+     jobs: [{jobId: other, requiredCores: 3}]}
+";
+    let spec = bundle("pool: p\njobs: [{jobName: j, requirements: {requiredCores: 1}}]");
+    let placement = launch(&view(ONE_FIXED_TIER, fleet), &spec, 0, "j");
+    assert_eq!(node_of(&placement), Some("a"));
+}
+
+#[test]
+fn a_gpu_ask_takes_the_tightest_device_that_fits_the_lowest_index_on_a_tie() {
+    let gpu_of = |placement: &norsk_auto_manager::placement::Placement| match placement.outcome {
+        norsk_auto_manager::placement::Outcome::Placed { gpu_index, .. } => gpu_index,
+        _ => None,
+    };
+    let ask = bundle("pool: p\njobs: [{jobName: j, requirements: {requiredGpuCapacity: 0.4}}]");
+    // Device 1 (0.4 free) is tighter than device 0 (0.7 free): it is taken,
+    // keeping the roomier device for a larger ask.
+    let tighter_second = "
+nodes:
+  - id: a
+    pool: p
+    tier: t
+    phase: running
+    inventory: {kind: aws, totalCapacity: 8, gpus: [{model: t4, totalCapacity: 1}, {model: t4, totalCapacity: 1}]}
+    jobs:
+      - {jobId: x, requiredGpuCapacity: 0.3, gpuIndex: 0}
+      - {jobId: y, requiredGpuCapacity: 0.6, gpuIndex: 1}
+";
+    assert_eq!(
+        gpu_of(&launch(&view(ONE_FIXED_TIER, tighter_second), &ask, 0, "j")),
+        Some(1)
+    );
+    // Two devices equally free: the lower index.
+    let tied = "
+nodes:
+  - id: a
+    pool: p
+    tier: t
+    phase: running
+    inventory: {kind: aws, totalCapacity: 8, gpus: [{model: t4, totalCapacity: 1}, {model: t4, totalCapacity: 1}]}
+";
+    assert_eq!(gpu_of(&launch(&view(ONE_FIXED_TIER, tied), &ask, 0, "j")), Some(0));
+}
