@@ -1238,3 +1238,30 @@ fn a_single_use_job_s_node_is_released_once_its_co_located_peer_has_left_too() {
         "the single-use job's node is left for reuse once empty"
     );
 }
+
+#[test]
+fn a_node_provisioned_and_forgotten_before_the_next_placement_is_never_placed_on() {
+    let mut h = empty_hydrated();
+    h.bundle("b", ONE_JOB);
+    let calls = h.take_calls();
+    let (node, _, _) = create_node(&calls).expect("a node is provisioned");
+    h.ok(calls[0].0);
+    // Its job ends before it starts: the empty launching node is released,
+    // and Manager no longer knows it.
+    job_ends(&mut h, &job_id("b", 0, "encode"));
+    let terminate = h
+        .take_calls()
+        .into_iter()
+        .find(|(_, r)| matches!(r, Rpc::TerminateNode { node_id } if *node_id == node))
+        .expect("the empty launching node is released");
+    h.fail(terminate.0, RpcFailureKind::NotFound);
+    assert!(!h.core.fleet().contains(&node));
+    h.bundle("c", ONE_JOB);
+    let calls = h.take_calls();
+    let again = create_node(&calls).map(|(n, _, _)| n);
+    assert!(
+        again.as_ref().is_some_and(|n| *n != node),
+        "the next job went to the forgotten node: bound to {:?}, provisioned {again:?}",
+        h.bound_node(&job_id("c", 0, "encode"))
+    );
+}
