@@ -942,7 +942,12 @@ fn a_member_that_arrived_ahead_of_its_group_does_not_move_again_until_the_group_
     assert_eq!(h.bound_node(&encode()), Some(node("b")));
     assert_eq!(h.bound_node(&package()), Some(node("b")));
     let again = migrate(&mut h, &package(), MigrationStrategy::Overlap);
-    assert_eq!(state(&h, &again).group.len(), 1, "the whole group moves: {:?}", state(&h, &again));
+    assert_eq!(
+        state(&h, &again).group.len(),
+        1,
+        "the whole group moves: {:?}",
+        state(&h, &again)
+    );
 }
 
 #[test]

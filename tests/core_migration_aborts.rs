@@ -490,7 +490,10 @@ fn a_source_told_to_stop_again_at_its_deadline_holds_its_job_until_both_stops_ar
     h.advance(20_000);
     target_runs(&mut h, &id);
     let first = h.take_calls();
-    assert_eq!(stops(&first.iter().map(|(_, c)| c.clone()).collect::<Vec<_>>()).len(), 1);
+    assert_eq!(
+        stops(&first.iter().map(|(_, c)| c.clone()).collect::<Vec<_>>()).len(),
+        1
+    );
     h.advance(DEFAULT_MIGRATION_STOPPING_SOURCE_TIMEOUT_MS as i64);
     assert_eq!(state(&h, &id).phase, MigrationPhase::Done);
     let second = h.take_calls();
@@ -521,7 +524,10 @@ fn a_target_whose_start_is_on_its_way_when_its_node_is_terminated_is_stopped_onc
     let id = migrate(&mut h, &job, MigrationStrategy::Overlap);
     let s = state(&h, &id);
     let start = h.take_calls();
-    assert!(matches!(&start[..], [(_, Rpc::StartMigrationTarget { .. })]), "{start:?}");
+    assert!(
+        matches!(&start[..], [(_, Rpc::StartMigrationTarget { .. })]),
+        "{start:?}"
+    );
     // The target's node is terminated before Manager answers the start.
     h.command(Command::TerminateNode(s.target_node_id.clone()));
     assert_eq!(state(&h, &id).phase, MigrationPhase::Aborted);
@@ -543,7 +549,11 @@ fn a_prepared_target_whose_start_manager_did_not_hear_is_started_again() {
     let start = h.take_calls();
     assert!(matches!(&start[..], [(_, Rpc::StartPreparedJob { .. })]), "{start:?}");
     h.fail(start[0].0, RpcFailureKind::Transient);
-    assert_eq!(state(&h, &id).phase, MigrationPhase::StartingTarget, "failed forward, not lost");
+    assert_eq!(
+        state(&h, &id).phase,
+        MigrationPhase::StartingTarget,
+        "failed forward, not lost"
+    );
     let again = calls(&mut h);
     assert!(matches!(&again[..], [Rpc::StartPreparedJob { .. }]), "{again:?}");
     target_runs(&mut h, &id);

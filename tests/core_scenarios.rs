@@ -1159,7 +1159,10 @@ fn a_broken_bundle_s_replica_waiting_for_its_node_is_never_started_there() {
     let t: Vec<(&str, &str)> = backup_tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     h.provisioned_node_starts(backup_node.as_str(), ProviderKind::Aws, &t);
     let calls = h.take_calls();
-    assert!(start_jobs(&calls).is_empty(), "a replica of a broken bundle started: {calls:?}");
+    assert!(
+        start_jobs(&calls).is_empty(),
+        "a replica of a broken bundle started: {calls:?}"
+    );
     assert!(
         calls
             .iter()
@@ -1202,7 +1205,10 @@ fn a_node_created_after_its_provision_timed_out_is_terminated_once_it_exists() {
         .expect("terminated past its provisionTimeoutMs");
     // Manager does not know the node yet; then the create goes through.
     h.fail(terminate.0, RpcFailureKind::NotFound);
-    assert!(h.core.fleet().contains(&node), "forgotten while its create was on its way");
+    assert!(
+        h.core.fleet().contains(&node),
+        "forgotten while its create was on its way"
+    );
     h.ok(create[0].0);
     assert!(
         h.take_calls()
@@ -1264,4 +1270,86 @@ fn a_node_provisioned_and_forgotten_before_the_next_placement_is_never_placed_on
         "the next job went to the forgotten node: bound to {:?}, provisioned {again:?}",
         h.bound_node(&job_id("c", 0, "encode"))
     );
+}
+
+/// A `stopThenStart` migration whose `startingTarget` deadline passed
+/// before its `StartPreparedJob` was answered: the job was moved onto the
+/// prepared target, and its start is still owed.
+fn moved_onto_an_unstarted_prepared_target() -> (
+    Harness,
+    norsk_auto_manager::model::JobId,
+    norsk_auto_manager::automanager::MigrationId,
+    norsk_auto_manager::automanager::RequestId,
+) {
+    use core_support::migration::*;
+    use norsk_auto_manager::automanager::migration::DEFAULT_MIGRATION_START_TIMEOUT_MS;
+    use norsk_auto_manager::automanager::{MigrationPhase, MigrationStrategy};
+    let (mut h, job, _) = running_job();
+    let id = migrate(&mut h, &job, MigrationStrategy::StopThenStart);
+    calls(&mut h);
+    prepared(&mut h, &id);
+    calls(&mut h);
+    source_stops(&mut h, &id);
+    let start = h
+        .take_calls()
+        .into_iter()
+        .find(|(_, rpc)| matches!(rpc, Rpc::StartPreparedJob { .. }))
+        .expect("the prepared target is started")
+        .0;
+    h.advance(DEFAULT_MIGRATION_START_TIMEOUT_MS as i64);
+    let s = state(&h, &id);
+    assert_eq!(s.phase, MigrationPhase::Done, "failed forward onto the target");
+    assert_eq!(bound(&h, &job), (s.target_node_id, s.target_key));
+    h.take_notifications();
+    (h, job, id, start)
+}
+
+#[test]
+fn a_prepared_target_the_job_was_moved_onto_is_started_again_when_manager_did_not_hear_its_start() {
+    use core_support::migration::*;
+    let (mut h, job, id, start) = moved_onto_an_unstarted_prepared_target();
+    h.fail(start, RpcFailureKind::Transient);
+    let s = state(&h, &id);
+    let again: Vec<_> = h
+        .take_calls()
+        .into_iter()
+        .filter(|(_, rpc)| matches!(rpc, Rpc::StartPreparedJob { instance_key, node_id, .. } if *instance_key == s.target_key && *node_id == s.target_node_id))
+        .collect();
+    assert_eq!(again.len(), 1, "the prepared target is told to start again");
+    h.ok(again[0].0);
+    target_runs(&mut h, &id);
+    assert_eq!(bound(&h, &job), (s.target_node_id, s.target_key));
+    assert!(
+        h.core
+            .job(&job)
+            .and_then(|r| r.binding.as_ref())
+            .is_some_and(|b| b.phase == norsk_auto_manager::automanager::binding::BindingPhase::Running)
+    );
+}
+
+#[test]
+fn a_prepared_target_the_job_was_moved_onto_that_cannot_start_is_stopped_and_the_job_placed_again() {
+    use core_support::migration::*;
+    use norsk_auto_manager::automanager::recovery::MIN_RECOVERY_INTERVAL_MS;
+    let (mut h, job, id, start) = moved_onto_an_unstarted_prepared_target();
+    h.fail(start, RpcFailureKind::Rejected);
+    let s = state(&h, &id);
+    let after: Vec<Rpc> = h.take_calls().into_iter().map(|(_, rpc)| rpc).collect();
+    assert_eq!(
+        stops(&after),
+        vec![(s.target_key.clone(), s.target_node_id.clone())],
+        "the prepared instance is not left on its node"
+    );
+    assert!(h.bound_node(&job).is_none(), "the job no longer counts as placed there");
+    h.advance(MIN_RECOVERY_INTERVAL_MS);
+    let placed = start_jobs(&h.take_calls());
+    assert_eq!(placed.len(), 1, "the job is placed again: {placed:?}");
+    assert_eq!(placed[0].0, job.0);
+    let b = h.core.job(&job).and_then(|r| r.binding.as_ref()).expect("bound again");
+    assert_ne!(
+        b.instance_key, s.target_key,
+        "placed under its slot, not the stopped target's key"
+    );
+    let restarts = h.core.job(&job).map(|r| r.restarts.count(h.now));
+    assert_eq!(restarts, Some(0), "a refused start counts no restart");
 }

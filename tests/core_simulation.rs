@@ -254,7 +254,10 @@ impl Model {
     /// sees that it does not put the job on a second node.
     fn create_instance(&mut self, job: &JobId, key: &InstanceKey, node: &NodeId, deferred: bool) {
         self.sync();
-        if let Err(e) = self.reference.may_create(job, key, node, &self.instances, &self.pending) {
+        if let Err(e) = self
+            .reference
+            .may_create(job, key, node, &self.instances, &self.pending)
+        {
             self.violations.push(e);
         }
         self.instances.insert(
@@ -918,7 +921,9 @@ fn run_seed(seed: u64, steps: usize) -> Result<(), String> {
             eprintln!("--- step {step} at {}", model.h.now);
         }
         model.step();
-        model.check().map_err(|e| format!("step {step} (t = {}): {e}", model.h.now))?;
+        model
+            .check()
+            .map_err(|e| format!("step {step} (t = {}): {e}", model.h.now))?;
     }
     model
         .settle()
@@ -972,7 +977,12 @@ fn core_invariants_hold_under_random_events_and_faults() {
                 )
             })
             .collect();
-        panic!("{} of {} seeds failed:\n{}", failures.len(), seeds.len(), report.join("\n"));
+        panic!(
+            "{} of {} seeds failed:\n{}",
+            failures.len(),
+            seeds.len(),
+            report.join("\n")
+        );
     }
 }
 

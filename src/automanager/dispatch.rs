@@ -497,7 +497,9 @@ impl AutoManagerCore {
             .values()
             .filter(|r| {
                 &r.bundle_ref.bundle_id == bundle_id
-                    && r.binding.as_ref().is_some_and(|b| b.phase == BindingPhase::AwaitingNode)
+                    && r.binding
+                        .as_ref()
+                        .is_some_and(|b| b.phase == BindingPhase::AwaitingNode)
             })
             .map(|r| r.job_id().clone())
             .collect();

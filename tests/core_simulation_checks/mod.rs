@@ -47,8 +47,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use norsk_auto_manager::automanager::recovery::MIN_RECOVERY_INTERVAL_MS;
 use norsk_auto_manager::automanager::binding::Binding;
+use norsk_auto_manager::automanager::recovery::MIN_RECOVERY_INTERVAL_MS;
 use norsk_auto_manager::automanager::{
     Action, AutoManagerCore, Command, CommandId, Decision, DrainAfter, DrainPhase, DrainState, MigrationId,
     MigrationState, Notification, RequestId, Rpc,
@@ -546,10 +546,16 @@ impl Reference {
                 // `partial`: "nothing terminated, node still cordoned".
                 if state.phase == DrainPhase::Partial {
                     if self.terminated_since(&state.node_id, state.started) {
-                        return Err(format!("drain of {} partial, but its node was terminated", state.node_id));
+                        return Err(format!(
+                            "drain of {} partial, but its node was terminated",
+                            state.node_id
+                        ));
                     }
                     if !core.is_cordoned(&state.node_id) {
-                        return Err(format!("drain of {} partial, but its node is not cordoned", state.node_id));
+                        return Err(format!(
+                            "drain of {} partial, but its node is not cordoned",
+                            state.node_id
+                        ));
                     }
                 }
             }
@@ -588,10 +594,16 @@ impl Reference {
             std::mem::take(&mut self.seen_broken),
         );
         if let Some(job) = expected.0.difference(&seen.0).next() {
-            return Err(format!("{job} must be dropped ({}), no jobDropped", self.restarts_of(job)));
+            return Err(format!(
+                "{job} must be dropped ({}), no jobDropped",
+                self.restarts_of(job)
+            ));
         }
         if let Some(job) = seen.0.difference(&expected.0).next() {
-            return Err(format!("{job} dropped, but the spec restarts it ({})", self.restarts_of(job)));
+            return Err(format!(
+                "{job} dropped, but the spec restarts it ({})",
+                self.restarts_of(job)
+            ));
         }
         if let Some(bundle) = expected.1.difference(&seen.1).next() {
             return Err(format!("bundle {bundle} must be broken, no bundleBroken"));
@@ -619,7 +631,8 @@ impl Reference {
             let overlap = self.in_flight_of(job).is_some_and(|m| {
                 live.len() == 2
                     && live.iter().all(|(k, n)| {
-                        (**k == m.source_key && **n == m.source_node_id) || (**k == m.target_key && **n == m.target_node_id)
+                        (**k == m.source_key && **n == m.source_node_id)
+                            || (**k == m.target_key && **n == m.target_node_id)
                     })
             });
             if !overlap {
@@ -821,7 +834,7 @@ fn room_for(job: &JobId, excluded: Option<&NodeId>, core: &AutoManagerCore, mana
         let held = company.iter().any(|j| manager.spec_of(j).is_some_and(|s| s.exclusive));
         used + need <= n.capacity + 1e-9
             && !ports.iter().any(|p| taken.contains(p))
-            && !(exclusive && !company.is_empty())
+            && (!exclusive || company.is_empty())
             && !held
     };
     match running_peer {
@@ -956,7 +969,10 @@ fn core_views(core: &AutoManagerCore, manager: &ManagerView) -> Result<(), Strin
             return Err(format!("drain of {} done, the node not terminated", drain.node_id));
         }
         if drain.phase == DrainPhase::Done && drain.jobs.iter().any(|j| !j.status.left_the_node()) {
-            return Err(format!("drain of {} done with a job left behind: {drain:?}", drain.node_id));
+            return Err(format!(
+                "drain of {} done with a job left behind: {drain:?}",
+                drain.node_id
+            ));
         }
     }
     // A co-located group is never split across nodes, but for the cut-over

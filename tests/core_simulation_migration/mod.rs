@@ -55,7 +55,7 @@ impl Model {
                 node_id,
             } => {
                 let key = (job_id.clone(), instance_key.clone());
-                if !self.instances.get(&key).is_some_and(|i| i.node == node_id) {
+                if self.instances.get(&key).is_none_or(|i| i.node != node_id) {
                     return self.fail(id, RpcFailureKind::NotFound);
                 }
                 self.instances.remove(&key);

@@ -439,12 +439,9 @@ pub fn describe_input(input: &Input) -> String {
             ManagerEvent::JobActive(job)
             | ManagerEvent::JobPending(job)
             | ManagerEvent::JobUpdated(job)
-            | ManagerEvent::JobOutOfWindow(job) => format!(
-                "job {} {:?}: {:?}",
-                job.job_id,
-                job.state,
-                job.history.last()
-            ),
+            | ManagerEvent::JobOutOfWindow(job) => {
+                format!("job {} {:?}: {:?}", job.job_id, job.state, job.history.last())
+            }
             ManagerEvent::BundleUpdated(bundle) => {
                 format!("bundle {} updated, generation {}", bundle.bundle_id, bundle.generation)
             }

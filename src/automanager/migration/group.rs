@@ -137,10 +137,13 @@ impl AutoManagerCore {
     /// still on the source — and no member starts a move of its own, which
     /// would place it apart from where the group ends up.
     pub(super) fn peer_still_moving(&self, job: &JobId) -> Option<(JobId, MigrationId)> {
-        self.group_of(job).into_iter().filter(|member| member != job).find_map(|member| {
-            let id = self.jobs.get(&member)?.migration.as_ref()?.migration_id.clone();
-            Some((member, id))
-        })
+        self.group_of(job)
+            .into_iter()
+            .filter(|member| member != job)
+            .find_map(|member| {
+                let id = self.jobs.get(&member)?.migration.as_ref()?.migration_id.clone();
+                Some((member, id))
+            })
     }
 
     /// Whether `record`'s job, waiting to be placed, waits for its

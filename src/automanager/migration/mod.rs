@@ -557,7 +557,11 @@ impl AutoManagerCore {
             node_id: state.source_node_id.clone(),
         };
         let (node, key) = (state.source_node_id.clone(), state.source_key.clone());
-        let stops = self.migrations.stopping_sources.entry(state.job_id.clone()).or_default();
+        let stops = self
+            .migrations
+            .stopping_sources
+            .entry(state.job_id.clone())
+            .or_default();
         match stops.iter_mut().find(|s| s.is(&node, &key)) {
             Some(stop) => stop.unanswered += 1,
             None => stops.push(SourceStop {

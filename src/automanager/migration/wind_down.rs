@@ -227,14 +227,14 @@ impl AutoManagerCore {
             // A node this core terminated may still be running what was
             // started there: its target is stopped. One Manager reports
             // going has taken it along.
-            let gone = self.in_flight(&id).and_then(|(_, claim)| {
-                match self.fleet.get(&claim.target.node_id) {
+            let gone = self
+                .in_flight(&id)
+                .and_then(|(_, claim)| match self.fleet.get(&claim.target.node_id) {
                     None => Some(Target::Gone),
                     Some(n) if n.is_going() => Some(Target::Gone),
                     Some(n) if n.terminated => Some(Target::Stop),
                     Some(_) => None,
-                }
-            });
+                });
             if let Some(target) = gone {
                 self.target_lost(&id, "the target's node is gone", target, now);
             }
