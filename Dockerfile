@@ -30,10 +30,12 @@ RUN mkdir -p src/bin \
  && rm -rf src
 
 # The release build. COPY keeps the files' times, which may be older than the placeholder
-# build: touch them so cargo rebuilds the crate.
+# build: touch them so cargo rebuilds the crate. The image has no .git: the commit that
+# `--version` and `norsk_automanager_build_info` report comes from REVISION.
+ARG REVISION=unknown
 COPY src src
 RUN find src -name '*.rs' -exec touch {} + \
- && cargo build --release --locked --target "$(uname -m)-unknown-linux-musl" --bin norsk-auto-manager \
+ && NORSK_REVISION="$REVISION" cargo build --release --locked --target "$(uname -m)-unknown-linux-musl" --bin norsk-auto-manager \
  && cp "target/$(uname -m)-unknown-linux-musl/release/norsk-auto-manager" /norsk-auto-manager
 
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -1,9 +1,11 @@
 //! Draining a node with 100 jobs under `overlap` against the simulator at
 //! time scale 100 (target: at most 2 s of wall time): timed from the
 //! `drainNode` call until its `drainProgress` reports `done` (every job
-//! migrated, the node terminated). Each sample starts a fresh simulator
-//! and AutoManager, places the 100 jobs on the node and waits for them to
-//! run, all outside the timing.
+//! migrated, the node terminated). The jobs are 100 single-job bundles, or
+//! 50 bundles of a co-located pair (`package` `coLocateWith: [encode]`),
+//! each pair moved as a unit. Each sample starts a fresh simulator and
+//! AutoManager, places the 100 jobs on the node and waits for them to run,
+//! all outside the timing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -45,7 +47,7 @@ async fn until<T>(
     }
 }
 
-async fn one_drain() -> Duration {
+async fn one_drain(pairs: bool) -> Duration {
     let sim = Simulator::start(SimConfig {
         time_scale: TIME_SCALE,
         cluster_nodes: vec![cluster_node("a"), cluster_node("b")],
@@ -69,10 +71,19 @@ async fn one_drain() -> Duration {
     while am.cordon_node(NodeId::from("b")).await.is_err() {
         until(&mut events, |_| Some(())).await;
     }
-    let spec: norsk_auto_manager::model::BundleSpec =
-        serde_yaml::from_str("pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 0.5}}\n")
-            .expect("bundle parses");
-    for i in 0..JOBS {
+    let (spec, bundles) = if pairs {
+        (
+            "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 0.5}}\n  - {jobName: package, coLocateWith: [encode], requirements: {requiredCapacity: 0.5}}\n",
+            JOBS / 2,
+        )
+    } else {
+        (
+            "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 0.5}}\n",
+            JOBS,
+        )
+    };
+    let spec: norsk_auto_manager::model::BundleSpec = serde_yaml::from_str(spec).expect("bundle parses");
+    for i in 0..bundles {
         let bundle = Bundle {
             bundle_id: BundleId(format!("b{i}")),
             spec: spec.clone(),
@@ -123,7 +134,10 @@ fn drain(c: &mut Criterion) {
     let mut group = c.benchmark_group("drain");
     group.sample_size(10);
     group.bench_function("node_with_100_jobs_overlap_time_scale_100", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| runtime.block_on(one_drain())).sum())
+        b.iter_custom(|iters| (0..iters).map(|_| runtime.block_on(one_drain(false))).sum())
+    });
+    group.bench_function("node_with_50_co_located_pairs_overlap_time_scale_100", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| runtime.block_on(one_drain(true))).sum())
     });
     group.finish();
 }

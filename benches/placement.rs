@@ -1,13 +1,16 @@
-//! Placement benchmarks (the performance targets; figures, not
-//! timed tests): one placement into a 5,000-node fleet with 50,000 placed
-//! jobs with the trace off and on, 10,000 placements one after another
-//! into that fleet, and how one placement's cost grows with fleet size.
-//! The workload is the one `norsk-auto-manager bench placement` runs.
+//! Placement benchmarks (the performance targets; figures, not timed
+//! tests): one placement into a 5,000-node fleet with 50,000 placed jobs
+//! with the trace off and on, 10,000 placements one after another into that
+//! fleet, how one placement's cost grows with fleet size, and a
+//! from-scratch fill of 50,000 jobs with Karpenter's benchmark mix. The
+//! workloads are the ones `norsk-auto-manager bench placement` and `bench
+//! fill` run.
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use norsk_auto_manager::cli::bench::karpenter::karpenter_fill;
 use norsk_auto_manager::cli::bench::workload::workload;
 use norsk_auto_manager::model::{BundleId, BundleSpec};
 use norsk_auto_manager::placement::{
@@ -99,9 +102,40 @@ fn scaling(c: &mut Criterion) {
     group.finish();
 }
 
+/// 50,000 jobs of Karpenter's mix into an empty fleet, each seeing those
+/// before it (the nodes provisioned included).
+fn fill(c: &mut Criterion) {
+    const JOBS: usize = 50_000;
+    let work = karpenter_fill(JOBS, 42);
+    let pools = validate_pools(work.pools).expect("the fill's pool is valid");
+    let mut group = c.benchmark_group("placement/fill");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(JOBS as u64));
+    group.bench_function("50000 jobs of the karpenter mix", |b| {
+        b.iter_batched(
+            || FleetView::new(&work.fleet, pools.clone()).expect("an empty fleet is valid"),
+            |mut view| {
+                let mut ids = SequentialNodeIds::default();
+                for (id, spec) in &work.bundles {
+                    for replica in 0..spec.replica_count() {
+                        for job in &spec.jobs {
+                            let request = PlacementRequest::launch(id, spec, replica, &job.job_name);
+                            let placement = place(&view, request, &mut ids).expect("the fill places");
+                            apply_placement(&mut view, &request, &placement.outcome).expect("placements apply");
+                        }
+                    }
+                }
+                view
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(4));
-    targets = place_one, place_sequentially, scaling
+    targets = place_one, place_sequentially, scaling, fill
 }
 criterion_main!(benches);

@@ -1,24 +1,34 @@
 //! The operator's telemetry: the Prometheus registry (prefix
-//! `norsk_automanager_`, base units, `_total` counters, low-cardinality
-//! labels — never a job or node id), and the HTTP endpoints `/metrics`,
+//! `norsk_automanager_`, base units, `_total` counters, `_ratio` gauges for
+//! fractions, low-cardinality labels — never a job or node id; plus the
+//! standard `process_*` family), and the HTTP endpoints `/metrics`,
 //! `/healthz` and `/readyz`. It owns no policy: controllers and the
 //! notification follower count into it.
+//!
+//! `/metrics` negotiates its format like the Go client does: a scraper that
+//! asks for `application/openmetrics-text` gets OpenMetrics 1.0; anything
+//! else (a browser, `curl`, `promtool check metrics`) gets the Prometheus
+//! text format 0.0.4, each with its own content type.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use std::sync::atomic::AtomicU64;
+
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::IntoResponse;
 use axum::routing::get;
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Registry, Unit};
 
 use crate::automanager::{Decision, Metrics as CoreMetrics, Notification};
 
@@ -58,6 +68,22 @@ pub struct PhaseLabels {
     /// The phase, as the spec names it (`migrating`, `stoppingSource`, ...).
     pub phase: String,
 }
+
+/// Labels of `build_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    /// The crate version (`0.1.0`).
+    pub version: String,
+    /// The commit the binary was built from (`unknown` outside a checkout).
+    pub revision: String,
+}
+
+/// The version and commit the binary was built from, as `--version` prints
+/// them: `0.1.0 (3f9c1e2a…)`.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("NORSK_REVISION"), ")");
+
+/// The commit the binary was built from (`unknown` outside a checkout).
+pub const REVISION: &str = env!("NORSK_REVISION");
 
 /// Labels naming a pool.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -103,10 +129,16 @@ pub struct OperatorMetrics {
     pub pool_nodes: Family<PoolLabels, Gauge>,
     /// Live spares per pool.
     pub pool_live_spares: Family<PoolLabels, Gauge>,
-    /// Used capacity fraction per pool, in thousandths.
-    pub pool_used_capacity_permille: Family<PoolLabels, Gauge>,
+    /// Reserved over usable capacity per pool, 0 to 1.
+    pub pool_used_capacity_ratio: Family<PoolLabels, Gauge<f64, AtomicU64>>,
+    /// `hotSpares[].targetCount` per pool (0 without a policy).
+    pub pool_spare_target: Family<PoolLabels, Gauge>,
+    /// Bundles currently broken (their production ended).
+    pub bundles_broken: Gauge,
     /// Drains in flight, per phase.
     pub drains: Family<PhaseLabels, Gauge>,
+    /// Drains ended, per final phase (`done`, `partial`, `failed`).
+    pub drains_ended: Family<PhaseLabels, Counter>,
     /// Migrations in flight, per phase.
     pub migrations: Family<PhaseLabels, Gauge>,
     /// The phase of each drain (by node) and migration (by id) in flight,
@@ -117,6 +149,8 @@ pub struct OperatorMetrics {
     pub manager_connected: Gauge,
     /// 1 while this process leads.
     pub leader: Gauge,
+    /// AutoManager extensions Manager was found not to serve.
+    pub manager_extensions_missing: Gauge,
 }
 
 impl Default for OperatorMetrics {
@@ -128,7 +162,9 @@ impl Default for OperatorMetrics {
 impl OperatorMetrics {
     /// A registry with every metric registered.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("norsk_automanager");
+        let mut root = Registry::default();
+        root.register_collector(Box::new(ProcessCollector));
+        let registry = root.sub_registry_with_prefix("norsk_automanager");
         let reconciles = Family::<ControllerLabels, Counter>::default();
         let reconcile_errors = Family::<ErrorLabels, Counter>::default();
         let reconcile_duration = Family::<ControllerLabels, Histogram>::new_with_constructor(
@@ -140,17 +176,21 @@ impl OperatorMetrics {
         let events_dropped = Counter::default();
         let pool_nodes = Family::<PoolLabels, Gauge>::default();
         let pool_live_spares = Family::<PoolLabels, Gauge>::default();
-        let pool_used_capacity_permille = Family::<PoolLabels, Gauge>::default();
+        let pool_used_capacity_ratio = Family::<PoolLabels, Gauge<f64, AtomicU64>>::default();
         let manager_connected = Gauge::default();
         let leader = Gauge::default();
+        let manager_extensions_missing = Gauge::default();
         let drains = Family::<PhaseLabels, Gauge>::default();
+        let drains_ended = Family::<PhaseLabels, Counter>::default();
+        let pool_spare_target = Family::<PoolLabels, Gauge>::default();
+        let bundles_broken = Gauge::default();
         let migrations = Family::<PhaseLabels, Gauge>::default();
         registry.register("reconciles", "Reconciles run", reconciles.clone());
         registry.register("reconcile_errors", "Reconciles that failed", reconcile_errors.clone());
         registry.register_with_unit(
             "reconcile_duration",
             "How long reconciles took",
-            prometheus_client::registry::Unit::Seconds,
+            Unit::Seconds,
             reconcile_duration.clone(),
         );
         registry.register(
@@ -176,9 +216,21 @@ impl OperatorMetrics {
             pool_live_spares.clone(),
         );
         registry.register(
-            "pool_used_capacity_permille",
-            "Reserved over usable capacity of the pool, in thousandths",
-            pool_used_capacity_permille.clone(),
+            "pool_used_capacity_ratio",
+            "Reserved over usable capacity of the pool (0 to 1)",
+            pool_used_capacity_ratio.clone(),
+        );
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                revision: REVISION.to_owned(),
+            })
+            .set(1);
+        registry.register(
+            "build_info",
+            "Always 1; the labels name the version and commit the operator was built from",
+            build_info,
         );
         registry.register(
             "manager_connected",
@@ -186,10 +238,30 @@ impl OperatorMetrics {
             manager_connected.clone(),
         );
         registry.register("leader", "1 while this process leads", leader.clone());
+        registry.register(
+            "manager_extensions_missing",
+            "AutoManager extensions of the Manager API that Manager answered as unimplemented",
+            manager_extensions_missing.clone(),
+        );
+        registry.register(
+            "pool_spare_target",
+            "Hot spares the pool's HotSparePolicy asks for (0 without one)",
+            pool_spare_target.clone(),
+        );
+        registry.register(
+            "bundles_broken",
+            "Bundles whose production ended (broken until updated or deleted)",
+            bundles_broken.clone(),
+        );
         registry.register("drains", "Drains in flight, per phase", drains.clone());
+        registry.register(
+            "drains_ended",
+            "Drains ended, per final phase (done, partial, failed)",
+            drains_ended.clone(),
+        );
         registry.register("migrations", "Migrations in flight, per phase", migrations.clone());
         Self {
-            registry,
+            registry: root,
             reconciles,
             reconcile_errors,
             reconcile_duration,
@@ -199,12 +271,16 @@ impl OperatorMetrics {
             events_dropped,
             pool_nodes,
             pool_live_spares,
-            pool_used_capacity_permille,
+            pool_used_capacity_ratio,
+            pool_spare_target,
+            bundles_broken,
             drains,
+            drains_ended,
             migrations,
             in_flight: Mutex::default(),
             manager_connected,
             leader,
+            manager_extensions_missing,
         }
     }
 
@@ -230,7 +306,15 @@ impl OperatorMetrics {
             }
             Notification::DrainProgress(state) => {
                 let phase = (!state.phase.is_final()).then(|| phase_name(state.phase));
-                self.in_flight(|f| &mut f.drains, &self.drains, state.node_id.0.clone(), phase);
+                let was_in_flight = self.in_flight(|f| &mut f.drains, &self.drains, state.node_id.0.clone(), phase);
+                // A final phase ends the drain once, however often it is repeated.
+                if state.phase.is_final() && was_in_flight {
+                    self.drains_ended
+                        .get_or_create(&PhaseLabels {
+                            phase: phase_name(state.phase),
+                        })
+                        .inc();
+                }
             }
             Notification::MigrationPhase(state) => {
                 let phase = state.is_in_flight().then(|| phase_name(state.phase));
@@ -250,16 +334,17 @@ impl OperatorMetrics {
     }
 
     /// Records `key` in `phase` (or ended, with `None`): the gauge of the
-    /// phase it left goes down, the one it entered up.
+    /// phase it left goes down, the one it entered up. Whether `key` was in
+    /// flight before.
     fn in_flight(
         &self,
         map: impl Fn(&mut InFlight) -> &mut BTreeMap<String, String>,
         gauge: &Family<PhaseLabels, Gauge>,
         key: String,
         phase: Option<String>,
-    ) {
+    ) -> bool {
         let Ok(mut in_flight) = self.in_flight.lock() else {
-            return;
+            return false;
         };
         let held = map(&mut in_flight);
         let left = match phase {
@@ -269,13 +354,18 @@ impl OperatorMetrics {
             }
             None => held.remove(&key),
         };
+        let was = left.is_some();
         if let Some(phase) = left {
             gauge.get_or_create(&PhaseLabels { phase }).dec();
         }
+        was
     }
 
-    /// Sets the pool gauges from the core's `metrics()`.
+    /// Sets the pool gauges and the broken-bundle count from the core's
+    /// `metrics()`.
     pub fn pools(&self, metrics: &CoreMetrics) {
+        self.bundles_broken
+            .set(i64::try_from(metrics.broken_bundle_ids.len()).unwrap_or(i64::MAX));
         for pool in &metrics.pools {
             let labels = PoolLabels {
                 pool: pool.pool_name.clone(),
@@ -284,9 +374,12 @@ impl OperatorMetrics {
             self.pool_live_spares
                 .get_or_create(&labels)
                 .set(i64::from(pool.live_spares));
-            self.pool_used_capacity_permille
+            self.pool_spare_target
                 .get_or_create(&labels)
-                .set((pool.used_capacity_fraction * 1000.0).round() as i64);
+                .set(i64::from(pool.spare_target));
+            self.pool_used_capacity_ratio
+                .get_or_create(&labels)
+                .set(pool.used_capacity_fraction);
         }
     }
 
@@ -308,12 +401,186 @@ impl OperatorMetrics {
             .get()
     }
 
-    /// The text exposition.
+    /// The OpenMetrics 1.0 text exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// The Prometheus text format 0.0.4 exposition.
+    pub fn encode_prometheus_text(&self) -> String {
+        prometheus_text(&self.encode())
+    }
+}
+
+/// Rewrites an OpenMetrics exposition as Prometheus text format 0.0.4. The
+/// two differ, for what this registry emits, in three ways: a counter's
+/// family is named with its `_total` suffix in 0.0.4 (OpenMetrics names it
+/// without), 0.0.4 has no `# UNIT` line and no `# EOF` terminator.
+fn prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::BTreeSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let descriptor = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        match descriptor {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                out.push_str(prefix);
+                out.push_str(name);
+                if counters.contains(name) {
+                    out.push_str("_total");
+                }
+                out.push(' ');
+                out.push_str(tail);
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The standard `process_*` metrics of this process, read from `/proc` on
+/// each scrape (as the Go client's process collector reports them). A value
+/// the platform does not offer is left out rather than reported as 0.
+#[derive(Debug)]
+struct ProcessCollector;
+
+/// What `/proc/self/stat` and `/proc/self/status` say about this process.
+#[derive(Debug, Default, PartialEq)]
+struct ProcessStats {
+    cpu_seconds: Option<f64>,
+    start_time_seconds: Option<f64>,
+    resident_bytes: Option<i64>,
+    virtual_bytes: Option<i64>,
+    threads: Option<i64>,
+    open_fds: Option<i64>,
+    max_fds: Option<i64>,
+}
+
+impl ProcessStats {
+    fn read() -> Self {
+        // SAFETY: sysconf has no preconditions.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let ticks = (ticks > 0).then_some(ticks as f64);
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        let boot = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<f64>().ok())
+        });
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let mut stats = parse_proc(&stat, &status, ticks, boot);
+        stats.open_fds = std::fs::read_dir("/proc/self/fd").ok().map(|d| d.count() as i64);
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into the struct it is given.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+            stats.max_fds = i64::try_from(limit.rlim_cur).ok();
+        }
+        stats
+    }
+}
+
+/// Parses `/proc/<pid>/stat` (CPU ticks and start time after the command
+/// name in parentheses, which may itself hold spaces) and the `VmRSS`,
+/// `VmSize` and `Threads` lines of `/proc/<pid>/status`.
+fn parse_proc(stat: &str, status: &str, ticks: Option<f64>, boot: Option<f64>) -> ProcessStats {
+    // Fields after the command: state is field 3, utime 14, stime 15,
+    // starttime 22 (1-based, proc(5)).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let field = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<f64>().ok());
+    let kib = |key: &str| {
+        status.lines().find_map(|l| {
+            let value = l.strip_prefix(key)?.trim().strip_suffix(" kB")?;
+            value.trim().parse::<i64>().ok().map(|v| v * 1024)
+        })
+    };
+    ProcessStats {
+        cpu_seconds: ticks.and_then(|t| Some((field(14)? + field(15)?) / t)),
+        start_time_seconds: ticks.and_then(|t| Some(boot? + field(22)? / t)),
+        resident_bytes: kib("VmRSS:"),
+        virtual_bytes: kib("VmSize:"),
+        threads: status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:")?.trim().parse().ok()),
+        open_fds: None,
+        max_fds: None,
+    }
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let stats = ProcessStats::read();
+        if let Some(v) = stats.cpu_seconds {
+            let counter = ConstCounter::new(v);
+            let metric = encoder.encode_descriptor(
+                "process_cpu",
+                "Total user and system CPU time spent in seconds",
+                Some(&Unit::Seconds),
+                counter.metric_type(),
+            )?;
+            counter.encode(metric)?;
+        }
+        let gauges: [(&str, &str, Option<Unit>, Option<f64>); 6] = [
+            (
+                "process_start_time",
+                "Start time of the process since the Unix epoch in seconds",
+                Some(Unit::Seconds),
+                stats.start_time_seconds,
+            ),
+            (
+                "process_resident_memory",
+                "Resident memory size in bytes",
+                Some(Unit::Bytes),
+                stats.resident_bytes.map(|v| v as f64),
+            ),
+            (
+                "process_virtual_memory",
+                "Virtual memory size in bytes",
+                Some(Unit::Bytes),
+                stats.virtual_bytes.map(|v| v as f64),
+            ),
+            (
+                "process_threads",
+                "Number of OS threads in the process",
+                None,
+                stats.threads.map(|v| v as f64),
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors",
+                None,
+                stats.open_fds.map(|v| v as f64),
+            ),
+            (
+                "process_max_fds",
+                "Maximum number of open file descriptors",
+                None,
+                stats.max_fds.map(|v| v as f64),
+            ),
+        ];
+        for (name, help, unit, value) in gauges {
+            let Some(value) = value else { continue };
+            let gauge = ConstGauge::new(value);
+            let metric = encoder.encode_descriptor(name, help, unit.as_ref(), gauge.metric_type())?;
+            gauge.encode(metric)?;
+        }
+        Ok(())
     }
 }
 
@@ -327,20 +594,43 @@ pub struct Health {
     pub connected: AtomicBool,
     /// This process holds the Lease.
     pub leading: AtomicBool,
+    /// Manager lacks an AutoManager extension this process needed.
+    pub manager_lacks_extensions: AtomicBool,
 }
 
 impl Health {
-    /// Ready: hydrated and, when leading, connected.
+    /// Ready: hydrated and, when leading, connected to a Manager that
+    /// serves the AutoManager extensions.
     pub fn is_ready(&self) -> bool {
+        let leading = self.leading.load(Ordering::Relaxed);
         self.hydrated.load(Ordering::Relaxed)
-            && (self.connected.load(Ordering::Relaxed) || !self.leading.load(Ordering::Relaxed))
+            && (!leading
+                || self.connected.load(Ordering::Relaxed) && !self.manager_lacks_extensions.load(Ordering::Relaxed))
     }
 }
 
 type Shared = (Arc<OperatorMetrics>, Arc<Health>);
 
-async fn metrics((metrics, _): Shared) -> String {
-    metrics.encode()
+/// The content type of an OpenMetrics 1.0 text exposition.
+pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The content type of a Prometheus text format 0.0.4 exposition.
+pub const PROMETHEUS_TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+async fn metrics((metrics, _): Shared, headers: HeaderMap) -> impl IntoResponse {
+    let openmetrics = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"));
+    if openmetrics {
+        ([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], metrics.encode())
+    } else {
+        (
+            [(header::CONTENT_TYPE, PROMETHEUS_TEXT_CONTENT_TYPE)],
+            metrics.encode_prometheus_text(),
+        )
+    }
 }
 
 async fn ready((_, health): Shared) -> StatusCode {
@@ -359,7 +649,10 @@ pub async fn serve(
     health: Arc<Health>,
 ) -> std::io::Result<()> {
     let app = Router::new()
-        .route("/metrics", get(|State(s): State<Shared>| metrics(s)))
+        .route(
+            "/metrics",
+            get(|State(s): State<Shared>, headers: HeaderMap| metrics(s, headers)),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(|State(s): State<Shared>| ready(s)))
         .with_state((metrics_, health));
@@ -430,6 +723,88 @@ mod tests {
         server.abort();
     }
 
+    async fn get_accepting(addr: SocketAddr, accept: &str) -> String {
+        let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request =
+            format!("GET /metrics HTTP/1.1\r\nHost: operator\r\nAccept: {accept}\r\nConnection: close\r\n\r\n");
+        socket.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        socket.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    #[tokio::test]
+    async fn metrics_are_openmetrics_when_asked_for_and_prometheus_text_otherwise() {
+        let metrics = Arc::new(OperatorMetrics::new());
+        metrics
+            .reconciles
+            .get_or_create(&ControllerLabels {
+                controller: "bundle".into(),
+            })
+            .inc();
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(serve(listener, metrics, Arc::new(Health::default())));
+
+        // What Prometheus sends when it prefers OpenMetrics.
+        let om = get_accepting(
+            addr,
+            "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+        )
+        .await;
+        let (head, body) = om.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.to_lowercase()
+                .contains("content-type: application/openmetrics-text; version=1.0.0; charset=utf-8"),
+            "{head}"
+        );
+        assert!(body.contains("# TYPE norsk_automanager_reconciles counter"), "{body}");
+        assert!(body.trim_end().ends_with("# EOF"), "{body}");
+
+        let text = get_accepting(addr, "*/*").await;
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.to_lowercase()
+                .contains("content-type: text/plain; version=0.0.4; charset=utf-8"),
+            "{head}"
+        );
+        assert!(body.contains("# HELP norsk_automanager_reconciles_total "), "{body}");
+        assert!(
+            body.contains("# TYPE norsk_automanager_reconciles_total counter"),
+            "{body}"
+        );
+        assert!(
+            body.contains("norsk_automanager_reconciles_total{controller=\"bundle\"} 1"),
+            "{body}"
+        );
+        assert!(!body.contains("# EOF") && !body.contains("# UNIT"), "{body}");
+        assert!(body.contains("norsk_automanager_build_info{version=\""), "{body}");
+        assert!(body.contains("process_resident_memory_bytes "), "{body}");
+        server.abort();
+    }
+
+    #[test]
+    fn prometheus_text_names_counter_families_with_their_suffix_and_drops_unit_and_eof() {
+        let om = "# HELP x_reconcile_duration_seconds How long.\n# TYPE x_reconcile_duration_seconds histogram\n# UNIT x_reconcile_duration_seconds seconds\nx_reconcile_duration_seconds_sum 0.0\n# HELP x_runs Runs.\n# TYPE x_runs counter\nx_runs_total 3\n# HELP x_up Up.\n# TYPE x_up gauge\nx_up 1\n# EOF\n";
+        assert_eq!(
+            prometheus_text(om),
+            "# HELP x_reconcile_duration_seconds How long.\n# TYPE x_reconcile_duration_seconds histogram\nx_reconcile_duration_seconds_sum 0.0\n# HELP x_runs_total Runs.\n# TYPE x_runs_total counter\nx_runs_total 3\n# HELP x_up Up.\n# TYPE x_up gauge\nx_up 1\n"
+        );
+    }
+
+    #[test]
+    fn process_figures_are_read_from_proc_even_with_spaces_in_the_command() {
+        let stat = "4242 (norsk auto) S 1 4242 4242 0 -1 4194560 1 0 0 0 250 50 0 0 20 0 12 0 1000 123456 789";
+        let status = "Name:\tnorsk\nVmSize:\t  20480 kB\nVmRSS:\t   1024 kB\nThreads:\t12\n";
+        let stats = parse_proc(stat, status, Some(100.0), Some(1_700_000_000.0));
+        assert_eq!(stats.cpu_seconds, Some(3.0));
+        assert_eq!(stats.start_time_seconds, Some(1_700_000_010.0));
+        assert_eq!(stats.resident_bytes, Some(1024 * 1024));
+        assert_eq!(stats.virtual_bytes, Some(20480 * 1024));
+        assert_eq!(stats.threads, Some(12));
+        assert_eq!(parse_proc("", "", None, None), ProcessStats::default());
+    }
+
     fn drain(node: &str, phase: &str) -> Notification {
         Notification::DrainProgress(Box::new(
             serde_json::from_value(serde_json::json!({
@@ -485,8 +860,14 @@ mod tests {
             "{text}"
         );
         assert!(
-            !text.contains("phase=\"done\""),
+            !text.contains("norsk_automanager_drains{phase=\"done\"}"),
             "an ended drain is not in flight: {text}"
+        );
+        metrics.count(&drain("a", "done"));
+        let text = metrics.encode();
+        assert!(
+            text.contains("norsk_automanager_drains_ended_total{phase=\"done\"} 1"),
+            "a repeated final phase ends the drain once: {text}"
         );
     }
 }

@@ -311,3 +311,51 @@ async fn a_standby_follows_without_acting_and_leads_at_once_when_promoted() {
     standby_join.await.expect("the standby's loop ends cleanly");
     s.sim.shutdown().await;
 }
+
+fn show(started: &str) -> Bundle {
+    Bundle {
+        bundle_id: BundleId("show".into()),
+        spec: serde_yaml::from_str(&format!(
+            "pool: production\njobs:\n  - {{jobName: encode, requirements: {{requiredCapacity: 1}}}}\n  - {{jobName: record, startMode: manual, startedReplicas: {started}, requirements: {{requiredCapacity: 1}}}}\n"
+        ))
+        .expect("bundle parses"),
+        ..Bundle::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_applied_through_the_handle_starts_and_stops_its_manual_jobs_across_a_reconnect() {
+    let mut s = start(&[("n1", 8.0)]).await;
+    s.am.create_bundle(show("[0]")).await.expect("bundle accepted");
+    let record = JobId("show/0/record".into());
+    let mut running = BTreeMap::new();
+    until_running(&mut s.events, &mut running, |r| r.len() == 2).await;
+    // A fresh core after a stream break keeps wanting what the spec said.
+    s.sim.admin.clone().drop_stream(()).await.expect("stream dropped");
+    reconnected(&mut s.events).await;
+    assert_eq!(
+        instances(&s.sim).await.get(&record),
+        Some(&1),
+        "the started job was stopped"
+    );
+    s.am.update_bundle(show("[]")).await.expect("update accepted");
+    until_running(&mut s.events, &mut running, |r| {
+        r.len() == 1 && !r.contains_key(&record)
+    })
+    .await;
+    tokio::time::timeout(WAIT, async {
+        while instances(&s.sim).await.contains_key(&record) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the stopped job's instance is gone");
+    let snapshot = s.sim.snapshot().await;
+    assert_eq!(
+        snapshot.bundles.iter().map(|b| b.generation).collect::<Vec<_>>(),
+        [1],
+        "starting and stopping sent a revision"
+    );
+    assert_eq!(instances(&s.sim).await.get(&JobId("show/0/encode".into())), Some(&1));
+    stop(s).await;
+}

@@ -8,7 +8,7 @@ use core_support::*;
 use norsk_auto_manager::automanager::{Command, CommandError, Input, Notification, Rpc, RpcFailureKind};
 use norsk_auto_manager::model::{
     InstanceKey, JobHistoryEntry, JobState, ManagerEvent, NodeId, NodeStopReason, ProviderKind, RejectionCode,
-    VerdictKind, tags,
+    SchedulePhase, VerdictKind, tags,
 };
 
 const ONE_JOB: &str = "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 2}}\n";
@@ -1087,6 +1087,529 @@ fn inputs_fed_together_are_one_step_with_the_outcome_of_feeding_them_one_by_one(
         1,
         "placed more than once for one batch"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Scheduled bundles: placed `placementLeadMs` ahead of the start (the
+// largest lead of the pool's tiers), completed at the end and never placed
+// again, living again once rescheduled.
+
+/// Pool `production` with one elastic AWS tier (lead: the cloud default).
+const CLOUD_POOL: &str = "
+- name: production
+  tiers:
+    - name: aws
+      kind: aws
+      region: eu-west-1
+      candidateInstanceTypes: [{instanceType: m5.xlarge, totalCapacity: 4, totalCores: 4}]
+";
+
+/// Pool `production` with only registered cluster servers (lead 0).
+const CLUSTER_POOL: &str = "
+- name: production
+  tiers:
+    - {name: cluster, kind: local-servers, scaleOut: fixed}
+";
+
+fn with_pools(pools: &str) -> Harness {
+    let mut settings = settings();
+    settings.placement_pools = serde_yaml::from_str(pools).expect("pools parse");
+    Harness::with(settings)
+}
+
+/// A one-job bundle booked from `start` (to `end`).
+fn scheduled(start: i64, end: Option<i64>) -> String {
+    let end = end.map(|e| format!(", end: '{}'", rfc3339(e))).unwrap_or_default();
+    format!(
+        "pool: production\nschedule: {{start: '{}'{end}}}\njobs:\n  - {{jobName: encode, requirements: {{requiredCapacity: 2}}}}\n",
+        rfc3339(start)
+    )
+}
+
+fn schedule_phases(notifications: &[Notification]) -> Vec<SchedulePhase> {
+    notifications
+        .iter()
+        .filter_map(|n| match n {
+            Notification::BundleSchedule { phase, .. } => Some(*phase),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_scheduled_bundle_on_a_cloud_tier_is_placed_its_five_minute_lead_ahead_and_not_before() {
+    let mut h = with_pools(CLOUD_POOL);
+    h.event(ManagerEvent::InitialDataComplete);
+    let start = h.now + 20 * 60_000;
+    h.bundle("b", &scheduled(start, None));
+    assert!(h.take_calls().is_empty(), "placed twenty minutes ahead");
+    let view = h.core.schedule_view(&"b".into(), h.now).expect("scheduled");
+    assert_eq!(
+        (view.phase, view.placing_from),
+        (SchedulePhase::Waiting, start - 300_000)
+    );
+    h.advance(15 * 60_000 - 1);
+    assert!(h.take_calls().is_empty(), "placed before placementLeadMs");
+    h.advance(1);
+    let calls = h.take_calls();
+    assert!(
+        create_node(&calls).is_some(),
+        "a node is provisioned five minutes ahead: {calls:?}"
+    );
+}
+
+#[test]
+fn a_scheduled_bundle_on_a_cluster_tier_is_placed_at_its_start_and_not_before() {
+    let mut h = with_pools(CLUSTER_POOL);
+    h.cluster_node("a", 4.0);
+    h.event(ManagerEvent::InitialDataComplete);
+    let start = h.now + 10 * 60_000;
+    h.bundle("b", &scheduled(start, None));
+    h.advance(10 * 60_000 - 1);
+    assert!(h.take_calls().is_empty(), "a cluster tier's lead is 0");
+    h.advance(1);
+    assert_eq!(
+        start_jobs(&h.take_calls()),
+        vec![("b/0/encode".to_owned(), "a".to_owned())]
+    );
+}
+
+#[test]
+fn a_mixed_cascade_is_placed_at_its_largest_lead_and_still_takes_its_cheaper_cluster_tier() {
+    // Cluster servers, then AWS and OCI (5 minutes each).
+    let mut h = Harness::hydrated();
+    let start = h.now + 10 * 60_000;
+    h.bundle("b", &scheduled(start, None));
+    h.advance(5 * 60_000 - 1);
+    assert!(h.take_calls().is_empty(), "placed before the cloud tiers' lead");
+    h.advance(1);
+    let calls = h.take_calls();
+    assert!(create_node(&calls).is_none(), "the cheaper cluster tier was skipped");
+    let starts = start_jobs(&calls);
+    assert_eq!(starts.len(), 1);
+    assert!(["a", "b"].contains(&starts[0].1.as_str()), "{starts:?}");
+}
+
+#[test]
+fn a_provision_for_a_scheduled_start_times_out_after_twice_its_lead() {
+    let mut h =
+        with_pools(&CLOUD_POOL.replace("region: eu-west-1", "region: eu-west-1\n      placementLeadMs: 900000"));
+    h.event(ManagerEvent::InitialDataComplete);
+    let start = h.now + 60 * 60_000;
+    h.bundle("b", &scheduled(start, None));
+    h.advance(45 * 60_000);
+    let calls = h.take_calls();
+    let (first, _, _) = create_node(&calls).expect("provisioned fifteen minutes ahead");
+    h.ok(calls[0].0);
+    // provisionTimeoutMs: max(placementLeadMs, 5 min) x 2 = 30 minutes.
+    h.advance(30 * 60_000 - 1);
+    assert!(h.take_calls().is_empty(), "re-placed before provisionTimeoutMs");
+    h.advance(1);
+    let calls = h.take_calls();
+    assert!(
+        calls
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::TerminateNode { node_id } if *node_id == first)),
+        "the node that never started was not terminated: {calls:?}"
+    );
+    assert!(
+        create_node(&calls).is_some_and(|(n, _, _)| n != first),
+        "the job is re-placed"
+    );
+}
+
+#[test]
+fn a_schedule_moves_from_waiting_to_placing_live_and_ended_and_says_so_at_each_change() {
+    let mut h = Harness::hydrated();
+    let start = h.now + 10 * 60_000;
+    let end = start + 10 * 60_000;
+    h.bundle("b", &scheduled(start, Some(end)));
+    assert!(
+        schedule_phases(&h.take_notifications()).is_empty(),
+        "a first sight is no change"
+    );
+    h.advance(5 * 60_000);
+    h.start_all();
+    h.advance(5 * 60_000);
+    h.advance(10 * 60_000);
+    assert_eq!(
+        schedule_phases(&h.take_notifications()),
+        [SchedulePhase::Placing, SchedulePhase::Live, SchedulePhase::Ended]
+    );
+    let view = h.core.schedule_view(&"b".into(), h.now).expect("scheduled");
+    assert_eq!((view.phase, view.next), (SchedulePhase::Ended, None));
+}
+
+/// A bundle live from now to an hour from now, placed and running; returns
+/// the harness at its end (its `CompleteJob` answered), the job and node.
+fn at_its_end() -> (
+    Harness,
+    norsk_auto_manager::model::Bundle,
+    norsk_auto_manager::model::JobId,
+    NodeId,
+) {
+    let mut h = Harness::hydrated();
+    let end = h.now + 60 * 60_000;
+    let bundle = h.bundle("b", &scheduled(h.now, Some(end)));
+    let (job, node) = h.start_all().remove(0);
+    h.advance(60 * 60_000 - 1);
+    assert!(
+        !h.take_calls().iter().any(|(_, r)| matches!(r, Rpc::CompleteJob { .. })),
+        "completed before its end"
+    );
+    h.advance(1);
+    let calls = h.take_calls();
+    let completes: Vec<_> = calls
+        .iter()
+        .filter(|(_, r)| matches!(r, Rpc::CompleteJob { job_id } if *job_id == job))
+        .collect();
+    assert_eq!(completes.len(), 1, "{calls:?}");
+    h.ok(completes[0].0);
+    (h, bundle, job, node)
+}
+
+#[test]
+fn a_scheduled_bundle_is_completed_at_its_end_and_never_placed_again() {
+    let (mut h, _, job, node) = at_its_end();
+    // Manager stops the instance before it reports the job out of its
+    // window: the job is not placed again meanwhile.
+    h.history(
+        &job,
+        JobHistoryEntry::Stopping {
+            at: Some(h.now),
+            role: InstanceKey("primary".into()),
+            node_id: Some(node.clone()),
+            reason: norsk_auto_manager::model::JobStopReason::UserRequested,
+        },
+    );
+    h.stopped(&job, &node, InstanceKey("primary".into()));
+    assert_eq!(h.bound_node(&job), None);
+    h.advance(60_000);
+    assert!(start_jobs(&h.take_calls()).is_empty(), "an ended job was placed again");
+    let mut runtime = h.core.job(&job).unwrap().job.clone();
+    runtime.state = JobState::Post;
+    h.event(ManagerEvent::JobUpdated(runtime));
+    h.advance(24 * 3_600_000);
+    assert!(h.take_calls().is_empty(), "an ended job was placed or completed again");
+}
+
+#[test]
+fn a_bundle_given_a_later_end_after_it_ended_lives_again() {
+    let (mut h, mut bundle, job, node) = at_its_end();
+    h.history(
+        &job,
+        JobHistoryEntry::Stopping {
+            at: Some(h.now),
+            role: InstanceKey("primary".into()),
+            node_id: Some(node),
+            reason: norsk_auto_manager::model::JobStopReason::UserRequested,
+        },
+    );
+    let mut runtime = h.core.job(&job).unwrap().job.clone();
+    runtime.state = JobState::Post;
+    h.event(ManagerEvent::JobUpdated(runtime.clone()));
+    h.take_calls();
+    let schedule = bundle.spec.schedule.as_mut().unwrap();
+    schedule.end = Some(norsk_auto_manager::model::DateTime::from_millis(h.now + 3_600_000));
+    h.command(Command::UpdateBundle(bundle.clone()));
+    let calls = h.take_calls();
+    assert!(matches!(calls[0].1, Rpc::UpdateBundle(_)), "{calls:?}");
+    h.ok(calls[0].0);
+    // Manager stores the new schedule and re-dates the job.
+    bundle.generation = 2;
+    h.event(ManagerEvent::BundleUpdated(bundle));
+    runtime.state = JobState::Active;
+    h.event(ManagerEvent::JobUpdated(runtime));
+    assert_eq!(
+        start_jobs(&h.take_calls()).len(),
+        1,
+        "the rescheduled bundle was not placed"
+    );
+    let view = h.core.schedule_view(&"b".into(), h.now).unwrap();
+    assert_eq!(view.phase, SchedulePhase::Live);
+}
+
+// ---------------------------------------------------------------------------
+// Manual jobs started and stopped as a desired state (`startedReplicas`, or
+// `startBundleJob` / `stopBundleJob`), never as a revision of the bundle.
+
+const MANUAL: &str = "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1}}\n  - {jobName: record, startMode: manual, requirements: {requiredCapacity: 1}}\n";
+
+fn with_started(bundle: &norsk_auto_manager::model::Bundle, replicas: &[u32]) -> norsk_auto_manager::model::Bundle {
+    let mut bundle = bundle.clone();
+    bundle.spec.jobs[1].started_replicas = replicas.to_vec();
+    bundle
+}
+
+fn only_call(
+    calls: &[(norsk_auto_manager::automanager::RequestId, Rpc)],
+    what: &str,
+    matches: impl Fn(&Rpc) -> bool,
+) -> norsk_auto_manager::automanager::RequestId {
+    let found: Vec<_> = calls.iter().filter(|(_, r)| matches(r)).collect();
+    assert_eq!(found.len(), 1, "one {what} expected: {calls:?}");
+    found[0].0
+}
+
+#[test]
+fn a_manual_job_is_started_and_stopped_from_the_bundle_spec_without_a_revision() {
+    let mut h = Harness::hydrated();
+    let bundle = h.bundle("b", MANUAL);
+    h.start_all();
+    let encode = job_id("b", 0, "encode");
+    let encode_node = h.bound_node(&encode);
+    let record = job_id("b", 0, "record");
+    let id = h.command(Command::UpdateBundle(with_started(&bundle, &[0])));
+    let calls = h.take_calls();
+    assert!(
+        !calls.iter().any(|(_, r)| matches!(r, Rpc::UpdateBundle(_))),
+        "starting a manual job is no revision: {calls:?}"
+    );
+    let toggle = only_call(
+        &calls,
+        "StartBundleJob",
+        |r| matches!(r, Rpc::StartBundleJob(j) if j.job_name == "record"),
+    );
+    assert_eq!(h.take_replies(), vec![(id, Ok(()))]);
+    h.ok(toggle);
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "placed before Manager took it out of dormant"
+    );
+    h.dormant(&record, false);
+    let started = h.start_all();
+    let (_, node) = started
+        .iter()
+        .find(|(j, _)| *j == record)
+        .cloned()
+        .expect("the started job is placed");
+
+    h.command(Command::UpdateBundle(with_started(&bundle, &[])));
+    let calls = h.take_calls();
+    assert!(
+        !calls.iter().any(|(_, r)| matches!(r, Rpc::UpdateBundle(_))),
+        "{calls:?}"
+    );
+    only_call(
+        &calls,
+        "StopBundleJob",
+        |r| matches!(r, Rpc::StopBundleJob(j) if j.job_name == "record"),
+    );
+    only_call(
+        &calls,
+        "StopJob",
+        |r| matches!(r, Rpc::StopJob { job_id, node_id, .. } if *job_id == record && *node_id == node),
+    );
+    for (id, _) in calls {
+        h.ok(id);
+    }
+    h.dormant(&record, true);
+    h.history(
+        &record,
+        JobHistoryEntry::Stopping {
+            at: Some(h.now),
+            role: InstanceKey("primary".into()),
+            node_id: Some(node.clone()),
+            reason: norsk_auto_manager::model::JobStopReason::UserRequested,
+        },
+    );
+    h.advance(10 * 60_000);
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "a stopped manual job was placed again"
+    );
+    assert_eq!(h.bound_node(&record), None);
+    assert_eq!(h.bound_node(&encode), encode_node, "the other job was touched");
+    assert_eq!(
+        h.core.applied_spec(&"b".into()).unwrap().jobs[1].started_replicas,
+        Vec::<u32>::new()
+    );
+}
+
+#[test]
+fn stopping_a_running_manual_job_stops_its_instance_and_it_is_not_recovered() {
+    let mut h = Harness::hydrated();
+    h.bundle("b", MANUAL);
+    h.start_all();
+    let record = job_id("b", 0, "record");
+    let reference = h.core.job(&record).unwrap().bundle_ref.clone();
+    let start = h.command(Command::StartBundleJob(reference.clone()));
+    h.ok_all();
+    assert_eq!(h.take_replies(), vec![(start, Ok(()))]);
+    h.dormant(&record, false);
+    let (_, node) = h.start_all().remove(0);
+    let stop = h.command(Command::StopBundleJob(reference));
+    let calls = h.take_calls();
+    let toggle = only_call(&calls, "StopBundleJob", |r| matches!(r, Rpc::StopBundleJob(_)));
+    h.ok(toggle);
+    assert_eq!(h.take_replies(), vec![(stop, Ok(()))]);
+    let calls = h.take_calls();
+    let stop_job = only_call(
+        &calls,
+        "StopJob",
+        |r| matches!(r, Rpc::StopJob { job_id, node_id, .. } if *job_id == record && *node_id == node),
+    );
+    h.ok(stop_job);
+    assert!(
+        h.take_notifications()
+            .iter()
+            .any(|n| matches!(n, Notification::BundleJobStopped { job_id } if *job_id == record))
+    );
+    // The instance is gone before Manager reports the job dormant: it is
+    // still not recovered.
+    h.history(
+        &record,
+        JobHistoryEntry::Stopping {
+            at: Some(h.now),
+            role: InstanceKey("primary".into()),
+            node_id: Some(node.clone()),
+            reason: norsk_auto_manager::model::JobStopReason::UserRequested,
+        },
+    );
+    h.stopped(&record, &node, InstanceKey("primary".into()));
+    h.advance(60_000);
+    assert!(start_jobs(&h.take_calls()).is_empty(), "the stopped job was recovered");
+    h.dormant(&record, true);
+    h.advance(60_000);
+    assert!(h.take_calls().is_empty());
+    assert!(h.core.is_dormant(h.core.job(&record).unwrap()));
+}
+
+#[test]
+fn starting_and_stopping_a_manual_job_keeps_restart_history_and_the_broken_mark() {
+    let mut h = Harness::hydrated();
+    let bundle = h.bundle("b", MANUAL);
+    h.start_all();
+    let encode = job_id("b", 0, "encode");
+    let record = job_id("b", 0, "record");
+    fail_and_recover(&mut h, &encode);
+    let restarts = |h: &Harness| h.core.job(&encode).unwrap().restarts.count(h.now);
+    assert_eq!(restarts(&h), 1);
+    h.command(Command::UpdateBundle(with_started(&bundle, &[0])));
+    h.ok_all();
+    h.dormant(&record, false);
+    h.start_all();
+    assert_eq!(restarts(&h), 1, "starting a manual job cleared the restart history");
+    h.command(Command::UpdateBundle(with_started(&bundle, &[])));
+    h.ok_all();
+    assert_eq!(restarts(&h), 1, "stopping a manual job cleared the restart history");
+
+    let on = h.bound_node(&encode).unwrap();
+    reject(&mut h, &encode, &on.0, RejectionCode::InvalidSpec, "bad");
+    assert_eq!(h.core.broken_bundles().len(), 1);
+    h.ok_all();
+    h.command(Command::UpdateBundle(with_started(&bundle, &[0])));
+    let calls = h.take_calls();
+    assert!(
+        !calls.iter().any(|(_, r)| matches!(r, Rpc::UpdateBundle(_))),
+        "{calls:?}"
+    );
+    for (id, _) in calls {
+        h.ok(id);
+    }
+    assert_eq!(
+        h.core.broken_bundles().len(),
+        1,
+        "starting a manual job revived a broken bundle"
+    );
+    h.dormant(&record, false);
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "a job of a broken bundle was placed"
+    );
+}
+
+#[test]
+fn start_bundle_job_of_an_auto_job_or_a_missing_replica_is_refused_with_the_reason() {
+    let mut h = Harness::hydrated();
+    h.bundle("b", MANUAL);
+    let encode = h.core.job(&job_id("b", 0, "encode")).unwrap().bundle_ref.clone();
+    h.command(Command::StartBundleJob(encode));
+    let mut backup = h.core.job(&job_id("b", 0, "record")).unwrap().bundle_ref.clone();
+    backup.replica_index = 1;
+    h.command(Command::StopBundleJob(backup));
+    let replies = h.take_replies();
+    assert!(
+        matches!(replies[0].1, Err(CommandError::NotManualJob { .. })),
+        "{replies:?}"
+    );
+    assert!(
+        matches!(replies[1].1, Err(CommandError::UnknownBundleJob { .. })),
+        "{replies:?}"
+    );
+    let message = replies[0].1.clone().unwrap_err().to_string();
+    assert!(message.contains("startMode auto"), "{message}");
+    assert!(
+        !h.take_calls()
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::StartBundleJob(_) | Rpc::StopBundleJob(_))),
+        "a refused toggle reached Manager"
+    );
+}
+
+#[test]
+fn a_start_asked_before_the_bundles_events_arrive_is_kept() {
+    let mut h = Harness::hydrated();
+    let bundle = bundle("b", MANUAL);
+    let create = h.command(Command::CreateBundle(bundle.clone()));
+    let calls = h.take_calls();
+    h.ok(calls[0].0);
+    let record = norsk_auto_manager::model::BundleJobRef {
+        bundle_id: "b".into(),
+        replica_index: 0,
+        job_name: "record".into(),
+    };
+    let start = h.command(Command::StartBundleJob(record));
+    let calls = h.take_calls();
+    let toggle = only_call(&calls, "StartBundleJob", |r| matches!(r, Rpc::StartBundleJob(_)));
+    h.ok(toggle);
+    assert_eq!(h.take_replies(), vec![(create, Ok(())), (start, Ok(()))]);
+    // Manager's news of the creation and the start come after.
+    h.event(ManagerEvent::BundleUpdated(bundle.clone()));
+    for mut job in jobs_of(&bundle) {
+        job.dormant = false;
+        h.event(ManagerEvent::JobActive(job));
+    }
+    let calls = h.take_calls();
+    assert!(
+        !calls.iter().any(|(_, r)| matches!(r, Rpc::StopBundleJob(_))),
+        "the start was undone: {calls:?}"
+    );
+    assert_eq!(start_jobs(&calls).len(), 2, "both jobs are placed");
+}
+
+#[test]
+fn a_fresh_core_after_a_stream_break_answers_a_start_in_flight_and_keeps_what_is_wanted() {
+    let mut h = Harness::hydrated();
+    let bundle = h.bundle("b", MANUAL);
+    h.start_all();
+    let record = job_id("b", 0, "record");
+    let reference = h.core.job(&record).unwrap().bundle_ref.clone();
+    let start = h.command(Command::StartBundleJob(reference));
+    let toggle = only_call(&h.take_calls(), "StartBundleJob", |r| {
+        matches!(r, Rpc::StartBundleJob(_))
+    });
+    // The stream breaks with the start in flight; a fresh core hydrates
+    // from the new snapshot, where Manager already holds the job started.
+    let valid = norsk_auto_manager::automanager::validate_auto_settings(settings()).expect("settings are valid");
+    h.core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &h.core, h.now);
+    h.cluster_node("a", 4.0);
+    h.cluster_node("b", 4.0);
+    h.event(ManagerEvent::BundleUpdated(bundle.clone()));
+    for mut job in jobs_of(&bundle) {
+        job.dormant = false;
+        h.event(ManagerEvent::JobActive(job));
+    }
+    h.event(ManagerEvent::InitialDataComplete);
+    h.ok(toggle);
+    assert_eq!(h.take_replies(), vec![(start, Ok(()))], "the start was never answered");
+    let calls = h.take_calls();
+    assert!(
+        !calls.iter().any(|(_, r)| matches!(r, Rpc::StopBundleJob(_))),
+        "{calls:?}"
+    );
+    assert!(start_jobs(&calls).iter().any(|(j, _)| *j == record.0), "{calls:?}");
+    assert_eq!(h.core.applied_spec(&"b".into()).unwrap().jobs[1].started_replicas, [0]);
 }
 
 #[test]

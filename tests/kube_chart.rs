@@ -114,6 +114,10 @@ async fn chart_passes_helm_lint() {
     helm.args(["lint", "--strict"]).arg(chart_dir()).args(["--set", URL]);
     let out = run(helm, "").unwrap_or_else(|e| panic!("helm lint failed:\n{e}"));
     assert!(out.contains("0 chart(s) failed"), "{out}");
+    let mut helm = cp.helm();
+    helm.args(["show", "readme"]).arg(chart_dir());
+    let readme = run(helm, "").unwrap_or_else(|e| panic!("helm show readme failed:\n{e}"));
+    assert!(readme.contains("| `manager.url` |"), "helm show readme:\n{readme}");
 }
 
 #[tokio::test]
@@ -203,6 +207,9 @@ async fn a_typo_in_values_fails_install() {
         "manager.ur=http://m:1",
         "metrics.serviceMonitor.enable=true",
         "lease.nam=x",
+        // Inside the core's settings too: refused at install, not at the operator's start.
+        "settings.maxRestartPerHour=3",
+        "settings.migration.placingTimeout=1",
     ] {
         let mut helm = cp.helm();
         helm.args(["install", "typo"])
@@ -222,6 +229,9 @@ async fn a_typo_in_values_fails_install() {
     )
     .expect_err("pools in settings");
     assert!(error.contains("settings"), "{error}");
+    let error = template(cp, "typo", &ns, &["--set", URL, "--set", "settings.pendingWindow=soon"])
+        .expect_err("a word for a number");
+    assert!(error.contains("/settings/pendingWindow"), "{error}");
 }
 
 #[tokio::test]
@@ -670,5 +680,260 @@ async fn metrics_service_monitor_and_budget_select_only_the_operator_pods() {
     assert!(
         !selects(monitored, &sim_service["metadata"]["labels"]),
         "the ServiceMonitor scrapes the simulator"
+    );
+}
+
+#[tokio::test]
+async fn the_alerting_rules_and_the_dashboard_ship_as_their_files_only_when_asked_for() {
+    let cp = control_plane::shared().await;
+    let documents = |args: &[&str]| -> Vec<serde_json::Value> {
+        let mut all = vec!["--set", URL];
+        all.extend_from_slice(args);
+        let rendered = template(cp, "mon", "ops", &all).unwrap_or_else(|e| panic!("render: {e}"));
+        serde_yaml::Deserializer::from_str(&rendered)
+            .filter_map(|d| serde::Deserialize::deserialize(d).ok())
+            .filter(|d: &serde_json::Value| d.is_object())
+            .collect()
+    };
+    let monitoring = |docs: &[serde_json::Value]| {
+        docs.iter()
+            .filter(|d| d["kind"] == "PrometheusRule" || d["metadata"]["name"] == "mon-norsk-auto-manager-dashboard")
+            .count()
+    };
+    assert_eq!(monitoring(&documents(&[])), 0, "off by default");
+    let docs = documents(&[
+        "--set",
+        "metrics.prometheusRule.enabled=true",
+        "--set",
+        "metrics.prometheusRule.labels.release=kube-prometheus-stack",
+        "--set",
+        "metrics.dashboard.enabled=true",
+    ]);
+    let rule = docs
+        .iter()
+        .find(|d| d["kind"] == "PrometheusRule")
+        .expect("a PrometheusRule");
+    assert_eq!(rule["metadata"]["labels"]["release"], "kube-prometheus-stack");
+    let file: serde_json::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(chart_dir().join("files/alerts.yaml")).unwrap()).unwrap();
+    assert_eq!(
+        rule["spec"], file,
+        "the PrometheusRule carries files/alerts.yaml as it is"
+    );
+    let dashboard = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "mon-norsk-auto-manager-dashboard")
+        .expect("the dashboard ConfigMap");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    let shipped: serde_json::Value =
+        serde_json::from_str(dashboard["data"]["norsk-auto-manager.json"].as_str().unwrap()).unwrap();
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(chart_dir().join("files/dashboard.json")).unwrap()).unwrap();
+    assert_eq!(shipped, file);
+}
+
+/// The values table of the chart's README, generated from `values.yaml`: one
+/// row per key, its default, and the comment lines above it (a comment above
+/// a section names the section; its keys get rows of their own).
+fn values_table(values: &str) -> String {
+    let mut rows = vec!["| Key | Default | Description |".to_owned(), "|---|---|---|".to_owned()];
+    // (indent, key, documented): a key under a documented section needs no comment of its own.
+    let mut path: Vec<(usize, String, bool)> = Vec::new();
+    let mut comment: Vec<String> = Vec::new();
+    let lines: Vec<&str> = values.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        if let Some(text) = trimmed.strip_prefix('#') {
+            comment.push(text.trim().to_owned());
+            continue;
+        }
+        if trimmed.is_empty() {
+            // A blank line ends a comment that belongs to no key.
+            comment.clear();
+            continue;
+        }
+        let Some((key, value)) = trimmed.split_once(':') else {
+            continue;
+        };
+        if key.starts_with("- ") || indent > 0 && path.is_empty() {
+            continue;
+        }
+        while path.last().is_some_and(|(depth, _, _)| *depth >= indent) {
+            path.pop();
+        }
+        let full: Vec<&str> = path.iter().map(|(_, k, _)| k.as_str()).chain([key]).collect();
+        let full = full.join(".");
+        let value = value.trim();
+        let child_follows = value.is_empty()
+            && lines[i + 1..]
+                .iter()
+                .find(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+                .is_some_and(|next| next.len() - next.trim_start().len() > indent);
+        let description = comment.join(" ").replace('|', "\\|");
+        comment.clear();
+        let section_documented = path.iter().any(|(_, _, documented)| *documented);
+        assert!(
+            !description.is_empty() || section_documented,
+            "values.yaml: `{full}` has no comment saying what it does"
+        );
+        if child_follows {
+            path.push((indent, key.to_owned(), !description.is_empty()));
+            if !description.is_empty() {
+                rows.push(format!("| `{full}` | | {description} |"));
+            }
+        } else {
+            let default = if value.is_empty() { "\"\"" } else { value };
+            rows.push(format!(
+                "| `{full}` | `{}` | {description} |",
+                default.replace('|', "\\|")
+            ));
+        }
+    }
+    rows.join("\n") + "\n"
+}
+
+#[test]
+fn the_chart_readme_lists_every_value_as_values_yaml_documents_it() {
+    let values = std::fs::read_to_string(chart_dir().join("values.yaml")).unwrap();
+    let readme_path = chart_dir().join("README.md");
+    let readme = std::fs::read_to_string(&readme_path).expect("the chart has a README (helm show readme)");
+    let (start, end) = ("<!-- values:start -->\n", "<!-- values:end -->");
+    let (before, rest) = readme.split_once(start).expect("the values markers");
+    let (_, after) = rest.split_once(end).expect("the values end marker");
+    let expected = format!("{before}{start}{}{end}{after}", values_table(&values));
+    if readme != expected && std::env::var_os("UPDATE_CHART_README").is_some() {
+        std::fs::write(&readme_path, &expected).unwrap();
+        return;
+    }
+    assert!(
+        readme == expected,
+        "charts/norsk-auto-manager/README.md's values table is stale: run \
+         UPDATE_CHART_README=1 cargo test --test kube_chart the_chart_readme"
+    );
+    // Every top-level key of values.schema.json has a row.
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(chart_dir().join("values.schema.json")).unwrap()).unwrap();
+    for key in schema["properties"].as_object().unwrap().keys() {
+        assert!(
+            readme.contains(&format!("| `{key}")),
+            "values.schema.json's {key} has no row in the chart README"
+        );
+    }
+}
+
+/// crane's directory: `NORSK_CRANE_BIN`, else `e2e/registry/build.sh` (built from the Go
+/// module proxy and cached on first use, like the control plane).
+fn crane() -> PathBuf {
+    if let Some(dir) = std::env::var_os("NORSK_CRANE_BIN") {
+        return PathBuf::from(dir).join("crane");
+    }
+    let out = Command::new("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/registry/build.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("bash runs");
+    assert!(out.status.success(), "e2e/registry/build.sh failed (see above)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    PathBuf::from(stdout.lines().last().expect("the bin directory").trim()).join("crane")
+}
+
+/// A loopback OCI registry (crane's, in memory) until dropped.
+struct Registry(std::process::Child, u16);
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn the_chart_is_published_to_an_oci_registry_and_installs_from_it() {
+    let cp = installed().await;
+    let ns = cp.namespace("oci").await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let registry = Registry(
+        Command::new(crane())
+            .args(["registry", "serve", "--address", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("crane starts"),
+        port,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut package = cp.helm();
+    package.args(["package"]).arg(chart_dir()).arg("-d").arg(dir.path());
+    run(package, "").unwrap_or_else(|e| panic!("helm package failed:\n{e}"));
+    let chart: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(chart_dir().join("Chart.yaml")).unwrap()).unwrap();
+    let version = chart["version"].as_str().expect("a chart version").to_owned();
+    let packaged = dir.path().join(format!("norsk-auto-manager-{version}.tgz"));
+    let remote = format!("oci://127.0.0.1:{}/charts", registry.1);
+    // The registry is another process: push until it listens (bounded).
+    let mut pushed = Err(String::new());
+    for _ in 0..50 {
+        let mut push = cp.helm();
+        push.arg("push").arg(&packaged).arg(&remote).arg("--plain-http");
+        pushed = run(push, "");
+        if pushed.is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    pushed.unwrap_or_else(|e| panic!("helm push failed:\n{e}"));
+    // What the registry holds is a Helm chart artifact under the chart's version.
+    let mut manifest = Command::new(crane());
+    manifest
+        .args(["manifest", "--insecure"])
+        .arg(format!("127.0.0.1:{}/charts/norsk-auto-manager:{version}", registry.1));
+    let manifest: serde_json::Value =
+        serde_json::from_str(&run(manifest, "").unwrap_or_else(|e| panic!("crane manifest failed:\n{e}"))).unwrap();
+    assert_eq!(
+        manifest["config"]["mediaType"],
+        "application/vnd.cncf.helm.config.v1+json"
+    );
+    let mut install = cp.helm();
+    install
+        .args(["install", "published"])
+        .arg(format!("{remote}/norsk-auto-manager"))
+        .args([
+            "--version",
+            &version,
+            "--plain-http",
+            "-n",
+            &ns,
+            "--set",
+            URL,
+            "--skip-crds",
+        ]);
+    let installed = run(install, "").unwrap_or_else(|e| panic!("helm install from the registry failed:\n{e}"));
+    assert!(installed.contains("STATUS: deployed"), "{installed}");
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(cp.client(), &ns);
+    let operator = deployments
+        .get("published-norsk-auto-manager")
+        .await
+        .expect("the operator Deployment of the release installed from the registry");
+    let labels = operator.metadata.labels.unwrap_or_default();
+    assert_eq!(
+        labels.get("helm.sh/chart").map(String::as_str),
+        Some(format!("norsk-auto-manager-{version}").as_str())
+    );
+}
+
+#[test]
+fn the_values_schema_types_settings_exactly_as_the_operator_reads_them() {
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(chart_dir().join("values.schema.json")).unwrap()).unwrap();
+    let expected = norsk_auto_manager::automanager::chart_settings_schema();
+    assert!(
+        schema["properties"]["settings"] == expected,
+        "values.schema.json's settings drifted from AutoSettings; its entry should be:\n{}",
+        serde_json::to_string_pretty(&expected).unwrap()
     );
 }

@@ -83,14 +83,7 @@ fn bundle(name: &str, spec: &str) -> String {
 async fn the_examples_apply_cleanly() {
     let cp = installed().await;
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
-    // The example bundles live in the `studio` namespace, as a user's would.
-    let ns = cp
-        .kubectl()
-        .args(["create", "namespace", "studio"])
-        .output()
-        .expect("run kubectl");
-    let stderr = String::from_utf8_lossy(&ns.stderr);
-    assert!(ns.status.success() || stderr.contains("AlreadyExists"), "{stderr}");
+    // As on a fresh cluster: the examples create the namespace they use.
     let out = cp
         .kubectl()
         .args(["apply", "-f"])
@@ -112,6 +105,7 @@ async fn the_examples_apply_cleanly() {
         "{stdout}"
     );
     assert!(stdout.contains("bundle.automanager.norsk.video/"), "{stdout}");
+    assert!(stdout.contains("namespace/studio"), "{stdout}");
 }
 
 #[tokio::test]
@@ -134,6 +128,10 @@ async fn co_locate_with_must_name_a_job_of_the_bundle() {
     assert!(
         msg.contains("coLocateWith must name other jobs of this bundle"),
         "{msg}"
+    );
+    assert!(
+        msg.contains("spec.jobs: Invalid value"),
+        "the message names the field: {msg}"
     );
 }
 
@@ -175,9 +173,51 @@ async fn backup_overrides_must_name_jobs_of_the_bundle() {
     let spec = "  pool: p\n  jobs: [{jobName: encode}]\n  backupParameterOverrides: {ghost: {bitrate: '1'}}\n";
     let msg = refused(&bundle("overrides", spec)).await;
     assert!(
-        msg.contains("backupParameterOverrides must be keyed by job names"),
+        msg.contains("backupParameterOverrides must be keyed by job names of this bundle"),
         "{msg}"
     );
+}
+
+#[tokio::test]
+async fn capacities_and_ports_out_of_range_are_refused_naming_the_field() {
+    for (requirements, field) in [
+        ("{requiredCapacity: -2}", "spec.jobs[0].requirements.requiredCapacity"),
+        (
+            "{requiredGpuCapacity: -0.5}",
+            "spec.jobs[0].requirements.requiredGpuCapacity",
+        ),
+        (
+            "{requiredHostPorts: ['70000/tcp']}",
+            "spec.jobs[0].requirements.requiredHostPorts[0]",
+        ),
+        (
+            "{requiredHostPorts: ['0/udp']}",
+            "spec.jobs[0].requirements.requiredHostPorts[0]",
+        ),
+    ] {
+        let spec = format!("  pool: p\n  jobs: [{{jobName: encode, requirements: {requirements}}}]\n");
+        let msg = refused(&bundle("range", &spec)).await;
+        assert!(msg.contains(field), "{requirements}: {msg}");
+    }
+    let shape = "{instanceType: m5.xlarge, totalCapacity: -4, totalCores: 4}";
+    let msg = refused(&pool(&format!(
+        "  - {{name: cloud, kind: aws, candidateInstanceTypes: [{shape}]}}\n"
+    )))
+    .await;
+    assert!(
+        msg.contains("spec.tiers[0].candidateInstanceTypes[0].totalCapacity"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn an_elastic_tier_needs_an_instance_type_to_provision() {
+    let msg = refused(&pool("  - {name: cloud, kind: aws, region: eu-west-1}\n")).await;
+    assert!(
+        msg.contains("tier cloud is elastic (scaleOut: elastic, the default) but lists no candidateInstanceTypes"),
+        "{msg}"
+    );
+    assert!(msg.contains("spec.tiers[0].candidateInstanceTypes"), "{msg}");
 }
 
 #[tokio::test]
@@ -285,4 +325,105 @@ async fn a_drain_strategy_is_one_the_saga_knows() {
     )
     .await;
     assert!(msg.contains("Unsupported value: \"teleport\""), "{msg}");
+}
+
+#[tokio::test]
+async fn a_schedule_must_end_after_it_starts() {
+    let spec = "  pool: p\n  schedule: {start: '2026-12-05T19:00:00Z', end: '2026-12-05T20:00:00+01:00'}\n  jobs: [{jobName: encode}]\n";
+    let msg = refused(&bundle("ends-early", spec)).await;
+    assert!(msg.contains("schedule.end must be after schedule.start"), "{msg}");
+    let cp = installed().await;
+    let ns = cp.namespace("crd").await;
+    let fine = "  pool: p\n  schedule: {start: '2026-12-05T19:00:00Z', end: '2026-12-05T21:00:00+01:00'}\n  jobs: [{jobName: encode}]\n";
+    cp.kubectl_apply(&ns, &bundle("ends-later", fine))
+        .expect("an end after the start is accepted");
+}
+
+#[tokio::test]
+async fn schedule_times_are_rfc3339_with_an_offset() {
+    let spec = "  pool: p\n  schedule: {start: '2026-12-05T19:00:00'}\n  jobs: [{jobName: encode}]\n";
+    let msg = refused(&bundle("no-offset", spec)).await;
+    assert!(msg.contains("spec.schedule.start"), "{msg}");
+}
+
+#[tokio::test]
+async fn started_replicas_are_for_manual_jobs() {
+    let spec = "  pool: p\n  jobs: [{jobName: encode, startedReplicas: [0]}]\n";
+    let msg = refused(&bundle("started-auto", spec)).await;
+    assert!(msg.contains("startedReplicas is for startMode: manual jobs"), "{msg}");
+}
+
+#[tokio::test]
+async fn started_replicas_name_replicas_the_bundle_has() {
+    let spec = "  pool: p\n  jobs: [{jobName: record, startMode: manual, startedReplicas: [1]}]\n";
+    let msg = refused(&bundle("started-backup", spec)).await;
+    assert!(
+        msg.contains("startedReplicas must name replicas the bundle has"),
+        "{msg}"
+    );
+    let spec = "  pool: p\n  jobs: [{jobName: record, startMode: manual, startedReplicas: [0, 0]}]\n";
+    let msg = refused(&bundle("started-twice", spec)).await;
+    assert!(msg.contains("Duplicate value"), "{msg}");
+}
+
+/// The field's name as words (`requiredCapacity` -> `required capacity`).
+fn name_words(name: &str) -> Vec<String> {
+    let mut words = vec![String::new()];
+    for c in name.chars() {
+        if c.is_uppercase() && !words.last().unwrap().is_empty() {
+            words.push(String::new());
+        }
+        words.last_mut().unwrap().push(c.to_ascii_lowercase());
+    }
+    words
+}
+
+fn descriptions(schema: &serde_json::Value, path: &str, out: &mut Vec<(String, String)>) {
+    if let Some(text) = schema["description"].as_str() {
+        out.push((path.to_owned(), text.to_owned()));
+    }
+    if let Some(properties) = schema["properties"].as_object() {
+        for (name, property) in properties {
+            descriptions(property, &format!("{path}.{name}"), out);
+        }
+    }
+    if schema["items"].is_object() {
+        descriptions(&schema["items"], &format!("{path}[]"), out);
+    }
+}
+
+#[test]
+fn every_field_description_says_more_than_the_fields_name_and_speaks_no_jargon() {
+    let filler = ["the", "a", "an", "its", "of"];
+    let mut problems = Vec::new();
+    for definition in crd::definitions() {
+        let kind = definition.spec.names.kind.clone();
+        for version in &definition.spec.versions {
+            let schema = serde_json::to_value(&version.schema.as_ref().unwrap().open_api_v3_schema).unwrap();
+            let mut found = Vec::new();
+            descriptions(&schema, &kind, &mut found);
+            for (path, text) in found {
+                let field = path.rsplit('.').next().unwrap().trim_end_matches("[]");
+                let said: Vec<String> = text
+                    .to_lowercase()
+                    .split(|c: char| !c.is_ascii_alphanumeric())
+                    .filter(|w| !w.is_empty() && !filler.contains(w))
+                    .map(str::to_owned)
+                    .collect();
+                let named: Vec<String> = name_words(field)
+                    .into_iter()
+                    .filter(|w| !filler.contains(&w.as_str()))
+                    .collect();
+                if said == named {
+                    problems.push(format!("{path}: {text:?} only repeats the field's name"));
+                }
+                if said.iter().any(|w| w == "seed") {
+                    problems.push(format!(
+                        "{path}: {text:?} speaks of the seed (the library this operator re-imagines)"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

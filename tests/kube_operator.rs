@@ -1,8 +1,9 @@
 //! The operator against the real control plane (etcd + kube-apiserver, see
 //! `support/control_plane.rs`) with the Manager simulator in-process: what
 //! `kubectl apply` of the examples leads to, recovery after a node loss, the
-//! delete finalizer, `Stalled` policies, status writes only on change, and
-//! one leader among two operator processes.
+//! delete finalizer, `Stalled` policies, status writes only on change, a
+//! manual job started and stopped from its Bundle, and one leader among two
+//! operator processes.
 //!
 //! Every test takes a namespace and a simulator of its own, and runs its
 //! own operator over that namespace's bundles (pools and hot-spare
@@ -28,7 +29,11 @@ use norsk_auto_manager::controller::leader::{LeaseSettings, elect};
 use norsk_auto_manager::controller::node_status::node_resource_name;
 use norsk_auto_manager::crd::{self, Bundle, HotSparePolicy, NorskNode};
 use norsk_auto_manager::manager::proto::sim_admin;
-use operator_support::{Operator, WAIT, condition, example, installed, is_ready, simulator, small_bundle, until};
+use norsk_auto_manager::model::{JobState, SchedulePhase};
+use operator_support::{
+    Operator, WAIT, condition, example, installed, instances_of, is_ready, manual_bundle, primary_job, simulator,
+    small_bundle, until,
+};
 
 #[tokio::test]
 async fn applied_examples_become_ready_with_their_nodes_in_status() {
@@ -415,6 +420,30 @@ async fn a_bundle_the_fleet_cannot_hold_says_no_capacity() {
     assert_eq!(condition(&waiting, "Admitted").map(|c| c.1), Some("NoCapacity".into()));
     assert_eq!(condition(&waiting, "Ready").map(|c| c.0), Some("False".into()));
     assert_eq!(condition(&waiting, "Placed").map(|c| c.0), Some("False".into()));
+    // The condition says what decided it, as `kubectl norsk explain` would.
+    let placed = until(
+        &bundles,
+        "huge",
+        "Placed naming the tiers' verdicts",
+        |b: Option<&Bundle>| {
+            b.and_then(|b| b.status.as_ref())
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Placed"))
+                .is_some_and(|c| c.message.contains("no candidate instance type fits"))
+        },
+    )
+    .await;
+    let message = placed
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Placed")
+        .unwrap()
+        .message;
+    assert!(
+        message.starts_with("no tier could place or provision 0/encode (no capacity in any pool: tier "),
+        "{message}"
+    );
     operator.stop().await;
     sim.shutdown().await;
 }
@@ -741,4 +770,137 @@ async fn two_candidates_racing_for_a_free_lease_never_both_lead() {
         );
         drop((a, b));
     }
+}
+
+#[tokio::test]
+async fn a_manual_job_is_started_and_stopped_from_the_bundle_resource() {
+    let cp = installed().await;
+    let ns = cp.namespace("manual").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "manual-0").await;
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let record = format!("{ns}/show/0/record");
+    cp.kubectl_apply(&ns, &manual_bundle("show", &[]))
+        .expect("bundle applies");
+    let dormant = until(&bundles, "show", "Ready with record dormant", |b: Option<&Bundle>| {
+        is_ready(b) && primary_job(b, "record").is_some_and(|(s, _)| s == "dormant")
+    })
+    .await;
+    let encode_node = primary_job(Some(&dormant), "encode")
+        .and_then(|(_, n)| n)
+        .expect("encode placed");
+    assert!(instances_of(&sim, &record).await.is_empty(), "a dormant job runs");
+
+    cp.kubectl_apply(&ns, &manual_bundle("show", &[0]))
+        .expect("started in the spec");
+    let running = until(&bundles, "show", "record running", |b: Option<&Bundle>| {
+        primary_job(b, "record").is_some_and(|(s, n)| s == "running" && n.is_some())
+    })
+    .await;
+    let (_, node) = primary_job(Some(&running), "record").expect("record in status");
+    assert_eq!(instances_of(&sim, &record).await, [node.expect("placed")]);
+
+    cp.kubectl_apply(&ns, &manual_bundle("show", &[]))
+        .expect("stopped in the spec");
+    until(
+        &bundles,
+        "show",
+        "record dormant and off its node",
+        |b: Option<&Bundle>| primary_job(b, "record").is_some_and(|(s, n)| s == "dormant" && n.is_none()),
+    )
+    .await;
+    // Its instance is stopped, not left running (Manager's StopBundleJob
+    // alone would leave it).
+    tokio::time::timeout(WAIT, async {
+        while !instances_of(&sim, &record).await.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the stopped job's instance is gone");
+    let after = bundles.get("show").await.expect("bundle");
+    assert_eq!(
+        primary_job(Some(&after), "encode"),
+        Some(("running".to_owned(), Some(encode_node))),
+        "the auto job was touched"
+    );
+    // Starting and stopping is no revision: Manager still holds the bundle
+    // it was created with.
+    let stored = sim.snapshot().await.bundles;
+    assert_eq!(stored.iter().map(|b| b.generation).collect::<Vec<_>>(), [1]);
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_scheduled_bundle_shows_its_schedule_and_waits_for_it_or_ends_with_it() {
+    let cp = installed().await;
+    let ns = cp.namespace("scheduled").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "scheduled-0").await;
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    // The example, booked ahead: nothing runs, and it says when it will.
+    cp.kubectl_apply(&ns, &example("scheduled-match.yaml"))
+        .expect("example applies");
+    let waiting = until(
+        &bundles,
+        "match-final",
+        "waiting for its start",
+        |b: Option<&Bundle>| {
+            b.and_then(|b| b.status.as_ref()?.schedule.as_ref())
+                .is_some_and(|s| s.phase == SchedulePhase::Waiting)
+                && primary_job(b, "record").is_some_and(|(s, _)| s == "scheduled")
+        },
+    )
+    .await;
+    assert_eq!(
+        condition(&waiting, "Ready"),
+        Some(("True".to_owned(), "Scheduled".to_owned()))
+    );
+    let schedule = waiting
+        .status
+        .as_ref()
+        .and_then(|s| s.schedule.clone())
+        .expect("schedule");
+    assert_eq!(schedule.start.to_string(), "2027-05-29T19:00:00Z");
+    assert_eq!(
+        schedule.placing_from.to_string(),
+        "2027-05-29T18:55:00Z",
+        "the cloud tiers' lead"
+    );
+    assert_eq!(schedule.next_phase, Some(SchedulePhase::Placing));
+    assert_eq!(schedule.next_transition_time, Some(schedule.placing_from));
+    assert!(
+        instances_of(&sim, &format!("{ns}/match-final/0/encode"))
+            .await
+            .is_empty()
+    );
+    // The same production in the past: ended, its jobs completed, nothing on air.
+    let ended = example("scheduled-match.yaml")
+        .replace("name: match-final", "name: match-past")
+        .replace("2027-05-29", "2026-05-29");
+    cp.kubectl_apply(&ns, &ended).expect("applies");
+    let past = until(&bundles, "match-past", "ended", |b: Option<&Bundle>| {
+        b.and_then(|b| b.status.as_ref()?.schedule.as_ref())
+            .is_some_and(|s| s.phase == SchedulePhase::Ended)
+            && ["encode", "record"]
+                .iter()
+                .all(|j| primary_job(b, j).is_some_and(|(s, _)| s == "ended"))
+    })
+    .await;
+    assert_eq!(condition(&past, "Ready"), Some(("True".to_owned(), "Ended".to_owned())));
+    let jobs = sim.snapshot().await.jobs;
+    let completed: Vec<_> = jobs
+        .iter()
+        .filter(|j| j.job_id.0.starts_with(&format!("{ns}/match-past/")))
+        .map(|j| j.state)
+        .collect();
+    assert_eq!(completed, [JobState::Post, JobState::Post], "completed on Manager");
+    assert!(
+        instances_of(&sim, &format!("{ns}/match-past/0/encode"))
+            .await
+            .is_empty()
+    );
+    operator.stop().await;
+    sim.shutdown().await;
 }

@@ -3,7 +3,7 @@
 //! a followed drain ending with its phase, `plan` printing what `norsk-auto-manager plan`
 //! prints for the same pools, bundles and fleet file, and `plan` on the live fleet (the
 //! NorskNodes an operator running against the simulator mirrors) choosing the node the
-//! operator then places on.
+//! operator then places on, and `start` / `stop` of a manual job through a real operator.
 
 #[path = "support/control_plane.rs"]
 mod control_plane;
@@ -26,7 +26,9 @@ use norsk_auto_manager::crd::{
 };
 use norsk_auto_manager::model::{FleetNode, NodeId, NodeInventory, NodePhase};
 use norsk_auto_manager::plugin::{self, Command, FleetSource, PlanWarning, PluginError, Strategy};
-use operator_support::{Operator, WAIT, installed, is_ready, simulator, until};
+use operator_support::{
+    Operator, WAIT, installed, instances_of, is_ready, manual_bundle, primary_job, simulator, until,
+};
 use serde_json::json;
 
 fn repo() -> PathBuf {
@@ -357,7 +359,7 @@ async fn plan_prints_what_the_offline_plan_prints_for_the_same_inputs() {
     .expect("offline plan");
     let _ = std::fs::remove_file(&bundle_file);
     let file = FleetSource::File(fleet.clone());
-    let live = plugin::plan::plan(cp.client(), &ns, &file, &[], Output::Json)
+    let live = plugin::plan::plan(cp.client(), Some(&ns), &file, &[], Output::Json)
         .await
         .expect("live plan")
         .text;
@@ -450,7 +452,7 @@ async fn mirrored_with(cp: &control_plane::ControlPlane, fleet: &str, node: &str
 /// it: the node the plan chose and the node the operator chose.
 async fn planned_and_placed(cp: &control_plane::ControlPlane, ns: &str, bundle: &str) -> (String, String) {
     let live = FleetSource::Live(ns.to_owned());
-    let planned = plugin::plan::plan(cp.client(), ns, &live, &[bundle.to_owned()], Output::Json)
+    let planned = plugin::plan::plan(cp.client(), Some(ns), &live, &[bundle.to_owned()], Output::Json)
         .await
         .expect("plan on the live fleet");
     assert_eq!(planned.warnings, Vec::new());
@@ -568,7 +570,7 @@ async fn plan_leaves_out_a_norsk_node_whose_status_does_not_convert_and_says_whi
     cp.kubectl_apply(&ns, &sized_bundle("news", 2.0))
         .expect("bundle applies");
     let live = FleetSource::Live(ns.clone());
-    let planned = plugin::plan::plan(cp.client(), &ns, &live, &[], Output::Json)
+    let planned = plugin::plan::plan(cp.client(), Some(&ns), &live, &[], Output::Json)
         .await
         .expect("the plan runs without the broken nodes");
     assert_eq!(planned_node(&planned.text), good);
@@ -588,7 +590,7 @@ async fn plan_leaves_out_a_norsk_node_whose_status_does_not_convert_and_says_whi
     );
     // A fleet name nothing mirrors is said to be empty.
     let elsewhere = FleetSource::Live(format!("{ns}-elsewhere"));
-    let empty = plugin::plan::plan(cp.client(), &ns, &elsewhere, &[], Output::Json)
+    let empty = plugin::plan::plan(cp.client(), Some(&ns), &elsewhere, &[], Output::Json)
         .await
         .expect("plan");
     assert!(
@@ -596,4 +598,283 @@ async fn plan_leaves_out_a_norsk_node_whose_status_does_not_convert_and_says_whi
         "{:?}",
         empty.warnings
     );
+}
+
+/// The `start` / `stop` command for `show`'s manual job `record`.
+fn start_stop(start: bool, job: &str, replica: Option<u32>) -> Command {
+    let (bundle, job) = ("show".to_owned(), job.to_owned());
+    if start {
+        Command::Start {
+            bundle,
+            job,
+            replica,
+            no_wait: false,
+        }
+    } else {
+        Command::Stop {
+            bundle,
+            job,
+            replica,
+            no_wait: false,
+        }
+    }
+}
+
+#[tokio::test]
+async fn start_and_stop_change_the_bundle_and_wait_for_the_operator_to_act() {
+    let cp = installed().await;
+    let ns = cp.namespace("start-stop").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "start-stop-0").await;
+    let bundles: Api<crd::Bundle> = Api::namespaced(cp.client(), &ns);
+    let record = format!("{ns}/show/0/record");
+    cp.kubectl_apply(&ns, &manual_bundle("show", &[]))
+        .expect("bundle applies");
+    until(&bundles, "show", "Ready", |b: Option<&crd::Bundle>| is_ready(b)).await;
+
+    let started = tokio::time::timeout(WAIT, plugin::run(cp.client(), &ns, start_stop(true, "record", None)))
+        .await
+        .expect("start returns once the operator started the job")
+        .expect("start");
+    assert_eq!(started, ExitCode::SUCCESS);
+    let bundle = bundles.get("show").await.expect("bundle");
+    assert_eq!(
+        bundle.spec.0.jobs[1].started_replicas,
+        [0],
+        "the desired state is in the spec"
+    );
+    let (state, _) = primary_job(Some(&bundle), "record").expect("record in status");
+    assert_ne!(state, "dormant", "start returned before the operator acted");
+    until(&bundles, "show", "record running", |b: Option<&crd::Bundle>| {
+        primary_job(b, "record").is_some_and(|(s, _)| s == "running")
+    })
+    .await;
+    assert_eq!(instances_of(&sim, &record).await.len(), 1);
+
+    let stopped = tokio::time::timeout(
+        WAIT,
+        plugin::run(cp.client(), &ns, start_stop(false, "record", Some(0))),
+    )
+    .await
+    .expect("stop returns once the operator stopped the job")
+    .expect("stop");
+    assert_eq!(stopped, ExitCode::SUCCESS);
+    let bundle = bundles.get("show").await.expect("bundle");
+    assert!(bundle.spec.0.jobs[1].started_replicas.is_empty());
+    assert_eq!(
+        primary_job(Some(&bundle), "record"),
+        Some(("dormant".to_owned(), None)),
+        "stop returned before the job was off its node"
+    );
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn start_of_an_auto_job_or_a_missing_replica_says_so_and_changes_nothing() {
+    let cp = installed().await;
+    let ns = cp.namespace("start-refused").await;
+    cp.kubectl_apply(&ns, &manual_bundle("show", &[]))
+        .expect("bundle applies");
+    let bundles: Api<crd::Bundle> = Api::namespaced(cp.client(), &ns);
+    let before = bundles.get("show").await.expect("bundle").metadata.resource_version;
+    match plugin::run(cp.client(), &ns, start_stop(true, "encode", None)).await {
+        Err(e @ PluginError::NotManualJob { .. }) => assert!(e.to_string().contains("startMode auto"), "{e}"),
+        other => panic!("expected NotManualJob, got {other:?}"),
+    }
+    match plugin::run(cp.client(), &ns, start_stop(true, "record", Some(1))).await {
+        Err(e @ PluginError::UnknownReplica { .. }) => assert!(e.to_string().contains("no backup"), "{e}"),
+        other => panic!("expected UnknownReplica, got {other:?}"),
+    }
+    match plugin::run(cp.client(), &ns, start_stop(false, "mux", None)).await {
+        Err(PluginError::UnknownJob { job, .. }) => assert_eq!(job, "mux"),
+        other => panic!("expected UnknownJob, got {other:?}"),
+    }
+    let after = bundles.get("show").await.expect("bundle").metadata.resource_version;
+    assert_eq!(before, after, "a refused command wrote to the Bundle");
+}
+
+/// A kubeconfig whose current context points nowhere and whose context `real` (namespace
+/// `namespace`) is the test cluster: a command reaches the cluster only through `--context`.
+fn two_context_kubeconfig(cp: &control_plane::ControlPlane, dir: &Path, namespace: &str) -> PathBuf {
+    let mut config: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(cp.kubeconfig()).unwrap()).unwrap();
+    let real = serde_yaml::from_str::<serde_yaml::Value>(&format!(
+        "name: real\ncontext: {{cluster: norsk-test, user: admin, namespace: {namespace}}}"
+    ))
+    .unwrap();
+    let broken =
+        serde_yaml::from_str::<serde_yaml::Value>("name: broken\ncontext: {cluster: nowhere, user: admin}").unwrap();
+    config["contexts"] = serde_yaml::Value::Sequence(vec![real, broken]);
+    let nowhere =
+        serde_yaml::from_str::<serde_yaml::Value>("name: nowhere\ncluster: {server: 'https://127.0.0.1:1'}").unwrap();
+    config["clusters"].as_sequence_mut().unwrap().push(nowhere);
+    config["current-context"] = "broken".into();
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
+    path
+}
+
+/// `kubectl norsk ARGS` through kubectl itself, the plugin found on `PATH`, with no
+/// `KUBECONFIG` and an empty home: only the flags say which cluster.
+fn kubectl_norsk(cp: &control_plane::ControlPlane, home: &Path, args: &[&str]) -> std::process::Output {
+    let plugin_dir = Path::new(env!("CARGO_BIN_EXE_kubectl-norsk"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let path = std::env::join_paths(
+        std::iter::once(plugin_dir).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .unwrap();
+    std::process::Command::new(cp.bin("kubectl"))
+        .arg("norsk")
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .env("HOME", home)
+        .env("PATH", path)
+        .output()
+        .expect("kubectl runs")
+}
+
+#[tokio::test]
+async fn the_plugin_takes_kubectls_connection_flags_and_lists_every_namespace_with_where_jobs_run() {
+    let cp = installed().await;
+    let (first, second) = (cp.namespace("flags-a").await, cp.namespace("flags-b").await);
+    // Node `a` runs first's `news` today; `b` is empty.
+    let (a, b) = (format!("{first}-a"), format!("{first}-b"));
+    let mut busy = cluster_server(&a, 8.0);
+    let running: serde_json::Value = json!({
+        "jobId": format!("{first}/news/0/encode"), "bundle": format!("{first}/news"), "replicaIndex": 0,
+        "jobName": "encode", "template": "", "requiredCapacity": 2.0,
+    });
+    let mut placement = serde_json::to_value(busy.placement.take().unwrap()).unwrap();
+    placement["jobs"] = json!([running]);
+    busy.placement = Some(serde_json::from_value(placement).expect("a placement with a job"));
+    mirrored_node(cp, &first, &a, Some(busy)).await;
+    mirrored_node(cp, &first, &b, Some(cluster_server(&b, 8.0))).await;
+    cp.kubectl_apply(&first, &sized_bundle("news", 2.0))
+        .expect("bundle applies");
+    cp.kubectl_apply(&second, &sized_bundle("sport", 2.0))
+        .expect("bundle applies");
+    let home = tempfile::tempdir().unwrap();
+    let kubeconfig = two_context_kubeconfig(cp, home.path(), &first);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let fleet = format!("--fleet-name={first}");
+
+    // Without --context, the kubeconfig's current context is the one that points nowhere.
+    let unreachable = kubectl_norsk(cp, home.path(), &["--kubeconfig", kubeconfig, "plan", &fleet]);
+    assert!(
+        !unreachable.status.success(),
+        "planned against a cluster that does not exist"
+    );
+
+    // The context's namespace, and where its job runs now.
+    let wide = kubectl_norsk(
+        cp,
+        home.path(),
+        &[
+            "--kubeconfig",
+            kubeconfig,
+            "--context",
+            "real",
+            "plan",
+            "-o",
+            "wide",
+            &fleet,
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&wide.stdout);
+    assert!(
+        wide.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&wide.stderr)
+    );
+    let header: Vec<&str> = stdout.lines().next().unwrap().split_whitespace().collect();
+    assert!(header.ends_with(&["CURRENT", "MOVE"]), "{stdout}");
+    let row = stdout
+        .lines()
+        .find(|l| l.contains(&format!("{first}/news")))
+        .unwrap_or_else(|| panic!("no row of {first}/news:\n{stdout}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    let (planned, current, moves) = (cells[4], cells[cells.len() - 2], cells[cells.len() - 1]);
+    assert_eq!(current, a, "{stdout}");
+    assert_eq!(moves, if planned == a { "no" } else { "yes" }, "{stdout}");
+    assert!(!stdout.contains("sport"), "only the context's namespace:\n{stdout}");
+
+    // -A: every namespace's bundles; YAML as asked.
+    let all = kubectl_norsk(
+        cp,
+        home.path(),
+        &[
+            "--kubeconfig",
+            kubeconfig,
+            "--context=real",
+            "-A",
+            "plan",
+            "-o",
+            "yaml",
+            &fleet,
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&all.stdout);
+    assert!(all.status.success(), "{stdout}{}", String::from_utf8_lossy(&all.stderr));
+    let document: serde_yaml::Value = serde_yaml::from_str(&stdout).expect("plan -o yaml is YAML");
+    let bundles: Vec<&str> = document["placements"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["bundle"].as_str())
+        .collect();
+    assert!(
+        bundles.contains(&format!("{first}/news").as_str()) && bundles.contains(&format!("{second}/sport").as_str()),
+        "{bundles:?}"
+    );
+
+    // -A means nothing to a command on one resource: refused, naming why.
+    let refused = kubectl_norsk(
+        cp,
+        home.path(),
+        &["--kubeconfig", kubeconfig, "--context", "real", "-A", "explain", "news"],
+    );
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--all-namespaces applies to plan only"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}
+
+#[test]
+fn both_binaries_print_completion_scripts_their_shells_accept() {
+    for (binary, subcommand) in [
+        (env!("CARGO_BIN_EXE_kubectl-norsk"), "drain"),
+        (env!("CARGO_BIN_EXE_norsk-auto-manager"), "standalone"),
+    ] {
+        for shell in ["bash", "zsh", "fish"] {
+            let out = std::process::Command::new(binary)
+                .args(["completion", shell])
+                .output()
+                .expect("the binary runs");
+            let script = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{binary} completion {shell}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                script.contains(subcommand),
+                "{binary} completion {shell} misses {subcommand}"
+            );
+        }
+        // bash parses the script and registers the completion.
+        let check = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "source <('{binary}' completion bash) && complete -p {}",
+                Path::new(binary).file_name().unwrap().to_string_lossy()
+            ))
+            .output()
+            .expect("bash runs");
+        assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    }
 }

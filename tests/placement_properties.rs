@@ -4,8 +4,10 @@
 //! peers only; the result does not depend on the order of the nodes; a node
 //! is provisioned only when no existing node of that tier survived; tiers
 //! are walked in order; a pinned target never provisions; the trace changes
-//! nothing; rankings kept across a burst decide exactly as the scan.
+//! nothing; rankings kept across a burst decide exactly as the scan; the
+//! candidate index decides exactly as the scan (`placement_equivalence`).
 
+mod placement_equivalence;
 mod placement_support;
 
 use std::collections::{BTreeMap, HashMap};

@@ -165,6 +165,58 @@ fn backup_overrides_must_name_jobs_and_need_a_backup() {
 }
 
 #[test]
+fn a_schedule_must_end_after_it_starts() {
+    let view = view(CLOUD_POOL, "nodes: []");
+    let schedule = |end: &str| {
+        bundle(&format!(
+            "pool: cloud\nschedule: {{start: '2026-12-05T19:00:00Z', end: '{end}'}}\njobs: [{{jobName: a}}]"
+        ))
+    };
+    let found = validate_bundle(&view, &schedule("2026-12-05T20:00:00+01:00"));
+    assert_eq!(codes(&found.errors), vec![BundleIssueCode::ScheduleEndsBeforeStart]);
+    assert_eq!(found.errors[0].path, "schedule.end");
+    assert!(
+        found.errors[0]
+            .message
+            .contains("schedule.end must be after schedule.start"),
+        "{}",
+        found.errors[0].message
+    );
+    assert!(
+        validate_bundle(&view, &schedule("2026-12-05T21:00:00Z"))
+            .errors
+            .is_empty()
+    );
+}
+
+#[test]
+fn started_replicas_must_name_manual_jobs_and_replicas_the_bundle_has() {
+    let view = view(CLOUD_POOL, "nodes: []");
+    let spec = bundle(
+        "
+pool: cloud
+jobs:
+  - {jobName: a, startedReplicas: [0]}
+  - {jobName: b, startMode: manual, startedReplicas: [0, 1]}
+",
+    );
+    let found = validate_bundle(&view, &spec);
+    assert_eq!(
+        codes(&found.errors),
+        vec![BundleIssueCode::StartedAutoJob, BundleIssueCode::UnknownStartedReplica]
+    );
+    assert_eq!(found.errors[1].path, "jobs[1].startedReplicas");
+    assert!(
+        found.errors[1].message.contains("no backup"),
+        "{}",
+        found.errors[1].message
+    );
+    let backup =
+        bundle("pool: cloud\nresiliencePolicy: {}\njobs: [{jobName: b, startMode: manual, startedReplicas: [0, 1]}]");
+    assert!(validate_bundle(&view, &backup).errors.is_empty());
+}
+
+#[test]
 fn capacity_misses_against_a_cluster_pool_are_warnings_and_against_a_cloud_pool_errors() {
     let view = view(
         CLOUD_POOL,

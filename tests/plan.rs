@@ -1,6 +1,7 @@
 //! `norsk-auto-manager plan` on the files in `examples/`: through the
 //! library function the command uses, and through the built binary (exit
-//! codes, the documented JSON, errors naming file, document and field).
+//! codes, the documented JSON, errors naming file, document, field and
+//! line; input decoded as strictly as the API server admits it).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -188,7 +189,64 @@ fn the_binary_exits_two_on_a_document_of_the_wrong_kind() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("bundle-gpu.yaml: document 1: kind: expected PlacementPool"),
+        stderr.contains("bundle-gpu.yaml: document 1 (Bundle studio/gpu-transcode): kind: expected PlacementPool"),
         "{stderr}"
     );
+}
+
+fn plan_binary(bundle: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_norsk-auto-manager"))
+        .arg("plan")
+        .arg("--pools")
+        .arg(example("pools.yaml"))
+        .arg("--fleet")
+        .arg(example("fleets/studio.yaml"))
+        .arg(bundle)
+        .args(["--output", "json"])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn plan_exits_non_zero_naming_the_invalid_bundle_its_file_field_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {name: bad}\nspec:\n  pool: nowhere\n  jobs: [{jobName: j}]\n",
+    )
+    .unwrap();
+    let output = plan_binary(&file);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("bad.yaml: document 1 (Bundle default/bad): invalid: spec.pool:"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("at line 5 column 3"), "{stderr}");
+    // The plan is still printed: the invalid rows say what was refused.
+    let rows = placements(&String::from_utf8(output.stdout).unwrap());
+    assert_eq!(rows[0]["outcome"], "invalid");
+}
+
+#[test]
+fn plan_refuses_a_misspelt_field_instead_of_planning_with_the_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("typo.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {name: typo}\nspec:\n  pool: production\n  jobs:\n    - jobName: encode\n      requirements:\n        requiredCapcity: 2\n",
+    )
+    .unwrap();
+    let output = plan_binary(&file);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "typo.yaml: document 1 (Bundle default/typo): spec.jobs[0].requirements.requiredCapcity: unknown field"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("at line 9 column 9"), "{stderr}");
+    assert!(output.stdout.is_empty(), "nothing is planned from refused input");
 }

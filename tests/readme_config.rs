@@ -40,7 +40,8 @@ fn expected() -> Vec<(String, String)> {
 
 #[test]
 fn readme_configuration_reference_lists_every_setting_with_its_default() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md"))
+        .expect("docs/configuration.md");
     let section = readme
         .split("## Configuration reference")
         .nth(1)
@@ -58,6 +59,6 @@ fn readme_configuration_reference_lists_every_setting_with_its_default() {
         .collect();
     assert!(
         missing.is_empty(),
-        "README.md's configuration reference lacks {missing:#?}\nexpected rows (each followed by ` description |`):\n{table}"
+        "docs/configuration.md's configuration reference lacks {missing:#?}\nexpected rows (each followed by ` description |`):\n{table}"
     );
 }

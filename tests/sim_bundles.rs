@@ -276,3 +276,124 @@ async fn start_bundle_job_activates_a_dormant_job_and_stop_bundle_job_makes_it_d
     );
     sim.shutdown().await;
 }
+
+fn scheduled(start_ms: i64, end_ms: Option<i64>) -> pb::Bundle {
+    let at = |ms: i64| prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+    };
+    pb::Bundle {
+        schedule: Some(pb::BundleSchedule {
+            start: Some(at(start_ms)),
+            end: end_ms.map(at),
+        }),
+        ..bundle(false)
+    }
+}
+
+/// The job of a job event, if it is one.
+fn job_of(event: &Event) -> Option<&pb::Job> {
+    match event {
+        Event::JobUpdated(j) => j.job_with_history.as_ref(),
+        Event::JobActive(j) => j.job_with_history.as_ref(),
+        Event::JobPending(j) => j.job_with_history.as_ref(),
+        _ => None,
+    }?
+    .job
+    .as_ref()
+}
+
+fn millis(ts: &prost_types::Timestamp) -> i64 {
+    ts.seconds * 1000 + i64::from(ts.nanos) / 1_000_000
+}
+
+#[tokio::test]
+async fn a_scheduled_bundles_jobs_are_pending_with_its_start_and_turn_active_at_it() {
+    let (sim, mut events) = started().await;
+    // Five simulated minutes: 300 ms at the tests' time scale.
+    let start = sim.snapshot().await.time + 300_000;
+    sim.manager.clone().create_bundle(scheduled(start, None)).await.unwrap();
+    let (pending, _) = events
+        .until(|e| matches!(e, Event::JobPending(_)).then(|| job_of(e).cloned()).flatten())
+        .await;
+    assert_eq!(pending.state, pb::job::JobState::Pre as i32);
+    assert_eq!(pending.start_date_time.as_ref().map(millis), Some(start));
+    let (active, _) = events
+        .until(|e| matches!(e, Event::JobActive(_)).then(|| job_of(e).cloned()).flatten())
+        .await;
+    assert!(sim.snapshot().await.time >= start, "active before its start");
+    assert_eq!(active.state, pb::job::JobState::Active as i32);
+    assert_eq!(active.start_date_time.as_ref().map(millis), Some(start));
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_updated_schedule_re_dates_the_jobs() {
+    let (sim, mut events) = started().await;
+    let now = sim.snapshot().await.time;
+    sim.manager
+        .clone()
+        .create_bundle(scheduled(now + 3_600_000, None))
+        .await
+        .unwrap();
+    let start = now + 300_000;
+    sim.manager.clone().update_bundle(scheduled(start, None)).await.unwrap();
+    let (redated, _) = events
+        .until(|e| {
+            let job = job_of(e).filter(|_| kind(e) == "job_updated")?;
+            (job.start_date_time.as_ref().map(millis) == Some(start)).then(|| job.clone())
+        })
+        .await;
+    assert_eq!(redated.state, pb::job::JobState::Pre as i32);
+    let (active, _) = events
+        .until(|e| matches!(e, Event::JobActive(_)).then(|| job_of(e).cloned()).flatten())
+        .await;
+    assert!(sim.snapshot().await.time >= start, "active before its new start");
+    assert_eq!(active.start_date_time.as_ref().map(millis), Some(start));
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_completed_job_stays_completed_until_an_update_gives_it_a_new_schedule() {
+    let (sim, mut events) = started().await;
+    let now = sim.snapshot().await.time;
+    let live = scheduled(now - 60_000, Some(now + 3_600_000));
+    sim.manager.clone().create_bundle(live.clone()).await.unwrap();
+    sim.manager
+        .clone()
+        .complete_job(norsk_auto_manager::manager::proto::common::JobId {
+            job_id: "news/ch1/0/encode".into(),
+        })
+        .await
+        .unwrap();
+    let state_of = |e: &Event, wanted: pb::job::JobState| {
+        job_of(e)
+            .filter(|j| j.job_id.as_ref().is_some_and(|id| id.job_id == "news/ch1/0/encode"))
+            .filter(|j| j.state == wanted as i32)
+            .cloned()
+    };
+    events.until(|e| state_of(e, pb::job::JobState::Post)).await;
+    // A revision that keeps the schedule: the job's window stays over.
+    let mut revised = live.clone();
+    revised.jobs[0].parameters.insert("bitrate".into(), "6000".into());
+    sim.manager.clone().update_bundle(revised.clone()).await.unwrap();
+    let (kept, _) = events
+        .until(|e| {
+            job_of(e)
+                .filter(|j| j.job_id.as_ref().is_some_and(|id| id.job_id == "news/ch1/0/encode"))
+                .filter(|j| j.parameters.get("bitrate").is_some_and(|b| b == "6000"))
+                .cloned()
+        })
+        .await;
+    assert_eq!(
+        kept.state,
+        pb::job::JobState::Post as i32,
+        "a revision revived a completed job"
+    );
+    // A later end: the job lives again.
+    let mut rescheduled = revised;
+    rescheduled.schedule = scheduled(now - 60_000, Some(now + 7_200_000)).schedule;
+    sim.manager.clone().update_bundle(rescheduled).await.unwrap();
+    events.until(|e| state_of(e, pb::job::JobState::Active)).await;
+    sim.shutdown().await;
+}

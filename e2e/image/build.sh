@@ -28,12 +28,15 @@ SOURCE="$(git -C "$ROOT" remote get-url origin 2>/dev/null || true)"
 start=$SECONDS
 log "building the static release binaries ($TARGET)"
 # As the Dockerfile's build stage: cargo build --release --locked --target <arch>-unknown-linux-musl.
-(cd "$ROOT" && cargo build --release --locked --target "$TARGET" --bin norsk-auto-manager --bin kubectl-norsk)
+# The commit goes in as the Dockerfile passes it (REVISION), so the binary's build_info and
+# --version name the commit the image's label names.
+(cd "$ROOT" && NORSK_REVISION="$REVISION" cargo build --release --locked --target "$TARGET" --bin norsk-auto-manager --bin kubectl-norsk)
 release="$ROOT/target/$TARGET/release"
 log "binaries built in $((SECONDS - start))s"
 
 rm -rf "$OUT/layout" "$OUT/bundle"
 mkdir -p "$OUT"
+echo "$REVISION" >"$OUT/revision"
 umoci init --layout "$OUT/layout"
 umoci new --image "$OUT/layout:$TAG"
 umoci unpack --image "$OUT/layout:$TAG" "$OUT/bundle" >/dev/null

@@ -203,6 +203,11 @@ step_metrics() {
     ip="$(jsonpath "service/$RELEASE-norsk-auto-manager-metrics" '{.spec.clusterIP}' "$SYSTEM_NS")"
     body="$(node_exec curl -sf --max-time 10 "http://$ip:8080/metrics")"
     grep -q '^norsk_automanager_' <<<"$body" || { echo "no norsk_automanager_ series from $ip" >&2; return 1; }
+    # The image reports the commit it was built from (e2e/image/build.sh records it).
+    local revision
+    revision="$(cat "$RUN/image/revision")"
+    grep -q "^norsk_automanager_build_info{version=\"[^\"]*\",revision=\"$revision\"} 1" <<<"$body" \
+        || { echo "build_info does not name $revision:" >&2; grep build_info <<<"$body" >&2; return 1; }
     grep -c '^norsk_automanager_' <<<"$body" | sed 's/^/series: /'
 }
 

@@ -42,12 +42,24 @@ impl AutoManagerCore {
             self.drain_terminate_settled(node_id, result.as_ref().err());
         }
         match pending {
-            Pending::Command { id: command, revives } => {
-                if let (Ok(()), Some(bundle_id)) = (&result, revives) {
-                    self.revive(&bundle_id);
+            Pending::Command {
+                id: command,
+                revives,
+                started,
+            } => {
+                if result.is_ok() {
+                    if let Some(bundle_id) = revives {
+                        self.revive(&bundle_id);
+                    }
+                    if let Some((bundle_id, started)) = started {
+                        self.manual.want(bundle_id, started);
+                    }
                 }
                 self.reply(command, result.map_err(CommandError::Manager));
             }
+            Pending::Toggle(job_id) => self.toggle_result(&job_id, result, now),
+            Pending::ManualStop(job_id) => self.manual_stop_result(&job_id, result, now),
+            Pending::Complete(job_id) => self.complete_result(&job_id, result, now),
             Pending::TerminateNode(node_id) => match result {
                 // Manager no longer knows it (it never came up, or is gone
                 // already): forget it, or it would count against its tier's

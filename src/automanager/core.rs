@@ -2,11 +2,11 @@
 //! input, then — once hydrated — expire timers and run placement), the
 //! commands, the read-only queries and the next timer deadline.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::model::{
     Bundle, BundleId, BundleSpec, BundleState, FleetSnapshot, JobId, JobState, NodePhase, PlacedJob, PlacementPool,
-    UnixMillis,
+    ReplicaJob, UnixMillis,
 };
 use crate::placement::{
     Admission, BundleValidation, FleetError, FleetView, Placement, PlacementError, Pools, place_dry_run,
@@ -16,11 +16,13 @@ use crate::placement::{
 use super::binding::{AwaitedStop, JobRecord, StopWait};
 use super::drain::Drains;
 use super::fleet::Fleet;
+use super::manual::ManualStarts;
 use super::metrics::{Counters, Metrics, PoolGauge};
 use super::migration::{MigrationCall, MigrationId, Migrations};
 use super::node_services::{NodeServiceState, ServiceRequest};
 use super::offerings::Offering;
 use super::recovery::{FAILED_INSTANCE_STOP_GRACE_MS, MIN_RECOVERY_INTERVAL_MS};
+use super::schedule::Schedules;
 use super::settings::{ValidSettings, validate_auto_settings};
 use super::spares::{SpareRequest, SpareState};
 use super::view_cache::{ViewCache, placed_jobs};
@@ -44,11 +46,20 @@ pub(super) enum Pending {
     },
     Other,
     /// A command's RPC; on success the bundle named is revived (an update
-    /// or delete clears its broken mark and restart histories).
+    /// or delete clears its broken mark and restart histories) and the
+    /// applied spec's manual jobs are wanted as it says.
     Command {
         id: CommandId,
         revives: Option<BundleId>,
+        started: Option<(BundleId, BTreeSet<ReplicaJob>)>,
     },
+    /// A `StartBundleJob` / `StopBundleJob` bringing a manual job to its
+    /// wanted state.
+    Toggle(JobId),
+    /// The `StopJob` of a manual job that is no longer wanted.
+    ManualStop(JobId),
+    /// The `CompleteJob` of a job whose bundle's schedule ended.
+    Complete(JobId),
     /// A hot-spare reconciler RPC.
     Spare(SpareRequest),
     /// A node-service placement RPC.
@@ -97,6 +108,10 @@ pub struct AutoManagerCore {
     pub(super) drains: Drains,
     /// Migrations in flight and the most recent ended ones.
     pub(super) migrations: Migrations,
+    /// Scheduled bundles: phases seen, completions at the end.
+    pub(super) schedules: Schedules,
+    /// Manual jobs' wanted state and the calls bringing Manager to it.
+    pub(super) manual: ManualStarts,
     pub(super) out: Vec<Action>,
 }
 
@@ -126,6 +141,8 @@ impl AutoManagerCore {
             node_services: NodeServiceState::default(),
             drains: Drains::default(),
             migrations: Migrations::default(),
+            schedules: Schedules::default(),
+            manual: ManualStarts::default(),
             out: Vec::new(),
         }
     }
@@ -145,13 +162,16 @@ impl AutoManagerCore {
         // never named again by this process.
         core.next_node_serial = previous.next_node_serial;
         core.drains = Drains::carried_from(previous);
+        core.schedules = Schedules::carried_from(&previous.schedules);
+        core.manual = ManualStarts::carried_from(&previous.manual);
         core.migrations = Migrations::inherited(&previous.migrations);
         core.fail_inherited_migrations(now);
-        // Commands still waiting on Manager are answered by the new core.
+        // Commands still waiting on Manager are answered by the new core
+        // (a toggle in flight answers the commands that wait on it).
         core.pending = previous
             .pending
             .iter()
-            .filter(|(_, p)| matches!(p, Pending::Command { .. }))
+            .filter(|(_, p)| matches!(p, Pending::Command { .. } | Pending::Toggle(_)))
             .map(|(id, p)| (*id, p.clone()))
             .collect();
         core
@@ -186,6 +206,8 @@ impl AutoManagerCore {
             self.prepare_drains(now);
             self.expire(now);
             self.step_migrations(now);
+            self.step_schedules(now);
+            self.reconcile_manual(now);
             self.place_ready(now);
             self.reconcile_spares(now);
             self.place_node_services(now);
@@ -391,21 +413,27 @@ impl AutoManagerCore {
     }
 
     fn command(&mut self, id: CommandId, command: Command, now: UnixMillis) {
-        let (rpc, revives) = match command {
+        let (rpc, revives, started) = match command {
             Command::CreateBundle(bundle) => match self.refuse_invalid(&bundle) {
                 Some(error) => return self.reply(id, Err(error)),
-                None => (Rpc::CreateBundle(bundle), None),
+                None => {
+                    let started = Some((bundle.bundle_id.clone(), bundle.spec.started()));
+                    (Rpc::CreateBundle(bundle), None, started)
+                }
             },
             Command::UpdateBundle(bundle) => match self.refuse_invalid(&bundle) {
                 Some(error) => return self.reply(id, Err(error)),
+                // Only which manual jobs run changed: not a revision.
+                None if self.start_stop_only(&bundle.bundle_id, &bundle.spec) => return self.reply(id, Ok(())),
                 None => {
                     let bundle_id = bundle.bundle_id.clone();
-                    (Rpc::UpdateBundle(bundle), Some(bundle_id))
+                    let started = Some((bundle_id.clone(), bundle.spec.started()));
+                    (Rpc::UpdateBundle(bundle), Some(bundle_id), started)
                 }
             },
-            Command::DeleteBundle(bundle_id) => (Rpc::DeleteBundle(bundle_id.clone()), Some(bundle_id)),
-            Command::StartBundleJob(job) => (Rpc::StartBundleJob(job), None),
-            Command::StopBundleJob(job) => (Rpc::StopBundleJob(job), None),
+            Command::DeleteBundle(bundle_id) => (Rpc::DeleteBundle(bundle_id.clone()), Some(bundle_id), None),
+            Command::StartBundleJob(job) => return self.toggle_command(id, job, true),
+            Command::StopBundleJob(job) => return self.toggle_command(id, job, false),
             Command::SetTemplateImages(images) => {
                 self.settings.template_images = images;
                 self.fleet_epoch += 1;
@@ -431,7 +459,7 @@ impl AutoManagerCore {
             }
             Command::SetPlacementPools(pools) => return self.set_placement_pools(id, pools),
         };
-        self.call(rpc, Pending::Command { id, revives });
+        self.call(rpc, Pending::Command { id, revives, started });
     }
 
     /// New pools take effect at once: the kept view is rebuilt on the next
@@ -526,14 +554,18 @@ impl AutoManagerCore {
         self.pending.clear();
     }
 
-    /// When a job may be placed (see the rules in `dispatch`).
-    pub(super) fn readiness(&self, record: &JobRecord) -> Readiness {
+    /// When a job may be placed (see the rules in `dispatch`): never while
+    /// bound, dormant (or a manual job its bundle keeps stopped), terminal,
+    /// or after its bundle's schedule ended; a scheduled one
+    /// `placementLeadMs` ahead of its start (see `schedule`).
+    pub(super) fn readiness(&self, record: &JobRecord, now: UnixMillis) -> Readiness {
         if record.binding.is_some()
             || record.in_flight.is_some()
             || record.dropped
-            || record.job.dormant
+            || self.is_dormant(record)
             || record.job.terminal_verdict.is_some()
             || self.broken.contains_key(&record.bundle_ref.bundle_id)
+            || self.schedule_ended(&record.bundle_ref.bundle_id, now)
             || record.awaiting_capacity_since == Some(self.fleet_epoch)
             || self.migrations.holds_placement_of(record.job_id())
             || self.waits_for_group_move(record)
@@ -564,15 +596,8 @@ impl AutoManagerCore {
             (JobState::Active, _) => not_before,
             // A scheduled start is placed `placementLeadMs` ahead.
             (JobState::Pre, Some(start)) => {
-                let pool = bundle.spec.pool_for_replica(record.bundle_ref.replica_index);
-                let lead = self.pools.get(pool).map_or(0, |p| {
-                    p.tiers
-                        .iter()
-                        .map(|t| t.effective_placement_lead_ms())
-                        .max()
-                        .unwrap_or(0)
-                });
-                not_before.max(start - lead as i64)
+                let lead = self.placement_lead_ms(bundle, record.bundle_ref.replica_index);
+                not_before.max(start.saturating_sub(i64::try_from(lead).unwrap_or(i64::MAX)))
             }
             _ => return Readiness::Never,
         };
@@ -597,7 +622,7 @@ impl AutoManagerCore {
         if !self.hydrated || self.closed {
             return None;
         }
-        let jobs = self.jobs.values().filter_map(|r| match self.readiness(r) {
+        let jobs = self.jobs.values().filter_map(|r| match self.readiness(r, now) {
             Readiness::At(at) if at > now => Some(at),
             _ => None,
         });
@@ -618,6 +643,8 @@ impl AutoManagerCore {
             .chain(self.node_services_deadline())
             .chain(self.drains.next_deadline())
             .chain(self.migrations.next_deadline())
+            .chain(self.schedules_deadline(now))
+            .chain(self.manual_deadline(now))
             .min()
             .map(|at| at.max(now))
     }

@@ -95,7 +95,7 @@ impl AutoManagerCore {
         let ready: Vec<JobId> = self
             .jobs
             .values()
-            .filter(|r| matches!(self.readiness(r), Readiness::At(at) if at <= now))
+            .filter(|r| matches!(self.readiness(r, now), Readiness::At(at) if at <= now))
             .map(|r| r.job_id().clone())
             .collect();
         if ready.is_empty() {

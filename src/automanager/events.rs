@@ -102,6 +102,8 @@ impl AutoManagerCore {
             ManagerEvent::BundleUpdated(bundle) => self.bundle_updated(bundle),
             ManagerEvent::BundleDeleted(bundle_id) => {
                 self.revive(&bundle_id);
+                self.manual.forget(&bundle_id);
+                self.schedules.forget(&bundle_id);
                 self.bundles.remove(&bundle_id);
                 self.notify(Notification::BundleDeleted { bundle_id });
             }

@@ -24,6 +24,8 @@
 //! - [`drain`]: cordon, drain, evict, terminate; [`interruption`]: spot
 //!   interruption / rebalance notices as forced drains.
 //! - [`migration`]: the migration saga (`migrateJob`, `abortMigration`).
+//! - [`schedule`]: scheduled bundles (the placement lead, the phases, the
+//!   end); `manual`: manual jobs started and stopped as a desired state.
 //! - [`metrics`], [`notification`].
 
 pub mod binding;
@@ -34,6 +36,7 @@ pub mod drain;
 mod events;
 pub mod fleet;
 pub mod interruption;
+mod manual;
 pub mod metrics;
 pub mod migration;
 pub mod node_services;
@@ -41,6 +44,7 @@ pub mod notification;
 mod offerings;
 pub mod recovery;
 pub mod runtime;
+pub mod schedule;
 pub mod settings;
 pub mod spares;
 mod view_cache;
@@ -58,8 +62,8 @@ pub use migration::{
     MigrationSettings, MigrationState, MigrationStrategy,
 };
 pub use notification::{Decision, Notification, PlacementDecisionInfo};
-pub use runtime::{AutoManager, AutoManagerHandle, QueryError, RunError, RunOptions};
-pub use settings::{AutoSettings, AutoSettingsValidationError, validate_auto_settings};
+pub use runtime::{AutoManager, AutoManagerHandle, MISSING_EXTENSION_RETRY, QueryError, RunError, RunOptions};
+pub use settings::{AutoSettings, AutoSettingsValidationError, chart_settings_schema, validate_auto_settings};
 
 use crate::model::{
     Bundle, BundleId, BundleJobRef, InstanceKey, JobId, LaunchMode, ManagerEvent, NodeId, PlacementPool, ProviderKind,
@@ -85,9 +89,11 @@ pub enum Command {
     UpdateBundle(Bundle),
     /// `deleteBundle`: Manager's stop-then-delete saga.
     DeleteBundle(BundleId),
-    /// `startBundleJob`: activates a dormant (`startMode: manual`) job.
+    /// `startBundleJob`: activates a dormant (`startMode: manual`) job and
+    /// wants it running from then on.
     StartBundleJob(BundleJobRef),
-    /// `stopBundleJob`: flips a job back to dormant.
+    /// `stopBundleJob`: flips a manual job back to dormant and takes it off
+    /// its node (its instance stopped, not recovered).
     StopBundleJob(BundleJobRef),
     /// `setTemplateImages`: what warmth is scored against.
     SetTemplateImages(BTreeMap<String, Vec<String>>),
@@ -251,6 +257,12 @@ pub enum Rpc {
     StartBundleJob(BundleJobRef),
     /// `StopBundleJob`.
     StopBundleJob(BundleJobRef),
+    /// `CompleteJob` (published): the job's window is over; Manager stops
+    /// its instances and moves it to `POST`.
+    CompleteJob {
+        /// The job.
+        job_id: JobId,
+    },
     /// `UpdateNodeTags`: sets then removes tags (a spare's `spare`,
     /// `warmFor`, `reservedFor`, `exclusive`).
     UpdateNodeTags {
@@ -375,6 +387,30 @@ pub enum CommandError {
     /// `migrateJob` / `abortMigration` refused.
     #[error(transparent)]
     Migration(MigrationRefusal),
+    /// `startBundleJob` / `stopBundleJob` of a job that is not
+    /// `startMode: manual`.
+    #[error(
+        "job {job_name} of bundle {bundle_id} is startMode auto: it runs whenever its bundle does; only manual jobs are started and stopped"
+    )]
+    #[serde(rename_all = "camelCase")]
+    NotManualJob {
+        /// The bundle.
+        bundle_id: BundleId,
+        /// The job.
+        job_name: String,
+    },
+    /// `startBundleJob` / `stopBundleJob` of a job or replica the bundle
+    /// does not have.
+    #[error("bundle {bundle_id} has no replica {replica_index} of a job {job_name}")]
+    #[serde(rename_all = "camelCase")]
+    UnknownBundleJob {
+        /// The bundle.
+        bundle_id: BundleId,
+        /// The replica asked for.
+        replica_index: u32,
+        /// The job asked for.
+        job_name: String,
+    },
 }
 
 /// Something the runtime must do.

@@ -39,7 +39,7 @@ pub const NODE_SERVICE_TAG: &str = "nodeService";
 pub const NODE_TAG: &str = "node";
 
 /// One `nodeServices[]` entry.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeServiceSpec {
     /// Unique among the services; part of each of its job ids.

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::model::{
     AuditEntry, Bundle, BundleId, ImagePrefetchResult, InstanceKey, JobId, NodeId, NodeInfo, NodeStopReason,
-    RejectionCode, RuntimeJob,
+    RejectionCode, RuntimeJob, SchedulePhase, UnixMillis,
 };
 use crate::placement::{ResilienceFlag, Trace};
 
@@ -191,6 +191,38 @@ pub enum Notification {
         /// Why.
         reason: String,
     },
+    /// A bundle's schedule entered a phase (`placing` at its placement
+    /// lead, `live` at its start, `ended` at its end — its jobs completed —
+    /// or `waiting` again once rescheduled). An extension of the spec's
+    /// callbacks.
+    #[serde(rename_all = "camelCase")]
+    BundleSchedule {
+        /// The bundle.
+        bundle_id: BundleId,
+        /// The phase entered.
+        phase: SchedulePhase,
+        /// The phase after it, if one is to come.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        next_phase: Option<SchedulePhase>,
+        /// When that comes.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        next_at: Option<UnixMillis>,
+    },
+    /// Manager accepted a `StartBundleJob`: the manual job runs (it is
+    /// placed). An extension of the spec's callbacks.
+    #[serde(rename_all = "camelCase")]
+    BundleJobStarted {
+        /// The job.
+        job_id: JobId,
+    },
+    /// Manager accepted a `StopBundleJob`: the manual job is dormant and
+    /// its instance, if any, is being stopped. An extension of the spec's
+    /// callbacks.
+    #[serde(rename_all = "camelCase")]
+    BundleJobStopped {
+        /// The job.
+        job_id: JobId,
+    },
     /// `onPlacementDecision`: every time placement runs.
     PlacementDecision(Box<PlacementDecisionInfo>),
     /// `onPlacementFailed`: no tier could place or provision.
@@ -236,6 +268,18 @@ pub enum Notification {
     AuditAppended {
         /// The entry.
         entry: AuditEntry,
+    },
+    /// Manager answered an AutoManager extension with `UNIMPLEMENTED`: it
+    /// speaks only the published API. Said once per RPC (the call is then
+    /// retried every few minutes, see `MISSING_EXTENSION_RETRY`).
+    #[serde(rename_all = "camelCase")]
+    ManagerLacksExtension {
+        /// The RPC Manager does not serve.
+        rpc: String,
+        /// What the operator cannot do without it.
+        needed_for: String,
+        /// The whole of it in words.
+        message: String,
     },
     /// `onDrainProgress`: every phase transition of a node drain and every
     /// change to a job's status within it.

@@ -26,7 +26,7 @@ pub const DEFAULT_REJECTION_BACKOFF_MS: u64 = 5_000;
 pub const DEFAULT_UNHEALTHY_COOLDOWN_MS: u64 = 10 * 60_000;
 
 /// One `failurePolicies` entry.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct FailurePolicy {
     /// The restart ceiling of jobs with this policy, per trailing hour.
@@ -36,7 +36,7 @@ pub struct FailurePolicy {
 
 /// `failurePolicies`: a ceiling per re-placing policy (`drop` never
 /// restarts, so it has none).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct FailurePolicies {
     /// For `onRuntimeFailure: preferSpare`.
@@ -48,7 +48,7 @@ pub struct FailurePolicies {
 /// The settings the core runs with (the seed's `AutoSettings`; durations in
 /// seconds where the seed has seconds, `...Ms` in milliseconds). A key this
 /// build does not know is refused, so a typo never passes silently.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct AutoSettings {
     /// Manager's address (`host:port` or a URL).
@@ -96,11 +96,38 @@ pub struct AutoSettings {
 
 /// `experimental`: features that exist only in part, so nobody configures
 /// one by accident.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct Experimental {
     /// Allows a non-empty `nodeServices`.
     pub node_services: bool,
+}
+
+/// The JSON schema of the `settings` a Helm release writes into the
+/// operator's settings file: `AutoSettings` without what the chart fills in
+/// (`url`, from `manager.url`) and what are resources there
+/// (`placementPools`, `hotSpares`). The chart's `values.schema.json` holds
+/// this so a typo fails `helm install` instead of the operator's start.
+pub fn chart_settings_schema() -> serde_json::Value {
+    let generator = schemars::generate::SchemaSettings::draft07()
+        .with(|s| s.inline_subschemas = true)
+        .into_generator();
+    let mut schema = serde_json::to_value(generator.into_root_schema_for::<AutoSettings>()).unwrap_or_default();
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("$schema");
+        object.remove("title");
+        object.remove("default");
+        object.insert(
+            "description".to_owned(),
+            "The core's settings (AutoSettings); pools and hot spares are PlacementPool and HotSparePolicy resources, the URL is manager.url".into(),
+        );
+        if let Some(properties) = object.get_mut("properties").and_then(|p| p.as_object_mut()) {
+            for chart_owned in ["url", "placementPools", "hotSpares"] {
+                properties.remove(chart_owned);
+            }
+        }
+    }
+    schema
 }
 
 impl Default for AutoSettings {

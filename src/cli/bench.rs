@@ -1,8 +1,9 @@
-//! `norsk-auto-manager bench placement`: the placement benchmark without
-//! criterion. Builds the synthetic workload, places its bundles one after
-//! another (each seeing those before it) and prints throughput, latency
-//! percentiles and peak memory, so the performance targets can be checked
-//! from a release build.
+//! `norsk-auto-manager bench`: the placement benchmarks without criterion,
+//! so the performance targets can be checked from a release build.
+//! `placement` builds the synthetic workload and places its bundles one
+//! after another (each seeing those before it); `fill` fills an empty fleet
+//! with Karpenter's benchmark mix. Both print throughput, latency
+//! percentiles and peak memory.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -11,6 +12,7 @@ use serde::Serialize;
 
 use crate::placement::{FleetView, PlacementRequest, SequentialNodeIds, apply_placement, place, validate_pools};
 
+pub mod karpenter;
 pub mod workload;
 
 /// Arguments of `bench`.
@@ -26,6 +28,22 @@ pub struct Args {
 pub enum Target {
     /// Sequential placements into a synthetic fleet.
     Placement(PlacementArgs),
+    /// A from-scratch fill with Karpenter's scheduling-benchmark mix.
+    Fill(FillArgs),
+}
+
+/// Arguments of `bench fill`.
+#[derive(Debug, clap::Args)]
+pub struct FillArgs {
+    /// Jobs to place, into an empty fleet.
+    #[arg(long, default_value_t = 50_000)]
+    pub jobs: usize,
+    /// Workload seed.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// `table` or `json`.
+    #[arg(long, value_enum, default_value_t = crate::cli::plan::Output::Table)]
+    pub output: crate::cli::plan::Output,
 }
 
 /// Arguments of `bench placement`.
@@ -65,6 +83,26 @@ pub struct Report {
     pub peak_rss_bytes: Option<u64>,
 }
 
+/// What one fill measured.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FillReport {
+    /// Jobs placed (each applied to the fleet).
+    pub jobs: usize,
+    /// Nodes the fill provisioned.
+    pub nodes: usize,
+    /// Jobs no tier could take.
+    pub unplaced: usize,
+    /// Wall time of the whole fill, in seconds.
+    pub seconds: f64,
+    /// Median time of one placement, in microseconds.
+    pub p50_micros: f64,
+    /// 99th percentile, in microseconds.
+    pub p99_micros: f64,
+    /// The process's peak resident set (`VmHWM`), when the OS reports it.
+    pub peak_rss_bytes: Option<u64>,
+}
+
 /// Why the benchmark could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
@@ -80,12 +118,18 @@ pub enum BenchError {
     /// The report could not be written.
     #[error("cannot render the report: {0}")]
     Render(#[from] serde_json::Error),
+    /// The report could not be written as YAML.
+    #[error("cannot render the report as YAML: {0}")]
+    Yaml(String),
 }
 
 /// Runs `bench`.
 pub async fn run(args: Args) -> ExitCode {
-    let Target::Placement(args) = args.target;
-    match bench_placement(&args).and_then(|report| render(&report, args.output)) {
+    let rendered = match args.target {
+        Target::Placement(args) => bench_placement(&args).and_then(|report| render(&report, args.output)),
+        Target::Fill(args) => bench_fill(&args).and_then(|report| render_fill(&report, args.output)),
+    };
+    match rendered {
         Ok(text) => {
             println!("{text}");
             ExitCode::SUCCESS
@@ -126,18 +170,84 @@ pub fn bench_placement(args: &PlacementArgs) -> Result<Report, BenchError> {
     })
 }
 
+/// Fills an empty fleet with Karpenter's mix, every job in turn, each
+/// seeing those before it (provisioned nodes included).
+pub fn bench_fill(args: &FillArgs) -> Result<FillReport, BenchError> {
+    let work = karpenter::karpenter_fill(args.jobs, args.seed);
+    let mut view = FleetView::new(&work.fleet, validate_pools(work.pools)?)?;
+    let mut ids = SequentialNodeIds::default();
+    let mut timings = Vec::with_capacity(args.jobs);
+    let mut unplaced = 0;
+    let started = Instant::now();
+    for (bundle_id, spec) in &work.bundles {
+        for replica_index in 0..spec.replica_count() {
+            for job in &spec.jobs {
+                let request = PlacementRequest::launch(bundle_id, spec, replica_index, &job.job_name);
+                let one = Instant::now();
+                let placement = place(&view, request, &mut ids)?;
+                apply_placement(&mut view, &request, &placement.outcome)?;
+                timings.push(one.elapsed());
+                unplaced += usize::from(placement.outcome == crate::placement::Outcome::NoCapacityInAnyPool);
+            }
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    timings.sort_unstable();
+    Ok(FillReport {
+        jobs: timings.len(),
+        nodes: view.node_count(),
+        unplaced,
+        seconds,
+        p50_micros: micros(percentile(&timings, 0.50)),
+        p99_micros: micros(percentile(&timings, 0.99)),
+        peak_rss_bytes: peak_rss_bytes(),
+    })
+}
+
+fn render_fill(report: &FillReport, output: crate::cli::plan::Output) -> Result<String, BenchError> {
+    let table = || {
+        format!(
+            "jobs         {} ({} unplaced)\nnodes        {}\ntotal        {:.3} s\np50          {:.1} µs\np99          {:.1} µs\npeak RSS     {}",
+            report.jobs,
+            report.unplaced,
+            report.nodes,
+            report.seconds,
+            report.p50_micros,
+            report.p99_micros,
+            rss(report.peak_rss_bytes)
+        )
+    };
+    render_as(report, output, table)
+}
+
+fn rss(bytes: Option<u64>) -> String {
+    bytes.map_or_else(|| "unknown".to_owned(), |b| format!("{} MiB", b / (1024 * 1024)))
+}
+
 fn render(report: &Report, output: crate::cli::plan::Output) -> Result<String, BenchError> {
-    Ok(match output {
-        crate::cli::plan::Output::Json => serde_json::to_string(report)?,
-        crate::cli::plan::Output::Table => format!(
+    let table = || {
+        format!(
             "placements/s {:.0}\np50          {:.1} µs\np99          {:.1} µs\npeak RSS     {}",
             report.placements_per_second,
             report.p50_micros,
             report.p99_micros,
-            report
-                .peak_rss_bytes
-                .map_or_else(|| "unknown".to_owned(), |b| format!("{} MiB", b / (1024 * 1024)))
-        ),
+            rss(report.peak_rss_bytes)
+        )
+    };
+    render_as(report, output, table)
+}
+
+/// A report as JSON, YAML or the `table` text (`wide` is the table).
+fn render_as<T: serde::Serialize>(
+    report: &T,
+    output: crate::cli::plan::Output,
+    table: impl FnOnce() -> String,
+) -> Result<String, BenchError> {
+    use crate::cli::plan::Output;
+    Ok(match output {
+        Output::Json => serde_json::to_string(report)?,
+        Output::Yaml => serde_yaml::to_string(report).map_err(|e| BenchError::Yaml(e.to_string()))?,
+        Output::Table | Output::Wide => table(),
     })
 }
 

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 pub mod bench;
 pub mod crds;
 pub mod demo;
+pub mod documents;
 pub mod operator;
 pub mod plan;
 pub mod sim;
@@ -16,7 +17,7 @@ pub mod standalone;
 
 /// Placement policy for fleets of Norsk live-video workers.
 #[derive(Debug, Parser)]
-#[command(name = "norsk-auto-manager", version, about)]
+#[command(name = "norsk-auto-manager", version = crate::telemetry::VERSION, about)]
 pub struct Cli {
     /// What to run.
     #[command(subcommand)]
@@ -45,6 +46,29 @@ pub enum Command {
     /// Run the Kubernetes operator: reconcile the custom resources, drive
     /// Manager, write status (one leader among replicas).
     Operator(operator::Args),
+    /// Print the shell completion script: `source <(norsk-auto-manager
+    /// completion bash)`.
+    Completion {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// Writes `shell`'s completion script for the command `C` (named `name`) to
+/// stdout.
+pub fn print_completion<C: clap::CommandFactory>(shell: clap_complete::Shell, name: &str) -> ExitCode {
+    let mut command = C::command();
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, name, &mut script);
+    // A closed pipe (`| head`) is the reader's choice, not an error worth a panic.
+    match std::io::Write::write_all(&mut std::io::stdout().lock(), &script) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: cannot write the completion script: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Runs the parsed command line and returns the process exit code.
@@ -58,5 +82,6 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Demo(args) => demo::run(args).await,
         Command::Crds(args) => crds::run(args).await,
         Command::Operator(args) => operator::run(args).await,
+        Command::Completion { shell } => print_completion::<Cli>(shell, "norsk-auto-manager"),
     }
 }

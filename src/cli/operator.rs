@@ -13,6 +13,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use tokio::sync::watch;
 
+use super::documents;
 use crate::automanager::{AutoSettings, RunOptions, validate_auto_settings};
 use crate::controller::leader::LeaseSettings;
 use crate::controller::node_status::DEFAULT_FLEET;
@@ -140,10 +141,10 @@ pub struct ConfigErrors(pub Vec<String>);
 pub fn resolve(args: &Args, read: impl Fn(&Path) -> std::io::Result<String>) -> Result<OperatorConfig, ConfigErrors> {
     let mut errors = Vec::new();
     let file = match &args.config {
-        Some(path) => match read(path).map(|text| serde_yaml::from_str::<OperatorFile>(&text)) {
+        Some(path) => match read(path).map(|text| documents::strict::decode::<OperatorFile>(&text)) {
             Ok(Ok(file)) => file,
-            Ok(Err(e)) => {
-                errors.push(format!("{}: {e}", path.display()));
+            Ok(Err(problems)) => {
+                errors.extend(problems.iter().map(|p| format!("{}: {p}", path.display())));
                 OperatorFile::default()
             }
             Err(e) => {
@@ -253,10 +254,12 @@ pub fn resolve(args: &Args, read: impl Fn(&Path) -> std::io::Result<String>) -> 
 fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colour only on a terminal: a file or a log collector gets plain text.
+    // Logs go to stderr, as Kubernetes components write them; colour only
+    // on a terminal: a file or a log collector gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     // A second initialisation (tests) keeps the first subscriber.
     let _ = match format {
         LogFormat::Text => builder.try_init(),
@@ -274,6 +277,17 @@ pub async fn run(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        revision = telemetry::REVISION,
+        identity = %config.lease.identity,
+        manager = %config.session.manager.url,
+        fleet = %config.session.fleet,
+        bundle_namespace = config.session.bundle_namespace.as_deref().unwrap_or("(all)"),
+        lease = %format!("{}/{}", config.lease.namespace, config.lease.name),
+        metrics = %config.metrics_addr,
+        "norsk-auto-manager operator starting"
+    );
     let client = match kube::Client::try_default().await {
         Ok(client) => client,
         Err(e) => {

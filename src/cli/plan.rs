@@ -3,8 +3,15 @@
 //! places every replica of every bundle in file order, each placement
 //! seeing those before it, and prints the plan.
 //!
-//! Exit 0 when a plan was computed, whatever its outcomes; exit 2 with a
-//! message naming the file, document and field when input cannot be read.
+//! Input is decoded as strictly as the API server admits the same
+//! resources (unknown fields, wrong types, missing fields and values
+//! outside the schema are refused). Exit codes: 0 when the plan was
+//! computed and every bundle is valid, whatever the placements found; 1
+//! when the plan was computed but a bundle is invalid (its rows are
+//! `invalid`, and stderr names each bundle, its file, document, field and
+//! line — the operator would refuse it); 2, with nothing planned, when an
+//! input cannot be read or decoded (stderr names the file, document, field
+//! and line).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,8 +33,13 @@ pub enum Output {
     /// A table for people.
     #[default]
     Table,
+    /// The table with where each job runs now and whether the plan moves
+    /// it (read from the fleet's reservations).
+    Wide,
     /// The JSON document (`{"placements": [...]}`).
     Json,
+    /// The same document in YAML.
+    Yaml,
 }
 
 /// Arguments of `plan`.
@@ -86,37 +98,92 @@ pub enum PlanCommandError {
 
 /// Runs `plan` and prints its output.
 pub async fn run(args: Args) -> ExitCode {
-    match plan_output(&args) {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
+    match plan_report(&args) {
+        Ok(report) => {
+            print!("{}", report.text);
+            for invalid in &report.invalid {
+                eprintln!("plan: {invalid}");
+            }
+            if report.invalid.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
         }
         Err(error) => {
-            eprintln!("plan: {error}");
+            for line in error.to_string().lines() {
+                eprintln!("plan: {line}");
+            }
             ExitCode::from(2)
         }
     }
 }
 
+/// What `plan` computed: the rendered plan and every invalid bundle.
+#[derive(Clone, Debug)]
+pub struct PlanReport {
+    /// The plan as `args.output` asks.
+    pub text: String,
+    /// One line per invalid bundle: its file, document, id and every
+    /// validation error with its field and line.
+    pub invalid: Vec<String>,
+}
+
 /// Reads the inputs, computes the plan and renders it as `args.output`
 /// asks: everything `plan` does except printing.
 pub fn plan_output(args: &Args) -> Result<String, PlanCommandError> {
+    plan_report(args).map(|report| report.text)
+}
+
+/// [`plan_output`] with the bundles validation refused.
+pub fn plan_report(args: &Args) -> Result<PlanReport, PlanCommandError> {
     let pools = input::read_pools(&args.pools)?;
     let hot_spares = match &args.hot_spares {
         Some(file) => input::read_hot_spares(file)?,
         None => Vec::new(),
     };
     let fleet = input::read_fleet(&args.fleet)?;
-    let mut bundles = Vec::new();
+    let mut documents = Vec::new();
     for file in &args.bundles {
-        bundles.extend(input::read_bundles(file)?);
+        documents.extend(input::read_bundle_documents(file)?);
     }
+    let bundles: Vec<(BundleId, BundleSpec)> = documents
+        .iter()
+        .map(|d| (d.bundle_id.clone(), d.spec.clone()))
+        .collect();
     let sources = Sources {
         settings: settings_files(args),
         fleet: args.fleet.clone(),
     };
     let rows = plan_rows(pools, &hot_spares, &fleet, &bundles, args.explain, &sources)?;
-    render_rows(&rows, args.output)
+    Ok(PlanReport {
+        text: render_rows(&rows, args.output, &fleet)?,
+        invalid: invalid_bundles(&documents, &rows),
+    })
+}
+
+/// Each bundle the plan found invalid, once, in input order.
+fn invalid_bundles(documents: &[input::BundleDocument], rows: &[PlanRow]) -> Vec<String> {
+    documents
+        .iter()
+        .filter_map(|document| {
+            let row = rows
+                .iter()
+                .find(|r| r.bundle == document.bundle_id && !r.errors.is_empty())?;
+            let problems: Vec<String> = row
+                .errors
+                .iter()
+                .map(|issue| input::bundle_problem(document, &issue.path, &issue.message).to_string())
+                .collect();
+            Some(format!(
+                "{}: document {} (Bundle {}): invalid: {}",
+                document.file.display(),
+                document.index + 1,
+                document.bundle_id,
+                problems.join("; ")
+            ))
+        })
+        .collect()
 }
 
 /// Where a plan's inputs came from, for error messages.
@@ -155,10 +222,14 @@ pub fn plan_rows(
 }
 
 /// The plan as `output` asks.
-pub fn render_rows(rows: &[PlanRow], output: Output) -> Result<String, PlanCommandError> {
+/// `rows` as `output`; `fleet` is what `wide` reads the jobs' current
+/// nodes from (the fleet as it is, before any reservation is set aside).
+pub fn render_rows(rows: &[PlanRow], output: Output, fleet: &FleetSnapshot) -> Result<String, PlanCommandError> {
     Ok(match output {
         Output::Table => render::table(rows),
+        Output::Wide => render::wide(rows, &render::current_nodes(fleet)),
         Output::Json => render::json(rows)?,
+        Output::Yaml => render::yaml(rows)?,
     })
 }
 

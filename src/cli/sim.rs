@@ -38,6 +38,10 @@ pub struct Args {
     /// Require `authorization: Bearer <token>` on Manager calls.
     #[arg(long, env = "NORSK_SIM_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Serve only the published Norsk Manager API (1.0.384): every
+    /// AutoManager extension answers UNIMPLEMENTED, as an older Manager does.
+    #[arg(long)]
+    pub published_api_only: bool,
 }
 
 fn read(path: &PathBuf) -> Result<String, StartError> {
@@ -83,6 +87,7 @@ async fn serve(args: Args) -> Result<(), StartError> {
         cluster_nodes,
         tls,
         bearer_token: args.token,
+        published_api_only: args.published_api_only,
     })
     .await?;
     println!("{}", handle.url());

@@ -5,7 +5,6 @@
 //! It is reconciled on every change of the resource and on every
 //! notification about its bundle.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,11 +18,9 @@ use kube::{Resource, ResourceExt};
 
 use crate::automanager::{CommandError, RpcFailureKind};
 use crate::crd::{self, BundleStatus};
-use crate::model::{self, BundleState, runtime_job_id};
+use crate::model::{self, BundleState};
 
-use super::bundle_status::{ADMITTED, AdmissionCheck, ObservedBundle, PLACED, observe, replica_count};
-use super::conditions::{self, Observed, READY, STALLED};
-use super::notes::JobNotes;
+use super::bundle_status::{self, AdmissionCheck, ObservedBundle, observe};
 use super::{Context, ReconcileError, status};
 
 /// The controller's name (metrics label, field manager suffix).
@@ -32,6 +29,10 @@ pub const CONTROLLER: &str = "bundle";
 pub const FINALIZER: &str = "automanager.norsk.video/bundle";
 /// Re-read even without a change: "restarts in the trailing hour" decays.
 const RESYNC: Duration = Duration::from_secs(300);
+
+/// The `Ready` reason of a bundle Manager cannot store: it serves only the
+/// published API, without the AutoManager extensions.
+const LACKS_EXTENSIONS: &str = "ManagerLacksExtensions";
 
 /// Runs the controller until `shutdown` resolves, over the bundles of
 /// `namespace` (all when `None`). `notified` carries the bundles
@@ -106,10 +107,12 @@ async fn stored(ctx: &Context, bundle_id: &model::BundleId) -> Result<Stored, Re
         .core
         .inspect(move |core, _| Stored {
             hydrated: core.is_hydrated(),
+            // Compared as applied: which manual jobs run is the core's
+            // wanted set, not part of Manager's stored spec.
             bundle: core
                 .bundles()
                 .find(|b| b.bundle_id == id)
-                .map(|b| (b.spec.clone(), b.state)),
+                .and_then(|b| Some((core.applied_spec(&id)?, b.state))),
         })
         .await?)
 }
@@ -136,19 +139,29 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
             // runs the old one's saga: create once that has finished.
             return Err(ReconcileError::StillDeleting(bundle_id.to_string()));
         }
-        Some((spec, BundleState::Live)) if spec != &wanted.spec => {
+        Some((spec, BundleState::Live)) if !spec.same_applied(&wanted.spec) => {
             Some(("update", ctx.core.update_bundle(wanted).await))
         }
         Some(_) => None,
     };
     let refused = match sent {
-        Some((_, Err(CommandError::InvalidBundle { errors }))) => Some(Observed::no(
-            READY,
+        Some((_, Err(CommandError::InvalidBundle { errors }))) => Some((
             "InvalidBundle",
             errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
         )),
+        // A Manager without the AutoManager extensions cannot store bundles:
+        // said in the runtime's words, and tried again on its slow backoff.
+        Some((action, Err(CommandError::Manager(failure))))
+            if ctx.core.lacking_extensions().borrow().contains(if action == "create" {
+                "CreateBundle"
+            } else {
+                "UpdateBundle"
+            }) =>
+        {
+            Some((LACKS_EXTENSIONS, failure.message))
+        }
         Some((_, Err(CommandError::Manager(failure)))) if failure.kind == RpcFailureKind::Rejected => {
-            Some(Observed::no(READY, "RejectedByManager", failure.message))
+            Some(("RejectedByManager", failure.message))
         }
         Some((action, Err(source))) => {
             return Err(ReconcileError::Command {
@@ -159,19 +172,13 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
         }
         _ => None,
     };
-    if let Some(ready) = refused {
-        // An invalid bundle waits for its spec to change.
-        let stalled = Observed::yes(STALLED, ready.reason.clone(), ready.message.clone());
-        write_if_changed(
-            bundle,
-            api,
-            ctx,
-            ObservedBundle {
-                conditions: vec![ready, stalled],
-                ..ObservedBundle::default()
-            },
-        )
-        .await?;
+    if let Some((reason, message)) = refused {
+        write_if_changed(bundle, api, ctx, bundle_status::refused(reason, message)).await?;
+        // A Manager without the extensions is asked again on its slow
+        // backoff; an invalid bundle waits for its spec to change.
+        if reason == LACKS_EXTENSIONS {
+            return Ok(Action::requeue(crate::automanager::MISSING_EXTENSION_RETRY));
+        }
         return Ok(Action::await_change());
     }
     let observed = observe_bundle(bundle, ctx).await?;
@@ -188,63 +195,19 @@ async fn observe_bundle(bundle: &crd::Bundle, ctx: &Context) -> Result<ObservedB
         bundle.status.clone(),
     );
     let previous = known.as_ref();
-    let placed_before = previous
-        .and_then(|s| conditions::find(&s.conditions, PLACED))
-        .is_some_and(|c| c.status == "True");
     let same_generation = previous.and_then(|s| s.observed_generation) == bundle.meta().generation;
-    let check = if placed_before && same_generation {
-        AdmissionCheck::Skip
-    } else {
-        AdmissionCheck::Check
-    };
+    let check = bundle_status::admission_check(previous, same_generation);
     let spec = bundle.spec.0.clone();
-    let notes: BTreeMap<_, _> = {
-        let notes = ctx.notes();
-        let bundle_id = &bundle_id;
-        (0..replica_count(&spec))
-            .flat_map(|r| spec.jobs.iter().map(move |j| runtime_job_id(bundle_id, r, &j.job_name)))
-            .map(|id| {
-                let mut known = notes.job(&id);
-                if known == JobNotes::default() {
-                    // Notes live in memory: a new leader has none until the
-                    // next placement, so what the status recorded stands.
-                    known = recorded(previous, &id);
-                }
-                (id, known)
-            })
-            .collect()
-    };
+    let notes = bundle_status::job_notes(&ctx.notes(), &bundle_id, &spec, previous);
     let id = bundle.bundle_id();
     let mut observed = ctx
         .core
         .inspect(move |core, now| observe(core, &id, &spec, &notes, check, now))
         .await?;
     if check == AdmissionCheck::Skip {
-        // Keep what admission found last time.
-        if let Some(admitted) = previous.and_then(|s| conditions::find(&s.conditions, ADMITTED)) {
-            observed.conditions.push(Observed {
-                type_: ADMITTED,
-                status: admitted.status == "True",
-                reason: admitted.reason.clone(),
-                message: admitted.message.clone(),
-            });
-        }
+        bundle_status::keep_admitted(&mut observed, previous);
     }
     Ok(observed)
-}
-
-/// What a status recorded of a job's last placement and degradation.
-fn recorded(status: Option<&BundleStatus>, job: &model::JobId) -> JobNotes {
-    status
-        .into_iter()
-        .flat_map(|s| &s.replicas)
-        .flat_map(|r| &r.jobs)
-        .find(|j| j.job_id == job.as_str())
-        .map(|j| JobNotes {
-            last_placement: j.last_placement.clone(),
-            resilience_degraded: j.resilience_degraded.clone(),
-        })
-        .unwrap_or_default()
 }
 
 /// Writes the status when it differs from what the resource holds.
@@ -259,19 +222,7 @@ async fn write_if_changed(
     let previous = ctx
         .known_status(CONTROLLER, &key, version.as_ref(), bundle.status.clone())
         .unwrap_or_default();
-    let generation = bundle.meta().generation;
-    let next = BundleStatus {
-        observed_generation: generation,
-        conditions: conditions::merge(
-            &previous.conditions,
-            conditions::with_reconciling(observed.conditions, &[super::bundle_status::BROKEN]),
-            generation,
-        ),
-        primary_node: observed.primary_node,
-        backup_node: observed.backup_node,
-        replicas: observed.replicas,
-        broken: observed.broken,
-    };
+    let next = bundle_status::status_of(&previous, observed, bundle.meta().generation);
     if !status::differs(&previous, &next, |s: &mut BundleStatus| &mut s.conditions) {
         return Ok(());
     }

@@ -7,13 +7,16 @@
 use std::collections::BTreeMap;
 
 use crate::automanager::AutoManagerCore;
-use crate::automanager::binding::BindingPhase;
-use crate::crd::{JobStatus, ReplicaStatus};
-use crate::model::{BundleId, BundleSpec, BundleState, JobId, UnixMillis, runtime_job_id};
+use crate::automanager::binding::{BindingPhase, JobRecord};
+use crate::automanager::schedule::ScheduleView;
+use crate::crd::{BundleStatus, JobStatus, ReplicaStatus, ScheduleStatus};
+use crate::model::{
+    BundleId, BundleSpec, BundleState, DateTime, JobId, JobState, SchedulePhase, UnixMillis, runtime_job_id,
+};
 use crate::placement::Admission;
 
-use super::conditions::{Observed, READY};
-use super::notes::JobNotes;
+use super::conditions::{self, Observed, READY, STALLED};
+use super::notes::{JobNotes, Notes};
 
 /// Every job holds a placement.
 pub const PLACED: &str = "Placed";
@@ -35,8 +38,57 @@ pub struct ObservedBundle {
     pub backup_node: Option<String>,
     /// The broken reason.
     pub broken: Option<String>,
+    /// A scheduled bundle's phase and what comes next.
+    pub schedule: Option<ScheduleStatus>,
     /// `Ready`, `Placed`, `Degraded`, `Broken`, and `Admitted` when asked.
     pub conditions: Vec<Observed>,
+}
+
+/// A schedule as the status shows it.
+fn schedule_status(view: &ScheduleView) -> ScheduleStatus {
+    ScheduleStatus {
+        phase: view.phase,
+        placing_from: DateTime::from_millis(view.placing_from),
+        start: DateTime::from_millis(view.start),
+        end: view.end.map(DateTime::from_millis),
+        next_phase: view.next.map(|n| n.phase),
+        next_transition_time: view.next.map(|n| DateTime::from_millis(n.at)),
+    }
+}
+
+/// A job's state in words (see [`JobStatus::state`]).
+///
+/// [`JobStatus::state`]: crate::crd::JobStatus::state
+fn job_state(
+    core: &AutoManagerCore,
+    record: Option<&JobRecord>,
+    phase: Option<SchedulePhase>,
+    deleting: bool,
+    broken: bool,
+) -> &'static str {
+    let Some(r) = record else {
+        return match phase {
+            _ if deleting => "deleting",
+            Some(SchedulePhase::Waiting) => "scheduled",
+            _ => "pending",
+        };
+    };
+    let ended = phase == Some(SchedulePhase::Ended) || r.job.state == JobState::Post;
+    let leaving = ended || core.is_dormant(r);
+    match r.binding.as_ref().map(|b| b.phase) {
+        _ if deleting => "deleting",
+        _ if r.dropped => "dropped",
+        _ if broken => "broken",
+        Some(_) if leaving => "stopping",
+        Some(BindingPhase::AwaitingNode) => "awaitingNode",
+        Some(BindingPhase::Dispatched) => "starting",
+        Some(BindingPhase::Running) => "running",
+        None if ended => "ended",
+        None if core.is_dormant(r) => "dormant",
+        None if phase == Some(SchedulePhase::Waiting) => "scheduled",
+        None if r.awaiting_capacity_since.is_some() => "awaitingCapacity",
+        None => "pending",
+    }
 }
 
 /// Whether admission is worth checking against the fleet: it builds a
@@ -68,8 +120,11 @@ pub fn observe(
     let stored = core.bundles().find(|b| &b.bundle_id == bundle_id);
     let deleting = stored.is_some_and(|b| b.state == BundleState::Deleting);
     let broken = core.broken_bundles().get(bundle_id).cloned();
+    let schedule = core.schedule_view(bundle_id, now);
+    let phase = schedule.map(|s| s.phase);
     let mut observed = ObservedBundle {
         broken: broken.clone(),
+        schedule: schedule.as_ref().map(schedule_status),
         ..ObservedBundle::default()
     };
     let (mut active, mut placed, mut running, mut awaiting_capacity) = (0, 0, 0, Vec::new());
@@ -81,26 +136,19 @@ pub fn observe(
             let record = core.job(&job_id);
             let binding = record.and_then(|r| r.binding.as_ref());
             let job_notes = notes.get(&job_id).cloned().unwrap_or_default();
-            let state = match record {
-                _ if deleting => "deleting",
-                Some(r) if r.dropped => "dropped",
-                _ if broken.is_some() => "broken",
-                Some(r) if r.job.dormant => "dormant",
-                Some(_) => match binding.map(|b| b.phase) {
-                    Some(BindingPhase::AwaitingNode) => "awaitingNode",
-                    Some(BindingPhase::Dispatched) => "starting",
-                    Some(BindingPhase::Running) => "running",
-                    None if record.is_some_and(|r| r.awaiting_capacity_since.is_some()) => "awaitingCapacity",
-                    None => "pending",
-                },
-                None => "pending",
-            };
-            if !matches!(state, "dormant" | "dropped") {
+            let state = job_state(core, record, phase, deleting, broken.is_some());
+            // Jobs that are not to run now do not count towards Ready.
+            if !matches!(state, "dormant" | "dropped" | "stopping" | "ended" | "scheduled") {
                 active += 1;
                 placed += usize::from(binding.is_some());
                 running += usize::from(state == "running");
                 if state == "awaitingCapacity" {
-                    awaiting_capacity.push(format!("{}/{}", index, job.job_name));
+                    awaiting_capacity.push(format!(
+                        "{}/{} ({})",
+                        index,
+                        job.job_name,
+                        why_awaiting(core, bundle_id, spec, index, &job.job_name, &job_notes)
+                    ));
                 }
             }
             if let Some(why) = &job_notes.resilience_degraded {
@@ -130,19 +178,49 @@ pub fn observe(
         observed.replicas.push(ReplicaStatus { index, jobs });
     }
 
+    // Waiting for its lead, or past its end, a scheduled bundle is where
+    // its schedule says it should be.
+    let off_air = match &schedule {
+        Some(s) if s.phase == SchedulePhase::Waiting => Some((
+            "Scheduled",
+            format!(
+                "scheduled: placing from {}, on air at {}{}",
+                DateTime::from_millis(s.placing_from),
+                DateTime::from_millis(s.start),
+                s.end
+                    .map(|e| format!(" until {}", DateTime::from_millis(e)))
+                    .unwrap_or_default()
+            ),
+        )),
+        Some(ScheduleView {
+            phase: SchedulePhase::Ended,
+            end: Some(end),
+            ..
+        }) => Some((
+            "Ended",
+            format!(
+                "ended at {}: its jobs were completed and are not placed again",
+                DateTime::from_millis(*end)
+            ),
+        )),
+        _ => None,
+    };
     let conditions = &mut observed.conditions;
-    conditions.push(match (&broken, deleting) {
-        (Some(reason), _) => Observed::no(READY, "Broken", reason.clone()),
-        (None, true) => Observed::no(READY, "Deleting", "Manager's stop-then-delete saga is running"),
-        (None, false) if running == active => {
+    conditions.push(match (&broken, deleting, &off_air) {
+        (Some(reason), _, _) => Observed::no(READY, "Broken", reason.clone()),
+        (None, true, _) => Observed::no(READY, "Deleting", "Manager's stop-then-delete saga is running"),
+        (None, false, Some((reason, message))) => Observed::yes(READY, *reason, message.clone()),
+        (None, false, None) if running == active => {
             Observed::yes(READY, "Running", format!("{running} of {active} jobs running"))
         }
-        (None, false) if placed == active => {
+        (None, false, None) if placed == active => {
             Observed::no(READY, "Starting", format!("{running} of {active} jobs running"))
         }
-        (None, false) => Observed::no(READY, "Placing", format!("{placed} of {active} jobs placed")),
+        (None, false, None) => Observed::no(READY, "Placing", format!("{placed} of {active} jobs placed")),
     });
-    conditions.push(if placed == active {
+    conditions.push(if let Some((reason, message)) = &off_air {
+        Observed::no(PLACED, *reason, message.clone())
+    } else if placed == active {
         Observed::yes(PLACED, "Placed", format!("{placed} of {active} jobs placed"))
     } else if !awaiting_capacity.is_empty() {
         Observed::no(
@@ -162,10 +240,136 @@ pub fn observe(
         Some(reason) => Observed::yes(BROKEN, "BundleBroken", reason.clone()),
         None => Observed::no(BROKEN, "NotBroken", ""),
     });
-    if check == AdmissionCheck::Check && !deleting {
+    // A bundle whose every job is placed was admitted in fact: admission
+    // against today's fleet (its own jobs on it) must not contradict Ready.
+    if placed == active && active > 0 && off_air.is_none() && !deleting {
+        conditions.push(Observed::yes(ADMITTED, "Placed", "every job is placed"));
+    } else if check == AdmissionCheck::Check && !deleting {
         conditions.push(admission(core, bundle_id, spec));
     }
     observed
+}
+
+/// What keeps a job waiting for capacity, tier by tier: from its last
+/// decision's trace when placements are traced, else from a traced dry run
+/// on the fleet as it is now (the same engine, nothing placed).
+fn why_awaiting(
+    core: &AutoManagerCore,
+    bundle_id: &BundleId,
+    spec: &BundleSpec,
+    replica_index: u32,
+    job_name: &str,
+    notes: &JobNotes,
+) -> String {
+    if let Some(why) = notes.last_placement.as_ref().filter(|w| w.contains(": tier ")) {
+        return why.clone();
+    }
+    let traced = core
+        .place_dry_run(bundle_id, spec, replica_index, job_name)
+        .ok()
+        .and_then(Result::ok)
+        .and_then(|placement| placement.trace);
+    match traced {
+        Some(trace) => format!("no capacity in any pool: {}", trace.why_not_placed()),
+        None => notes
+            .last_placement
+            .clone()
+            .unwrap_or_else(|| "no capacity in any pool".to_owned()),
+    }
+}
+
+/// What notifications said of each job of `bundle_id` (`spec`), by job.
+/// Notes live in memory: a new leader (or process) has none until the next
+/// placement, so what the `previous` status recorded stands meanwhile.
+pub fn job_notes(
+    notes: &Notes,
+    bundle_id: &BundleId,
+    spec: &BundleSpec,
+    previous: Option<&BundleStatus>,
+) -> BTreeMap<JobId, JobNotes> {
+    (0..replica_count(spec))
+        .flat_map(|r| spec.jobs.iter().map(move |j| runtime_job_id(bundle_id, r, &j.job_name)))
+        .map(|id| {
+            let mut known = notes.job(&id);
+            if known == JobNotes::default() {
+                known = recorded(previous, &id);
+            }
+            (id, known)
+        })
+        .collect()
+}
+
+/// What a status recorded of a job's last placement and degradation.
+fn recorded(status: Option<&BundleStatus>, job: &JobId) -> JobNotes {
+    status
+        .into_iter()
+        .flat_map(|s| &s.replicas)
+        .flat_map(|r| &r.jobs)
+        .find(|j| j.job_id == job.as_str())
+        .map(|j| JobNotes {
+            last_placement: j.last_placement.clone(),
+            resilience_degraded: j.resilience_degraded.clone(),
+        })
+        .unwrap_or_default()
+}
+
+/// Whether to check admission for a bundle whose last status is
+/// `previous`: again for a changed spec or while a job is unplaced.
+pub fn admission_check(previous: Option<&BundleStatus>, same_spec: bool) -> AdmissionCheck {
+    let placed_before = previous
+        .and_then(|s| conditions::find(&s.conditions, PLACED))
+        .is_some_and(|c| c.status == "True");
+    if placed_before && same_spec {
+        AdmissionCheck::Skip
+    } else {
+        AdmissionCheck::Check
+    }
+}
+
+/// Keeps what admission found last time (`previous`'s `Admitted`) in an
+/// observation made without the check.
+pub fn keep_admitted(observed: &mut ObservedBundle, previous: Option<&BundleStatus>) {
+    if observed.conditions.iter().any(|c| c.type_ == ADMITTED) {
+        return;
+    }
+    if let Some(admitted) = previous.and_then(|s| conditions::find(&s.conditions, ADMITTED)) {
+        observed.conditions.push(Observed {
+            type_: ADMITTED,
+            status: admitted.status == "True",
+            reason: admitted.reason.clone(),
+            message: admitted.message.clone(),
+        });
+    }
+}
+
+/// What a bundle the core (or Manager) refused observes: `Ready` false
+/// with `reason` and `message`, and `Stalled` — it waits for its spec to
+/// change.
+pub fn refused(reason: &str, message: String) -> ObservedBundle {
+    let ready = Observed::no(READY, reason, message.clone());
+    ObservedBundle {
+        conditions: vec![ready, Observed::yes(STALLED, reason, message)],
+        ..ObservedBundle::default()
+    }
+}
+
+/// The status to write for `observed`, given the `previous` status
+/// (whose conditions keep their transition times where nothing changed)
+/// and the resource's generation.
+pub fn status_of(previous: &BundleStatus, observed: ObservedBundle, generation: Option<i64>) -> BundleStatus {
+    BundleStatus {
+        observed_generation: generation,
+        conditions: conditions::merge(
+            &previous.conditions,
+            conditions::with_reconciling(observed.conditions, &[BROKEN]),
+            generation,
+        ),
+        primary_node: observed.primary_node,
+        backup_node: observed.backup_node,
+        replicas: observed.replicas,
+        broken: observed.broken,
+        schedule: observed.schedule,
+    }
 }
 
 /// `Admitted`: validation warnings and `noCapacity` need the fleet, so the

@@ -25,10 +25,10 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::automanager::{
-    CommandError, DrainOptions, DrainPhase, DrainState, InterruptionNotice, MigrationId, StrategyFor,
+    AutoManagerHandle, CommandError, DrainOptions, DrainPhase, DrainState, InterruptionNotice, MigrationId, StrategyFor,
 };
-use crate::crd::{self, JobMigration, JobMigrationSpec, NodeDrain, NodeDrainStatus};
-use crate::model::{self, NodeId};
+use crate::crd::{JobMigration, JobMigrationSpec, NodeDrain, NodeDrainSpec, NodeDrainStatus};
+use crate::model::NodeId;
 
 use super::conditions;
 use super::drain_follow::DrainContext;
@@ -165,10 +165,40 @@ async fn apply(drain: &NodeDrain, api: &Api<NodeDrain>, shared: &DrainContext) -
     })
 }
 
-fn interruption_kind(kind: crd::InterruptionKind) -> model::InterruptionKind {
-    match kind {
-        crd::InterruptionKind::SpotInterruption => model::InterruptionKind::SpotInterruption,
-        crd::InterruptionKind::Rebalance => model::InterruptionKind::Rebalance,
+/// Starts what a `NodeDrain`'s `spec` asks of `core` for its node: a drain
+/// (`drainNode`) or, with `spec.interruption`, the answer to a provider's
+/// notice (`handleNodeInterruption`); the drain's state.
+pub async fn start_drain(core: &AutoManagerHandle, spec: &NodeDrainSpec) -> Result<DrainState, CommandError> {
+    let node = NodeId::from(spec.node_id.as_str());
+    // No strategy in the spec: each job moves with its declared one.
+    let strategy_for = StrategyFor {
+        default: spec.strategy,
+        ..StrategyFor::default()
+    };
+    match &spec.interruption {
+        Some(interruption) => core
+            .handle_node_interruption(
+                node,
+                InterruptionNotice {
+                    kind: interruption.kind.into(),
+                    deadline: interruption.deadline.as_deref().and_then(millis),
+                    strategy_for,
+                },
+            )
+            .await
+            .map(|s| s.drain),
+        None => {
+            core.drain_node(
+                node,
+                DrainOptions {
+                    timeout_ms: spec.timeout_seconds.map(|s| u64::from(s) * 1000),
+                    force: spec.force,
+                    strategy_for,
+                    after: spec.after.map(Into::into),
+                },
+            )
+            .await
+        }
     }
 }
 
@@ -180,39 +210,7 @@ async fn start(
     recorded: &NodeDrainStatus,
 ) -> Result<NodeDrainStatus, ReconcileError> {
     let ctx = &shared.ctx;
-    let node = NodeId::from(drain.spec.node_id.as_str());
-    // No strategy in the spec: each job moves with its declared one.
-    let strategy_for = StrategyFor {
-        default: drain.spec.strategy,
-        ..StrategyFor::default()
-    };
-    let result = match &drain.spec.interruption {
-        Some(interruption) => ctx
-            .core
-            .handle_node_interruption(
-                node.clone(),
-                InterruptionNotice {
-                    kind: interruption_kind(interruption.kind),
-                    deadline: interruption.deadline.as_deref().and_then(millis),
-                    strategy_for,
-                },
-            )
-            .await
-            .map(|s| s.drain),
-        None => {
-            ctx.core
-                .drain_node(
-                    node.clone(),
-                    DrainOptions {
-                        timeout_ms: drain.spec.timeout_seconds.map(|s| u64::from(s) * 1000),
-                        force: drain.spec.force,
-                        strategy_for,
-                        after: drain.spec.after.map(Into::into),
-                    },
-                )
-                .await
-        }
-    };
+    let result = start_drain(&ctx.core, &drain.spec).await;
     let resumed = recorded.phase.clone();
     match (result, resumed) {
         (Ok(state), resumed) => {

@@ -17,6 +17,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
+use crate::automanager::AutoManagerCore;
 use crate::automanager::spares::SpareError;
 use crate::crd::{HotSparePolicy, HotSparePolicyStatus};
 use crate::model::HotSpareSpec;
@@ -141,30 +142,21 @@ fn rfc3339(at_ms: i64) -> Option<String> {
     Timestamp::from_millisecond(at_ms).ok().map(|t| t.to_string())
 }
 
-#[tracing::instrument(skip_all, fields(policy = %policy.name_any()))]
-async fn reconcile(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
-    let shared = &ctx.shared;
-    let name = policy.name_any();
-    let spec = policy.spec.0.clone();
-    if !shared.pools_synced() {
-        // Every pool would look unknown before the first hand-over.
-        return Err(ReconcileError::PoolsNotSynced);
-    }
-    let pool = spec.pool.clone();
-    let (known, in_force, spare_status) = shared
-        .core
-        .inspect(move |core, _| {
-            let known = core.settings().placement_pools.iter().any(|p| p.name == pool);
-            let in_force = core.settings().hot_spares.iter().any(|s| s == &spec);
-            let status = core.hot_spare_status().into_iter().find(|s| s.pool == pool);
-            (known, in_force, status)
-        })
-        .await?;
-    let pool = &policy.spec.0.pool;
-    let refused = ctx.refused.lock().unwrap_or_else(PoisonError::into_inner).clone();
+/// A policy's status read from the core (conditions apart, without
+/// timestamps): its spare counts and last underflow; `Ready` once its spec
+/// is the one in force, `Stalled` when it names a pool the core does not
+/// run with, and why the core refused the list (`refused`) otherwise.
+pub fn observe_policy(
+    core: &AutoManagerCore,
+    spec: &HotSpareSpec,
+    refused: Option<String>,
+) -> (HotSparePolicyStatus, Vec<Observed>) {
+    let pool = &spec.pool;
+    let known = core.settings().placement_pools.iter().any(|p| &p.name == pool);
+    let in_force = core.settings().hot_spares.iter().any(|s| s == spec);
+    let spare_status = core.hot_spare_status().into_iter().find(|s| &s.pool == pool);
     let conditions = if !known {
-        let why = format!("pool {pool:?} is not a PlacementPool the operator places with; create it or fix spec.pool");
+        let why = format!("pool {pool:?} is not a PlacementPool in force; create it or fix spec.pool");
         vec![
             Observed::no(READY, "UnknownPool", why.clone()),
             Observed::yes(STALLED, "UnknownPool", why),
@@ -184,6 +176,37 @@ async fn reconcile(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Resul
             Observed::no(APPLIED, "NotInForce", why),
         ]
     };
+    let status = HotSparePolicyStatus {
+        observed_generation: None,
+        conditions: Vec::new(),
+        live_spares: spare_status.as_ref().map_or(0, |s| s.live),
+        provisioning_spares: spare_status.as_ref().map_or(0, |s| s.provisioning),
+        consumed_spares: spare_status
+            .as_ref()
+            .map_or(0, |s| u32::try_from(s.consumed).unwrap_or(u32::MAX)),
+        last_underflow: spare_status
+            .as_ref()
+            .and_then(|s| s.last_underflow_at)
+            .and_then(rfc3339),
+    };
+    (status, conditions)
+}
+
+#[tracing::instrument(skip_all, fields(policy = %policy.name_any()))]
+async fn reconcile(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let shared = &ctx.shared;
+    let name = policy.name_any();
+    let spec = policy.spec.0.clone();
+    if !shared.pools_synced() {
+        // Every pool would look unknown before the first hand-over.
+        return Err(ReconcileError::PoolsNotSynced);
+    }
+    let refused = ctx.refused.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let (observed, conditions) = shared
+        .core
+        .inspect(move |core, _| observe_policy(core, &spec, refused))
+        .await?;
     let generation = policy.meta().generation;
     let version = policy.meta().resource_version.clone();
     let previous = shared
@@ -196,15 +219,7 @@ async fn reconcile(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Resul
             conditions::with_reconciling(conditions, &[]),
             generation,
         ),
-        live_spares: spare_status.as_ref().map_or(0, |s| s.live),
-        provisioning_spares: spare_status.as_ref().map_or(0, |s| s.provisioning),
-        consumed_spares: spare_status
-            .as_ref()
-            .map_or(0, |s| u32::try_from(s.consumed).unwrap_or(u32::MAX)),
-        last_underflow: spare_status
-            .as_ref()
-            .and_then(|s| s.last_underflow_at)
-            .and_then(rfc3339),
+        ..observed
     };
     if status::differs(&previous, &next, |s: &mut HotSparePolicyStatus| &mut s.conditions) {
         let api: Api<HotSparePolicy> = Api::all(shared.client.clone());

@@ -28,12 +28,14 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::automanager::{CommandError, MigrationId, MigrationOptions};
-use crate::crd::{self, JobMigration, JobMigrationStatus};
+use crate::crd::{self, JobMigration, JobMigrationSpec, JobMigrationStatus};
 use crate::model::{BundleId, JobId, NodeId, runtime_job_id};
 
 use super::conditions;
 use super::drain_follow::DrainContext;
-use super::migration_status::{conditions_of, ended_without_core, is_ended_name, is_recorded, status_of};
+use super::migration_status::{
+    Unfollowed, conditions_of, ended_without_core, is_ended_name, is_recorded, status_of, unfollowed,
+};
 use super::{ReconcileError, status};
 
 /// The controller's name (metrics label, field manager suffix).
@@ -78,7 +80,17 @@ fn key(migration: &JobMigration) -> String {
     )
 }
 
-fn job_of(migration: &JobMigration) -> JobId {
+/// What a `JobMigration`'s spec asks of `migrateJob`.
+pub fn options_of(spec: &JobMigrationSpec) -> MigrationOptions {
+    MigrationOptions {
+        strategy: spec.strategy,
+        target_node_id: spec.target_node_id.as_deref().map(NodeId::from),
+        override_reservation: spec.override_reservation,
+    }
+}
+
+/// The runtime job a migration names: `<namespace>/<bundle>/<replica>/<job>`.
+pub fn job_of(migration: &JobMigration) -> JobId {
     let namespace = migration
         .namespace()
         .unwrap_or_else(|| crd::DEFAULT_NAMESPACE.to_owned());
@@ -154,12 +166,12 @@ async fn start(
     shared: &DrainContext,
     key: &str,
 ) -> Result<JobMigrationStatus, ReconcileError> {
-    let options = MigrationOptions {
-        strategy: migration.spec.strategy,
-        target_node_id: migration.spec.target_node_id.as_deref().map(NodeId::from),
-        override_reservation: migration.spec.override_reservation,
-    };
-    match shared.ctx.core.migrate_job(job_of(migration), options).await {
+    match shared
+        .ctx
+        .core
+        .migrate_job(job_of(migration), options_of(&migration.spec))
+        .await
+    {
         Ok(id) => {
             shared.start(key, id.clone());
             shared.follows(id.clone(), ObjectRef::from_obj(migration));
@@ -213,15 +225,15 @@ async fn follow(
         .filter(|s| is_recorded(s, job_id.as_str(), recorded));
     let Some(mut state) = found else {
         return match ended_elsewhere(shared, &job_id, recorded).await? {
-            Elsewhere::Ended(status) => Ok(status),
+            Unfollowed::Ended(status) => Ok(status),
             // The person's request still stands: the new term carries it out from the
             // start (a drain's migrations are started again by their drain instead).
-            Elsewhere::RolledBack { phase, source, status }
+            Unfollowed::RolledBack { phase, source, status }
                 if !migration.spec.abort && !migration.annotations().contains_key(MIGRATION_ID) =>
             {
                 let note = format!(
-                    "the operator's term ended during {phase}, before the point of no return: the job stayed on \
-                     {source}; started again"
+                    "{TERM_ENDED} during {phase}, before the point of no return: the job stayed on {source}; started \
+                     again"
                 );
                 shared.ctx.publish(
                     Event {
@@ -236,7 +248,7 @@ async fn follow(
                 drop(status);
                 start(migration, shared, &key(migration)).await
             }
-            Elsewhere::RolledBack { status, .. } => Ok(status),
+            Unfollowed::RolledBack { status, .. } => Ok(status),
         };
     };
     if migration.spec.abort && !state.phase.is_ended() {
@@ -268,42 +280,14 @@ async fn follow(
     Ok(status_of(&state))
 }
 
-/// How a migration that the core does not hold ended.
-enum Elsewhere {
-    /// `done`, `lost`, or already ended.
-    Ended(JobMigrationStatus),
-    /// Short of the point of no return: the job runs on its source. `status` records it
-    /// `aborted`; a person's JobMigration is started again instead.
-    RolledBack {
-        phase: String,
-        source: String,
-        status: JobMigrationStatus,
-    },
-}
-
 /// A migration recorded in flight that this core does not hold (a new
-/// leader, a rebuilt core): `done` when the job runs on the recorded
-/// target, rolled back when it still runs on its source short of the point of no return,
-/// else `lost`; the reason says which and from what phase.
+/// leader, a rebuilt core), ended from where its job runs now (see
+/// [`unfollowed`]).
 async fn ended_elsewhere(
     shared: &DrainContext,
     job_id: &JobId,
     recorded: &JobMigrationStatus,
-) -> Result<Elsewhere, ReconcileError> {
-    let Some(phase) = recorded.phase.clone() else {
-        // Adopted from a drain and never written: it started under a
-        // previous term and nothing of it was recorded.
-        let now = shared.ctx.core.inspect(|_, now| now).await?;
-        return Ok(Elsewhere::Ended(ended_without_core(
-            recorded,
-            "lost",
-            now,
-            "started under the operator's previous term and not inherited by this one".to_owned(),
-        )));
-    };
-    if is_ended_name(&phase) {
-        return Ok(Elsewhere::Ended(recorded.clone()));
-    }
+) -> Result<Unfollowed, ReconcileError> {
     let job = job_id.clone();
     let (node, now) = shared
         .ctx
@@ -316,40 +300,11 @@ async fn ended_elsewhere(
             (node, now)
         })
         .await?;
-    let on_target = node.is_some() && node == recorded.target_node_id;
-    let on_source = node.is_some() && node == recorded.source_node_id;
-    Ok(if on_target {
-        Elsewhere::Ended(ended_without_core(
-            recorded,
-            "done",
-            now,
-            format!("finished while the operator was away (recorded phase {phase}): the job runs on its target"),
-        ))
-    } else if on_source && !recorded.point_of_no_return_passed {
-        // Closing the previous term's core rolls back what has not passed
-        // its point of no return.
-        let source = node.unwrap_or_default();
-        let status = ended_without_core(
-            recorded,
-            "aborted",
-            now,
-            format!(
-                "the operator's term ended during {phase}, before the point of no return: rolled back, the job runs on its source {source}"
-            ),
-        );
-        Elsewhere::RolledBack { phase, source, status }
-    } else {
-        let whereabouts = node.map_or_else(|| "no node".to_owned(), |n| format!("node {n}"));
-        Elsewhere::Ended(ended_without_core(
-            recorded,
-            "lost",
-            now,
-            format!(
-                "the operator's term ended during {phase} and the saga was not inherited: failed forward, the job is where Manager's history puts it ({whereabouts})"
-            ),
-        ))
-    })
+    Ok(unfollowed(recorded, node, now, TERM_ENDED))
 }
+
+/// What made a migration lose its core, in the reasons recorded.
+const TERM_ENDED: &str = "the operator's term ended";
 
 /// Writes the status when it differs from what the resource holds.
 async fn write_if_changed(

@@ -95,6 +95,74 @@ pub fn ended_without_core(
     next
 }
 
+/// How a migration recorded in flight ended when the core that ran it is
+/// gone (`gone` says what ended it: "the operator's term ended").
+#[derive(Clone, Debug, PartialEq)]
+pub enum Unfollowed {
+    /// `done`, `lost`, or already ended.
+    Ended(JobMigrationStatus),
+    /// Short of the point of no return: the job runs on its source. `status` records it
+    /// `aborted`; a person's JobMigration is started again instead.
+    RolledBack {
+        /// The phase it was in.
+        phase: String,
+        /// The node the job stayed on.
+        source: String,
+        /// The status recording the rollback.
+        status: JobMigrationStatus,
+    },
+}
+
+/// A migration `recorded` in flight whose core is gone, given the node its
+/// job is bound to now (`node`): `done` when that is the recorded target,
+/// rolled back when it is the source short of the point of no return (closing a core
+/// rolls back what has not passed it), else `lost`; the reason says which and from what
+/// phase. A status with no phase (a drain's migration never written) is `lost`.
+pub fn unfollowed(recorded: &JobMigrationStatus, node: Option<String>, now: UnixMillis, gone: &str) -> Unfollowed {
+    let Some(phase) = recorded.phase.clone() else {
+        return Unfollowed::Ended(ended_without_core(
+            recorded,
+            "lost",
+            now,
+            format!("started before {gone} and not inherited: nothing of it was recorded"),
+        ));
+    };
+    if is_ended_name(&phase) {
+        return Unfollowed::Ended(recorded.clone());
+    }
+    let on_target = node.is_some() && node == recorded.target_node_id;
+    let on_source = node.is_some() && node == recorded.source_node_id;
+    if on_target {
+        Unfollowed::Ended(ended_without_core(
+            recorded,
+            "done",
+            now,
+            format!("{gone} during {phase} and the migration finished meanwhile: the job runs on its target"),
+        ))
+    } else if on_source && !recorded.point_of_no_return_passed {
+        let source = node.unwrap_or_default();
+        let status = ended_without_core(
+            recorded,
+            "aborted",
+            now,
+            format!(
+                "{gone} during {phase}, before the point of no return: rolled back, the job runs on its source {source}"
+            ),
+        );
+        Unfollowed::RolledBack { phase, source, status }
+    } else {
+        let whereabouts = node.map_or_else(|| "no node".to_owned(), |n| format!("node {n}"));
+        Unfollowed::Ended(ended_without_core(
+            recorded,
+            "lost",
+            now,
+            format!(
+                "{gone} during {phase} and the saga was not inherited: failed forward, the job is where Manager's history puts it ({whereabouts})"
+            ),
+        ))
+    }
+}
+
 /// The conditions of a migration whose status is `status` (its phase none
 /// before it started, when it was refused).
 pub fn conditions_of(status: &JobMigrationStatus) -> Vec<Observed> {
@@ -202,6 +270,46 @@ mod tests {
                 .any(|c| c.type_ == STALLED && c.status && c.reason == "Lost")
         );
         assert!(!lost.iter().any(|c| c.type_ == READY && c.status));
+    }
+
+    #[test]
+    fn a_migration_whose_core_is_gone_ends_from_where_its_job_runs() {
+        let recorded = status_of(&state(MigrationPhase::Starting));
+        let ended = |node: Option<&str>| unfollowed(&recorded, node.map(str::to_owned), 9_000, "the core went");
+        let Unfollowed::Ended(done) = ended(Some("b")) else {
+            panic!("done on its target")
+        };
+        assert_eq!(done.phase.as_deref(), Some("done"));
+        assert_eq!(
+            done.transitions.last().map(|t| t.at.as_str()),
+            Some("1970-01-01T00:00:09Z")
+        );
+        let Unfollowed::RolledBack { phase, source, status } = ended(Some("a")) else {
+            panic!("rolled back on its source")
+        };
+        assert_eq!((phase.as_str(), source.as_str()), ("starting", "a"));
+        assert_eq!(status.phase.as_deref(), Some("aborted"));
+        let Unfollowed::Ended(lost) = ended(None) else {
+            panic!("lost")
+        };
+        assert_eq!(lost.phase.as_deref(), Some("lost"));
+        assert!(
+            lost.reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("the core went during starting"))
+        );
+        // Past the point of no return, the source is no rollback.
+        let mut past = recorded.clone();
+        past.point_of_no_return_passed = true;
+        let Unfollowed::Ended(lost) = unfollowed(&past, Some("a".to_owned()), 9_000, "the core went") else {
+            panic!("lost")
+        };
+        assert_eq!(lost.phase.as_deref(), Some("lost"));
+        // An ended record stays as it is.
+        assert_eq!(
+            unfollowed(&done, None, 10_000, "again"),
+            Unfollowed::Ended(done.clone())
+        );
     }
 
     #[test]

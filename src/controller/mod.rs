@@ -36,6 +36,7 @@ pub mod migration_status;
 pub mod node;
 pub mod node_status;
 pub mod notes;
+mod notification_log;
 pub mod pool;
 pub mod process;
 pub mod session;

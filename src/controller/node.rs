@@ -20,10 +20,10 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
 
-use crate::automanager::CommandError;
 use crate::automanager::spares::SpareError;
+use crate::automanager::{AutoManagerHandle, CommandError, QueryError};
 use crate::crd::{NorskNode, NorskNodeStatus};
-use crate::model::NodeId;
+use crate::model::{NodeId, SpareSpec};
 
 use super::conditions::{self, Observed};
 use super::node_status::mirrored_nodes;
@@ -36,7 +36,9 @@ pub const SPEC_CONTROLLER: &str = "norsknode-spec";
 /// Condition: the node takes no new placements.
 pub const CORDONED: &str = "Cordoned";
 /// `Cordoned` reason: the spec asked for it.
-const BY_SPEC: &str = "Spec";
+pub const BY_SPEC: &str = "Spec";
+/// `Cordoned` reason: a drain or an interruption notice cordoned the node.
+const DRAIN_REASON: &str = "Drain";
 /// Condition: `spec.spare` is the live spare's spec.
 pub const SPARE_SPEC_APPLIED: &str = "SpareSpecApplied";
 /// Label on every `NorskNode` the operator mirrors.
@@ -257,42 +259,75 @@ async fn apply_cordon(ctx: &Context, node: &NorskNode) -> Result<Observed, Recon
         .as_ref()
         .and_then(|s| conditions::find(&s.conditions, CORDONED))
         .is_some_and(|c| c.status == "True" && c.reason == BY_SPEC);
-    let outcome = match (node.spec.cordoned, cordoned) {
-        (true, true) => return Ok(Observed::yes(CORDONED, BY_SPEC, "no new placement lands here")),
-        (true, false) => ctx.core.cordon_node(node_id).await.map(|()| true),
-        (false, true) if by_spec => ctx.core.uncordon_node(node_id).await.map(|()| false),
-        (false, true) => {
-            return Ok(Observed::yes(
-                CORDONED,
-                "Drain",
-                "cordoned by a drain or an interruption notice",
-            ));
-        }
-        (false, false) => return Ok(Observed::no(CORDONED, "Uncordoned", "")),
+    let outcome = match cordon_step(node.spec.cordoned, cordoned, by_spec) {
+        CordonStep::Stay(observed) => return Ok(observed),
+        CordonStep::Cordon => ctx.core.cordon_node(node_id).await.map(|()| true),
+        CordonStep::Uncordon => ctx.core.uncordon_node(node_id).await.map(|()| false),
     };
     Ok(match outcome {
-        Ok(true) => Observed::yes(CORDONED, BY_SPEC, "no new placement lands here"),
-        Ok(false) => Observed::no(CORDONED, "Uncordoned", ""),
-        Err(CommandError::Closed) => return Err(ReconcileError::ReadCore(crate::automanager::QueryError::Closed)),
+        Ok(cordoned) => cordon_done(cordoned),
+        Err(CommandError::Closed) => return Err(ReconcileError::ReadCore(QueryError::Closed)),
         // An unknown node, ...: nothing to cordon until Manager has it.
         Err(e) => Observed::no(CORDONED, "CordonRefused", e.to_string()),
     })
 }
 
-/// `spec.spare` -> `updateHotSpareNode`, when it differs from the live
-/// spare's spec.
-async fn apply_spare_spec(ctx: &Context, node: &NorskNode) -> Result<Option<Observed>, ReconcileError> {
-    let Some(wanted) = node.spec.spare.clone() else {
+/// What `spec.cordoned` (`wanted`) asks of a node that is `cordoned` now,
+/// `by_spec` telling whether the spec cordoned it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CordonStep {
+    /// `cordonNode`.
+    Cordon,
+    /// `uncordonNode`.
+    Uncordon,
+    /// Nothing to do: the `Cordoned` condition as it stands.
+    Stay(Observed),
+}
+
+/// Only what the spec cordoned is uncordoned when the spec is cleared: a
+/// node a drain (or an interruption notice) cordoned stays cordoned, since
+/// uncordoning it would cancel the drain.
+pub fn cordon_step(wanted: bool, cordoned: bool, by_spec: bool) -> CordonStep {
+    match (wanted, cordoned) {
+        (true, true) => CordonStep::Stay(cordon_done(true)),
+        (true, false) => CordonStep::Cordon,
+        (false, true) if by_spec => CordonStep::Uncordon,
+        (false, true) => CordonStep::Stay(Observed::yes(
+            CORDONED,
+            DRAIN_REASON,
+            "cordoned by a drain or an interruption notice",
+        )),
+        (false, false) => CordonStep::Stay(cordon_done(false)),
+    }
+}
+
+/// The `Cordoned` condition once `cordonNode` / `uncordonNode` did its work.
+pub fn cordon_done(cordoned: bool) -> Observed {
+    if cordoned {
+        Observed::yes(CORDONED, BY_SPEC, "no new placement lands here")
+    } else {
+        Observed::no(CORDONED, "Uncordoned", "")
+    }
+}
+
+/// `spec.spare` (`wanted`) -> `updateHotSpareNode` on node `node_id`, when
+/// it differs from the live spare's spec; the `SpareSpecApplied` condition
+/// (none without a `spec.spare`).
+pub async fn apply_spare_spec(
+    core: &AutoManagerHandle,
+    node_id: NodeId,
+    wanted: Option<SpareSpec>,
+) -> Result<Option<Observed>, QueryError> {
+    let Some(wanted) = wanted else {
         return Ok(None);
     };
-    let node_id = NodeId(node.spec.node_id.clone());
-    let live = ctx.core.spare_spec(node_id.clone()).await?;
+    let live = core.spare_spec(node_id.clone()).await?;
     if live.as_ref() == Some(&wanted) {
         return Ok(Some(Observed::yes(SPARE_SPEC_APPLIED, "InForce", "")));
     }
-    Ok(Some(match ctx.core.update_hot_spare_node(node_id, wanted).await {
+    Ok(Some(match core.update_hot_spare_node(node_id, wanted).await {
         Ok(()) => Observed::yes(SPARE_SPEC_APPLIED, "InForce", ""),
-        Err(SpareError::Closed) => return Err(ReconcileError::ReadCore(crate::automanager::QueryError::Closed)),
+        Err(SpareError::Closed) => return Err(QueryError::Closed),
         // Not a spare (any more), or unknown: nothing to apply until it is.
         Err(e) => Observed::no(SPARE_SPEC_APPLIED, "NotASpare", e.to_string()),
     }))
@@ -303,7 +338,7 @@ async fn reconcile_spec(node: Arc<NorskNode>, ctx: Arc<Context>) -> Result<Actio
     let started = Instant::now();
     let name = node.name_any();
     let mut observed = vec![apply_cordon(&ctx, &node).await?];
-    observed.extend(apply_spare_spec(&ctx, &node).await?);
+    observed.extend(apply_spare_spec(&ctx.core, NodeId(node.spec.node_id.clone()), node.spec.spare.clone()).await?);
     let types: Vec<&str> = observed.iter().map(|o| o.type_).collect();
     let previous: Vec<_> = node
         .status

@@ -12,7 +12,7 @@ use kube::runtime::reflector::ObjectRef;
 
 use crate::automanager::{Decision, Notification};
 use crate::crd::Bundle;
-use crate::model::{BundleId, JobHistoryEntry, JobId, JobStopReason, NodeId};
+use crate::model::{BundleId, DateTime, JobHistoryEntry, JobId, JobStopReason, NodeId, SchedulePhase, UnixMillis};
 
 /// What notifications said about one job.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -38,7 +38,15 @@ impl Notes {
                 // A new decision supersedes the old one's degradation; the
                 // core reports a degradation right after its decision.
                 let notes = self.jobs.entry(info.job_id.clone()).or_default();
-                notes.last_placement = Some(describe_decision(&info.decision, info.recovery));
+                let mut words = describe_decision(&info.decision, info.recovery);
+                // What decided it (a tier at maxNodes, no shape fitting, the
+                // nodes' verdicts), when the decision carries its trace.
+                if info.decision == Decision::NoCapacityInAnyPool
+                    && let Some(trace) = &info.trace
+                {
+                    words = format!("{words}: {}", trace.why_not_placed());
+                }
+                notes.last_placement = Some(words);
                 notes.resilience_degraded = None;
             }
             Notification::ResilienceDegraded { job_id, violations, .. } => {
@@ -111,12 +119,36 @@ pub fn bundle_of(notification: &Notification) -> Option<ObjectRef<Bundle>> {
         | Notification::PlacementFailed { job_id, .. }
         | Notification::ResilienceDegraded { job_id, .. } => bundle_ref_of_job(job_id),
         Notification::BundleUpdated { bundle } => bundle_ref(&bundle.bundle_id),
-        Notification::BundleDeleted { bundle_id } | Notification::BundleBroken { bundle_id, .. } => {
-            bundle_ref(bundle_id)
+        Notification::BundleDeleted { bundle_id }
+        | Notification::BundleBroken { bundle_id, .. }
+        | Notification::BundleSchedule { bundle_id, .. } => bundle_ref(bundle_id),
+        Notification::BundleJobStarted { job_id } | Notification::BundleJobStopped { job_id } => {
+            bundle_ref_of_job(job_id)
         }
         Notification::PlacementDecision(info) => bundle_ref(&info.bundle_id),
         _ => None,
     }
+}
+
+/// The Event of a schedule's phase change.
+fn schedule_event(phase: SchedulePhase, next_phase: Option<SchedulePhase>, next_at: Option<UnixMillis>) -> Event {
+    let then = match (next_phase, next_at) {
+        (Some(next), Some(at)) => format!("; {} at {}", next.as_str(), DateTime::from_millis(at)),
+        _ => String::new(),
+    };
+    let (reason, words) = match phase {
+        SchedulePhase::Waiting => ("Scheduled", "rescheduled: waiting for its placement lead"),
+        SchedulePhase::Placing => (
+            "PlacingAhead",
+            "the placement lead began: its jobs are placed ahead of the start",
+        ),
+        SchedulePhase::Live => ("Live", "the schedule's start: on air"),
+        SchedulePhase::Ended => (
+            "Ended",
+            "the schedule's end: its jobs are completed and not placed again",
+        ),
+    };
+    event(EventType::Normal, reason, "Schedule", format!("{words}{then}"))
 }
 
 fn event(type_: EventType, reason: &str, action: &str, note: String) -> Event {
@@ -223,6 +255,24 @@ pub fn bundle_event(notification: &Notification) -> Option<Event> {
         Notification::BundleDeleted { bundle_id } => {
             event(Normal, "Deleted", "Delete", format!("{bundle_id} removed from Manager"))
         }
+        Notification::BundleSchedule {
+            phase,
+            next_phase,
+            next_at,
+            ..
+        } => schedule_event(*phase, *next_phase, *next_at),
+        Notification::BundleJobStarted { job_id } => event(
+            Normal,
+            "ManualStart",
+            "Start",
+            format!("{job_id} started: it is placed and runs until stopped"),
+        ),
+        Notification::BundleJobStopped { job_id } => event(
+            Normal,
+            "ManualStop",
+            "Stop",
+            format!("{job_id} stopped: dormant, its instance stopped and not recovered"),
+        ),
         _ => return None,
     })
 }

@@ -165,20 +165,7 @@ async fn reconcile_pool(pool: Arc<PlacementPool>, ctx: Arc<PoolContext>) -> Resu
         })
         .await?;
     shared.metrics.pools(&metrics);
-    let conditions = match (invalid.get(&name).or(set_refused.as_ref()), in_force) {
-        (Some(why), _) => vec![
-            Observed::no(READY, "InvalidPool", why.clone()),
-            Observed::yes(STALLED, "InvalidPool", why.clone()),
-        ],
-        (None, true) => vec![
-            Observed::yes(READY, "InForce", "the core places with this pool"),
-            Observed::no(STALLED, "InForce", ""),
-        ],
-        (None, false) => vec![
-            Observed::no(READY, "Pending", "not yet handed to the core"),
-            Observed::no(STALLED, "Pending", ""),
-        ],
-    };
+    let conditions = pool_conditions(invalid.get(&name).or(set_refused.as_ref()), in_force);
     let generation = pool.meta().generation;
     let version = pool.meta().resource_version.clone();
     let previous = shared
@@ -201,6 +188,25 @@ async fn reconcile_pool(pool: Arc<PlacementPool>, ctx: Arc<PoolContext>) -> Resu
     shared.timed(POOL_CONTROLLER, started);
     shared.succeeded(POOL_CONTROLLER, &name);
     Ok(Action::requeue(RESYNC))
+}
+
+/// A pool's conditions: `Stalled` with why it was left out or refused
+/// (`refused`), else `Ready` once the core places with it.
+pub fn pool_conditions(refused: Option<&String>, in_force: bool) -> Vec<Observed> {
+    match (refused, in_force) {
+        (Some(why), _) => vec![
+            Observed::no(READY, "InvalidPool", why.clone()),
+            Observed::yes(STALLED, "InvalidPool", why.clone()),
+        ],
+        (None, true) => vec![
+            Observed::yes(READY, "InForce", "the core places with this pool"),
+            Observed::no(STALLED, "InForce", ""),
+        ],
+        (None, false) => vec![
+            Observed::no(READY, "Pending", "not yet handed to the core"),
+            Observed::no(STALLED, "Pending", ""),
+        ],
+    }
 }
 
 /// The capacity bound jobs reserve, by node.
@@ -234,7 +240,7 @@ fn fraction(used: f64, usable: f64) -> f64 {
 }
 
 /// A pool's status from the core's fleet (conditions left to the caller).
-fn observe_pool(core: &AutoManagerCore, pool: &str, tier_names: &[String]) -> PlacementPoolStatus {
+pub fn observe_pool(core: &AutoManagerCore, pool: &str, tier_names: &[String]) -> PlacementPoolStatus {
     let reserved = reserved_by_node(core);
     let mut status = PlacementPoolStatus::default();
     let (mut used_all, mut usable_all) = (0.0, 0.0);

@@ -101,6 +101,22 @@ pub async fn run(
 async fn track_connection(core: AutoManagerHandle, health: Arc<Health>, metrics: Arc<OperatorMetrics>) {
     crate::telemetry::set(&health.hydrated, false);
     crate::telemetry::set(&health.connected, false);
+    crate::telemetry::set(&health.manager_lacks_extensions, false);
+    let mut lacking = core.lacking_extensions();
+    let (lacking_health, lacking_metrics) = (health.clone(), metrics.clone());
+    // Ends with the core (its sender dropped), like the loop below.
+    tokio::spawn(async move {
+        loop {
+            let missing = lacking.borrow_and_update().len();
+            crate::telemetry::set(&lacking_health.manager_lacks_extensions, missing > 0);
+            lacking_metrics
+                .manager_extensions_missing
+                .set(i64::try_from(missing).unwrap_or(i64::MAX));
+            if lacking.changed().await.is_err() {
+                return;
+            }
+        }
+    });
     let mut connection = core.connection();
     loop {
         let ready = *connection.borrow_and_update() == ConnectionState::Ready;

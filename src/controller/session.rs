@@ -21,7 +21,7 @@ use crate::telemetry::OperatorMetrics;
 
 use super::node_status::node_resource_name;
 use super::notes::{bundle_event, bundle_of, node_event};
-use super::{Context, bundle, drain_follow, hot_spare, node, pool};
+use super::{Context, bundle, drain_follow, hot_spare, node, notification_log, pool};
 
 /// What a term runs with.
 #[derive(Clone, Debug)]
@@ -77,6 +77,7 @@ pub async fn lead(
         bundles_tx,
         fleet,
         session.fleet.clone(),
+        session.manager.url.clone(),
     ));
     let term = ended.clone();
     let stop = move || {
@@ -120,6 +121,7 @@ async fn follow(
     bundles: mpsc::UnboundedSender<ObjectRef<crd::Bundle>>,
     fleet: FleetTriggers,
     fleet_name: String,
+    manager_url: String,
 ) {
     loop {
         let notification = match notifications.recv().await {
@@ -134,6 +136,7 @@ async fn follow(
         // The structured record of every callback (the Event and the metric
         // follow).
         tracing::debug!(?notification, "notification");
+        notification_log::log(&notification, &manager_url);
         ctx.metrics.count(&notification);
         ctx.notes().record(&notification);
         if let Some(target) = bundle_of(&notification) {

@@ -5,15 +5,15 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{BundleId, BundleSpec};
+use crate::model::{BundleId, BundleSpec, DateTime, SchedulePhase};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// The namespace of a bundle document that names none.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
-/// The desired bundle: the seed's `Bundle` (minus its id, which comes from
-/// the resource's namespace and name).
+/// The desired bundle: its jobs, the pool they are placed into and the
+/// rules between them. Its id on Manager is `<namespace>/<name>`.
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "automanager.norsk.video",
@@ -28,14 +28,19 @@ pub const DEFAULT_NAMESPACE: &str = "default";
     printcolumn = r#"{"name":"Primary","type":"string","jsonPath":".status.primaryNode","description":"The node of the primary replica's first job"}"#,
     printcolumn = r#"{"name":"Backup","type":"string","jsonPath":".status.backupNode","description":"The node of the backup replica's first job"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Schedule","type":"string","jsonPath":".status.schedule.phase","description":"A scheduled bundle's phase: waiting, placing, live or ended","priority":1}"#,
+    printcolumn = r#"{"name":"Next","type":"date","jsonPath":".status.schedule.nextTransitionTime","description":"When the schedule's next phase comes","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(transparent)]
 pub struct BundleResourceSpec(pub BundleSpec);
 
-/// What the operator observed: where every job of every replica is, and
-/// conditions `Ready`, `Placed`, `Degraded` (resilience degraded), `Broken`
-/// and `Admitted` (what admission against the fleet found).
+/// What the operator observed: where every job of every replica is, the
+/// schedule's phase, and conditions `Ready`, `Placed`, `Degraded`
+/// (resilience degraded), `Broken` and `Admitted` (what admission against
+/// the fleet found). A scheduled bundle is `Ready` while it waits for its
+/// placement lead (reason `Scheduled`) and once it ended (`Ended`): it is
+/// where its schedule says it should be.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BundleStatus {
@@ -60,6 +65,32 @@ pub struct BundleStatus {
     /// updated or deleted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broken: Option<String>,
+    /// A scheduled bundle's window and what comes next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<ScheduleStatus>,
+}
+
+/// Where a scheduled bundle stands: `waiting` until `placingFrom` (its start
+/// less the pool's placement lead), `placing` until `start`, `live` until
+/// `end`, then `ended` (its jobs completed and not placed again).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleStatus {
+    /// `waiting`, `placing`, `live` or `ended`.
+    pub phase: SchedulePhase,
+    /// When placement starts (the start less the pool's `placementLeadMs`).
+    pub placing_from: DateTime,
+    /// When the production goes on air.
+    pub start: DateTime,
+    /// When it ends, if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<DateTime>,
+    /// The phase that comes next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_phase: Option<SchedulePhase>,
+    /// When it comes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_transition_time: Option<DateTime>,
 }
 
 /// One replica of a bundle.
@@ -88,8 +119,11 @@ pub struct JobStatus {
     /// The key its instance wears (`primary`, `backup`, `primary@3f9c1e2a`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_key: Option<String>,
-    /// `pending`, `awaitingNode`, `starting`, `running`, `dormant`,
-    /// `dropped`, `broken` or `deleting`.
+    /// `pending`, `scheduled` (waiting for its schedule's placement lead),
+    /// `awaitingCapacity`, `awaitingNode`, `starting`, `running`,
+    /// `stopping` (a stopped manual job, or one of an ended schedule, still
+    /// on its node), `dormant` (a manual job not started), `ended` (its
+    /// schedule's end passed), `dropped`, `broken` or `deleting`.
     pub state: String,
     /// Restarts in the trailing hour (the restart ceiling counts these).
     #[serde(default)]

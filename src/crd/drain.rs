@@ -58,6 +58,15 @@ pub enum InterruptionKind {
     Rebalance,
 }
 
+impl From<InterruptionKind> for crate::model::InterruptionKind {
+    fn from(kind: InterruptionKind) -> Self {
+        match kind {
+            InterruptionKind::SpotInterruption => Self::SpotInterruption,
+            InterruptionKind::Rebalance => Self::Rebalance,
+        }
+    }
+}
+
 /// The interruption a drain answers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -143,7 +152,8 @@ pub struct DrainJobStatus {
     pub reason: Option<String>,
 }
 
-/// The seed's `DrainState`.
+/// Where the drain is: its phase, each job that was on the node and what
+/// became of it, and why it ended as it did.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeDrainStatus {

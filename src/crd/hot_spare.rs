@@ -1,4 +1,4 @@
-//! `HotSparePolicy`: one pool's hot spares (the seed's `hotSpares[]` entry),
+//! `HotSparePolicy`: one pool's hot spares (one entry of the settings' `hotSpares`),
 //! cluster-scoped. The pool is the key: one policy per pool.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;

@@ -16,7 +16,9 @@ mod node;
 mod node_placement;
 mod pool;
 
-pub use bundle::{Bundle, BundleResourceSpec, BundleStatus, DEFAULT_NAMESPACE, JobStatus, ReplicaStatus};
+pub use bundle::{
+    Bundle, BundleResourceSpec, BundleStatus, DEFAULT_NAMESPACE, JobStatus, ReplicaStatus, ScheduleStatus,
+};
 pub use drain::{
     DrainAfter, DrainJobStatus, Interruption, InterruptionKind, MigrationStrategy, NodeDrain, NodeDrainSpec,
     NodeDrainStatus,

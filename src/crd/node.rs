@@ -27,7 +27,7 @@ use crate::model::SpareSpec;
     printcolumn = r#"{"name":"Tier","type":"string","jsonPath":".status.tier"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Jobs","type":"integer","jsonPath":".status.jobCount"}"#,
-    printcolumn = r#"{"name":"Cordoned","type":"boolean","jsonPath":".spec.cordoned"}"#,
+    printcolumn = r#"{"name":"Cordoned","type":"boolean","jsonPath":".status.placement.cordoned","description":"No new placement lands here: cordoned by spec.cordoned, a drain or a maintenance"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -69,7 +69,7 @@ pub struct NorskNodeStatus {
     /// Instance type or shape.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_type: Option<String>,
-    /// Region.
+    /// The provider region the node runs in (for example `eu-west-1`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
     /// Availability zone (or rack).

@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{self, PlacementTier};
 
-/// The desired pool: its tiers in cascade order, exactly as the seed's
-/// `PlacementTier`.
+/// The desired pool: its tiers in cascade order, cheapest first. Placement
+/// walks them in this order and takes the first that can place or
+/// provision.
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "automanager.norsk.video",

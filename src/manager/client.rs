@@ -88,9 +88,10 @@ pub enum RpcErrorKind {
     Rejected,
 }
 
-/// A failed Manager call.
+/// A failed Manager call. An addition to the published API that Manager
+/// does not serve says so in plain words ([`super::extensions`]).
 #[derive(Clone, Debug, thiserror::Error)]
-#[error("Manager {rpc} failed ({code:?}): {message}")]
+#[error("{}", self.describe())]
 pub struct RpcError {
     /// The RPC that failed.
     pub rpc: &'static str,
@@ -106,6 +107,20 @@ impl RpcError {
             rpc,
             code: status.code(),
             message: status.message().to_owned(),
+        }
+    }
+
+    /// Whether Manager lacks this RPC altogether: an addition to the
+    /// published API answered `UNIMPLEMENTED`.
+    pub fn is_missing_extension(&self) -> bool {
+        self.code == tonic::Code::Unimplemented && !super::extensions::is_published(self.rpc)
+    }
+
+    fn describe(&self) -> String {
+        if self.is_missing_extension() {
+            super::extensions::missing_message(self.rpc)
+        } else {
+            format!("Manager {} failed ({:?}): {}", self.rpc, self.code, self.message)
         }
     }
 
@@ -193,6 +208,7 @@ pub struct StartJob {
 pub struct ManagerClient {
     inner: Inner,
     request_timeout: Duration,
+    url: String,
 }
 
 impl ManagerClient {
@@ -242,7 +258,13 @@ impl ManagerClient {
             inner: pb::manager_client::ManagerClient::with_interceptor(channel, BearerAuth(token))
                 .max_decoding_message_size(64 * 1024 * 1024),
             request_timeout: settings.request_timeout,
+            url: settings.url.clone(),
         })
+    }
+
+    /// The address it calls, as configured.
+    pub fn url(&self) -> &str {
+        &self.url
     }
 
     fn request<T>(&self, msg: T) -> tonic::Request<T> {
@@ -323,6 +345,13 @@ impl ManagerClient {
     pub async fn stop_bundle_job(&self, job: &BundleJobRef) -> Result<(), RpcError> {
         let req = self.request(job_ref_to_pb(job));
         unit("StopBundleJob", self.inner.clone().stop_bundle_job(req)).await
+    }
+
+    /// `CompleteJob` (published): the job's window is over; Manager stops
+    /// its instances and moves it to `POST`.
+    pub async fn complete_job(&self, job: &JobId) -> Result<(), RpcError> {
+        let req = self.request(wire::job_id_to_pb(job));
+        unit("CompleteJob", self.inner.clone().complete_job(req)).await
     }
 
     /// Starts (or, with `defer_start`, prepares) an instance on a node.

@@ -3,6 +3,7 @@
 //! and a mirror of Manager's state built from the stream.
 
 pub mod client;
+pub mod extensions;
 pub mod mirror;
 pub mod proto;
 pub mod stream;

@@ -142,7 +142,9 @@ impl StreamSession {
 }
 
 enum Ended {
-    /// The stream broke (or never opened); reconnect.
+    /// The stream could not be opened; retry.
+    Unreachable(String),
+    /// The stream broke after it opened; reconnect.
     Broken(String),
     /// Shut down, or nobody listens any more.
     Closed,
@@ -165,10 +167,16 @@ async fn run(
         };
         match ended {
             Ended::Closed => break,
-            Ended::Broken(why) => {
+            Ended::Unreachable(ref why) | Ended::Broken(ref why) => {
                 state.send_replace(ConnectionState::TransientFailure);
                 let delay = backoff.next_delay();
-                tracing::warn!(reason = %why, retry_in_ms = delay.as_millis() as u64, "Manager event stream lost");
+                let retry_in_ms = delay.as_millis() as u64;
+                let manager = client.url();
+                if matches!(ended, Ended::Broken(_)) {
+                    tracing::warn!(manager, reason = %why, retry_in_ms, "Manager event stream lost");
+                } else {
+                    tracing::warn!(manager, reason = %why, retry_in_ms, "could not open the Manager event stream");
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
                     _ = shutdown.wait_for(|s| *s) => break,
@@ -188,7 +196,7 @@ async fn session(
 ) -> Ended {
     let mut stream = match client.event_stream(settings.pending_window_s).await {
         Ok(s) => s,
-        Err(RpcError { code, message, .. }) => return Ended::Broken(format!("{code:?}: {message}")),
+        Err(RpcError { code, message, .. }) => return Ended::Unreachable(format!("{code:?}: {message}")),
     };
     let mut snapshot = Some(Vec::new());
     while let Some(msg) = stream.next().await {
@@ -205,6 +213,11 @@ async fn session(
             Ok(ManagerEvent::InitialDataComplete) => match snapshot.take() {
                 Some(batch) => {
                     backoff.reset();
+                    tracing::info!(
+                        manager = client.url(),
+                        snapshot_events = batch.len(),
+                        "Manager event stream open, snapshot received"
+                    );
                     let sent = items.send(StreamItem::Snapshot(batch)).await;
                     state.send_replace(ConnectionState::Ready);
                     if sent.is_err() {

@@ -2,12 +2,12 @@
 //! (replica 0) and, only when it carries a `resiliencePolicy`, one backup
 //! (replica 1). Each copy holds the same jobs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{BundleId, JobSpec, OnLaunch, UnixMillis};
+use super::{BundleId, BundleSchedule, JobSpec, OnLaunch, StartMode, UnixMillis};
 
 /// A resilience flag: best-effort, never hard.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -94,22 +94,34 @@ pub struct TerminalVerdict {
     pub at: Option<UnixMillis>,
 }
 
-/// The bundle spec as users write it (the seed's `Bundle` minus its id).
+/// The bundle spec as users write it (a bundle without its id).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-// Shape rules the API server enforces itself (CEL); what needs the fleet is
-// reported on the resource's status instead.
+// Shape rules the API server enforces itself (CEL), each naming the field
+// it is about (`fieldPath`); what needs the fleet is reported on the
+// resource's status instead. The messages name the rule, not the offending
+// job: a `messageExpression` listing names loops over the jobs again and
+// exceeds the API server's cost budget for message expressions many times
+// over; the operator's own validation names them.
 #[schemars(extend("x-kubernetes-validations" = [
     {"rule": "self.jobs.all(j, self.jobs.exists_one(k, k.jobName == j.jobName))",
-     "message": "job names must be unique within a bundle"},
+     "message": "job names must be unique within a bundle",
+     "fieldPath": ".jobs"},
     {"rule": "self.jobs.all(j, !has(j.coLocateWith) || j.coLocateWith.all(n, n != j.jobName && self.jobs.exists(k, k.jobName == n)))",
-     "message": "coLocateWith must name other jobs of this bundle"},
+     "message": "coLocateWith must name other jobs of this bundle",
+     "fieldPath": ".jobs"},
     {"rule": "self.jobs.all(j, !has(j.separateFrom) || j.separateFrom.all(n, n != j.jobName && self.jobs.exists(k, k.jobName == n)))",
-     "message": "separateFrom must name other jobs of this bundle"},
+     "message": "separateFrom must name other jobs of this bundle",
+     "fieldPath": ".jobs"},
     {"rule": "self.jobs.all(j, !has(j.coLocateWith) || !has(j.separateFrom) || j.coLocateWith.all(n, !(n in j.separateFrom)))",
-     "message": "a job cannot both co-locate with and separate from the same job"},
+     "message": "a job cannot both co-locate with and separate from the same job",
+     "fieldPath": ".jobs"},
     {"rule": "!has(self.backupParameterOverrides) || self.backupParameterOverrides.all(n, self.jobs.exists(k, k.jobName == n))",
-     "message": "backupParameterOverrides must be keyed by job names of this bundle"}
+     "message": "backupParameterOverrides must be keyed by job names of this bundle",
+     "fieldPath": ".backupParameterOverrides"},
+    {"rule": "self.jobs.all(j, !has(j.startedReplicas) || j.startedReplicas.all(r, r == 0 || has(self.resiliencePolicy)))",
+     "message": "startedReplicas must name replicas the bundle has: 0 (the primary) and, with a resiliencePolicy, 1 (the backup)",
+     "fieldPath": ".jobs"}
 ]))]
 pub struct BundleSpec {
     /// The one pool the primary is placed into.
@@ -134,7 +146,14 @@ pub struct BundleSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 32))]
     pub backup_parameter_overrides: BTreeMap<String, BTreeMap<String, String>>,
+    /// When the production runs: placed ahead of `start`, completed at
+    /// `end`. Absent: it runs from its creation until it is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<BundleSchedule>,
 }
+
+/// A replica of a job, by index and name (`startedReplicas` entries).
+pub type ReplicaJob = (u32, String);
 
 impl BundleSpec {
     /// `replicaCount`: derived, never set — 2 with a resilience policy, else 1.
@@ -168,6 +187,56 @@ impl BundleSpec {
     /// The job spec named `job_name`.
     pub fn job(&self, job_name: &str) -> Option<&JobSpec> {
         self.jobs.iter().find(|j| j.job_name == job_name)
+    }
+
+    /// Whether `job_name` is a `startMode: manual` job of this bundle.
+    pub fn is_manual(&self, job_name: &str) -> bool {
+        self.job(job_name).is_some_and(|j| j.start_mode == StartMode::Manual)
+    }
+
+    /// The replicas of manual jobs the spec wants started (entries of auto
+    /// jobs and of replicas the bundle does not have are left out: they
+    /// are validation errors, never something to start).
+    pub fn started(&self) -> BTreeSet<ReplicaJob> {
+        let replicas = self.replica_count();
+        self.jobs
+            .iter()
+            .filter(|j| j.start_mode == StartMode::Manual)
+            .flat_map(|j| {
+                j.started_replicas
+                    .iter()
+                    .filter(move |&&r| r < replicas)
+                    .map(move |&r| (r, j.job_name.clone()))
+            })
+            .collect()
+    }
+
+    /// The spec with `started` as its manual jobs' `startedReplicas` (in
+    /// replica order).
+    pub fn with_started(&self, started: &BTreeSet<ReplicaJob>) -> BundleSpec {
+        let mut spec = self.clone();
+        for job in &mut spec.jobs {
+            job.started_replicas = started
+                .iter()
+                .filter(|(_, name)| name == &job.job_name)
+                .map(|(r, _)| *r)
+                .collect();
+        }
+        spec
+    }
+
+    /// Whether the two specs are the same revision: equal apart from which
+    /// manual jobs are started. Starting and stopping is not a revision.
+    pub fn same_revision(&self, other: &BundleSpec) -> bool {
+        let none = BTreeSet::new();
+        self.with_started(&none) == other.with_started(&none)
+    }
+
+    /// Whether applying `other` over this spec changes nothing: the same
+    /// revision with the same manual jobs started (in whatever order
+    /// `startedReplicas` lists them).
+    pub fn same_applied(&self, other: &BundleSpec) -> bool {
+        self.same_revision(other) && self.started() == other.started()
     }
 }
 
@@ -223,6 +292,39 @@ mod tests {
         let job = &s.jobs[0];
         assert_eq!(s.parameters_for(0, job)["bitrate"], "5000");
         assert_eq!(s.parameters_for(1, job)["bitrate"], "3000");
+    }
+
+    #[test]
+    fn started_replicas_are_a_desired_state_outside_the_revision() {
+        let mut s: BundleSpec = serde_yaml::from_str(
+            "pool: p\nresiliencePolicy: {}\njobs:\n  - {jobName: encode}\n  - {jobName: record, startMode: manual, startedReplicas: [1, 0]}\n",
+        )
+        .unwrap();
+        let started = s.started();
+        assert_eq!(
+            started,
+            BTreeSet::from([(0, "record".to_owned()), (1, "record".to_owned())])
+        );
+        let stopped = s.with_started(&BTreeSet::new());
+        assert!(stopped.jobs[1].started_replicas.is_empty());
+        assert!(s.same_revision(&stopped), "starting and stopping is not a revision");
+        assert!(!s.same_applied(&stopped));
+        assert!(
+            s.same_applied(&s.with_started(&started)),
+            "the order of startedReplicas is no change"
+        );
+        s.jobs[0].requirements.required_capacity = 2.0;
+        assert!(!s.same_revision(&stopped));
+        assert_eq!(s.with_started(&started).jobs[1].started_replicas, [0, 1]);
+    }
+
+    #[test]
+    fn entries_of_auto_jobs_or_missing_replicas_are_never_started() {
+        let s: BundleSpec = serde_yaml::from_str(
+            "pool: p\njobs:\n  - {jobName: encode, startedReplicas: [0]}\n  - {jobName: record, startMode: manual, startedReplicas: [0, 1]}\n",
+        )
+        .unwrap();
+        assert_eq!(s.started(), BTreeSet::from([(0, "record".to_owned())]));
     }
 
     #[test]

@@ -167,7 +167,7 @@ impl JsonSchema for HostPort {
         schemars::json_schema!({
             "type": "string",
             "description": "A host port the job claims exclusively on its node, as PORT/proto (e.g. 1935/tcp).",
-            "pattern": "^[0-9]{1,5}/(tcp|udp)$"
+            "pattern": "^([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])/(tcp|udp)$"
         })
     }
 }
@@ -177,6 +177,7 @@ impl JsonSchema for HostPort {
 #[serde(rename_all = "camelCase", default)]
 pub struct Requirements {
     /// vCPUs consumed (capacity is vCPUs: an m5.xlarge has 4).
+    #[schemars(range(min = 0))]
     pub required_capacity: f64,
     /// Integer core count pinned; 0 means no pin.
     pub required_cores: u32,
@@ -185,6 +186,7 @@ pub struct Requirements {
     /// Host ports (`PORT/proto`), exclusive per node.
     pub required_host_ports: Vec<HostPort>,
     /// Fraction of one GPU device; 0 means no GPU.
+    #[schemars(range(min = 0))]
     pub required_gpu_capacity: f64,
     /// GPU model the device must be, when set.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -227,7 +229,9 @@ impl Requirements {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {"rule": "!has(self.singleUse) || !self.singleUse || (has(self.exclusive) && self.exclusive)",
-     "message": "singleUse requires exclusive: true"}
+     "message": "singleUse requires exclusive: true"},
+    {"rule": "!has(self.startedReplicas) || size(self.startedReplicas) == 0 || (has(self.startMode) && self.startMode == 'manual')",
+     "message": "startedReplicas is for startMode: manual jobs (an auto job runs whenever its bundle does)"}
 ]))]
 pub struct JobSpec {
     /// Unique within the bundle.
@@ -257,6 +261,15 @@ pub struct JobSpec {
     /// `auto` (default) or `manual` (dormant until started).
     #[serde(default)]
     pub start_mode: StartMode,
+    /// A `manual` job's replicas that should run (0 the primary, 1 the
+    /// backup): the desired state `startBundleJob` / `stopBundleJob` bring
+    /// Manager to. Adding a replica starts it; removing it stops it, its
+    /// running instance included. Changing only this is not a revision of
+    /// the bundle: restart histories and a broken mark are kept and running
+    /// jobs are not touched.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 2), inner(range(max = 1)), extend("x-kubernetes-list-type" = "set"))]
+    pub started_replicas: Vec<u32>,
     /// Job parameters passed to the template.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub parameters: BTreeMap<String, String>,

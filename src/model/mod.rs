@@ -14,6 +14,7 @@ mod ids;
 mod job;
 mod node;
 mod pool;
+mod schedule;
 mod spare;
 
 pub use bundle::*;
@@ -23,6 +24,7 @@ pub use ids::*;
 pub use job::*;
 pub use node::*;
 pub use pool::*;
+pub use schedule::*;
 pub use spare::*;
 
 /// Milliseconds since the Unix epoch. The core never reads a clock; every

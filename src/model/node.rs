@@ -45,7 +45,8 @@ pub struct Gpu {
     /// The device model (e.g. `t4`).
     #[serde(default)]
     pub model: String,
-    /// 1.0 is one whole device.
+    /// 1.0 is one whole device (more than 0).
+    #[schemars(range(min = 0), extend("exclusiveMinimum" = true))]
     pub total_capacity: f64,
 }
 

@@ -55,7 +55,8 @@ impl LaunchMode {
     }
 }
 
-/// `reliability`.
+/// Whether the provider may take the capacity back: `durable` or
+/// `interruptible` (spot).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum Reliability {
@@ -82,7 +83,8 @@ pub struct RootVolume {
 pub struct InstanceShape {
     /// Instance type or shape name.
     pub instance_type: String,
-    /// vCPUs the node will advertise.
+    /// vCPUs the node will advertise (more than 0).
+    #[schemars(range(min = 0), extend("exclusiveMinimum" = true))]
     pub total_capacity: f64,
     /// Cores the node will advertise.
     #[serde(default)]
@@ -121,6 +123,11 @@ impl InstanceShape {
 /// `PlacementTier`: one homogeneous capacity segment.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.scaleOut) && self.scaleOut == 'fixed' || has(self.candidateInstanceTypes) && size(self.candidateInstanceTypes) > 0",
+     "messageExpression": "'tier ' + self.name + ' is elastic (scaleOut: elastic, the default) but lists no candidateInstanceTypes: it could never provision a node; add at least one shape, or make it scaleOut: fixed'",
+     "fieldPath": ".candidateInstanceTypes"}
+]))]
 pub struct PlacementTier {
     /// Unique within the pool; provisioned nodes are tagged with it.
     #[schemars(length(min = 1, max = 63))]
@@ -149,11 +156,15 @@ pub struct PlacementTier {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_volume: Option<RootVolume>,
     /// How far ahead of a scheduled start to place (5 min cloud, 0 cluster).
+    /// A scheduled job is placed the largest lead of its pool's tiers ahead,
+    /// then through the whole cascade, cheapest tier first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 86_400_000))]
     pub placement_lead_ms: Option<u64>,
     /// How long a provision may stay prospective before its jobs are
     /// re-placed (default `max(placementLeadMs, 5 min) × 2`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1_000, max = 86_400_000))]
     pub provision_timeout_ms: Option<u64>,
     /// Shapes to provision, first fitting wins.
     #[serde(default)]

@@ -5,10 +5,12 @@
 //! `maxNodes` (a pinned target never provisions); when every tier is
 //! exhausted the answer is `noCapacityInAnyPool`.
 //!
-//! With the trace off only the tier's own nodes are visited (or just the
-//! pinned node, or the co-located peer's node): every other node would be
-//! rejected by the pin, pool, tier or intra-replica filter anyway, so the
-//! result is the same as the traced walk over every node.
+//! With the trace on every node of the fleet is run through the chain, so
+//! the trace can give each one's verdict. With it off only the nodes that
+//! can win are visited: just the pinned node, or the co-located peer's
+//! node, or what the candidate index yields for the tier (see
+//! `placement::search`). Every node skipped would have been rejected or
+//! outranked, so the result is the same as the traced walk's.
 
 use std::collections::HashMap;
 
@@ -23,8 +25,9 @@ use super::PlacementError;
 use super::filter::{CAPACITY_EPSILON, check, fit_gpus};
 use super::fleet::{FleetError, FleetView, GpuDevice, Name, NodeIdx, flag};
 use super::key::{SAME_AZ, SAME_CLOUD, SAME_NODE, key, resilience_violations};
-use super::rankings::{Best, Rankings};
+use super::rankings::Rankings;
 use super::request::{Demand, Needs, PlacementRequest};
+use super::search::{Best, Scratch, best_in_tier};
 use super::trace::{NoProvisionReason, NodeTrace, TierDecision, TierTrace, Trace, Verdict};
 
 /// Where the job goes.
@@ -132,26 +135,25 @@ pub fn place(
     request: PlacementRequest<'_>,
     ids: &mut dyn ProspectiveNodeIds,
 ) -> Result<Placement, PlacementError> {
-    place_with(view, request, ids, None)
+    place_with(view, request, ids, &mut Scratch::default())
 }
 
-/// Places one job of a burst: the same decision as [`place`], with the
-/// tier rankings kept in `rankings` between the burst's placements (see
-/// [`Rankings`]).
+/// Places one job of a burst: the same decision as [`place`], with what
+/// the burst keeps between its placements in `rankings` (see [`Rankings`]).
 pub fn place_ranked(
     view: &FleetView,
     request: PlacementRequest<'_>,
     ids: &mut dyn ProspectiveNodeIds,
     rankings: &mut Rankings,
 ) -> Result<Placement, PlacementError> {
-    place_with(view, request, ids, Some(rankings))
+    place_with(view, request, ids, &mut rankings.scratch)
 }
 
 fn place_with(
     view: &FleetView,
     request: PlacementRequest<'_>,
     ids: &mut dyn ProspectiveNodeIds,
-    mut rankings: Option<&mut Rankings>,
+    scratch: &mut Scratch,
 ) -> Result<Placement, PlacementError> {
     let demand = Demand::compile(view, request)?;
     let pool = view
@@ -163,13 +165,13 @@ fn place_with(
     let mut trace = request.trace.then(Trace::default);
     for (t, tier) in pool.tiers.iter().enumerate() {
         let mut nodes = Vec::new();
-        let kept = rankings
-            .as_deref_mut()
-            .and_then(|r| r.best(view, &demand, t, tier.packing_strategy));
-        let best = match kept {
-            Some(best) => best,
-            None if trace.is_some() => rank_traced(view, &demand, t, tier.packing_strategy, &mut nodes),
-            None => rank(view, &demand, t, tier.packing_strategy),
+        let best = if trace.is_some() {
+            rank_traced(view, &demand, t, tier.packing_strategy, &mut nodes)
+        } else {
+            match candidates(&demand) {
+                Some(few) => rank(view, &demand, few, t, tier.packing_strategy),
+                None => best_in_tier(view, &demand, t, tier.packing_strategy, scratch),
+            }
         };
         let mut record = |decision: TierDecision, nodes: Vec<NodeTrace>| {
             if let Some(trace) = trace.as_mut() {
@@ -288,20 +290,26 @@ pub fn placed_job(
     }
 }
 
-/// The nodes worth visiting with the trace off: the pinned node, the placed
-/// co-located peer's node, or the tier's nodes.
-fn candidates<'s>(view: &'s FleetView, demand: &'s Demand<'_>, tier: usize) -> &'s [NodeIdx] {
+/// The only nodes that can take the job, when a rule names them: the
+/// pinned node, or the placed co-located peer's node.
+fn candidates<'s>(demand: &'s Demand<'_>) -> Option<&'s [NodeIdx]> {
     match (&demand.pin, &demand.co_located_with) {
-        (Some(Some(idx)), _) => std::slice::from_ref(idx),
-        (Some(None), _) => &[],
-        (None, Some(peer)) => std::slice::from_ref(&peer.node),
-        (None, None) => view.tier_nodes(demand.pool, tier),
+        (Some(Some(idx)), _) => Some(std::slice::from_ref(idx)),
+        (Some(None), _) => Some(&[]),
+        (None, Some(peer)) => Some(std::slice::from_ref(&peer.node)),
+        (None, None) => None,
     }
 }
 
-fn rank(view: &FleetView, demand: &Demand<'_>, tier: usize, packing: PackingStrategy) -> Option<Best> {
+fn rank(
+    view: &FleetView,
+    demand: &Demand<'_>,
+    candidates: &[NodeIdx],
+    tier: usize,
+    packing: PackingStrategy,
+) -> Option<Best> {
     let mut best: Option<Best> = None;
-    for &idx in candidates(view, demand, tier) {
+    for &idx in candidates {
         let Ok(gpu_index) = check(view, idx, demand, tier) else {
             continue;
         };

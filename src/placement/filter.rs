@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::model::{HostPort, IntraReplicaAz, NodePhase};
 
-use super::fleet::{FleetView, GpuDevice, Hot, NO_SLOT, Name, NodeIdx, flag};
+use super::fleet::{FleetView, GpuDevice, Hot, NO_AZ, NO_SLOT, Name, NodeIdx, flag};
 use super::request::{Demand, GpuAsk, Needs};
 
 /// Tolerance for comparing fractional capacities, so that jobs summing to
@@ -410,7 +410,13 @@ fn hard_az(view: &FleetView, idx: NodeIdx, demand: &Demand<'_>) -> Result<(), Re
 /// Two nodes share an AZ when they are the same node or both advertise the
 /// same AZ; an unknown AZ (a prospective node) matches nothing else.
 pub(crate) fn same_az(view: &FleetView, a: NodeIdx, b: NodeIdx) -> bool {
-    a == b || view.hot(a).az().is_some_and(|az| view.hot(b).az == az)
+    shares_az(view, Some(a), view.hot(a).az, b)
+}
+
+/// Whether a node (`node`, or any node other than `other` when `None`) in
+/// `az` shares an AZ with node `other`, as [`same_az`] tells it.
+pub(crate) fn shares_az(view: &FleetView, node: Option<NodeIdx>, az: u32, other: NodeIdx) -> bool {
+    node == Some(other) || (az != NO_AZ && view.hot(other).az == az)
 }
 
 /// Fits every GPU ask onto the devices, each device's free capacity derived

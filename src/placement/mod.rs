@@ -2,10 +2,12 @@
 //! I/O, no clock, no async; it reads a [`FleetView`] and returns a decision.
 //!
 //! - [`settings`]: validating pools, tiers and hot spares ([`Pools`]).
-//! - [`FleetView`]: the indexed fleet with in-plan reservations.
+//! - [`FleetView`]: the fleet with in-plan reservations, and the candidate
+//!   index an untraced placement searches (`fleet::index`, `search`).
 //! - [`place`]: the tier walk, the hard filter chain ([`Filter`]), the
-//!   lexicographic [`PlacementKey`], provisioning, the [`Trace`];
-//!   [`place_ranked`] the same with [`Rankings`] kept across a burst.
+//!   lexicographic [`PlacementKey`], provisioning, the [`Trace`] (a traced
+//!   placement scans every node); [`place_ranked`] the same within a burst
+//!   ([`Rankings`]).
 //! - [`validate_bundle`], [`validate_bundle_admission`], [`place_dry_run`].
 //! - [`plan_bundles`]: every replica of every bundle in order, each placement
 //!   seeing those before it (what `norsk-auto-manager plan` prints).
@@ -18,6 +20,7 @@ mod key;
 mod plan;
 mod rankings;
 mod request;
+mod search;
 pub mod settings;
 mod trace;
 mod validate;

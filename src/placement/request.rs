@@ -11,7 +11,7 @@ use crate::model::{
 };
 
 use super::PlacementError;
-use super::fleet::{FleetView, Name, NodeIdx, port_bit};
+use super::fleet::{CapabilitySet, FleetView, Name, NodeIdx, port_bit};
 use super::groups::{JobGroups, separated};
 
 /// The context of a re-placement (recovery or migration).
@@ -160,6 +160,13 @@ pub(crate) struct Needs {
 }
 
 impl Needs {
+    /// Whether a node advertising `capabilities` has every one required.
+    pub(crate) fn held_by(&self, capabilities: &CapabilitySet) -> bool {
+        self.capabilities
+            .iter()
+            .all(|(id, _)| id.is_some_and(|id| capabilities.contains(id)))
+    }
+
     /// The combined needs of `jobs` (the first one's GPU ask first).
     pub(crate) fn of<'j>(view: &FleetView, jobs: impl IntoIterator<Item = &'j JobSpec>) -> Self {
         let mut needs = Needs::default();

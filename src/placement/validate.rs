@@ -66,6 +66,13 @@ pub enum BundleIssueCode {
     /// No current node or shape takes the job, but the pool has a cluster
     /// tier where workers may join later. A warning.
     NoClusterNodeFits,
+    /// `schedule.end` is not after `schedule.start`.
+    ScheduleEndsBeforeStart,
+    /// `startedReplicas` on a job that is not `startMode: manual`.
+    StartedAutoJob,
+    /// `startedReplicas` names a replica the bundle does not have (or one
+    /// twice).
+    UnknownStartedReplica,
 }
 
 /// One bundle problem.
@@ -150,6 +157,8 @@ pub fn validate_bundle(view: &FleetView, bundle: &BundleSpec) -> BundleValidatio
     check_jobs(bundle, &mut found);
     check_groups(bundle, &mut found);
     check_overrides(bundle, &mut found);
+    check_schedule(bundle, &mut found);
+    check_started(bundle, &mut found);
     if found.errors.is_empty() {
         check_satisfiable(view, bundle, &mut found);
     }
@@ -288,6 +297,66 @@ fn check_jobs(bundle: &BundleSpec, found: &mut BundleValidation) {
             );
         }
         check_requirements(job, &path, found);
+    }
+}
+
+/// The same rule the CRD's CEL holds: an end comes after the start.
+fn check_schedule(bundle: &BundleSpec, found: &mut BundleValidation) {
+    if let Some(schedule) = &bundle.schedule
+        && let Some(end) = schedule.end
+        && end <= schedule.start
+    {
+        found.error(
+            BundleIssueCode::ScheduleEndsBeforeStart,
+            "schedule.end",
+            format!(
+                "schedule.end must be after schedule.start: {end} is not after {}",
+                schedule.start
+            ),
+        );
+    }
+}
+
+/// The same rules the CRD holds: `startedReplicas` only on manual jobs,
+/// naming replicas the bundle has, each once.
+fn check_started(bundle: &BundleSpec, found: &mut BundleValidation) {
+    let replicas = bundle.replica_count();
+    for (i, job) in bundle.jobs.iter().enumerate() {
+        if job.started_replicas.is_empty() {
+            continue;
+        }
+        let path = format!("jobs[{i}].startedReplicas");
+        if job.start_mode != crate::model::StartMode::Manual {
+            found.error(
+                BundleIssueCode::StartedAutoJob,
+                path.clone(),
+                format!(
+                    "job {:?} is startMode auto: it runs whenever its bundle does; startedReplicas is for manual jobs",
+                    job.job_name
+                ),
+            );
+        }
+        let mut seen = HashSet::new();
+        for &replica in &job.started_replicas {
+            if replica >= replicas {
+                let has = if replicas == 1 {
+                    "only replica 0 (no resiliencePolicy, so no backup)"
+                } else {
+                    "replicas 0 and 1"
+                };
+                found.error(
+                    BundleIssueCode::UnknownStartedReplica,
+                    path.clone(),
+                    format!("job {:?} names replica {replica}; the bundle has {has}", job.job_name),
+                );
+            } else if !seen.insert(replica) {
+                found.error(
+                    BundleIssueCode::UnknownStartedReplica,
+                    path.clone(),
+                    format!("job {:?} names replica {replica} twice", job.job_name),
+                );
+            }
+        }
     }
 }
 
@@ -443,9 +512,6 @@ fn could_ever_fit(view: &FleetView, idx: NodeIdx, needs: &Needs) -> bool {
     hot.has(flag::INVENTORY)
         && needs.capacity <= node.usable + CAPACITY_EPSILON
         && needs.cores <= u32::from(hot.total_cores)
-        && needs
-            .capabilities
-            .iter()
-            .all(|(id, _)| id.is_some_and(|id| node.capabilities.contains(id)))
+        && needs.held_by(&node.capabilities)
         && fit_gpus(&empty_gpus, &needs.gpu_asks).is_ok()
 }

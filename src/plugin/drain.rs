@@ -9,11 +9,14 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
-use kube::api::PostParams;
+use std::collections::BTreeMap;
+
+use kube::api::{ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use crate::controller::drain_status::{every_job_moved, lost_jobs};
+use crate::controller::migration::DRAIN;
 use crate::crd::{
     DrainAfter, Interruption, InterruptionKind, MigrationStrategy, NodeDrain, NodeDrainSpec, NodeDrainStatus,
 };
@@ -165,7 +168,7 @@ pub fn end(status: &NodeDrainStatus) -> Option<DrainEnd> {
 
 /// Creates `drain`; unless `no_wait`, follows it to its end.
 pub async fn create_and_follow(client: Client, drain: NodeDrain, no_wait: bool) -> Result<ExitCode, PluginError> {
-    let api: Api<NodeDrain> = Api::all(client);
+    let api: Api<NodeDrain> = Api::all(client.clone());
     let created = api
         .create(&PostParams::default(), &drain)
         .await
@@ -178,21 +181,11 @@ pub async fn create_and_follow(client: Client, drain: NodeDrain, no_wait: bool) 
     if no_wait {
         return Ok(ExitCode::SUCCESS);
     }
-    let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} {msg:<12} [{bar:30}] {pos}/{len} jobs moved off ({elapsed})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
-    let ended = follow_drain(&api, &name, |status| {
-        let (finished, total) = progress(status);
-        bar.set_length(total);
-        bar.set_position(finished);
-        bar.set_message(status.phase.clone().unwrap_or_else(|| "pending".to_owned()));
-    })
-    .await;
-    bar.finish_and_clear();
+    let ended = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        follow_with_bar(&client, &api, &name).await
+    } else {
+        follow_with_lines(&client, &api, &name).await
+    };
     match ended? {
         DrainEnd::Done => {
             println!("nodedrain/{name} done: every job moved off, node terminated");
@@ -216,6 +209,120 @@ pub async fn create_and_follow(client: Client, drain: NodeDrain, no_wait: bool) 
             eprintln!("nodedrain/{name} failed: {reason}");
             Ok(ExitCode::FAILURE)
         }
+    }
+}
+
+/// On a terminal: a spinner until the drain knows its jobs, then a bar of the jobs moved
+/// off, and a line above it whenever a job's fate changes; at the end, where each job went.
+async fn follow_with_bar(client: &Client, api: &Api<NodeDrain>, name: &str) -> Result<DrainEnd, PluginError> {
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg:<12} waiting for the drain's jobs ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let mut seen = JobLines::default();
+    let ended = follow_drain(api, name, |status| {
+        let (finished, total) = progress(status);
+        if total > 0 && bar.length().unwrap_or(0) == 0 {
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {msg:<12} [{bar:30}] {pos}/{len} jobs moved off ({elapsed})")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+            );
+        }
+        bar.set_length(total);
+        bar.set_position(finished);
+        bar.set_message(status.phase.clone().unwrap_or_else(|| "pending".to_owned()));
+        for line in seen.changed(status) {
+            bar.println(line);
+        }
+    })
+    .await;
+    bar.finish_and_clear();
+    for line in seen.destinations(&targets_of(client, name).await) {
+        println!("{line}");
+    }
+    ended
+}
+
+/// Not on a terminal (a pipe, a log): one plain line per phase and per change of a job's
+/// fate; at the end, where each job went.
+async fn follow_with_lines(client: &Client, api: &Api<NodeDrain>, name: &str) -> Result<DrainEnd, PluginError> {
+    let mut seen = JobLines::default();
+    let mut phase = None;
+    let ended = follow_drain(api, name, |status| {
+        if status.phase != phase {
+            phase.clone_from(&status.phase);
+            let (finished, total) = progress(status);
+            println!(
+                "nodedrain/{name} {}: {finished}/{total} jobs moved off",
+                status.phase.as_deref().unwrap_or("pending")
+            );
+        }
+        for line in seen.changed(status) {
+            println!("{line}");
+        }
+    })
+    .await;
+    for line in seen.destinations(&targets_of(client, name).await) {
+        println!("{line}");
+    }
+    ended
+}
+
+/// Migration id -> target node, from the JobMigrations a drain recorded (labelled with
+/// the drain's name). Empty when they cannot be read: the summary then names no target.
+async fn targets_of(client: &Client, drain: &str) -> BTreeMap<String, String> {
+    let api: Api<crate::crd::JobMigration> = Api::all(client.clone());
+    let params = ListParams::default().labels(&format!("{DRAIN}={drain}"));
+    let Ok(list) = api.list(&params).await else {
+        return BTreeMap::new();
+    };
+    list.items
+        .into_iter()
+        .filter_map(|m| {
+            let status = m.status?;
+            Some((status.migration_id?, status.target_node_id?))
+        })
+        .collect()
+}
+
+/// What the follower printed of each job: its last status and its migration.
+#[derive(Debug, Default)]
+struct JobLines {
+    last: BTreeMap<String, (String, Option<String>)>,
+}
+
+impl JobLines {
+    /// A line for every job whose status changed since the last call.
+    fn changed(&mut self, status: &NodeDrainStatus) -> Vec<String> {
+        let mut lines = Vec::new();
+        for job in &status.jobs {
+            let now = (job.status.clone(), job.migration_id.clone());
+            if self.last.get(&job.job_id) == Some(&now) {
+                continue;
+            }
+            self.last.insert(job.job_id.clone(), now);
+            let mut line = format!("  {} {}", job.job_id, job.status);
+            if let Some(reason) = &job.reason {
+                line.push_str(&format!(" ({reason})"));
+            }
+            lines.push(line);
+        }
+        lines
+    }
+
+    /// Where each job that migrated went, given the drain's migrations' targets.
+    fn destinations(&self, targets: &BTreeMap<String, String>) -> Vec<String> {
+        self.last
+            .iter()
+            .filter(|(_, (status, _))| status == "migrated")
+            .map(|(job, (_, migration))| {
+                let target = migration.as_ref().and_then(|id| targets.get(id));
+                format!("  {job} -> {}", target.map_or("(target not recorded)", String::as_str))
+            })
+            .collect()
     }
 }
 
@@ -259,6 +366,34 @@ mod tests {
             status: status.to_owned(),
             ..DrainJobStatus::default()
         }
+    }
+
+    #[test]
+    fn each_change_of_a_job_is_one_line_and_the_summary_says_where_each_moved_job_went() {
+        let mut lines = JobLines::default();
+        let mut moving = job("migrating");
+        moving.migration_id = Some("3f9c1e2a".to_owned());
+        let status = |jobs: Vec<DrainJobStatus>| NodeDrainStatus {
+            jobs,
+            ..NodeDrainStatus::default()
+        };
+        assert_eq!(lines.changed(&status(vec![moving.clone(), job("stuck")])).len(), 2);
+        assert!(
+            lines.changed(&status(vec![moving.clone(), job("stuck")])).is_empty(),
+            "nothing changed"
+        );
+        let mut moved = moving;
+        moved.status = "migrated".to_owned();
+        assert_eq!(
+            lines.changed(&status(vec![moved, job("stuck")])),
+            vec!["  b/migrating migrated"]
+        );
+        let targets = BTreeMap::from([("3f9c1e2a".to_owned(), "node-b".to_owned())]);
+        assert_eq!(lines.destinations(&targets), vec!["  b/migrating -> node-b"]);
+        assert_eq!(
+            lines.destinations(&BTreeMap::new()),
+            vec!["  b/migrating -> (target not recorded)"]
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `kubectl-norsk`, the kubectl plugin: day-two commands on the operator's resources through
 //! the API server, as the person running kubectl (their kubeconfig, their RBAC). It owns no
 //! policy: `cordon` edits a `NorskNode`, `drain` / `interrupt` create a `NodeDrain`, `migrate`
-//! a `JobMigration`, and the operator does the rest; `plan` / `explain` run the placement
+//! a `JobMigration`, `start` / `stop` a manual job's `startedReplicas` on its `Bundle`, and
+//! the operator does the rest; `plan` / `explain` run the placement
 //! engine on the cluster's pools and bundles and the live fleet the operator mirrors into
 //! `NorskNode`s (or a fleet snapshot file), as `norsk-auto-manager plan` does offline.
 
@@ -9,6 +10,7 @@ mod drain;
 mod migrate;
 mod nodes;
 pub mod plan;
+mod start;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,17 +25,88 @@ pub use drain::{DrainEnd, drain_resource, follow_drain, interruption_resource};
 pub use migrate::{MigrationAnswer, migration_resource};
 pub use nodes::set_cordoned;
 pub use plan::{FleetSource, PlanWarning, Planned};
+pub use start::{StartStop, StartStopAnswer, start_or_stop};
 
 /// kubectl plugin for norsk-auto-manager.
 #[derive(Debug, Parser)]
-#[command(name = "kubectl-norsk", bin_name = "kubectl norsk", version)]
+#[command(name = "kubectl-norsk", bin_name = "kubectl norsk", version = crate::telemetry::VERSION)]
 pub struct Cli {
-    /// Namespace of bundles and migrations (default: the kubeconfig's).
-    #[arg(short, long, global = true)]
-    pub namespace: Option<String>,
+    /// Which cluster, as kubectl's own flags choose it.
+    #[command(flatten)]
+    pub kube: KubeArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// kubectl's connection flags, read the way kubectl reads them: `--kubeconfig`, else
+/// `$KUBECONFIG` (a list of files, merged), else `~/.kube/config`, else the in-cluster
+/// service account; `--context`, `--cluster` and `--user` override the current context's.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct KubeArgs {
+    /// Path to the kubeconfig file to use.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, global = true)]
+    pub context: Option<String>,
+    /// The kubeconfig cluster to use.
+    #[arg(long, global = true)]
+    pub cluster: Option<String>,
+    /// The kubeconfig user to use.
+    #[arg(long, global = true)]
+    pub user: Option<String>,
+    /// Namespace of bundles and migrations (default: the context's, else `default`).
+    #[arg(short, long, global = true)]
+    pub namespace: Option<String>,
+    /// `plan` the bundles of every namespace.
+    #[arg(short = 'A', long, global = true, conflicts_with = "namespace")]
+    pub all_namespaces: bool,
+}
+
+impl KubeArgs {
+    /// The client configuration these flags choose.
+    pub async fn config(&self) -> Result<kube::Config, PluginError> {
+        let options = kube::config::KubeConfigOptions {
+            context: self.context.clone(),
+            cluster: self.cluster.clone(),
+            user: self.user.clone(),
+        };
+        let chosen = options.context.is_some() || options.cluster.is_some() || options.user.is_some();
+        match &self.kubeconfig {
+            Some(path) => {
+                let file = kube::config::Kubeconfig::read_from(path).map_err(|e| PluginError::Kubeconfig {
+                    what: path.display().to_string(),
+                    why: e.to_string(),
+                })?;
+                kube::Config::from_custom_kubeconfig(file, &options)
+                    .await
+                    .map_err(|e| PluginError::Kubeconfig {
+                        what: path.display().to_string(),
+                        why: e.to_string(),
+                    })
+            }
+            // A chosen context must come from a kubeconfig: no in-cluster fallback.
+            None if chosen => kube::Config::from_kubeconfig(&options)
+                .await
+                .map_err(|e| PluginError::Kubeconfig {
+                    what: "the kubeconfig ($KUBECONFIG or ~/.kube/config)".to_owned(),
+                    why: e.to_string(),
+                }),
+            None => kube::Config::infer()
+                .await
+                .map_err(|e| PluginError::Connect(kube::Error::InferConfig(e))),
+        }
+    }
+}
+
+/// Where a command looks for namespaced resources.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// One namespace.
+    Namespace(String),
+    /// Every namespace (`-A`; `plan` only).
+    All,
 }
 
 /// The plugin's commands.
@@ -47,8 +120,9 @@ pub enum Command {
         fleet: FleetArgs,
         /// Only these bundles.
         bundles: Vec<String>,
-        /// `table` or `json`.
-        #[arg(long, value_enum, default_value_t = crate::cli::plan::Output::Table)]
+        /// `table`, `wide` (with each job's current node and whether the plan moves it),
+        /// `json` or `yaml`.
+        #[arg(short, long, value_enum, default_value_t = crate::cli::plan::Output::Table)]
         output: crate::cli::plan::Output,
     },
     /// Why a bundle's jobs are where they are: the last placement the operator recorded for
@@ -126,6 +200,41 @@ pub enum Command {
         #[arg(long)]
         no_wait: bool,
     },
+    /// Start a `startMode: manual` job: adds its replicas to the Bundle's `startedReplicas`
+    /// (the desired state) and waits until the operator has started them (exit 0), or says
+    /// why it cannot (exit 1). Under GitOps, change `startedReplicas` in Git instead.
+    Start {
+        /// The bundle.
+        bundle: String,
+        /// The manual job's name in the bundle.
+        job: String,
+        /// Only this replica (0 the primary, 1 the backup); every replica when absent.
+        #[arg(long)]
+        replica: Option<u32>,
+        /// Patch the Bundle and return.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Stop a `startMode: manual` job: takes its replicas from the Bundle's `startedReplicas`
+    /// and waits until the operator has stopped them, their instances included (exit 0).
+    Stop {
+        /// The bundle.
+        bundle: String,
+        /// The manual job's name in the bundle.
+        job: String,
+        /// Only this replica (0 the primary, 1 the backup); every replica when absent.
+        #[arg(long)]
+        replica: Option<u32>,
+        /// Patch the Bundle and return.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Print the shell completion script of `kubectl-norsk`:
+    /// `source <(kubectl-norsk completion bash)`.
+    Completion {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// Tell the operator a provider is taking the node back: a forced drain sized to the
     /// deadline. Follows it like `drain`.
     Interrupt {
@@ -145,6 +254,24 @@ pub enum Command {
         #[arg(long)]
         no_wait: bool,
     },
+}
+
+impl Command {
+    /// The command's name, as typed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Plan { .. } => "plan",
+            Command::Explain { .. } => "explain",
+            Command::Cordon { .. } => "cordon",
+            Command::Uncordon { .. } => "uncordon",
+            Command::Drain { .. } => "drain",
+            Command::Migrate { .. } => "migrate",
+            Command::Start { .. } => "start",
+            Command::Stop { .. } => "stop",
+            Command::Interrupt { .. } => "interrupt",
+            Command::Completion { .. } => "completion",
+        }
+    }
 }
 
 /// The fleet `plan` and `explain` place on: the live one unless `--fleet` names a file.
@@ -215,6 +342,17 @@ pub enum PluginError {
     /// No kubeconfig or in-cluster configuration.
     #[error("cannot reach the cluster: {0}")]
     Connect(#[from] kube::Error),
+    /// The kubeconfig (or the context, cluster or user asked for) could not be used.
+    #[error("cannot use {what}: {why}")]
+    Kubeconfig {
+        /// The file or flag.
+        what: String,
+        /// Why.
+        why: String,
+    },
+    /// `-A` with a command that acts on one resource.
+    #[error("--all-namespaces applies to plan only: {0} acts on one resource; name its namespace with -n")]
+    AllNamespaces(&'static str),
     /// No NorskNode has that name or node id.
     #[error("no NorskNode named {0:?} or with spec.nodeId {0:?}")]
     UnknownNode(String),
@@ -232,9 +370,55 @@ pub enum PluginError {
     /// The migration's watch ended before the operator answered.
     #[error("lost track of JobMigration {0}")]
     LostMigration(String),
+    /// No Bundle of that name in the namespace.
+    #[error("no Bundle {0}")]
+    UnknownBundle(String),
+    /// The Bundle has no job of that name.
+    #[error("bundle {bundle} has no job {job:?}")]
+    UnknownJob {
+        /// The bundle.
+        bundle: String,
+        /// The job asked for.
+        job: String,
+    },
+    /// `start` / `stop` of a job that is not `startMode: manual`.
+    #[error(
+        "job {job} of bundle {bundle} is startMode auto: it runs whenever its bundle does; only manual jobs are started and stopped"
+    )]
+    NotManualJob {
+        /// The bundle.
+        bundle: String,
+        /// The job.
+        job: String,
+    },
+    /// `--replica` names a replica the bundle does not have.
+    #[error("bundle {bundle} has no replica {replica}: {}", replicas_words(*.replicas))]
+    UnknownReplica {
+        /// The bundle.
+        bundle: String,
+        /// The replica asked for.
+        replica: u32,
+        /// How many it has.
+        replicas: u32,
+    },
+    /// Every patch lost a race with another edit of the Bundle.
+    #[error("bundle {0} kept changing while it was patched; try again")]
+    Contended(String),
+    /// The bundle's watch ended before the operator answered.
+    #[error("lost track of Bundle {0}")]
+    LostBundle(String),
     /// Planning failed.
     #[error(transparent)]
     Plan(#[from] plan::PlanError),
+}
+
+/// What replicas a bundle with `count` of them has, in words.
+fn replicas_words(count: u32) -> &'static str {
+    if count > 1 {
+        "it has replicas 0 (the primary) and 1 (the backup)"
+    } else {
+        "it has only replica 0 (no resiliencePolicy, so no backup)"
+    }
 }
 
 impl PluginError {
@@ -246,16 +430,24 @@ impl PluginError {
 
 /// Runs the command with the kubeconfig's client; prints errors and returns the exit code.
 pub async fn main(cli: Cli) -> ExitCode {
+    // Needs no cluster.
+    if let Command::Completion { shell } = cli.command {
+        return crate::cli::print_completion::<Cli>(shell, "kubectl-norsk");
+    }
     let result = async {
-        let config = kube::Config::infer()
-            .await
-            .map_err(|e| PluginError::Connect(kube::Error::InferConfig(e)))?;
-        let namespace = cli
-            .namespace
-            .clone()
-            .unwrap_or_else(|| config.default_namespace.clone());
+        let config = cli.kube.config().await?;
+        let scope = if cli.kube.all_namespaces {
+            Scope::All
+        } else {
+            Scope::Namespace(
+                cli.kube
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| config.default_namespace.clone()),
+            )
+        };
         let client = Client::try_from(config)?;
-        run(client, &namespace, cli.command).await
+        run_in(client, &scope, cli.command).await
     }
     .await;
     match result {
@@ -278,9 +470,24 @@ fn print_planned(planned: &Planned) -> ExitCode {
 
 /// Runs one command against `client`; bundles and migrations live in `namespace`.
 pub async fn run(client: Client, namespace: &str, command: Command) -> Result<ExitCode, PluginError> {
+    run_in(client, &Scope::Namespace(namespace.to_owned()), command).await
+}
+
+/// Runs one command against `client` in `scope`.
+pub async fn run_in(client: Client, scope: &Scope, command: Command) -> Result<ExitCode, PluginError> {
+    let namespace = match (scope, &command) {
+        (Scope::All, Command::Plan { fleet, bundles, output }) => {
+            let planned = plan::plan(client, None, &fleet.clone().source(), bundles, *output).await?;
+            return Ok(print_planned(&planned));
+        }
+        (Scope::All, other) => return Err(PluginError::AllNamespaces(other.name())),
+        (Scope::Namespace(namespace), _) => namespace.as_str(),
+    };
+    let command_name = command.name();
     match command {
+        Command::Completion { shell } => Ok(crate::cli::print_completion::<Cli>(shell, "kubectl-norsk")),
         Command::Plan { fleet, bundles, output } => {
-            let planned = plan::plan(client, namespace, &fleet.source(), &bundles, output).await?;
+            let planned = plan::plan(client, Some(namespace), &fleet.source(), &bundles, output).await?;
             Ok(print_planned(&planned))
         }
         Command::Explain { bundle, job, fleet } => {
@@ -345,6 +552,26 @@ pub async fn run(client: Client, namespace: &str, command: Command) -> Result<Ex
             );
             migrate::create_and_wait(client, namespace, migration, no_wait).await
         }
+        Command::Start {
+            bundle,
+            job,
+            replica,
+            no_wait,
+        }
+        | Command::Stop {
+            bundle,
+            job,
+            replica,
+            no_wait,
+        } => {
+            let request = StartStop {
+                bundle,
+                job,
+                replica,
+                start: matches!(command_name, "start"),
+            };
+            start_or_stop(client, namespace, request, no_wait).await
+        }
     }
 }
 
@@ -358,6 +585,28 @@ mod tests {
             Command::Plan { fleet, .. } | Command::Explain { fleet, .. } => Ok(fleet.source()),
             other => panic!("not a plan: {other:?}"),
         }
+    }
+
+    #[test]
+    fn start_and_stop_name_a_bundle_a_job_and_optionally_one_replica() {
+        let cli = Cli::try_parse_from(["kubectl-norsk", "start", "match-final", "record", "--replica", "1"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Start { ref bundle, ref job, replica: Some(1), no_wait: false } if bundle == "match-final" && job == "record"
+        ));
+        let cli = Cli::try_parse_from(["kubectl-norsk", "stop", "match-final", "record", "--no-wait"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Stop {
+                replica: None,
+                no_wait: true,
+                ..
+            }
+        ));
+        assert!(
+            Cli::try_parse_from(["kubectl-norsk", "start", "match-final"]).is_err(),
+            "the job is required"
+        );
     }
 
     #[test]

@@ -110,15 +110,25 @@ where
 
 /// The namespace's bundles (those named in `only`, when any) in creation order: the order
 /// the operator first placed them in.
-async fn bundles(client: Client, namespace: &str, only: &[String]) -> Result<Vec<(BundleId, BundleSpec)>, PlanError> {
-    let api = Api::<Bundle>::namespaced(client, namespace);
+async fn bundles(
+    client: Client,
+    namespace: Option<&str>,
+    only: &[String],
+) -> Result<Vec<(BundleId, BundleSpec)>, PlanError> {
+    let api = match namespace {
+        Some(namespace) => Api::<Bundle>::namespaced(client, namespace),
+        None => Api::<Bundle>::all(client),
+    };
     let mut found = list(api, &ListParams::default(), "bundles").await?;
     found.sort_by(|a, b| {
         (a.metadata.creation_timestamp.as_ref().map(|t| t.0), a.name_any())
             .cmp(&(b.metadata.creation_timestamp.as_ref().map(|t| t.0), b.name_any()))
     });
     if let Some(missing) = only.iter().find(|n| !found.iter().any(|b| &b.name_any() == *n)) {
-        return Err(PlanError::UnknownBundle(missing.clone(), namespace.to_owned()));
+        return Err(PlanError::UnknownBundle(
+            missing.clone(),
+            namespace.unwrap_or("any namespace").to_owned(),
+        ));
     }
     Ok(found
         .into_iter()
@@ -175,24 +185,35 @@ fn set_aside(snapshot: &mut FleetSnapshot, bundles: &[(BundleId, BundleSpec)]) {
     }
 }
 
+/// The plan's rows, what it left out, and the fleet as it is (before the planned bundles'
+/// own reservations were set aside: where their jobs run now).
 async fn rows(
     client: Client,
-    namespace: &str,
+    namespace: Option<&str>,
     fleet: &FleetSource,
     only: &[String],
     explain: bool,
-) -> Result<(Vec<crate::placement::PlanRow>, Vec<PlanWarning>), PlanError> {
+) -> Result<(Vec<crate::placement::PlanRow>, Vec<PlanWarning>, FleetSnapshot), PlanError> {
     let all = ListParams::default();
     let pools = list(Api::<PlacementPool>::all(client.clone()), &all, "placementpools").await?;
     let spares = list(Api::<HotSparePolicy>::all(client.clone()), &all, "hotsparepolicies").await?;
     let bundles = bundles(client.clone(), namespace, only).await?;
-    let (snapshot, warnings, label) = match fleet {
-        FleetSource::File(file) => (input::read_fleet(file)?, Vec::new(), file.clone()),
+    let (snapshot, as_is, warnings, label) = match fleet {
+        FleetSource::File(file) => {
+            let snapshot = input::read_fleet(file)?;
+            (snapshot.clone(), snapshot, Vec::new(), file.clone())
+        }
         FleetSource::Live(name) => {
-            let (mut snapshot, warnings) = live_fleet(client, name).await?;
+            let (as_is, warnings) = live_fleet(client, name).await?;
+            let mut snapshot = as_is.clone();
             set_aside(&mut snapshot, &bundles);
             // Names the fleet in a fleet error.
-            (snapshot, warnings, PathBuf::from(format!("NorskNodes of fleet {name}")))
+            (
+                snapshot,
+                as_is,
+                warnings,
+                PathBuf::from(format!("NorskNodes of fleet {name}")),
+            )
         }
     };
     let sources = Sources {
@@ -207,20 +228,21 @@ async fn rows(
         explain,
         &sources,
     )?;
-    Ok((rows, warnings))
+    Ok((rows, warnings, as_is))
 }
 
-/// The plan of the namespace's bundles (or `only` those) on `fleet`, rendered as `output`.
+/// The plan of the namespace's bundles (every namespace's when `namespace` is `None`; or
+/// `only` those) on `fleet`, rendered as `output`.
 pub async fn plan(
     client: Client,
-    namespace: &str,
+    namespace: Option<&str>,
     fleet: &FleetSource,
     only: &[String],
     output: Output,
 ) -> Result<Planned, PlanError> {
-    let (rows, warnings) = rows(client, namespace, fleet, only, false).await?;
+    let (rows, warnings, as_is) = rows(client, namespace, fleet, only, false).await?;
     Ok(Planned {
-        text: render_rows(&rows, output)?,
+        text: render_rows(&rows, output, &as_is)?,
         warnings,
     })
 }
@@ -245,13 +267,13 @@ pub async fn explain(
         })?
         .ok_or_else(|| PlanError::UnknownBundle(bundle.to_owned(), namespace.to_owned()))?;
     let mut text = last_placements(&found, job);
-    let (rows, warnings) = rows(client, namespace, fleet, &[bundle.to_owned()], true).await?;
+    let (rows, warnings, as_is) = rows(client, Some(namespace), fleet, &[bundle.to_owned()], true).await?;
     let rows: Vec<_> = rows
         .into_iter()
         .filter(|r| job.is_none_or(|j| r.job_name == j))
         .collect();
     text.push_str(&format!("\nPlaced again now, on {fleet}:\n"));
-    text.push_str(&render_rows(&rows, Output::Table)?);
+    text.push_str(&render_rows(&rows, Output::Wide, &as_is)?);
     Ok(Planned { text, warnings })
 }
 

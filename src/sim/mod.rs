@@ -16,6 +16,7 @@ mod error;
 mod faults;
 pub mod inspect;
 mod manager_service;
+pub mod published;
 mod server;
 mod stream;
 mod world;

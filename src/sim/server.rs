@@ -46,6 +46,9 @@ pub struct SimConfig {
     /// Require `authorization: Bearer <token>` on every Manager call (the
     /// admin service stays open: it is a test tool).
     pub bearer_token: Option<String>,
+    /// Serve only the published Manager API: every AutoManager extension
+    /// answers `UNIMPLEMENTED` (see [`super::published`]).
+    pub published_api_only: bool,
 }
 
 /// TLS for the simulator, as PEM text.
@@ -69,6 +72,7 @@ impl Default for SimConfig {
             cluster_nodes: vec![],
             tls: None,
             bearer_token: None,
+            published_api_only: false,
         }
     }
 }
@@ -285,6 +289,9 @@ impl Simulator {
             _ => Ok(req),
         };
         let server = builder
+            .layer(super::published::PublishedOnlyLayer {
+                enabled: config.published_api_only,
+            })
             .add_service(ManagerServer::with_interceptor(
                 ManagerService::new(shared.clone()),
                 check_token,

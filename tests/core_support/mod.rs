@@ -229,14 +229,28 @@ impl Harness {
         });
     }
 
-    /// Stores a bundle on "Manager" and expands it into active jobs.
+    /// Stores a bundle on "Manager" and expands it into its jobs (active, or
+    /// pending before a schedule's start, as Manager announces them).
     pub fn bundle(&mut self, id: &str, spec_yaml: &str) -> Bundle {
         let bundle = bundle(id, spec_yaml);
         self.event(ManagerEvent::BundleUpdated(bundle.clone()));
-        for job in jobs_of(&bundle) {
-            self.event(ManagerEvent::JobActive(job));
+        for job in jobs_at(&bundle, self.now) {
+            let event = if job.state == JobState::Pre {
+                ManagerEvent::JobPending(job)
+            } else {
+                ManagerEvent::JobActive(job)
+            };
+            self.event(event);
         }
         bundle
+    }
+
+    /// Manager's answer to a `StartBundleJob` / `StopBundleJob` it accepted:
+    /// the job's dormant flag as `dormant`.
+    pub fn dormant(&mut self, job: &JobId, dormant: bool) {
+        let mut runtime = self.core.job(job).expect("job known").job.clone();
+        runtime.dormant = dormant;
+        self.event(ManagerEvent::JobUpdated(runtime));
     }
 
     /// The core's record of where `job` is bound.
@@ -411,6 +425,27 @@ pub fn jobs_of(bundle: &Bundle) -> Vec<RuntimeJob> {
         }
     }
     jobs
+}
+
+/// What Manager expands a bundle into at `now`: [`jobs_of`], each job
+/// dated with the schedule's start and `Pre` before it.
+pub fn jobs_at(bundle: &Bundle, now: UnixMillis) -> Vec<RuntimeJob> {
+    let start = bundle.spec.schedule.map(|s| s.start.millis());
+    jobs_of(bundle)
+        .into_iter()
+        .map(|mut job| {
+            job.start_date_time = start;
+            if start.is_some_and(|start| start > now) {
+                job.state = JobState::Pre;
+            }
+            job
+        })
+        .collect()
+}
+
+/// An RFC 3339 instant `ms` after the Unix epoch, for bundle YAML.
+pub fn rfc3339(ms: UnixMillis) -> String {
+    norsk_auto_manager::model::DateTime::from_millis(ms).to_string()
 }
 
 /// `<bundle>/<replica>/<job>`.

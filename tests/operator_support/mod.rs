@@ -192,3 +192,41 @@ pub fn small_bundle(name: &str) -> String {
         "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {{name: {name}}}\nspec:\n  pool: production\n  jobs:\n    - {{jobName: encode, template: encoder, requirements: {{requiredCapacity: 2}}}}\n"
     )
 }
+
+/// A bundle on the cluster tier of `production` with an auto job `encode`
+/// and a manual job `record`, started on the replicas in `started`.
+pub fn manual_bundle(name: &str, started: &[u32]) -> String {
+    let started = if started.is_empty() {
+        String::new()
+    } else {
+        format!(", startedReplicas: {started:?}")
+    };
+    format!(
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {{name: {name}}}\nspec:\n  pool: production\n  jobs:\n    - {{jobName: encode, template: encoder, requirements: {{requiredCapacity: 1}}}}\n    - {{jobName: record, template: recorder, startMode: manual{started}, requirements: {{requiredCapacity: 1}}}}\n"
+    )
+}
+
+/// The state and node the status gives `job` of the primary replica.
+pub fn primary_job(bundle: Option<&Bundle>, job: &str) -> Option<(String, Option<String>)> {
+    bundle?
+        .status
+        .as_ref()?
+        .replicas
+        .iter()
+        .find(|r| r.index == 0)?
+        .jobs
+        .iter()
+        .find(|j| j.job_name == job)
+        .map(|j| (j.state.clone(), j.node.clone()))
+}
+
+/// The nodes the simulator runs instances of `job_id` on.
+pub async fn instances_of(sim: &Sim, job_id: &str) -> Vec<String> {
+    sim.snapshot()
+        .await
+        .nodes
+        .iter()
+        .filter(|n| n.instances.iter().any(|i| i.job_id.0 == job_id))
+        .map(|n| n.id.0.clone())
+        .collect()
+}

@@ -8,7 +8,7 @@ use super::MigrationPhase;
 /// The `migration` settings: one deadline per phase, in milliseconds. A
 /// phase that outlives its deadline aborts the migration before the point
 /// of no return and fails it forward after.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct MigrationSettings {
     /// `placing`: the target's node provisioned and started.

@@ -22,6 +22,32 @@ pub(super) fn failure(e: RpcError) -> RpcFailure {
     }
 }
 
+/// The Manager RPC that carries out `rpc`.
+pub(super) fn method(rpc: &Rpc) -> &'static str {
+    match rpc {
+        Rpc::StartJob { .. } | Rpc::StartMigrationTarget { .. } => "StartJob",
+        Rpc::CreateNode {
+            provider: ProviderKind::Oci,
+            ..
+        } => "CreateOciNode",
+        Rpc::CreateNode { .. } => "CreateAwsNode",
+        Rpc::TerminateNode { .. } => "TerminateNode",
+        Rpc::SetTerminalVerdict { .. } => "SetTerminalVerdict",
+        Rpc::CreateBundle(_) => "CreateBundle",
+        Rpc::UpdateBundle(_) => "UpdateBundle",
+        Rpc::DeleteBundle(_) => "DeleteBundle",
+        Rpc::StartBundleJob(_) => "StartBundleJob",
+        Rpc::StopBundleJob(_) => "StopBundleJob",
+        Rpc::UpdateNodeTags { .. } => "UpdateNodeTags",
+        Rpc::PrefetchImages { .. } => "PrefetchImages",
+        Rpc::CreateJob { .. } => "CreateJob",
+        Rpc::CompleteJob { .. } => "CompleteJob",
+        Rpc::StartPreparedJob { .. } => "StartPreparedJob",
+        Rpc::StopJob { .. } => "StopJob",
+        Rpc::SendMigrationSignal { .. } => "SendMigrationSignal",
+    }
+}
+
 pub(super) async fn execute(client: &ManagerClient, rpc: Rpc) -> Result<(), RpcError> {
     match rpc {
         Rpc::StartJob {
@@ -77,6 +103,7 @@ pub(super) async fn execute(client: &ManagerClient, rpc: Rpc) -> Result<(), RpcE
         Rpc::DeleteBundle(bundle_id) => client.delete_bundle(&bundle_id).await,
         Rpc::StartBundleJob(job) => client.start_bundle_job(&job).await,
         Rpc::StopBundleJob(job) => client.stop_bundle_job(&job).await,
+        Rpc::CompleteJob { job_id } => client.complete_job(&job_id).await,
         Rpc::UpdateNodeTags { node_id, set, remove } => client.update_node_tags(&node_id, &set, &remove).await,
         Rpc::PrefetchImages { node_id, images } => client.prefetch_images(&node_id, &images).await,
         Rpc::CreateJob { job_id, template, tags } => client.create_job(&job_id, &template, &tags).await,

@@ -28,6 +28,7 @@ pub struct AutoManagerHandle {
     pub(super) requests: mpsc::Sender<Request>,
     pub(super) notifications: broadcast::Sender<Notification>,
     pub(super) connection: watch::Receiver<ConnectionState>,
+    pub(super) lacking: watch::Receiver<std::collections::BTreeSet<String>>,
 }
 
 impl AutoManagerHandle {
@@ -38,7 +39,7 @@ impl AutoManagerHandle {
     async fn ask(&self, command: Command) -> Result<Option<Answer>, CommandError> {
         let (reply, answer) = oneshot::channel();
         self.requests
-            .send(Request::Command(command, reply))
+            .send(Request::Command(Box::new(command), reply))
             .await
             .map_err(|_| CommandError::Closed)?;
         answer.await.unwrap_or(Err(CommandError::Closed))
@@ -321,6 +322,12 @@ impl AutoManagerHandle {
     /// snapshot has been applied (a standby's too), until the stream breaks.
     pub fn connection(&self) -> watch::Receiver<ConnectionState> {
         self.connection.clone()
+    }
+
+    /// The AutoManager extensions Manager was found not to serve (by RPC
+    /// name); empty while everything asked for was served.
+    pub fn lacking_extensions(&self) -> watch::Receiver<std::collections::BTreeSet<String>> {
+        self.lacking.clone()
     }
 
     /// Promotes a standby: its core leaves the hydration phase and decides

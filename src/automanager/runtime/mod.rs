@@ -17,6 +17,7 @@
 mod calls;
 mod clock;
 mod handle;
+mod lacking;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -35,9 +36,11 @@ use super::{
     Action, Answer, AutoManagerCore, AutoSettings, AutoSettingsValidationError, Command, CommandError, CommandId,
     Input, Notification, RequestId, RpcFailure, Step,
 };
-use calls::{execute, failure};
+use calls::{execute, failure, method};
 use clock::Clock;
 pub use handle::AutoManagerHandle;
+use lacking::Lacking;
+pub use lacking::MISSING_EXTENSION_RETRY;
 
 /// How many notifications a subscriber may fall behind before it lags.
 const NOTIFICATION_BUFFER: usize = 4096;
@@ -92,7 +95,9 @@ type Update = Box<dyn FnOnce(&mut AutoManagerCore, UnixMillis) -> Step + Send>;
 type Replier = oneshot::Sender<Result<Option<Answer>, CommandError>>;
 
 enum Request {
-    Command(Command, Replier),
+    /// Boxed: a bundle's spec makes a command much larger than any other
+    /// request.
+    Command(Box<Command>, Replier),
     Query(Query),
     Update(Update),
     /// An update that changes only live settings before hydration: a
@@ -139,6 +144,19 @@ impl AutoManager {
         options: RunOptions,
         client: ClientSettings,
     ) -> Result<(AutoManagerHandle, JoinHandle<()>), RunError> {
+        Self::start(settings, options, client, Role::Active).map(|(handle, _, join)| (handle, join))
+    }
+
+    /// [`AutoManager::run_with`] with a subscription taken before the loop
+    /// starts: it holds every notification, the first `connecting` and
+    /// `ready`, the hydration's replays and the first `spareUnderflow`
+    /// included (a [`AutoManagerHandle::subscribe`] after `run` may miss
+    /// what the loop sent meanwhile).
+    pub fn run_subscribed(
+        settings: AutoSettings,
+        options: RunOptions,
+    ) -> Result<(AutoManagerHandle, broadcast::Receiver<Notification>, JoinHandle<()>), RunError> {
+        let client = ClientSettings::plaintext(settings.url.clone());
         Self::start(settings, options, client, Role::Active)
     }
 
@@ -154,6 +172,7 @@ impl AutoManager {
         client: ClientSettings,
     ) -> Result<(AutoManagerHandle, JoinHandle<()>), RunError> {
         Self::start(settings, options, client, Role::Standby { snapshot: false })
+            .map(|(handle, _, join)| (handle, join))
     }
 
     fn start(
@@ -161,12 +180,13 @@ impl AutoManager {
         options: RunOptions,
         client: ClientSettings,
         role: Role,
-    ) -> Result<(AutoManagerHandle, JoinHandle<()>), RunError> {
+    ) -> Result<(AutoManagerHandle, broadcast::Receiver<Notification>, JoinHandle<()>), RunError> {
         let valid = validate_auto_settings(settings)?;
         let client = ManagerClient::connect_lazy(&client)?;
         let (requests, requests_rx) = mpsc::channel(256);
-        let (notifications, _) = broadcast::channel(NOTIFICATION_BUFFER);
+        let (notifications, first) = broadcast::channel(NOTIFICATION_BUFFER);
         let (connection, connection_rx) = watch::channel(ConnectionState::Idle);
+        let (lacking, lacking_rx) = Lacking::new();
         let clock = Clock::new(options.time_scale);
         let shell = Shell {
             core: AutoManagerCore::new(valid.clone(), clock.now()),
@@ -180,6 +200,7 @@ impl AutoManager {
             role,
             held: Vec::new(),
             connection,
+            lacking,
         };
         let join = tokio::spawn(shell.run(requests_rx));
         Ok((
@@ -187,10 +208,28 @@ impl AutoManager {
                 requests,
                 notifications,
                 connection: connection_rx,
+                lacking: lacking_rx,
             },
+            first,
             join,
         ))
     }
+}
+
+/// The pending window asked of Manager: `pendingWindow`, widened to the
+/// largest placement lead of the pools in force (the cloud default, 5 min,
+/// when none is known yet, as in the operator, whose pools arrive later), so
+/// Manager announces a scheduled job before its placement must begin.
+fn pending_window_s(valid: &ValidSettings) -> i32 {
+    let lead_ms = valid
+        .pools
+        .iter()
+        .flat_map(|p| &p.tiers)
+        .map(|t| t.effective_placement_lead_ms())
+        .max()
+        .unwrap_or(crate::model::DEFAULT_CLOUD_PLACEMENT_LEAD_MS);
+    let lead_s = u32::try_from(lead_ms.div_ceil(1_000)).unwrap_or(u32::MAX);
+    i32::try_from(valid.settings.pending_window.max(lead_s)).unwrap_or(i32::MAX)
 }
 
 struct Shell {
@@ -207,6 +246,8 @@ struct Shell {
     held: Vec<Request>,
     /// What [`AutoManagerHandle::connection`] reads.
     connection: watch::Sender<ConnectionState>,
+    /// The extensions Manager does not serve.
+    lacking: Lacking,
 }
 
 impl Shell {
@@ -214,7 +255,7 @@ impl Shell {
         let mut session = StreamSession::start(
             self.client.clone(),
             StreamSettings {
-                pending_window_s: self.valid.settings.pending_window.min(i32::MAX as u32) as i32,
+                pending_window_s: pending_window_s(&self.valid),
                 ..StreamSettings::default()
             },
         );
@@ -256,7 +297,7 @@ impl Shell {
                     let mut batch = Vec::new();
                     let mut next = request;
                     while let Some(Request::Command(command, reply)) = next {
-                        batch.push(self.command_input(command, reply));
+                        batch.push(self.command_input(*command, reply));
                         if batch.len() >= MAX_BATCH {
                             next = None;
                             break;
@@ -390,8 +431,10 @@ impl Shell {
     fn standby_request(&mut self, request: Request, results: &Results) {
         match request {
             Request::Query(ask) => ask(&self.core, self.clock.now()),
-            Request::Command(command @ (Command::SetPlacementPools(_) | Command::SetTemplateImages(_)), reply) => {
-                let input = self.command_input(command, reply);
+            Request::Command(command, reply)
+                if matches!(*command, Command::SetPlacementPools(_) | Command::SetTemplateImages(_)) =>
+            {
+                let input = self.command_input(*command, reply);
                 self.feed(input, results);
             }
             Request::Settings(change) => {
@@ -420,7 +463,7 @@ impl Shell {
         for request in std::mem::take(&mut self.held) {
             match request {
                 Request::Command(command, reply) => {
-                    let input = self.command_input(command, reply);
+                    let input = self.command_input(*command, reply);
                     self.feed(input, results);
                 }
                 Request::Update(change) => {
@@ -458,8 +501,21 @@ impl Shell {
                 Action::Call { id, rpc } => {
                     let client = self.client.clone();
                     let results = results.clone();
+                    let lacking = self.lacking.clone();
+                    let notifications = self.notifications.clone();
                     calls.push(tokio::spawn(async move {
-                        let result = execute(&client, rpc).await.map_err(failure);
+                        let name = method(&rpc);
+                        let result = match lacking.held_back(name) {
+                            Some(missing) => Err(missing),
+                            None => {
+                                let result = execute(&client, rpc).await;
+                                if let Some(notice) = lacking.observe(name, &result) {
+                                    let _ = notifications.send(notice);
+                                }
+                                result
+                            }
+                        };
+                        let result = result.map_err(failure);
                         // The loop may have ended; the result is moot then.
                         let _ = results.send((id, result));
                     }));

@@ -1,14 +1,15 @@
 //! Reading `plan`'s input files: multi-document YAML of the operator's
 //! resources (`PlacementPool`, `HotSparePolicy`, `Bundle`) and a fleet
-//! snapshot (YAML or JSON). Every failure names the file, the document
-//! (1-based) and the field.
+//! snapshot (YAML or JSON), decoded as strictly as the API server admits
+//! the resources (see [`crate::cli::documents`]): an unknown field, a wrong
+//! type, a missing field or a value outside the schema refuses the file.
+//! Every failure names the file, the document (1-based), the field and its
+//! line.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
-use serde::de::DeserializeOwned;
-
-use crate::crd::{self, API_VERSION};
+use crate::cli::documents::{self, DocumentError, Kind, Problem, Resource};
 use crate::model::{BundleId, BundleSpec, FleetSnapshot, HotSpareSpec, PlacementPool};
 
 /// Why an input file could not be read.
@@ -22,58 +23,111 @@ pub enum InputError {
         /// Why.
         source: std::io::Error,
     },
-    /// A document is not valid YAML or does not match its kind's shape.
-    #[error("{}: document {document}: {message}", file.display())]
-    Document {
+    /// Documents are not valid YAML or do not match their kind.
+    #[error("{}", Refused { file, errors })]
+    Documents {
         /// The file.
         file: PathBuf,
-        /// The document, counting from 1.
-        document: usize,
-        /// The field and what is wrong with it.
-        message: String,
+        /// Every refused document.
+        errors: Vec<DocumentError>,
     },
 }
 
-/// The resource kinds `plan` reads.
-trait Kind: DeserializeOwned + kube::Resource {
-    const KIND: &'static str;
+struct Refused<'a> {
+    file: &'a Path,
+    errors: &'a [DocumentError],
 }
 
-impl Kind for crd::PlacementPool {
-    const KIND: &'static str = "PlacementPool";
+impl fmt::Display for Refused<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, error) in self.errors.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{}: {error}", self.file.display())?;
+        }
+        Ok(())
+    }
 }
 
-impl Kind for crd::HotSparePolicy {
-    const KIND: &'static str = "HotSparePolicy";
-}
-
-impl Kind for crd::Bundle {
-    const KIND: &'static str = "Bundle";
+/// A bundle read from a file, with where it came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BundleDocument {
+    /// The bundle id (`<namespace>/<name>`).
+    pub bundle_id: BundleId,
+    /// Its spec.
+    pub spec: BundleSpec,
+    /// The file.
+    pub file: PathBuf,
+    /// The document, counting from 0.
+    pub index: usize,
 }
 
 /// Every `PlacementPool` document of `file`, as model pools.
 pub fn read_pools(file: &Path) -> Result<Vec<PlacementPool>, InputError> {
-    let pools: Vec<crd::PlacementPool> = read_documents(file)?;
-    Ok(pools.iter().map(crd::PlacementPool::to_model).collect())
+    Ok(read_resources(file, Kind::PlacementPool)?
+        .into_iter()
+        .filter_map(|(_, r)| match r {
+            Resource::PlacementPool(pool) => Some(pool.to_model()),
+            _ => None,
+        })
+        .collect())
 }
 
 /// Every `HotSparePolicy` document of `file`.
 pub fn read_hot_spares(file: &Path) -> Result<Vec<HotSpareSpec>, InputError> {
-    let policies: Vec<crd::HotSparePolicy> = read_documents(file)?;
-    Ok(policies.into_iter().map(|p| p.spec.0).collect())
+    Ok(read_resources(file, Kind::HotSparePolicy)?
+        .into_iter()
+        .filter_map(|(_, r)| match r {
+            Resource::HotSparePolicy(policy) => Some(policy.spec.0),
+            _ => None,
+        })
+        .collect())
 }
 
 /// Every `Bundle` document of `file`, with its bundle id.
 pub fn read_bundles(file: &Path) -> Result<Vec<(BundleId, BundleSpec)>, InputError> {
-    let bundles: Vec<crd::Bundle> = read_documents(file)?;
-    Ok(bundles.into_iter().map(|b| (b.bundle_id(), b.spec.0)).collect())
+    Ok(read_bundle_documents(file)?
+        .into_iter()
+        .map(|b| (b.bundle_id, b.spec))
+        .collect())
+}
+
+/// Every `Bundle` document of `file`, with where each is.
+pub fn read_bundle_documents(file: &Path) -> Result<Vec<BundleDocument>, InputError> {
+    Ok(read_resources(file, Kind::Bundle)?
+        .into_iter()
+        .filter_map(|(index, r)| match r {
+            Resource::Bundle(bundle) => Some(BundleDocument {
+                bundle_id: bundle.bundle_id(),
+                spec: bundle.spec.0,
+                file: file.to_owned(),
+                index,
+            }),
+            _ => None,
+        })
+        .collect())
 }
 
 /// The fleet snapshot in `file` (YAML or JSON).
 pub fn read_fleet(file: &Path) -> Result<FleetSnapshot, InputError> {
     let text = read(file)?;
-    FleetSnapshot::deserialize(serde_yaml::Deserializer::from_str(&text))
-        .map_err(|e| document_error(file, 1, e.to_string()))
+    documents::strict::decode(&text).map_err(|problems| InputError::Documents {
+        file: file.to_owned(),
+        errors: vec![DocumentError {
+            document: 1,
+            resource: None,
+            problems,
+        }],
+    })
+}
+
+/// The problem a bundle's validation found at `path` of its spec
+/// (`jobs[1].coLocateWith`), located in its file.
+pub fn bundle_problem(bundle: &BundleDocument, path: &str, message: &str) -> Problem {
+    let text = std::fs::read_to_string(&bundle.file).unwrap_or_default();
+    let path = documents::FieldPath::parse(path).under(&documents::FieldPath::of(&["spec"]));
+    Problem::at(&text, bundle.index, path, message)
 }
 
 fn read(file: &Path) -> Result<String, InputError> {
@@ -83,53 +137,12 @@ fn read(file: &Path) -> Result<String, InputError> {
     })
 }
 
-fn document_error(file: &Path, document: usize, message: String) -> InputError {
-    InputError::Document {
-        file: file.to_owned(),
-        document,
-        message,
-    }
-}
-
-/// Reads every non-empty document of `file` as a `K`. The documents are
-/// walked twice: once as plain values to check `apiVersion` and `kind`, once
-/// typed, so a shape error names the field path and line.
-fn read_documents<K: Kind>(file: &Path) -> Result<Vec<K>, InputError> {
+fn read_resources(file: &Path, kind: Kind) -> Result<Vec<(usize, Resource)>, InputError> {
     let text = read(file)?;
-    let mut values = Vec::new();
-    for (i, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-        let value = serde_yaml::Value::deserialize(document).map_err(|e| document_error(file, i + 1, e.to_string()))?;
-        values.push(value);
-    }
-    let mut resources = Vec::new();
-    for (i, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-        let number = i + 1;
-        let Some(value) = values.get(i) else { break };
-        if value.is_null() {
-            continue;
-        }
-        check_type(value, K::KIND).map_err(|message| document_error(file, number, message))?;
-        let resource = K::deserialize(document).map_err(|e| document_error(file, number, e.to_string()))?;
-        if resource.meta().name.as_deref().is_none_or(str::is_empty) {
-            return Err(document_error(file, number, "metadata.name: missing".to_owned()));
-        }
-        resources.push(resource);
-    }
-    Ok(resources)
-}
-
-fn check_type(value: &serde_yaml::Value, kind: &str) -> Result<(), String> {
-    let field = |name: &str| value.get(name).and_then(serde_yaml::Value::as_str);
-    match field("apiVersion") {
-        Some(API_VERSION) => {}
-        Some(other) => {
-            return Err(format!("apiVersion: expected {API_VERSION}, found {other:?}"));
-        }
-        None => return Err(format!("apiVersion: missing (expected {API_VERSION})")),
-    }
-    match field("kind") {
-        Some(found) if found == kind => Ok(()),
-        Some(other) => Err(format!("kind: expected {kind}, found {other:?}")),
-        None => Err(format!("kind: missing (expected {kind})")),
-    }
+    documents::decode_file(&text, &[kind])
+        .map(|documents| documents.into_iter().map(|d| (d.index, d.resource)).collect())
+        .map_err(|errors| InputError::Documents {
+            file: file.to_owned(),
+            errors,
+        })
 }

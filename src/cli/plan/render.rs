@@ -4,7 +4,9 @@
 
 use serde::Serialize;
 
-use crate::model::{BundleId, NodeId};
+use std::collections::BTreeMap;
+
+use crate::model::{BundleId, FleetSnapshot, NodeId};
 use crate::placement::{BundleIssueCode, PlanRow, PlannedOutcome, ResilienceFlag, TierDecision, Trace, Verdict};
 
 #[derive(Serialize)]
@@ -70,9 +72,65 @@ pub fn json(rows: &[PlanRow]) -> Result<String, serde_json::Error> {
     serde_json::to_string_pretty(&JsonPlan { placements })
 }
 
+/// The plan as the documented document, in YAML.
+pub fn yaml(rows: &[PlanRow]) -> Result<String, serde_json::Error> {
+    let document: serde_json::Value = serde_json::from_str(&json(rows)?)?;
+    serde_yaml::to_string(&document).map_err(serde::ser::Error::custom)
+}
+
+/// Where each bundle job runs now, keyed by (bundle, replica, job name), as
+/// the fleet's reservations say.
+pub type CurrentNodes = BTreeMap<(BundleId, u32, String), NodeId>;
+
+/// The current node of every bundle job the fleet holds.
+pub fn current_nodes(fleet: &FleetSnapshot) -> CurrentNodes {
+    let mut current = CurrentNodes::new();
+    for node in &fleet.nodes {
+        for job in &node.jobs {
+            if let Some(bundle) = &job.bundle {
+                current.insert(
+                    (bundle.clone(), job.replica_index, job.job_name.clone()),
+                    node.id.clone(),
+                );
+            }
+        }
+    }
+    current
+}
+
+/// The table with two more columns: `CURRENT`, where the job runs now, and
+/// `MOVE`, whether the plan puts it elsewhere (`yes`), where it is (`no`),
+/// or it runs nowhere yet (`new`).
+pub fn wide(rows: &[PlanRow], current: &CurrentNodes) -> String {
+    let (header, mut body) = table_cells(rows);
+    let mut header = header.to_vec();
+    header.extend(["CURRENT", "MOVE"]);
+    for (row, cells) in rows.iter().zip(body.iter_mut()) {
+        let now = current.get(&(row.bundle.clone(), row.replica_index, row.job_name.clone()));
+        let moves = match (now, &row.node_id) {
+            (None, _) => "new",
+            (Some(now), Some(planned)) if now == planned => "no",
+            (Some(_), _) => "yes",
+        };
+        cells.push(optional(now.map(ToString::to_string)));
+        cells.push(moves.to_owned());
+    }
+    let mut out = columns(&header, &body);
+    out.push_str(&messages_and_traces(rows));
+    out
+}
+
 /// The plan as a table, one row per job, then validation messages and (with
 /// traces) each placement's trace.
 pub fn table(rows: &[PlanRow]) -> String {
+    let (header, body) = table_cells(rows);
+    let mut out = columns(&header, &body);
+    out.push_str(&messages_and_traces(rows));
+    out
+}
+
+/// The table's header and one row of cells per plan row.
+fn table_cells(rows: &[PlanRow]) -> ([&'static str; 10], Vec<Vec<String>>) {
     let header = [
         "BUNDLE",
         "REPLICA",
@@ -102,7 +160,12 @@ pub fn table(rows: &[PlanRow]) -> String {
             ]
         })
         .collect();
-    let mut out = columns(&header, &body);
+    (header, body)
+}
+
+/// The validation messages, once per bundle, then each placement's trace.
+fn messages_and_traces(rows: &[PlanRow]) -> String {
+    let mut out = String::new();
     let mut seen = std::collections::HashSet::new();
     for row in rows {
         if !seen.insert((&row.bundle, row.outcome == PlannedOutcome::Invalid)) {

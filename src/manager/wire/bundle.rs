@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use super::{Notes, WireError, bounded, id, millis_from_pb, millis_to_pb, text};
 use crate::manager::proto::manager as pb;
 use crate::model::{
-    Bundle, BundleId, BundleSpec, BundleState, HostPort, IntraReplicaAz, IntraReplicaPlacement, JobSpec,
-    MigrationStrategy, OnLaunch, OnRuntimeFailure, Requirements, ResiliencePolicy, ResilienceRule, StartMode,
-    TerminalVerdict, VerdictKind,
+    Bundle, BundleId, BundleSchedule, BundleSpec, BundleState, DateTime, HostPort, IntraReplicaAz,
+    IntraReplicaPlacement, JobSpec, MigrationStrategy, OnLaunch, OnRuntimeFailure, Requirements, ResiliencePolicy,
+    ResilienceRule, StartMode, TerminalVerdict, VerdictKind,
 };
 
 /// A resilience flag from the wire; an unknown value is read as `allow`
@@ -201,8 +201,44 @@ pub fn job_spec_from_pb(j: &pb::BundleJobSpec) -> Result<JobSpec, WireError> {
             Ok(pb::StartMode::Manual) => StartMode::Manual,
             _ => StartMode::Auto,
         },
+        // Which manual jobs run is Manager's dormant flag (StartBundleJob /
+        // StopBundleJob), not part of the stored spec.
+        started_replicas: Vec::new(),
         parameters: j.parameters.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
     })
+}
+
+/// A schedule from the wire: a start is required, an end (when present)
+/// must come after it, and both must be instants the wire can carry.
+pub fn schedule_from_pb(s: &pb::BundleSchedule) -> Result<BundleSchedule, WireError> {
+    const MSG: &str = "BundleSchedule";
+    let instant = |field: &'static str, ts: Option<&prost_types::Timestamp>| {
+        millis_from_pb(ts).map(DateTime::from_millis).ok_or(WireError::Invalid {
+            message: MSG,
+            field,
+            reason: "missing, or not an instant between 1970 and 9999".to_owned(),
+        })
+    };
+    let start = instant("start", s.start.as_ref())?;
+    let end = s.end.as_ref().map(|e| instant("end", Some(e))).transpose()?;
+    if let Some(end) = end
+        && end <= start
+    {
+        return Err(WireError::Invalid {
+            message: MSG,
+            field: "end",
+            reason: format!("{end} is not after the start {start}"),
+        });
+    }
+    Ok(BundleSchedule { start, end })
+}
+
+/// A schedule as its wire message.
+pub fn schedule_to_pb(s: &BundleSchedule) -> pb::BundleSchedule {
+    pb::BundleSchedule {
+        start: Some(millis_to_pb(s.start.millis())),
+        end: s.end.map(|e| millis_to_pb(e.millis())),
+    }
 }
 
 /// A bundle job spec as its wire message.
@@ -276,6 +312,7 @@ pub fn bundle_from_pb(b: &pb::Bundle, notes: &mut Notes) -> Result<Bundle, WireE
                     )
                 })
                 .collect(),
+            schedule: b.schedule.as_ref().map(schedule_from_pb).transpose()?,
         },
         state: match pb::BundleState::try_from(b.state) {
             Ok(pb::BundleState::Deleting) => BundleState::Deleting,
@@ -315,6 +352,7 @@ pub fn bundle_to_pb(b: &Bundle) -> pb::Bundle {
         } as i32,
         terminal_verdict: b.terminal_verdict.as_ref().map(verdict_to_pb),
         generation: b.generation,
+        schedule: s.schedule.as_ref().map(schedule_to_pb),
     }
 }
 
@@ -336,6 +374,7 @@ jobs:
     startMode: manual
     parameters: {bitrate: "5000"}
 backupParameterOverrides: {encode: {bitrate: "3000"}}
+schedule: {start: "2026-12-05T19:00:00Z", end: "2026-12-05T21:00:00.5Z"}
 "#,
         )
         .unwrap();
@@ -351,6 +390,23 @@ backupParameterOverrides: {encode: {bitrate: "3000"}}
         let b = bundle();
         let back = bundle_from_pb(&bundle_to_pb(&b), &mut Notes::new()).unwrap();
         assert_eq!(back, b);
+    }
+
+    #[test]
+    fn a_schedule_without_a_start_or_ending_before_it_refuses_the_bundle() {
+        let mut pb = bundle_to_pb(&bundle());
+        pb.schedule.as_mut().unwrap().start = None;
+        let e = bundle_from_pb(&pb, &mut Notes::new()).unwrap_err();
+        assert!(e.to_string().contains("start"), "{e}");
+        let mut pb = bundle_to_pb(&bundle());
+        let schedule = pb.schedule.as_mut().unwrap();
+        schedule.end = schedule.start;
+        let e = bundle_from_pb(&pb, &mut Notes::new()).unwrap_err();
+        assert!(e.to_string().contains("not after the start"), "{e}");
+        let mut pb = bundle_to_pb(&bundle());
+        pb.schedule.as_mut().unwrap().end = None;
+        let back = bundle_from_pb(&pb, &mut Notes::new()).unwrap();
+        assert_eq!(back.spec.schedule.unwrap().end, None);
     }
 
     #[test]

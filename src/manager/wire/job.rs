@@ -134,6 +134,8 @@ pub fn runtime_job_from_pb(
         exclusive: rules.is_some_and(|r| r.exclusive),
         single_use: rules.is_some_and(|r| r.single_use),
         start_mode: Default::default(),
+        // Manager keeps which manual jobs run as the dormant flag.
+        started_replicas: Vec::new(),
         parameters: job.parameters.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
     };
     let context = rules.filter(|_| bundle_ref.is_some()).map(|r| JobPlacementContext {

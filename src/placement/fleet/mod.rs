@@ -3,28 +3,32 @@
 //! out once, indexed by pool and tier, plus the reservations placed since
 //! (in-plan placements, prospective nodes).
 //!
-//! Reservations are applied as deltas ([`FleetView::reserve`]), so a long
-//! run of placements never rebuilds the view. Nodes are kept in node-id
-//! order, which makes every result independent of the snapshot's order.
-//! This module owns the accounting of the capacity, GPU and port contracts;
-//! it never decides where anything goes.
+//! Reservations are applied as deltas ([`FleetView::reserve`]), and nodes
+//! are added, replaced and removed in place, so a long run of placements
+//! never rebuilds the view. Nodes are kept in node-id order (labels that
+//! sort like the ids, `order`), which makes every result independent of the
+//! snapshot's order. Every change keeps the candidate index (`index`) the
+//! untraced placement searches up to date. This module owns the accounting
+//! of the capacity, GPU and port contracts; it never decides where anything
+//! goes.
 
-mod journal;
+mod index;
+mod membership;
 mod names;
 mod node;
+mod order;
 
 use std::collections::HashMap;
 
-pub(crate) use journal::Journal;
+pub(crate) use index::{ClassKey, Entry, FleetIndex, GPU_ROOM_STEPS, Occupancy, Traits, fill_order, order_fill};
 pub(crate) use names::Interner;
 pub use names::Name;
-pub(crate) use node::port_bit;
-use node::{CapabilitySet, cores, slot};
-pub(crate) use node::{GpuDevice, Hot, NO_AZ, NO_SLOT, NodeEntry, flag};
+pub(crate) use node::{CapabilitySet, GpuDevice, Hot, NO_AZ, NO_SLOT, NodeEntry, fill_of, flag, port_bit};
+use node::{cores, slot};
 
 use crate::model::{
-    BundleId, FleetNode, FleetSnapshot, InstanceShape, NodeId, NodeInventory, NodePhase, PlacedJob, PlacementPool,
-    ProviderKind, Reliability, tags,
+    BundleId, FleetNode, FleetSnapshot, NodeId, NodeInventory, NodePhase, PlacedJob, PlacementPool, ProviderKind,
+    Reliability, tags,
 };
 
 use super::settings::Pools;
@@ -72,20 +76,19 @@ pub struct FleetView {
     /// The hot part of every node, indexed like `nodes`.
     pub(crate) hot: Vec<Hot>,
     pub(crate) nodes: Vec<NodeEntry>,
-    /// Every node, in node-id order.
+    /// Every node, in node-id order (a removed node's index is left unused).
     pub(crate) order: Vec<NodeIdx>,
     by_id: HashMap<NodeId, NodeIdx>,
-    /// `[pool][tier]` -> the tier's nodes, in node-id order.
+    /// `[pool][tier]` -> the tier's nodes.
     tiers: Vec<Vec<Vec<NodeIdx>>>,
+    /// The tiers' nodes filed for the untraced search.
+    pub(crate) index: FleetIndex,
     pub(crate) occupants: Vec<Occupant>,
     replicas: HashMap<BundleId, Vec<u32>>,
     pub(crate) capabilities: Interner,
     pub(crate) images: Interner,
     pub(crate) azs: Interner,
     template_images: HashMap<String, Vec<u32>>,
-    /// The nodes changed since the view was built (what kept rankings
-    /// re-score).
-    pub(crate) journal: Journal,
 }
 
 impl FleetView {
@@ -94,6 +97,7 @@ impl FleetView {
     pub fn new(snapshot: &FleetSnapshot, pools: Pools) -> Result<Self, FleetError> {
         let mut view = FleetView {
             tiers: pools.iter().map(|p| vec![Vec::new(); p.tiers.len()]).collect(),
+            index: FleetIndex::new(&pools),
             pools,
             hot: Vec::with_capacity(snapshot.nodes.len()),
             nodes: Vec::with_capacity(snapshot.nodes.len()),
@@ -105,7 +109,6 @@ impl FleetView {
             images: Interner::default(),
             azs: Interner::default(),
             template_images: HashMap::new(),
-            journal: Journal::default(),
         };
         // Template images are interned first, so they get the low ids the
         // hot image mask holds.
@@ -127,13 +130,15 @@ impl FleetView {
         view.order = (0..nodes.len() as NodeIdx).collect();
         view.order
             .sort_by(|&a, &b| nodes[a as usize].id.cmp(&nodes[b as usize].id));
-        for (rank, &idx) in view.order.iter().enumerate() {
-            view.hot[idx as usize].rank = rank as u32;
-        }
+        view.label_in_order();
         for node in &snapshot.nodes {
             for job in &node.jobs {
                 view.reserve(&node.id, job)?;
             }
+        }
+        // Filed once every reservation is in, rather than re-filed per job.
+        for idx in 0..view.nodes.len() {
+            view.index.reprofile(idx as NodeIdx, &view.hot[idx], &view.nodes[idx]);
         }
         Ok(view)
     }
@@ -150,7 +155,7 @@ impl FleetView {
 
     /// How many nodes the view holds (prospective ones included).
     pub fn node_count(&self) -> usize {
-        self.nodes.len()
+        self.by_id.len()
     }
 
     /// Reserves `job` on node `node`: its capacity, cores, host ports and GPU
@@ -164,7 +169,6 @@ impl FleetView {
             .get(node)
             .ok_or_else(|| FleetError::UnknownNode(node.clone()))?;
         let occupant = self.occupants.len() as u32;
-        self.journal.record(idx);
         let hot = &mut self.hot[idx as usize];
         hot.free -= job.required_capacity.max(0.0);
         hot.refill(self.nodes[idx as usize].usable);
@@ -195,7 +199,31 @@ impl FleetView {
         if let Some(bundle) = &job.bundle {
             self.replicas.entry(bundle.clone()).or_default().push(occupant);
         }
+        let slot = self.hot[idx as usize].slot;
+        let mut take_up = false;
+        for &port in &job.required_host_ports {
+            take_up |= self.index.port_claim(slot, port, true);
+        }
+        self.refile(idx, take_up);
         Ok(())
+    }
+
+    /// Re-files node `idx` in the index, and every node of its tier when
+    /// the tier has just taken up a host port.
+    fn refile(&mut self, idx: NodeIdx, whole_tier: bool) {
+        let slot = self.hot[idx as usize].slot;
+        let tier_nodes = match self.tier_list(slot) {
+            Some(list) if whole_tier => std::mem::take(list),
+            _ => Vec::new(),
+        };
+        for &i in tier_nodes.iter().chain(std::iter::once(&idx)) {
+            self.index.refile(i, &self.hot[i as usize], &self.nodes[i as usize]);
+        }
+        if let Some(list) = self.tier_list(slot)
+            && whole_tier
+        {
+            *list = tier_nodes;
+        }
     }
 
     /// Undoes [`FleetView::reserve`] of `job` on `node`: its capacity, cores,
@@ -216,10 +244,11 @@ impl FleetView {
             return Ok(());
         };
         let occupant = entry.occupants.remove(at);
-        self.journal.record(idx);
+        let slot = self.hot[idx as usize].slot;
         for port in &job.required_host_ports {
             if let Some(p) = entry.ports.iter().position(|p| p == port) {
                 entry.ports.remove(p);
+                self.index.port_claim(slot, *port, false);
             }
         }
         if job.required_gpu_capacity > 0.0 {
@@ -241,6 +270,7 @@ impl FleetView {
         {
             list.retain(|&o| o != occupant);
         }
+        self.refile(idx, false);
         Ok(())
     }
 
@@ -252,7 +282,6 @@ impl FleetView {
             .get(node)
             .ok_or_else(|| FleetError::UnknownNode(node.clone()))?;
         self.nodes[idx as usize].phase = phase;
-        self.journal.record(idx);
         let hot = &mut self.hot[idx as usize];
         for (on, bit) in [
             (matches!(phase, NodePhase::Stopping | NodePhase::Stopped), flag::GONE),
@@ -268,45 +297,12 @@ impl FleetView {
                 hot.flags &= !bit;
             }
         }
+        self.index
+            .reprofile(idx, &self.hot[idx as usize], &self.nodes[idx as usize]);
         Ok(())
     }
 
-    /// Adds a prospective node of `pool`/`tier` provisioned as
-    /// `instance_type`, so later placements can use it. It advertises what
-    /// the shape says, in the tier's provider and region, with no AZ yet.
-    pub fn add_prospective_node(
-        &mut self,
-        id: NodeId,
-        pool: &str,
-        tier: &str,
-        instance_type: &str,
-    ) -> Result<(), FleetError> {
-        let unknown = || FleetError::UnknownShape {
-            pool: pool.to_owned(),
-            tier: tier.to_owned(),
-            instance_type: instance_type.to_owned(),
-        };
-        let tier_spec = self
-            .pools
-            .get(pool)
-            .and_then(|p| p.tiers.iter().find(|t| t.name == tier));
-        let tier_spec = tier_spec.ok_or_else(unknown)?;
-        let shape = tier_spec
-            .candidate_instance_types
-            .iter()
-            .find(|s| s.instance_type == instance_type);
-        let node = prospective_node(
-            id,
-            pool,
-            tier,
-            tier_spec.kind,
-            tier_spec.region.clone(),
-            shape.ok_or_else(unknown)?,
-        );
-        self.push_node(&node)
-    }
-
-    /// The nodes of one tier, in node-id order.
+    /// The nodes of one tier.
     pub(crate) fn tier_nodes(&self, pool: usize, tier: usize) -> &[NodeIdx] {
         self.tiers
             .get(pool)
@@ -339,33 +335,17 @@ impl FleetView {
     /// How many nodes of a tier count against its `maxNodes`: every node not
     /// yet stopped, prospective ones included.
     pub(crate) fn counted_tier_nodes(&self, pool: usize, tier: usize) -> u32 {
-        let live = self
-            .tier_nodes(pool, tier)
-            .iter()
-            .filter(|&&i| self.node(i).phase != NodePhase::Stopped);
-        live.count() as u32
+        self.index.tier(pool, tier).map_or(0, |t| t.counted)
     }
 
-    /// Adds a node after the view was built: into its tier's list and the
-    /// id order at its place, shifting the ranks after it.
-    fn push_node(&mut self, node: &FleetNode) -> Result<(), FleetError> {
-        let (idx, slot) = self.append_node(node)?;
-        let nodes = &self.nodes;
-        let id = &nodes[idx as usize].id;
-        if slot != NO_SLOT {
-            let list = &mut self.tiers[(slot >> 16) as usize][(slot & 0xffff) as usize];
-            let at = list.partition_point(|&i| nodes[i as usize].id < *id);
-            list.insert(at, idx);
+    /// The node list of slot `slot`'s tier.
+    fn tier_list(&mut self, slot: u32) -> Option<&mut Vec<NodeIdx>> {
+        if slot == NO_SLOT {
+            return None;
         }
-        let at = self.order.partition_point(|&i| nodes[i as usize].id < *id);
-        for other in &mut self.hot {
-            if other.rank as usize >= at {
-                other.rank += 1;
-            }
-        }
-        self.hot[idx as usize].rank = at as u32;
-        self.order.insert(at, idx);
-        Ok(())
+        self.tiers
+            .get_mut((slot >> 16) as usize)?
+            .get_mut((slot & 0xffff) as usize)
     }
 
     /// Numbers a node and records it, returning its index and slot.
@@ -523,29 +503,6 @@ fn resolve_slot(pools: &Pools, pool: Option<&str>, tier: Option<&str>) -> Option
     Some((pool_idx, tier_idx))
 }
 
-fn prospective_node(
-    id: NodeId,
-    pool: &str,
-    tier: &str,
-    kind: ProviderKind,
-    region: Option<String>,
-    shape: &InstanceShape,
-) -> FleetNode {
-    FleetNode {
-        id,
-        pool: Some(pool.to_owned()),
-        tier: Some(tier.to_owned()),
-        phase: NodePhase::Prospective,
-        cordoned: false,
-        unhealthy: false,
-        spare: false,
-        spare_spec: Default::default(),
-        tags: Default::default(),
-        inventory: Some(shape.prospective_inventory(kind, region.unwrap_or_default())),
-        jobs: Vec::new(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -563,24 +520,62 @@ mod tests {
         FleetView::new(&fleet, validate_pools(pools).unwrap()).unwrap()
     }
 
-    #[test]
-    fn ranks_follow_node_id_order_as_prospective_nodes_arrive() {
-        let mut view = view();
-        for id in ["c", "a", "e"] {
-            view.add_prospective_node(NodeId::from(id), "p", "t", "m").unwrap();
-        }
-        let mut ranked: Vec<(u32, &str)> = (0..view.node_count() as u32)
-            .map(|i| (view.hot(i).rank, view.node(i).id.as_str()))
+    /// Node ids with their labels, in label order.
+    fn by_label(view: &FleetView) -> Vec<(u32, String)> {
+        let mut ranked: Vec<(u32, String)> = view
+            .order
+            .iter()
+            .map(|&i| (view.hot(i).rank, view.node(i).id.to_string()))
             .collect();
         ranked.sort_unstable();
-        assert_eq!(ranked, vec![(0, "a"), (1, "b"), (2, "c"), (3, "d"), (4, "e")]);
-        assert_eq!(
-            view.tier_nodes(0, 0)
-                .iter()
-                .map(|&i| view.node(i).id.as_str())
-                .collect::<Vec<_>>(),
-            ["a", "b", "c", "d", "e"]
-        );
+        ranked
+    }
+
+    #[test]
+    fn labels_follow_node_id_order_as_prospective_nodes_arrive_without_moving_the_others() {
+        let mut view = view();
+        for id in ["c", "a", "e"] {
+            let before = by_label(&view);
+            view.add_prospective_node(NodeId::from(id), "p", "t", "m").unwrap();
+            let after = by_label(&view);
+            assert!(
+                before.iter().all(|old| after.contains(old)),
+                "adding {id} moved a label"
+            );
+        }
+        let ids: Vec<String> = by_label(&view).into_iter().map(|(_, id)| id).collect();
+        assert_eq!(ids, ["a", "b", "c", "d", "e"]);
+        assert_eq!(view.counted_tier_nodes(0, 0), 5);
+    }
+
+    #[test]
+    fn a_crowded_label_gap_is_spread_out_and_the_index_follows() {
+        let mut view = view();
+        let mut moved = 0;
+        // Ids that all sort between "b" and "d", each just after the last.
+        let mut id = String::from("c");
+        for _ in 0..200 {
+            id.push('0');
+            let before = by_label(&view);
+            view.add_prospective_node(NodeId::from(id.as_str()), "p", "t", "m")
+                .unwrap();
+            moved += before.iter().filter(|old| !by_label(&view).contains(old)).count();
+            for &idx in &view.order {
+                assert_eq!(
+                    view.index.filed_label(idx),
+                    Some(view.hot(idx).rank),
+                    "{} is filed under its label",
+                    view.node(idx).id
+                );
+            }
+        }
+        assert!(moved > 0, "the room ran out and labels were spread again");
+        let ranked = by_label(&view);
+        let mut ids: Vec<String> = ranked.iter().map(|(_, id)| id.clone()).collect();
+        let labelled = ids.clone();
+        ids.sort();
+        assert_eq!(labelled, ids);
+        assert!(ranked.windows(2).all(|w| w[0].0 < w[1].0), "labels are distinct");
     }
 
     #[test]

@@ -72,8 +72,8 @@ pub(crate) struct Hot {
     pub slot: u32,
     /// Interned AZ, or [`NO_AZ`].
     pub az: u32,
-    /// The node's position in node-id order: comparing ranks is comparing
-    /// ids lexicographically, without reading the ids.
+    /// The node's label in node-id order (see `fleet::order`): comparing
+    /// ranks is comparing ids lexicographically, without reading the ids.
     pub rank: u32,
     /// Cores, saturating at 65535 (no worker has that many).
     pub total_cores: u16,
@@ -104,23 +104,25 @@ impl Hot {
         u32::from(self.total_cores.saturating_sub(self.used_cores))
     }
 
-    /// An unconsumed spare: tagged spare and carrying no job (in-plan
-    /// reservations included). Only these count as reserve.
-    pub(crate) fn is_unconsumed_spare(&self) -> bool {
-        self.has(flag::SPARE) && self.occupants == 0
-    }
-
     /// Sets [`Hot::fill`] from the node's usable capacity.
     pub(crate) fn refill(&mut self, usable: f64) {
-        self.fill = if usable > 0.0 {
-            ((usable - self.free) / usable).clamp(0.0, 1.0)
-        } else {
-            1.0
-        };
+        self.fill = fill_of(usable, self.free);
     }
 
     pub(crate) fn az(&self) -> Option<u32> {
         (self.az != NO_AZ).then_some(self.az)
+    }
+}
+
+/// The fill of a node with `usable` capacity of which `free` is free:
+/// reserved over usable, 1 with none usable. Monotone: more free never
+/// means fuller, which is what lets the candidate index turn "enough free
+/// capacity" into a bound on fill.
+pub(crate) fn fill_of(usable: f64, free: f64) -> f64 {
+    if usable > 0.0 {
+        ((usable - free) / usable).clamp(0.0, 1.0)
+    } else {
+        1.0
     }
 }
 
@@ -138,8 +140,9 @@ impl GpuDevice {
     }
 }
 
-/// A set of interned capability ids.
-#[derive(Clone, Debug, Default)]
+/// A set of interned capability ids (no trailing empty word, so equal sets
+/// are equal values).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct CapabilitySet(Vec<u64>);
 
 impl CapabilitySet {

@@ -2,10 +2,15 @@
 //! name) with id `<bundle id>/<replica index>/<job name>` (replica 1, the
 //! backup, only with a resilience policy), revised by updates, and removed
 //! by the stop-then-delete saga. Terminal verdicts are recorded here too.
+//!
+//! A scheduled bundle's jobs carry its start as their `start_date_time`:
+//! `PRE` before it (announced with `job_pending`), `ACTIVE` from it (see
+//! `jobs.rs`). An update that changes the schedule re-dates them; one that
+//! keeps it leaves a completed (`POST`) job completed.
 
 use std::collections::BTreeMap;
 
-use super::{World, job_id_of, job_ref, required, timestamp};
+use super::{World, job_id_of, job_ref, millis, required, timestamp};
 use crate::manager::proto::manager::{self as pb, event_stream_event::Event, job::JobState};
 use crate::model::{BundleId, runtime_job_id};
 use crate::sim::RequestError;
@@ -42,7 +47,7 @@ impl World {
         self.emit(Event::BundleUpdated(pb::BundleUpdated {
             bundle: Some(stored.clone()),
         }));
-        for job in expand(&stored) {
+        for job in expand(&stored, self.now()) {
             self.insert_job(job);
         }
         self.audit("bundle.create", &bundle_id, &[("generation", "1".to_owned())]);
@@ -65,6 +70,7 @@ impl World {
                 why: "it is being deleted".to_owned(),
             });
         }
+        let rescheduled = existing.schedule != bundle.schedule;
         let stored = pb::Bundle {
             // A spec update is a revival by definition.
             state: pb::BundleState::Live as i32,
@@ -76,7 +82,7 @@ impl World {
         self.emit(Event::BundleUpdated(pb::BundleUpdated {
             bundle: Some(stored.clone()),
         }));
-        let expanded: BTreeMap<String, pb::Job> = expand(&stored)
+        let expanded: BTreeMap<String, pb::Job> = expand(&stored, self.now())
             .into_iter()
             .map(|j| (job_id_of(&j.job_id).to_owned(), j))
             .collect();
@@ -93,6 +99,11 @@ impl World {
             // A manual job keeps its runtime toggle (StartBundleJob); an auto
             // job is never dormant.
             job.dormant = job.dormant && current.job.dormant;
+            // A completed job's window is over until a new schedule opens
+            // another.
+            if !rescheduled && current.job.state == JobState::Post as i32 {
+                job.state = JobState::Post as i32;
+            }
             job.current_hash = current.job.current_hash;
             self.doomed.remove(&job_id);
             if current.job != job {
@@ -227,17 +238,37 @@ fn same_spec(a: &pb::Bundle, b: &pb::Bundle) -> bool {
 }
 
 fn ack(bundle: &pb::Bundle) -> pb::BundleAck {
+    let ids = (0..replica_count(bundle)).flat_map(|replica_index| {
+        bundle.jobs.iter().map(move |spec| {
+            let id = runtime_job_id(
+                &BundleId::from(bundle.bundle_id.as_str()),
+                replica_index,
+                &spec.job_name,
+            );
+            job_ref(id.as_str())
+        })
+    });
     pb::BundleAck {
         bundle: Some(bundle.clone()),
-        job_ids: expand(bundle).into_iter().filter_map(|j| j.job_id).collect(),
+        job_ids: ids.flatten().collect(),
     }
+}
+
+fn replica_count(bundle: &pb::Bundle) -> u32 {
+    if bundle.resilience_policy.is_some() { 2 } else { 1 }
 }
 
 /// One runtime job per (replica, job name): replica 0 always, replica 1
 /// only with a resilience policy, `backupParameterOverrides` applied on
-/// replica 1, `startMode: manual` jobs dormant.
-pub(crate) fn expand(bundle: &pb::Bundle) -> Vec<pb::Job> {
-    let replicas = if bundle.resilience_policy.is_some() { 2 } else { 1 };
+/// replica 1, `startMode: manual` jobs dormant, dated with the schedule's
+/// start (`PRE` while it is after `now`).
+pub(crate) fn expand(bundle: &pb::Bundle, now: i64) -> Vec<pb::Job> {
+    let replicas = replica_count(bundle);
+    let start = bundle.schedule.as_ref().and_then(|s| s.start);
+    let state = match start.as_ref().map(millis) {
+        Some(start) if start > now => JobState::Pre,
+        _ => JobState::Active,
+    };
     let mut jobs = Vec::new();
     for replica_index in 0..replicas {
         let pool = match &bundle.resilience_policy {
@@ -262,7 +293,8 @@ pub(crate) fn expand(bundle: &pb::Bundle) -> Vec<pb::Job> {
                     "{} of bundle {} (replica {replica_index})",
                     spec.job_name, bundle.bundle_id
                 ),
-                state: JobState::Active as i32,
+                state: state as i32,
+                start_date_time: start,
                 bundle_ref: Some(pb::BundleJobRef {
                     bundle_id: bundle.bundle_id.clone(),
                     replica_index,
@@ -332,12 +364,12 @@ mod tests {
 
     #[test]
     fn a_bundle_without_resilience_policy_expands_to_the_primary_only() {
-        assert_eq!(ids(&expand(&bundle(false))), ["ns/ch1/0/encode", "ns/ch1/0/package"]);
+        assert_eq!(ids(&expand(&bundle(false), 0)), ["ns/ch1/0/encode", "ns/ch1/0/package"]);
     }
 
     #[test]
     fn a_resilient_bundle_expands_a_backup_placed_from_the_resilience_pool() {
-        let jobs = expand(&bundle(true));
+        let jobs = expand(&bundle(true), 0);
         assert_eq!(
             ids(&jobs),
             [
@@ -354,17 +386,34 @@ mod tests {
 
     #[test]
     fn backup_parameter_overrides_apply_on_replica_one_only() {
-        let jobs = expand(&bundle(true));
+        let jobs = expand(&bundle(true), 0);
         assert_eq!(jobs[0].parameters["bitrate"], "5000");
         assert_eq!(jobs[2].parameters["bitrate"], "3000");
     }
 
     #[test]
     fn manual_start_mode_jobs_are_dormant() {
-        let jobs = expand(&bundle(false));
+        let jobs = expand(&bundle(false), 0);
         assert!(!jobs[0].dormant);
         assert!(jobs[1].dormant);
         assert_eq!(jobs[1].bundle_ref.as_ref().unwrap().job_name, "package");
+    }
+
+    #[test]
+    fn a_scheduled_bundles_jobs_are_dated_and_pre_until_the_start() {
+        let scheduled = pb::Bundle {
+            schedule: Some(pb::BundleSchedule {
+                start: Some(timestamp(60_000)),
+                end: None,
+            }),
+            ..bundle(true)
+        };
+        let before = expand(&scheduled, 59_999);
+        assert!(before.iter().all(|j| j.state == JobState::Pre as i32));
+        assert!(before.iter().all(|j| j.start_date_time == Some(timestamp(60_000))));
+        let after = expand(&scheduled, 60_000);
+        assert!(after.iter().all(|j| j.state == JobState::Active as i32));
+        assert!(expand(&bundle(false), 0).iter().all(|j| j.start_date_time.is_none()));
     }
 
     #[test]

@@ -2,6 +2,10 @@
 //! keeps plain jobs (bundle jobs live in the same store). Deleting a job
 //! with live instances stops them first; the job goes once the last has
 //! stopped (the same mechanism finishes a bundle's stop-then-delete saga).
+//!
+//! A job's window: a `PRE` job with a `start_date_time` is announced with
+//! `job_pending` and turns `ACTIVE` at that date (`job_active`), as Manager
+//! streams it; `CompleteJob` ends the window (`POST`).
 
 use std::collections::BTreeSet;
 
@@ -46,7 +50,46 @@ impl World {
             }],
         };
         self.emit(job_event(&stored));
-        self.jobs.insert(job_id, stored);
+        self.jobs.insert(job_id.clone(), stored);
+        self.arm_window(&job_id);
+    }
+
+    /// A `PRE` job with a date turns `ACTIVE` at it: the timer is set
+    /// whenever a job is stored or replaced (a re-dated job's earlier timer
+    /// finds the date moved and does nothing).
+    fn arm_window(&mut self, job_id: &str) {
+        let Some(job) = self.jobs.get(job_id).map(|j| &j.job) else {
+            return;
+        };
+        if job.state != JobState::Pre as i32 {
+            return;
+        }
+        if let Some(start) = job.start_date_time.as_ref().map(millis) {
+            let delay = start - self.now();
+            self.schedule(delay, super::Action::WindowOpens(job_id.to_owned()));
+        }
+    }
+
+    /// A `PRE` job's date has come: it is `ACTIVE` from now on
+    /// (`job_active`). A job re-dated later, completed or deleted meanwhile
+    /// is left as it is.
+    pub(super) fn open_window(&mut self, job_id: &str) {
+        let now = self.now();
+        let Some(stored) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        let due = stored
+            .job
+            .start_date_time
+            .as_ref()
+            .map(millis)
+            .is_some_and(|s| s <= now);
+        if stored.job.state != JobState::Pre as i32 || !due {
+            return;
+        }
+        stored.job.state = JobState::Active as i32;
+        let event = job_event(stored);
+        self.emit(event);
     }
 
     /// `UpdateJob`: replaces the job, keeping its history (with the previous
@@ -76,6 +119,7 @@ impl World {
         });
         let hash = stored.job.current_hash;
         self.emit_job_updated(job_id);
+        self.arm_window(job_id);
         hash
     }
 

@@ -49,6 +49,8 @@ pub(crate) enum Action {
     },
     /// An instance answers a handover step.
     MigrationAnswer(pb::MigrationSignalEvent),
+    /// A `PRE` job's `start_date_time` has come: it turns `ACTIVE`.
+    WindowOpens(String),
 }
 
 /// Pending actions, ordered by due instant then by scheduling order.
@@ -106,6 +108,7 @@ impl World {
             Action::InstanceStopped { job, role, incarnation } => self.instance_stopped(&job, &role, incarnation),
             Action::ImagesPulled { node, images } => self.images_pulled(&node, &images),
             Action::MigrationAnswer(answer) => self.migration_answer(answer),
+            Action::WindowOpens(job) => self.open_window(&job),
         }
     }
 }

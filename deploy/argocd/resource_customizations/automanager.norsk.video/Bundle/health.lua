@@ -1,5 +1,6 @@
 -- Argo CD health of a Bundle (automanager.norsk.video/v1alpha1).
--- Healthy when every job runs with its resilience; Degraded when it is broken, refused
+-- Healthy when every job runs with its resilience (or a scheduled bundle waits for its start,
+-- or has ended); Degraded when it is broken, refused
 -- (Stalled) or runs without the resilience it asked for; Progressing while placing or starting.
 
 local hs = {}

@@ -1,0 +1,101 @@
+//! `JobMigration` documents: a migration started once, aborted on
+//! `spec.abort`.
+
+use std::collections::BTreeSet;
+
+use super::{ABORT_REASON, Applier, MigrationApplied, Refusal, namespaced_name};
+use crate::automanager::{CommandError, QueryError};
+use crate::cli::documents::{Kind, Resource};
+use crate::cli::standalone::follow::Files;
+use crate::controller::migration::{job_of, options_of};
+
+impl Applier {
+    pub(super) async fn apply_migrations(&mut self, files: &Files) -> Result<(), QueryError> {
+        let mut keys = BTreeSet::new();
+        for wanted in files.of_kind(Kind::JobMigration) {
+            let Resource::JobMigration(migration) = &wanted.resource else {
+                continue;
+            };
+            let key = namespaced_name(wanted);
+            keys.insert(key.clone());
+            let record = self.migrations.entry(key.clone()).or_insert_with(|| MigrationApplied {
+                job_id: job_of(migration),
+                id: None,
+                refused: None,
+                aborted_unstarted: false,
+                abort_refused: None,
+                abort_sent: false,
+            });
+            let subject = wanted.resource.key().to_string();
+            match record.id.clone() {
+                Some(id) if migration.spec.abort && !record.abort_sent && record.abort_refused.is_none() => {
+                    let asked = id.clone();
+                    let state = self
+                        .core
+                        .inspect(move |core, _| {
+                            core.migration_by_id(&asked)
+                                .map(|s| (s.phase.is_ended(), s.past_point_of_no_return))
+                        })
+                        .await?;
+                    match state {
+                        Some((false, true)) => {
+                            record.abort_refused = Some(
+                                "abort asked after the point of no return: the migration fails forward".to_owned(),
+                            );
+                        }
+                        Some((false, false)) => match self.core.abort_migration(id, ABORT_REASON.to_owned()).await {
+                            Ok(()) => record.abort_sent = true,
+                            Err(CommandError::Closed) => return Err(QueryError::Closed),
+                            Err(e) => record.abort_refused = Some(e.to_string()),
+                        },
+                        _ => {}
+                    }
+                }
+                Some(_) => {}
+                None if record.aborted_unstarted => {}
+                None if migration.spec.abort => record.aborted_unstarted = true,
+                None if record.refused.as_ref().is_some_and(|r| r.spec == migration.spec) => {}
+                None => {
+                    let result = self
+                        .core
+                        .migrate_job(record.job_id.clone(), options_of(&migration.spec))
+                        .await;
+                    let record = self.migrations.entry(key).or_insert_with(|| MigrationApplied {
+                        job_id: job_of(migration),
+                        id: None,
+                        refused: None,
+                        aborted_unstarted: false,
+                        abort_refused: None,
+                        abort_sent: false,
+                    });
+                    let message = match result {
+                        Ok(id) => {
+                            record.id = Some(id);
+                            record.refused = None;
+                            None
+                        }
+                        Err(CommandError::Closed) => return Err(QueryError::Closed),
+                        Err(
+                            e @ (CommandError::Migration(_) | CommandError::UnknownNode(_) | CommandError::NodeGone(_)),
+                        ) => {
+                            record.refused = Some(Refusal {
+                                spec: migration.spec.clone(),
+                                reason: "Refused",
+                                message: e.to_string(),
+                            });
+                            Some(format!(
+                                "{}: refused: {e}; it waits for its document to change",
+                                wanted.origin()
+                            ))
+                        }
+                        Err(e) => Some(format!("{}: not started yet: {e}", wanted.origin())),
+                    };
+                    self.report(&subject, message, "started");
+                }
+            }
+        }
+        // Documents gone: forgotten; a migration in flight runs on.
+        self.migrations.retain(|key, _| keys.contains(key));
+        Ok(())
+    }
+}
