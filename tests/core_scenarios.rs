@@ -96,7 +96,7 @@ fn failed_dispatch_counts_as_dispatch_failed_and_is_retried() {
     let mut h = Harness::hydrated();
     h.bundle("b", ONE_JOB);
     let (id, _) = h.take_calls().remove(0);
-    h.fail(id, RpcFailureKind::Transient);
+    h.fail(id, RpcFailureKind::Rejected);
     let m = h.core.metrics(h.now);
     assert_eq!(m.counters.placements_dispatch_failed, 1);
     assert_eq!(m.counters.placements_succeeded, 0);
@@ -108,6 +108,41 @@ fn failed_dispatch_counts_as_dispatch_failed_and_is_retried() {
     let m = h.core.metrics(h.now);
     assert_eq!(m.counters.placements_succeeded, 1);
     assert_eq!(m.counters.placements_attempted, 2);
+}
+
+#[test]
+fn a_start_manager_may_not_have_heard_is_undone_before_the_job_is_placed_again() {
+    let mut h = Harness::hydrated();
+    h.bundle("b", ONE_JOB);
+    let job = job_id("b", 0, "encode");
+    let (id, first) = h.take_calls().remove(0);
+    let Rpc::StartJob {
+        instance_key, node_id, ..
+    } = first
+    else {
+        panic!("a start")
+    };
+    // The call timed out: Manager may have created the instance or not.
+    h.fail(id, RpcFailureKind::Transient);
+    let m = h.core.metrics(h.now);
+    assert_eq!(m.counters.placements_dispatch_failed, 1);
+    assert!(h.bound_node(&job).is_none());
+    let calls = h.take_calls();
+    let stop = calls
+        .iter()
+        .find(|(_, rpc)| matches!(rpc, Rpc::StopJob { instance_key: k, node_id: n, .. } if *k == instance_key && *n == node_id))
+        .expect("what the start may have created is stopped")
+        .0;
+    assert!(start_jobs(&calls).is_empty());
+    h.advance(60_000);
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "not placed again while that stop is on its way"
+    );
+    // Nothing was there.
+    h.fail(stop, RpcFailureKind::NotFound);
+    h.advance(5_000);
+    assert_eq!(start_jobs(&h.take_calls()).len(), 1, "placed again once it is answered");
 }
 
 fn empty_hydrated() -> Harness {
@@ -1875,4 +1910,121 @@ fn a_prepared_target_the_job_was_moved_onto_that_cannot_start_is_stopped_and_the
     );
     let restarts = h.core.job(&job).map(|r| r.restarts.count(h.now));
     assert_eq!(restarts, Some(0), "a refused start counts no restart");
+}
+
+#[test]
+fn a_node_created_although_its_create_timed_out_is_terminated_once_it_appears() {
+    let mut h = empty_hydrated();
+    h.bundle("b", ONE_JOB);
+    let calls = h.take_calls();
+    let (node, _, tags) = create_node(&calls).expect("a node is provisioned");
+    // The call timed out: the provision is given up, the node forgotten.
+    h.fail(calls[0].0, RpcFailureKind::Transient);
+    assert!(!h.core.fleet().contains(&node), "no phantom node");
+    h.take_calls();
+    h.take_notifications();
+    // Manager had carried the create out after all.
+    let t: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    h.event(ManagerEvent::NodeStarting(node_info(node.as_str(), &t)));
+    let calls = h.take_calls();
+    assert!(
+        calls
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::TerminateNode { node_id } if *node_id == node)),
+        "the node created although its create failed is terminated: {calls:?}"
+    );
+    let terminated = h
+        .take_notifications()
+        .into_iter()
+        .filter(|n| matches!(n, Notification::NodeTerminated { .. }))
+        .count();
+    assert_eq!(terminated, 1);
+    assert_ne!(
+        h.bound_node(&job_id("b", 0, "encode")),
+        Some(node),
+        "nothing is placed on it"
+    );
+}
+
+#[test]
+fn a_bundle_whose_delete_manager_took_is_not_placed_again_before_its_jobs_are_deleted() {
+    let mut h = Harness::hydrated();
+    h.bundle(
+        "b",
+        "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 2, onRuntimeFailure: drop}}\n",
+    );
+    let job = job_id("b", 0, "encode");
+    let (_, node) = h.start_all().remove(0);
+    h.failed(&job, &node);
+    assert!(
+        h.take_notifications()
+            .iter()
+            .any(|n| matches!(n, Notification::JobDropped { .. }))
+    );
+    h.take_calls();
+    let command = h.command(Command::DeleteBundle("b".into()));
+    let (id, rpc) = h.take_calls().remove(0);
+    assert!(matches!(rpc, Rpc::DeleteBundle(_)));
+    h.ok(id);
+    assert_eq!(h.take_replies(), vec![(command, Ok(()))]);
+    h.advance(60_000);
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "a job of a bundle being deleted is not placed again, dropped mark cleared or not"
+    );
+}
+
+#[test]
+fn a_migration_target_whose_start_timed_out_is_stopped_with_the_migration() {
+    use core_support::migration::*;
+    use norsk_auto_manager::automanager::{MigrationPhase, MigrationStrategy};
+    let (mut h, job, source) = running_job();
+    let id = migrate(&mut h, &job, MigrationStrategy::Overlap);
+    let start = h
+        .take_calls()
+        .into_iter()
+        .find(|(_, rpc)| matches!(rpc, Rpc::StartMigrationTarget { .. }))
+        .expect("the target is started")
+        .0;
+    h.fail(start, RpcFailureKind::Transient);
+    let s = state(&h, &id);
+    assert_eq!(s.phase, MigrationPhase::Aborted);
+    let after: Vec<Rpc> = h.take_calls().into_iter().map(|(_, rpc)| rpc).collect();
+    assert!(
+        stops(&after).contains(&(s.target_key.clone(), s.target_node_id.clone())),
+        "a target Manager may have created is stopped: {after:?}"
+    );
+    assert_eq!(h.bound_node(&job), Some(source), "the source keeps running");
+}
+
+#[test]
+fn restart_history_clears_when_a_node_provisioned_for_the_job_starts_not_when_manager_says_again_that_it_runs() {
+    let mut settings = settings();
+    settings.max_restarts_per_hour = Some(1);
+    let mut h = Harness::with(settings);
+    h.event(ManagerEvent::InitialDataComplete);
+    h.bundle("b", ONE_JOB);
+    let job = job_id("b", 0, "encode");
+    let calls = h.take_calls();
+    let (node, _, node_tags) = create_node(&calls).expect("provisions");
+    for (id, _) in &calls {
+        h.ok(*id);
+    }
+    let t: Vec<(&str, &str)> = node_tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    h.provisioned_node_starts(node.as_str(), ProviderKind::Aws, &t);
+    h.start_all();
+    h.cluster_node("c", 4.0);
+    // One restart used; the recovery goes to the cluster node.
+    h.failed(&job, &node);
+    h.advance(5_000);
+    assert_eq!(h.start_all(), vec![(job.clone(), NodeId::from("c"))]);
+    // Manager repeats that the provisioned node runs: it did not start again.
+    h.event(ManagerEvent::NodeStarted(node_info(node.as_str(), &t)));
+    h.advance(5_000);
+    h.failed(&job, &NodeId::from("c"));
+    assert_eq!(
+        h.core.broken_bundles().len(),
+        1,
+        "the restart before the repeated event still counts"
+    );
 }

@@ -312,7 +312,10 @@ impl AutoManagerCore {
         }
         if call == MigrationCall::StartTarget {
             self.migrations.start_pending.remove(id);
-            if self.migrations.stop_when_started.remove(id) && result.is_ok() {
+            // A start whose answer was lost may have created the target:
+            // it is stopped as one that was.
+            let unheard = matches!(&result, Err(f) if f.kind == RpcFailureKind::Transient);
+            if self.migrations.stop_when_started.remove(id) && (result.is_ok() || unheard) {
                 self.stop_target(id);
             }
             self.count_target_start(id, result.is_ok());
@@ -326,9 +329,16 @@ impl AutoManagerCore {
         let moved_onto_target = !in_flight && self.bound_to_target_of(id);
         match call {
             MigrationCall::StartPrepared if moved_onto_target => self.start_prepared_after_done(id, &failure, now),
+            // Not heard — or heard, the answer lost: the target Manager may
+            // hold is stopped with the migration.
             MigrationCall::StartTarget if in_flight => {
                 let reason = format!("the target's StartJob failed: {}", failure.message);
-                self.target_lost(id, &reason, Target::Gone, now);
+                let target = if failure.kind == RpcFailureKind::Transient {
+                    Target::Stop
+                } else {
+                    Target::Gone
+                };
+                self.target_lost(id, &reason, target, now);
             }
             // Manager did not hear it: the prepared target is told again
             // (the phase's deadline still bounds the wait).
