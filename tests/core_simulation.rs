@@ -2,7 +2,8 @@
 //! answers the core's RPCs and throws random events and faults at it from
 //! the spec's vocabulary (nodes starting, stopping with and without
 //! `NodeStopping`, jobs running, failing, rejected — invalid specs included
-//! — provisions refused, dispatches failing, bundles updated, windows
+//! — provisions refused, dispatches failing, calls timing out after taking
+//! effect, events sent twice, bundles updated, windows
 //! ending, time passing and jumping past the hour, jobs migrated under
 //! each strategy and migrations aborted; nodes cordoned, uncordoned,
 //! drained and interrupted; workers that drop, whose node stays stopping —
@@ -97,6 +98,10 @@ struct Model {
     violations: Vec<String>,
     /// No faults are injected (while the fleet is left to settle).
     calm: bool,
+    /// The call being answered takes effect, but its answer is lost (the
+    /// core sees it time out): a node or an instance created, stopped or
+    /// terminated although the call failed.
+    ambiguous: bool,
     /// This step cordoned, drained or interrupted a node.
     took_out_of_service: bool,
     /// What the spec allows, as the checker follows it.
@@ -204,6 +209,7 @@ impl Model {
             next_cluster: 0,
             violations: Vec::new(),
             calm: false,
+            ambiguous: false,
             took_out_of_service: false,
             reference,
             step_actions: Vec::new(),
@@ -236,7 +242,7 @@ impl Model {
             NodeId(id),
             ManagerNode {
                 phase: NodePhase::Running,
-                tags: vec![],
+                tags: vec![(tags::POOL.to_owned(), "production".to_owned())],
                 capacity,
             },
         );
@@ -244,6 +250,17 @@ impl Model {
 
     fn fail(&mut self, id: RequestId, kind: RpcFailureKind) {
         self.h.fail(id, kind);
+    }
+
+    /// Manager did what call `id` asked: the answer is sent, or — when
+    /// this answer is [`Model::ambiguous`] — lost, the core seeing the
+    /// call time out.
+    fn accept(&mut self, id: RequestId) {
+        if std::mem::take(&mut self.ambiguous) {
+            self.fail(id, RpcFailureKind::Transient);
+        } else {
+            self.h.ok(id);
+        }
     }
 
     fn node_runs(&self, node: &NodeId) -> bool {
@@ -269,7 +286,9 @@ impl Model {
                 held: false,
             },
         );
-        let single_use = self.single_use(job);
+        // A start whose answer is lost is undone by the core: the job
+        // never ran there unless the instance reaches running.
+        let single_use = self.single_use(job) && !self.ambiguous;
         self.reference.instance_created(node, single_use);
     }
 
@@ -297,6 +316,7 @@ impl Model {
             return;
         }
         let (id, _, rpc) = self.pending.remove(self.rng.random_range(0..self.pending.len()));
+        self.ambiguous = !self.calm && self.rng.random_bool(0.03);
         if !self.calm && self.rng.random_bool(0.05) {
             if let Rpc::CreateNode { node_id, .. } = &rpc {
                 self.reference.provision_refused(node_id);
@@ -313,14 +333,23 @@ impl Model {
                 if !self.node_runs(&node_id) || self.ended.contains(&job_id) {
                     return self.fail(id, RpcFailureKind::NotFound);
                 }
-                let held_elsewhere = self
+                // Instances are keyed by job and instance key: one Manager
+                // holds elsewhere (on a stopping node, or created by a start
+                // whose answer was lost) is refused, the same one again is
+                // the instance Manager has.
+                let existing = self
                     .instances
                     .get(&(job_id.clone(), instance_key.clone()))
-                    .filter(|i| i.held && i.node != node_id)
-                    .map(|i| i.node.clone());
-                if let Some(held) = held_elsewhere {
+                    .map(|i| (i.node.clone(), i.held));
+                if existing.as_ref().is_some_and(|(n, _)| *n == node_id) {
+                    self.reference.started(&job_id);
+                    return self.accept(id);
+                }
+                if let Some((held, on_stopping_node)) = existing {
                     let message = format!("instance {instance_key} already exists: it runs on node {held}");
-                    self.refused_held += 1;
+                    if on_stopping_node {
+                        self.refused_held += 1;
+                    }
                     return self.h.input(norsk_auto_manager::automanager::Input::RpcResult {
                         id,
                         result: Err(norsk_auto_manager::automanager::RpcFailure {
@@ -331,7 +360,7 @@ impl Model {
                 }
                 self.create_instance(&job_id, &instance_key, &node_id, false);
                 self.reference.started(&job_id);
-                self.h.ok(id);
+                self.accept(id);
                 self.h.history(
                     &job_id,
                     JobHistoryEntry::Provisioned {
@@ -346,7 +375,10 @@ impl Model {
                     self.reference.provision_refused(&node_id);
                     return self.fail(id, RpcFailureKind::InsufficientCapacity);
                 }
-                self.h.ok(id);
+                if self.ambiguous {
+                    self.reference.create_failed(&node_id);
+                }
+                self.accept(id);
                 let tags: Vec<(String, String)> = tags.into_iter().collect();
                 let t: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
                 self.h
@@ -366,7 +398,7 @@ impl Model {
                 if !self.nodes.contains_key(&node_id) {
                     return self.fail(id, RpcFailureKind::NotFound);
                 }
-                self.h.ok(id);
+                self.accept(id);
                 self.node_event(ManagerEvent::NodeStopping {
                     node_id: node_id.clone(),
                     reason: NodeStopReason::UserRequested,
@@ -379,6 +411,10 @@ impl Model {
                     node.tags.retain(|(k, _)| !set.contains_key(k) && !remove.contains(k));
                     node.tags.extend(set);
                 }
+            }
+            Rpc::DeleteBundle(bundle_id) => {
+                self.accept(id);
+                self.bundle_deleted(&bundle_id);
             }
             Rpc::UpdateBundle(bundle) => {
                 self.h.ok(id);
@@ -413,6 +449,7 @@ impl Model {
                 Some((r.job.job_id.clone(), b.instance_key.clone(), started))
             })
             .collect();
+        self.reference.node_lost(&node);
         for (job, key, started) in bound {
             // A job of a bundle an earlier loss here has just broken, still
             // waiting for the node, is withdrawn with the bundle: not lost.
@@ -531,7 +568,7 @@ impl Model {
     }
 
     fn random_step(&mut self) {
-        match self.rng.random_range(0..110) {
+        match self.rng.random_range(0..115) {
             0..=34 => self.answer(),
             35..=44 => {
                 let starting: Vec<NodeId> = self
@@ -626,6 +663,7 @@ impl Model {
                 }
             }
             100..=102 => self.migration_command(),
+            112..=114 => self.duplicate_event(),
             _ => {
                 let live: Vec<JobId> = self
                     .h
@@ -638,6 +676,92 @@ impl Model {
                     self.window_ends(&job);
                 }
             }
+        }
+    }
+
+    /// Manager's stop-then-delete saga of a bundle: every instance of its
+    /// jobs stopped, each job deleted, then the bundle.
+    fn bundle_deleted(&mut self, bundle_id: &BundleId) {
+        let Some(mut bundle) = self.bundles.remove(bundle_id) else {
+            return;
+        };
+        self.sync();
+        bundle.state = norsk_auto_manager::model::BundleState::Deleting;
+        self.h.event(ManagerEvent::BundleUpdated(bundle));
+        let jobs: Vec<JobId> = self
+            .h
+            .core
+            .jobs()
+            .filter(|r| &r.bundle_ref.bundle_id == bundle_id)
+            .map(|r| r.job.job_id.clone())
+            .collect();
+        for job in jobs {
+            let instances: Vec<(InstanceKey, NodeId)> = self
+                .instances
+                .iter()
+                .filter(|((j, _), _)| *j == job)
+                .map(|((_, k), i)| (k.clone(), i.node.clone()))
+                .collect();
+            for (key, node) in instances {
+                self.instances.remove(&(job.clone(), key.clone()));
+                for entry in [
+                    JobHistoryEntry::Stopping {
+                        at: Some(self.h.now),
+                        role: key.clone(),
+                        node_id: Some(node.clone()),
+                        reason: JobStopReason::UserRequested,
+                    },
+                    JobHistoryEntry::Stopped {
+                        at: Some(self.h.now),
+                        role: key,
+                        node_id: Some(node),
+                    },
+                ] {
+                    self.h.history(&job, entry);
+                }
+            }
+            self.ended.insert(job.clone());
+            self.reference.job_ended(&job);
+            self.h.event(ManagerEvent::JobDeleted(job));
+        }
+        // "The history clears when the bundle is updated or deleted."
+        self.reference.bundle_updated(bundle_id);
+        self.h.event(ManagerEvent::BundleDeleted(bundle_id.clone()));
+    }
+
+    /// Manager sends again an event it already sent: a job as it stands, or
+    /// a running node's start and inventory.
+    fn duplicate_event(&mut self) {
+        if self.rng.random_bool(0.5) {
+            let jobs: Vec<JobId> = self.h.core.jobs().map(|r| r.job.job_id.clone()).collect();
+            if let Some(job) = self.pick(jobs)
+                && let Some(record) = self.h.core.job(&job)
+            {
+                let runtime = record.job.clone();
+                self.h.event(ManagerEvent::JobUpdated(runtime));
+            }
+            return;
+        }
+        let running: Vec<NodeId> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.phase == NodePhase::Running)
+            .map(|(id, _)| id.clone())
+            .collect();
+        if let Some(node) = self.pick(running) {
+            let tags = self.nodes[&node].tags.clone();
+            let capacity = self.nodes[&node].capacity;
+            let t: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let kind = if node.as_str().starts_with("cluster-") {
+                ProviderKind::LocalServers
+            } else {
+                ProviderKind::Aws
+            };
+            self.h.event(ManagerEvent::NodeStarted(node_info(node.as_str(), &t)));
+            self.h.event(ManagerEvent::NodeInventory {
+                node_id: node,
+                inventory: inventory(kind, capacity),
+            });
         }
     }
 
@@ -691,6 +815,8 @@ impl Model {
             });
         } else {
             instance.running = true;
+            let single_use = self.single_use(&job);
+            self.reference.instance_created(&node, single_use);
             let entry = JobHistoryEntry::Running {
                 at: Some(self.h.now),
                 role,

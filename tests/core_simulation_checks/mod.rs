@@ -6,8 +6,9 @@
 //!
 //! - **Restart ceiling** (runtime failure policy): the reference counts each
 //!   loss of a job's instance over a trailing hour, clears the count when a
-//!   node provisioned for the job starts and when its bundle is updated,
-//!   counts no loss to a reclaim (a node under an interruption notice), and
+//!   node provisioned for the job starts and when its bundle is updated or
+//!   deleted, counts no loss to a reclaim (a node under an interruption
+//!   notice), and
 //!   says what each loss must bring: a re-placement, or — an invalid spec
 //!   on the first rejection, `drop`, or past `maxRestartsPerHour` (the
 //!   job's, else its policy's, else the flat one, else 6) — the terminal
@@ -30,7 +31,9 @@
 //! - **Single-use nodes released** (`singleUse`): a cloud node a single-use
 //!   job ran on is terminated once nothing is left on it.
 //! - **Drains** (drain / cordon): `partial` terminates nothing and leaves
-//!   the node cordoned; a drain past its timeout has ended, or — forced —
+//!   the node cordoned; `failed` only when `uncordonNode` cancelled it, or
+//!   its node stopped, left the fleet (its create failed) or was
+//!   terminated; a drain past its timeout has ended, or — forced —
 //!   terminated its node; one drain per node.
 //! - **Recovery spacing** (`MIN_RECOVERY_INTERVAL_MS`): consecutive
 //!   recovery placements of a job are at least 5 s apart.
@@ -209,11 +212,13 @@ pub(super) struct Reference {
     /// Nodes under an interruption notice: what is lost with them is
     /// reclaimed, not failed.
     interrupted: BTreeSet<NodeId>,
+    /// Nodes Manager reported stopping or stopped.
+    lost_nodes: BTreeSet<NodeId>,
     /// The command whose reply is still to come.
     command: Option<(CommandId, Command)>,
     /// Nodes the core asked Manager to create, with when.
     created: BTreeMap<NodeId, UnixMillis>,
-    /// Nodes the core asked Manager to terminate, with when.
+    /// Nodes the core asked Manager to terminate, with when it last did.
     terminated: BTreeMap<NodeId, UnixMillis>,
     /// Cloud nodes an instance of a single-use job was created on.
     single_use_hosts: BTreeSet<NodeId>,
@@ -244,6 +249,7 @@ impl Reference {
             seen_dropped: BTreeSet::new(),
             seen_broken: BTreeSet::new(),
             interrupted: BTreeSet::new(),
+            lost_nodes: BTreeSet::new(),
             command: None,
             created: BTreeMap::new(),
             terminated: BTreeMap::new(),
@@ -349,6 +355,11 @@ impl Reference {
         }
     }
 
+    /// Manager reported `node` stopping or stopped.
+    pub(super) fn node_lost(&mut self, node: &NodeId) {
+        self.lost_nodes.insert(node.clone());
+    }
+
     /// Manager forgot `node`.
     pub(super) fn node_gone(&mut self, node: &NodeId) {
         self.interrupted.remove(node);
@@ -359,6 +370,13 @@ impl Reference {
     /// Manager refused to create `node`: it leaves nothing behind.
     pub(super) fn provision_refused(&mut self, node: &NodeId) {
         self.created.remove(node);
+        self.create_failed(node);
+    }
+
+    /// The core was told the create of `node` failed (whether or not
+    /// Manager carried it out): for the core, the node left its fleet.
+    pub(super) fn create_failed(&mut self, node: &NodeId) {
+        self.lost_nodes.insert(node.clone());
     }
 
     /// Manager accepted a start of `job`: its re-placement is done.
@@ -458,7 +476,7 @@ impl Reference {
                 self.created.insert(node_id.clone(), at);
             }
             Rpc::TerminateNode { node_id } => {
-                self.terminated.entry(node_id.clone()).or_insert(at);
+                self.terminated.insert(node_id.clone(), at);
             }
             Rpc::StartJob { job_id, .. } => {
                 if self.dropped.contains(job_id) {
@@ -542,6 +560,22 @@ impl Reference {
                     }
                 } else {
                     self.running_drains.insert(state.node_id.clone(), (**state).clone());
+                }
+                // `failed`: cancelled by `uncordonNode` before its
+                // terminate, or its node stopped, left or was terminated
+                // with a job still on it — never out of nothing.
+                if state.phase == DrainPhase::Failed {
+                    let uncordoned =
+                        matches!(&self.command, Some((_, Command::UncordonNode(n))) if n == &state.node_id);
+                    if !uncordoned
+                        && !self.lost_nodes.contains(&state.node_id)
+                        && !self.terminated_since(&state.node_id, state.started)
+                    {
+                        return Err(format!(
+                            "drain of {} failed with its node up, not terminated and not uncordoned: {:?}",
+                            state.node_id, state.reason
+                        ));
+                    }
                 }
                 // `partial`: "nothing terminated, node still cordoned".
                 if state.phase == DrainPhase::Partial {
@@ -870,7 +904,14 @@ impl Reference {
         let starting = manager
             .starting()
             .filter(|(job, key, node)| {
-                !self.ended.contains(*job)
+                // A start sent again for an instance Manager already holds
+                // there (its first answer was lost) is that instance.
+                let held_there = manager
+                    .instances
+                    .get(&((*job).clone(), (*key).clone()))
+                    .is_some_and(|i| &i.node == *node);
+                !held_there
+                    && !self.ended.contains(*job)
                     && !self
                         .ended_targets
                         .contains(&((*job).clone(), (*key).clone(), (*node).clone()))

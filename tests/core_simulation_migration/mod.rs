@@ -27,8 +27,16 @@ impl Model {
                 if !self.node_runs(&node_id) || self.ended.contains(&job_id) {
                     return self.fail(id, RpcFailureKind::NotFound);
                 }
+                // The same target again is the instance Manager has.
+                let existing = self.instances.get(&(job_id.clone(), instance_key.clone()));
+                if let Some(i) = existing {
+                    if i.node != node_id {
+                        return self.fail(id, RpcFailureKind::AlreadyExists);
+                    }
+                    return self.accept(id);
+                }
                 self.create_instance(&job_id, &instance_key, &node_id, defer_start);
-                self.h.ok(id);
+                self.accept(id);
                 self.h.history(
                     &job_id,
                     JobHistoryEntry::Provisioned {
@@ -45,7 +53,7 @@ impl Model {
             } => match self.instances.get_mut(&(job_id, instance_key)) {
                 Some(target) if target.node == node_id && !target.held => {
                     target.deferred = false;
-                    self.h.ok(id);
+                    self.accept(id);
                 }
                 _ => self.fail(id, RpcFailureKind::NotFound),
             },
@@ -59,7 +67,7 @@ impl Model {
                     return self.fail(id, RpcFailureKind::NotFound);
                 }
                 self.instances.remove(&key);
-                self.h.ok(id);
+                self.accept(id);
                 for entry in [
                     JobHistoryEntry::Stopping {
                         at: Some(self.h.now),
