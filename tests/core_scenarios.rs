@@ -96,7 +96,7 @@ fn failed_dispatch_counts_as_dispatch_failed_and_is_retried() {
     let mut h = Harness::hydrated();
     h.bundle("b", ONE_JOB);
     let (id, _) = h.take_calls().remove(0);
-    h.fail(id, RpcFailureKind::Transient);
+    h.fail(id, RpcFailureKind::Rejected);
     let m = h.core.metrics(h.now);
     assert_eq!(m.counters.placements_dispatch_failed, 1);
     assert_eq!(m.counters.placements_succeeded, 0);
@@ -108,6 +108,41 @@ fn failed_dispatch_counts_as_dispatch_failed_and_is_retried() {
     let m = h.core.metrics(h.now);
     assert_eq!(m.counters.placements_succeeded, 1);
     assert_eq!(m.counters.placements_attempted, 2);
+}
+
+#[test]
+fn a_start_manager_may_not_have_heard_is_undone_before_the_job_is_placed_again() {
+    let mut h = Harness::hydrated();
+    h.bundle("b", ONE_JOB);
+    let job = job_id("b", 0, "encode");
+    let (id, first) = h.take_calls().remove(0);
+    let Rpc::StartJob {
+        instance_key, node_id, ..
+    } = first
+    else {
+        panic!("a start")
+    };
+    // The call timed out: Manager may have created the instance or not.
+    h.fail(id, RpcFailureKind::Transient);
+    let m = h.core.metrics(h.now);
+    assert_eq!(m.counters.placements_dispatch_failed, 1);
+    assert!(h.bound_node(&job).is_none());
+    let calls = h.take_calls();
+    let stop = calls
+        .iter()
+        .find(|(_, rpc)| matches!(rpc, Rpc::StopJob { instance_key: k, node_id: n, .. } if *k == instance_key && *n == node_id))
+        .expect("what the start may have created is stopped")
+        .0;
+    assert!(start_jobs(&calls).is_empty());
+    h.advance(60_000);
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "not placed again while that stop is on its way"
+    );
+    // Nothing was there.
+    h.fail(stop, RpcFailureKind::NotFound);
+    h.advance(5_000);
+    assert_eq!(start_jobs(&h.take_calls()).len(), 1, "placed again once it is answered");
 }
 
 fn empty_hydrated() -> Harness {
@@ -1821,5 +1856,231 @@ fn node_healthy_is_notified_only_when_an_exclusion_cleared() {
     assert!(
         !kinds(&h.take_notifications()).contains(&"nodeHealthy".to_owned()),
         "a job running on a node that was never excluded reported it healthy"
+    );
+}
+
+#[test]
+fn a_node_provisioned_and_forgotten_before_the_next_placement_is_never_placed_on() {
+    let mut h = empty_hydrated();
+    h.bundle("b", ONE_JOB);
+    let calls = h.take_calls();
+    let (node, _, _) = create_node(&calls).expect("a node is provisioned");
+    h.ok(calls[0].0);
+    // Its job ends before it starts: the empty launching node is released,
+    // and Manager no longer knows it.
+    job_ends(&mut h, &job_id("b", 0, "encode"));
+    let terminate = h
+        .take_calls()
+        .into_iter()
+        .find(|(_, r)| matches!(r, Rpc::TerminateNode { node_id } if *node_id == node))
+        .expect("the empty launching node is released");
+    h.fail(terminate.0, RpcFailureKind::NotFound);
+    assert!(!h.core.fleet().contains(&node));
+    h.bundle("c", ONE_JOB);
+    let calls = h.take_calls();
+    let again = create_node(&calls).map(|(n, _, _)| n);
+    assert!(
+        again.as_ref().is_some_and(|n| *n != node),
+        "the next job went to the forgotten node: bound to {:?}, provisioned {again:?}",
+        h.bound_node(&job_id("c", 0, "encode"))
+    );
+}
+
+/// A `stopThenStart` migration whose `startingTarget` deadline passed
+/// before its `StartPreparedJob` was answered: the job was moved onto the
+/// prepared target, and its start is still owed.
+fn moved_onto_an_unstarted_prepared_target() -> (
+    Harness,
+    norsk_auto_manager::model::JobId,
+    norsk_auto_manager::automanager::MigrationId,
+    norsk_auto_manager::automanager::RequestId,
+) {
+    use core_support::migration::*;
+    use norsk_auto_manager::automanager::migration::DEFAULT_MIGRATION_START_TIMEOUT_MS;
+    use norsk_auto_manager::automanager::{MigrationPhase, MigrationStrategy};
+    let (mut h, job, _) = running_job();
+    let id = migrate(&mut h, &job, MigrationStrategy::StopThenStart);
+    calls(&mut h);
+    prepared(&mut h, &id);
+    calls(&mut h);
+    source_stops(&mut h, &id);
+    let start = h
+        .take_calls()
+        .into_iter()
+        .find(|(_, rpc)| matches!(rpc, Rpc::StartPreparedJob { .. }))
+        .expect("the prepared target is started")
+        .0;
+    h.advance(DEFAULT_MIGRATION_START_TIMEOUT_MS as i64);
+    let s = state(&h, &id);
+    assert_eq!(s.phase, MigrationPhase::Done, "failed forward onto the target");
+    assert_eq!(bound(&h, &job), (s.target_node_id, s.target_key));
+    h.take_notifications();
+    (h, job, id, start)
+}
+
+#[test]
+fn a_prepared_target_the_job_was_moved_onto_is_started_again_when_manager_did_not_hear_its_start() {
+    use core_support::migration::*;
+    let (mut h, job, id, start) = moved_onto_an_unstarted_prepared_target();
+    h.fail(start, RpcFailureKind::Transient);
+    let s = state(&h, &id);
+    let again: Vec<_> = h
+        .take_calls()
+        .into_iter()
+        .filter(|(_, rpc)| matches!(rpc, Rpc::StartPreparedJob { instance_key, node_id, .. } if *instance_key == s.target_key && *node_id == s.target_node_id))
+        .collect();
+    assert_eq!(again.len(), 1, "the prepared target is told to start again");
+    h.ok(again[0].0);
+    target_runs(&mut h, &id);
+    assert_eq!(bound(&h, &job), (s.target_node_id, s.target_key));
+    assert!(
+        h.core
+            .job(&job)
+            .and_then(|r| r.binding.as_ref())
+            .is_some_and(|b| b.phase == norsk_auto_manager::automanager::binding::BindingPhase::Running)
+    );
+}
+
+#[test]
+fn a_prepared_target_the_job_was_moved_onto_that_cannot_start_is_stopped_and_the_job_placed_again() {
+    use core_support::migration::*;
+    use norsk_auto_manager::automanager::recovery::MIN_RECOVERY_INTERVAL_MS;
+    let (mut h, job, id, start) = moved_onto_an_unstarted_prepared_target();
+    h.fail(start, RpcFailureKind::Rejected);
+    let s = state(&h, &id);
+    let after: Vec<Rpc> = h.take_calls().into_iter().map(|(_, rpc)| rpc).collect();
+    assert_eq!(
+        stops(&after),
+        vec![(s.target_key.clone(), s.target_node_id.clone())],
+        "the prepared instance is not left on its node"
+    );
+    assert!(h.bound_node(&job).is_none(), "the job no longer counts as placed there");
+    h.advance(MIN_RECOVERY_INTERVAL_MS);
+    let placed = start_jobs(&h.take_calls());
+    assert_eq!(placed.len(), 1, "the job is placed again: {placed:?}");
+    assert_eq!(placed[0].0, job.0);
+    let b = h.core.job(&job).and_then(|r| r.binding.as_ref()).expect("bound again");
+    assert_ne!(
+        b.instance_key, s.target_key,
+        "placed under its slot, not the stopped target's key"
+    );
+    let restarts = h.core.job(&job).map(|r| r.restarts.count(h.now));
+    assert_eq!(restarts, Some(0), "a refused start counts no restart");
+}
+
+#[test]
+fn a_node_created_although_its_create_timed_out_is_terminated_once_it_appears() {
+    let mut h = empty_hydrated();
+    h.bundle("b", ONE_JOB);
+    let calls = h.take_calls();
+    let (node, _, tags) = create_node(&calls).expect("a node is provisioned");
+    // The call timed out: the provision is given up, the node forgotten.
+    h.fail(calls[0].0, RpcFailureKind::Transient);
+    assert!(!h.core.fleet().contains(&node), "no phantom node");
+    h.take_calls();
+    h.take_notifications();
+    // Manager had carried the create out after all.
+    let t: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    h.event(ManagerEvent::NodeStarting(node_info(node.as_str(), &t)));
+    let calls = h.take_calls();
+    assert!(
+        calls
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::TerminateNode { node_id } if *node_id == node)),
+        "the node created although its create failed is terminated: {calls:?}"
+    );
+    let terminated = h
+        .take_notifications()
+        .into_iter()
+        .filter(|n| matches!(n, Notification::NodeTerminated { .. }))
+        .count();
+    assert_eq!(terminated, 1);
+    assert_ne!(
+        h.bound_node(&job_id("b", 0, "encode")),
+        Some(node),
+        "nothing is placed on it"
+    );
+}
+
+#[test]
+fn a_bundle_whose_delete_manager_took_is_not_placed_again_before_its_jobs_are_deleted() {
+    let mut h = Harness::hydrated();
+    h.bundle(
+        "b",
+        "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 2, onRuntimeFailure: drop}}\n",
+    );
+    let job = job_id("b", 0, "encode");
+    let (_, node) = h.start_all().remove(0);
+    h.failed(&job, &node);
+    assert!(
+        h.take_notifications()
+            .iter()
+            .any(|n| matches!(n, Notification::JobDropped { .. }))
+    );
+    h.take_calls();
+    let command = h.command(Command::DeleteBundle("b".into()));
+    let (id, rpc) = h.take_calls().remove(0);
+    assert!(matches!(rpc, Rpc::DeleteBundle(_)));
+    h.ok(id);
+    assert_eq!(h.take_replies(), vec![(command, Ok(()))]);
+    h.advance(60_000);
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "a job of a bundle being deleted is not placed again, dropped mark cleared or not"
+    );
+}
+
+#[test]
+fn a_migration_target_whose_start_timed_out_is_stopped_with_the_migration() {
+    use core_support::migration::*;
+    use norsk_auto_manager::automanager::{MigrationPhase, MigrationStrategy};
+    let (mut h, job, source) = running_job();
+    let id = migrate(&mut h, &job, MigrationStrategy::Overlap);
+    let start = h
+        .take_calls()
+        .into_iter()
+        .find(|(_, rpc)| matches!(rpc, Rpc::StartMigrationTarget { .. }))
+        .expect("the target is started")
+        .0;
+    h.fail(start, RpcFailureKind::Transient);
+    let s = state(&h, &id);
+    assert_eq!(s.phase, MigrationPhase::Aborted);
+    let after: Vec<Rpc> = h.take_calls().into_iter().map(|(_, rpc)| rpc).collect();
+    assert!(
+        stops(&after).contains(&(s.target_key.clone(), s.target_node_id.clone())),
+        "a target Manager may have created is stopped: {after:?}"
+    );
+    assert_eq!(h.bound_node(&job), Some(source), "the source keeps running");
+}
+
+#[test]
+fn restart_history_clears_when_a_node_provisioned_for_the_job_starts_not_when_manager_says_again_that_it_runs() {
+    let mut settings = settings();
+    settings.max_restarts_per_hour = Some(1);
+    let mut h = Harness::with(settings);
+    h.event(ManagerEvent::InitialDataComplete);
+    h.bundle("b", ONE_JOB);
+    let job = job_id("b", 0, "encode");
+    let calls = h.take_calls();
+    let (node, _, node_tags) = create_node(&calls).expect("provisions");
+    for (id, _) in &calls {
+        h.ok(*id);
+    }
+    let t: Vec<(&str, &str)> = node_tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    h.provisioned_node_starts(node.as_str(), ProviderKind::Aws, &t);
+    h.start_all();
+    h.cluster_node("c", 4.0);
+    // One restart used; the recovery goes to the cluster node.
+    h.failed(&job, &node);
+    h.advance(5_000);
+    assert_eq!(h.start_all(), vec![(job.clone(), NodeId::from("c"))]);
+    // Manager repeats that the provisioned node runs: it did not start again.
+    h.event(ManagerEvent::NodeStarted(node_info(node.as_str(), &t)));
+    h.advance(5_000);
+    h.failed(&job, &NodeId::from("c"));
+    assert_eq!(
+        h.core.broken_bundles().len(),
+        1,
+        "the restart before the repeated event still counts"
     );
 }

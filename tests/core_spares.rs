@@ -985,7 +985,7 @@ fn a_start_refused_on_a_spare_leaves_it_a_spare_with_its_tags_and_count() {
     );
     let (start, _, node) = starts_of(&mut h).remove(0);
     assert_eq!(node, spare);
-    h.fail(start, RpcFailureKind::Transient);
+    h.fail(start, RpcFailureKind::Rejected);
     let calls = h.take_calls();
     assert!(untagged(&calls).is_empty(), "no untagging for a refused start");
     assert!(!calls.iter().any(|(_, rpc)| matches!(rpc, Rpc::CreateNode { .. })));

@@ -6,9 +6,9 @@
 //! still holds the instance on a stopping node turned into a wait for that
 //! instance (never a node fault, never a spare consumed).
 
-use crate::model::{InstanceKey, JobId, NodeId, NodePhase, UnixMillis};
+use crate::model::{BundleState, InstanceKey, JobId, NodeId, NodePhase, UnixMillis};
 
-use super::binding::StopWait;
+use super::binding::{AwaitedStop, StopWait, StoppingInstance};
 use super::core::{AutoManagerCore, Pending};
 use super::recovery::MIN_RECOVERY_INTERVAL_MS;
 use super::spares::{SpareRequest, is_spare_tagged};
@@ -33,6 +33,17 @@ impl AutoManagerCore {
                 Pending::TerminateNode(node_id.clone()),
             );
         }
+        // A create that timed out may have been carried out: the node is
+        // forgotten like any failed provision, and terminated should it
+        // appear (see `terminate_unheard_create`).
+        if let (
+            Pending::CreateNode { node_id, .. } | Pending::Spare(SpareRequest::Provision { node_id, .. }),
+            Err(failure),
+        ) = (&pending, &result)
+            && failure.kind == RpcFailureKind::Transient
+        {
+            self.unheard_creates.insert(node_id.clone());
+        }
         // A terminate Manager did not hear is sent again (below): a drain
         // waiting on it waits for that answer instead.
         let unheard = matches!(&result, Err(f) if f.kind == RpcFailureKind::Transient);
@@ -46,9 +57,13 @@ impl AutoManagerCore {
                 id: command,
                 revives,
                 started,
+                deletes,
             } => {
                 if result.is_ok() {
                     if let Some(bundle_id) = revives {
+                        if deletes && let Some(bundle) = self.bundles.get_mut(&bundle_id) {
+                            bundle.state = BundleState::Deleting;
+                        }
                         self.revive(&bundle_id);
                     }
                     if let Some((bundle_id, started)) = started {
@@ -93,6 +108,44 @@ impl AutoManagerCore {
             Pending::Spare(request) => self.spare_rpc_result(request, result, now),
             Pending::NodeService(request) => self.node_service_rpc_result(request, result, now),
             Pending::Migration { migration_id, call } => self.migration_call_result(&migration_id, call, result, now),
+            Pending::UndoStart {
+                job_id,
+                instance_key,
+                node_id,
+            } => {
+                // Not heard either: told again, the gate still shut.
+                if matches!(&result, Err(f) if f.kind == RpcFailureKind::Transient)
+                    && self.fleet.get(&node_id).is_some_and(|n| !n.is_going())
+                {
+                    return self.undo_start(&job_id, instance_key, node_id);
+                }
+                if let Some(record) = self.jobs.get_mut(&job_id).filter(|r| r.in_flight == Some(id)) {
+                    record.in_flight = None;
+                    // It existed and is stopping: its replacement (same
+                    // key) waits for its `Stopped`, as after a failure.
+                    if result.is_ok() {
+                        record.stopping = Some(AwaitedStop {
+                            instance: StoppingInstance {
+                                node_id: node_id.clone(),
+                                instance_key: instance_key.clone(),
+                                since: now,
+                            },
+                            wait: StopWait::FailedOnLiveNode,
+                        });
+                    }
+                }
+                if let Err(failure) = result
+                    && failure.kind != RpcFailureKind::NotFound
+                {
+                    self.notify(Notification::Error {
+                        message: format!(
+                            "stopping {job_id}'s instance {instance_key} on {node_id}, which a timed-out start may \
+                             have created, failed: {}",
+                            failure.message
+                        ),
+                    });
+                }
+            }
             Pending::Other => {
                 if let Err(failure) = result {
                     self.notify(Notification::Error {
@@ -100,6 +153,16 @@ impl AutoManagerCore {
                     });
                 }
             }
+        }
+    }
+
+    /// A node whose create timed out has appeared after all: Manager
+    /// carried the create out. Its provision was given up (its jobs placed
+    /// elsewhere, nothing counts on it), so it is terminated rather than
+    /// left running, leaked.
+    pub(super) fn terminate_unheard_create(&mut self, node_id: &NodeId) {
+        if self.unheard_creates.remove(node_id) {
+            self.terminate(node_id);
         }
     }
 
@@ -111,6 +174,9 @@ impl AutoManagerCore {
     }
 
     fn start_result(&mut self, job_id: &JobId, id: RequestId, result: Result<(), RpcFailure>, now: UnixMillis) {
+        // Not heard — or heard, the answer lost: Manager may hold the
+        // instance already, where the job is no longer placed.
+        let undo = matches!(&result, Err(f) if f.kind == RpcFailureKind::Transient) && self.node_still_up(job_id);
         let Some(record) = self.jobs.get_mut(job_id).filter(|r| r.in_flight == Some(id)) else {
             return;
         };
@@ -148,6 +214,7 @@ impl AutoManagerCore {
                 // Retried no sooner than a recovery would be.
                 record.not_before = now + MIN_RECOVERY_INTERVAL_MS;
                 let refused_key = binding.instance_key.clone();
+                let refused_node = binding.node_id.clone();
                 let held = self.held_on_stopping_node(job_id, &refused_key, &failure, now);
                 // The refusal is no fault of the node it was placed on: its
                 // health is not touched, and a spare stays a spare (only an
@@ -159,7 +226,16 @@ impl AutoManagerCore {
                     .and_then(|r| r.binding.as_ref())
                     .and_then(|b| self.fleet.get(&b.node_id))
                     .is_some_and(is_spare_tagged);
-                self.unbind(job_id, !on_spare);
+                // A start that timed out may have run there, though: a
+                // single-use job's node is not left for reuse then.
+                self.unbind(job_id, !on_spare || undo);
+                // What the timed-out start may have created is stopped before
+                // the job is placed again (the gate stays shut until Manager
+                // answers), so it is never an orphan beside the instance
+                // placed next, nor stopped in its place.
+                if undo {
+                    self.undo_start(job_id, refused_key.clone(), refused_node);
+                }
                 let message = match held {
                     Some(old) => format!(
                         "StartJob for {job_id} refused: Manager still holds instance {} on stopping node \
@@ -171,6 +247,37 @@ impl AutoManagerCore {
                 self.notify(Notification::Error { message });
             }
         }
+    }
+
+    /// `StopJob` of the instance a timed-out start of `job_id` may have
+    /// created; the in-flight gate stays shut for it.
+    fn undo_start(&mut self, job_id: &JobId, instance_key: InstanceKey, node_id: NodeId) {
+        let rpc = Rpc::StopJob {
+            job_id: job_id.clone(),
+            instance_key: instance_key.clone(),
+            node_id: node_id.clone(),
+        };
+        let id = self.call(
+            rpc,
+            Pending::UndoStart {
+                job_id: job_id.clone(),
+                instance_key,
+                node_id,
+            },
+        );
+        if let Some(record) = self.jobs.get_mut(job_id) {
+            record.in_flight = Some(id);
+        }
+    }
+
+    /// Whether the node `job_id` is bound to still runs and is not on its
+    /// way out, terminated or not (an instance there would live on).
+    fn node_still_up(&self, job_id: &JobId) -> bool {
+        self.jobs
+            .get(job_id)
+            .and_then(|r| r.binding.as_ref())
+            .and_then(|b| self.fleet.get(&b.node_id))
+            .is_some_and(|n| !n.is_going() && n.phase != NodePhase::Stopped)
     }
 
     /// A start refused as `AlreadyExists` while the job's previous

@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::model::{
-    Bundle, BundleId, BundleSpec, BundleState, FleetSnapshot, JobId, JobState, NodePhase, PlacedJob, PlacementPool,
-    ReplicaJob, UnixMillis,
+    Bundle, BundleId, BundleSpec, BundleState, FleetSnapshot, JobId, JobState, NodeId, NodePhase, PlacedJob,
+    PlacementPool, ReplicaJob, UnixMillis,
 };
 use crate::placement::{
     Admission, BundleValidation, FleetError, FleetView, Placement, PlacementError, Pools, place_dry_run,
@@ -44,6 +44,14 @@ pub(super) enum Pending {
         migration_id: MigrationId,
         call: MigrationCall,
     },
+    /// The `StopJob` of the instance a timed-out `StartJob` may have
+    /// created (the job placed again once it is answered); nothing there to
+    /// stop is what it was for.
+    UndoStart {
+        job_id: JobId,
+        instance_key: crate::model::InstanceKey,
+        node_id: NodeId,
+    },
     Other,
     /// A command's RPC; on success the bundle named is revived (an update
     /// or delete clears its broken mark and restart histories) and the
@@ -52,6 +60,10 @@ pub(super) enum Pending {
         id: CommandId,
         revives: Option<BundleId>,
         started: Option<(BundleId, BTreeSet<ReplicaJob>)>,
+        /// A `DeleteBundle`: once Manager took it, the bundle is being
+        /// deleted and none of its jobs is placed again, whichever of the
+        /// answer and Manager's own `deleting` comes first.
+        deletes: bool,
     },
     /// A `StartBundleJob` / `StopBundleJob` bringing a manual job to its
     /// wanted state.
@@ -89,6 +101,10 @@ pub struct AutoManagerCore {
     pub(super) pending: BTreeMap<RequestId, Pending>,
     pub(super) next_request: u64,
     pub(super) next_node_serial: u64,
+    /// Nodes whose create Manager may have carried out although the call
+    /// failed (it timed out): forgotten as any failed provision, and
+    /// terminated should they appear.
+    pub(super) unheard_creates: BTreeSet<NodeId>,
     pub(super) counters: Counters,
     /// Bumped whenever capacity may have appeared; a job that found nowhere
     /// is retried once it moves.
@@ -134,6 +150,7 @@ impl AutoManagerCore {
             pending: BTreeMap::new(),
             next_request: 0,
             next_node_serial: 0,
+            unheard_creates: BTreeSet::new(),
             counters: Counters::default(),
             fleet_epoch: 0,
             tier_backoff: BTreeMap::new(),
@@ -164,6 +181,7 @@ impl AutoManagerCore {
         // Node ids keep counting, so a node Manager has already forgotten is
         // never named again by this process.
         core.next_node_serial = previous.next_node_serial;
+        core.unheard_creates = previous.unheard_creates.clone();
         core.drains = Drains::carried_from(previous);
         core.schedules = Schedules::carried_from(&previous.schedules);
         core.manual = ManualStarts::carried_from(&previous.manual);
@@ -499,7 +517,16 @@ impl AutoManagerCore {
             }
             Command::SetPlacementPools(pools) => return self.set_placement_pools(id, pools),
         };
-        self.call(rpc, Pending::Command { id, revives, started });
+        let deletes = matches!(rpc, Rpc::DeleteBundle(_));
+        self.call(
+            rpc,
+            Pending::Command {
+                id,
+                revives,
+                started,
+                deletes,
+            },
+        );
     }
 
     /// New pools take effect at once: the kept view is rebuilt on the next

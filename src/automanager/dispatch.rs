@@ -386,15 +386,6 @@ impl AutoManagerCore {
     /// only the binding ends.
     pub(super) fn lose_instance(&mut self, job_id: &JobId, cause: LossCause, now: UnixMillis) {
         let hydrated = self.hydrated;
-        // A member of a co-located group whose peers stay on its node
-        // rejoins them there: the group's node is the only one the hard
-        // co-location rule allows it, so keeping it away from the node it
-        // was lost on would leave it placed nowhere.
-        let rejoins_group = self
-            .jobs
-            .get(job_id)
-            .and_then(|r| r.binding.as_ref())
-            .is_some_and(|b| self.moving_group(job_id, &b.node_id).len() > 1);
         let Some(record) = self.jobs.get_mut(job_id) else {
             return;
         };
@@ -416,14 +407,9 @@ impl AutoManagerCore {
             let requirements = record.job.spec.requirements.clone();
             match judge(&self.settings, &requirements, &mut record.restarts, &cause, now) {
                 FailureVerdict::Restart => {
-                    let excluded_nodes = if rejoins_group {
-                        Vec::new()
-                    } else {
-                        vec![binding.node_id.clone()]
-                    };
                     record.recovery = Some(RecoveryContext {
                         on_runtime_failure: Some(requirements.on_runtime_failure),
-                        excluded_nodes,
+                        excluded_nodes: vec![binding.node_id.clone()],
                     });
                     // Lost with a node that is stopping, not stopped:
                     // Manager may still hold the instance there. Recovery

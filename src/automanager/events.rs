@@ -27,7 +27,9 @@ impl AutoManagerCore {
                 if node.phase == NodePhase::Prospective {
                     node.phase = NodePhase::Starting;
                 }
+                let node_id = info.node_id.clone();
                 self.notify(Notification::NodeStarting { node: info });
+                self.terminate_unheard_create(&node_id);
             }
             ManagerEvent::NodeStarted(info) | ManagerEvent::NodeRunning { node: info, .. } => self.node_started(info),
             ManagerEvent::PhysicalNodeConnected { node_id, tags, .. } => {
@@ -165,16 +167,23 @@ impl AutoManagerCore {
     }
 
     fn node_started(&mut self, info: NodeInfo) {
+        let started_before = self
+            .fleet
+            .get(&info.node_id)
+            .is_some_and(|n| n.phase == NodePhase::Running);
         let node = self.fleet.describe(&info, NodePhase::Running);
         node.phase = NodePhase::Running;
         let provisioned_for = node.tags.get(tags::PROVISIONED_FOR).cloned();
         self.fleet_epoch += 1;
-        // "The history clears when a node provisioned for the job starts."
-        if let Some(job) = provisioned_for
+        // "The history clears when a node provisioned for the job starts":
+        // when it starts, not when Manager says again that it runs.
+        if !started_before
+            && let Some(job) = provisioned_for
             && let Some(record) = self.jobs.get_mut(&JobId(job))
         {
             record.restarts.clear();
         }
+        self.terminate_unheard_create(&info.node_id);
         self.dispatch_awaiting(&info.node_id);
         self.notify(Notification::NodeStarted { node: info });
     }

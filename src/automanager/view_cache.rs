@@ -134,7 +134,12 @@ impl ViewCache {
                 (mark.phase, mark.unhealthy) = (phase, unhealthy);
             }
         }
-        if count != self.nodes.len() || fleet.iter().count() != count {
+        // The view holds a node the marks do not (a prospective node a
+        // placement added), or the fleet holds one they do not: built again.
+        // Counting the view's nodes too matters when the fleet has since
+        // dropped another node — or that very one — and the counts of
+        // fleet and marks happen to agree again.
+        if count != self.nodes.len() || fleet.iter().count() != count || self.view.node_count() != count {
             return None;
         }
         self.stamp += 1;

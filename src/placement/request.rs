@@ -303,9 +303,19 @@ impl<'a> Demand<'a> {
             job,
             pool,
             pin: request.target_node.map(|id| view.node_index(id)),
+            // A re-placement keeps away from the node it left — but for the
+            // node a co-located peer is placed on: the group's node is the
+            // one the hard co-location rule allows, so the member rejoins
+            // its group there rather than being placed nowhere.
             excluded: request
                 .recovery
-                .map(|r| r.excluded_nodes.iter().filter_map(|id| view.node_index(id)).collect())
+                .map(|r| {
+                    r.excluded_nodes
+                        .iter()
+                        .filter_map(|id| view.node_index(id))
+                        .filter(|&idx| co_located_with.as_ref().is_none_or(|peer| peer.node != idx))
+                        .collect()
+                })
                 .unwrap_or_default(),
             warm_mask: view
                 .template_images(&job.template)

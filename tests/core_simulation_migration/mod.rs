@@ -1,16 +1,15 @@
 //! The randomised simulation's migrations: the worker side of the saga
 //! (targets created deferred or started, prepared targets started,
 //! instances stopped on request, handover steps answered, refused or left
-//! unanswered), random `migrateJob` and `abortMigration` commands, and the
-//! model following the job onto its target at `done`.
+//! unanswered) and random `migrateJob` and `abortMigration` commands.
 
 use norsk_auto_manager::automanager::{
     Command, MigrationOptions, MigrationStep, MigrationStrategy, RequestId, Rpc, RpcFailureKind,
 };
-use norsk_auto_manager::model::{InstanceKey, JobHistoryEntry, JobId, JobStopReason, ManagerEvent, MigrationSignal};
+use norsk_auto_manager::model::{JobHistoryEntry, JobId, JobStopReason, ManagerEvent, MigrationSignal};
 use rand::Rng;
 
-use super::{Instance, Model, NodePhase};
+use super::Model;
 
 impl Model {
     /// The worker side of a migration: targets created (deferred or
@@ -25,18 +24,19 @@ impl Model {
                 defer_start,
                 ..
             } => {
-                let usable = self.nodes.get(&node_id).is_some_and(|(p, _)| *p == NodePhase::Running);
-                if !usable || self.ended.contains(&job_id) {
+                if !self.node_runs(&node_id) || self.ended.contains(&job_id) {
                     return self.fail(id, RpcFailureKind::NotFound);
                 }
-                self.h.ok(id);
-                let target = Instance {
-                    key: instance_key.clone(),
-                    node: node_id.clone(),
-                    running: false,
-                };
-                self.targets
-                    .insert((job_id.clone(), instance_key.clone()), (target, defer_start));
+                // The same target again is the instance Manager has.
+                let existing = self.instances.get(&(job_id.clone(), instance_key.clone()));
+                if let Some(i) = existing {
+                    if i.node != node_id {
+                        return self.fail(id, RpcFailureKind::AlreadyExists);
+                    }
+                    return self.accept(id);
+                }
+                self.create_instance(&job_id, &instance_key, &node_id, defer_start);
+                self.accept(id);
                 self.h.history(
                     &job_id,
                     JobHistoryEntry::Provisioned {
@@ -47,11 +47,13 @@ impl Model {
                 );
             }
             Rpc::StartPreparedJob {
-                job_id, instance_key, ..
-            } => match self.targets.get_mut(&(job_id, instance_key)) {
-                Some((_, deferred)) => {
-                    *deferred = false;
-                    self.h.ok(id);
+                job_id,
+                instance_key,
+                node_id,
+            } => match self.instances.get_mut(&(job_id, instance_key)) {
+                Some(target) if target.node == node_id && !target.held => {
+                    target.deferred = false;
+                    self.accept(id);
                 }
                 _ => self.fail(id, RpcFailureKind::NotFound),
             },
@@ -60,44 +62,23 @@ impl Model {
                 instance_key,
                 node_id,
             } => {
-                let stopped = if self
-                    .instances
-                    .get(&job_id)
-                    .is_some_and(|i| i.key == instance_key && i.node == node_id)
-                {
-                    self.instances.remove(&job_id)
-                } else if self
-                    .targets
-                    .get(&(job_id.clone(), instance_key.clone()))
-                    .is_some_and(|(t, _)| t.node == node_id)
-                {
-                    self.targets
-                        .remove(&(job_id.clone(), instance_key.clone()))
-                        .map(|(t, _)| t)
-                } else if self
-                    .displaced
-                    .get(&job_id)
-                    .is_some_and(|i| i.key == instance_key && i.node == node_id)
-                {
-                    self.displaced.remove(&job_id)
-                } else {
-                    None
-                };
-                let Some(stopped) = stopped else {
+                let key = (job_id.clone(), instance_key.clone());
+                if self.instances.get(&key).is_none_or(|i| i.node != node_id) {
                     return self.fail(id, RpcFailureKind::NotFound);
-                };
-                self.h.ok(id);
+                }
+                self.instances.remove(&key);
+                self.accept(id);
                 for entry in [
                     JobHistoryEntry::Stopping {
                         at: Some(self.h.now),
-                        role: stopped.key.clone(),
-                        node_id: Some(stopped.node.clone()),
+                        role: instance_key.clone(),
+                        node_id: Some(node_id.clone()),
                         reason: JobStopReason::UserRequested,
                     },
                     JobHistoryEntry::Stopped {
                         at: Some(self.h.now),
-                        role: stopped.key,
-                        node_id: Some(stopped.node),
+                        role: instance_key,
+                        node_id: Some(node_id),
                     },
                 ] {
                     self.h.history(&job_id, entry);
@@ -120,8 +101,8 @@ impl Model {
                     MigrationStep::Propose(_) | MigrationStep::Abort(_) => return,
                 };
                 let answer = match self.rng.random_range(0..10) {
-                    0 => return,
-                    1 => MigrationSignal::Refused("no handover".into()),
+                    0 if !self.calm => return,
+                    1 if !self.calm => MigrationSignal::Refused("no handover".into()),
                     _ => answer,
                 };
                 self.h.event(ManagerEvent::MigrationSignal {
@@ -148,7 +129,7 @@ impl Model {
                 .map(|m| m.migration_id.clone())
                 .collect();
             if let Some(migration_id) = self.pick(in_flight) {
-                self.h.command(Command::AbortMigration {
+                self.command(Command::AbortMigration {
                     migration_id,
                     reason: "changed mind".into(),
                 });
@@ -159,7 +140,7 @@ impl Model {
             .instances
             .iter()
             .filter(|(_, i)| i.running)
-            .map(|(j, _)| j.clone())
+            .map(|((j, _), _)| j.clone())
             .collect();
         if let Some(job_id) = self.pick(running) {
             let strategy = [
@@ -167,72 +148,13 @@ impl Model {
                 MigrationStrategy::Overlap,
                 MigrationStrategy::Handover,
             ][self.rng.random_range(0..3)];
-            self.h.command(Command::MigrateJob {
+            self.command(Command::MigrateJob {
                 job_id,
                 options: MigrationOptions {
                     strategy: Some(strategy),
                     ..MigrationOptions::default()
                 },
             });
-        }
-    }
-
-    /// A migration target moves on: a deferred one reports prepared, a
-    /// started one reaches running.
-    pub(super) fn target_progresses(&mut self) {
-        let waiting: Vec<(JobId, InstanceKey)> = self
-            .targets
-            .iter()
-            .filter(|(_, (t, _))| !t.running)
-            .map(|(k, _)| k.clone())
-            .collect();
-        let Some(key) = self.pick(waiting) else {
-            return;
-        };
-        let Some((target, deferred)) = self.targets.get_mut(&key) else {
-            return;
-        };
-        let (job, target_now) = (key.0, target.clone());
-        if *deferred {
-            self.h.event(ManagerEvent::JobPrepared {
-                job_id: job,
-                role: target_now.key,
-                node_id: target_now.node,
-            });
-        } else {
-            target.running = true;
-            let entry = JobHistoryEntry::Running {
-                at: Some(self.h.now),
-                role: target_now.key,
-                node_id: Some(target_now.node),
-            };
-            self.h.history(&job, entry);
-        }
-    }
-
-    /// A target the core has moved the job to (`done`) is the job's
-    /// instance from then on.
-    pub(super) fn adopt_completed_targets(&mut self) {
-        let adopted: Vec<(JobId, InstanceKey)> = self
-            .targets
-            .iter()
-            .filter(|((job, _), (t, _))| {
-                self.h
-                    .core
-                    .job(job)
-                    .and_then(|r| r.binding.as_ref())
-                    .is_some_and(|b| b.instance_key == t.key && b.node_id == t.node)
-            })
-            .map(|(key, _)| key.clone())
-            .collect();
-        for key in adopted {
-            if let Some((target, _)) = self.targets.remove(&key)
-                && let Some(source) = self.instances.insert(key.0.clone(), target)
-            {
-                // Done before the source stopped (failing forward): it
-                // still runs until its stop arrives.
-                self.displaced.insert(key.0, source);
-            }
         }
     }
 }

@@ -498,6 +498,28 @@ pub fn describe_action(action: &Action) -> String {
         },
         Action::Notify(Notification::JobUpdated { job }) => format!("notify jobUpdated {}", job.job_id),
         Action::Notify(Notification::BundleUpdated { bundle }) => format!("notify bundleUpdated {}", bundle.bundle_id),
+        // Why a placement found nowhere, in full.
+        Action::Notify(Notification::PlacementFailed { job_id, reason }) => {
+            return format!("notify placementFailed {job_id}: {reason}");
+        }
+        Action::Notify(Notification::PlacementDecision(info)) => {
+            let why = match (&info.decision, &info.trace) {
+                // Every node's verdict but the stopped ones'.
+                (norsk_auto_manager::automanager::Decision::NoCapacityInAnyPool, Some(trace)) => trace
+                    .tiers
+                    .iter()
+                    .flat_map(|t| &t.nodes)
+                    .map(|n| format!("{}: {:?}", n.node_id, n.verdict))
+                    .filter(|v| !v.contains("Stopped"))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                _ => String::new(),
+            };
+            return format!(
+                "notify placementDecision {}: {:?} (recovery {}) {why}",
+                info.job_id, info.decision, info.recovery
+            );
+        }
         Action::Notify(Notification::MigrationPhase(m)) => format!(
             "notify migrationPhase {} of {}: {:?} ({} {} -> {} {})",
             m.migration_id, m.job_id, m.phase, m.source_node_id, m.source_key, m.target_node_id, m.target_key

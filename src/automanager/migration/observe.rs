@@ -12,6 +12,7 @@ use super::wind_down::Target;
 use super::{MigrationCall, MigrationId, MigrationPhase, MigrationStrategy};
 use crate::automanager::binding::BindingPhase;
 use crate::automanager::core::AutoManagerCore;
+use crate::automanager::recovery::MIN_RECOVERY_INTERVAL_MS;
 use crate::automanager::{MigrationStep, Notification, RpcFailure, RpcFailureKind};
 
 /// Which of a migration's instances a report is about.
@@ -311,7 +312,10 @@ impl AutoManagerCore {
         }
         if call == MigrationCall::StartTarget {
             self.migrations.start_pending.remove(id);
-            if self.migrations.stop_when_started.remove(id) && result.is_ok() {
+            // A start whose answer was lost may have created the target:
+            // it is stopped as one that was.
+            let unheard = matches!(&result, Err(f) if f.kind == RpcFailureKind::Transient);
+            if self.migrations.stop_when_started.remove(id) && (result.is_ok() || unheard) {
                 self.stop_target(id);
             }
             self.count_target_start(id, result.is_ok());
@@ -320,10 +324,21 @@ impl AutoManagerCore {
             return;
         };
         let in_flight = self.in_flight(id).is_some();
+        // The saga failed forward onto a prepared target whose start had not
+        // been answered: the job lives there now, and must still start.
+        let moved_onto_target = !in_flight && self.bound_to_target_of(id);
         match call {
+            MigrationCall::StartPrepared if moved_onto_target => self.start_prepared_after_done(id, &failure, now),
+            // Not heard — or heard, the answer lost: the target Manager may
+            // hold is stopped with the migration.
             MigrationCall::StartTarget if in_flight => {
                 let reason = format!("the target's StartJob failed: {}", failure.message);
-                self.target_lost(id, &reason, Target::Gone, now);
+                let target = if failure.kind == RpcFailureKind::Transient {
+                    Target::Stop
+                } else {
+                    Target::Gone
+                };
+                self.target_lost(id, &reason, target, now);
             }
             // Manager did not hear it: the prepared target is told again
             // (the phase's deadline still bounds the wait).
@@ -368,6 +383,44 @@ impl AutoManagerCore {
                 message: format!("migration {id}: {call:?} failed: {}", failure.message),
             }),
         }
+    }
+
+    /// Whether the job of migration `id` is bound to the migration's
+    /// target (the migration completed onto it).
+    fn bound_to_target_of(&self, id: &MigrationId) -> bool {
+        self.migrations.get(id).is_some_and(|m| {
+            self.jobs
+                .get(&m.job_id)
+                .and_then(|r| r.binding.as_ref())
+                .is_some_and(|b| b.node_id == m.target_node_id && b.instance_key == m.target_key)
+        })
+    }
+
+    /// The start of a prepared target the job was already moved onto (its
+    /// phase deadline passed first) failed. Not heard: it is started
+    /// again. Refused: the job cannot run there — the prepared instance is
+    /// stopped and the job placed again, as after any refused start (no
+    /// restart counted, no sooner than `MIN_RECOVERY_INTERVAL_MS`).
+    fn start_prepared_after_done(&mut self, id: &MigrationId, failure: &RpcFailure, now: UnixMillis) {
+        if failure.kind == RpcFailureKind::Transient {
+            return self.start_prepared(id);
+        }
+        let Some(job) = self.migrations.get(id).map(|m| m.job_id.clone()) else {
+            return;
+        };
+        if failure.kind != RpcFailureKind::NotFound {
+            self.stop_target(id);
+        }
+        self.end_binding(&job);
+        if let Some(record) = self.jobs.get_mut(&job) {
+            record.not_before = now + MIN_RECOVERY_INTERVAL_MS;
+        }
+        self.notify(Notification::Error {
+            message: format!(
+                "migration {id}: the prepared target {job} was moved onto could not be started ({}); placed again",
+                failure.message
+            ),
+        });
     }
 
     /// The target's placement counts as succeeded or dispatch-failed once,
