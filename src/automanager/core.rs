@@ -376,10 +376,11 @@ impl AutoManagerCore {
 
     /// `metrics()`: counters since `startedAt`, pool gauges computed now.
     pub fn metrics(&self, now: UnixMillis) -> Metrics {
+        let placed = self.placed_jobs();
         let pools = self
             .pools
             .iter()
-            .map(|pool| self.pool_usage(&pool.name, &[]).gauge)
+            .map(|pool| self.usage_with(&placed, &pool.name, &[]).gauge)
             .collect();
         Metrics {
             started_at: self.started_at,
@@ -396,7 +397,17 @@ impl AutoManagerCore {
     /// agree), and capacity reserved by placed jobs, migration targets
     /// included, over usable capacity.
     pub fn pool_usage(&self, pool: &str, tier_names: &[String]) -> PoolUsage {
-        let placed = self.placed_jobs();
+        self.usage_with(&self.placed_jobs(), pool, tier_names)
+    }
+
+    /// [`Self::pool_usage`] with the placed jobs already gathered, so
+    /// `metrics()` gathers them once for every pool.
+    fn usage_with(
+        &self,
+        placed: &HashMap<&crate::model::NodeId, Vec<PlacedJob>>,
+        pool: &str,
+        tier_names: &[String],
+    ) -> PoolUsage {
         let mut gauge = PoolGauge {
             pool_name: pool.to_owned(),
             node_count: 0,
