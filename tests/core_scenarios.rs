@@ -2084,3 +2084,98 @@ fn restart_history_clears_when_a_node_provisioned_for_the_job_starts_not_when_ma
         "the restart before the repeated event still counts"
     );
 }
+
+#[test]
+fn a_late_failed_start_of_a_target_a_later_migration_is_moving_leaves_the_job_to_that_migration() {
+    // "A job runs on one node": the answer to an earlier migration's start
+    // arrives after a later migration took that instance as its source. It
+    // must not end the binding under the later migration (the job would be
+    // placed afresh beside that migration's target, on two nodes).
+    use core_support::migration::*;
+    use norsk_auto_manager::automanager::MigrationStrategy;
+    let (mut h, job, first, start) = moved_onto_an_unstarted_prepared_target();
+    // Its start was not heard and is sent again; the target runs before
+    // that second start is answered.
+    h.fail(start, RpcFailureKind::Transient);
+    let start = h
+        .take_calls()
+        .into_iter()
+        .find(|(_, rpc)| matches!(rpc, Rpc::StartPreparedJob { .. }))
+        .expect("the prepared target is told to start again")
+        .0;
+    target_runs(&mut h, &first);
+    let second = migrate(&mut h, &job, MigrationStrategy::StopThenStart);
+    calls(&mut h);
+    prepared(&mut h, &second);
+    calls(&mut h);
+    source_stops(&mut h, &second);
+    let restart = h
+        .take_calls()
+        .into_iter()
+        .find(|(_, rpc)| matches!(rpc, Rpc::StartPreparedJob { .. }))
+        .expect("the second migration starts its prepared target")
+        .0;
+    // Manager no longer has the first target: it was the second's source,
+    // stopped.
+    h.fail(start, RpcFailureKind::NotFound);
+    let s = state(&h, &second);
+    assert_eq!(
+        bound(&h, &job),
+        (s.source_node_id.clone(), s.source_key.clone()),
+        "the job stays with the migration moving it"
+    );
+    h.advance(norsk_auto_manager::automanager::recovery::MIN_RECOVERY_INTERVAL_MS);
+    let after = h.take_calls();
+    assert!(
+        start_jobs(&after).is_empty(),
+        "the job was placed afresh while its migration moves it: {after:?}"
+    );
+    assert!(state(&h, &second).is_in_flight(), "the later migration carries on");
+    h.ok(restart);
+    target_runs(&mut h, &second);
+    let s = state(&h, &second);
+    assert_eq!(bound(&h, &job), (s.target_node_id, s.target_key));
+    h.advance(60_000);
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "the job runs once, on the later migration's target"
+    );
+}
+
+#[test]
+fn a_start_accepted_after_its_job_left_the_window_is_stopped_not_left_running() {
+    // "No orphan instance": the start was in flight when the job's window
+    // ended; Manager accepted it all the same. The instance it created is
+    // stopped, not left running with no job to count it.
+    let mut h = Harness::hydrated();
+    h.bundle("b", ONE_JOB);
+    let job = job_id("b", 0, "encode");
+    let (start, key, node) = h
+        .take_calls()
+        .into_iter()
+        .find_map(|(id, rpc)| match rpc {
+            Rpc::StartJob {
+                instance_key, node_id, ..
+            } => Some((id, instance_key, node_id)),
+            _ => None,
+        })
+        .expect("the job is dispatched");
+    job_ends(&mut h, &job);
+    h.take_calls();
+    h.ok(start);
+    let stops: Vec<(InstanceKey, NodeId)> = h
+        .take_calls()
+        .into_iter()
+        .filter_map(|(_, rpc)| match rpc {
+            Rpc::StopJob {
+                instance_key, node_id, ..
+            } => Some((instance_key, node_id)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        stops,
+        vec![(key, node)],
+        "the instance the late start created is stopped"
+    );
+}

@@ -103,7 +103,11 @@ impl AutoManagerCore {
                 }),
                 Ok(()) => {}
             },
-            Pending::StartJob(job_id) => self.start_result(&job_id, id, result, now),
+            Pending::StartJob {
+                job_id,
+                instance_key,
+                node_id,
+            } => self.start_result(&job_id, (instance_key, node_id), id, result, now),
             Pending::CreateNode { node_id, for_job } => self.create_result(&node_id, &for_job, result, now),
             Pending::Spare(request) => self.spare_rpc_result(request, result, now),
             Pending::NodeService(request) => self.node_service_rpc_result(request, result, now),
@@ -173,7 +177,14 @@ impl AutoManagerCore {
         })
     }
 
-    fn start_result(&mut self, job_id: &JobId, id: RequestId, result: Result<(), RpcFailure>, now: UnixMillis) {
+    fn start_result(
+        &mut self,
+        job_id: &JobId,
+        (instance_key, node_id): (InstanceKey, NodeId),
+        id: RequestId,
+        result: Result<(), RpcFailure>,
+        now: UnixMillis,
+    ) {
         // Not heard — or heard, the answer lost: Manager may hold the
         // instance already, where the job is no longer placed.
         let undo = matches!(&result, Err(f) if f.kind == RpcFailureKind::Transient) && self.node_still_up(job_id);
@@ -182,8 +193,29 @@ impl AutoManagerCore {
         };
         record.in_flight = None;
         // While the gate was shut the job could not be placed again, so a
-        // binding now is the one this start was for; none means it ended
-        // meanwhile (its node lost) and there is nothing more to do.
+        // binding now is normally the one this start was for. None, or
+        // another, means the job left it meanwhile (its node lost, a
+        // migration ending onto another instance): an instance Manager
+        // created for it — accepted, or perhaps, the answer lost — is
+        // stopped, never left running beside the job as an orphan.
+        let started_here = record
+            .binding
+            .as_ref()
+            .is_some_and(|b| b.instance_key == instance_key && b.node_id == node_id);
+        if !started_here {
+            let node_up = self
+                .fleet
+                .get(&node_id)
+                .is_some_and(|n| !n.is_going() && n.phase != NodePhase::Stopped);
+            let may_exist = result.is_ok() || matches!(&result, Err(f) if f.kind == RpcFailureKind::Transient);
+            if may_exist && node_up && self.jobs.get(job_id).is_some_and(|r| r.in_flight.is_none()) {
+                self.undo_start(job_id, instance_key, node_id);
+            }
+            return;
+        }
+        let Some(record) = self.jobs.get_mut(job_id) else {
+            return;
+        };
         let Some(binding) = record.binding.as_mut() else {
             return;
         };

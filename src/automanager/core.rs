@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::model::{
-    Bundle, BundleId, BundleSpec, BundleState, FleetSnapshot, JobId, JobState, NodeId, NodePhase, PlacedJob,
-    PlacementPool, ReplicaJob, UnixMillis,
+    Bundle, BundleId, BundleSpec, BundleState, FleetSnapshot, InstanceKey, JobId, JobState, NodeId, NodePhase,
+    PlacedJob, PlacementPool, ReplicaJob, UnixMillis,
 };
 use crate::placement::{
     Admission, BundleValidation, FleetError, FleetView, Placement, PlacementError, Pools, place_dry_run,
@@ -33,7 +33,13 @@ use super::{
 /// What an outstanding RPC was for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Pending {
-    StartJob(JobId),
+    /// The job, and the instance it asked for where (undone when the
+    /// answer finds the job placed otherwise).
+    StartJob {
+        job_id: JobId,
+        instance_key: InstanceKey,
+        node_id: NodeId,
+    },
     CreateNode {
         node_id: crate::model::NodeId,
         for_job: JobId,

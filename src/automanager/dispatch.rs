@@ -372,7 +372,12 @@ impl AutoManagerCore {
                 .slot_of()
                 .map_or_else(|| binding.instance_key.0.clone(), |s| s.as_str().to_owned()),
         };
-        let id = self.call(rpc, Pending::StartJob(job_id.clone()));
+        let pending = Pending::StartJob {
+            job_id: job_id.clone(),
+            instance_key: binding.instance_key.clone(),
+            node_id: binding.node_id.clone(),
+        };
+        let id = self.call(rpc, pending);
         if let Some(record) = self.jobs.get_mut(job_id) {
             record.in_flight = Some(id);
             if let Some(binding) = record.binding.as_mut() {

@@ -401,13 +401,32 @@ impl AutoManagerCore {
     /// again. Refused: the job cannot run there — the prepared instance is
     /// stopped and the job placed again, as after any refused start (no
     /// restart counted, no sooner than `MIN_RECOVERY_INTERVAL_MS`).
+    ///
+    /// A later migration of the job already moving that instance owns it
+    /// now: the late answer is left to it (its source's stop and its own
+    /// target decide), never ending the binding under it — which would
+    /// place the job afresh beside that migration's target.
     fn start_prepared_after_done(&mut self, id: &MigrationId, failure: &RpcFailure, now: UnixMillis) {
-        if failure.kind == RpcFailureKind::Transient {
-            return self.start_prepared(id);
-        }
         let Some(job) = self.migrations.get(id).map(|m| m.job_id.clone()) else {
             return;
         };
+        let moved_on = self
+            .jobs
+            .get(&job)
+            .and_then(|r| r.migration.as_ref())
+            .is_some_and(|claim| &claim.migration_id != id);
+        if moved_on {
+            return self.notify(Notification::Error {
+                message: format!(
+                    "migration {id}: the prepared target {job} was moved onto could not be started ({}); a later \
+                     migration of it is moving that instance",
+                    failure.message
+                ),
+            });
+        }
+        if failure.kind == RpcFailureKind::Transient {
+            return self.start_prepared(id);
+        }
         if failure.kind != RpcFailureKind::NotFound {
             self.stop_target(id);
         }
