@@ -16,7 +16,7 @@ use norsk_auto_manager::automanager::{
 };
 use norsk_auto_manager::controller::pool::observe_pool;
 use norsk_auto_manager::model::{
-    InstanceKey, JobHistoryEntry, JobId, JobStopReason, ManagerEvent, MigrationSignal, NodeId,
+    InstanceKey, JobHistoryEntry, JobId, JobStopReason, ManagerEvent, MigrationSignal, NodeId, ProviderKind, tags,
 };
 
 #[test]
@@ -475,10 +475,20 @@ fn migration_for_job_answers_the_one_in_flight_then_the_latest_ended() {
 /// not finish: the source ran on `a`, the target `primary@0badcafe` runs
 /// on `b`, and (with `source_stopped`) the source was stopped.
 fn left_by_a_closed_instance(source_stopped: bool) -> (Harness, JobId) {
+    left_by_a_closed_instance_on(source_stopped, ONE_JOB, |h| h.cluster_node("a", 4.0))
+}
+
+/// [`left_by_a_closed_instance`] for a bundle of `spec`, with node `a`
+/// registered by `source_node`.
+fn left_by_a_closed_instance_on(
+    source_stopped: bool,
+    spec: &str,
+    source_node: impl FnOnce(&mut Harness),
+) -> (Harness, JobId) {
     let mut h = Harness::new();
-    h.cluster_node("a", 4.0);
+    source_node(&mut h);
     h.cluster_node("b", 4.0);
-    let bundle = bundle("b", ONE_JOB);
+    let bundle = bundle("b", spec);
     h.event(ManagerEvent::BundleUpdated(bundle.clone()));
     let mut job = jobs_of(&bundle).remove(0);
     let (primary, target) = (InstanceKey("primary".into()), InstanceKey("primary@0badcafe".into()));
@@ -688,5 +698,89 @@ fn a_target_is_not_provisioned_from_an_exhausted_offering() {
         shapes,
         ["m5.xlarge"],
         "the target was provisioned from an exhausted offering"
+    );
+}
+
+#[test]
+fn a_single_use_node_the_binding_leaves_for_a_live_target_is_released() {
+    // "A single-use job's node is terminated when the job leaves it": the
+    // job leaves it for a live target as much as by stopping.
+    let single_use = "pool: production\njobs:\n  - {jobName: encode, exclusive: true, singleUse: true, requirements: {requiredCapacity: 1}}\n";
+    let (mut h, job) = left_by_a_closed_instance_on(false, single_use, |h| {
+        h.provisioned_node_starts(
+            "a",
+            ProviderKind::Aws,
+            &[
+                ("pool", "production"),
+                ("tier", "aws"),
+                (tags::PROVISIONED_FOR, "b/0/encode"),
+            ],
+        )
+    });
+    assert_eq!(bound(&h, &job).0, NodeId::from("a"));
+    calls(&mut h);
+    let source = InstanceKey("primary".into());
+    h.history(
+        &job,
+        JobHistoryEntry::Stopping {
+            at: None,
+            role: source.clone(),
+            node_id: Some(NodeId::from("a")),
+            reason: JobStopReason::UserRequested,
+        },
+    );
+    assert_eq!(bound(&h, &job).0, NodeId::from("b"), "the live target carries the job");
+    assert_eq!(
+        terminates(&calls(&mut h)),
+        vec![NodeId::from("a")],
+        "the single-use node is released"
+    );
+}
+
+#[test]
+fn a_target_of_a_rolled_back_migration_never_takes_over_the_binding() {
+    // A rolled-back migration's target is the core's to stop: when the
+    // bound instance is then stopped, the job does not move onto it.
+    let (mut h, job, _) = running_job();
+    let id = migrate(&mut h, &job, MigrationStrategy::Overlap);
+    let s = state(&h, &id);
+    let start = h
+        .take_calls()
+        .into_iter()
+        .find(|(_, rpc)| matches!(rpc, Rpc::StartMigrationTarget { .. }))
+        .expect("the target is started")
+        .0;
+    h.advance(norsk_auto_manager::automanager::migration::DEFAULT_MIGRATION_START_TIMEOUT_MS as i64);
+    assert_eq!(state(&h, &id).phase, MigrationPhase::Aborted);
+    calls(&mut h);
+    // The start is answered after all, and Manager provisions the target.
+    h.ok(start);
+    assert_eq!(
+        stops(&calls(&mut h)),
+        vec![(s.target_key.clone(), s.target_node_id.clone())]
+    );
+    h.history(
+        &job,
+        JobHistoryEntry::Provisioned {
+            at: None,
+            role: s.target_key.clone(),
+            node_id: Some(s.target_node_id.clone()),
+        },
+    );
+    h.history(
+        &job,
+        JobHistoryEntry::Stopping {
+            at: None,
+            role: s.source_key.clone(),
+            node_id: Some(s.source_node_id.clone()),
+            reason: JobStopReason::UserRequested,
+        },
+    );
+    assert!(
+        h.core
+            .job(&job)
+            .and_then(|r| r.binding.as_ref())
+            .is_none_or(|b| b.instance_key != s.target_key),
+        "the job moved onto the target being stopped"
     );
 }

@@ -87,12 +87,18 @@ struct Model {
     instances: BTreeMap<(JobId, InstanceKey), Instance>,
     /// Spare-untagging calls the core has made (what it counts consumed).
     spares_untagged: u64,
+    /// Nodes Manager has accepted an instance on (a spare among them was
+    /// consumed then; untagging it again, after a failed untag, is no new
+    /// consumption).
+    carried: BTreeSet<NodeId>,
     /// Starts refused because the instance was still held on a stopping
     /// node.
     refused_held: u64,
     bundles: BTreeMap<BundleId, Bundle>,
     ended: BTreeSet<JobId>,
     next_cluster: u32,
+    /// The id the next bundle applied mid-run takes.
+    next_bundle: usize,
     /// Broken rules seen while answering or observing (checked with the
     /// rest).
     violations: Vec<String>,
@@ -203,10 +209,12 @@ impl Model {
             nodes: BTreeMap::new(),
             instances: BTreeMap::new(),
             spares_untagged: 0,
+            carried: BTreeSet::new(),
             refused_held: 0,
             bundles: BTreeMap::new(),
             ended: BTreeSet::new(),
             next_cluster: 0,
+            next_bundle: 0,
             violations: Vec::new(),
             calm: false,
             ambiguous: false,
@@ -218,7 +226,9 @@ impl Model {
         for _ in 0..rng.random_range(1..=3) {
             model.register_cluster_node();
         }
-        for id in 0..rng.random_range(2..=6) {
+        let initial = rng.random_range(2..=6);
+        model.next_bundle = initial;
+        for id in 0..initial {
             let bundle = random_bundle(&mut rng, id);
             if trace {
                 eprintln!("bundle {}: {:?}", bundle.bundle_id, bundle.spec);
@@ -289,6 +299,9 @@ impl Model {
         // A start whose answer is lost is undone by the core: the job
         // never ran there unless the instance reaches running.
         let single_use = self.single_use(job) && !self.ambiguous;
+        if !self.ambiguous {
+            self.carried.insert(node.clone());
+        }
         self.reference.instance_created(node, single_use);
     }
 
@@ -663,6 +676,15 @@ impl Model {
                 }
             }
             100..=102 => self.migration_command(),
+            // A bundle applied mid-run, or one deleted (the core asks
+            // Manager, whose stop-then-delete saga follows its answer).
+            110 => self.bundle_applied(),
+            111 if self.rng.random_bool(0.5) => {
+                let ids: Vec<BundleId> = self.bundles.keys().cloned().collect();
+                if let Some(id) = self.pick(ids) {
+                    self.command(Command::DeleteBundle(id));
+                }
+            }
             112..=114 => self.duplicate_event(),
             _ => {
                 let live: Vec<JobId> = self
@@ -677,6 +699,19 @@ impl Model {
                 }
             }
         }
+    }
+
+    /// A new bundle is applied.
+    fn bundle_applied(&mut self) {
+        self.sync();
+        let id = self.next_bundle;
+        self.next_bundle += 1;
+        let bundle = random_bundle(&mut self.rng, id);
+        self.bundles.insert(bundle.bundle_id.clone(), bundle.clone());
+        self.h.bundle(
+            bundle.bundle_id.as_str(),
+            &yaml_serde::to_string(&bundle.spec).expect("spec serialises"),
+        );
     }
 
     /// Manager's stop-then-delete saga of a bundle: every instance of its
@@ -815,6 +850,7 @@ impl Model {
             });
         } else {
             instance.running = true;
+            self.carried.insert(node.clone());
             let single_use = self.single_use(&job);
             self.reference.instance_created(&node, single_use);
             let entry = JobHistoryEntry::Running {
@@ -908,7 +944,7 @@ impl Model {
             && remove.iter().any(|t| t == tags::SPARE)
         {
             self.spares_untagged += 1;
-            if !self.instances.values().any(|i| &i.node == node_id) {
+            if !self.instances.values().any(|i| &i.node == node_id) && !self.carried.contains(node_id) {
                 return Err(format!("spare {node_id} consumed with no job accepted on it"));
             }
         }

@@ -5,12 +5,15 @@
 //! (`<slot>@<8 hex>`) running beside, or instead of, the source. When the
 //! bound instance stops or is stopped and history says such a target of
 //! the job is live, the binding moves to it instead of ending: the job is
-//! running, and placing it again would run it twice.
+//! running, and placing it again would run it twice. A target of a
+//! migration this core rolled back is not live (the core stops it), and
+//! the node the binding leaves is released as any node a job leaves.
 
 use crate::model::{InstanceKey, JobHistoryEntry, JobId, JobStopReason, NodeId};
 
 use crate::automanager::binding::{Binding, BindingPhase};
 use crate::automanager::core::AutoManagerCore;
+use crate::automanager::migration::{MigrationId, MigrationPhase};
 
 impl AutoManagerCore {
     /// The bound instance of a job with no migration in flight stops (on
@@ -36,9 +39,16 @@ impl AutoManagerCore {
         if &binding.instance_key != role || node.is_some_and(|n| n != &binding.node_id) {
             return false;
         }
-        let Some((key, node_id, phase)) = live_target(&record.job.history, role, &binding.node_id) else {
+        let rolled_back = |key: &InstanceKey| {
+            key.as_str()
+                .split_once('@')
+                .and_then(|(_, tag)| self.migrations.get(&MigrationId(tag.to_owned())))
+                .is_some_and(|m| m.phase == MigrationPhase::Aborted)
+        };
+        let Some((key, node_id, phase)) = live_target(&record.job.history, role, &binding.node_id, rolled_back) else {
             return false;
         };
+        let (left, single_use) = (binding.node_id.clone(), record.job.spec.single_use);
         let usable = self.fleet.get(&node_id).is_some_and(|n| !n.is_going() && !n.terminated);
         if !usable {
             return false;
@@ -53,17 +63,20 @@ impl AutoManagerCore {
             });
         }
         self.fleet_epoch += 1;
+        self.release_node(&left, single_use);
         true
     }
 }
 
 /// The migration target of the job that is live at the end of `history`
 /// (provisioned or running, not stopping or stopped), other than the
-/// instance `stopping` on `node`; the most recently started one.
+/// instance `stopping` on `node` and those `rolled_back`; the most
+/// recently started one.
 fn live_target(
     history: &[JobHistoryEntry],
     stopping: &InstanceKey,
     node: &NodeId,
+    rolled_back: impl Fn(&InstanceKey) -> bool,
 ) -> Option<(InstanceKey, NodeId, BindingPhase)> {
     let mut live: Vec<(InstanceKey, NodeId, BindingPhase)> = Vec::new();
     for entry in history {
@@ -88,6 +101,9 @@ fn live_target(
         }
     }
     live.into_iter().rev().find(|(k, at, _)| {
-        (k != stopping || at != node) && k.as_str().contains('@') && k.slot_of() == stopping.slot_of()
+        (k != stopping || at != node)
+            && k.as_str().contains('@')
+            && k.slot_of() == stopping.slot_of()
+            && !rolled_back(k)
     })
 }
