@@ -2179,3 +2179,33 @@ fn a_start_accepted_after_its_job_left_the_window_is_stopped_not_left_running() 
         "the instance the late start created is stopped"
     );
 }
+
+#[test]
+fn a_recovery_with_nowhere_else_to_go_returns_to_the_node_it_failed_on() {
+    // The recovery keeps off the node the job failed on while another can
+    // take it; when none can, the next attempt (MIN_RECOVERY_INTERVAL_MS
+    // on) may use it, rather than leaving the channel dark while that
+    // node could carry it.
+    use norsk_auto_manager::automanager::recovery::MIN_RECOVERY_INTERVAL_MS;
+    let mut settings = settings();
+    settings.placement_pools = yaml_serde::from_str(
+        "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n",
+    )
+    .unwrap();
+    let mut h = Harness::with(settings);
+    h.cluster_node("a", 4.0);
+    h.event(ManagerEvent::InitialDataComplete);
+    h.bundle("b", ONE_JOB);
+    let (job, node) = h.start_all().remove(0);
+    h.take_notifications();
+    h.failed(&job, &node);
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "not straight back onto the node it failed on"
+    );
+    assert!(kinds(&h.take_notifications()).contains(&"placementFailed".to_owned()));
+    h.advance(MIN_RECOVERY_INTERVAL_MS);
+    let placed = start_jobs(&h.take_calls());
+    assert_eq!(placed.len(), 1, "placed again once nowhere else could take it");
+    assert_eq!(h.bound_node(&job), Some(node));
+}

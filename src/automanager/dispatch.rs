@@ -277,10 +277,21 @@ impl AutoManagerCore {
         reserved.is_ok()
     }
 
+    /// A placement found nowhere: the job waits for the fleet to change.
+    /// A recovery that kept off the nodes its job failed on found nowhere
+    /// else: the next attempt, `MIN_RECOVERY_INTERVAL_MS` on, may use them
+    /// — the exclusion spreads a recovery, it never keeps a job dark while
+    /// the node it failed on could carry it.
     fn placement_failed(&mut self, job_id: &JobId, reason: String, now: UnixMillis) {
         self.counters.placements_failed += 1;
         if let Some(record) = self.jobs.get_mut(job_id) {
-            record.awaiting_capacity_since = Some(self.fleet_epoch);
+            let excluded = record
+                .recovery
+                .as_mut()
+                .map(|context| std::mem::take(&mut context.excluded_nodes));
+            if excluded.as_ref().is_none_or(|nodes| nodes.is_empty()) {
+                record.awaiting_capacity_since = Some(self.fleet_epoch);
+            }
             if record.recovery.is_some() {
                 record.not_before = now + MIN_RECOVERY_INTERVAL_MS;
             }
