@@ -2209,3 +2209,42 @@ fn a_recovery_with_nowhere_else_to_go_returns_to_the_node_it_failed_on() {
     assert_eq!(placed.len(), 1, "placed again once nowhere else could take it");
     assert_eq!(h.bound_node(&job), Some(node));
 }
+
+#[test]
+fn the_restart_ceiling_counts_restarts_over_a_trailing_hour_of_sixty_minutes() {
+    // "maxRestartsPerHour ... counted over a trailing hour": two restarts
+    // 20 minutes apart, then a third failure 50 minutes after the first is
+    // still inside the hour (terminal at a ceiling of 2); a failure more
+    // than an hour after the earlier ones restarts again.
+    const MINUTE: i64 = 60_000;
+    let ceiling_hit = |calls: &[(norsk_auto_manager::automanager::RequestId, Rpc)]| {
+        calls.iter().any(|(_, r)| {
+            matches!(r, Rpc::SetTerminalVerdict { verdict, .. } if verdict.kind == VerdictKind::Broken)
+        })
+    };
+    let mut h = Harness::hydrated();
+    h.bundle("b", RESILIENT);
+    h.start_all();
+    let primary = job_id("b", 0, "encode");
+    fail_and_recover(&mut h, &primary);
+    h.advance(20 * MINUTE);
+    fail_and_recover(&mut h, &primary);
+    h.advance(30 * MINUTE);
+    let calls = fail_and_recover(&mut h, &primary);
+    assert!(
+        ceiling_hit(&calls) && start_jobs(&calls).is_empty(),
+        "a third restart 50 minutes after the first is inside the trailing hour"
+    );
+
+    let mut h = Harness::hydrated();
+    h.bundle("b", RESILIENT);
+    h.start_all();
+    fail_and_recover(&mut h, &primary);
+    fail_and_recover(&mut h, &primary);
+    h.advance(61 * MINUTE);
+    let calls = fail_and_recover(&mut h, &primary);
+    assert!(
+        !ceiling_hit(&calls) && start_jobs(&calls).len() == 1,
+        "restarts more than an hour old no longer count: {calls:?}"
+    );
+}
