@@ -2218,9 +2218,9 @@ fn the_restart_ceiling_counts_restarts_over_a_trailing_hour_of_sixty_minutes() {
     // than an hour after the earlier ones restarts again.
     const MINUTE: i64 = 60_000;
     let ceiling_hit = |calls: &[(norsk_auto_manager::automanager::RequestId, Rpc)]| {
-        calls.iter().any(|(_, r)| {
-            matches!(r, Rpc::SetTerminalVerdict { verdict, .. } if verdict.kind == VerdictKind::Broken)
-        })
+        calls
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::SetTerminalVerdict { verdict, .. } if verdict.kind == VerdictKind::Broken))
     };
     let mut h = Harness::hydrated();
     h.bundle("b", RESILIENT);

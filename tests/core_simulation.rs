@@ -74,7 +74,30 @@ struct ManagerNode {
     phase: NodePhase,
     tags: Vec<(String, String)>,
     capacity: f64,
+    cores: u32,
+    /// One GPU device of this capacity (0: none).
+    gpu: f64,
+    capabilities: Vec<String>,
 }
+
+impl ManagerNode {
+    /// What the node's worker advertises.
+    fn inventory(&self, kind: ProviderKind) -> norsk_auto_manager::model::NodeInventory {
+        let mut inventory = inventory(kind, self.capacity);
+        inventory.total_cores = self.cores;
+        inventory.capabilities = self.capabilities.clone();
+        if self.gpu > 0.0 {
+            inventory.gpus = vec![norsk_auto_manager::model::Gpu {
+                model: "t4".into(),
+                total_capacity: self.gpu,
+            }];
+        }
+        inventory
+    }
+}
+
+/// The capability some cluster nodes advertise and some jobs require.
+const CAPABILITY: &str = "norsk.io/sdi";
 
 /// The Manager model, and the checker's reference beside it.
 struct Model {
@@ -153,11 +176,24 @@ fn random_bundle(rng: &mut StdRng, id: usize) -> Bundle {
         };
         let co_located = if j > 0 && !same_node_default && rng.random_bool(0.3) {
             ", coLocateWith: [j0]"
+        } else if j > 0 && rng.random_bool(0.15) {
+            ", separateFrom: [j0]"
         } else {
             ""
         };
+        // Cores, a share of a GPU, a capability.
+        let mut extra = String::new();
+        if rng.random_bool(0.2) {
+            extra.push_str(&format!(", requiredCores: {}", rng.random_range(1..=2)));
+        }
+        if rng.random_bool(0.1) {
+            extra.push_str(", requiredGpuCapacity: 0.5");
+        }
+        if rng.random_bool(0.1) {
+            extra.push_str(&format!(", requiredCapabilities: [\"{CAPABILITY}\"]"));
+        }
         yaml.push_str(&format!(
-            "  - {{jobName: j{j}{single}{co_located}, requirements: {{requiredCapacity: {capacity}, requiredHostPorts: {ports}, onRuntimeFailure: {policy}{essential}{ceiling}}}}}\n"
+            "  - {{jobName: j{j}{single}{co_located}, requirements: {{requiredCapacity: {capacity}, requiredHostPorts: {ports}, onRuntimeFailure: {policy}{essential}{ceiling}{extra}}}}}\n"
         ));
     }
     bundle(&format!("b{id}"), &yaml)
@@ -247,15 +283,25 @@ impl Model {
         self.next_cluster += 1;
         let id = format!("cluster-{}", self.next_cluster);
         let capacity = [2.0, 4.0, 8.0][self.rng.random_range(0..3)];
-        self.h.cluster_node(&id, capacity);
-        self.nodes.insert(
-            NodeId(id),
-            ManagerNode {
-                phase: NodePhase::Running,
-                tags: vec![(tags::POOL.to_owned(), "production".to_owned())],
-                capacity,
+        let node = ManagerNode {
+            phase: NodePhase::Running,
+            tags: vec![(tags::POOL.to_owned(), "production".to_owned())],
+            capacity,
+            cores: self.rng.random_range(capacity as u32 / 2..=capacity as u32),
+            gpu: if self.rng.random_bool(0.3) { 1.0 } else { 0.0 },
+            capabilities: if self.rng.random_bool(0.3) {
+                vec![CAPABILITY.to_owned()]
+            } else {
+                vec![]
             },
-        );
+        };
+        self.h
+            .event(ManagerEvent::NodeStarted(node_info(&id, &[(tags::POOL, "production")])));
+        self.h.event(ManagerEvent::NodeInventory {
+            node_id: NodeId(id.clone()),
+            inventory: node.inventory(ProviderKind::LocalServers),
+        });
+        self.nodes.insert(NodeId(id), node);
     }
 
     fn fail(&mut self, id: RequestId, kind: RpcFailureKind) {
@@ -402,6 +448,9 @@ impl Model {
                         phase: NodePhase::Starting,
                         tags,
                         capacity: AWS_CAPACITY,
+                        cores: AWS_CAPACITY as u32,
+                        gpu: 0.0,
+                        capabilities: vec![],
                     },
                 );
             }
@@ -785,17 +834,17 @@ impl Model {
             .collect();
         if let Some(node) = self.pick(running) {
             let tags = self.nodes[&node].tags.clone();
-            let capacity = self.nodes[&node].capacity;
             let t: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let kind = if node.as_str().starts_with("cluster-") {
                 ProviderKind::LocalServers
             } else {
                 ProviderKind::Aws
             };
+            let inventory = self.nodes[&node].inventory(kind);
             self.h.event(ManagerEvent::NodeStarted(node_info(node.as_str(), &t)));
             self.h.event(ManagerEvent::NodeInventory {
                 node_id: node,
-                inventory: inventory(kind, capacity),
+                inventory,
             });
         }
     }
@@ -818,7 +867,7 @@ impl Model {
         self.h.event(ManagerEvent::NodeStarted(node_info(node.as_str(), &t)));
         self.h.event(ManagerEvent::NodeInventory {
             node_id: node.clone(),
-            inventory: inventory(ProviderKind::Aws, AWS_CAPACITY),
+            inventory: self.nodes[node].inventory(ProviderKind::Aws),
         });
         if let Some(entry) = self.nodes.get_mut(node) {
             entry.phase = NodePhase::Running;

@@ -803,11 +803,7 @@ fn room_for(job: &JobId, excluded: Option<&NodeId>, core: &AutoManagerCore, mana
     let replica = job.as_str().split('/').nth(1)?;
     let peer_id = |name: &str| JobId(format!("{}/{replica}/{name}", bundle.bundle_id));
     // The co-located group, as `random_bundle` makes them.
-    let grouped = |s: &JobSpec| {
-        bundle.spec.intra_replica_placement.same_node_default
-            || s.job_name == "j0"
-            || s.co_locate_with.iter().any(|p| p == "j0")
-    };
+    let grouped = |s: &JobSpec| co_located(&bundle.spec, s);
     let group: Vec<&JobSpec> = if grouped(spec) {
         bundle.spec.jobs.iter().filter(|s| grouped(s)).collect()
     } else {
@@ -831,6 +827,24 @@ fn room_for(job: &JobId, excluded: Option<&NodeId>, core: &AutoManagerCore, mana
         })
         .collect();
     let need: f64 = movers.iter().map(|s| s.requirements.required_capacity).sum();
+    let need_cores: u32 = movers.iter().map(|s| s.requirements.required_cores).sum();
+    let need_gpu: f64 = movers.iter().map(|s| s.requirements.required_gpu_capacity).sum();
+    let capabilities: BTreeSet<&String> = movers
+        .iter()
+        .flat_map(|s| s.requirements.required_capabilities.iter())
+        .collect();
+    // The jobs of the replica a mover is kept apart from, either way round.
+    let apart: BTreeSet<JobId> = bundle
+        .spec
+        .jobs
+        .iter()
+        .filter(|other| {
+            movers
+                .iter()
+                .any(|m| m.separate_from.contains(&other.job_name) || other.separate_from.contains(&m.job_name))
+        })
+        .map(|other| peer_id(&other.job_name))
+        .collect();
     let ports: Vec<String> = movers
         .iter()
         .flat_map(|s| s.requirements.required_host_ports.iter().map(|p| p.to_string()))
@@ -849,11 +863,10 @@ fn room_for(job: &JobId, excluded: Option<&NodeId>, core: &AutoManagerCore, mana
             .filter(|(_, i)| &i.node == node)
             .map(|((j, _), _)| j)
             .collect();
-        let used: f64 = here
-            .iter()
-            .filter_map(|j| manager.spec_of(j))
-            .map(|s| s.requirements.required_capacity)
-            .sum();
+        let mut used = Load::default();
+        for s in here.iter().filter_map(|j| manager.spec_of(j)) {
+            used.add(&s.requirements);
+        }
         let taken: BTreeSet<String> = here
             .iter()
             .filter_map(|j| manager.spec_of(j))
@@ -866,7 +879,11 @@ fn room_for(job: &JobId, excluded: Option<&NodeId>, core: &AutoManagerCore, mana
             .collect();
         // An exclusive job keeps a node to itself (its group excepted).
         let held = company.iter().any(|j| manager.spec_of(j).is_some_and(|s| s.exclusive));
-        used + need <= n.capacity + 1e-9
+        used.capacity + need <= n.capacity + 1e-9
+            && used.cores + need_cores <= n.cores
+            && used.gpu + need_gpu <= n.gpu + 1e-9
+            && capabilities.iter().all(|c| n.capabilities.contains(c))
+            && !here.iter().any(|j| apart.contains(*j))
             && !ports.iter().any(|p| taken.contains(p))
             && (!exclusive || company.is_empty())
             && !held
@@ -886,7 +903,11 @@ fn room_for(job: &JobId, excluded: Option<&NodeId>, core: &AutoManagerCore, mana
                 .iter()
                 .filter(|(id, _)| id.as_str().starts_with("production-aws-"))
                 .count();
-            (aws < super::AWS_MAX_NODES && need <= super::AWS_CAPACITY)
+            let aws_fits = need <= super::AWS_CAPACITY
+                && need_cores <= super::AWS_CAPACITY as u32
+                && need_gpu == 0.0
+                && capabilities.is_empty();
+            (aws < super::AWS_MAX_NODES && aws_fits)
                 .then(|| format!("a new aws node would hold it ({aws} of {})", super::AWS_MAX_NODES))
         }
     }
@@ -900,7 +921,7 @@ impl Reference {
     /// released its reservation, and it is stopped as soon as it is
     /// created).
     fn capacity(&self, manager: &ManagerView) -> Result<(), String> {
-        let mut load: BTreeMap<&NodeId, (f64, Vec<String>)> = BTreeMap::new();
+        let mut load: BTreeMap<&NodeId, (Load, Vec<String>)> = BTreeMap::new();
         let starting = manager
             .starting()
             .filter(|(job, key, node)| {
@@ -920,8 +941,17 @@ impl Reference {
         let placed = manager.live().map(|(job, _, i)| (job, &i.node)).chain(starting);
         for (job, node) in placed {
             let Some(spec) = manager.spec_of(job) else { continue };
+            if let Some(n) = manager.nodes.get(node)
+                && let Some(missing) = spec
+                    .requirements
+                    .required_capabilities
+                    .iter()
+                    .find(|c| !n.capabilities.contains(c))
+            {
+                return Err(format!("{job} placed on {node}, which lacks capability {missing}"));
+            }
             let entry = load.entry(node).or_default();
-            entry.0 += spec.requirements.required_capacity;
+            entry.0.add(&spec.requirements);
             for port in &spec.requirements.required_host_ports {
                 let port = port.to_string();
                 if entry.1.contains(&port) {
@@ -932,11 +962,17 @@ impl Reference {
         }
         for (node, (used, _)) in load {
             let Some(n) = manager.nodes.get(node) else { continue };
-            if used > n.capacity + 1e-9 {
-                return Err(format!("{node} over-committed: {used} of {}", n.capacity));
+            if used.capacity > n.capacity + 1e-9 {
+                return Err(format!("{node} over-committed: {} of {}", used.capacity, n.capacity));
+            }
+            if used.cores > n.cores {
+                return Err(format!("{node} over-committed: {} of {} cores", used.cores, n.cores));
+            }
+            if used.gpu > n.gpu + 1e-9 {
+                return Err(format!("{node} GPU over-committed: {} of {}", used.gpu, n.gpu));
             }
         }
-        Ok(())
+        separated(manager)
     }
 }
 
@@ -1024,11 +1060,7 @@ fn core_views(core: &AutoManagerCore, manager: &ManagerView) -> Result<(), Strin
                 .spec
                 .jobs
                 .iter()
-                .filter(|j| {
-                    bundle.spec.intra_replica_placement.same_node_default
-                        || j.job_name == "j0"
-                        || j.co_locate_with.iter().any(|peer| peer == "j0")
-                })
+                .filter(|j| co_located(&bundle.spec, j))
                 .filter_map(|j| core.job(&JobId(format!("{}/{replica}/{}", bundle.bundle_id, j.job_name))))
                 .collect();
             if members.iter().any(|r| r.migration.is_some()) {
@@ -1068,4 +1100,56 @@ fn core_views(core: &AutoManagerCore, manager: &ManagerView) -> Result<(), Strin
         }
     }
     Ok(())
+}
+
+/// What the jobs on one node ask of it.
+#[derive(Default)]
+struct Load {
+    capacity: f64,
+    cores: u32,
+    gpu: f64,
+}
+
+impl Load {
+    fn add(&mut self, requirements: &norsk_auto_manager::model::Requirements) {
+        self.capacity += requirements.required_capacity;
+        self.cores += requirements.required_cores;
+        self.gpu += requirements.required_gpu_capacity;
+    }
+}
+
+/// `separateFrom` is a hard rule: no running instance of a job shares a
+/// node with a running instance of a job of its replica it is kept apart
+/// from (an instance told to stop no longer counts, as for capacity).
+fn separated(manager: &ManagerView) -> Result<(), String> {
+    let running: Vec<(&JobId, &NodeId)> = manager
+        .live()
+        .filter(|(_, _, i)| i.running)
+        .map(|(j, _, i)| (j, &i.node))
+        .collect();
+    for (job, node) in &running {
+        let Some(spec) = manager.spec_of(job) else { continue };
+        let Some((replica, _)) = job.as_str().rsplit_once('/') else {
+            continue;
+        };
+        for apart in &spec.separate_from {
+            let peer = JobId(format!("{replica}/{apart}"));
+            if running.iter().any(|(j, n)| **j == peer && n == node) {
+                return Err(format!(
+                    "{job} runs beside {peer} on {node}, which it is kept apart from"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `job` is in its replica's co-located group, as `random_bundle`
+/// makes them: every job declaring no rule under `sameNodeDefault`, or
+/// `j0` and the jobs joining it.
+fn co_located(bundle: &norsk_auto_manager::model::BundleSpec, job: &JobSpec) -> bool {
+    if bundle.intra_replica_placement.same_node_default {
+        return job.co_locate_with.is_empty() && job.separate_from.is_empty();
+    }
+    job.job_name == "j0" || job.co_locate_with.iter().any(|peer| peer == "j0")
 }
