@@ -2248,3 +2248,36 @@ fn the_restart_ceiling_counts_restarts_over_a_trailing_hour_of_sixty_minutes() {
         "restarts more than an hour old no longer count: {calls:?}"
     );
 }
+
+#[test]
+fn an_older_snapshot_of_a_job_delivered_late_changes_nothing() {
+    // Manager's history only grows and a window only moves on: a snapshot
+    // of a job from before its latest news is stale, not a new state.
+    let mut h = Harness::hydrated();
+    h.bundle("b", ONE_JOB);
+    let job = job_id("b", 0, "encode");
+    let before_running = h.core.job(&job).expect("known").job.clone();
+    let (_, node) = h.start_all().remove(0);
+    h.take_notifications();
+    h.event(ManagerEvent::JobUpdated(before_running.clone()));
+    h.advance(60_000);
+    assert!(h.take_calls().is_empty(), "a stale snapshot moved the job");
+    assert_eq!(h.bound_node(&job), Some(node.clone()));
+    assert!(
+        h.core
+            .job(&job)
+            .and_then(|r| r.binding.as_ref())
+            .is_some_and(|b| b.phase == norsk_auto_manager::automanager::binding::BindingPhase::Running),
+        "still running where it runs"
+    );
+    // Its window ends; the snapshot from while it was active comes late.
+    let active = h.core.job(&job).expect("known").job.clone();
+    job_ends(&mut h, &job);
+    h.take_calls();
+    h.event(ManagerEvent::JobUpdated(active));
+    h.advance(60_000);
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "a job whose window ended was placed again by a stale snapshot"
+    );
+}

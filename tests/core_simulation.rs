@@ -120,6 +120,8 @@ struct Model {
     bundles: BTreeMap<BundleId, Bundle>,
     ended: BTreeSet<JobId>,
     next_cluster: u32,
+    /// A job as Manager last repeated it (re-sent late, as a stale event).
+    snapshots: BTreeMap<JobId, norsk_auto_manager::model::RuntimeJob>,
     /// The id the next bundle applied mid-run takes.
     next_bundle: usize,
     /// Broken rules seen while answering or observing (checked with the
@@ -251,6 +253,7 @@ impl Model {
             ended: BTreeSet::new(),
             next_cluster: 0,
             next_bundle: 0,
+            snapshots: BTreeMap::new(),
             violations: Vec::new(),
             calm: false,
             ambiguous: false,
@@ -813,7 +816,8 @@ impl Model {
         self.h.event(ManagerEvent::BundleDeleted(bundle_id.clone()));
     }
 
-    /// Manager sends again an event it already sent: a job as it stands, or
+    /// Manager sends again an event it already sent: a job as it stands,
+    /// or as it stood some steps ago (an older snapshot delivered late), or
     /// a running node's start and inventory.
     fn duplicate_event(&mut self) {
         if self.rng.random_bool(0.5) {
@@ -822,7 +826,9 @@ impl Model {
                 && let Some(record) = self.h.core.job(&job)
             {
                 let runtime = record.job.clone();
-                self.h.event(ManagerEvent::JobUpdated(runtime));
+                let stale = self.snapshots.insert(job.clone(), runtime.clone());
+                let late = stale.filter(|_| self.rng.random_bool(0.5));
+                self.h.event(ManagerEvent::JobUpdated(late.unwrap_or(runtime)));
             }
             return;
         }

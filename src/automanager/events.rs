@@ -245,6 +245,20 @@ impl AutoManagerCore {
         };
         let job_id = job.job_id.clone();
         let post = job.state == JobState::Post;
+        // Manager's history only grows and a job's window only moves on
+        // (pending, active, over): a runtime whose history is a prefix of
+        // the one already seen and that is shorter, or that puts an ended
+        // window back, is an older snapshot delivered late (reordered or
+        // repeated), and changes nothing. One whose history is not a prefix
+        // is a new incarnation of the job, read afresh.
+        let stale = self.jobs.get(&job_id).is_some_and(|known| {
+            let older = job.history.len() < known.job.history.len()
+                || (known.job.state == JobState::Post && job.state != JobState::Post);
+            older && known.job.history.starts_with(&job.history)
+        });
+        if stale {
+            return;
+        }
         let record = self
             .jobs
             .entry(job_id.clone())
