@@ -7,8 +7,6 @@
 //! bundle refused until its pool arrives, a finished migration not redone
 //! after a restart, the first notifications printed, a bad config refused.
 
-mod sim_support;
-
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -20,7 +18,8 @@ use std::time::{Duration, Instant};
 use norsk_auto_manager::model::{NodeInventory, tags};
 use norsk_auto_manager::sim::{ClusterNode, SimConfig};
 use serde_json::Value;
-use sim_support::Sim;
+
+use crate::sim_support::Sim;
 
 const WAIT: Duration = Duration::from_secs(60);
 /// How long a status check waits for a notification before reading the

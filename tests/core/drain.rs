@@ -2,10 +2,6 @@
 //! interruption / rebalance notices on a virtual clock, one per rule of the
 //! spec's "Drain / cordon" and "Spot interruption / rebalance" sections.
 
-mod core_support;
-
-use core_support::migration::{run_overlaps, terminates};
-use core_support::*;
 use norsk_auto_manager::automanager::drain::DEFAULT_DRAIN_TIMEOUT_MS;
 use norsk_auto_manager::automanager::interruption::{
     DEFAULT_REBALANCE_DRAIN_MS, DEFAULT_SPOT_INTERRUPTION_DRAIN_MS, SPOT_INTERRUPTION_DRAIN_MARGIN_MS,
@@ -16,6 +12,9 @@ use norsk_auto_manager::automanager::{
     RpcFailureKind, StrategyFor, validate_auto_settings,
 };
 use norsk_auto_manager::model::{InterruptionKind, JobId, ManagerEvent, NodeId, NodeStopReason};
+
+use crate::support::migration::{run_overlaps, terminates};
+use crate::support::*;
 
 /// Three jobs of one capacity each.
 const THREE_JOBS: &str = "pool: production\njobs:\n  - {jobName: j0, requirements: {requiredCapacity: 1}}\n  - {jobName: j1, requirements: {requiredCapacity: 1}}\n  - {jobName: j2, requirements: {requiredCapacity: 1}}\n";

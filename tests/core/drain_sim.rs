@@ -5,8 +5,6 @@
 //! once, together, on one node), and a spot interruption with a two-minute
 //! deadline empties its node before the provider reclaims it.
 
-mod sim_support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -18,8 +16,9 @@ use norsk_auto_manager::automanager::{
 use norsk_auto_manager::manager::proto::{manager as pb, sim_admin};
 use norsk_auto_manager::model::{Bundle, BundleId, JobHistoryEntry, JobId, NodeId, NodeInventory, tags};
 use norsk_auto_manager::sim::{ClusterNode, SimConfig};
-use sim_support::Sim;
 use tokio::sync::broadcast;
+
+use crate::sim_support::Sim;
 
 /// The scale the spec's interruption scenario names: 100 simulated
 /// seconds per real one.

@@ -7,10 +7,6 @@
 //! and `sameNodeDefault`, the group's cut-over and rollback, and the
 //! outcomes a drain reports when jobs go down with the node.
 
-mod core_support;
-
-use core_support::migration::*;
-use core_support::*;
 use norsk_auto_manager::automanager::{
     Command, CommandError, DrainAfter, DrainJobStatus, DrainOptions, DrainPhase, DrainState, InterruptionNotice,
     MigrationId, MigrationOptions, MigrationPhase, MigrationRefusal, MigrationStep, MigrationStrategy, Notification,
@@ -19,6 +15,9 @@ use norsk_auto_manager::automanager::{
 use norsk_auto_manager::model::{
     HotSpareSpec, InterruptionKind, JobId, ManagerEvent, MigrationSignal, NodeId, NodeStopReason, ProviderKind, tags,
 };
+
+use crate::support::migration::*;
+use crate::support::*;
 
 /// The flagship example's channel `ch1` (`examples/bundle-channel.yaml`),
 /// primary only: `encode` (2 vCPU, port 1935/tcp) and `package` (1 vCPU)

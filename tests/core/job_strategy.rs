@@ -5,17 +5,16 @@
 //! (`strategyFor`), the caller's default, the job's declaration,
 //! `stopThenStart`.
 
-mod core_support;
-
 use std::collections::BTreeMap;
 
-use core_support::migration::*;
-use core_support::*;
 use norsk_auto_manager::automanager::{
     Command, DrainOptions, DrainPhase, InterruptionNotice, MigrationId, MigrationOptions, MigrationStrategy, Rpc,
     StrategyFor,
 };
 use norsk_auto_manager::model::{InterruptionKind, JobId, NodeId};
+
+use crate::support::migration::*;
+use crate::support::*;
 
 /// `live` declares `overlap`, `plain` declares nothing, `coop` declares
 /// `handover`.

@@ -4,15 +4,14 @@
 //! registered cluster servers (nodes of a `local-servers` tier), while any
 //! other node's drain still terminates it by default.
 
-mod core_support;
-
-use core_support::migration::{run_overlaps, terminates};
-use core_support::*;
 use norsk_auto_manager::automanager::{
     Command, DrainAfter, DrainJobStatus, DrainOptions, DrainPhase, DrainState, InterruptionNotice, MigrationStrategy,
     Notification, StrategyFor,
 };
 use norsk_auto_manager::model::{InterruptionKind, JobId, ManagerEvent, NodeId, ProviderKind, tags};
+
+use crate::support::migration::{run_overlaps, terminates};
+use crate::support::*;
 
 /// Three jobs of one capacity each.
 const THREE_JOBS: &str = "pool: production\njobs:\n  - {jobName: j0, requirements: {requiredCapacity: 1}}\n  - {jobName: j1, requirements: {requiredCapacity: 1}}\n  - {jobName: j2, requirements: {requiredCapacity: 1}}\n";

@@ -5,10 +5,6 @@
 //! and a fresh core finding a target left carrying the job. Deadlines,
 //! aborts and failures are in `core_migration_aborts.rs`.
 
-mod core_support;
-
-use core_support::migration::*;
-use core_support::*;
 use norsk_auto_manager::automanager::migration::DEFAULT_MIGRATION_PLACING_TIMEOUT_MS;
 use norsk_auto_manager::automanager::{
     Command, CommandError, Input, MigrationId, MigrationOptions, MigrationPhase, MigrationRefusal, MigrationStep,
@@ -18,6 +14,9 @@ use norsk_auto_manager::controller::pool::observe_pool;
 use norsk_auto_manager::model::{
     InstanceKey, JobHistoryEntry, JobId, JobStopReason, ManagerEvent, MigrationSignal, NodeId,
 };
+
+use crate::support::migration::*;
+use crate::support::*;
 
 #[test]
 fn stop_then_start_prepares_the_target_stops_the_source_then_starts_the_target() {

@@ -4,10 +4,6 @@
 //! rejected as an invalid spec, refused or failed, a node lost on either
 //! side, and stops Manager did not hear.
 
-mod core_support;
-
-use core_support::migration::*;
-use core_support::*;
 use norsk_auto_manager::automanager::migration::{
     DEFAULT_MIGRATION_HANDOVER_STEP_TIMEOUT_MS, DEFAULT_MIGRATION_START_TIMEOUT_MS,
     DEFAULT_MIGRATION_STOPPING_SOURCE_TIMEOUT_MS,
@@ -19,6 +15,9 @@ use norsk_auto_manager::automanager::{
 use norsk_auto_manager::model::{
     JobHistoryEntry, JobId, JobStopReason, ManagerEvent, MigrationSignal, NodeId, NodeStopReason, RejectionCode,
 };
+
+use crate::support::migration::*;
+use crate::support::*;
 
 /// Before the point of no return a phase's expiry aborts: both keys told,
 /// the target stopped, the source still bound and running.

@@ -4,8 +4,6 @@
 //! there); a job that refuses a handover or never starts keeps running on
 //! its source; `close()` rolls back a migration in flight.
 
-mod sim_support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -16,8 +14,9 @@ use norsk_auto_manager::automanager::{
 use norsk_auto_manager::manager::proto::sim_admin;
 use norsk_auto_manager::model::{Bundle, BundleId, JobHistoryEntry, JobId, NodeId, NodeInventory, tags};
 use norsk_auto_manager::sim::{ClusterNode, SimConfig};
-use sim_support::Sim;
 use tokio::sync::broadcast;
+
+use crate::sim_support::Sim;
 
 const TIME_SCALE: f64 = 1000.0;
 const WAIT: Duration = Duration::from_secs(60);

@@ -2,11 +2,10 @@
 //! on every change): a pool added is placed with at once, without a
 //! reconnect; an invalid set is refused whole and the pools in force stay.
 
-mod core_support;
-
-use core_support::{Harness, bundle, settings};
 use norsk_auto_manager::automanager::{Command, CommandError, Rpc};
 use norsk_auto_manager::model::PlacementPool;
+
+use crate::support::{Harness, bundle, settings};
 
 const LATE_BUNDLE: &str = "pool: late\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1}}\n";
 
@@ -56,8 +55,6 @@ fn an_invalid_pool_set_is_refused_whole_and_the_pools_in_force_stay() {
     assert_eq!(h.core.settings().placement_pools, before);
 }
 
-mod sim_support;
-
 /// Runs the AutoManager against the simulator: pools replaced live survive
 /// a broken stream (the fresh core hydrated from the new snapshot places
 /// with them, not with the pools it was started with).
@@ -66,10 +63,10 @@ async fn pools_replaced_live_survive_a_reconnect() {
     use std::collections::BTreeMap;
     use std::time::Duration;
 
+    use crate::sim_support::{Sim, TIME_SCALE};
     use norsk_auto_manager::automanager::{AutoManager, AutoSettings, Notification, RunOptions};
     use norsk_auto_manager::model::{BundleId, JobHistoryEntry, NodeId, NodeInventory, tags};
     use norsk_auto_manager::sim::{ClusterNode, SimConfig};
-    use sim_support::{Sim, TIME_SCALE};
 
     let wait = Duration::from_secs(60);
     let sim = Sim::start_with(SimConfig {

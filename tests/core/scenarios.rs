@@ -2,14 +2,13 @@
 //! the test plays Manager (events in, RPC results back) and asserts what the
 //! core asks Manager to do and what it notifies.
 
-mod core_support;
-
-use core_support::*;
 use norsk_auto_manager::automanager::{Command, CommandError, Input, Notification, Rpc, RpcFailureKind};
 use norsk_auto_manager::model::{
     InstanceKey, JobHistoryEntry, JobState, ManagerEvent, NodeId, NodeStopReason, ProviderKind, RejectionCode,
     SchedulePhase, VerdictKind, tags,
 };
+
+use crate::support::*;
 
 const ONE_JOB: &str = "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 2}}\n";
 
@@ -264,7 +263,7 @@ const TWO_SHAPES: &str = "
 ";
 
 fn two_shapes_hydrated() -> Harness {
-    let mut settings = core_support::settings();
+    let mut settings = crate::support::settings();
     settings.placement_pools = yaml_serde::from_str(TWO_SHAPES).unwrap();
     let mut h = Harness::with(settings);
     h.event(ManagerEvent::InitialDataComplete);
@@ -1895,7 +1894,7 @@ fn moved_onto_an_unstarted_prepared_target() -> (
     norsk_auto_manager::automanager::MigrationId,
     norsk_auto_manager::automanager::RequestId,
 ) {
-    use core_support::migration::*;
+    use crate::support::migration::*;
     use norsk_auto_manager::automanager::migration::DEFAULT_MIGRATION_START_TIMEOUT_MS;
     use norsk_auto_manager::automanager::{MigrationPhase, MigrationStrategy};
     let (mut h, job, _) = running_job();
@@ -1920,7 +1919,7 @@ fn moved_onto_an_unstarted_prepared_target() -> (
 
 #[test]
 fn a_prepared_target_the_job_was_moved_onto_is_started_again_when_manager_did_not_hear_its_start() {
-    use core_support::migration::*;
+    use crate::support::migration::*;
     let (mut h, job, id, start) = moved_onto_an_unstarted_prepared_target();
     h.fail(start, RpcFailureKind::Transient);
     let s = state(&h, &id);
@@ -1943,7 +1942,7 @@ fn a_prepared_target_the_job_was_moved_onto_is_started_again_when_manager_did_no
 
 #[test]
 fn a_prepared_target_the_job_was_moved_onto_that_cannot_start_is_stopped_and_the_job_placed_again() {
-    use core_support::migration::*;
+    use crate::support::migration::*;
     use norsk_auto_manager::automanager::recovery::MIN_RECOVERY_INTERVAL_MS;
     let (mut h, job, id, start) = moved_onto_an_unstarted_prepared_target();
     h.fail(start, RpcFailureKind::Rejected);
@@ -2032,7 +2031,7 @@ fn a_bundle_whose_delete_manager_took_is_not_placed_again_before_its_jobs_are_de
 
 #[test]
 fn a_migration_target_whose_start_timed_out_is_stopped_with_the_migration() {
-    use core_support::migration::*;
+    use crate::support::migration::*;
     use norsk_auto_manager::automanager::{MigrationPhase, MigrationStrategy};
     let (mut h, job, source) = running_job();
     let id = migrate(&mut h, &job, MigrationStrategy::Overlap);

@@ -10,7 +10,7 @@
 //! its instances still held, so a start elsewhere is refused
 //! `AlreadyExists` — until its `NodeStopped`).
 //!
-//! The checker ([`core_simulation_checks`]) keeps its own reference of what
+//! The checker ([`checks`]) keeps its own reference of what
 //! the spec allows, fed only by the inputs the model sends and the actions
 //! the core emits, and holds the core to it at every step; the model's
 //! Manager side says what really runs where.
@@ -19,14 +19,12 @@
 //! every seed runs, each failure prints its seed and the one command that
 //! replays it with a trace (`CORE_SIM_SEED=<seed> CORE_SIM_TRACE=1`).
 
-mod core_simulation_checks;
-mod core_simulation_migration;
-mod core_support;
+mod checks;
+mod migration;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use core_simulation_checks::{Loss, Reference};
-use core_support::*;
+use checks::{Loss, Reference};
 use norsk_auto_manager::automanager::{
     Action, Command, DrainAfter, DrainOptions, DrainPhase, InterruptionNotice, Notification, RequestId, Rpc,
     RpcFailureKind,
@@ -37,6 +35,8 @@ use norsk_auto_manager::model::{
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+
+use crate::support::*;
 
 /// How long a provision in the model's `aws` tier may take
 /// (`provisionTimeoutMs`).
@@ -931,7 +931,7 @@ impl Model {
         if let Some(violation) = self.violations.pop() {
             return Err(violation);
         }
-        let manager = core_simulation_checks::ManagerView {
+        let manager = checks::ManagerView {
             now: self.h.now,
             nodes: &self.nodes,
             instances: &self.instances,
@@ -1005,7 +1005,7 @@ impl Model {
             self.advance(61_000);
             self.check()?;
         }
-        let manager = core_simulation_checks::ManagerView {
+        let manager = checks::ManagerView {
             now: self.h.now,
             nodes: &self.nodes,
             instances: &self.instances,

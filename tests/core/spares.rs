@@ -2,11 +2,8 @@
 //! rule of the spec's "Hot spares", "Spares at launch" and settings
 //! validation, on a virtual clock.
 
-mod core_support;
-
 use std::collections::BTreeMap;
 
-use core_support::*;
 use norsk_auto_manager::automanager::node_services::{NODE_SERVICE_RETRY_BACKOFF_MS, NodeServiceSpec, ServicePhase};
 use norsk_auto_manager::automanager::settings::Experimental;
 use norsk_auto_manager::automanager::spares::{
@@ -19,6 +16,8 @@ use norsk_auto_manager::model::{
     HotSpareSpec, ImagePrefetchResult, InstanceKey, JobHistoryEntry, JobId, JobState, ManagerEvent, NodeId,
     ProviderKind, RuntimeJob, SpareSpec, tags,
 };
+
+use crate::support::*;
 
 /// `production` keeps `target` spares of m5.xlarge warmed and reserved
 /// as given.

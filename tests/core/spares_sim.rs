@@ -1,8 +1,6 @@
 //! Hot spares and node services end to end: the AutoManager runtime against
 //! the Manager simulator over loopback, both on a compressed clock.
 
-mod sim_support;
-
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
@@ -14,8 +12,9 @@ use norsk_auto_manager::automanager::{AutoManager, AutoManagerHandle, AutoSettin
 use norsk_auto_manager::manager::proto::sim_admin;
 use norsk_auto_manager::model::{Bundle, BundleId, HotSpareSpec, NodeInventory, NodePhase, tags};
 use norsk_auto_manager::sim::{ClusterNode, SimConfig, SimSnapshot};
-use sim_support::Sim;
 use tokio::sync::broadcast;
+
+use crate::sim_support::Sim;
 
 const TIME_SCALE: f64 = 1000.0;
 const WAIT: Duration = Duration::from_secs(60);

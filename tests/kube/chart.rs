@@ -4,10 +4,6 @@
 //! settings file the operator accepts — and its RBAC, bound to the operator's ServiceAccount,
 //! is enough for the operator to run (and nothing more).
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-mod sim_support;
-
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -18,7 +14,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::wait::{await_condition, conditions};
@@ -35,8 +30,10 @@ use norsk_auto_manager::model::{NodeInventory, tags};
 use norsk_auto_manager::sim::{ClusterNode, SimConfig};
 use norsk_auto_manager::telemetry::{Health, OperatorMetrics};
 use serde_json::json;
-use sim_support::{Sim, TIME_SCALE};
 use tokio::sync::{OnceCell, watch};
+
+use crate::control_plane;
+use crate::sim_support::{Sim, TIME_SCALE};
 
 /// How long a test waits for the API server to show an outcome.
 const WAIT: Duration = Duration::from_secs(90);
@@ -59,17 +56,7 @@ async fn installed() -> &'static control_plane::ControlPlane {
                 .arg(chart_dir().join("crds"));
             let out = apply.output().expect("kubectl runs");
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-            let crds: Api<CustomResourceDefinition> = Api::all(cp.client());
-            for definition in crd::definitions() {
-                let name = definition.metadata.name.clone().unwrap_or_default();
-                tokio::time::timeout(
-                    WAIT,
-                    await_condition(crds.clone(), &name, conditions::is_crd_established()),
-                )
-                .await
-                .expect("definition established in time")
-                .expect("watch the definition");
-            }
+            cp.until_established().await;
             let pools = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pools.yaml"))
                 .expect("examples/pools.yaml");
             cp.kubectl_apply("default", &pools).expect("pools apply");

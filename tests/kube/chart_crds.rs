@@ -2,13 +2,12 @@
 //! first install and never touches them again, so a new version's CRDs are applied with
 //! `kubectl apply --server-side --force-conflicts` (as the README and the chart's NOTES say).
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-
 use std::path::Path;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
+
+use crate::control_plane;
 
 const CHANGED: (&str, &str) = ("A drain of one node", "A drain of one Norsk node");
 

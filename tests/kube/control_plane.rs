@@ -10,9 +10,9 @@
 //! pod ever runs. Tests that need a ServiceAccount create it (see
 //! [`ControlPlane::service_account_client`]).
 //!
-//! One control plane serves a whole test binary ([`shared`]); each test takes a namespace of
-//! its own ([`ControlPlane::namespace`]). The processes die with the test binary whatever way
-//! it ends: they are killed at exit, and the kernel kills them should the binary itself be
+//! One control plane serves the tests of one file ([`shared`]); each test takes a namespace
+//! of its own ([`ControlPlane::namespace`]). The processes die with the test binary whatever
+//! way it ends: they are killed at exit, and the kernel kills them should the binary itself be
 //! killed (`PR_SET_PDEATHSIG`).
 //!
 //! Environment:
@@ -21,10 +21,8 @@
 //! - `NORSK_CP_KEEP=1`: keep the working directory (certificates, kubeconfig, logs) after exit.
 //! - `NORSK_CP_START_TIMEOUT`: seconds to wait for `/readyz` (default 120).
 
-// Each test binary uses a different part of this module.
-#![allow(dead_code)]
-
 use std::{
+    collections::{BTreeMap, BTreeSet},
     fmt::Write as _,
     fs::{self, File},
     io,
@@ -40,15 +38,20 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::api::{
-    authentication::v1::{TokenRequest, TokenRequestSpec},
-    core::v1::{Namespace, ServiceAccount},
+use k8s_openapi::{
+    api::{
+        authentication::v1::{TokenRequest, TokenRequestSpec},
+        core::v1::{Namespace, ServiceAccount},
+    },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
 use kube::{
     Api, Client, Config,
-    api::{ObjectMeta, PostParams},
+    api::{ObjectMeta, Patch, PatchParams, PostParams},
     config::{AuthInfo, KubeConfigOptions, Kubeconfig},
+    runtime::wait::{await_condition, conditions},
 };
+use norsk_auto_manager::crd;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
@@ -60,16 +63,42 @@ const DIR_PREFIX: &str = "norsk-cp-";
 const OWNER_FILE: &str = "owner.pid";
 /// Lines of each log shown when the control plane fails to start.
 const LOG_TAIL_LINES: usize = 40;
+/// How long the API server may take to serve a definition once it is applied.
+const ESTABLISHED_WAIT: Duration = Duration::from_secs(90);
 
-/// The control plane shared by every test of this test binary, started on first use.
+/// The control plane shared by the tests of the calling test's file, started on first use.
+///
+/// Files do not share one: the tests of a file make cluster-wide objects (pools, hot spare
+/// policies, drains, nodes) that the operators another file's tests run would act on. The
+/// file is the first segment of the running test's name (`operator::a_test` is in
+/// `operator.rs`), which the test harness gives the thread the test runs on: call this from
+/// the test itself, not from a task it spawns.
 ///
 /// Panics (failing the calling test) when it cannot start; the message carries the tail of
-/// the etcd and kube-apiserver logs. Later callers get the same failure without retrying.
+/// the etcd and kube-apiserver logs. Later callers of the same file get the same failure
+/// without retrying.
 pub async fn shared() -> &'static ControlPlane {
-    static SHARED: tokio::sync::OnceCell<Result<ControlPlane, String>> = tokio::sync::OnceCell::const_new();
-    match SHARED.get_or_init(ControlPlane::start).await {
+    type Shared = tokio::sync::OnceCell<Result<ControlPlane, String>>;
+    static BY_FILE: Mutex<BTreeMap<String, &'static Shared>> = Mutex::new(BTreeMap::new());
+    let file = test_file();
+    let shared: &'static Shared = BY_FILE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(file)
+        .or_insert_with(|| Box::leak(Box::default()));
+    match shared.get_or_init(ControlPlane::start).await {
         Ok(control_plane) => control_plane,
         Err(message) => panic!("control plane unavailable: {message}"),
+    }
+}
+
+/// The file of the running test: the first segment of the name of its thread.
+fn test_file() -> String {
+    let thread = std::thread::current();
+    let name = thread.name().unwrap_or_default();
+    match name.split_once("::") {
+        Some((file, _)) => file.to_owned(),
+        None => panic!("control_plane::shared() called on thread {name:?}, not a test's own: call it from the test"),
     }
 }
 
@@ -82,6 +111,8 @@ pub struct ControlPlane {
     ca_pem: String,
     config: Config,
     processes: Mutex<Vec<Process>>,
+    /// What [`ControlPlane::once`] has installed.
+    installed: tokio::sync::Mutex<BTreeSet<&'static str>>,
 }
 
 struct Process {
@@ -129,6 +160,7 @@ impl ControlPlane {
             ca_pem: String::new(),
             config: Config::new("https://127.0.0.1".parse().expect("static URL")),
             processes: Mutex::new(Vec::new()),
+            installed: tokio::sync::Mutex::new(BTreeSet::new()),
         };
         control_plane.launch(timeout).await?;
         Ok(control_plane)
@@ -307,29 +339,55 @@ impl ControlPlane {
         Client::try_from(self.config.clone()).expect("client from the control plane config")
     }
 
-    /// The admin client configuration (to derive other identities from).
-    pub fn config(&self) -> &Config {
-        &self.config
+    /// Runs `install` the first time a test of this control plane asks for `what`; later
+    /// calls wait until it has run, then return. One that panicked counts as not run.
+    pub async fn once<F: Future<Output = ()>>(&self, what: &'static str, install: impl FnOnce() -> F) {
+        let mut installed = self.installed.lock().await;
+        if !installed.contains(what) {
+            install().await;
+            installed.insert(what);
+        }
+    }
+
+    /// Applies the operator's definitions (server-side) and waits until the API server
+    /// serves them; once per control plane.
+    pub async fn install_definitions(&self) {
+        self.once("definitions", || async {
+            let crds: Api<CustomResourceDefinition> = Api::all(self.client());
+            for definition in crd::definitions() {
+                let name = definition.metadata.name.clone().unwrap_or_default();
+                crds.patch(
+                    &name,
+                    &PatchParams::apply("norsk-test").force(),
+                    &Patch::Apply(&definition),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("the API server refused {name}: {e}"));
+            }
+            self.until_established().await;
+        })
+        .await;
+    }
+
+    /// Waits until the API server serves each of the operator's definitions, however they
+    /// were applied.
+    pub async fn until_established(&self) {
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client());
+        for definition in crd::definitions() {
+            let name = definition.metadata.name.clone().unwrap_or_default();
+            tokio::time::timeout(
+                ESTABLISHED_WAIT,
+                await_condition(crds.clone(), &name, conditions::is_crd_established()),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{name} not established in time"))
+            .expect("watch the definition");
+        }
     }
 
     /// Path of a kubeconfig for the admin, valid while the control plane runs.
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
-    }
-
-    /// `https://127.0.0.1:<port>`.
-    pub fn server(&self) -> &str {
-        &self.server
-    }
-
-    /// PEM of the CA that signed the serving and client certificates.
-    pub fn ca_pem(&self) -> &str {
-        &self.ca_pem
-    }
-
-    /// The working directory: certificates, kubeconfig, etcd data and process logs.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     /// Path of one of the control plane's binaries (`kubectl`, `helm`, ...).
@@ -647,7 +705,7 @@ fn spawner() -> &'static mpsc::Sender<SpawnRequest> {
 
 /// Pids (= process group ids) of the children still running, for the atexit hook.
 static LIVE: Mutex<Vec<u32>> = Mutex::new(Vec::new());
-/// Working directories of control planes never dropped (the shared one), for the atexit hook.
+/// Working directories of control planes never dropped (the shared ones), for the atexit hook.
 static DIRS_AT_EXIT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 fn spawn_tied_to_process(mut command: Command, log: &Path) -> io::Result<Child> {

@@ -3,21 +3,12 @@
 //! `examples/`, and it refuses each shape error with the CEL rule's message
 //! (one test per rule).
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-
 use std::path::Path;
-use std::time::Duration;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::Api;
-use kube::api::{Patch, PatchParams};
-use kube::runtime::wait::{await_condition, conditions};
 use norsk_auto_manager::cli::crds::render;
 use norsk_auto_manager::crd;
-use tokio::sync::OnceCell;
 
-const WAIT: Duration = Duration::from_secs(30);
+use crate::control_plane;
 
 #[test]
 fn crds_directory_matches_the_generated_definitions() {
@@ -36,32 +27,10 @@ fn crds_directory_matches_the_generated_definitions() {
     assert_eq!(files, crd::definitions().len(), "crds/ holds a file no type generates");
 }
 
-/// Installs the definitions once per test binary and waits until served.
+/// The control plane with the definitions installed and served.
 async fn installed() -> &'static control_plane::ControlPlane {
-    static INSTALLED: OnceCell<()> = OnceCell::const_new();
     let cp = control_plane::shared().await;
-    INSTALLED
-        .get_or_init(|| async {
-            let crds: Api<CustomResourceDefinition> = Api::all(cp.client());
-            for definition in crd::definitions() {
-                let name = definition.metadata.name.clone().unwrap();
-                crds.patch(
-                    &name,
-                    &PatchParams::apply("norsk-crds-test").force(),
-                    &Patch::Apply(&definition),
-                )
-                .await
-                .unwrap_or_else(|e| panic!("the API server refused {name}: {e}"));
-                tokio::time::timeout(
-                    WAIT,
-                    await_condition(crds.clone(), &name, conditions::is_crd_established()),
-                )
-                .await
-                .expect("definition established in time")
-                .expect("watch the definition");
-            }
-        })
-        .await;
+    cp.install_definitions().await;
     cp
 }
 

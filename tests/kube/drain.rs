@@ -10,12 +10,6 @@
 //! Every test takes a namespace and a simulator of its own (its nodes are
 //! `<ns>-a` and `<ns>-b`) and runs its own operator.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[allow(dead_code)]
-mod operator_support;
-mod sim_support;
-
 use std::pin::pin;
 
 use futures::TryStreamExt;
@@ -28,8 +22,10 @@ use norsk_auto_manager::automanager::{AutoSettings, MigrationSettings};
 use norsk_auto_manager::controller::node_status::node_resource_name;
 use norsk_auto_manager::crd::{Bundle, InterruptionKind, JobMigration, NodeDrain};
 use norsk_auto_manager::manager::proto::{manager as pb, sim_admin};
-use operator_support::{Operator, WAIT, installed, is_ready, simulator, small_bundle, until};
-use sim_support::Sim;
+
+use crate::control_plane;
+use crate::operator_support::{Operator, WAIT, installed, is_ready, simulator, small_bundle, until};
+use crate::sim_support::Sim;
 
 /// A simulated day: on the compressed clock, about 86 real seconds.
 const SIMULATED_DAY_MS: u64 = 86_400_000;

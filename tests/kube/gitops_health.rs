@@ -2,9 +2,7 @@
 //! reader (cli-utils rules) sees Ready / InProgress / Failed from the conditions the operator
 //! writes — built here with the operator's own condition types and merge.
 
-#[path = "gitops_support/argocd.rs"]
 mod argocd;
-#[path = "gitops_support/kstatus.rs"]
 mod kstatus;
 
 use std::collections::BTreeSet;

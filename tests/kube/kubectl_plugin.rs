@@ -5,12 +5,6 @@
 //! NorskNodes an operator running against the simulator mirrors) choosing the node the
 //! operator then places on, and `start` / `stop` of a manual job through a real operator.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[allow(dead_code)]
-mod operator_support;
-mod sim_support;
-
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -26,10 +20,12 @@ use norsk_auto_manager::crd::{
 };
 use norsk_auto_manager::model::{FleetNode, NodeId, NodeInventory, NodePhase};
 use norsk_auto_manager::plugin::{self, Command, FleetSource, PlanWarning, PluginError, Strategy};
-use operator_support::{
+use serde_json::json;
+
+use crate::control_plane;
+use crate::operator_support::{
     Operator, WAIT, installed, instances_of, is_ready, manual_bundle, primary_job, simulator, until,
 };
-use serde_json::json;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

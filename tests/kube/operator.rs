@@ -9,11 +9,6 @@
 //! own operator over that namespace's bundles (pools and hot-spare
 //! policies are cluster-wide and shared; every operator agrees on them).
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-mod operator_support;
-mod sim_support;
-
 use std::pin::pin;
 use std::time::Duration;
 
@@ -30,7 +25,8 @@ use norsk_auto_manager::controller::node_status::node_resource_name;
 use norsk_auto_manager::crd::{self, Bundle, HotSparePolicy, NorskNode};
 use norsk_auto_manager::manager::proto::sim_admin;
 use norsk_auto_manager::model::{JobState, SchedulePhase};
-use operator_support::{
+
+use crate::operator_support::{
     Operator, WAIT, condition, example, installed, instances_of, is_ready, manual_bundle, primary_job, simulator,
     small_bundle, until,
 };

@@ -9,24 +9,21 @@
 //! real Prometheus scraping the running operator evaluates every alert and
 //! dashboard expression without error (every panel with data).
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-mod sim_support;
-
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::wait::{await_condition, conditions};
-use norsk_auto_manager::crd::{self, Bundle, PlacementPool};
+use kube::runtime::wait::await_condition;
+use norsk_auto_manager::crd::{Bundle, PlacementPool};
 use norsk_auto_manager::model::{NodeId, NodeInventory, NodePhase, tags};
 use norsk_auto_manager::sim::{ClusterNode, SimConfig};
-use sim_support::{Sim, TIME_SCALE};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::control_plane;
+use crate::sim_support::{Sim, TIME_SCALE};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_norsk-auto-manager");
 const WAIT: Duration = Duration::from_secs(90);
@@ -81,24 +78,7 @@ async fn setup(cp: &control_plane::ControlPlane, prefix: &str) -> (String, Sim) 
 /// [`setup`], the simulator serving only the published Manager API when
 /// `published_api_only`.
 async fn setup_with(cp: &control_plane::ControlPlane, prefix: &str, published_api_only: bool) -> (String, Sim) {
-    let crds: Api<CustomResourceDefinition> = Api::all(cp.client());
-    for definition in crd::definitions() {
-        let name = definition.metadata.name.clone().unwrap();
-        crds.patch(
-            &name,
-            &PatchParams::apply("norsk-process-test").force(),
-            &Patch::Apply(&definition),
-        )
-        .await
-        .unwrap();
-        tokio::time::timeout(
-            WAIT,
-            await_condition(crds.clone(), &name, conditions::is_crd_established()),
-        )
-        .await
-        .unwrap()
-        .unwrap();
-    }
+    cp.install_definitions().await;
     let ns = cp.namespace(prefix).await;
     // Server-side apply: tests running at once may both make the pool.
     let pool: PlacementPool = yaml_serde::from_str(

@@ -6,32 +6,28 @@
 //!
 //! `cargo test --release --test kube_operator_scale -- --ignored --nocapture`
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-mod sim_support;
-
 use std::collections::BTreeMap;
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::wait::{await_condition, conditions};
+use kube::api::PostParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use norsk_auto_manager::automanager::{AutoSettings, RunOptions};
 use norsk_auto_manager::controller::leader::LeaseSettings;
 use norsk_auto_manager::controller::process;
 use norsk_auto_manager::controller::session::SessionSettings;
-use norsk_auto_manager::crd::{self, Bundle};
+use norsk_auto_manager::crd::Bundle;
 use norsk_auto_manager::manager::client::ClientSettings;
 use norsk_auto_manager::model::{NodeInventory, tags};
 use norsk_auto_manager::sim::{ClusterNode, SimConfig};
 use norsk_auto_manager::telemetry::{Health, OperatorMetrics};
-use sim_support::{Sim, TIME_SCALE};
 use tokio::sync::watch;
+
+use crate::control_plane;
+use crate::sim_support::{Sim, TIME_SCALE};
 
 const BUNDLES: usize = 1_000;
 const NODES: usize = 16;
@@ -41,20 +37,7 @@ const WAIT: Duration = Duration::from_secs(600);
 #[ignore = "a report, not a check: run with --ignored --nocapture"]
 async fn a_thousand_bundles_applied_at_once_become_ready() {
     let cp = control_plane::shared().await;
-    let crds: Api<CustomResourceDefinition> = Api::all(cp.client());
-    for definition in crd::definitions() {
-        let name = definition.metadata.name.clone().unwrap();
-        crds.patch(
-            &name,
-            &PatchParams::apply("norsk-scale-test").force(),
-            &Patch::Apply(&definition),
-        )
-        .await
-        .unwrap();
-        await_condition(crds.clone(), &name, conditions::is_crd_established())
-            .await
-            .unwrap();
-    }
+    cp.install_definitions().await;
     let ns = cp.namespace("scale").await;
     cp.kubectl_apply(
         &ns,

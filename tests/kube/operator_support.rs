@@ -8,20 +8,18 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Patch, PatchParams};
-use kube::runtime::wait::{Condition, await_condition, conditions};
+use kube::runtime::wait::{Condition, await_condition};
 use kube::{Api, Resource};
 use norsk_auto_manager::automanager::{AutoSettings, RunOptions};
 use norsk_auto_manager::controller::leader::LeaseSettings;
 use norsk_auto_manager::controller::process;
 use norsk_auto_manager::controller::session::SessionSettings;
-use norsk_auto_manager::crd::{self, Bundle};
+use norsk_auto_manager::crd::Bundle;
 use norsk_auto_manager::manager::client::ClientSettings;
 use norsk_auto_manager::model::{NodeInventory, tags};
 use norsk_auto_manager::sim::{ClusterNode, SimConfig};
 use norsk_auto_manager::telemetry::{Health, OperatorMetrics};
-use tokio::sync::{OnceCell, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::control_plane;
@@ -30,34 +28,15 @@ use crate::sim_support::{Sim, TIME_SCALE};
 /// How long a test waits for the API server to show an outcome.
 pub const WAIT: Duration = Duration::from_secs(90);
 
-/// Installs the definitions and the example pools once per test binary.
+/// The definitions and the example pools, installed once per control plane.
 pub async fn installed() -> &'static control_plane::ControlPlane {
-    static INSTALLED: OnceCell<()> = OnceCell::const_new();
     let cp = control_plane::shared().await;
-    INSTALLED
-        .get_or_init(|| async {
-            let crds: Api<CustomResourceDefinition> = Api::all(cp.client());
-            for definition in crd::definitions() {
-                let name = definition.metadata.name.clone().unwrap();
-                crds.patch(
-                    &name,
-                    &PatchParams::apply("norsk-operator-test").force(),
-                    &Patch::Apply(&definition),
-                )
-                .await
-                .unwrap_or_else(|e| panic!("the API server refused {name}: {e}"));
-                tokio::time::timeout(
-                    WAIT,
-                    await_condition(crds.clone(), &name, conditions::is_crd_established()),
-                )
-                .await
-                .expect("definition established in time")
-                .expect("watch the definition");
-            }
-            let pools = example("pools.yaml");
-            cp.kubectl_apply("default", &pools).expect("pools apply");
-        })
-        .await;
+    cp.install_definitions().await;
+    cp.once("example pools", || async {
+        let pools = example("pools.yaml");
+        cp.kubectl_apply("default", &pools).expect("pools apply");
+    })
+    .await;
     cp
 }
 

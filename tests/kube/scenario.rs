@@ -2,32 +2,29 @@
 //! against the real control plane: the simulator in-process with the kind values' fleet,
 //! the operator in-process under the chart's RBAC, faults through the `simctl` command line.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-mod sim_support;
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
-use kube::runtime::wait::{await_condition, conditions};
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::wait::await_condition;
 use norsk_auto_manager::automanager::{AutoSettings, RunOptions};
 use norsk_auto_manager::cli::Cli;
 use norsk_auto_manager::controller::leader::LeaseSettings;
 use norsk_auto_manager::controller::process;
 use norsk_auto_manager::controller::session::SessionSettings;
-use norsk_auto_manager::crd::{self, Bundle, PlacementPool};
+use norsk_auto_manager::crd::{Bundle, PlacementPool};
 use norsk_auto_manager::manager::client::ClientSettings;
 use norsk_auto_manager::sim::{ClusterNode, SimConfig};
 use norsk_auto_manager::telemetry::{Health, OperatorMetrics};
 use serde::Deserialize;
-use sim_support::{Sim, TIME_SCALE};
 use tokio::sync::watch;
+
+use crate::control_plane;
+use crate::sim_support::{Sim, TIME_SCALE};
 
 /// How long one step may take.
 const WAIT: Duration = Duration::from_secs(120);
@@ -153,24 +150,7 @@ async fn chart_identity(cp: &control_plane::ControlPlane, ns: &str) -> kube::Cli
 #[tokio::test]
 async fn kind_scenario_passes_against_the_real_api_server() {
     let cp = control_plane::shared().await;
-    let crds: Api<CustomResourceDefinition> = Api::all(cp.client());
-    for definition in crd::definitions() {
-        let name = definition.metadata.name.clone().unwrap_or_default();
-        crds.patch(
-            &name,
-            &PatchParams::apply("norsk-e2e").force(),
-            &Patch::Apply(&definition),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
-        tokio::time::timeout(
-            WAIT,
-            await_condition(crds.clone(), &name, conditions::is_crd_established()),
-        )
-        .await
-        .expect("definition established in time")
-        .expect("watch");
-    }
+    cp.install_definitions().await;
     let ns = cp.namespace("e2e").await;
     let client = chart_identity(cp, &ns).await;
     let sim = Sim::start_with(SimConfig {

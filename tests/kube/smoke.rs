@@ -6,9 +6,6 @@
 //! The CRD here is a stand-in defined for this test only; the operator's own CRDs get their
 //! tests elsewhere.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
-
 use std::{pin::pin, time::Duration};
 
 use futures::TryStreamExt;
@@ -30,6 +27,8 @@ use kube::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+
+use crate::control_plane;
 
 const GROUP: &str = "smoke.automanager.norsk.video";
 const CRD_NAME: &str = "widgets.smoke.automanager.norsk.video";

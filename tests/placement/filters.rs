@@ -2,11 +2,10 @@
 //! the filter rejects the node it must, with its typed reason and numbers,
 //! and lets the node it must through.
 
-mod placement_support;
-
 use norsk_auto_manager::model::{HostPort, NodeId, NodePhase, OnRuntimeFailure};
 use norsk_auto_manager::placement::{Filter, Name, PlacementRequest, RecoveryContext, Rejection};
-use placement_support::*;
+
+use crate::support::*;
 
 const TWO_NODES: &str = "
 nodes:

@@ -11,7 +11,7 @@ use norsk_auto_manager::placement::headroom::{
     Context, DarkReason, Domain, DomainKind, DomainVerdict, Fate, Headroom, HeadroomReport, Selection, Tracker,
 };
 
-use super::placement_support::{bundle, pools, snapshot};
+use crate::support::{bundle, pools, snapshot};
 
 /// Analyses `selection` of `fleet` with `bundles` (id, spec YAML).
 fn analyse(pools_yaml: &str, fleet: &str, bundles: &[(&str, &str)], selection: Selection) -> Vec<DomainVerdict> {

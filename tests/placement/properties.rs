@@ -5,10 +5,7 @@
 //! is provisioned only when no existing node of that tier survived; tiers
 //! are walked in order; a pinned target never provisions; the trace changes
 //! nothing; rankings kept across a burst decide exactly as the scan; the
-//! candidate index decides exactly as the scan (`placement_equivalence`).
-
-mod placement_equivalence;
-mod placement_support;
+//! candidate index decides exactly as the scan (`equivalence`).
 
 use std::collections::{BTreeMap, HashMap};
 

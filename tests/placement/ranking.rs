@@ -2,11 +2,10 @@
 //! the component decides when everything above it ties, plus the orderings
 //! the spec promises between components.
 
-mod placement_support;
-
 use norsk_auto_manager::model::{OnRuntimeFailure, PackingStrategy};
 use norsk_auto_manager::placement::{PlacementKey, PlacementRequest, RecoveryContext, ResilienceFlag};
-use placement_support::*;
+
+use crate::support::*;
 
 const ONE_JOB: &str = "pool: p\njobs: [{jobName: j, template: xyz, requirements: {requiredCapacity: 1}}]";
 
@@ -243,7 +242,7 @@ nodes:
     let off = bundle(
         "pool: p\nintraReplicaPlacement: {sameAz: off}\njobs: [{jobName: one, requirements: {requiredCapacity: 2}}, {jobName: two, requirements: {requiredCapacity: 1}}]",
     );
-    let mut view = placement_support::view(ONE_FIXED_TIER, fleet);
+    let mut view = crate::support::view(ONE_FIXED_TIER, fleet);
     let one = launch(&view, &off, 0, "one");
     apply(&mut view, &off, 0, "one", &one);
     assert_eq!(

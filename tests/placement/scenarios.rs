@@ -3,15 +3,13 @@
 //! launch and migration, each run through `plan_bundles` or `place` and
 //! asserting where every job lands.
 
-mod placement_headroom;
-mod placement_support;
-
 use norsk_auto_manager::model::{BundleId, BundleSpec, NodeId};
 use norsk_auto_manager::placement::{
     NoProvisionReason, Outcome, PlacementRequest, PlanRow, PlannedOutcome, RecoveryContext, ResilienceFlag,
     SequentialNodeIds, TierDecision, plan_bundles,
 };
-use placement_support::*;
+
+use crate::support::*;
 
 /// The quick start's `production` pool, plus the bundle example's `oci-fra`.
 const QUICK_START: &str = "

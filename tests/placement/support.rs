@@ -2,8 +2,6 @@
 //! as YAML (the spec's own notation), and one-call placements with the trace
 //! on so a test can assert which filter rejected which node.
 
-#![allow(dead_code)] // each test binary uses a different subset
-
 use norsk_auto_manager::model::{BundleId, BundleSpec, FleetSnapshot, PlacementPool};
 use norsk_auto_manager::placement::{
     FleetView, Outcome, Placement, PlacementRequest, Pools, Rejection, SequentialNodeIds, Verdict, validate_pools,

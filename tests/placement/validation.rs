@@ -2,14 +2,13 @@
 //! bundle validation: `validateBundle`, `validateBundleAdmission` and
 //! `placeDryRun`.
 
-mod placement_support;
-
 use norsk_auto_manager::model::{HotSpareSpec, PlacementPool};
 use norsk_auto_manager::placement::{
     Admission, BundleIssueCode, Outcome, SettingsErrorCode, place_dry_run, validate_bundle, validate_bundle_admission,
     validate_settings,
 };
-use placement_support::*;
+
+use crate::support::*;
 
 #[test]
 fn every_settings_error_is_listed_at_once_with_its_code() {

@@ -1,13 +1,12 @@
 //! Bundles: expansion into runtime jobs, idempotent create, update, the
 //! stop-then-delete saga, dormant jobs and terminal verdicts.
 
-mod sim_support;
-
 use norsk_auto_manager::manager::proto::manager::{
     self as pb, event_stream_event::Event, job_history_entry::HistoryEntry,
 };
-use sim_support::{Events, Sim, job_update, kind};
 use tonic::Code;
+
+use crate::sim_support::{Events, Sim, job_update, kind};
 
 fn bundle(resilient: bool) -> pb::Bundle {
     pb::Bundle {

@@ -1,13 +1,12 @@
 //! Bad input gets a clear status and the simulator keeps serving; injected
 //! RPC faults and time scale changes.
 
-mod sim_support;
-
 use norsk_auto_manager::manager::proto::common;
 use norsk_auto_manager::manager::proto::manager::{self as pb, id_filter, job_filter};
 use norsk_auto_manager::manager::proto::sim_admin;
-use sim_support::{Sim, aws_node, start_request};
 use tonic::{Code, Status};
+
+use crate::sim_support::{Sim, aws_node, start_request};
 
 #[track_caller]
 fn assert_status(result: Result<impl std::fmt::Debug, Status>, code: Code, mentions: &str) {

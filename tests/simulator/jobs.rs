@@ -1,15 +1,14 @@
 //! Job instances: start to running, deferred start, stop, failure,
 //! rejection, hanging starts, and the worker side of a handover.
 
-mod sim_support;
-
 use norsk_auto_manager::manager::proto::common;
 use norsk_auto_manager::manager::proto::manager::{
     self as pb, event_stream_event::Event, job_history_entry::HistoryEntry, job_history_job_stopping::Reason,
     migration_signal_event, migration_signal_request,
 };
 use norsk_auto_manager::manager::proto::sim_admin;
-use sim_support::{Events, Sim, job_update, start_request};
+
+use crate::sim_support::{Events, Sim, job_update, start_request};
 
 fn job_id(id: &str) -> Option<common::JobId> {
     Some(common::JobId { job_id: id.into() })

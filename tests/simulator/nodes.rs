@@ -2,8 +2,6 @@
 //! idempotent creates, keepalive outages, termination, interruption and
 //! reclaim, determinism for a seed.
 
-mod sim_support;
-
 use norsk_auto_manager::manager::proto::common;
 use norsk_auto_manager::manager::proto::manager::{
     self as pb, event_stream_event::Event, job_history_entry::HistoryEntry, job_history_job_stopping, node_stopping,
@@ -11,8 +9,9 @@ use norsk_auto_manager::manager::proto::manager::{
 use norsk_auto_manager::manager::proto::sim_admin;
 use norsk_auto_manager::model::{InterruptionKind, NodePhase, ProviderKind};
 use norsk_auto_manager::sim::{SimConfig, SimSnapshot};
-use sim_support::{Events, Sim, TIME_SCALE, aws_node, job_update, kind, node_of};
 use tonic::Code;
+
+use crate::sim_support::{Events, Sim, TIME_SCALE, aws_node, job_update, kind, node_of};
 
 async fn booted(sim: &Sim, node_id: &str) {
     let mut events = sim.events().await;

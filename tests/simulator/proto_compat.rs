@@ -22,7 +22,7 @@ struct Compiled {
 }
 
 fn published() -> BTreeSet<String> {
-    include_str!("../proto/published-api.txt")
+    include_str!("../../proto/published-api.txt")
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(str::to_owned)

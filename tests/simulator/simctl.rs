@@ -1,7 +1,5 @@
 //! The `sim` and `simctl` commands end to end, through the real binary.
 
-mod sim_support;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 
@@ -11,7 +9,8 @@ use norsk_auto_manager::manager::proto::manager::{
     self as pb, event_stream_event::Event, manager_client::ManagerClient,
 };
 use norsk_auto_manager::sim::SimSnapshot;
-use sim_support::Sim;
+
+use crate::sim_support::Sim;
 
 const BIN: &str = env!("CARGO_BIN_EXE_norsk-auto-manager");
 

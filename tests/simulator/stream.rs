@@ -1,12 +1,11 @@
 //! The event stream: snapshot, `initial_data_complete` once, then live
 //! events; several streams at once; `drop-stream` and a fresh snapshot.
 
-mod sim_support;
-
 use norsk_auto_manager::manager::proto::manager::{self as pb, event_stream_event::Event};
 use norsk_auto_manager::sim::{ClusterNode, SimConfig};
-use sim_support::{Sim, TIME_SCALE, aws_node, kind, node_of};
 use tonic::Code;
+
+use crate::sim_support::{Sim, TIME_SCALE, aws_node, kind, node_of};
 
 fn bundle(id: &str) -> pb::Bundle {
     pb::Bundle {

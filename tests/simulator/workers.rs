@@ -1,10 +1,9 @@
 //! What workers answer besides jobs: node tags and image prefetch.
 
-mod sim_support;
-
 use norsk_auto_manager::manager::proto::common;
 use norsk_auto_manager::manager::proto::manager::{self as pb, event_stream_event::Event};
-use sim_support::Sim;
+
+use crate::sim_support::Sim;
 
 fn node(id: &str) -> Option<common::NodeId> {
     Some(common::NodeId { node_id: id.into() })

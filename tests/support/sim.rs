@@ -2,6 +2,7 @@
 //! loopback port at a high time scale, the generated tonic clients, and an
 //! event reader that waits with a timeout (never a fixed sleep).
 
+// Each test binary uses a different part of this module.
 #![allow(dead_code)]
 
 use std::time::Duration;

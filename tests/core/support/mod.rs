@@ -3,8 +3,6 @@
 //! clock only moves when the test says so, and every action the core emits
 //! is kept for assertions.
 
-#![allow(dead_code)] // each test binary uses a different subset
-
 pub mod migration;
 
 use std::collections::BTreeMap;
