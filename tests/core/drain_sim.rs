@@ -10,36 +10,20 @@ use std::time::Duration;
 
 use norsk_auto_manager::automanager::interruption::SPOT_INTERRUPTION_DRAIN_MARGIN_MS;
 use norsk_auto_manager::automanager::{
-    AutoManager, AutoManagerHandle, AutoSettings, DrainJobStatus, DrainOptions, DrainPhase, DrainState,
-    MigrationStrategy, Notification, RunOptions, StrategyFor,
+    DrainJobStatus, DrainOptions, DrainPhase, DrainState, MigrationStrategy, Notification, StrategyFor,
 };
 use norsk_auto_manager::manager::proto::{manager as pb, sim_admin};
-use norsk_auto_manager::model::{Bundle, BundleId, JobHistoryEntry, JobId, NodeId, NodeInventory, tags};
-use norsk_auto_manager::sim::{ClusterNode, SimConfig};
+use norsk_auto_manager::model::{Bundle, BundleId, JobHistoryEntry, JobId, NodeId};
 use tokio::sync::broadcast;
 
 use crate::sim_support::Sim;
+use crate::support::runtime::{self, Setup, stop};
 
 /// The scale the spec's interruption scenario names: 100 simulated
 /// seconds per real one.
 const TIME_SCALE: f64 = 100.0;
 const WAIT: Duration = Duration::from_secs(60);
 const JOBS: usize = 20;
-
-fn cluster_node(id: &str, vcpus: f64) -> ClusterNode {
-    ClusterNode {
-        id: id.to_owned(),
-        tags: BTreeMap::from([(tags::POOL.to_owned(), "production".to_owned())]),
-        inventory: NodeInventory::local_server("site", "rack-1", "", vcpus),
-    }
-}
-
-struct Setup {
-    sim: Sim,
-    am: AutoManagerHandle,
-    join: tokio::task::JoinHandle<()>,
-    events: broadcast::Receiver<Notification>,
-}
 
 /// Waits for the first notification `found` accepts.
 async fn until<T>(
@@ -80,24 +64,12 @@ async fn twenty_jobs_on_a() -> Setup {
 /// Nodes `a` and `b`, and `bundles` bundles of `spec` (`jobs_each` jobs)
 /// running on `a` (placed while `b` was cordoned; `b` uncordoned after).
 async fn bundles_on_a(bundles: usize, spec: &str, jobs_each: usize) -> Setup {
-    let sim = Sim::start_with(SimConfig {
-        seed: 5,
-        time_scale: TIME_SCALE,
-        cluster_nodes: vec![cluster_node("a", 16.0), cluster_node("b", 16.0)],
-        ..SimConfig::default()
-    })
-    .await;
-    let settings = AutoSettings {
-        url: sim.handle.url(),
-        placement_pools: yaml_serde::from_str(
-            "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n",
-        )
-        .expect("pools parse"),
-        trace_placements: false,
-        ..AutoSettings::default()
-    };
-    let (am, join) = AutoManager::run_with(settings, RunOptions { time_scale: TIME_SCALE }).expect("runs");
-    let mut events = am.subscribe();
+    let Setup {
+        sim,
+        am,
+        join,
+        mut events,
+    } = runtime::start(5, TIME_SCALE, &[("a", 16.0), ("b", 16.0)], |_| {}).await;
     // `b` can be cordoned once the core has hydrated it; until then each
     // attempt waits for the next notification.
     while am.cordon_node(NodeId::from("b")).await.is_err() {
@@ -160,12 +132,6 @@ async fn instances(sim: &Sim) -> BTreeMap<JobId, Vec<NodeId>> {
         }
     }
     on
-}
-
-async fn stop(setup: Setup) {
-    setup.am.close().await;
-    setup.join.await.expect("the loop ends cleanly");
-    setup.sim.shutdown().await;
 }
 
 async fn drain_twenty_jobs_under(strategy: MigrationStrategy) {

@@ -8,55 +8,21 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use norsk_auto_manager::automanager::{
-    AutoManager, AutoManagerHandle, AutoSettings, MigrationEnd, MigrationId, MigrationOptions, MigrationPhase,
-    MigrationState, MigrationStrategy, Notification, RunOptions,
+    AutoSettings, MigrationEnd, MigrationId, MigrationOptions, MigrationPhase, MigrationState, MigrationStrategy,
+    Notification,
 };
 use norsk_auto_manager::manager::proto::sim_admin;
-use norsk_auto_manager::model::{Bundle, BundleId, JobHistoryEntry, JobId, NodeId, NodeInventory, tags};
-use norsk_auto_manager::sim::{ClusterNode, SimConfig};
+use norsk_auto_manager::model::{Bundle, BundleId, JobHistoryEntry, JobId, NodeId};
 use tokio::sync::broadcast;
 
 use crate::sim_support::Sim;
+use crate::support::runtime::{self, Setup, stop};
 
 const TIME_SCALE: f64 = 1000.0;
 const WAIT: Duration = Duration::from_secs(60);
 
-fn cluster_node(id: &str, vcpus: f64) -> ClusterNode {
-    ClusterNode {
-        id: id.to_owned(),
-        tags: BTreeMap::from([(tags::POOL.to_owned(), "production".to_owned())]),
-        inventory: NodeInventory::local_server("site", "rack-1", "", vcpus),
-    }
-}
-
-struct Setup {
-    sim: Sim,
-    am: AutoManagerHandle,
-    join: tokio::task::JoinHandle<()>,
-    events: broadcast::Receiver<Notification>,
-}
-
 async fn start(nodes: &[(&str, f64)], tune: impl FnOnce(&mut AutoSettings)) -> Setup {
-    let sim = Sim::start_with(SimConfig {
-        seed: 17,
-        time_scale: TIME_SCALE,
-        cluster_nodes: nodes.iter().map(|(id, v)| cluster_node(id, *v)).collect(),
-        ..SimConfig::default()
-    })
-    .await;
-    let mut settings = AutoSettings {
-        url: sim.handle.url(),
-        placement_pools: yaml_serde::from_str(
-            "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n",
-        )
-        .expect("pools parse"),
-        trace_placements: false,
-        ..AutoSettings::default()
-    };
-    tune(&mut settings);
-    let (am, join) = AutoManager::run_with(settings, RunOptions { time_scale: TIME_SCALE }).expect("runs");
-    let events = am.subscribe();
-    Setup { sim, am, join, events }
+    runtime::start(17, TIME_SCALE, nodes, tune).await
 }
 
 fn bundle(i: usize) -> Bundle {
@@ -171,12 +137,6 @@ fn patient(settings: &mut AutoSettings) {
     ] {
         *ms = 3_600_000;
     }
-}
-
-async fn stop(s: Setup) {
-    s.am.close().await;
-    s.join.await.expect("the loop ends cleanly");
-    s.sim.shutdown().await;
 }
 
 async fn migrate_all(s: &mut Setup, jobs: usize, strategy: MigrationStrategy) {

@@ -7,58 +7,20 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use norsk_auto_manager::automanager::{
-    AutoManager, AutoManagerCore, AutoManagerHandle, AutoSettings, Notification, RunOptions,
-};
+use norsk_auto_manager::automanager::{AutoManager, AutoManagerCore, AutoManagerHandle, Notification, RunOptions};
 use norsk_auto_manager::manager::client::ClientSettings;
 use norsk_auto_manager::manager::proto::sim_admin;
-use norsk_auto_manager::model::{Bundle, BundleId, JobHistoryEntry, JobId, NodeId, NodeInventory, NodePhase, tags};
-use norsk_auto_manager::sim::{ClusterNode, SimConfig};
+use norsk_auto_manager::model::{Bundle, BundleId, JobHistoryEntry, JobId, NodeId, NodePhase};
 use tokio::sync::broadcast;
 
 use crate::sim_support::Sim;
+use crate::support::runtime::{self, Setup, settings, stop};
 
 const TIME_SCALE: f64 = 1000.0;
 const WAIT: Duration = Duration::from_secs(60);
 
-fn cluster_node(id: &str, vcpus: f64) -> ClusterNode {
-    ClusterNode {
-        id: id.to_owned(),
-        tags: BTreeMap::from([(tags::POOL.to_owned(), "production".to_owned())]),
-        inventory: NodeInventory::local_server("site", "rack-1", "", vcpus),
-    }
-}
-
-struct Setup {
-    sim: Sim,
-    am: AutoManagerHandle,
-    join: tokio::task::JoinHandle<()>,
-    events: broadcast::Receiver<Notification>,
-}
-
 async fn start(nodes: &[(&str, f64)]) -> Setup {
-    let sim = Sim::start_with(SimConfig {
-        seed: 11,
-        time_scale: TIME_SCALE,
-        cluster_nodes: nodes.iter().map(|(id, v)| cluster_node(id, *v)).collect(),
-        ..SimConfig::default()
-    })
-    .await;
-    let (am, join) = AutoManager::run_with(settings(&sim), RunOptions { time_scale: TIME_SCALE }).expect("runs");
-    let events = am.subscribe();
-    Setup { sim, am, join, events }
-}
-
-fn settings(sim: &Sim) -> AutoSettings {
-    AutoSettings {
-        url: sim.handle.url(),
-        placement_pools: yaml_serde::from_str(
-            "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n",
-        )
-        .expect("pools parse"),
-        trace_placements: false,
-        ..AutoSettings::default()
-    }
+    runtime::start(11, TIME_SCALE, nodes, |_| {}).await
 }
 
 fn bundle(i: usize, vcpus: f64) -> Bundle {
@@ -130,12 +92,6 @@ async fn instances(sim: &Sim) -> BTreeMap<JobId, usize> {
         }
     }
     count
-}
-
-async fn stop(setup: Setup) {
-    setup.am.close().await;
-    setup.join.await.expect("the loop ends cleanly");
-    setup.sim.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

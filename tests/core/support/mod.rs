@@ -4,6 +4,7 @@
 //! is kept for assertions.
 
 pub mod migration;
+pub mod runtime;
 
 use std::collections::BTreeMap;
 
