@@ -65,7 +65,7 @@ fn drain(h: &mut Harness, node: NodeId, options: DrainOptions) -> Result<(), Com
 
 /// The spec's drain-then-terminate. The nodes of these scenarios are
 /// registered cluster servers, whose drain keeps them by default (a
-/// maintenance drain, see `core_maintenance_drain.rs`), so the spec's rules
+/// maintenance drain, see `maintenance_drain.rs`), so the spec's rules
 /// are exercised with `after: terminate` asked for.
 fn terminating() -> DrainOptions {
     DrainOptions {

@@ -3,7 +3,7 @@
 //! on a new node, reserved beside the source), refusals, no concurrent
 //! migrations, the instance key moving at `done`, `close()`, the queries,
 //! and a fresh core finding a target left carrying the job. Deadlines,
-//! aborts and failures are in `core_migration_aborts.rs`.
+//! aborts and failures are in `migration_aborts.rs`.
 
 use norsk_auto_manager::automanager::migration::DEFAULT_MIGRATION_PLACING_TIMEOUT_MS;
 use norsk_auto_manager::automanager::{

@@ -1099,7 +1099,7 @@ fn core_invariants_hold_under_random_events_and_faults() {
             .map(|(seed, e)| {
                 format!(
                     "seed {seed} failed at {e}\n  replay: CORE_SIM_SEED={seed} CORE_SIM_STEPS={steps} CORE_SIM_TRACE=1 \
-                     cargo test --release --test core_simulation core_invariants -- --nocapture"
+                     cargo test --release --test core core_invariants -- --nocapture"
                 )
             })
             .collect();

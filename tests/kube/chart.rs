@@ -44,7 +44,7 @@ fn chart_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/norsk-auto-manager")
 }
 
-/// The definitions (from the chart's crds/) and the example pools, once per test binary.
+/// The definitions (from the chart's crds/) and the example pools, once per control plane.
 async fn installed() -> &'static control_plane::ControlPlane {
     static INSTALLED: OnceCell<()> = OnceCell::const_new();
     let cp = control_plane::shared().await;
@@ -796,7 +796,7 @@ fn the_chart_readme_lists_every_value_as_values_yaml_documents_it() {
     assert!(
         readme == expected,
         "charts/norsk-auto-manager/README.md's values table is stale: run \
-         UPDATE_CHART_README=1 cargo test --test kube_chart the_chart_readme"
+         UPDATE_CHART_README=1 cargo test --test kube the_chart_readme"
     );
     // Every top-level key of values.schema.json has a row.
     let schema: serde_json::Value =

@@ -4,7 +4,7 @@
 //! and how many status writes each took (the target is at most 3 on this
 //! happy path; the count is asserted, the time only printed).
 //!
-//! `cargo test --release --test kube_operator_scale -- --ignored --nocapture`
+//! `cargo test --release --test kube operator_scale:: -- --ignored --nocapture`
 
 use std::collections::BTreeMap;
 use std::pin::pin;

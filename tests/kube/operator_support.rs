@@ -1,5 +1,6 @@
-//! The harness of `tests/kube_operator.rs`: the definitions and example
-//! pools installed once per test binary, a simulator per test with two
+//! The harness of the operator's tests (`operator.rs`, `drain.rs`,
+//! `kubectl_plugin.rs`): the definitions and example pools installed once
+//! per control plane, a simulator per test with two
 //! cluster servers of `production`, an operator process in the test's
 //! runtime, and waits on the API server bounded by a deadline.
 

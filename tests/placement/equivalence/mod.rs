@@ -12,7 +12,7 @@
 //!
 //! The default run covers `EQUIVALENCE_CASES` (10,000) fleets and request
 //! runs; set `PROPTEST_CASES` for a deeper one, e.g.
-//! `PROPTEST_CASES=200000 cargo test --release --test placement_properties
+//! `PROPTEST_CASES=200000 cargo test --release --test placement
 //! the_index_decides`.
 
 mod generate;
