@@ -71,7 +71,7 @@ scenario_step() {
     local verb="$1"
     shift
     case "$verb" in
-        # Into one namespace, as tests/kube_scenario.rs does (the examples name their own).
+        # Into one namespace, as tests/kube/scenario.rs does (the examples name their own).
         apply) sed '/^[[:space:]]*namespace:/d' "$ROOT/$1" | kubectl apply -n "$NS" -f - ;;
         ready) kubectl wait -n "$NS" --for=condition=Ready --timeout="${TIMEOUT}s" "$1/$2" ;;
         fault) simctl "$@" ;;

@@ -171,7 +171,7 @@ step_node_ready() {
 # the image; here it is built and imported into the node's container runtime instead):
 # the namespace enforcing the restricted Pod Security profile, the chart, the pools and
 # channels, then `kubectl describe`. Part 5's commands are e2e/day-two.txt's verbs
-# (tests/readme_config.rs holds the two together).
+# (tests/cli/readme_config.rs holds the two together).
 readme_install() {
     local t=$SECONDS
     readme_step "$1" || return 1

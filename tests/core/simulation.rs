@@ -1,0 +1,1304 @@
+//! Randomised simulation of the AutoManager core: a small Manager model
+//! answers the core's RPCs and throws random events and faults at it from
+//! the spec's vocabulary (nodes starting, stopping with and without
+//! `NodeStopping`, jobs running, failing, rejected — invalid specs included
+//! — provisions refused, dispatches failing, calls timing out after taking
+//! effect, events sent twice, bundles updated, windows
+//! ending, time passing and jumping past the hour, jobs migrated under
+//! each strategy and migrations aborted; nodes cordoned, uncordoned,
+//! drained and interrupted; workers that drop, whose node stays stopping —
+//! its instances still held, so a start elsewhere is refused
+//! `AlreadyExists` — until its `NodeStopped`).
+//!
+//! The checker ([`checks`]) keeps its own reference of what
+//! the spec allows, fed only by the inputs the model sends and the actions
+//! the core emits, and holds the core to it at every step; the model's
+//! Manager side says what really runs where.
+//!
+//! `CORE_SIM_SEEDS` / `CORE_SIM_STEPS` size the run (default 5,000 × 300);
+//! every seed runs, each failure prints its seed and the one command that
+//! replays it with a trace (`CORE_SIM_SEED=<seed> CORE_SIM_TRACE=1`).
+
+mod checks;
+mod migration;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use checks::{Loss, Reference};
+use norsk_auto_manager::automanager::{
+    Action, Command, DrainAfter, DrainOptions, DrainPhase, InterruptionNotice, Notification, RequestId, Rpc,
+    RpcFailureKind,
+};
+use norsk_auto_manager::model::{
+    Bundle, BundleId, HotSpareSpec, InstanceKey, InterruptionKind, JobHistoryEntry, JobId, JobState, JobStopReason,
+    ManagerEvent, NodeId, NodeStopReason, ProviderKind, RejectionCode, UnixMillis, tags,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::support::*;
+
+/// How long a provision in the model's `aws` tier may take
+/// (`provisionTimeoutMs`).
+const AWS_PROVISION_TIMEOUT_MS: i64 = 120_000;
+/// The `aws` tier's `maxNodes`.
+const AWS_MAX_NODES: usize = 4;
+/// What an `aws` node (m5.xlarge) holds.
+const AWS_CAPACITY: f64 = 4.0;
+
+/// One instance Manager holds.
+#[derive(Clone, Debug)]
+struct Instance {
+    node: NodeId,
+    /// Reported running.
+    running: bool,
+    /// Created with a deferred start and not yet started.
+    deferred: bool,
+    /// Its node's worker dropped: Manager holds it until `NodeStopped`; it
+    /// runs no more.
+    held: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NodePhase {
+    Starting,
+    Running,
+    /// Its worker dropped (`NodeStopping`); Manager still holds its
+    /// instances until `NodeStopped`.
+    Stopping,
+}
+
+/// One node Manager knows.
+#[derive(Clone, Debug)]
+struct ManagerNode {
+    phase: NodePhase,
+    tags: Vec<(String, String)>,
+    capacity: f64,
+    cores: u32,
+    /// One GPU device of this capacity (0: none).
+    gpu: f64,
+    capabilities: Vec<String>,
+}
+
+impl ManagerNode {
+    /// What the node's worker advertises.
+    fn inventory(&self, kind: ProviderKind) -> norsk_auto_manager::model::NodeInventory {
+        let mut inventory = inventory(kind, self.capacity);
+        inventory.total_cores = self.cores;
+        inventory.capabilities = self.capabilities.clone();
+        if self.gpu > 0.0 {
+            inventory.gpus = vec![norsk_auto_manager::model::Gpu {
+                model: "t4".into(),
+                total_capacity: self.gpu,
+            }];
+        }
+        inventory
+    }
+}
+
+/// The capability some cluster nodes advertise and some jobs require.
+const CAPABILITY: &str = "norsk.io/sdi";
+
+/// The Manager model, and the checker's reference beside it.
+struct Model {
+    rng: StdRng,
+    h: Harness,
+    /// Calls the core made and Manager has not answered, with when.
+    pending: Vec<(RequestId, UnixMillis, Rpc)>,
+    nodes: BTreeMap<NodeId, ManagerNode>,
+    /// Every instance Manager holds, by job and instance key.
+    instances: BTreeMap<(JobId, InstanceKey), Instance>,
+    /// Spare-untagging calls the core has made (what it counts consumed).
+    spares_untagged: u64,
+    /// Nodes Manager has accepted an instance on (a spare among them was
+    /// consumed then; untagging it again, after a failed untag, is no new
+    /// consumption).
+    carried: BTreeSet<NodeId>,
+    /// Starts refused because the instance was still held on a stopping
+    /// node.
+    refused_held: u64,
+    bundles: BTreeMap<BundleId, Bundle>,
+    ended: BTreeSet<JobId>,
+    next_cluster: u32,
+    /// A job as Manager last repeated it (re-sent late, as a stale event).
+    snapshots: BTreeMap<JobId, norsk_auto_manager::model::RuntimeJob>,
+    /// The id the next bundle applied mid-run takes.
+    next_bundle: usize,
+    /// Broken rules seen while answering or observing (checked with the
+    /// rest).
+    violations: Vec<String>,
+    /// No faults are injected (while the fleet is left to settle).
+    calm: bool,
+    /// The call being answered takes effect, but its answer is lost (the
+    /// core sees it time out): a node or an instance created, stopped or
+    /// terminated although the call failed.
+    ambiguous: bool,
+    /// This step cordoned, drained or interrupted a node.
+    took_out_of_service: bool,
+    /// What the spec allows, as the checker follows it.
+    reference: Reference,
+    /// The actions of the current step (for the tests that look at what a
+    /// run exercised).
+    step_actions: Vec<Action>,
+}
+
+fn random_bundle(rng: &mut StdRng, id: usize) -> Bundle {
+    let jobs = rng.random_range(1..=3);
+    let mut yaml = String::from("pool: production\n");
+    if rng.random_bool(0.3) {
+        yaml.push_str("resiliencePolicy: {sameNode: forbid}\n");
+    }
+    // Co-located groups: every rule-less job together, or jobs joining j0.
+    let same_node_default = jobs > 1 && rng.random_bool(0.15);
+    if same_node_default {
+        yaml.push_str("intraReplicaPlacement: {sameNodeDefault: true}\n");
+    }
+    yaml.push_str("jobs:\n");
+    for j in 0..jobs {
+        let capacity = [0.5, 1.0, 1.5, 2.0, 3.0][rng.random_range(0..5)];
+        let policy = ["preferSpare", "avoidSpare", "drop"][rng.random_range(0..3)];
+        let ports = if rng.random_bool(0.3) { "[\"1935/tcp\"]" } else { "[]" };
+        // `essential` absent is true.
+        let essential = match rng.random_range(0..10) {
+            0..=2 => ", essential: false",
+            3..=4 => "",
+            _ => ", essential: true",
+        };
+        // Half the jobs declare their own ceiling; the rest take the
+        // policy's, the flat one, or the default.
+        let ceiling = if rng.random_bool(0.5) {
+            format!(", maxRestartsPerHour: {}", rng.random_range(0..4))
+        } else {
+            String::new()
+        };
+        let single = if rng.random_bool(0.1) {
+            ", exclusive: true, singleUse: true"
+        } else {
+            ""
+        };
+        let co_located = if j > 0 && !same_node_default && rng.random_bool(0.3) {
+            ", coLocateWith: [j0]"
+        } else if j > 0 && rng.random_bool(0.15) {
+            ", separateFrom: [j0]"
+        } else {
+            ""
+        };
+        // Cores, a share of a GPU, a capability.
+        let mut extra = String::new();
+        if rng.random_bool(0.2) {
+            extra.push_str(&format!(", requiredCores: {}", rng.random_range(1..=2)));
+        }
+        if rng.random_bool(0.1) {
+            extra.push_str(", requiredGpuCapacity: 0.5");
+        }
+        if rng.random_bool(0.1) {
+            extra.push_str(&format!(", requiredCapabilities: [\"{CAPABILITY}\"]"));
+        }
+        yaml.push_str(&format!(
+            "  - {{jobName: j{j}{single}{co_located}, requirements: {{requiredCapacity: {capacity}, requiredHostPorts: {ports}, onRuntimeFailure: {policy}{essential}{ceiling}{extra}}}}}\n"
+        ));
+    }
+    bundle(&format!("b{id}"), &yaml)
+}
+
+/// The restart ceilings of the settings: per policy and flat, each present
+/// or not.
+fn random_ceilings(rng: &mut StdRng) -> String {
+    let mut yaml = String::new();
+    for policy in ["preferSpare", "avoidSpare"] {
+        if rng.random_bool(0.5) {
+            yaml.push_str(&format!(
+                "failurePolicies:\n  {policy}: {{maxRestartsPerHour: {}}}\n",
+                rng.random_range(0..4)
+            ));
+            break;
+        }
+    }
+    if rng.random_bool(0.5) {
+        yaml.push_str(&format!("maxRestartsPerHour: {}\n", rng.random_range(0..4)));
+    }
+    yaml
+}
+
+impl Model {
+    fn new(seed: u64, trace: bool) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut settings = settings();
+        settings.placement_pools = yaml_serde::from_str(&format!(
+            "- name: production\n  tiers:\n    - {{name: cluster, kind: local-servers, scaleOut: fixed}}\n    - name: aws\n      kind: aws\n      region: eu-west-1\n      maxNodes: {AWS_MAX_NODES}\n      provisionTimeoutMs: {AWS_PROVISION_TIMEOUT_MS}\n      candidateInstanceTypes: [{{instanceType: m5.xlarge, totalCapacity: {AWS_CAPACITY}, totalCores: 4}}]\n",
+        ))
+        .expect("pools parse");
+        let ceilings = random_ceilings(&mut rng);
+        if !ceilings.is_empty() {
+            let parsed: norsk_auto_manager::automanager::AutoSettings =
+                yaml_serde::from_str(&ceilings).expect("ceilings parse");
+            settings.failure_policies = parsed.failure_policies;
+            settings.max_restarts_per_hour = parsed.max_restarts_per_hour;
+        }
+        settings.hot_spares = vec![random_hot_spares(&mut rng)];
+        // A traced run says why each placement found nowhere.
+        settings.trace_placements = trace;
+        let reference = Reference::new(&ceilings);
+        let mut h = Harness::with(settings);
+        h.trace = trace;
+        let mut model = Model {
+            h,
+            pending: Vec::new(),
+            nodes: BTreeMap::new(),
+            instances: BTreeMap::new(),
+            spares_untagged: 0,
+            carried: BTreeSet::new(),
+            refused_held: 0,
+            bundles: BTreeMap::new(),
+            ended: BTreeSet::new(),
+            next_cluster: 0,
+            next_bundle: 0,
+            snapshots: BTreeMap::new(),
+            violations: Vec::new(),
+            calm: false,
+            ambiguous: false,
+            took_out_of_service: false,
+            reference,
+            step_actions: Vec::new(),
+            rng: StdRng::seed_from_u64(rng.random()),
+        };
+        for _ in 0..rng.random_range(1..=3) {
+            model.register_cluster_node();
+        }
+        let initial = rng.random_range(2..=6);
+        model.next_bundle = initial;
+        for id in 0..initial {
+            let bundle = random_bundle(&mut rng, id);
+            if trace {
+                eprintln!("bundle {}: {:?}", bundle.bundle_id, bundle.spec);
+            }
+            model.bundles.insert(bundle.bundle_id.clone(), bundle.clone());
+            model.h.bundle(
+                bundle.bundle_id.as_str(),
+                &yaml_serde::to_string(&bundle.spec).expect("spec serialises"),
+            );
+        }
+        model.h.event(ManagerEvent::InitialDataComplete);
+        model
+    }
+
+    fn register_cluster_node(&mut self) {
+        self.next_cluster += 1;
+        let id = format!("cluster-{}", self.next_cluster);
+        let capacity = [2.0, 4.0, 8.0][self.rng.random_range(0..3)];
+        let node = ManagerNode {
+            phase: NodePhase::Running,
+            tags: vec![(tags::POOL.to_owned(), "production".to_owned())],
+            capacity,
+            cores: self.rng.random_range(capacity as u32 / 2..=capacity as u32),
+            gpu: if self.rng.random_bool(0.3) { 1.0 } else { 0.0 },
+            capabilities: if self.rng.random_bool(0.3) {
+                vec![CAPABILITY.to_owned()]
+            } else {
+                vec![]
+            },
+        };
+        self.h
+            .event(ManagerEvent::NodeStarted(node_info(&id, &[(tags::POOL, "production")])));
+        self.h.event(ManagerEvent::NodeInventory {
+            node_id: NodeId(id.clone()),
+            inventory: node.inventory(ProviderKind::LocalServers),
+        });
+        self.nodes.insert(NodeId(id), node);
+    }
+
+    fn fail(&mut self, id: RequestId, kind: RpcFailureKind) {
+        self.h.fail(id, kind);
+    }
+
+    /// Manager did what call `id` asked: the answer is sent, or — when
+    /// this answer is [`Model::ambiguous`] — lost, the core seeing the
+    /// call time out.
+    fn accept(&mut self, id: RequestId) {
+        if std::mem::take(&mut self.ambiguous) {
+            self.fail(id, RpcFailureKind::Transient);
+        } else {
+            self.h.ok(id);
+        }
+    }
+
+    fn node_runs(&self, node: &NodeId) -> bool {
+        self.nodes.get(node).is_some_and(|n| n.phase == NodePhase::Running)
+    }
+
+    /// Manager creates an instance the core asked for; the checker first
+    /// sees that it does not put the job on a second node.
+    fn create_instance(&mut self, job: &JobId, key: &InstanceKey, node: &NodeId, deferred: bool) {
+        self.sync();
+        if let Err(e) = self
+            .reference
+            .may_create(job, key, node, &self.instances, &self.pending)
+        {
+            self.violations.push(e);
+        }
+        self.instances.insert(
+            (job.clone(), key.clone()),
+            Instance {
+                node: node.clone(),
+                running: false,
+                deferred,
+                held: false,
+            },
+        );
+        // A start whose answer is lost is undone by the core: the job
+        // never ran there unless the instance reaches running.
+        let single_use = self.single_use(job) && !self.ambiguous;
+        if !self.ambiguous {
+            self.carried.insert(node.clone());
+        }
+        self.reference.instance_created(node, single_use);
+    }
+
+    /// Whether `job` is `singleUse`.
+    fn single_use(&self, job: &JobId) -> bool {
+        self.spec_of(job).is_some_and(|s| s.single_use)
+    }
+
+    /// The spec of `job`, from the bundle Manager holds.
+    fn spec_of(&self, job: &JobId) -> Option<&norsk_auto_manager::model::JobSpec> {
+        let (bundle, rest) = job.as_str().split_once('/')?;
+        let name = rest.split_once('/')?.1;
+        self.bundles
+            .get(&BundleId::from(bundle))?
+            .spec
+            .jobs
+            .iter()
+            .find(|j| j.job_name == name)
+    }
+
+    /// Answers one outstanding RPC, as Manager would (with random faults).
+    fn answer(&mut self) {
+        self.sync();
+        if self.pending.is_empty() {
+            return;
+        }
+        let (id, _, rpc) = self.pending.remove(self.rng.random_range(0..self.pending.len()));
+        self.ambiguous = !self.calm && self.rng.random_bool(0.03);
+        if !self.calm && self.rng.random_bool(0.05) {
+            if let Rpc::CreateNode { node_id, .. } = &rpc {
+                self.reference.provision_refused(node_id);
+            }
+            return self.fail(id, RpcFailureKind::Transient);
+        }
+        match rpc {
+            Rpc::StartJob {
+                job_id,
+                instance_key,
+                node_id,
+                ..
+            } => {
+                if !self.node_runs(&node_id) || self.ended.contains(&job_id) {
+                    return self.fail(id, RpcFailureKind::NotFound);
+                }
+                // Instances are keyed by job and instance key: one Manager
+                // holds elsewhere (on a stopping node, or created by a start
+                // whose answer was lost) is refused, the same one again is
+                // the instance Manager has.
+                let existing = self
+                    .instances
+                    .get(&(job_id.clone(), instance_key.clone()))
+                    .map(|i| (i.node.clone(), i.held));
+                if existing.as_ref().is_some_and(|(n, _)| *n == node_id) {
+                    self.reference.started(&job_id);
+                    return self.accept(id);
+                }
+                if let Some((held, on_stopping_node)) = existing {
+                    let message = format!("instance {instance_key} already exists: it runs on node {held}");
+                    if on_stopping_node {
+                        self.refused_held += 1;
+                    }
+                    return self.h.input(norsk_auto_manager::automanager::Input::RpcResult {
+                        id,
+                        result: Err(norsk_auto_manager::automanager::RpcFailure {
+                            kind: RpcFailureKind::AlreadyExists,
+                            message,
+                        }),
+                    });
+                }
+                self.create_instance(&job_id, &instance_key, &node_id, false);
+                self.reference.started(&job_id);
+                self.accept(id);
+                self.h.history(
+                    &job_id,
+                    JobHistoryEntry::Provisioned {
+                        at: Some(self.h.now),
+                        role: instance_key,
+                        node_id: Some(node_id),
+                    },
+                );
+            }
+            Rpc::CreateNode { node_id, tags, .. } => {
+                if !self.calm && self.rng.random_bool(0.15) {
+                    self.reference.provision_refused(&node_id);
+                    return self.fail(id, RpcFailureKind::InsufficientCapacity);
+                }
+                if self.ambiguous {
+                    self.reference.create_failed(&node_id);
+                }
+                self.accept(id);
+                let tags: Vec<(String, String)> = tags.into_iter().collect();
+                let t: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                self.h
+                    .event(ManagerEvent::NodeStarting(node_info(node_id.as_str(), &t)));
+                self.nodes.insert(
+                    node_id,
+                    ManagerNode {
+                        phase: NodePhase::Starting,
+                        tags,
+                        capacity: AWS_CAPACITY,
+                        cores: AWS_CAPACITY as u32,
+                        gpu: 0.0,
+                        capabilities: vec![],
+                    },
+                );
+            }
+            // A node Manager does not know (yet: its create may still be
+            // on its way) is not found.
+            Rpc::TerminateNode { node_id } => {
+                if !self.nodes.contains_key(&node_id) {
+                    return self.fail(id, RpcFailureKind::NotFound);
+                }
+                self.accept(id);
+                self.node_event(ManagerEvent::NodeStopping {
+                    node_id: node_id.clone(),
+                    reason: NodeStopReason::UserRequested,
+                });
+                self.node_gone(&node_id);
+            }
+            Rpc::UpdateNodeTags { node_id, set, remove } => {
+                self.h.ok(id);
+                if let Some(node) = self.nodes.get_mut(&node_id) {
+                    node.tags.retain(|(k, _)| !set.contains_key(k) && !remove.contains(k));
+                    node.tags.extend(set);
+                }
+            }
+            Rpc::DeleteBundle(bundle_id) => {
+                self.accept(id);
+                self.bundle_deleted(&bundle_id);
+            }
+            Rpc::UpdateBundle(bundle) => {
+                self.h.ok(id);
+                // "The history clears when the bundle is updated": the
+                // update went through.
+                self.reference.bundle_updated(&bundle.bundle_id);
+            }
+            Rpc::StartMigrationTarget { .. }
+            | Rpc::StartPreparedJob { .. }
+            | Rpc::StopJob { .. }
+            | Rpc::SendMigrationSignal { .. } => self.answer_migration(id, rpc),
+            _ => self.h.ok(id),
+        }
+    }
+
+    /// Feeds an event that takes a node out (`NodeStopping`,
+    /// `NodeStopped`): the checker first judges what the spec says of the
+    /// instances lost with it.
+    fn node_event(&mut self, event: ManagerEvent) {
+        let node = match &event {
+            ManagerEvent::NodeStopping { node_id, .. } | ManagerEvent::NodeStopped(node_id) => node_id.clone(),
+            _ => unreachable!("only node losses"),
+        };
+        self.sync();
+        let bound: Vec<(JobId, InstanceKey, bool)> = self
+            .h
+            .core
+            .jobs()
+            .filter_map(|r| {
+                let b = r.binding.as_ref().filter(|b| b.node_id == node)?;
+                let started = b.phase != norsk_auto_manager::automanager::binding::BindingPhase::AwaitingNode;
+                Some((r.job.job_id.clone(), b.instance_key.clone(), started))
+            })
+            .collect();
+        self.reference.node_lost(&node);
+        for (job, key, started) in bound {
+            // A job of a bundle an earlier loss here has just broken, still
+            // waiting for the node, is withdrawn with the bundle: not lost.
+            if !started && self.reference.is_broken(&job) {
+                continue;
+            }
+            self.judge(&job, &key, &node, Loss::NodeLost);
+        }
+        self.h.event(event);
+    }
+
+    /// The checker judges the loss of instance `key` of `job` on `node`
+    /// before Manager reports it.
+    fn judge(&mut self, job: &JobId, key: &InstanceKey, node: &NodeId, loss: Loss) {
+        self.sync();
+        let Some(spec) = self.spec_of(job).cloned() else {
+            return;
+        };
+        let binding = self.h.core.job(job).and_then(|r| r.binding.clone());
+        let target_runs = |m: &norsk_auto_manager::automanager::MigrationState| {
+            self.instances
+                .get(&(m.job_id.clone(), m.target_key.clone()))
+                .is_some_and(|t| t.node == m.target_node_id && t.running)
+        };
+        let judged = self.reference.judged(job, key, node, binding.as_ref(), &target_runs);
+        if judged {
+            let now = self.h.now;
+            self.reference.loss(job, &spec, loss, node, now);
+        }
+    }
+
+    fn node_gone(&mut self, node: &NodeId) {
+        self.node_event(ManagerEvent::NodeStopped(node.clone()));
+        self.nodes.remove(node);
+        self.instances.retain(|_, i| &i.node != node);
+        self.reference.node_gone(node);
+    }
+
+    /// The node's worker dropped: `NodeStopping` now, `NodeStopped` only on
+    /// a later step. Its instances are held by Manager meanwhile.
+    fn worker_drops(&mut self, node: &NodeId) {
+        self.node_event(ManagerEvent::NodeStopping {
+            node_id: node.clone(),
+            reason: NodeStopReason::HealthPingTimeExceeded,
+        });
+        if let Some(entry) = self.nodes.get_mut(node) {
+            entry.phase = NodePhase::Stopping;
+        }
+        for instance in self.instances.values_mut().filter(|i| &i.node == node) {
+            instance.held = true;
+            instance.running = false;
+        }
+    }
+
+    fn pick<T: Clone>(&mut self, items: Vec<T>) -> Option<T> {
+        if items.is_empty() {
+            return None;
+        }
+        let i = self.rng.random_range(0..items.len());
+        Some(items[i].clone())
+    }
+
+    /// Cordon, uncordon, drain (forced or not) or interrupt a random node.
+    fn take_out_of_service(&mut self) {
+        let nodes: Vec<NodeId> = self.h.core.fleet().iter().map(|n| n.id.clone()).collect();
+        let Some(node_id) = self.pick(nodes) else { return };
+        let command = match self.rng.random_range(0..4) {
+            0 => Command::CordonNode(node_id),
+            1 => Command::UncordonNode(node_id),
+            2 => Command::DrainNode {
+                node_id,
+                options: DrainOptions {
+                    timeout_ms: Some(self.rng.random_range(0..300_000)),
+                    force: self.rng.random_bool(0.5),
+                    // The node's default, a maintenance drain, or the
+                    // spec's drain-then-terminate.
+                    after: [None, Some(DrainAfter::Keep), Some(DrainAfter::Terminate)][self.rng.random_range(0..3)],
+                    ..DrainOptions::default()
+                },
+            },
+            _ => Command::HandleNodeInterruption {
+                node_id,
+                notice: InterruptionNotice {
+                    kind: if self.rng.random_bool(0.5) {
+                        InterruptionKind::SpotInterruption
+                    } else {
+                        InterruptionKind::Rebalance
+                    },
+                    deadline: self
+                        .rng
+                        .random_bool(0.5)
+                        .then(|| self.h.now + self.rng.random_range(0..180_000)),
+                    strategy_for: Default::default(),
+                },
+            },
+        };
+        self.took_out_of_service = true;
+        self.command(command);
+    }
+
+    /// Issues a command the checker follows the reply of.
+    fn command(&mut self, command: Command) {
+        self.sync();
+        let id = self.h.command(command.clone());
+        self.reference.commanded(id, command);
+    }
+
+    /// One random step.
+    fn step(&mut self) {
+        self.step_actions.clear();
+        if self.rng.random_bool(0.04) {
+            self.take_out_of_service();
+        } else {
+            self.random_step();
+        }
+    }
+
+    fn random_step(&mut self) {
+        match self.rng.random_range(0..115) {
+            0..=34 => self.answer(),
+            35..=44 => {
+                let starting: Vec<NodeId> = self
+                    .nodes
+                    .iter()
+                    .filter(|(_, n)| n.phase == NodePhase::Starting)
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                if let Some(node) = self.pick(starting) {
+                    self.node_starts(&node);
+                }
+            }
+            45..=56 | 103..=107 => self.instance_progresses(),
+            57..=63 => {
+                let running: Vec<(JobId, InstanceKey)> = self
+                    .instances
+                    .iter()
+                    .filter(|(_, i)| i.running)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                if let Some((job, key)) = self.pick(running) {
+                    self.instance_fails(&job, &key);
+                }
+            }
+            64..=67 => {
+                let provisioned: Vec<(JobId, InstanceKey)> = self
+                    .instances
+                    .iter()
+                    .filter(|(_, i)| !i.running && !i.held)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                if let Some((job, key)) = self.pick(provisioned) {
+                    let code = if self.rng.random_bool(0.1) {
+                        RejectionCode::InvalidSpec
+                    } else {
+                        RejectionCode::PortInUse
+                    };
+                    self.instance_rejected(&job, &key, code);
+                }
+            }
+            68..=70 => {
+                let nodes: Vec<NodeId> = self.nodes.keys().cloned().collect();
+                if let Some(node) = self.pick(nodes) {
+                    let stopping = self.nodes.get(&node).is_some_and(|n| n.phase == NodePhase::Stopping);
+                    if stopping {
+                        self.node_gone(&node);
+                    } else if self.rng.random_bool(0.3) {
+                        self.worker_drops(&node);
+                    } else {
+                        if self.rng.random_bool(0.5) {
+                            self.node_event(ManagerEvent::NodeStopping {
+                                node_id: node.clone(),
+                                reason: NodeStopReason::HealthPingTimeExceeded,
+                            });
+                        }
+                        self.node_gone(&node);
+                    }
+                }
+            }
+            71..=88 => {
+                let ms = self.rng.random_range(0..30_000);
+                self.advance(ms);
+            }
+            // The clock jumps (an idle stretch): restart ceilings' trailing
+            // hour, cooldowns and every deadline come round.
+            108..=109 => {
+                let ms = self.rng.random_range(300_000..2_400_000);
+                self.advance(ms);
+            }
+            89..=90 => {
+                self.sync();
+                let specs = vec![random_hot_spares(&mut self.rng)];
+                let (result, step) = self.h.core.update_hot_spare_specs(specs, self.h.now);
+                let now = self.h.now;
+                self.h.actions.extend(step.actions.into_iter().map(|a| (now, a)));
+                self.h.next_deadline = step.next_deadline;
+                if let Err(e) = result {
+                    self.violations.push(format!("a valid hot-spare list was refused: {e}"));
+                }
+            }
+            91..=92 => self.register_cluster_node(),
+            93..=95 => {
+                let ids: Vec<BundleId> = self.bundles.keys().cloned().collect();
+                if let Some(id) = self.pick(ids)
+                    && let Some(bundle) = self.bundles.get_mut(&id)
+                {
+                    bundle.generation += 1;
+                    let bundle = bundle.clone();
+                    self.command(Command::UpdateBundle(bundle.clone()));
+                    self.h.event(ManagerEvent::BundleUpdated(bundle.clone()));
+                    self.reference.bundle_updated(&bundle.bundle_id);
+                }
+            }
+            100..=102 => self.migration_command(),
+            // A bundle applied mid-run, or one deleted (the core asks
+            // Manager, whose stop-then-delete saga follows its answer).
+            110 => self.bundle_applied(),
+            111 if self.rng.random_bool(0.5) => {
+                let ids: Vec<BundleId> = self.bundles.keys().cloned().collect();
+                if let Some(id) = self.pick(ids) {
+                    self.command(Command::DeleteBundle(id));
+                }
+            }
+            112..=114 => self.duplicate_event(),
+            _ => {
+                let live: Vec<JobId> = self
+                    .h
+                    .core
+                    .jobs()
+                    .filter(|r| r.job.state == JobState::Active)
+                    .map(|r| r.job.job_id.clone())
+                    .collect();
+                if let Some(job) = self.pick(live) {
+                    self.window_ends(&job);
+                }
+            }
+        }
+    }
+
+    /// A new bundle is applied.
+    fn bundle_applied(&mut self) {
+        self.sync();
+        let id = self.next_bundle;
+        self.next_bundle += 1;
+        let bundle = random_bundle(&mut self.rng, id);
+        self.bundles.insert(bundle.bundle_id.clone(), bundle.clone());
+        self.h.bundle(
+            bundle.bundle_id.as_str(),
+            &yaml_serde::to_string(&bundle.spec).expect("spec serialises"),
+        );
+    }
+
+    /// Manager's stop-then-delete saga of a bundle: every instance of its
+    /// jobs stopped, each job deleted, then the bundle.
+    fn bundle_deleted(&mut self, bundle_id: &BundleId) {
+        let Some(mut bundle) = self.bundles.remove(bundle_id) else {
+            return;
+        };
+        self.sync();
+        bundle.state = norsk_auto_manager::model::BundleState::Deleting;
+        self.h.event(ManagerEvent::BundleUpdated(bundle));
+        let jobs: Vec<JobId> = self
+            .h
+            .core
+            .jobs()
+            .filter(|r| &r.bundle_ref.bundle_id == bundle_id)
+            .map(|r| r.job.job_id.clone())
+            .collect();
+        for job in jobs {
+            let instances: Vec<(InstanceKey, NodeId)> = self
+                .instances
+                .iter()
+                .filter(|((j, _), _)| *j == job)
+                .map(|((_, k), i)| (k.clone(), i.node.clone()))
+                .collect();
+            for (key, node) in instances {
+                self.instances.remove(&(job.clone(), key.clone()));
+                for entry in [
+                    JobHistoryEntry::Stopping {
+                        at: Some(self.h.now),
+                        role: key.clone(),
+                        node_id: Some(node.clone()),
+                        reason: JobStopReason::UserRequested,
+                    },
+                    JobHistoryEntry::Stopped {
+                        at: Some(self.h.now),
+                        role: key,
+                        node_id: Some(node),
+                    },
+                ] {
+                    self.h.history(&job, entry);
+                }
+            }
+            self.ended.insert(job.clone());
+            self.reference.job_ended(&job);
+            self.h.event(ManagerEvent::JobDeleted(job));
+        }
+        // "The history clears when the bundle is updated or deleted."
+        self.reference.bundle_updated(bundle_id);
+        self.h.event(ManagerEvent::BundleDeleted(bundle_id.clone()));
+    }
+
+    /// Manager sends again an event it already sent: a job as it stands,
+    /// or as it stood some steps ago (an older snapshot delivered late), or
+    /// a running node's start and inventory.
+    fn duplicate_event(&mut self) {
+        if self.rng.random_bool(0.5) {
+            let jobs: Vec<JobId> = self.h.core.jobs().map(|r| r.job.job_id.clone()).collect();
+            if let Some(job) = self.pick(jobs)
+                && let Some(record) = self.h.core.job(&job)
+            {
+                let runtime = record.job.clone();
+                let stale = self.snapshots.insert(job.clone(), runtime.clone());
+                let late = stale.filter(|_| self.rng.random_bool(0.5));
+                self.h.event(ManagerEvent::JobUpdated(late.unwrap_or(runtime)));
+            }
+            return;
+        }
+        let running: Vec<NodeId> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.phase == NodePhase::Running)
+            .map(|(id, _)| id.clone())
+            .collect();
+        if let Some(node) = self.pick(running) {
+            let tags = self.nodes[&node].tags.clone();
+            let t: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let kind = if node.as_str().starts_with("cluster-") {
+                ProviderKind::LocalServers
+            } else {
+                ProviderKind::Aws
+            };
+            let inventory = self.nodes[&node].inventory(kind);
+            self.h.event(ManagerEvent::NodeStarted(node_info(node.as_str(), &t)));
+            self.h.event(ManagerEvent::NodeInventory {
+                node_id: node,
+                inventory,
+            });
+        }
+    }
+
+    /// The clock moves by `ms` (the core's timers fire on the way).
+    fn advance(&mut self, ms: i64) {
+        self.sync();
+        self.h.advance(ms);
+    }
+
+    /// A node Manager was starting has started, with its inventory.
+    fn node_starts(&mut self, node: &NodeId) {
+        self.sync();
+        let tags = self.nodes[node].tags.clone();
+        let t: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        // "The history clears when a node provisioned for the job starts."
+        if let Some((_, job)) = tags.iter().find(|(k, _)| k == tags::PROVISIONED_FOR) {
+            self.reference.provisioned_node_started(&JobId(job.clone()));
+        }
+        self.h.event(ManagerEvent::NodeStarted(node_info(node.as_str(), &t)));
+        self.h.event(ManagerEvent::NodeInventory {
+            node_id: node.clone(),
+            inventory: self.nodes[node].inventory(ProviderKind::Aws),
+        });
+        if let Some(entry) = self.nodes.get_mut(node) {
+            entry.phase = NodePhase::Running;
+        }
+    }
+
+    /// An instance moves on: a deferred one (a `stopThenStart` target)
+    /// reports prepared, any other reaches running.
+    fn instance_progresses(&mut self) {
+        let waiting: Vec<(JobId, InstanceKey)> = self
+            .instances
+            .iter()
+            .filter(|(_, i)| !i.running && !i.held)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let Some(key) = self.pick(waiting) else {
+            return;
+        };
+        let Some(instance) = self.instances.get_mut(&key) else {
+            return;
+        };
+        let (job, role) = key;
+        let node = instance.node.clone();
+        if instance.deferred {
+            self.h.event(ManagerEvent::JobPrepared {
+                job_id: job,
+                role,
+                node_id: node,
+            });
+        } else {
+            instance.running = true;
+            self.carried.insert(node.clone());
+            let single_use = self.single_use(&job);
+            self.reference.instance_created(&node, single_use);
+            let entry = JobHistoryEntry::Running {
+                at: Some(self.h.now),
+                role,
+                node_id: Some(node),
+            };
+            self.h.history(&job, entry);
+        }
+    }
+
+    /// A running instance fails: Manager stops it (`Stopping`, job failed,
+    /// then `Stopped`).
+    fn instance_fails(&mut self, job: &JobId, key: &InstanceKey) {
+        let Some(instance) = self.instances.get(&(job.clone(), key.clone())).cloned() else {
+            return;
+        };
+        self.judge(job, key, &instance.node, Loss::Failed);
+        self.instances.remove(&(job.clone(), key.clone()));
+        for entry in [
+            JobHistoryEntry::Stopping {
+                at: Some(self.h.now),
+                role: key.clone(),
+                node_id: Some(instance.node.clone()),
+                reason: JobStopReason::JobFailed,
+            },
+            JobHistoryEntry::Stopped {
+                at: Some(self.h.now),
+                role: key.clone(),
+                node_id: Some(instance.node.clone()),
+            },
+        ] {
+            self.h.history(job, entry);
+        }
+    }
+
+    /// The worker refuses an instance it was starting.
+    fn instance_rejected(&mut self, job: &JobId, key: &InstanceKey, code: RejectionCode) {
+        let Some(instance) = self.instances.get(&(job.clone(), key.clone())).cloned() else {
+            return;
+        };
+        let loss = if code == RejectionCode::InvalidSpec {
+            Loss::InvalidSpec
+        } else {
+            Loss::Failed
+        };
+        self.judge(job, key, &instance.node, loss);
+        self.instances.remove(&(job.clone(), key.clone()));
+        self.h.event(ManagerEvent::JobRejected {
+            job_id: job.clone(),
+            role: key.clone(),
+            node_id: instance.node,
+            code,
+            detail: "refused by the worker".into(),
+            inventory: None,
+        });
+    }
+
+    /// The job's window is over: Manager stops every instance of it.
+    fn window_ends(&mut self, job: &JobId) {
+        self.sync();
+        self.instances.retain(|(j, _), _| j != job);
+        self.ended.insert(job.clone());
+        self.reference.job_ended(job);
+        let mut runtime = self.h.core.job(job).expect("known").job.clone();
+        runtime.state = JobState::Post;
+        self.h.event(ManagerEvent::JobOutOfWindow(runtime));
+    }
+
+    /// Hands the actions emitted since the last look to the checker (and
+    /// the answering side): the reference follows them as they come.
+    fn sync(&mut self) {
+        let actions = std::mem::take(&mut self.h.actions);
+        for (at, action) in &actions {
+            if let Err(e) = self.observe(*at, action) {
+                self.violations.push(e);
+            }
+        }
+        self.step_actions.extend(actions.into_iter().map(|(_, a)| a));
+    }
+
+    /// One action the core emitted.
+    fn observe(&mut self, at: UnixMillis, action: &Action) -> Result<(), String> {
+        let took_out_of_service = self.took_out_of_service;
+        self.reference.observe(at, action, &self.h.core, took_out_of_service)?;
+        let Action::Call { id, rpc } = action else {
+            return Ok(());
+        };
+        // No spare is consumed without a job Manager accepted on it.
+        if let Rpc::UpdateNodeTags { node_id, remove, .. } = rpc
+            && remove.iter().any(|t| t == tags::SPARE)
+        {
+            self.spares_untagged += 1;
+            if !self.instances.values().any(|i| &i.node == node_id) && !self.carried.contains(node_id) {
+                return Err(format!("spare {node_id} consumed with no job accepted on it"));
+            }
+        }
+        if let Rpc::StartJob { job_id, .. } = rpc
+            && self
+                .pending
+                .iter()
+                .any(|(_, _, r)| matches!(r, Rpc::StartJob { job_id: j, .. } if j == job_id))
+        {
+            return Err(format!("second StartJob for {job_id} while one is in flight"));
+        }
+        self.pending.push((*id, at, rpc.clone()));
+        Ok(())
+    }
+
+    /// Takes this step's actions and checks every invariant.
+    fn check(&mut self) -> Result<(), String> {
+        self.sync();
+        self.took_out_of_service = false;
+        if let Some(violation) = self.violations.pop() {
+            return Err(violation);
+        }
+        let manager = checks::ManagerView {
+            now: self.h.now,
+            nodes: &self.nodes,
+            instances: &self.instances,
+            pending: &self.pending,
+            bundles: &self.bundles,
+            spares_untagged: self.spares_untagged,
+        };
+        self.reference.check(&self.h.core, &manager)
+    }
+}
+
+/// A `hotSpares` entry for `production` with a random target and warmth.
+fn random_hot_spares(rng: &mut StdRng) -> HotSpareSpec {
+    HotSpareSpec {
+        pool: "production".into(),
+        target_count: rng.random_range(0..=2),
+        spec: yaml_serde::from_str("{instanceType: m5.xlarge}").expect("spec parses"),
+        warm_for: if rng.random_bool(0.5) {
+            vec!["xyz".into()]
+        } else {
+            vec![]
+        },
+        ..Default::default()
+    }
+}
+
+impl Model {
+    /// Lets the fleet settle without faults (every RPC answered, every node
+    /// started, every instance running, time passing beyond every backoff,
+    /// the last hour's restarts included), then checks liveness: every job
+    /// the spec keeps live is running where the core says, unless no node
+    /// could hold it; and the spare count reached its target wherever
+    /// `maxNodes` allows.
+    fn settle(&mut self) -> Result<(), String> {
+        self.calm = true;
+        for _ in 0..12 {
+            // Dropped workers' nodes finish stopping.
+            let stopping: Vec<NodeId> = self
+                .nodes
+                .iter()
+                .filter(|(_, n)| n.phase == NodePhase::Stopping)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for node in stopping {
+                self.node_gone(&node);
+            }
+            self.check()?;
+            loop {
+                self.sync();
+                if self.pending.is_empty() {
+                    break;
+                }
+                self.answer();
+                self.check()?;
+            }
+            let starting: Vec<NodeId> = self
+                .nodes
+                .iter()
+                .filter(|(_, n)| n.phase == NodePhase::Starting)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for node in starting {
+                self.node_starts(&node);
+            }
+            // Every instance moves on (handover signals are answered with
+            // the calls above).
+            for _ in 0..self.instances.len() {
+                self.instance_progresses();
+                self.check()?;
+            }
+            self.advance(61_000);
+            self.check()?;
+        }
+        let manager = checks::ManagerView {
+            now: self.h.now,
+            nodes: &self.nodes,
+            instances: &self.instances,
+            pending: &self.pending,
+            bundles: &self.bundles,
+            spares_untagged: self.spares_untagged,
+        };
+        self.reference.live(&self.h.core, &manager)?;
+        let core = &self.h.core;
+        let target = core.settings().hot_spares.first().map_or(0, |e| e.target_count);
+        let spares = core
+            .fleet()
+            .iter()
+            .filter(|n| core.spare_spec(&n.id).is_some() && !core.jobs().any(|r| r.is_bound_to(&n.id)))
+            .count() as u32;
+        let aws_nodes = core
+            .fleet()
+            .iter()
+            .filter(|n| {
+                n.tags.get("tier").is_some_and(|t| t == "aws")
+                    && n.phase != norsk_auto_manager::model::NodePhase::Stopped
+            })
+            .count();
+        if spares > target || (spares < target && aws_nodes < AWS_MAX_NODES) {
+            return Err(format!(
+                "spares did not converge: {spares} of {target} with {aws_nodes} of {AWS_MAX_NODES} aws nodes"
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn run_seed(seed: u64, steps: usize) -> Result<(), String> {
+    let trace = std::env::var("CORE_SIM_TRACE").is_ok();
+    let mut model = Model::new(seed, trace);
+    model.check().map_err(|e| format!("setup: {e}"))?;
+    for step in 0..steps {
+        if trace {
+            eprintln!("--- step {step} at {}", model.h.now);
+        }
+        model.step();
+        model
+            .check()
+            .map_err(|e| format!("step {step} (t = {}): {e}", model.h.now))?;
+    }
+    model
+        .settle()
+        .map_err(|e| format!("settling (t = {}): {e}", model.h.now))
+}
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+#[test]
+fn core_invariants_hold_under_random_events_and_faults() {
+    let steps = env("CORE_SIM_STEPS", 300) as usize;
+    let seeds: Vec<u64> = match std::env::var("CORE_SIM_SEED").ok().and_then(|v| v.parse().ok()) {
+        Some(seed) => vec![seed],
+        None => (0..env("CORE_SIM_SEEDS", 5_000)).collect(),
+    };
+    // Every seed runs (on as many threads as there are cores), so a wide
+    // run reports all its failures at once.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(seeds.len().max(1));
+    let failures: Vec<(u64, String)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let seeds = &seeds;
+                scope.spawn(move || {
+                    seeds
+                        .iter()
+                        .skip(t)
+                        .step_by(threads)
+                        .filter_map(|&seed| run_seed(seed, steps).err().map(|e| (seed, e)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut all: Vec<(u64, String)> = workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("seed runner"))
+            .collect();
+        all.sort();
+        all
+    });
+    if !failures.is_empty() {
+        let report: Vec<String> = failures
+            .iter()
+            .map(|(seed, e)| {
+                format!(
+                    "seed {seed} failed at {e}\n  replay: CORE_SIM_SEED={seed} CORE_SIM_STEPS={steps} CORE_SIM_TRACE=1 \
+                     cargo test --release --test core core_invariants -- --nocapture"
+                )
+            })
+            .collect();
+        panic!(
+            "{} of {} seeds failed:\n{}",
+            failures.len(),
+            seeds.len(),
+            report.join("\n")
+        );
+    }
+}
+
+#[test]
+fn the_simulation_exercises_recovery_breaking_and_provisioning() {
+    // Guards the simulation itself: across a few seeds, the interesting
+    // paths must actually be taken, or the invariants prove little.
+    let mut recoveries = 0;
+    let (mut broken, mut provisions, mut dropped) = (0, 0, 0);
+    let (mut drains_done, mut drains_partial) = (0, 0);
+    let (mut migrated, mut rolled_back) = (0, 0);
+    let mut past_the_hour = 0;
+    for seed in 0..50 {
+        let mut model = Model::new(seed, false);
+        let start = model.h.now;
+        for _ in 0..300 {
+            model.step();
+            model.check().expect("invariants hold");
+            for action in &model.step_actions {
+                match action {
+                    Action::Notify(Notification::PlacementDecision(info)) if info.recovery => recoveries += 1,
+                    Action::Notify(Notification::BundleBroken { .. }) => broken += 1,
+                    Action::Notify(Notification::JobDropped { .. }) => dropped += 1,
+                    Action::Notify(Notification::DrainProgress(state)) => match state.phase {
+                        DrainPhase::Done => drains_done += 1,
+                        DrainPhase::Partial => drains_partial += 1,
+                        _ => {}
+                    },
+                    Action::Notify(Notification::MigrationCompleted { .. }) => migrated += 1,
+                    Action::Notify(Notification::MigrationAborted { lost: false, .. }) => rolled_back += 1,
+                    Action::Call {
+                        rpc: Rpc::CreateNode { .. },
+                        ..
+                    } => provisions += 1,
+                    _ => {}
+                }
+            }
+        }
+        if model.h.now - start > norsk_auto_manager::automanager::recovery::RESTART_WINDOW_MS {
+            past_the_hour += 1;
+        }
+    }
+    assert!(
+        drains_done > 0 && drains_partial > 0,
+        "drains done {drains_done}, partial {drains_partial}"
+    );
+    assert!(
+        recoveries > 0 && broken > 0 && provisions > 0 && dropped > 0,
+        "recoveries {recoveries}, broken {broken}, provisions {provisions}, dropped {dropped}"
+    );
+    assert!(
+        migrated > 0 && rolled_back > 0,
+        "migrations completed {migrated}, rolled back {rolled_back}"
+    );
+    assert!(
+        past_the_hour >= 40,
+        "only {past_the_hour} of 50 runs outlast the restart ceiling's trailing hour"
+    );
+}
+
+#[test]
+fn the_simulation_exercises_spares_being_provisioned_consumed_and_trimmed() {
+    // Guards the spare invariants: the paths they watch must be taken.
+    let (mut provisioned, mut consumed, mut trimmed, mut refused_held) = (0, 0, 0, 0);
+    for seed in 0..50 {
+        let mut model = Model::new(seed, false);
+        let mut spares = BTreeSet::new();
+        for _ in 0..300 {
+            model.step();
+            model.check().expect("invariants hold");
+            for action in &model.step_actions {
+                match action {
+                    Action::Call {
+                        rpc: Rpc::CreateNode { node_id, tags, .. },
+                        ..
+                    } if tags.contains_key(tags::SPARE) => {
+                        provisioned += 1;
+                        spares.insert(node_id.clone());
+                    }
+                    Action::Call {
+                        rpc: Rpc::UpdateNodeTags { remove, .. },
+                        ..
+                    } if remove.iter().any(|t| t == tags::SPARE) => consumed += 1,
+                    Action::Call {
+                        rpc: Rpc::TerminateNode { node_id },
+                        ..
+                    } if spares.contains(node_id) => trimmed += 1,
+                    _ => {}
+                }
+            }
+        }
+        refused_held += model.refused_held;
+    }
+    assert!(
+        provisioned > 0 && consumed > 0 && trimmed > 0,
+        "provisioned {provisioned}, consumed {consumed}, trimmed {trimmed}"
+    );
+    assert!(
+        refused_held > 0,
+        "no start was refused for an instance held on a stopping node"
+    );
+}

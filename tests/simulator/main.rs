@@ -1,0 +1,16 @@
+//! The Manager simulator over loopback (stream order and snapshots, nodes,
+//! jobs, bundles, faults, workers, the `sim`/`simctl` binaries), the Manager
+//! client against it, and the compiled descriptors against the published API.
+
+mod bundles;
+mod client;
+mod faults;
+mod jobs;
+mod nodes;
+mod proto_compat;
+mod simctl;
+mod stream;
+mod workers;
+
+#[path = "../support/sim.rs"]
+mod sim_support;
