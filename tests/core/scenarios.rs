@@ -2090,7 +2090,7 @@ fn a_late_failed_start_of_a_target_a_later_migration_is_moving_leaves_the_job_to
     // arrives after a later migration took that instance as its source. It
     // must not end the binding under the later migration (the job would be
     // placed afresh beside that migration's target, on two nodes).
-    use core_support::migration::*;
+    use crate::support::migration::*;
     use norsk_auto_manager::automanager::MigrationStrategy;
     let (mut h, job, first, start) = moved_onto_an_unstarted_prepared_target();
     // Its start was not heard and is sent again; the target runs before
