@@ -2,6 +2,7 @@
 //! the test plays Manager (events in, RPC results back) and asserts what the
 //! core asks Manager to do and what it notifies.
 
+mod core_headroom;
 mod core_support;
 
 use core_support::*;
