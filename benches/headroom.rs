@@ -1,8 +1,10 @@
 //! Resilience headroom benchmarks (the performance targets; figures, not
 //! timed tests): the full single-node-loss analysis of a 1,000-node fleet
 //! carrying 10,000 jobs (every node taken away in turn and its jobs placed
-//! again), and the tracker's incremental update after one placement. The
-//! workload is the one `norsk-auto-manager bench headroom` runs.
+//! again), the tracker's incremental update after one placement (node
+//! verdicts; target 10 ms), and the refresh of its zone and provider
+//! verdicts that follows on its own cadence. The workload is the one
+//! `norsk-auto-manager bench headroom` runs.
 
 use std::collections::BTreeSet;
 use std::hint::black_box;
@@ -59,5 +61,29 @@ fn incremental_update(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, full_analysis, incremental_update);
+fn wide_refresh(c: &mut Criterion) {
+    let work = HeadroomWorkload::new(1_000, 10_000, 1);
+    let none = BTreeSet::new();
+    let mut tracker = Tracker::new();
+    tracker
+        .update(&work.fleet, &work.pools, &work.bundles, &none)
+        .expect("the workload's fleet is valid");
+    let (fleet, bundles) = one_more_job(&work, 1);
+    tracker
+        .update(&fleet, &work.pools, &bundles, &none)
+        .expect("the workload's fleet is valid");
+    let mut group = c.benchmark_group("headroom");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(20));
+    group.bench_function("zone and provider refresh (1000 nodes / 10000 jobs)", |b| {
+        b.iter_batched(
+            || tracker.clone(),
+            |mut tracker| black_box(tracker.refresh_wide()),
+            BatchSize::LargeInput,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, full_analysis, incremental_update, wide_refresh);
 criterion_main!(benches);

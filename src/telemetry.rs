@@ -92,6 +92,26 @@ pub struct PoolLabels {
     pub pool: String,
 }
 
+/// Labels naming a pool and a kind of failure domain.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HeadroomLabels {
+    /// The pool.
+    pub pool: String,
+    /// `node`, `zone` or `provider`.
+    pub kind: String,
+}
+
+/// Labels naming a pool, a kind of failure domain and its worst domain.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorstDomainLabels {
+    /// The pool.
+    pub pool: String,
+    /// `node`, `zone` or `provider`.
+    pub kind: String,
+    /// The node id, zone or provider kind.
+    pub domain: String,
+}
+
 /// Drains and migrations in flight, by what they are.
 #[derive(Debug, Default)]
 struct InFlight {
@@ -125,6 +145,13 @@ pub struct OperatorMetrics {
     pub pool_used_capacity_ratio: Family<PoolLabels, Gauge<f64, AtomicU64>>,
     /// `hotSpares[].targetCount` per pool (0 without a policy).
     pub pool_spare_target: Family<PoolLabels, Gauge>,
+    /// 1 when the pool absorbs the loss of any single domain of the kind.
+    pub headroom_absorbed: Family<HeadroomLabels, Gauge>,
+    /// Domains of the kind whose loss the pool does not absorb.
+    pub headroom_unabsorbed_domains: Family<HeadroomLabels, Gauge>,
+    /// 1 for the worst domain of each pool and kind whose loss is not
+    /// absorbed (one series per pool and kind at most).
+    pub headroom_worst_domain: Family<WorstDomainLabels, Gauge>,
     /// Bundles currently broken (their production ended).
     pub bundles_broken: Gauge,
     /// Drains in flight, per phase.
@@ -175,6 +202,9 @@ impl OperatorMetrics {
         let drains = Family::<PhaseLabels, Gauge>::default();
         let drains_ended = Family::<PhaseLabels, Counter>::default();
         let pool_spare_target = Family::<PoolLabels, Gauge>::default();
+        let headroom_absorbed = Family::<HeadroomLabels, Gauge>::default();
+        let headroom_unabsorbed_domains = Family::<HeadroomLabels, Gauge>::default();
+        let headroom_worst_domain = Family::<WorstDomainLabels, Gauge>::default();
         let bundles_broken = Gauge::default();
         let migrations = Family::<PhaseLabels, Gauge>::default();
         registry.register("reconciles", "Reconciles run", reconciles.clone());
@@ -202,6 +232,21 @@ impl OperatorMetrics {
             events_dropped.clone(),
         );
         registry.register("pool_nodes", "Nodes of the pool not stopped", pool_nodes.clone());
+        registry.register(
+            "headroom_absorbed",
+            "1 when the pool absorbs the loss of any single failure domain of the kind",
+            headroom_absorbed.clone(),
+        );
+        registry.register(
+            "headroom_unabsorbed_domains",
+            "Failure domains of the kind whose loss the pool does not absorb",
+            headroom_unabsorbed_domains.clone(),
+        );
+        registry.register(
+            "headroom_worst_domain",
+            "1 for the failure domain of the kind whose loss does the pool the most harm",
+            headroom_worst_domain.clone(),
+        );
         registry.register(
             "pool_live_spares",
             "Unconsumed hot spares of the pool",
@@ -265,6 +310,9 @@ impl OperatorMetrics {
             pool_live_spares,
             pool_used_capacity_ratio,
             pool_spare_target,
+            headroom_absorbed,
+            headroom_unabsorbed_domains,
+            headroom_worst_domain,
             bundles_broken,
             drains,
             drains_ended,
@@ -372,6 +420,30 @@ impl OperatorMetrics {
             self.pool_used_capacity_ratio
                 .get_or_create(&labels)
                 .set(pool.used_capacity_fraction);
+        }
+        // Only the current worst domains: a domain that stopped being the
+        // worst leaves no series behind.
+        self.headroom_worst_domain.clear();
+        for gauge in &metrics.headroom {
+            let labels = HeadroomLabels {
+                pool: gauge.pool_name.clone(),
+                kind: gauge.kind.clone(),
+            };
+            self.headroom_absorbed
+                .get_or_create(&labels)
+                .set(i64::from(gauge.absorbed));
+            self.headroom_unabsorbed_domains
+                .get_or_create(&labels)
+                .set(i64::from(gauge.unabsorbed_domains));
+            if let Some(worst) = &gauge.worst {
+                self.headroom_worst_domain
+                    .get_or_create(&WorstDomainLabels {
+                        pool: gauge.pool_name.clone(),
+                        kind: gauge.kind.clone(),
+                        domain: worst.clone(),
+                    })
+                    .set(1);
+            }
         }
     }
 

@@ -2,10 +2,13 @@
 //! `experimental.headroom` is on: after anything changes, and
 //! once the fleet has been quiet for `HEADROOM_DEBOUNCE_MS` (or at most
 //! `HEADROOM_MAX_WAIT_MS` after the first change), the tracker of
-//! `placement::headroom` brings every verdict up to date from the fleet as
-//! placement reads it: per pool and for the fleet, "survives the loss of any
-//! single node / zone / provider kind", with the worst domain and why. A
-//! verdict that changes is a `headroomChanged` notification.
+//! `placement::headroom` brings every node's verdict up to date from the
+//! fleet as placement reads it; zones and provider kinds, whose what-ifs
+//! each re-place a large part of the fleet, follow on their own cadence, at
+//! most every `HEADROOM_WIDE_INTERVAL_MS` while changes keep coming. Per
+//! pool and for the fleet: "survives the loss of any single node / zone /
+//! provider kind", with the worst domain and why. A verdict that changes is
+//! a `headroomChanged` notification.
 //!
 //! The analysis runs on the core's own pools, bundles and restart
 //! ceilings (a job already at its ceiling would not come back), on the
@@ -14,15 +17,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{BundleId, BundleSpec, JobId, UnixMillis};
-use crate::placement::headroom::{HeadroomReport, KindSummary, Tracker};
+use crate::placement::headroom::{DomainKind, HeadroomReport, KindSummary, Tracker};
 
 use super::Notification;
 use super::core::AutoManagerCore;
+use super::metrics::HeadroomGauge;
 
 /// How long the fleet must stay unchanged before headroom is recomputed.
 pub const HEADROOM_DEBOUNCE_MS: i64 = 2_000;
 /// The longest a change waits for its recompute while changes keep coming.
 pub const HEADROOM_MAX_WAIT_MS: i64 = 10_000;
+/// The longest zone and provider verdicts stay stale after a node
+/// recompute: they are recomputed at most this often.
+pub const HEADROOM_WIDE_INTERVAL_MS: i64 = 30_000;
 
 /// The headroom state the core keeps.
 #[derive(Clone, Debug, Default)]
@@ -32,7 +39,13 @@ pub(super) struct HeadroomState {
     seen: Option<Fingerprint>,
     /// The first and the latest change not yet recomputed.
     pending: Option<(UnixMillis, UnixMillis)>,
+    /// When the zone and provider verdicts were last recomputed.
+    wide_at: Option<UnixMillis>,
     report: Option<HeadroomReport>,
+    /// Recomputes made (node verdicts brought up to date), and of those
+    /// the ones that refreshed zones and providers too.
+    recomputes: u64,
+    wide_recomputes: u64,
 }
 
 /// A cheap summary of what headroom reads: when it moves, something headroom
@@ -71,7 +84,7 @@ impl AutoManagerCore {
         if due > now {
             return;
         }
-        self.headroom.pending = None;
+        let nodes_due = self.headroom.pending.take().is_some();
         let snapshot = self.fleet_snapshot();
         let bundles: BTreeMap<BundleId, BundleSpec> = self
             .bundles
@@ -88,13 +101,43 @@ impl AutoManagerCore {
             })
             .map(|r| r.job_id().clone())
             .collect();
-        if let Err(e) = self.headroom.tracker.update(&snapshot, &self.pools, &bundles, &ceiling) {
-            return self.notify(Notification::Error {
-                message: format!("headroom not computed: {e}"),
-            });
+        if nodes_due {
+            match self.headroom.tracker.update(&snapshot, &self.pools, &bundles, &ceiling) {
+                Err(e) => {
+                    return self.notify(Notification::Error {
+                        message: format!("headroom not computed: {e}"),
+                    });
+                }
+                Ok(stats) => {
+                    self.headroom.recomputes += 1;
+                    // A rebuild analyses every domain, zones and providers too.
+                    if stats.rebuilt {
+                        self.headroom.wide_recomputes += 1;
+                        self.headroom.wide_at = Some(now);
+                    }
+                }
+            }
+        }
+        if self.wide_due().is_some_and(|at| at <= now) {
+            self.headroom.tracker.refresh_wide();
+            self.headroom.wide_recomputes += 1;
+            self.headroom.wide_at = Some(now);
         }
         let report = self.headroom.tracker.report();
         let before = self.headroom.report.take();
+        let was = before.as_ref().map(bundle_verdicts).unwrap_or_default();
+        let now_verdicts = bundle_verdicts(&report);
+        let changed: BTreeSet<&BundleId> = was
+            .iter()
+            .filter(|(b, v)| now_verdicts.get(*b) != Some(*v))
+            .chain(now_verdicts.iter().filter(|(b, _)| !was.contains_key(*b)))
+            .map(|(b, _)| *b)
+            .collect();
+        for bundle_id in changed {
+            self.notify(Notification::BundleHeadroomChanged {
+                bundle_id: bundle_id.clone(),
+            });
+        }
         for (scope, kind) in summaries(&report) {
             let was = before.as_ref().and_then(|b| {
                 summaries(b)
@@ -118,11 +161,53 @@ impl AutoManagerCore {
         self.headroom.report = Some(report);
     }
 
+    /// The headroom gauges of `metrics()`: per pool and kind of domain,
+    /// from the last report.
+    pub(super) fn headroom_gauges(&self) -> Vec<HeadroomGauge> {
+        let Some(report) = &self.headroom.report else {
+            return Vec::new();
+        };
+        report
+            .pools
+            .iter()
+            .flat_map(|pool| {
+                pool.kinds.iter().map(|kind| HeadroomGauge {
+                    pool_name: pool.pool.clone(),
+                    kind: kind.kind.as_str().to_owned(),
+                    absorbed: kind.survives,
+                    unabsorbed_domains: kind.domains.saturating_sub(kind.absorbed),
+                    worst: kind.worst.as_ref().map(|w| w.name.clone()),
+                })
+            })
+            .collect()
+    }
+
+    /// How many times headroom was recomputed: node verdicts, and zone
+    /// and provider verdicts.
+    pub fn headroom_recomputes(&self) -> (u64, u64) {
+        (self.headroom.recomputes, self.headroom.wide_recomputes)
+    }
+
     /// When headroom is next recomputed, if a change waits.
     pub(super) fn headroom_deadline(&self) -> Option<UnixMillis> {
-        self.headroom
+        let nodes = self
+            .headroom
             .pending
-            .map(|(first, last)| (last + HEADROOM_DEBOUNCE_MS).min(first + HEADROOM_MAX_WAIT_MS))
+            .map(|(first, last)| (last + HEADROOM_DEBOUNCE_MS).min(first + HEADROOM_MAX_WAIT_MS));
+        nodes.into_iter().chain(self.wide_due()).min()
+    }
+
+    /// When the stale zone and provider verdicts are next recomputed:
+    /// `HEADROOM_WIDE_INTERVAL_MS` after they were last.
+    fn wide_due(&self) -> Option<UnixMillis> {
+        if !self.headroom.tracker.wide_stale() {
+            return None;
+        }
+        Some(
+            self.headroom
+                .wide_at
+                .map_or(UnixMillis::MIN, |at| at + HEADROOM_WIDE_INTERVAL_MS),
+        )
     }
 
     fn fingerprint(&self) -> Fingerprint {
@@ -144,6 +229,21 @@ impl AutoManagerCore {
             pools: self.pools.clone(),
         }
     }
+}
+
+/// Per bundle, every node loss touching it and whether the bundle's part
+/// of it is absorbed.
+fn bundle_verdicts(report: &HeadroomReport) -> BTreeMap<&BundleId, Vec<(&str, bool)>> {
+    let mut verdicts: BTreeMap<&BundleId, Vec<(&str, bool)>> = BTreeMap::new();
+    for verdict in report.domains.iter().filter(|d| d.domain.kind == DomainKind::Node) {
+        for fate in &verdict.bundles {
+            verdicts
+                .entry(&fate.bundle)
+                .or_default()
+                .push((verdict.domain.name.as_str(), fate.absorbed()));
+        }
+    }
+    verdicts
 }
 
 /// Every summary of a report with its scope: `None` for the fleet, else

@@ -85,4 +85,25 @@ pub struct Metrics {
     pub pools: Vec<PoolGauge>,
     /// Bundles currently broken.
     pub broken_bundle_ids: Vec<BundleId>,
+    /// Per pool and kind of failure domain, the headroom verdict; empty
+    /// while headroom is not computed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headroom: Vec<HeadroomGauge>,
+}
+
+/// One pool's headroom against one kind of failure domain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeadroomGauge {
+    /// The pool.
+    pub pool_name: String,
+    /// `node`, `zone` or `provider`.
+    pub kind: String,
+    /// The loss of any single domain of the kind is absorbed.
+    pub absorbed: bool,
+    /// Domains of the kind whose loss is not absorbed.
+    pub unabsorbed_domains: u32,
+    /// The worst of those, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worst: Option<String>,
 }

@@ -59,7 +59,7 @@ use serde::Serialize;
 pub use self::core::AutoManagerCore;
 pub use drain::{DrainAfter, DrainJob, DrainJobStatus, DrainOptions, DrainPhase, DrainState, StrategyFor};
 pub use interruption::{InterruptionNotice, NodeInterruptionState};
-pub use metrics::{Metrics, PoolGauge, PoolUsage, TierUsage};
+pub use metrics::{HeadroomGauge, Metrics, PoolGauge, PoolUsage, TierUsage};
 pub use migration::{
     CLOSE_ABORT_GRACE_MS, GroupPeer, MigrationEnd, MigrationId, MigrationOptions, MigrationPhase, MigrationRefusal,
     MigrationSettings, MigrationState, MigrationStrategy,

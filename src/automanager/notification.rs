@@ -245,6 +245,15 @@ pub enum Notification {
         /// The primary is interruptible and no backup is durable.
         interruptible_primary_without_durable_backup: bool,
     },
+    /// Resilience headroom changed what it says of one bundle: the loss of
+    /// a node it runs on became absorbed, or stopped being so. The status
+    /// of the bundle (its `Resilient` condition) reads afresh. An extension
+    /// of the spec's callbacks.
+    #[serde(rename_all = "camelCase")]
+    BundleHeadroomChanged {
+        /// The bundle.
+        bundle_id: BundleId,
+    },
     /// Resilience headroom changed its verdict: whether the loss of any
     /// single domain of `kind` would be absorbed, for the fleet (`pool`
     /// absent) or one pool. An extension of the spec's callbacks.

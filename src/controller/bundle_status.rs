@@ -17,6 +17,7 @@ use crate::placement::Admission;
 
 use super::conditions::{self, Observed, READY, STALLED};
 use super::notes::{JobNotes, Notes};
+use super::resilience::{ReplicaPlacement, resilient};
 
 /// Every job holds a placement.
 pub const PLACED: &str = "Placed";
@@ -40,7 +41,8 @@ pub struct ObservedBundle {
     pub broken: Option<String>,
     /// A scheduled bundle's phase and what comes next.
     pub schedule: Option<ScheduleStatus>,
-    /// `Ready`, `Placed`, `Degraded`, `Broken`, and `Admitted` when asked.
+    /// `Ready`, `Placed`, `Degraded`, `Broken`, `Resilient` (while the
+    /// bundle is on air or placing), and `Admitted` when asked.
     pub conditions: Vec<Observed>,
 }
 
@@ -129,8 +131,14 @@ pub fn observe(
     };
     let (mut active, mut placed, mut running, mut awaiting_capacity) = (0, 0, 0, Vec::new());
     let mut degraded = Vec::new();
+    let mut placements = Vec::new();
     for index in 0..replica_count(spec) {
         let mut jobs = Vec::new();
+        let mut placement = ReplicaPlacement {
+            index,
+            placed: true,
+            nodes: Vec::new(),
+        };
         for job in &spec.jobs {
             let job_id = runtime_job_id(bundle_id, index, &job.job_name);
             let record = core.job(&job_id);
@@ -154,6 +162,19 @@ pub fn observe(
             if let Some(why) = &job_notes.resilience_degraded {
                 degraded.push(format!("{index}/{}: {why}", job.job_name));
             }
+            match binding {
+                Some(b) if !placement.nodes.iter().any(|(n, _)| n == b.node_id.as_str()) => {
+                    let zone = core
+                        .fleet()
+                        .get(&b.node_id)
+                        .and_then(|n| n.inventory.as_ref())
+                        .map(|i| i.az.clone())
+                        .filter(|az| !az.is_empty());
+                    placement.nodes.push((b.node_id.to_string(), zone));
+                }
+                Some(_) => {}
+                None => placement.placed = false,
+            }
             let node = binding.map(|b| b.node_id.to_string());
             let first_node = if index == 0 {
                 &mut observed.primary_node
@@ -176,6 +197,7 @@ pub fn observe(
             });
         }
         observed.replicas.push(ReplicaStatus { index, jobs });
+        placements.push(placement);
     }
 
     // Waiting for its lead, or past its end, a scheduled bundle is where
@@ -240,6 +262,9 @@ pub fn observe(
         Some(reason) => Observed::yes(BROKEN, "BundleBroken", reason.clone()),
         None => Observed::no(BROKEN, "NotBroken", ""),
     });
+    if !deleting && broken.is_none() && off_air.is_none() {
+        conditions.push(resilient(core.headroom(), bundle_id, &placements));
+    }
     // A bundle whose every job is placed was admitted in fact: admission
     // against today's fleet (its own jobs on it) must not contradict Ready.
     if placed == active && active > 0 && off_air.is_none() && !deleting {
@@ -336,6 +361,7 @@ pub fn keep_admitted(observed: &mut ObservedBundle, previous: Option<&BundleStat
         observed.conditions.push(Observed {
             type_: ADMITTED,
             status: admitted.status == "True",
+            unknown: admitted.status == "Unknown",
             reason: admitted.reason.clone(),
             message: admitted.message.clone(),
         });

@@ -21,6 +21,8 @@ pub struct Observed {
     pub type_: &'static str,
     /// True or false.
     pub status: bool,
+    /// Nobody can tell yet (`status: Unknown`); `status` is then false.
+    pub unknown: bool,
     /// A CamelCase reason.
     pub reason: String,
     /// What a person reads.
@@ -33,6 +35,7 @@ impl Observed {
         Self {
             type_,
             status: true,
+            unknown: false,
             reason: reason.into(),
             message: message.into(),
         }
@@ -43,8 +46,26 @@ impl Observed {
         Self {
             type_,
             status: false,
+            unknown: false,
             reason: reason.into(),
             message: message.into(),
+        }
+    }
+
+    /// A condition nobody can tell yet (`Unknown`).
+    pub fn unknown(type_: &'static str, reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            unknown: true,
+            ..Self::no(type_, reason, message)
+        }
+    }
+
+    /// The condition's `status` as the API writes it.
+    pub fn status_name(&self) -> &'static str {
+        match (self.unknown, self.status) {
+            (true, _) => "Unknown",
+            (false, true) => "True",
+            (false, false) => "False",
         }
     }
 }
@@ -71,7 +92,7 @@ pub fn merge(previous: &[Condition], observed: Vec<Observed>, generation: Option
     observed
         .into_iter()
         .map(|o| {
-            let status = if o.status { "True" } else { "False" }.to_owned();
+            let status = o.status_name().to_owned();
             let last_transition_time = previous
                 .iter()
                 .find(|c| c.type_ == o.type_ && c.status == status)
@@ -135,6 +156,21 @@ mod tests {
         assert_eq!(merged[0].last_transition_time, previous[0].last_transition_time);
         assert_ne!(merged[1].last_transition_time, previous[1].last_transition_time);
         assert_eq!(merged[1].observed_generation, Some(2));
+    }
+
+    #[test]
+    fn an_unknown_condition_is_written_unknown_and_its_time_moves_when_it_becomes_known() {
+        let previous = [old("Resilient", "Unknown", 100)];
+        let unknown = merge(
+            &previous,
+            vec![Observed::unknown("Resilient", "HeadroomNotComputed", "")],
+            Some(1),
+        );
+        assert_eq!(unknown[0].status, "Unknown");
+        assert_eq!(unknown[0].last_transition_time, previous[0].last_transition_time);
+        let known = merge(&previous, vec![Observed::yes("Resilient", "LossAbsorbed", "")], Some(1));
+        assert_eq!(known[0].status, "True");
+        assert_ne!(known[0].last_transition_time, previous[0].last_transition_time);
     }
 
     #[test]

@@ -14,6 +14,8 @@
 //!   and migrations on the core, followed by [`drain_follow`].
 //! - [`notes`]: what the core's notifications say, as Events and as the
 //!   status facts the core does not keep.
+//! - [`resilience`]: a Bundle's `Resilient` condition, from the core's
+//!   headroom report.
 //! - [`conditions`]: `metav1.Condition` bookkeeping; [`status`]: writing
 //!   status with server-side apply, only when it changed.
 //! - [`leader`]: the `coordination.k8s.io` Lease; only the leader runs the
@@ -39,6 +41,7 @@ pub mod notes;
 mod notification_log;
 pub mod pool;
 pub mod process;
+pub mod resilience;
 pub mod session;
 pub mod standby;
 pub mod status;

@@ -121,7 +121,8 @@ pub fn bundle_of(notification: &Notification) -> Option<ObjectRef<Bundle>> {
         Notification::BundleUpdated { bundle } => bundle_ref(&bundle.bundle_id),
         Notification::BundleDeleted { bundle_id }
         | Notification::BundleBroken { bundle_id, .. }
-        | Notification::BundleSchedule { bundle_id, .. } => bundle_ref(bundle_id),
+        | Notification::BundleSchedule { bundle_id, .. }
+        | Notification::BundleHeadroomChanged { bundle_id } => bundle_ref(bundle_id),
         Notification::BundleJobStarted { job_id } | Notification::BundleJobStopped { job_id } => {
             bundle_ref_of_job(job_id)
         }
@@ -277,6 +278,43 @@ pub fn bundle_event(notification: &Notification) -> Option<Event> {
     })
 }
 
+/// The pool a headroom verdict is about and the Event it becomes on its
+/// `PlacementPool`: `HeadroomLost` (a warning naming the worst domain and
+/// why) or `HeadroomRestored`. The fleet-wide verdict has no resource.
+pub fn pool_event(notification: &Notification) -> Option<(&str, Event)> {
+    let Notification::HeadroomChanged {
+        pool: Some(pool),
+        domain_kind,
+        survives,
+        worst,
+        why,
+    } = notification
+    else {
+        return None;
+    };
+    let kind = domain_kind.as_str();
+    let event = if *survives {
+        event(
+            EventType::Normal,
+            "HeadroomRestored",
+            "Analyse",
+            format!("the pool absorbs the loss of any single {kind}"),
+        )
+    } else {
+        event(
+            EventType::Warning,
+            "HeadroomLost",
+            "Analyse",
+            format!(
+                "the pool cannot absorb the loss of {kind} {}: {}",
+                worst.as_deref().unwrap_or("?"),
+                why.as_deref().unwrap_or("")
+            ),
+        )
+    };
+    Some((pool.as_str(), event))
+}
+
 /// A node in words for its Events: what it is, where, and which pool and tier it serves.
 fn describe_node(node: &crate::model::NodeInfo) -> String {
     use crate::model::{ProviderMetadata, tags};
@@ -376,6 +414,44 @@ fn node_or_unknown(node: Option<&NodeId>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pool_s_headroom_verdict_becomes_an_event_on_its_pool_and_the_fleet_s_none() {
+        use crate::placement::headroom::DomainKind;
+        let lost = Notification::HeadroomChanged {
+            pool: Some("studio".to_owned()),
+            domain_kind: DomainKind::Node,
+            survives: false,
+            worst: Some("n1".to_owned()),
+            why: Some("bundle b goes dark".to_owned()),
+        };
+        let (pool, event) = pool_event(&lost).expect("an Event");
+        assert_eq!((pool, event.reason.as_str()), ("studio", "HeadroomLost"));
+        assert_eq!(event.type_, EventType::Warning);
+        assert_eq!(
+            event.note.as_deref(),
+            Some("the pool cannot absorb the loss of node n1: bundle b goes dark")
+        );
+        let restored = Notification::HeadroomChanged {
+            pool: Some("studio".to_owned()),
+            domain_kind: DomainKind::Zone,
+            survives: true,
+            worst: None,
+            why: None,
+        };
+        assert_eq!(
+            pool_event(&restored).map(|(_, e)| e.reason),
+            Some("HeadroomRestored".to_owned())
+        );
+        let fleet = Notification::HeadroomChanged {
+            pool: None,
+            domain_kind: DomainKind::Node,
+            survives: false,
+            worst: Some("n1".to_owned()),
+            why: None,
+        };
+        assert!(pool_event(&fleet).is_none());
+    }
 
     #[test]
     fn a_runtime_job_id_names_its_bundle_resource() {

@@ -17,8 +17,9 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::automanager::{AutoManagerCore, CommandError};
-use crate::crd::{PlacementPool, PlacementPoolStatus, TierStatus};
+use crate::crd::{DomainHeadroomStatus, PlacementPool, PlacementPoolStatus, TierStatus, WorstDomainStatus};
 use crate::model;
+use crate::placement::headroom::PoolHeadroom;
 use crate::placement::validate_pools;
 
 use super::conditions::{self, Observed, READY, STALLED};
@@ -231,6 +232,30 @@ pub fn observe_pool(core: &AutoManagerCore, pool: &str, tier_names: &[String]) -
                 used_capacity_fraction: fraction(t.used_capacity_fraction),
             })
             .collect(),
+        headroom: core
+            .headroom()
+            .and_then(|report| report.pool(pool))
+            .map(headroom_status)
+            .unwrap_or_default(),
         ..PlacementPoolStatus::default()
     }
+}
+
+/// A pool's headroom as its status shows it, per kind of failure domain.
+pub fn headroom_status(pool: &PoolHeadroom) -> Vec<DomainHeadroomStatus> {
+    pool.kinds
+        .iter()
+        .map(|kind| DomainHeadroomStatus {
+            kind: kind.kind.as_str().to_owned(),
+            domains: kind.domains,
+            absorbed: kind.absorbed,
+            survives: kind.survives,
+            worst: kind.worst.as_ref().map(|w| WorstDomainStatus {
+                name: w.name.clone(),
+                dark_bundles: w.dark_bundles,
+                unplaced_jobs: w.unplaced_jobs,
+                why: w.why.clone(),
+            }),
+        })
+        .collect()
 }

@@ -20,7 +20,7 @@ use crate::manager::client::ClientSettings;
 use crate::telemetry::OperatorMetrics;
 
 use super::node_status::node_resource_name;
-use super::notes::{bundle_event, bundle_of, node_event};
+use super::notes::{bundle_event, bundle_of, node_event, pool_event};
 use super::{Context, bundle, drain_follow, hot_spare, node, notification_log, pool};
 
 /// What a term runs with.
@@ -150,6 +150,9 @@ async fn follow(
         if let Some((node_id, event)) = node_event(&notification) {
             ctx.publish(event, norsk_node_ref(&fleet_name, node_id));
         }
+        if let Some((pool, event)) = pool_event(&notification) {
+            ctx.publish(event, ObjectRef::<crd::PlacementPool>::new(pool).into());
+        }
         if touches_fleet(&notification) {
             fleet.changed();
         }
@@ -194,5 +197,6 @@ fn touches_fleet(notification: &Notification) -> bool {
             | Notification::NodeUnhealthy { .. }
             | Notification::NodeHealthy { .. }
             | Notification::ConnectionStateChange { .. }
+            | Notification::HeadroomChanged { .. }
     )
 }

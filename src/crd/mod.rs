@@ -29,7 +29,9 @@ pub use node::{NodeInventoryStatus, NorskNode, NorskNodeSpec, NorskNodeStatus};
 pub use node_placement::{
     MAX_LISTED_RESERVATIONS, NodePlacementStatus, NodeStatusError, OmittedReservations, SkippedNode, fleet_snapshot,
 };
-pub use pool::{PlacementPool, PlacementPoolSpec, PlacementPoolStatus, TierStatus};
+pub use pool::{
+    DomainHeadroomStatus, PlacementPool, PlacementPoolSpec, PlacementPoolStatus, TierStatus, WorstDomainStatus,
+};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{CustomResourceDefinition, ValidationRule};
 use kube::CustomResourceExt;

@@ -65,6 +65,51 @@ pub struct PlacementPoolStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub tiers: Vec<TierStatus>,
+    /// Resilience headroom (with `settings.experimental.headroom`): per
+    /// kind of failure domain (`node`, `zone`, `provider`), whether the
+    /// loss of any single one is absorbed by the pool, and the worst one.
+    /// Absent while headroom is not computed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["kind"]))]
+    pub headroom: Vec<DomainHeadroomStatus>,
+}
+
+/// The pool's headroom against the loss of one kind of failure domain.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DomainHeadroomStatus {
+    /// `node`, `zone` or `provider`.
+    pub kind: String,
+    /// Domains of the kind holding nodes of the pool.
+    #[serde(default)]
+    pub domains: u32,
+    /// Of those, the ones whose loss the pool absorbs: every lost job
+    /// placed again, no bundle broken.
+    #[serde(default)]
+    pub absorbed: u32,
+    /// The loss of any single domain of the kind is absorbed.
+    #[serde(default)]
+    pub survives: bool,
+    /// The loss that does the most harm, when one is not absorbed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worst: Option<WorstDomainStatus>,
+}
+
+/// The worst loss of one kind of domain.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorstDomainStatus {
+    /// The node id, zone or provider kind.
+    pub name: String,
+    /// Bundles its loss takes off the air.
+    #[serde(default)]
+    pub dark_bundles: u32,
+    /// Lost jobs not placed again.
+    #[serde(default)]
+    pub unplaced_jobs: u32,
+    /// Why, in words.
+    #[serde(default)]
+    pub why: String,
 }
 
 /// One tier of a pool.

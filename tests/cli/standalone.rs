@@ -706,3 +706,98 @@ async fn a_manual_job_is_started_and_stopped_by_editing_its_started_replicas_in_
     drop(standalone);
     sim.shutdown().await;
 }
+
+fn sized_bundle_doc(name: &str, capacity: f64) -> String {
+    format!(
+        "apiVersion: automanager.norsk.video/v1alpha1
+kind: Bundle
+metadata: {{name: {name}, namespace: default}}
+spec:
+  pool: production
+  jobs:
+    - {{jobName: encode, requirements: {{requiredCapacity: {capacity}}}}}
+"
+    )
+}
+
+/// The status file's headroom verdict on the loss of node `node`: `None`
+/// while absorbed (or not computed), else why.
+fn not_absorbed<'s>(status: &'s Value, node: &str) -> Option<&'s Value> {
+    status["headroom"]["notAbsorbed"]
+        .as_array()?
+        .iter()
+        .find(|d| d["kind"] == "node" && d["name"] == node)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_file_reports_headroom_for_the_fleet_each_pool_and_each_bundle() {
+    let sim = sim_with(&["n1", "n2"]).await;
+    let dir = workspace(&sim, "resources: resources\n");
+    std::fs::write(
+        dir.path().join("standalone.yaml"),
+        format!(
+            "settings: {{url: \"{}\", tracePlacements: false, experimental: {{headroom: true}}}}\nresources: resources\n",
+            sim.handle.url()
+        ),
+    )
+    .unwrap();
+    let resources = dir.path().join("resources");
+    std::fs::write(resources.join("pools.yaml"), POOLS).unwrap();
+    std::fs::write(resources.join("small.yaml"), sized_bundle_doc("small", 1.0)).unwrap();
+    let standalone = Standalone::start(dir.path());
+
+    // One small job on two 8-vCPU nodes: either loss is absorbed.
+    let status = standalone.status_until("headroom: every node loss absorbed", |s| {
+        s["headroom"]["fleet"]
+            .as_array()
+            .and_then(|k| k.iter().find(|k| k["kind"] == "node"))
+            .is_some_and(|k| k["survives"] == true && k["domains"] == 2)
+    });
+    let pool = &status["placementPools"]["production"]["headroom"];
+    let node_kind = pool
+        .as_array()
+        .and_then(|k| k.iter().find(|k| k["kind"] == "node"))
+        .unwrap_or_else(|| panic!("the pool's status has node headroom: {pool}"));
+    assert_eq!(
+        (node_kind["survives"].clone(), node_kind["absorbed"].clone()),
+        (Value::Bool(true), 2.into())
+    );
+    let status = standalone.status_until("small is resilient", |s| {
+        condition(&s["bundles"]["default/small"], "Resilient")["status"] == "True"
+    });
+    assert_eq!(
+        condition(&status["bundles"]["default/small"], "Resilient")["reason"],
+        "LossAbsorbed"
+    );
+
+    // Two 6-vCPU jobs, one per node: neither node's loss can be absorbed.
+    std::fs::write(resources.join("big1.yaml"), sized_bundle_doc("big1", 6.0)).unwrap();
+    std::fs::write(resources.join("big2.yaml"), sized_bundle_doc("big2", 6.0)).unwrap();
+    let status = standalone.status_until("headroom: a node loss not absorbed", |s| {
+        let big1 = node_of(s, "default/big1");
+        big1.is_some_and(|node| not_absorbed(s, &node).is_some())
+            && condition(&s["bundles"]["default/big1"], "Resilient")["status"] == "False"
+    });
+    let node = node_of(&status, "default/big1").expect("big1 is placed");
+    let why = not_absorbed(&status, &node).expect("its loss is not absorbed")["why"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(why.contains("default/big1"), "{why}");
+    let resilient = condition(&status["bundles"]["default/big1"], "Resilient");
+    assert_eq!(resilient["reason"], "LossNotAbsorbed");
+    assert!(
+        resilient["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("node {node}"))),
+        "{resilient}"
+    );
+    let pool_nodes = status["placementPools"]["production"]["headroom"]
+        .as_array()
+        .and_then(|k| k.iter().find(|k| k["kind"] == "node").cloned())
+        .expect("node headroom");
+    assert_eq!(pool_nodes["survives"], false, "{pool_nodes}");
+    assert!(pool_nodes["worst"]["name"].is_string(), "{pool_nodes}");
+    drop(standalone);
+    sim.shutdown().await;
+}

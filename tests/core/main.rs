@@ -6,6 +6,7 @@
 mod drain;
 mod drain_sim;
 mod group_migration;
+mod headroom;
 mod job_strategy;
 mod maintenance_drain;
 mod migration;

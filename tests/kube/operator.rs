@@ -900,3 +900,89 @@ async fn a_scheduled_bundle_shows_its_schedule_and_waits_for_it_or_ends_with_it(
     operator.stop().await;
     sim.shutdown().await;
 }
+
+/// A bundle whose only job is dropped on a runtime failure: the loss of
+/// its node is terminal for it.
+fn dropped_on_failure_bundle(name: &str) -> String {
+    format!(
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {{name: {name}}}\nspec:\n  pool: production\n  jobs:\n    - {{jobName: encode, template: encoder, requirements: {{requiredCapacity: 1, onRuntimeFailure: drop}}}}\n"
+    )
+}
+
+#[tokio::test]
+async fn headroom_marks_each_bundle_resilient_or_not_and_the_pool_s_lost_headroom_is_an_event() {
+    let cp = installed().await;
+    let ns = cp.namespace("headroom").await;
+    let sim = simulator(&ns).await;
+    let mut settings = AutoSettings::default();
+    settings.experimental.headroom = true;
+    let operator = Operator::start_with(cp, &ns, &sim, "headroom-0", settings).await;
+    cp.kubectl_apply(&ns, &small_bundle("sturdy")).expect("bundle applies");
+    cp.kubectl_apply(&ns, &dropped_on_failure_bundle("fragile"))
+        .expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    // A node's loss re-places sturdy's job (on the other server, or a
+    // provisioned one).
+    let sturdy = until(&bundles, "sturdy", "Resilient", |b: Option<&Bundle>| {
+        b.and_then(|b| condition(b, "Resilient"))
+            .is_some_and(|(s, _)| s == "True")
+    })
+    .await;
+    assert_eq!(
+        condition(&sturdy, "Resilient"),
+        Some(("True".to_owned(), "LossAbsorbed".to_owned()))
+    );
+    // fragile's job would be dropped: its node's loss takes it off the air.
+    let fragile = until(&bundles, "fragile", "not Resilient", |b: Option<&Bundle>| {
+        b.and_then(|b| condition(b, "Resilient"))
+            .is_some_and(|(s, _)| s == "False")
+    })
+    .await;
+    let status = fragile.status.clone().expect("status");
+    let node = status.primary_node.clone().expect("fragile is placed");
+    let resilient = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Resilient")
+        .expect("the condition");
+    assert_eq!(resilient.reason, "LossNotAbsorbed");
+    assert!(
+        resilient.message.contains(&format!("node {node}")) && resilient.message.contains("drop"),
+        "{}",
+        resilient.message
+    );
+    // The pool's verdict on a node's loss turned bad: a warning on the
+    // PlacementPool (cluster-scoped: its Events are in `default`), naming
+    // this test's node.
+    let events = watcher(
+        Api::<Event>::namespaced(cp.client(), "default"),
+        watcher::Config::default(),
+    )
+    .applied_objects();
+    let lost = tokio::time::timeout(WAIT, async {
+        let mut events = pin!(events);
+        while let Some(e) = events.try_next().await.expect("watch events") {
+            let on_pool = e
+                .regarding
+                .as_ref()
+                .is_some_and(|r| r.kind.as_deref() == Some("PlacementPool") && r.name.as_deref() == Some("production"));
+            if on_pool
+                && e.reason.as_deref() == Some("HeadroomLost")
+                && e.note.as_deref().is_some_and(|n| n.contains(&node))
+            {
+                return e;
+            }
+        }
+        panic!("the event watch ended")
+    })
+    .await
+    .expect("a HeadroomLost event on the pool");
+    assert_eq!(lost.type_.as_deref(), Some("Warning"));
+    let note = lost.note.unwrap_or_default();
+    assert!(
+        note.contains(&format!("cannot absorb the loss of node {node}")) && note.contains("fragile"),
+        "{note}"
+    );
+    operator.stop().await;
+    sim.shutdown().await;
+}

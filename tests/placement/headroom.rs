@@ -374,9 +374,47 @@ const CASCADE: &str = "
       candidateInstanceTypes: [{instanceType: m5.xlarge, totalCapacity: 4, totalCores: 4}]
 ";
 
+/// Both tiers binpack, the elastic one too: where the tracker keeps most
+/// verdicts of a node that only got fuller.
+const BINPACK: &str = "
+- name: studio
+  tiers:
+    - {name: cluster, kind: local-servers, scaleOut: fixed}
+    - name: reserved
+      kind: aws
+      region: eu-west-1
+      maxNodes: 4
+      candidateInstanceTypes: [{instanceType: m5.xlarge, totalCapacity: 4, totalCores: 4}]
+";
+
+/// A random capacity: quarters of a vCPU, which add up exactly in
+/// binary, so a fresh analysis and an incremental one see the same sums.
+fn quarters(rng: &mut Lcg, most: usize) -> f64 {
+    (1 + rng.below(most * 4)) as f64 / 4.0
+}
+
+/// A random bundle spec: one job, a co-located pair, a backup kept off
+/// the primary's node, or a job on a host port.
+fn random_spec(rng: &mut Lcg) -> BundleSpec {
+    let capacity = quarters(rng, 2);
+    bundle(&match rng.below(4) {
+        0 => format!(
+            "pool: studio\nresiliencePolicy: {{sameNode: forbid}}\njobs: [{{jobName: encode, requirements: {{requiredCapacity: {capacity}}}}}]"
+        ),
+        1 => format!(
+            "pool: studio\njobs:\n- {{jobName: encode, requirements: {{requiredCapacity: {capacity}}}}}\n- {{jobName: package, coLocateWith: [encode], requirements: {{requiredCapacity: 1}}}}\n"
+        ),
+        2 => format!(
+            "pool: studio\njobs: [{{jobName: encode, requirements: {{requiredCapacity: {capacity}, requiredHostPorts: [{}/tcp]}}}}]",
+            9000 + rng.below(3)
+        ),
+        _ => format!("pool: studio\njobs: [{{jobName: encode, requirements: {{requiredCapacity: {capacity}}}}}]"),
+    })
+}
+
 /// A random fleet and its bundles: cluster and reserved nodes in two
 /// zones, one- and two-job bundles, some with a backup.
-fn random_fleet(rng: &mut Lcg) -> (FleetSnapshot, BTreeMap<BundleId, BundleSpec>) {
+fn random_fleet(rng: &mut Lcg, pools_yaml: &str) -> (FleetSnapshot, BTreeMap<BundleId, BundleSpec>) {
     let mut nodes = String::new();
     let count = 4 + rng.below(6);
     for n in 0..count {
@@ -392,29 +430,19 @@ fn random_fleet(rng: &mut Lcg) -> (FleetSnapshot, BTreeMap<BundleId, BundleSpec>
     let mut fleet = snapshot(&format!("nodes:\n{nodes}"));
     let mut specs = BTreeMap::new();
     for b in 0..(count * 2) {
-        let capacity = 1 + rng.below(2);
-        let spec = match rng.below(3) {
-            0 => format!(
-                "pool: studio\nresiliencePolicy: {{sameNode: forbid}}\njobs: [{{jobName: encode, requirements: {{requiredCapacity: {capacity}}}}}]"
-            ),
-            1 => format!(
-                "pool: studio\njobs:\n- {{jobName: encode, requirements: {{requiredCapacity: {capacity}}}}}\n- {{jobName: package, coLocateWith: [encode], requirements: {{requiredCapacity: 1}}}}\n"
-            ),
-            _ => format!("pool: studio\njobs: [{{jobName: encode, requirements: {{requiredCapacity: {capacity}}}}}]"),
-        };
-        specs.insert(BundleId(format!("b{b}")), bundle(&spec));
+        specs.insert(BundleId(format!("b{b}")), random_spec(rng));
     }
     for (id, spec) in &specs {
-        place_bundle(&mut fleet, id, spec);
+        place_bundle(&mut fleet, pools_yaml, id, spec);
     }
     (fleet, specs)
 }
 
 /// Places every job of `spec` on `fleet` the way `plan` would, recording
 /// the reservations (a provision adds its node, running).
-fn place_bundle(fleet: &mut FleetSnapshot, id: &BundleId, spec: &BundleSpec) {
+fn place_bundle(fleet: &mut FleetSnapshot, pools_yaml: &str, id: &BundleId, spec: &BundleSpec) {
     use norsk_auto_manager::placement::{FleetView, PlannedOutcome, SequentialNodeIds, plan_bundles};
-    let mut view = FleetView::new(fleet, pools(CASCADE)).unwrap();
+    let mut view = FleetView::new(fleet, pools(pools_yaml)).unwrap();
     let rows = plan_bundles(
         &mut view,
         &[(id.clone(), spec.clone())],
@@ -441,8 +469,8 @@ fn place_bundle(fleet: &mut FleetSnapshot, id: &BundleId, spec: &BundleSpec) {
     }
 }
 
-fn fresh(fleet: &FleetSnapshot, specs: &BTreeMap<BundleId, BundleSpec>) -> HeadroomReport {
-    let mut headroom = Headroom::new(fleet, pools(CASCADE)).unwrap();
+fn fresh(pools_yaml: &str, fleet: &FleetSnapshot, specs: &BTreeMap<BundleId, BundleSpec>) -> HeadroomReport {
+    let mut headroom = Headroom::new(fleet, pools(pools_yaml)).unwrap();
     let none = BTreeSet::new();
     let context = Context {
         bundles: specs,
@@ -452,32 +480,45 @@ fn fresh(fleet: &FleetSnapshot, specs: &BTreeMap<BundleId, BundleSpec>) -> Headr
     HeadroomReport::of(verdicts, &["studio".to_owned()])
 }
 
-#[test]
-fn the_tracker_s_incremental_verdicts_equal_a_fresh_analysis_after_every_change() {
+fn node_verdicts(report: &HeadroomReport) -> Vec<&DomainVerdict> {
+    report
+        .domains
+        .iter()
+        .filter(|d| d.domain.kind == DomainKind::Node)
+        .collect()
+}
+
+/// Random fleets under `pools_yaml`, each changed a step at a time; after
+/// every update the tracker's node verdicts, and once the wide domains are
+/// refreshed its whole report, equal a fresh analysis of the fleet.
+/// Returns the node verdicts recomputed and the ones there were.
+fn incremental_equals_fresh(pools_yaml: &str, seeds: std::ops::Range<u64>) -> (usize, usize) {
     let mut recomputed = 0;
     let mut possible = 0;
-    for seed in 0..40u64 {
+    for seed in seeds {
         let mut rng = Lcg(seed);
-        let (mut fleet, mut specs) = random_fleet(&mut rng);
+        let (mut fleet, mut specs) = random_fleet(&mut rng, pools_yaml);
         let mut tracker = Tracker::new();
         let none = BTreeSet::new();
-        tracker.update(&fleet, &pools(CASCADE), &specs, &none).unwrap();
-        assert_eq!(tracker.report(), fresh(&fleet, &specs), "seed {seed}: first update");
-        for step in 0..12 {
-            let change = rng.below(5);
+        tracker.update(&fleet, &pools(pools_yaml), &specs, &none).unwrap();
+        assert_eq!(
+            tracker.report(),
+            fresh(pools_yaml, &fleet, &specs),
+            "seed {seed}: first update"
+        );
+        for step in 0..16 {
+            let change = rng.below(7);
             match change {
-                // A new bundle placed.
-                0 | 1 => {
+                // A new bundle placed (on a binpack tier, mostly onto a
+                // node that only gets fuller).
+                0..=2 => {
                     let id = BundleId(format!("new{step}"));
-                    let spec = bundle(&format!(
-                        "pool: studio\njobs: [{{jobName: encode, requirements: {{requiredCapacity: {}}}}}]",
-                        1 + rng.below(3)
-                    ));
-                    place_bundle(&mut fleet, &id, &spec);
+                    let spec = random_spec(&mut rng);
+                    place_bundle(&mut fleet, pools_yaml, &id, &spec);
                     specs.insert(id, spec);
                 }
                 // A job released.
-                2 => {
+                3 => {
                     let with_jobs: Vec<usize> = (0..fleet.nodes.len())
                         .filter(|&i| !fleet.nodes[i].jobs.is_empty())
                         .collect();
@@ -488,9 +529,17 @@ fn the_tracker_s_incremental_verdicts_equal_a_fresh_analysis_after_every_change(
                     }
                 }
                 // A node cordoned or uncordoned.
-                3 => {
+                4 => {
                     let n = rng.below(fleet.nodes.len());
                     fleet.nodes[n].cordoned = !fleet.nodes[n].cordoned;
+                }
+                // A bundle's spec asks for more.
+                5 => {
+                    let ids: Vec<BundleId> = specs.keys().cloned().collect();
+                    let id = &ids[rng.below(ids.len())];
+                    if let Some(spec) = specs.get_mut(id) {
+                        spec.jobs[0].requirements.required_capacity += 1.0;
+                    }
                 }
                 // An empty node added, or a node removed.
                 _ => {
@@ -504,18 +553,116 @@ fn the_tracker_s_incremental_verdicts_equal_a_fresh_analysis_after_every_change(
                     }
                 }
             }
-            let stats = tracker.update(&fleet, &pools(CASCADE), &specs, &none).unwrap();
+            let stats = tracker.update(&fleet, &pools(pools_yaml), &specs, &none).unwrap();
             recomputed += stats.nodes_recomputed;
             possible += stats.nodes;
+            let expected = fresh(pools_yaml, &fleet, &specs);
+            assert_eq!(
+                node_verdicts(&tracker.report()),
+                node_verdicts(&expected),
+                "seed {seed} step {step} (change {change}): incremental and fresh node verdicts differ"
+            );
+            tracker.refresh_wide();
+            assert!(!tracker.wide_stale());
             assert_eq!(
                 tracker.report(),
-                fresh(&fleet, &specs),
+                expected,
                 "seed {seed} step {step} (change {change}): incremental and fresh differ"
             );
         }
     }
+    (recomputed, possible)
+}
+
+#[test]
+fn the_tracker_s_incremental_verdicts_equal_a_fresh_analysis_after_every_change() {
+    let (recomputed, possible) = incremental_equals_fresh(CASCADE, 0..60);
     assert!(
         recomputed < possible,
         "some updates recompute only part of the fleet ({recomputed} of {possible})"
     );
+}
+
+#[test]
+fn under_binpack_a_node_that_only_got_fuller_keeps_most_verdicts_and_the_rest_equal_a_fresh_analysis() {
+    let (recomputed, possible) = incremental_equals_fresh(BINPACK, 100..220);
+    assert!(
+        recomputed < possible,
+        "some updates recompute only part of the fleet ({recomputed} of {possible})"
+    );
+    // The binpack winner taking one more job: it is the node nearly
+    // every loss lands on, and it only got fuller.
+    let fleet = snapshot(&format!(
+        "nodes:\n{}{}{}{}{}{}",
+        node("n1", "z1", 8.0, &job("a", 0, "encode", 4.0)),
+        node("n2", "z1", 8.0, &job("b", 0, "encode", 3.0)),
+        node("n3", "z2", 8.0, &job("c", 0, "encode", 2.0)),
+        node("n4", "z2", 8.0, &job("d", 0, "encode", 1.0)),
+        node("n5", "z1", 8.0, &job("e", 0, "encode", 1.0)),
+        node("n6", "z2", 8.0, &job("f", 0, "encode", 0.5)),
+    ));
+    let mut specs = BTreeMap::new();
+    for (id, capacity) in [("a", 4.0), ("b", 3.0), ("c", 2.0), ("d", 1.0), ("e", 1.0), ("f", 0.5)] {
+        specs.insert(
+            BundleId::from(id),
+            bundle(&format!(
+                "pool: studio\njobs: [{{jobName: encode, requirements: {{requiredCapacity: {capacity}}}}}]"
+            )),
+        );
+    }
+    let none = BTreeSet::new();
+    let mut tracker = Tracker::new();
+    tracker.update(&fleet, &pools(BINPACK), &specs, &none).unwrap();
+    let mut fleet = fleet;
+    for n in 0..3 {
+        let id = BundleId(format!("more{n}"));
+        let spec = bundle("pool: studio\njobs: [{jobName: encode, requirements: {requiredCapacity: 0.5}}]");
+        place_bundle(&mut fleet, BINPACK, &id, &spec);
+        specs.insert(id, spec);
+        let stats = tracker.update(&fleet, &pools(BINPACK), &specs, &none).unwrap();
+        assert!(
+            stats.nodes_recomputed <= 2,
+            "placement {n}: the fuller winner keeps the verdicts it still wins ({} of {} recomputed)",
+            stats.nodes_recomputed,
+            stats.nodes
+        );
+        tracker.refresh_wide();
+        assert_eq!(tracker.report(), fresh(BINPACK, &fleet, &specs), "placement {n}");
+    }
+}
+
+#[test]
+fn the_wide_domains_wait_for_their_refresh_and_then_equal_a_fresh_analysis() {
+    let mut rng = Lcg(7);
+    let (mut fleet, mut specs) = random_fleet(&mut rng, BINPACK);
+    let none = BTreeSet::new();
+    let mut tracker = Tracker::new();
+    tracker.update(&fleet, &pools(BINPACK), &specs, &none).unwrap();
+    assert!(!tracker.wide_stale(), "the first update computes every domain");
+    let before = tracker.report();
+    let id = BundleId::from("late");
+    let spec = bundle("pool: studio\njobs: [{jobName: encode, requirements: {requiredCapacity: 1}}]");
+    place_bundle(&mut fleet, BINPACK, &id, &spec);
+    specs.insert(id, spec);
+    let stats = tracker.update(&fleet, &pools(BINPACK), &specs, &none).unwrap();
+    assert!(stats.wide_stale && tracker.wide_stale());
+    assert_eq!(
+        stats.wide_recomputed, 0,
+        "an update leaves zones and providers to their refresh"
+    );
+    let wide = |r: &HeadroomReport| -> Vec<DomainVerdict> {
+        r.domains
+            .iter()
+            .filter(|d| d.domain.kind != DomainKind::Node)
+            .cloned()
+            .collect()
+    };
+    assert_eq!(
+        wide(&tracker.report()),
+        wide(&before),
+        "the stale wide verdicts stand until refreshed"
+    );
+    assert!(tracker.refresh_wide() > 0);
+    assert_eq!(tracker.refresh_wide(), 0, "nothing changed since the refresh");
+    assert_eq!(tracker.report(), fresh(BINPACK, &fleet, &specs));
 }

@@ -134,6 +134,11 @@ pub struct HeadroomReport {
     pub update_p99_millis: f64,
     /// Node verdicts an update recomputed, on average.
     pub nodes_recomputed_mean: f64,
+    /// Zones and provider kinds recomputed after the updates
+    /// ([`Tracker::refresh_wide`], on its own cadence), milliseconds.
+    pub wide_refresh_millis: f64,
+    /// Zone and provider verdicts that refresh recomputed.
+    pub wide_domains: usize,
     /// Peak resident memory of the process, when known.
     pub peak_rss_bytes: Option<u64>,
 }
@@ -170,6 +175,9 @@ pub fn bench_headroom(args: &HeadroomArgs) -> Result<HeadroomReport, BenchError>
         current.bundles = bundles;
     }
     timings.sort_unstable();
+    let wide = Instant::now();
+    let wide_domains = tracker.refresh_wide();
+    let wide_refresh = wide.elapsed();
     Ok(HeadroomReport {
         nodes: verdicts.len(),
         jobs: work.fleet.nodes.iter().map(|n| n.jobs.len()).sum(),
@@ -178,6 +186,8 @@ pub fn bench_headroom(args: &HeadroomArgs) -> Result<HeadroomReport, BenchError>
         update_p50_millis: micros(percentile(&timings, 0.50)) / 1e3,
         update_p99_millis: micros(percentile(&timings, 0.99)) / 1e3,
         nodes_recomputed_mean: recomputed as f64 / args.updates.max(1) as f64,
+        wide_refresh_millis: wide_refresh.as_secs_f64() * 1e3,
+        wide_domains,
         peak_rss_bytes: peak_rss_bytes(),
     })
 }
@@ -185,7 +195,7 @@ pub fn bench_headroom(args: &HeadroomArgs) -> Result<HeadroomReport, BenchError>
 /// The report for people.
 pub(super) fn table(report: &HeadroomReport) -> String {
     format!(
-        "nodes          {}\njobs           {}\nevery loss     {:.1} ms ({} absorbed)\nupdate p50     {:.2} ms\nupdate p99     {:.2} ms\nrecomputed     {:.1} node verdicts per update\npeak RSS       {}",
+        "nodes          {}\njobs           {}\nevery loss     {:.1} ms ({} absorbed)\nupdate p50     {:.2} ms\nupdate p99     {:.2} ms\nrecomputed     {:.1} node verdicts per update\nwide refresh   {:.1} ms ({} zones and provider kinds)\npeak RSS       {}",
         report.nodes,
         report.jobs,
         report.full_analysis_millis,
@@ -193,6 +203,8 @@ pub(super) fn table(report: &HeadroomReport) -> String {
         report.update_p50_millis,
         report.update_p99_millis,
         report.nodes_recomputed_mean,
+        report.wide_refresh_millis,
+        report.wide_domains,
         rss(report.peak_rss_bytes)
     )
 }

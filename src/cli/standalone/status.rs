@@ -15,8 +15,14 @@
 //!  "placementPools": {"production": {...}}, "hotSparePolicies": {...},
 //!  "bundles": {"default/ch1": {...}}, "nodeDrains": {...},
 //!  "jobMigrations": {"default/move-ch1": {...}},
-//!  "nodes": {"n1": {"nodeId": "n1", "cordoned": true, ...}}}
+//!  "nodes": {"n1": {"nodeId": "n1", "cordoned": true, ...}},
+//!  "headroom": {"fleet": [{"kind": "node", "survives": false, "worst": {...}}],
+//!               "notAbsorbed": [{"kind": "node", "name": "n1", "why": "..."}]}}
 //! ```
+//!
+//! `headroom` is there once resilience headroom was computed
+//! (`experimental.headroom`): the fleet's verdict per kind of failure
+//! domain and every loss it would not absorb; each pool's is in its status.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -38,6 +44,7 @@ use crate::crd::{
 };
 use crate::manager::stream::ConnectionState;
 use crate::model::{BundleId, BundleSpec, HotSpareSpec, JobId, NodeId, UnixMillis};
+use crate::placement::headroom::{DomainKind, HeadroomReport, KindSummary};
 
 use super::apply::{Applier, Refusal, namespaced_name};
 use super::follow::{FileStatus, Files};
@@ -79,6 +86,49 @@ pub struct StatusDocument {
     pub job_migrations: BTreeMap<String, JobMigrationStatus>,
     /// Every node of the fleet, and every node a `NorskNode` document names.
     pub nodes: BTreeMap<String, NodeEntry>,
+    /// The fleet's resilience headroom, once computed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headroom: Option<FleetHeadroom>,
+}
+
+/// The fleet's resilience headroom in the status file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetHeadroom {
+    /// Per kind of failure domain: whether the loss of any single one is
+    /// absorbed, and the worst.
+    pub fleet: Vec<KindSummary>,
+    /// Every loss not absorbed.
+    pub not_absorbed: Vec<NotAbsorbed>,
+}
+
+/// One loss the fleet would not absorb.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotAbsorbed {
+    /// `node`, `zone` or `provider`.
+    pub kind: DomainKind,
+    /// The node id, zone or provider kind.
+    pub name: String,
+    /// Why, in words.
+    pub why: String,
+}
+
+/// The status file's view of a headroom report.
+fn fleet_headroom(report: &HeadroomReport) -> FleetHeadroom {
+    FleetHeadroom {
+        fleet: report.fleet.clone(),
+        not_absorbed: report
+            .domains
+            .iter()
+            .filter(|d| !d.absorbed)
+            .map(|d| NotAbsorbed {
+                kind: d.domain.kind,
+                name: d.domain.name.clone(),
+                why: d.why().unwrap_or_default(),
+            })
+            .collect(),
+    }
 }
 
 /// What the status reads of one pool.
@@ -386,7 +436,10 @@ fn replace(path: &Path, text: &str) -> std::io::Result<()> {
 /// The document from the core at `now`, and the migrations to start again.
 fn read(core: &AutoManagerCore, now: UnixMillis, inputs: Inputs) -> (StatusDocument, Vec<String>) {
     let previous = &inputs.previous;
-    let mut document = StatusDocument::default();
+    let mut document = StatusDocument {
+        headroom: core.headroom().map(fleet_headroom),
+        ..StatusDocument::default()
+    };
     for PoolInput { pool, tiers, left_out } in &inputs.pools {
         let name = &pool.name;
         let in_force = core.settings().placement_pools.contains(pool);

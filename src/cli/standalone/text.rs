@@ -67,6 +67,9 @@ pub fn describe(notification: &Notification) -> String {
         } => {
             format!("spares       {pool} short: {effective} of {target}")
         }
+        Notification::BundleHeadroomChanged { bundle_id } => {
+            format!("headroom     bundle {bundle_id}: what a node loss does to it changed")
+        }
         Notification::HeadroomChanged {
             pool,
             domain_kind,

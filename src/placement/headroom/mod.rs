@@ -311,6 +311,15 @@ impl std::fmt::Display for DarkReason {
     }
 }
 
+impl BundleFate {
+    /// The bundle's part of the loss is absorbed: it is not broken, and
+    /// every lost job comes back but a non-essential one its own `drop`
+    /// policy drops.
+    pub fn absorbed(&self) -> bool {
+        bundle_absorbed(self)
+    }
+}
+
 impl DomainVerdict {
     /// Bundles that go dark.
     pub fn dark_bundles(&self) -> usize {

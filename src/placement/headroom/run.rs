@@ -10,12 +10,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::model::{BundleId, NodeId, NodePhase, OnRuntimeFailure, PackingStrategy, PlacedJob, ScaleOut};
+use crate::model::{BundleId, BundleSpec, NodeId, NodePhase, OnRuntimeFailure, PackingStrategy, PlacedJob, ScaleOut};
 
 use super::super::engine::{
     Outcome, SequentialNodeIds, apply_placement, place, place_ranked, placed_job, tier_refusals,
 };
 use super::super::fleet::{FleetView, NO_SLOT, NodeIdx, flag};
+use super::super::groups::JobGroups;
 use super::super::rankings::Rankings;
 use super::super::request::{PlacementRequest, RecoveryContext};
 use super::{
@@ -49,8 +50,14 @@ pub(crate) struct StepDep {
     pub upto: usize,
     /// The tier and fill of the node that won, if one did.
     pub winner: Option<(usize, f64, PackingStrategy)>,
+    /// The node of the fleet that won; `None` when nothing won or a node
+    /// of the run's own provisions did.
+    pub landed: Option<NodeId>,
     /// The job's own capacity: no node with less free can take it.
     pub need: f64,
+    /// The most the placement can ask of a node: the job's whole co-located
+    /// group (the first mover sizes its node for the group).
+    pub need_max: f64,
 }
 
 /// Analyses the loss of `lost` (the nodes of `domain`) on `view`, which is
@@ -159,14 +166,17 @@ pub(crate) fn what_if(
                     let request = PlacementRequest::launch(bundle_id, bundle, job.replica_index, &job.job_name)
                         .recovering(&recovery);
                     let placed = place_ranked(view, request, &mut ids, &mut rankings);
-                    let step = |upto, winner| StepDep {
+                    let (need, need_max) = needs_of(bundle, &job.job_name);
+                    let step = |upto, winner, landed| StepDep {
                         pool: view
                             .pools()
                             .index_of(bundle.pool_for_replica(job.replica_index))
                             .unwrap_or(0),
                         upto,
                         winner,
-                        need: job.required_capacity.max(0.0),
+                        landed,
+                        need,
+                        need_max,
                     };
                     match placed {
                         Err(e) => Fate::Dark {
@@ -181,13 +191,14 @@ pub(crate) fn what_if(
                                     let winner = view
                                         .node_index(node_id)
                                         .map(|idx| (t, view.hot(idx).fill, packing_of(view, pool, t)));
+                                    let landed = (!prospective.contains(node_id)).then(|| node_id.clone());
                                     deps.landing.insert(node_id.clone());
                                     let fate = Fate::Placed {
                                         node_id: node_id.clone(),
                                         pool: pool.clone(),
                                         tier: tier.clone(),
                                     };
-                                    (fate, step(t, winner))
+                                    (fate, step(t, winner, landed))
                                 }
                                 Outcome::Provision {
                                     node_id,
@@ -214,7 +225,7 @@ pub(crate) fn what_if(
                                         tier: tier.clone(),
                                         instance_type: instance_type.clone(),
                                     };
-                                    (fate, step(t, None))
+                                    (fate, step(t, None, None))
                                 }
                                 Outcome::NoCapacityInAnyPool => {
                                     let tiers = tier_refusals(view, request)
@@ -234,7 +245,7 @@ pub(crate) fn what_if(
                                     let fate = Fate::Dark {
                                         reason: DarkReason::NoCapacityInAnyPool { tiers, trace },
                                     };
-                                    (fate, step(tiers_in_pool.saturating_sub(1), None))
+                                    (fate, step(tiers_in_pool.saturating_sub(1), None, None))
                                 }
                             };
                             note_elastic(view, &step, &mut deps.elastic);
@@ -340,6 +351,20 @@ pub(crate) fn what_if(
         unmanaged,
     };
     (verdict, deps)
+}
+
+/// What a placement of `job_name` can ask of a node's capacity: at least
+/// the job's own, at most its co-located group's (what a first mover asks).
+fn needs_of(bundle: &BundleSpec, job_name: &str) -> (f64, f64) {
+    let Some(at) = bundle.jobs.iter().position(|j| j.job_name == job_name) else {
+        return (0.0, 0.0);
+    };
+    let own = bundle.jobs[at].requirements.required_capacity.max(0.0);
+    let group = JobGroups::of(bundle)
+        .members(at)
+        .map(|i| bundle.jobs[i].requirements.required_capacity.max(0.0))
+        .sum::<f64>();
+    (own, group.max(own))
 }
 
 /// Why a lost job would be terminal: `drop`, or its restart ceiling.

@@ -5,9 +5,11 @@
 //! and recomputes a node's verdict only when one of those changes could
 //! alter it:
 //!
-//! - the node itself changed, or a node its re-placement put a job on;
+//! - the node itself changed;
 //! - a job, spec or restart ceiling of a bundle it carries changed (its
 //!   peers, its other replica);
+//! - a node its re-placement put a job on changed, unless it only got
+//!   fuller (below);
 //! - a node's count in a tier that re-placement tried to provision from
 //!   changed (`maxNodes`);
 //! - another node could now take one of its jobs where it could not, or
@@ -16,9 +18,31 @@
 //!   and is at least as full (binpack) or as empty (spread) as the node
 //!   that won; any other change counts when the node now fits the job.
 //!
+//! A node that *only got fuller* — it took jobs asking capacity alone (no
+//! cores, host ports, GPU or exclusivity), it already carried one, and it
+//! is no spare taking its first job — differs from before in its free
+//! capacity and its fill only. Replaying the re-placement step by step on
+//! the fleet as it is now, each step decides as before when:
+//!
+//! - the step went to that node, which still has the room the step can ask
+//!   (its co-located group's whole capacity, less what earlier steps put
+//!   there), and the tier packs `binpack`: every other node's key is what
+//!   it was, and the node's only moved in fill, towards winning;
+//! - the step went elsewhere, and the node cannot now beat the winner: it
+//!   is in another pool or a later tier, lacks the room, or (binpack, same
+//!   tier) is still emptier than the winner. Under `spread` a fuller node
+//!   only ranks worse; and a node rejected before is rejected still, since
+//!   it has less room and nothing else changed.
+//!
+//! Otherwise the verdict is recomputed. Every comparison leaves a margin
+//! (`SLACK`) towards recomputing, so a rounding difference never keeps a
+//! verdict that a fresh analysis would change.
+//!
 //! Anything else (pools, template images) recomputes every verdict. Zones
-//! and provider kinds are few and wide; their verdicts are recomputed
-//! whenever anything changed.
+//! and provider kinds are few, and each of their what-ifs re-places a large
+//! part of the fleet; [`Tracker::update`] only marks them stale, and
+//! [`Tracker::refresh_wide`] recomputes them, on the caller's own (longer)
+//! cadence.
 //!
 //! Memory stays bounded: the view's leftovers from what-ifs (the slots of
 //! prospective nodes taken away again, released reservations) are dropped
@@ -28,7 +52,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::model::{BundleId, BundleSpec, FleetNode, FleetSnapshot, JobId, NodeId, PackingStrategy, PlacedJob};
 
-use super::super::fleet::{FleetError, FleetView, NO_SLOT, flag};
+use super::super::fleet::{FleetError, FleetView, NO_SLOT, fill_of, flag};
 use super::super::settings::Pools;
 use super::run::{Deps, what_if};
 use super::{Context, Domain, DomainKind, DomainVerdict, HeadroomReport, domains_of, members};
@@ -46,6 +70,8 @@ pub struct UpdateStats {
     pub nodes: usize,
     /// Zone and provider verdicts recomputed.
     pub wide_recomputed: usize,
+    /// Zone and provider verdicts left stale for [`Tracker::refresh_wide`].
+    pub wide_stale: bool,
     /// The view was built afresh (first update, new pools or images,
     /// leftovers outgrowing the fleet).
     pub rebuilt: bool,
@@ -62,10 +88,16 @@ pub struct Tracker {
     ceiling: BTreeSet<JobId>,
     runs: BTreeMap<NodeId, (DomainVerdict, Deps)>,
     wide: Vec<DomainVerdict>,
+    /// Something changed since the zone and provider verdicts were made.
+    wide_stale: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum ChangeKind {
+    /// Only jobs asking capacity alone were added to a node that already
+    /// carried one: it differs in its free capacity and fill alone (see the
+    /// module docs).
+    Fuller,
     /// Only jobs were added: the node has less room, and is no spare
     /// taking its first job.
     Shrink,
@@ -123,8 +155,20 @@ impl Tracker {
             // The view refused a change it should take: start again.
             Err(_) => return self.rebuild(snapshot, pools, bundles, ceiling),
         };
-        self.bundles = bundles.clone();
-        self.ceiling = ceiling.clone();
+        // Only what changed is copied: a fleet's specs are many.
+        for id in &touched {
+            match bundles.get(id) {
+                Some(spec) => {
+                    self.bundles.insert(id.clone(), spec.clone());
+                }
+                None => {
+                    self.bundles.remove(id);
+                }
+            }
+        }
+        if &self.ceiling != ceiling {
+            self.ceiling = ceiling.clone();
+        }
         let Some(view) = self.view.as_mut() else {
             return self.rebuild(snapshot, pools, bundles, ceiling);
         };
@@ -154,8 +198,9 @@ impl Tracker {
             self.runs.insert(id, run);
         }
         if !changes.is_empty() || !touched.is_empty() {
-            stats.wide_recomputed = self.recompute_wide();
+            self.wide_stale = true;
         }
+        stats.wide_stale = self.wide_stale;
         if self.view.as_ref().is_some_and(has_outgrown) {
             let carried_snapshot = self.snapshot();
             let rebuilt = FleetView::new(&carried_snapshot, pools.clone())?;
@@ -164,7 +209,23 @@ impl Tracker {
         Ok(stats)
     }
 
-    /// Every verdict summed up, for the fleet and per pool.
+    /// Whether the zone and provider verdicts predate a change
+    /// ([`Tracker::refresh_wide`] brings them up to date).
+    pub fn wide_stale(&self) -> bool {
+        self.wide_stale
+    }
+
+    /// Recomputes the zone and provider verdicts when something changed
+    /// since they were made; returns how many were recomputed.
+    pub fn refresh_wide(&mut self) -> usize {
+        if !self.wide_stale {
+            return 0;
+        }
+        self.recompute_wide()
+    }
+
+    /// Every verdict summed up, for the fleet and per pool; zones and
+    /// provider kinds as of the last [`Tracker::refresh_wide`].
     pub fn report(&self) -> HeadroomReport {
         let pools: Vec<String> = self
             .view
@@ -220,6 +281,7 @@ impl Tracker {
             nodes_recomputed: nodes,
             nodes,
             wide_recomputed,
+            wide_stale: false,
             rebuilt: true,
         })
     }
@@ -243,6 +305,7 @@ impl Tracker {
                 what_if(view, &self.carried, context, domain, &lost, false).0
             })
             .collect();
+        self.wide_stale = false;
         self.wide.len()
     }
 
@@ -277,7 +340,9 @@ impl Tracker {
                         view.reserve(&node.id, job)?;
                     }
                     touched.extend(removed.iter().chain(&added).filter_map(|j| j.bundle.clone()));
-                    if removed.is_empty() && !old.is_unconsumed_spare() {
+                    if removed.is_empty() && !old.jobs.is_empty() && added.iter().all(|j| asks_capacity_alone(j)) {
+                        ChangeKind::Fuller
+                    } else if removed.is_empty() && !old.is_unconsumed_spare() {
                         ChangeKind::Shrink
                     } else {
                         ChangeKind::General
@@ -300,6 +365,7 @@ impl Tracker {
             } else {
                 self.carried.insert(node.id.clone(), node.jobs.clone());
             }
+            self.nodes.insert(node.id.clone(), node.clone());
         }
         let gone: Vec<NodeId> = self.nodes.keys().filter(|id| !seen.contains(id)).cloned().collect();
         for id in gone {
@@ -309,13 +375,13 @@ impl Tracker {
             }
             view.remove_node(&id)?;
             self.carried.remove(&id);
+            self.nodes.remove(&id);
             changes.push(Change {
                 node: id,
                 kind: ChangeKind::Removed,
                 slots,
             });
         }
-        self.nodes = snapshot.nodes.iter().map(|n| (n.id.clone(), n.clone())).collect();
         Ok(changes)
     }
 
@@ -336,10 +402,81 @@ fn affected(view: &FleetView, deps: &Deps, changes: &[Change], touched: &BTreeSe
     }
     changes.iter().any(|change| {
         change.node.as_str() == name
-            || deps.landing.contains(&change.node)
-            || (change.kind != ChangeKind::Shrink && change.slots.iter().any(|s| deps.elastic.contains(s)))
-            || (change.kind != ChangeKind::Removed && could_win(view, deps, change))
+            || match change.kind {
+                ChangeKind::Fuller => fuller_could_change(view, deps, &change.node),
+                kind => {
+                    deps.landing.contains(&change.node)
+                        || (kind != ChangeKind::Shrink && change.slots.iter().any(|s| deps.elastic.contains(s)))
+                        || (kind != ChangeKind::Removed && could_win(view, deps, change))
+                }
+            }
     })
+}
+
+/// Whether a node that only got fuller (see the module docs) could change
+/// a step of the run: replays the steps on the node's room as it is now.
+fn fuller_could_change(view: &FleetView, deps: &Deps, node: &NodeId) -> bool {
+    let Some(idx) = view.node_index(node) else {
+        return true;
+    };
+    let hot = view.hot(idx);
+    let usable = view.node(idx).usable;
+    let reachable =
+        hot.has(flag::INVENTORY) && !hot.has(flag::GONE) && !hot.has(flag::UNHEALTHY) && !hot.has(flag::CORDONED);
+    let slot = (hot.slot != NO_SLOT && reachable).then_some(((hot.slot >> 16) as usize, (hot.slot & 0xffff) as usize));
+    // What the run's earlier steps put on the node.
+    let mut taken = 0.0;
+    for (at, step) in deps.steps.iter().enumerate() {
+        let free = hot.free - taken;
+        match &step.landed {
+            Some(id) if id == node => {
+                let binpack = matches!(step.winner, Some((_, _, PackingStrategy::Binpack)));
+                if !binpack || free < step.need_max + SLACK {
+                    return true;
+                }
+                taken += step.need;
+            }
+            _ => {
+                let Some((pool, tier)) = slot else {
+                    continue;
+                };
+                if step.pool != pool || tier > step.upto || free + SLACK < step.need {
+                    continue;
+                }
+                if let Some((t, fill, PackingStrategy::Binpack)) = step.winner
+                    && t == tier
+                    && fill_of(usable, free) + SLACK >= winner_fill(view, deps, at).unwrap_or(fill)
+                {
+                    return true;
+                }
+            }
+        }
+    }
+    false
+}
+
+/// The fill, on the fleet as it is now, of the node that won step `at`
+/// when it is a node of the fleet: its free capacity less what the run's
+/// earlier steps put there.
+fn winner_fill(view: &FleetView, deps: &Deps, at: usize) -> Option<f64> {
+    let id = deps.steps.get(at)?.landed.as_ref()?;
+    let idx = view.node_index(id)?;
+    let taken: f64 = deps.steps[..at]
+        .iter()
+        .filter(|s| s.landed.as_ref() == Some(id))
+        .map(|s| s.need)
+        .sum();
+    Some(fill_of(view.node(idx).usable, view.hot(idx).free - taken))
+}
+
+/// Whether a job asks for capacity alone: no cores, host ports, GPU or
+/// exclusivity, so taking it changes nothing of a node but its room.
+fn asks_capacity_alone(job: &PlacedJob) -> bool {
+    job.required_cores == 0
+        && job.required_host_ports.is_empty()
+        && job.required_gpu_capacity <= 0.0
+        && job.gpu_index.is_none()
+        && !job.exclusive
 }
 
 /// Whether the changed node could now take, or win, a placement of the run.
