@@ -68,6 +68,9 @@ pub struct JobRecord {
     pub awaiting_capacity_since: Option<u64>,
     /// Dropped: terminal, never placed again.
     pub dropped: bool,
+    /// Its window was seen over, and its bundle not updated since: a
+    /// snapshot putting the window back is an older one, delivered late.
+    pub window_over: bool,
     /// An instance Manager may still hold: one that failed and is being
     /// stopped (its `Stopping` seen, not yet its `Stopped`), or one lost
     /// with a node that is stopping. The replacement wears the same
@@ -147,6 +150,7 @@ impl JobRecord {
             not_before: UnixMillis::MIN,
             awaiting_capacity_since: None,
             dropped: false,
+            window_over: false,
             stopping: None,
             migration: None,
         }

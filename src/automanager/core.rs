@@ -612,6 +612,7 @@ impl AutoManagerCore {
         for record in self.jobs.values_mut() {
             if &record.bundle_ref.bundle_id == bundle_id {
                 record.dropped = false;
+                record.window_over = false;
                 record.restarts.clear();
                 record.recovery = None;
                 record.awaiting_capacity_since = None;

@@ -245,15 +245,15 @@ impl AutoManagerCore {
         };
         let job_id = job.job_id.clone();
         let post = job.state == JobState::Post;
-        // Manager's history only grows and a job's window only moves on
-        // (pending, active, over): a runtime whose history is a prefix of
-        // the one already seen and that is shorter, or that puts an ended
-        // window back, is an older snapshot delivered late (reordered or
+        // Manager's history only grows, and a job's window only moves on
+        // (pending, active, over) unless its bundle is updated (a later
+        // end): a runtime whose history is a prefix of the one already seen
+        // and that is shorter, or that puts back a window seen over with no
+        // update since, is an older snapshot delivered late (reordered or
         // repeated), and changes nothing. One whose history is not a prefix
         // is a new incarnation of the job, read afresh.
         let stale = self.jobs.get(&job_id).is_some_and(|known| {
-            let older = job.history.len() < known.job.history.len()
-                || (known.job.state == JobState::Post && job.state != JobState::Post);
+            let older = job.history.len() < known.job.history.len() || (known.window_over && !post);
             older && known.job.history.starts_with(&job.history)
         });
         if stale {
@@ -267,6 +267,9 @@ impl AutoManagerCore {
             record.history_seen = 0;
         }
         record.job = job;
+        if post {
+            record.window_over = true;
+        }
         self.apply_history(&job_id, now);
         if post {
             // The window is over: Manager stops the instance; the job ended.

@@ -120,7 +120,9 @@ struct Model {
     bundles: BTreeMap<BundleId, Bundle>,
     ended: BTreeSet<JobId>,
     next_cluster: u32,
-    /// A job as Manager last repeated it (re-sent late, as a stale event).
+    /// A job as Manager last repeated it (re-sent late, as a stale event;
+    /// never from before the job's window ended or its bundle was updated,
+    /// which Manager orders).
     snapshots: BTreeMap<JobId, norsk_auto_manager::model::RuntimeJob>,
     /// The id the next bundle applied mid-run takes.
     next_bundle: usize,
@@ -722,6 +724,9 @@ impl Model {
                 {
                     bundle.generation += 1;
                     let bundle = bundle.clone();
+                    // Nor from before its bundle's update.
+                    self.snapshots
+                        .retain(|job, _| !job.as_str().starts_with(&format!("{}/", bundle.bundle_id)));
                     self.command(Command::UpdateBundle(bundle.clone()));
                     self.h.event(ManagerEvent::BundleUpdated(bundle.clone()));
                     self.reference.bundle_updated(&bundle.bundle_id);
@@ -968,6 +973,9 @@ impl Model {
     fn window_ends(&mut self, job: &JobId) {
         self.sync();
         self.instances.retain(|(j, _), _| j != job);
+        // Manager orders a job's lifecycle: no snapshot from before its
+        // window ended comes after it.
+        self.snapshots.remove(job);
         self.ended.insert(job.clone());
         self.reference.job_ended(job);
         let mut runtime = self.h.core.job(job).expect("known").job.clone();

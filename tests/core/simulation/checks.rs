@@ -23,9 +23,13 @@
 //!   Manager creates and after every step.
 //! - **No orphan instance**: every live instance Manager holds is the job's
 //!   placement of record or its migration target, as the core says.
-//! - **Capacity and ports** (capacity contracts): on every node, what
-//!   Manager runs there and every start on its way to it fit the node's
-//!   capacity, and no host port is claimed twice.
+//! - **Capacity, cores, GPU, capabilities and ports** (capacity
+//!   contracts): on every node, what Manager runs there and every start on
+//!   its way to it fit the node's capacity, cores and GPU, land only where
+//!   the capabilities they require are, and no host port is claimed twice.
+//! - **Kept apart** (`separateFrom`, a hard rule): no running instance of a
+//!   job shares a node with one of a job of its replica it is kept apart
+//!   from.
 //! - **No leaked node** (`provisionTimeoutMs`): a node the core asked for
 //!   that has not started within its tier's timeout has been terminated.
 //! - **Single-use nodes released** (`singleUse`): a cloud node a single-use
