@@ -203,10 +203,7 @@ impl AutoManagerCore {
             .as_ref()
             .is_some_and(|b| b.instance_key == instance_key && b.node_id == node_id);
         if !started_here {
-            let node_up = self
-                .fleet
-                .get(&node_id)
-                .is_some_and(|n| !n.is_going() && n.phase != NodePhase::Stopped);
+            let node_up = self.node_up(&node_id);
             let may_exist = result.is_ok() || matches!(&result, Err(f) if f.kind == RpcFailureKind::Transient);
             if may_exist && node_up && self.jobs.get(job_id).is_some_and(|r| r.in_flight.is_none()) {
                 self.undo_start(job_id, instance_key, node_id);
@@ -308,7 +305,13 @@ impl AutoManagerCore {
         self.jobs
             .get(job_id)
             .and_then(|r| r.binding.as_ref())
-            .and_then(|b| self.fleet.get(&b.node_id))
+            .is_some_and(|b| self.node_up(&b.node_id))
+    }
+
+    /// Whether `node_id` still runs and is not on its way out.
+    fn node_up(&self, node_id: &NodeId) -> bool {
+        self.fleet
+            .get(node_id)
             .is_some_and(|n| !n.is_going() && n.phase != NodePhase::Stopped)
     }
 
