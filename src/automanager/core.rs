@@ -13,7 +13,7 @@ use crate::placement::{
     validate_bundle, validate_bundle_admission,
 };
 
-use super::binding::{AwaitedStop, JobRecord, StopWait};
+use super::binding::{AwaitedStop, Binding, JobRecord, StopWait};
 use super::drain::Drains;
 use super::fleet::Fleet;
 use super::manual::ManualStarts;
@@ -84,6 +84,22 @@ pub(super) enum Pending {
     NodeService(ServiceRequest),
 }
 
+/// What a successor core takes up from its predecessor once hydrated: the
+/// AutoManager's own decisions about nodes Manager's snapshot shows, and
+/// the starts still on their way.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Inheritance {
+    /// Starts (and the stops undoing timed-out ones) with the binding each
+    /// was for.
+    pub(super) starts: Vec<(RequestId, JobId, Option<Binding>)>,
+    /// Nodes it terminated.
+    pub(super) terminated: BTreeSet<NodeId>,
+    /// Nodes to release once empty (a single-use job left them).
+    pub(super) release_when_empty: BTreeSet<NodeId>,
+    /// The nodes it provisioned, and how.
+    pub(super) provisioned: BTreeMap<NodeId, super::fleet::Provisioned>,
+}
+
 /// When a job may be placed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Readiness {
@@ -136,6 +152,9 @@ pub struct AutoManagerCore {
     pub(super) manual: ManualStarts,
     /// Resilience headroom, kept up to date with the fleet.
     pub(super) headroom: super::headroom::HeadroomState,
+    /// What a disposed predecessor left this core, taken up at hydration
+    /// (see [`AutoManagerCore::succeeding`]).
+    pub(super) inherited: Inheritance,
     pub(super) out: Vec<Action>,
 }
 
@@ -169,14 +188,20 @@ impl AutoManagerCore {
             schedules: Schedules::default(),
             manual: ManualStarts::default(),
             headroom: Default::default(),
+            inherited: Inheritance::default(),
             out: Vec::new(),
         }
     }
 
-    /// A fresh core that carries on the counters (and start time) of a
-    /// disposed one: after a stream break the runtime hydrates a new core
-    /// from the new snapshot, and `metrics()` stays cumulative. Migrations
-    /// the disposed core had in flight are marked lost at `now`.
+    /// A fresh core that carries on from a disposed one: after a stream
+    /// break the runtime hydrates a new core from the new snapshot. What
+    /// Manager's snapshot cannot say is this AutoManager's own and carries
+    /// over: the counters (so `metrics()` stays cumulative), the drains,
+    /// cordons and interruption notices, the calls still on their way and
+    /// what each was for (starts hold their job's gate and room until
+    /// answered), which nodes it provisioned, terminated or is to release
+    /// once empty. Migrations the disposed core had in flight are marked
+    /// lost at `now`.
     pub fn succeeding(valid: ValidSettings, previous: &AutoManagerCore, now: UnixMillis) -> Self {
         let mut core = Self::new(valid, previous.started_at);
         core.counters = previous.counters.clone();
@@ -201,6 +226,66 @@ impl AutoManagerCore {
             .filter(|(_, p)| matches!(p, Pending::Command { .. } | Pending::Toggle(_)))
             .map(|(id, p)| (*id, p.clone()))
             .collect();
+        // Nodes it was launching keep their provision deadline (a node the
+        // snapshot shows starting would otherwise wait forever) and the
+        // creates still on their way are answered here; the fleet entry of
+        // one Manager has not announced yet stays, so its answer finds it.
+        for node in previous.fleet.iter().filter(|n| n.is_launching()) {
+            if let Some(provisioned) = &node.provisioned {
+                core.fleet.add_provisioned(node.id.clone(), provisioned.clone());
+            }
+        }
+        core.pending.extend(
+            previous
+                .pending
+                .iter()
+                .filter(|(_, p)| {
+                    matches!(
+                        p,
+                        Pending::CreateNode { .. }
+                            | Pending::Spare(SpareRequest::Provision { .. })
+                            | Pending::TerminateNode(_)
+                    )
+                })
+                .map(|(id, p)| (*id, p.clone())),
+        );
+        // A node it terminated takes nothing new, and its terminate, if
+        // Manager did not hear it, is sent again; one a single-use job left
+        // with peers on it is still released once empty.
+        for node in previous.fleet.iter() {
+            if node.terminated {
+                core.inherited.terminated.insert(node.id.clone());
+            }
+            if node.release_when_empty {
+                core.inherited.release_when_empty.insert(node.id.clone());
+            }
+            // Which nodes it provisioned (what `singleUse` may release).
+            if let Some(provisioned) = &node.provisioned {
+                core.inherited.provisioned.insert(node.id.clone(), provisioned.clone());
+            }
+        }
+        core.spares = SpareState::carried_from(&previous.spares);
+        // So are starts still on their way, and the stops undoing timed-out
+        // ones: Manager may carry them out after its snapshot was taken.
+        // Their answers come to this core, which holds each job's gate shut
+        // and its capacity reserved until then — or, left unknown, a start
+        // landing late would put the job beside its new placement, or over
+        // the room this core gave to another.
+        for (id, pending) in &previous.pending {
+            let (Pending::StartJob { job_id, .. } | Pending::UndoStart { job_id, .. }) = pending else {
+                continue;
+            };
+            let binding = match pending {
+                Pending::StartJob { .. } => previous
+                    .jobs
+                    .get(job_id)
+                    .filter(|r| r.in_flight == Some(*id))
+                    .and_then(|r| r.binding.clone()),
+                _ => None,
+            };
+            core.pending.insert(*id, pending.clone());
+            core.inherited.starts.push((*id, job_id.clone(), binding));
+        }
         core
     }
 
@@ -612,6 +697,9 @@ impl AutoManagerCore {
         for record in self.jobs.values_mut() {
             if &record.bundle_ref.bundle_id == bundle_id {
                 record.dropped = false;
+                // A new generation carries no verdict: one Manager recorded
+                // on the job (read back at hydration) went with the update.
+                record.job.terminal_verdict = None;
                 record.window_over = false;
                 record.restarts.clear();
                 record.recovery = None;

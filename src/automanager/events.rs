@@ -133,10 +133,55 @@ impl AutoManagerCore {
         }
     }
 
+    /// What a predecessor left (see [`AutoManagerCore::succeeding`]): the
+    /// nodes it provisioned stay its own, its terminated nodes stay
+    /// terminated, those to release once empty stay so; for each of its starts still on their way the job's gate stays
+    /// shut until the answer, and a job the snapshot shows placed nowhere
+    /// keeps the placement the start was for (its capacity reserved), on a
+    /// node that is still up.
+    fn take_up_inheritance(&mut self) {
+        let inherited = std::mem::take(&mut self.inherited);
+        for node_id in inherited.terminated {
+            if let Some(node) = self.fleet.get_mut(&node_id) {
+                node.terminated = true;
+            }
+        }
+        for node_id in inherited.release_when_empty {
+            if let Some(node) = self.fleet.get_mut(&node_id) {
+                node.release_when_empty = true;
+            }
+        }
+        for (node_id, provisioned) in inherited.provisioned {
+            if let Some(node) = self.fleet.get_mut(&node_id)
+                && node.provisioned.is_none()
+            {
+                node.provisioned = Some(provisioned);
+            }
+        }
+        for (id, job_id, binding) in inherited.starts {
+            let node_up = binding
+                .as_ref()
+                .is_some_and(|b| self.fleet.get(&b.node_id).is_some_and(|n| !n.is_going()));
+            let Some(record) = self.jobs.get_mut(&job_id).filter(|r| r.in_flight.is_none()) else {
+                continue;
+            };
+            record.in_flight = Some(id);
+            if record.binding.is_none()
+                && node_up
+                && let Some(mut binding) = binding
+            {
+                binding.phase = BindingPhase::Dispatched;
+                record.binding = Some(binding);
+            }
+        }
+    }
+
     fn hydrated_now(&mut self) {
         self.hydrated = true;
         // The placement view is built once here and kept up to date after;
         // should it fail, the first placement round says why.
+        // Before the view is built: their bindings hold capacity.
+        self.take_up_inheritance();
         self.view_cache = self.synced_view().ok();
         // A node provisioned for a job (by this core's predecessor) that is
         // still launching takes that job back, so a new instance never
@@ -144,7 +189,7 @@ impl AutoManagerCore {
         let launching: Vec<(NodeId, JobId)> = self
             .fleet
             .iter()
-            .filter(|n| n.is_launching())
+            .filter(|n| n.is_launching() && !n.terminated)
             .filter_map(|n| {
                 let job = n.tags.get(tags::PROVISIONED_FOR)?;
                 Some((n.id.clone(), JobId(job.clone())))

@@ -2280,3 +2280,83 @@ fn an_older_snapshot_of_a_job_delivered_late_changes_nothing() {
         "a job whose window ended was placed again by a stale snapshot"
     );
 }
+
+#[test]
+fn a_start_still_on_its_way_when_the_stream_breaks_keeps_its_job_and_its_room_in_the_successor() {
+    // The successor hydrates from a snapshot Manager took before the start
+    // landed: the job shows placed nowhere. Its gate stays shut (no second
+    // start of it), its node's room stays held (another job goes
+    // elsewhere), and the start's late answer binds it where it landed.
+    let mut h = Harness::hydrated();
+    h.bundle(
+        "b",
+        "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 3}}\n",
+    );
+    let job = job_id("b", 0, "encode");
+    let (start, node) = h
+        .take_calls()
+        .into_iter()
+        .find_map(|(id, rpc)| match rpc {
+            Rpc::StartJob { node_id, .. } => Some((id, node_id)),
+            _ => None,
+        })
+        .expect("the job is dispatched");
+    h.reconnect();
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "no second start of a job whose start is on its way"
+    );
+    h.bundle(
+        "c",
+        "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 3}}\n",
+    );
+    let placed = start_jobs(&h.take_calls());
+    assert_eq!(placed.len(), 1, "{placed:?}");
+    assert_ne!(placed[0].1, node.0, "the room the start holds is not given away");
+    h.ok(start);
+    assert_eq!(h.bound_node(&job), Some(node));
+    assert!(
+        !h.take_calls().iter().any(|(_, rpc)| matches!(rpc, Rpc::StopJob { .. })),
+        "the start that landed is the job's placement, not an orphan"
+    );
+}
+
+#[test]
+fn a_forced_drain_still_terminates_its_node_at_the_timeout_after_the_stream_breaks() {
+    // A drain is this AutoManager's own work, not in Manager's snapshot:
+    // the successor carries it on with its deadline.
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.event(ManagerEvent::InitialDataComplete);
+    h.bundle("b", ONE_JOB);
+    let started = h.start_all();
+    assert_eq!(started.len(), 1);
+    let id = h.command(Command::DrainNode {
+        node_id: NodeId::from("a"),
+        options: norsk_auto_manager::automanager::DrainOptions {
+            timeout_ms: Some(60_000),
+            force: true,
+            after: Some(norsk_auto_manager::automanager::DrainAfter::Terminate),
+            ..Default::default()
+        },
+    });
+    assert!(
+        h.take_replies()
+            .iter()
+            .any(|(reply, result)| *reply == id && result.is_ok())
+    );
+    h.ok_all();
+    h.advance(10_000);
+    h.reconnect();
+    h.ok_all();
+    h.advance(51_000);
+    let terminated: Vec<NodeId> = h
+        .take_calls()
+        .into_iter()
+        .filter_map(|(_, rpc)| match rpc {
+            Rpc::TerminateNode { node_id } => Some(node_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(terminated, vec![NodeId::from("a")], "the forced drain ends on time");
+}

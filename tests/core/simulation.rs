@@ -57,6 +57,8 @@ struct Instance {
     /// Its node's worker dropped: Manager holds it until `NodeStopped`; it
     /// runs no more.
     held: bool,
+    /// A deferred instance that reported prepared.
+    prepared: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,6 +144,20 @@ struct Model {
     /// The actions of the current step (for the tests that look at what a
     /// run exercised).
     step_actions: Vec<Action>,
+    /// The settings the run started with (a core after a reconnect is
+    /// built on them; what changed live it carries over itself).
+    settings: norsk_auto_manager::automanager::AutoSettings,
+    /// Calls a core disposed at a reconnect made: Manager may still carry
+    /// them out and answer them (the new core ignores the answers).
+    orphaned: BTreeSet<RequestId>,
+    /// Dropped verdicts Manager recorded on jobs (bundle verdicts are on
+    /// the bundles).
+    job_verdicts: BTreeMap<JobId, norsk_auto_manager::model::TerminalVerdict>,
+    /// Event streams that broke and were hydrated afresh.
+    reconnects: u64,
+    /// Whether streams break at all (`CORE_SIM_RECONNECTS=1`; see
+    /// docs/testing.md).
+    reconnects_on: bool,
 }
 
 fn random_bundle(rng: &mut StdRng, id: usize) -> Bundle {
@@ -241,7 +257,7 @@ impl Model {
         // A traced run says why each placement found nowhere.
         settings.trace_placements = trace;
         let reference = Reference::new(&ceilings);
-        let mut h = Harness::with(settings);
+        let mut h = Harness::with(settings.clone());
         h.trace = trace;
         let mut model = Model {
             h,
@@ -262,6 +278,11 @@ impl Model {
             took_out_of_service: false,
             reference,
             step_actions: Vec::new(),
+            settings,
+            orphaned: BTreeSet::new(),
+            job_verdicts: BTreeMap::new(),
+            reconnects: 0,
+            reconnects_on: std::env::var("CORE_SIM_RECONNECTS").is_ok_and(|v| v == "1"),
             rng: StdRng::seed_from_u64(rng.random()),
         };
         for _ in 0..rng.random_range(1..=3) {
@@ -345,6 +366,7 @@ impl Model {
                 running: false,
                 deferred,
                 held: false,
+                prepared: false,
             },
         );
         // A start whose answer is lost is undone by the core: the job
@@ -483,11 +505,30 @@ impl Model {
                 self.accept(id);
                 self.bundle_deleted(&bundle_id);
             }
+            Rpc::SetTerminalVerdict {
+                bundle_id,
+                job_id,
+                verdict,
+            } => {
+                self.accept(id);
+                // Manager records it: a core hydrated later reads it back.
+                match job_id {
+                    Some(job) => {
+                        self.job_verdicts.insert(job, verdict);
+                    }
+                    None => {
+                        if let Some(bundle) = self.bundles.get_mut(&bundle_id) {
+                            bundle.terminal_verdict = Some(verdict);
+                        }
+                    }
+                }
+            }
             Rpc::UpdateBundle(bundle) => {
-                self.h.ok(id);
-                // "The history clears when the bundle is updated": the
-                // update went through.
-                self.reference.bundle_updated(&bundle.bundle_id);
+                if !self.bundles.contains_key(&bundle.bundle_id) {
+                    return self.fail(id, RpcFailureKind::NotFound);
+                }
+                self.bundle_updated(&bundle.bundle_id);
+                self.accept(id);
             }
             Rpc::StartMigrationTarget { .. }
             | Rpc::StartPreparedJob { .. }
@@ -627,7 +668,9 @@ impl Model {
     /// One random step.
     fn step(&mut self) {
         self.step_actions.clear();
-        if self.rng.random_bool(0.04) {
+        if self.reconnects_on && self.rng.random_bool(0.005) {
+            self.reconnect();
+        } else if self.rng.random_bool(0.04) {
             self.take_out_of_service();
         } else {
             self.random_step();
@@ -717,19 +760,16 @@ impl Model {
                 }
             }
             91..=92 => self.register_cluster_node(),
+            // A bundle updated: Manager applies it when it takes the call.
             93..=95 => {
                 let ids: Vec<BundleId> = self.bundles.keys().cloned().collect();
                 if let Some(id) = self.pick(ids)
-                    && let Some(bundle) = self.bundles.get_mut(&id)
+                    && let Some(bundle) = self.bundles.get(&id)
                 {
+                    let mut bundle = bundle.clone();
                     bundle.generation += 1;
-                    let bundle = bundle.clone();
-                    // Nor from before its bundle's update.
-                    self.snapshots
-                        .retain(|job, _| !job.as_str().starts_with(&format!("{}/", bundle.bundle_id)));
-                    self.command(Command::UpdateBundle(bundle.clone()));
-                    self.h.event(ManagerEvent::BundleUpdated(bundle.clone()));
-                    self.reference.bundle_updated(&bundle.bundle_id);
+                    bundle.terminal_verdict = None;
+                    self.command(Command::UpdateBundle(bundle));
                 }
             }
             100..=102 => self.migration_command(),
@@ -755,6 +795,171 @@ impl Model {
                     self.window_ends(&job);
                 }
             }
+        }
+    }
+
+    /// The event stream breaks and a new one opens: the core is disposed,
+    /// and a successor (`AutoManagerCore::succeeding`, as the runtime
+    /// builds it) hydrates from Manager's snapshot of what it holds now —
+    /// nodes, bundles with their verdicts, jobs with their histories and
+    /// verdicts, prepared instances — then `InitialDataComplete`. Calls
+    /// the old core made stay with Manager, which may still carry them out.
+    fn reconnect(&mut self) {
+        self.sync();
+        self.reconnects += 1;
+        let mut events = Vec::new();
+        for (id, node) in &self.nodes {
+            let t: Vec<(&str, &str)> = node.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let info = node_info(id.as_str(), &t);
+            if node.phase == NodePhase::Starting {
+                events.push(ManagerEvent::NodeStarting(info));
+                continue;
+            }
+            let kind = if id.as_str().starts_with("cluster-") {
+                ProviderKind::LocalServers
+            } else {
+                ProviderKind::Aws
+            };
+            events.push(ManagerEvent::NodeStarted(info));
+            events.push(ManagerEvent::NodeInventory {
+                node_id: id.clone(),
+                inventory: node.inventory(kind),
+            });
+            if node.phase == NodePhase::Stopping {
+                events.push(ManagerEvent::NodeStopping {
+                    node_id: id.clone(),
+                    reason: NodeStopReason::HealthPingTimeExceeded,
+                });
+            }
+        }
+        events.extend(self.bundles.values().cloned().map(ManagerEvent::BundleUpdated));
+        // Manager's jobs are what it last sent of each (the core keeps the
+        // newest); those of deleted bundles are gone.
+        let jobs: Vec<norsk_auto_manager::model::RuntimeJob> = self
+            .h
+            .core
+            .jobs()
+            .filter(|r| self.bundles.contains_key(&r.bundle_ref.bundle_id))
+            .map(|r| {
+                let mut job = r.job.clone();
+                job.terminal_verdict = self.job_verdicts.get(&job.job_id).cloned();
+                self.close_ended_instances(&mut job);
+                job
+            })
+            .collect();
+        for job in &jobs {
+            events.push(match job.state {
+                JobState::Pre => ManagerEvent::JobPending(job.clone()),
+                JobState::Post => ManagerEvent::JobOutOfWindow(job.clone()),
+                _ => ManagerEvent::JobActive(job.clone()),
+            });
+        }
+        for ((job, role), instance) in &self.instances {
+            if instance.deferred && instance.prepared && !instance.held {
+                events.push(ManagerEvent::JobPrepared {
+                    job_id: job.clone(),
+                    role: role.clone(),
+                    node_id: instance.node.clone(),
+                });
+            }
+        }
+        events.push(ManagerEvent::InitialDataComplete);
+        if self.h.trace {
+            eprintln!("stream broke: a new core hydrates from {} events", events.len());
+        }
+        self.orphaned.extend(self.pending.iter().map(|(id, _, _)| *id));
+        let broken: BTreeSet<BundleId> = self
+            .bundles
+            .values()
+            .filter(|b| b.terminal_verdict.is_some())
+            .map(|b| b.bundle_id.clone())
+            .collect();
+        let dropped: BTreeSet<JobId> = self.job_verdicts.keys().cloned().collect();
+        self.reference.reconnected(&jobs, &broken, &dropped);
+        let valid = norsk_auto_manager::automanager::validate_auto_settings(self.settings.clone())
+            .expect("the run's settings are valid");
+        let now = self.h.now;
+        self.h.core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &self.h.core, now);
+        self.h.input_all(
+            events
+                .into_iter()
+                .map(|e| norsk_auto_manager::automanager::Input::Event(Box::new(e)))
+                .collect(),
+        );
+    }
+
+    /// Manager's history of `job` records every instance that ended as
+    /// stopped, a refused start's among them (the worker's refusal reaches
+    /// the stream as `JobRejected` alone).
+    fn close_ended_instances(&self, job: &mut norsk_auto_manager::model::RuntimeJob) {
+        let mut open: Vec<(InstanceKey, NodeId)> = Vec::new();
+        for entry in &job.history {
+            match entry {
+                JobHistoryEntry::Provisioned {
+                    role,
+                    node_id: Some(node),
+                    ..
+                }
+                | JobHistoryEntry::Running {
+                    role,
+                    node_id: Some(node),
+                    ..
+                } if !open.iter().any(|(r, n)| r == role && n == node) => {
+                    open.push((role.clone(), node.clone()));
+                }
+                JobHistoryEntry::Stopped {
+                    role,
+                    node_id: Some(node),
+                    ..
+                } => open.retain(|(r, n)| !(r == role && n == node)),
+                _ => {}
+            }
+        }
+        for (role, node) in open {
+            let held = self
+                .instances
+                .get(&(job.job_id.clone(), role.clone()))
+                .is_some_and(|i| i.node == node);
+            if !held {
+                job.history.push(JobHistoryEntry::Stopped {
+                    at: Some(self.h.now),
+                    role,
+                    node_id: Some(node),
+                });
+            }
+        }
+    }
+
+    /// Manager applies an update of `bundle_id`: a new generation, with no
+    /// verdict (the bundle's, or its jobs'), announced, and each job's
+    /// history saying its spec changed (where a core hydrated later clears
+    /// the restarts).
+    fn bundle_updated(&mut self, bundle_id: &BundleId) {
+        let Some(bundle) = self.bundles.get_mut(bundle_id) else {
+            return;
+        };
+        bundle.generation += 1;
+        bundle.terminal_verdict = None;
+        let bundle = bundle.clone();
+        let prefix = format!("{bundle_id}/");
+        // No snapshot from before its bundle's update comes after it.
+        self.snapshots.retain(|job, _| !job.as_str().starts_with(&prefix));
+        self.job_verdicts.retain(|job, _| !job.as_str().starts_with(&prefix));
+        self.h.event(ManagerEvent::BundleUpdated(bundle));
+        // "The history clears when the bundle is updated."
+        self.reference.bundle_updated(bundle_id);
+        let jobs: Vec<JobId> = self
+            .h
+            .core
+            .jobs()
+            .filter(|r| &r.bundle_ref.bundle_id == bundle_id)
+            .map(|r| r.job.job_id.clone())
+            .collect();
+        for job in jobs {
+            let mut runtime = self.h.core.job(&job).expect("job known").job.clone();
+            runtime.terminal_verdict = None;
+            runtime.history.push(JobHistoryEntry::Updated { at: Some(self.h.now) });
+            self.h.event(ManagerEvent::JobUpdated(runtime));
         }
     }
 
@@ -903,6 +1108,7 @@ impl Model {
         let (job, role) = key;
         let node = instance.node.clone();
         if instance.deferred {
+            instance.prepared = true;
             self.h.event(ManagerEvent::JobPrepared {
                 job_id: job,
                 role,
@@ -1011,11 +1217,13 @@ impl Model {
                 return Err(format!("spare {node_id} consumed with no job accepted on it"));
             }
         }
+        // The in-flight gate is the core's own: a disposed core's start
+        // still on its way is one its successor cannot know of (Manager's
+        // instance key refuses the second).
         if let Rpc::StartJob { job_id, .. } = rpc
-            && self
-                .pending
-                .iter()
-                .any(|(_, _, r)| matches!(r, Rpc::StartJob { job_id: j, .. } if j == job_id))
+            && self.pending.iter().any(|(id, _, r)| {
+                !self.orphaned.contains(id) && matches!(r, Rpc::StartJob { job_id: j, .. } if j == job_id)
+            })
         {
             return Err(format!("second StartJob for {job_id} while one is in flight"));
         }

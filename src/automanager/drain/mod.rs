@@ -77,19 +77,23 @@ pub(super) struct Drains {
 
 impl Drains {
     /// What a fresh core carries on from a disposed one (after a stream
-    /// break): its cordons, which are this AutoManager's own state and not
-    /// in Manager's snapshot. Drains and notices are not carried: the
-    /// disposed core's migrations end with it, and Manager replays its
-    /// interruption notices in the new snapshot.
+    /// break): its cordons, its drains and the interruption notices it
+    /// took, which are this AutoManager's own state and not in Manager's
+    /// snapshot. A drain keeps its deadline, so a forced one still
+    /// terminates its node on time and another one still ends `partial`;
+    /// the disposed core's migrations end with it (each drained job's
+    /// status follows), and a notice Manager replays again is one the
+    /// drain already has.
     pub(super) fn carried_from(previous: &AutoManagerCore) -> Self {
         Self {
+            by_node: previous.drains.by_node.clone(),
+            interruptions: previous.drains.interruptions.clone(),
             carried_cordons: previous
                 .fleet
                 .iter()
                 .filter(|n| n.cordoned)
                 .map(|n| n.id.clone())
                 .collect(),
-            ..Self::default()
         }
     }
 

@@ -116,6 +116,17 @@ pub(super) struct SpareState {
     pulls: BTreeMap<NodeId, Pulls>,
 }
 
+impl SpareState {
+    /// A successor's reconciler state: how many spares took a job since
+    /// start stays cumulative across a reconnect; the rest is rebuilt.
+    pub(super) fn carried_from(previous: &SpareState) -> Self {
+        Self {
+            consumed: previous.consumed.clone(),
+            ..Self::default()
+        }
+    }
+}
+
 /// Whether a node is tagged as a spare.
 pub(super) fn is_spare_tagged(node: &NodeState) -> bool {
     node.tags.get(tags::SPARE).is_some_and(|v| v == "true")

@@ -61,7 +61,8 @@ use norsk_auto_manager::automanager::{
     MigrationState, Notification, RequestId, Rpc,
 };
 use norsk_auto_manager::model::{
-    Bundle, BundleId, InstanceKey, JobId, JobSpec, NodeId, OnRuntimeFailure, Requirements, UnixMillis,
+    Bundle, BundleId, InstanceKey, JobHistoryEntry, JobId, JobSpec, JobStopReason, NodeId, OnRuntimeFailure,
+    Requirements, UnixMillis,
 };
 
 use super::{AWS_PROVISION_TIMEOUT_MS, Instance, ManagerNode, NodePhase};
@@ -340,6 +341,51 @@ impl Reference {
         self.excluded.retain(|job, _| &bundle_of(job) != bundle);
         self.dropped.retain(|job| &bundle_of(job) != bundle);
         self.restarts.retain(|job, _| &bundle_of(job) != bundle);
+    }
+
+    /// The event stream broke and a fresh core hydrated from Manager's
+    /// snapshot (`jobs` with their histories; the bundles and jobs
+    /// Manager holds a verdict on). A fresh core knows only what Manager
+    /// recorded:
+    ///
+    /// - each job's restarts are the runtime failures its history holds
+    ///   since its spec last changed (`Updated`), as hydration replays them;
+    /// - a bundle is broken, a job dropped, only when its verdict reached
+    ///   Manager;
+    /// - no recovery is under way: no exclusion, no spacing to keep.
+    pub(super) fn reconnected(
+        &mut self,
+        jobs: &[norsk_auto_manager::model::RuntimeJob],
+        broken: &BTreeSet<BundleId>,
+        dropped: &BTreeSet<JobId>,
+    ) {
+        self.restarts.clear();
+        for job in jobs {
+            let since = job
+                .history
+                .iter()
+                .rposition(|e| matches!(e, JobHistoryEntry::Updated { .. }))
+                .map_or(0, |i| i + 1);
+            let failures: Vec<UnixMillis> = job.history[since..]
+                .iter()
+                .filter_map(|e| match e {
+                    JobHistoryEntry::Stopping {
+                        at: Some(at),
+                        reason: JobStopReason::JobFailed | JobStopReason::UnknownJob | JobStopReason::Unknown(_),
+                        ..
+                    } => Some(*at),
+                    _ => None,
+                })
+                .collect();
+            if !failures.is_empty() {
+                self.restarts.insert(job.job_id.clone(), failures);
+            }
+        }
+        self.broken.retain(|b| broken.contains(b));
+        self.dropped
+            .retain(|j| dropped.contains(j) || broken.contains(&bundle_of(j)));
+        self.excluded.clear();
+        self.last_recovery.clear();
     }
 
     /// Whether the spec has broken `job`'s bundle.

@@ -103,6 +103,55 @@ impl Harness {
         self.next_deadline = step.next_deadline;
     }
 
+    /// Feeds inputs that arrived together (one step, as a snapshot is).
+    pub fn input_all(&mut self, inputs: Vec<Input>) {
+        if self.trace {
+            for input in &inputs {
+                eprintln!("{} <= {}", self.now, describe_input(input));
+            }
+        }
+        let step = self.core.handle_all(inputs, self.now);
+        let now = self.now;
+        if self.trace {
+            for action in &step.actions {
+                eprintln!("{now}    -> {}", describe_action(action));
+            }
+        }
+        self.actions.extend(step.actions.into_iter().map(|a| (now, a)));
+        self.next_deadline = step.next_deadline;
+    }
+
+    /// The event stream breaks and a new one opens: the core is disposed
+    /// and a successor (as the runtime builds it) hydrates from Manager's
+    /// snapshot — here what the core had heard: its nodes, bundles and
+    /// jobs as Manager last sent them.
+    pub fn reconnect(&mut self) {
+        let mut events = Vec::new();
+        for node in self.core.fleet().iter() {
+            let info = NodeInfo {
+                node_id: node.id.clone(),
+                tags: node.tags.clone(),
+                ..node_info(node.id.as_str(), &[])
+            };
+            events.push(match node.phase {
+                norsk_auto_manager::model::NodePhase::Running => ManagerEvent::NodeStarted(info),
+                _ => ManagerEvent::NodeStarting(info),
+            });
+            if let Some(inventory) = &node.inventory {
+                events.push(ManagerEvent::NodeInventory {
+                    node_id: node.id.clone(),
+                    inventory: inventory.clone(),
+                });
+            }
+        }
+        events.extend(self.core.bundles().cloned().map(ManagerEvent::BundleUpdated));
+        events.extend(self.core.jobs().map(|r| ManagerEvent::JobActive(r.job.clone())));
+        events.push(ManagerEvent::InitialDataComplete);
+        let valid = validate_auto_settings(self.core.settings().clone()).expect("settings are valid");
+        self.core = AutoManagerCore::succeeding(valid, &self.core, self.now);
+        self.input_all(events.into_iter().map(|e| Input::Event(Box::new(e))).collect());
+    }
+
     /// Feeds one Manager event.
     pub fn event(&mut self, event: ManagerEvent) {
         self.input(Input::Event(Box::new(event)));
