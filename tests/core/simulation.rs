@@ -948,19 +948,23 @@ impl Model {
         self.h.event(ManagerEvent::BundleUpdated(bundle));
         // "The history clears when the bundle is updated."
         self.reference.bundle_updated(bundle_id);
-        let jobs: Vec<JobId> = self
-            .h
-            .core
-            .jobs()
-            .filter(|r| &r.bundle_ref.bundle_id == bundle_id)
-            .map(|r| r.job.job_id.clone())
-            .collect();
+        let jobs = self.jobs_of(bundle_id);
         for job in jobs {
             let mut runtime = self.h.core.job(&job).expect("job known").job.clone();
             runtime.terminal_verdict = None;
             runtime.history.push(JobHistoryEntry::Updated { at: Some(self.h.now) });
             self.h.event(ManagerEvent::JobUpdated(runtime));
         }
+    }
+
+    /// The jobs of `bundle_id` Manager has announced.
+    fn jobs_of(&self, bundle_id: &BundleId) -> Vec<JobId> {
+        self.h
+            .core
+            .jobs()
+            .filter(|r| &r.bundle_ref.bundle_id == bundle_id)
+            .map(|r| r.job.job_id.clone())
+            .collect()
     }
 
     /// A new bundle is applied.
@@ -985,13 +989,7 @@ impl Model {
         self.sync();
         bundle.state = norsk_auto_manager::model::BundleState::Deleting;
         self.h.event(ManagerEvent::BundleUpdated(bundle));
-        let jobs: Vec<JobId> = self
-            .h
-            .core
-            .jobs()
-            .filter(|r| &r.bundle_ref.bundle_id == bundle_id)
-            .map(|r| r.job.job_id.clone())
-            .collect();
+        let jobs = self.jobs_of(bundle_id);
         for job in jobs {
             let instances: Vec<(InstanceKey, NodeId)> = self
                 .instances

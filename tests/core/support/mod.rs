@@ -93,14 +93,7 @@ impl Harness {
             eprintln!("{} <- {}", self.now, describe_input(&input));
         }
         let step = self.core.handle(input, self.now);
-        let now = self.now;
-        if self.trace {
-            for action in &step.actions {
-                eprintln!("{now}    -> {}", describe_action(action));
-            }
-        }
-        self.actions.extend(step.actions.into_iter().map(|a| (now, a)));
-        self.next_deadline = step.next_deadline;
+        self.took(step);
     }
 
     /// Feeds inputs that arrived together (one step, as a snapshot is).
@@ -111,6 +104,11 @@ impl Harness {
             }
         }
         let step = self.core.handle_all(inputs, self.now);
+        self.took(step);
+    }
+
+    /// Keeps what a step emitted (traced) and when the core wakes next.
+    fn took(&mut self, step: norsk_auto_manager::automanager::Step) {
         let now = self.now;
         if self.trace {
             for action in &step.actions {
