@@ -92,12 +92,20 @@ pub(super) struct Inheritance {
     /// Starts (and the stops undoing timed-out ones) with the binding each
     /// was for.
     pub(super) starts: Vec<(RequestId, JobId, Option<Binding>)>,
-    /// Nodes it terminated.
-    pub(super) terminated: BTreeSet<NodeId>,
-    /// Nodes to release once empty (a single-use job left them).
-    pub(super) release_when_empty: BTreeSet<NodeId>,
-    /// The nodes it provisioned, and how.
-    pub(super) provisioned: BTreeMap<NodeId, super::fleet::Provisioned>,
+    /// Its own marks on the nodes it knew.
+    pub(super) nodes: BTreeMap<NodeId, NodeMarks>,
+}
+
+/// What an AutoManager decided about a node, which Manager's snapshot does
+/// not say.
+#[derive(Clone, Debug, Default)]
+pub(super) struct NodeMarks {
+    /// It provisioned the node, and how.
+    pub(super) provisioned: Option<super::fleet::Provisioned>,
+    /// It terminated the node.
+    pub(super) terminated: bool,
+    /// A single-use job left it: released once empty.
+    pub(super) release_when_empty: bool,
 }
 
 /// When a job may be placed.
@@ -218,74 +226,58 @@ impl AutoManagerCore {
         core.manual = ManualStarts::carried_from(&previous.manual);
         core.migrations = Migrations::inherited(&previous.migrations);
         core.fail_inherited_migrations(now);
-        // Commands still waiting on Manager are answered by the new core
-        // (a toggle in flight answers the commands that wait on it).
-        core.pending = previous
-            .pending
-            .iter()
-            .filter(|(_, p)| matches!(p, Pending::Command { .. } | Pending::Toggle(_)))
-            .map(|(id, p)| (*id, p.clone()))
-            .collect();
-        // Nodes it was launching keep their provision deadline (a node the
-        // snapshot shows starting would otherwise wait forever) and the
-        // creates still on their way are answered here; the fleet entry of
-        // one Manager has not announced yet stays, so its answer finds it.
-        for node in previous.fleet.iter().filter(|n| n.is_launching()) {
-            if let Some(provisioned) = &node.provisioned {
+        // Calls still on their way are answered here: commands (a toggle
+        // in flight answers the commands that wait on it), creates and
+        // terminates, and starts with the stops undoing timed-out ones —
+        // Manager may carry those out after its snapshot was taken, so
+        // each start holds its job's gate shut and its room reserved until
+        // answered; left unknown, a start landing late would put the job
+        // beside its new placement, or over the room given to another.
+        for (id, pending) in &previous.pending {
+            match pending {
+                Pending::Command { .. }
+                | Pending::Toggle(_)
+                | Pending::CreateNode { .. }
+                | Pending::Spare(SpareRequest::Provision { .. })
+                | Pending::TerminateNode(_) => {}
+                Pending::StartJob { job_id, .. } => {
+                    let binding = previous
+                        .jobs
+                        .get(job_id)
+                        .filter(|r| r.in_flight == Some(*id))
+                        .and_then(|r| r.binding.clone());
+                    core.inherited.starts.push((*id, job_id.clone(), binding));
+                }
+                Pending::UndoStart { job_id, .. } => core.inherited.starts.push((*id, job_id.clone(), None)),
+                _ => continue,
+            }
+            core.pending.insert(*id, pending.clone());
+        }
+        for node in previous.fleet.iter() {
+            // A node it was launching keeps its provision deadline (one the
+            // snapshot shows starting would otherwise wait forever), and one
+            // Manager has not announced yet stays, so its create's answer
+            // finds it.
+            if node.is_launching()
+                && let Some(provisioned) = &node.provisioned
+            {
                 core.fleet.add_provisioned(node.id.clone(), provisioned.clone());
             }
-        }
-        core.pending.extend(
-            previous
-                .pending
-                .iter()
-                .filter(|(_, p)| {
-                    matches!(
-                        p,
-                        Pending::CreateNode { .. }
-                            | Pending::Spare(SpareRequest::Provision { .. })
-                            | Pending::TerminateNode(_)
-                    )
-                })
-                .map(|(id, p)| (*id, p.clone())),
-        );
-        // A node it terminated takes nothing new, and its terminate, if
-        // Manager did not hear it, is sent again; one a single-use job left
-        // with peers on it is still released once empty.
-        for node in previous.fleet.iter() {
-            if node.terminated {
-                core.inherited.terminated.insert(node.id.clone());
-            }
-            if node.release_when_empty {
-                core.inherited.release_when_empty.insert(node.id.clone());
-            }
-            // Which nodes it provisioned (what `singleUse` may release).
-            if let Some(provisioned) = &node.provisioned {
-                core.inherited.provisioned.insert(node.id.clone(), provisioned.clone());
+            // Which nodes it provisioned (what `singleUse` may release),
+            // terminated (they take nothing new; a terminate Manager did not
+            // hear is sent again) or is to release once empty.
+            if node.provisioned.is_some() || node.terminated || node.release_when_empty {
+                core.inherited.nodes.insert(
+                    node.id.clone(),
+                    NodeMarks {
+                        provisioned: node.provisioned.clone(),
+                        terminated: node.terminated,
+                        release_when_empty: node.release_when_empty,
+                    },
+                );
             }
         }
         core.spares = SpareState::carried_from(&previous.spares);
-        // So are starts still on their way, and the stops undoing timed-out
-        // ones: Manager may carry them out after its snapshot was taken.
-        // Their answers come to this core, which holds each job's gate shut
-        // and its capacity reserved until then — or, left unknown, a start
-        // landing late would put the job beside its new placement, or over
-        // the room this core gave to another.
-        for (id, pending) in &previous.pending {
-            let (Pending::StartJob { job_id, .. } | Pending::UndoStart { job_id, .. }) = pending else {
-                continue;
-            };
-            let binding = match pending {
-                Pending::StartJob { .. } => previous
-                    .jobs
-                    .get(job_id)
-                    .filter(|r| r.in_flight == Some(*id))
-                    .and_then(|r| r.binding.clone()),
-                _ => None,
-            };
-            core.pending.insert(*id, pending.clone());
-            core.inherited.starts.push((*id, job_id.clone(), binding));
-        }
         core
     }
 

@@ -133,29 +133,22 @@ impl AutoManagerCore {
         }
     }
 
-    /// What a predecessor left (see [`AutoManagerCore::succeeding`]): the
-    /// nodes it provisioned stay its own, its terminated nodes stay
-    /// terminated, those to release once empty stay so; for each of its starts still on their way the job's gate stays
-    /// shut until the answer, and a job the snapshot shows placed nowhere
-    /// keeps the placement the start was for (its capacity reserved), on a
-    /// node that is still up.
+    /// What a predecessor left (see [`AutoManagerCore::succeeding`]): its
+    /// marks on the nodes the snapshot shows (provisioned, terminated, to
+    /// release once empty); for each of its starts still on their way the
+    /// job's gate stays shut until the answer, and a job the snapshot shows
+    /// placed nowhere keeps the placement the start was for (its capacity
+    /// reserved), on a node that is still up.
     fn take_up_inheritance(&mut self) {
         let inherited = std::mem::take(&mut self.inherited);
-        for node_id in inherited.terminated {
-            if let Some(node) = self.fleet.get_mut(&node_id) {
-                node.terminated = true;
-            }
-        }
-        for node_id in inherited.release_when_empty {
-            if let Some(node) = self.fleet.get_mut(&node_id) {
-                node.release_when_empty = true;
-            }
-        }
-        for (node_id, provisioned) in inherited.provisioned {
-            if let Some(node) = self.fleet.get_mut(&node_id)
-                && node.provisioned.is_none()
-            {
-                node.provisioned = Some(provisioned);
+        for (node_id, marks) in inherited.nodes {
+            let Some(node) = self.fleet.get_mut(&node_id) else {
+                continue;
+            };
+            node.terminated |= marks.terminated;
+            node.release_when_empty |= marks.release_when_empty;
+            if node.provisioned.is_none() {
+                node.provisioned = marks.provisioned;
             }
         }
         for (id, job_id, binding) in inherited.starts {
@@ -178,10 +171,10 @@ impl AutoManagerCore {
 
     fn hydrated_now(&mut self) {
         self.hydrated = true;
+        // Before the view is built: inherited starts hold capacity.
+        self.take_up_inheritance();
         // The placement view is built once here and kept up to date after;
         // should it fail, the first placement round says why.
-        // Before the view is built: their bindings hold capacity.
-        self.take_up_inheritance();
         self.view_cache = self.synced_view().ok();
         // A node provisioned for a job (by this core's predecessor) that is
         // still launching takes that job back, so a new instance never

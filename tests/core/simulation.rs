@@ -153,8 +153,6 @@ struct Model {
     /// Dropped verdicts Manager recorded on jobs (bundle verdicts are on
     /// the bundles).
     job_verdicts: BTreeMap<JobId, norsk_auto_manager::model::TerminalVerdict>,
-    /// Event streams that broke and were hydrated afresh.
-    reconnects: u64,
     /// Whether streams break at all (`CORE_SIM_RECONNECTS=1`; see
     /// docs/testing.md).
     reconnects_on: bool,
@@ -281,7 +279,6 @@ impl Model {
             settings,
             orphaned: BTreeSet::new(),
             job_verdicts: BTreeMap::new(),
-            reconnects: 0,
             reconnects_on: std::env::var("CORE_SIM_RECONNECTS").is_ok_and(|v| v == "1"),
             rng: StdRng::seed_from_u64(rng.random()),
         };
@@ -806,7 +803,6 @@ impl Model {
     /// the old core made stay with Manager, which may still carry them out.
     fn reconnect(&mut self) {
         self.sync();
-        self.reconnects += 1;
         let mut events = Vec::new();
         for (id, node) in &self.nodes {
             let t: Vec<(&str, &str)> = node.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
