@@ -94,6 +94,11 @@ pub(super) struct Inheritance {
     pub(super) starts: Vec<(RequestId, JobId, Option<Binding>)>,
     /// Its own marks on the nodes it knew.
     pub(super) nodes: BTreeMap<NodeId, NodeMarks>,
+    /// The records of its jobs with a migration in flight: the saga
+    /// carries on, so the job's record (binding, the target's claim, the
+    /// history it has applied) does too, and only what Manager's snapshot
+    /// adds to the job's history is applied.
+    pub(super) migrating: BTreeMap<JobId, JobRecord>,
 }
 
 /// What an AutoManager decided about a node, which Manager's snapshot does
@@ -208,9 +213,12 @@ impl AutoManagerCore {
     /// cordons and interruption notices, the calls still on their way and
     /// what each was for (starts hold their job's gate and room until
     /// answered), which nodes it provisioned, terminated or is to release
-    /// once empty. Migrations the disposed core had in flight are marked
-    /// lost at `now`.
-    pub fn succeeding(valid: ValidSettings, previous: &AutoManagerCore, now: UnixMillis) -> Self {
+    /// once empty, and the migrations in flight with their jobs' records:
+    /// a saga carries on where it was (its calls' answers reach it, its
+    /// deadlines stand in for signals sent while the stream was down), as
+    /// neither rolling back nor failing forward blind is safe — the
+    /// disposed core may have told the source to stop, or not yet.
+    pub fn succeeding(valid: ValidSettings, previous: &AutoManagerCore) -> Self {
         let mut core = Self::new(valid, previous.started_at);
         core.counters = previous.counters.clone();
         // `updateHotSpareSpecs` replaced the list without a reconnect; a
@@ -224,8 +232,13 @@ impl AutoManagerCore {
         core.drains = Drains::carried_from(previous);
         core.schedules = Schedules::carried_from(&previous.schedules);
         core.manual = ManualStarts::carried_from(&previous.manual);
-        core.migrations = Migrations::inherited(&previous.migrations);
-        core.fail_inherited_migrations(now);
+        core.migrations = Migrations::carried_from(&previous.migrations);
+        core.inherited.migrating = previous
+            .jobs
+            .iter()
+            .filter(|(_, record)| record.migration.is_some())
+            .map(|(id, record)| (id.clone(), record.clone()))
+            .collect();
         // Calls still on their way are answered here: commands (a toggle
         // in flight answers the commands that wait on it), creates and
         // terminates, and starts with the stops undoing timed-out ones —
@@ -239,7 +252,8 @@ impl AutoManagerCore {
                 | Pending::Toggle(_)
                 | Pending::CreateNode { .. }
                 | Pending::Spare(SpareRequest::Provision { .. })
-                | Pending::TerminateNode(_) => {}
+                | Pending::TerminateNode(_)
+                | Pending::Migration { .. } => {}
                 Pending::StartJob { job_id, .. } => {
                     let binding = previous
                         .jobs

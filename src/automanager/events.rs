@@ -21,7 +21,7 @@ impl AutoManagerCore {
             | ManagerEvent::JobUpdated(job)
             | ManagerEvent::JobOutOfWindow(job) => self.job_changed(job, now),
             ManagerEvent::JobDeleted(job_id) => self.job_deleted(job_id, now),
-            ManagerEvent::InitialDataComplete => self.hydrated_now(),
+            ManagerEvent::InitialDataComplete => self.hydrated_now(now),
             ManagerEvent::NodeStarting(info) => {
                 let node = self.fleet.describe(&info, NodePhase::Starting);
                 if node.phase == NodePhase::Prospective {
@@ -139,8 +139,15 @@ impl AutoManagerCore {
     /// job's gate stays shut until the answer, and a job the snapshot shows
     /// placed nowhere keeps the placement the start was for (its capacity
     /// reserved), on a node that is still up.
-    fn take_up_inheritance(&mut self) {
+    ///
+    /// A migrating job the snapshot does not show was deleted meanwhile: its
+    /// migration ends as for any deleted job.
+    fn take_up_inheritance(&mut self, now: UnixMillis) {
         let inherited = std::mem::take(&mut self.inherited);
+        for (job_id, record) in inherited.migrating {
+            self.jobs.insert(job_id.clone(), record);
+            self.job_deleted(job_id, now);
+        }
         for (node_id, marks) in inherited.nodes {
             let Some(node) = self.fleet.get_mut(&node_id) else {
                 continue;
@@ -169,10 +176,10 @@ impl AutoManagerCore {
         }
     }
 
-    fn hydrated_now(&mut self) {
+    fn hydrated_now(&mut self, now: UnixMillis) {
         self.hydrated = true;
         // Before the view is built: inherited starts hold capacity.
-        self.take_up_inheritance();
+        self.take_up_inheritance(now);
         // The placement view is built once here and kept up to date after;
         // should it fail, the first placement round says why.
         self.view_cache = self.synced_view().ok();
@@ -297,10 +304,14 @@ impl AutoManagerCore {
         if stale {
             return;
         }
-        let record = self
-            .jobs
-            .entry(job_id.clone())
-            .or_insert_with(|| JobRecord::new(job.clone(), bundle_ref));
+        // A predecessor's job with a migration in flight carries on from
+        // the record it left.
+        let record = self.jobs.entry(job_id.clone()).or_insert_with(|| {
+            self.inherited
+                .migrating
+                .remove(&job_id)
+                .unwrap_or_else(|| JobRecord::new(job.clone(), bundle_ref))
+        });
         if job.history.len() < record.history_seen {
             record.history_seen = 0;
         }

@@ -724,7 +724,7 @@ fn cordons_survive_a_fresh_core_hydrated_after_a_stream_break() {
     let mut h = Harness::hydrated();
     h.command(Command::CordonNode(a()));
     let valid = validate_auto_settings(settings()).expect("settings are valid");
-    h.core = AutoManagerCore::succeeding(valid, &h.core, h.now);
+    h.core = AutoManagerCore::succeeding(valid, &h.core);
     h.cluster_node("a", 4.0);
     h.cluster_node("b", 4.0);
     h.event(ManagerEvent::InitialDataComplete);

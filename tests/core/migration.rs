@@ -566,16 +566,25 @@ fn a_source_stopped_after_hydration_hands_the_binding_to_the_live_target() {
 }
 
 #[test]
-fn a_core_hydrated_after_a_stream_break_marks_inherited_migrations_lost() {
-    let (mut h, _, id) = up_to(MigrationStrategy::Overlap, MigrationPhase::Starting);
-    let valid = norsk_auto_manager::automanager::validate_auto_settings(settings()).expect("valid");
-    h.core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &h.core, h.now);
-    h.event(ManagerEvent::InitialDataComplete);
-    assert_eq!(state(&h, &id).phase, MigrationPhase::Lost);
+fn a_migration_in_flight_when_the_stream_breaks_carries_on_in_the_successor() {
+    // The target was started and is not running yet; the source was never
+    // told to stop. Neither rolling back nor failing forward is known to be
+    // safe for a fresh core: it carries the saga on.
+    let (mut h, job, id) = up_to(MigrationStrategy::Overlap, MigrationPhase::Starting);
+    let s = state(&h, &id);
+    h.reconnect();
+    assert_eq!(state(&h, &id).phase, MigrationPhase::Starting);
+    assert!(aborted(&h.take_notifications()).is_empty());
+    assert!(calls(&mut h).is_empty(), "nothing started or stopped again");
+    target_runs(&mut h, &id);
     assert_eq!(
-        aborted(&h.take_notifications()),
-        vec![("the connection to Manager was re-established".into(), true)]
+        stops(&calls(&mut h)),
+        vec![(s.source_key.clone(), s.source_node_id.clone())],
+        "the successor stops the source once the target runs"
     );
+    source_stops(&mut h, &id);
+    assert_eq!(state(&h, &id).phase, MigrationPhase::Done);
+    assert_eq!(bound(&h, &job), (s.target_node_id, s.target_key));
 }
 
 #[test]

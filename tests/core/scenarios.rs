@@ -1626,7 +1626,7 @@ fn a_fresh_core_after_a_stream_break_answers_a_start_in_flight_and_keeps_what_is
     // The stream breaks with the start in flight; a fresh core hydrates
     // from the new snapshot, where Manager already holds the job started.
     let valid = norsk_auto_manager::automanager::validate_auto_settings(settings()).expect("settings are valid");
-    h.core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &h.core, h.now);
+    h.core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &h.core);
     h.cluster_node("a", 4.0);
     h.cluster_node("b", 4.0);
     h.event(ManagerEvent::BundleUpdated(bundle.clone()));

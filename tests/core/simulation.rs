@@ -874,8 +874,7 @@ impl Model {
         self.reference.reconnected(&jobs, &broken, &dropped);
         let valid = norsk_auto_manager::automanager::validate_auto_settings(self.settings.clone())
             .expect("the run's settings are valid");
-        let now = self.h.now;
-        self.h.core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &self.h.core, now);
+        self.h.core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &self.h.core);
         self.h.input_all(
             events
                 .into_iter()
@@ -886,10 +885,13 @@ impl Model {
 
     /// Manager's history of `job` records every instance that ended as
     /// stopped, a refused start's among them (the worker's refusal reaches
-    /// the stream as `JobRejected` alone).
+    /// the stream as `JobRejected` alone). The end is recorded where it
+    /// happened: right after the instance's last entry, at that entry's
+    /// time, so what came later for other instances stays later.
     fn close_ended_instances(&self, job: &mut norsk_auto_manager::model::RuntimeJob) {
-        let mut open: Vec<(InstanceKey, NodeId)> = Vec::new();
-        for entry in &job.history {
+        // (role, node, index of its last entry) of each open instance.
+        let mut open: Vec<(InstanceKey, NodeId, usize)> = Vec::new();
+        for (index, entry) in job.history.iter().enumerate() {
             match entry {
                 JobHistoryEntry::Provisioned {
                     role,
@@ -900,28 +902,38 @@ impl Model {
                     role,
                     node_id: Some(node),
                     ..
-                } if !open.iter().any(|(r, n)| r == role && n == node) => {
-                    open.push((role.clone(), node.clone()));
-                }
+                } => match open.iter_mut().find(|(r, n, _)| r == role && n == node) {
+                    Some(instance) => instance.2 = index,
+                    None => open.push((role.clone(), node.clone(), index)),
+                },
                 JobHistoryEntry::Stopped {
                     role,
                     node_id: Some(node),
                     ..
-                } => open.retain(|(r, n)| !(r == role && n == node)),
+                } => open.retain(|(r, n, _)| !(r == role && n == node)),
                 _ => {}
             }
         }
-        for (role, node) in open {
+        // Insert from the back so earlier indices stay valid.
+        open.sort_by_key(|(_, _, index)| std::cmp::Reverse(*index));
+        for (role, node, index) in open {
             let held = self
                 .instances
                 .get(&(job.job_id.clone(), role.clone()))
                 .is_some_and(|i| i.node == node);
             if !held {
-                job.history.push(JobHistoryEntry::Stopped {
-                    at: Some(self.h.now),
-                    role,
-                    node_id: Some(node),
-                });
+                let at = match &job.history[index] {
+                    JobHistoryEntry::Provisioned { at, .. } | JobHistoryEntry::Running { at, .. } => *at,
+                    _ => Some(self.h.now),
+                };
+                job.history.insert(
+                    index + 1,
+                    JobHistoryEntry::Stopped {
+                        at,
+                        role,
+                        node_id: Some(node),
+                    },
+                );
             }
         }
     }

@@ -613,7 +613,7 @@ fn an_updated_list_survives_a_reconnect() {
     let (_, step) = h.core.update_hot_spare_specs(vec![entry(3, &[], &[], false)], h.now);
     absorb(&mut h, step);
     let valid = validate_auto_settings(spare_settings(vec![entry(1, &[], &[], false)])).unwrap();
-    let fresh = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &h.core, h.now);
+    let fresh = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &h.core);
     assert_eq!(fresh.settings().hot_spares, vec![entry(3, &[], &[], false)]);
 }
 

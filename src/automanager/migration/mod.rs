@@ -440,15 +440,12 @@ impl Migrations {
     }
 
     /// The migrations a fresh core carries on from a disposed one (after a
-    /// stream break): the ended ones for the queries, the id serial, and
-    /// those in flight, which the fresh core fails (see
-    /// [`AutoManagerCore::fail_inherited_migrations`]).
-    pub(crate) fn inherited(previous: &Migrations) -> Self {
+    /// stream break): all of them, the sagas in flight with what each waits
+    /// for; only the kept placement view is not trusted.
+    pub(crate) fn carried_from(previous: &Migrations) -> Self {
         Self {
-            by_id: previous.by_id.clone(),
-            ended: previous.ended.clone(),
-            serial: previous.serial,
-            ..Self::default()
+            view_in_sync: false,
+            ..previous.clone()
         }
     }
 

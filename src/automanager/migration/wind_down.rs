@@ -351,16 +351,6 @@ impl AutoManagerCore {
         }
     }
 
-    /// A fresh core hydrated after a stream break does not know what its
-    /// predecessor's migrations in flight were waiting for: they are
-    /// marked lost (the binding is rebuilt from history, a live target
-    /// included).
-    pub(crate) fn fail_inherited_migrations(&mut self, now: UnixMillis) {
-        for id in self.migrations.in_flight() {
-            self.mark_lost(&id, "the connection to Manager was re-established", now);
-        }
-    }
-
     /// `close()`: in-flight migrations before the point of no return are
     /// rolled back (the calls are sent while the channel is held open, at
     /// most `CLOSE_ABORT_GRACE_MS`); past it they are marked lost and the

@@ -367,7 +367,7 @@ impl Shell {
     fn hydrate(&mut self, events: Vec<ManagerEvent>, results: &Results) {
         // Settings changed live (pools, template images) carry over.
         self.valid = self.core.valid_settings();
-        self.core = AutoManagerCore::succeeding(self.valid.clone(), &self.core, self.clock.now());
+        self.core = AutoManagerCore::succeeding(self.valid.clone(), &self.core);
         // A standby stays in the hydration phase until its promotion.
         let complete = match self.role {
             Role::Active => Some(ManagerEvent::InitialDataComplete),

@@ -146,7 +146,7 @@ impl Harness {
         events.extend(self.core.jobs().map(|r| ManagerEvent::JobActive(r.job.clone())));
         events.push(ManagerEvent::InitialDataComplete);
         let valid = validate_auto_settings(self.core.settings().clone()).expect("settings are valid");
-        self.core = AutoManagerCore::succeeding(valid, &self.core, self.now);
+        self.core = AutoManagerCore::succeeding(valid, &self.core);
         self.input_all(events.into_iter().map(|e| Input::Event(Box::new(e))).collect());
     }
 
