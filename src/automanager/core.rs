@@ -99,6 +99,12 @@ pub(super) struct Inheritance {
     /// history it has applied) does too, and only what Manager's snapshot
     /// adds to the job's history is applied.
     pub(super) migrating: BTreeMap<JobId, JobRecord>,
+    /// Its terminal outcomes, each with the generation of the bundle it
+    /// was decided for: announced already (`bundleBroken`, `jobDropped`),
+    /// they stand whether or not the verdict's write reached Manager before
+    /// the snapshot, until the bundle is updated or deleted.
+    pub(super) broken: BTreeMap<BundleId, (String, u64)>,
+    pub(super) dropped: BTreeMap<JobId, u64>,
 }
 
 /// What an AutoManager decided about a node, which Manager's snapshot does
@@ -291,6 +297,18 @@ impl AutoManagerCore {
                 );
             }
         }
+        let generation = |bundle: &BundleId| previous.bundles.get(bundle).map_or(0, |b| b.generation);
+        core.inherited.broken = previous
+            .broken
+            .iter()
+            .map(|(bundle, reason)| (bundle.clone(), (reason.clone(), generation(bundle))))
+            .collect();
+        core.inherited.dropped = previous
+            .jobs
+            .iter()
+            .filter(|(_, record)| record.dropped)
+            .map(|(id, record)| (id.clone(), generation(&record.bundle_ref.bundle_id)))
+            .collect();
         core.spares = SpareState::carried_from(&previous.spares);
         core
     }

@@ -3,9 +3,11 @@
 //! Before `InitialDataComplete` the snapshot is replayed through these same
 //! paths, as if fresh, but nothing is recovered or placed.
 
+use std::collections::BTreeMap;
+
 use crate::model::{
-    Bundle, JobHistoryEntry, JobId, JobState, JobStopReason, ManagerEvent, NodeId, NodeInfo, NodePhase, RuntimeJob,
-    Slot, UnixMillis, VerdictKind, tags,
+    Bundle, BundleId, JobHistoryEntry, JobId, JobState, JobStopReason, ManagerEvent, NodeId, NodeInfo, NodePhase,
+    RuntimeJob, Slot, UnixMillis, VerdictKind, tags,
 };
 
 use super::Notification;
@@ -147,6 +149,22 @@ impl AutoManagerCore {
         for (job_id, record) in inherited.migrating {
             self.jobs.insert(job_id.clone(), record);
             self.job_deleted(job_id, now);
+        }
+        let unchanged = |bundles: &BTreeMap<BundleId, Bundle>, bundle: &BundleId, generation: u64| {
+            bundles.get(bundle).is_some_and(|b| b.generation == generation)
+        };
+        for (bundle, (reason, generation)) in inherited.broken {
+            if unchanged(&self.bundles, &bundle, generation) {
+                self.broken.entry(bundle.clone()).or_insert(reason);
+                self.withhold_unstarted(&bundle);
+            }
+        }
+        for (job_id, generation) in inherited.dropped {
+            if let Some(record) = self.jobs.get_mut(&job_id)
+                && unchanged(&self.bundles, &record.bundle_ref.bundle_id, generation)
+            {
+                record.dropped = true;
+            }
         }
         for (node_id, marks) in inherited.nodes {
             let Some(node) = self.fleet.get_mut(&node_id) else {

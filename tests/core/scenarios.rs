@@ -2322,6 +2322,39 @@ fn a_start_still_on_its_way_when_the_stream_breaks_keeps_its_job_and_its_room_in
 }
 
 #[test]
+fn a_bundle_broken_before_the_stream_breaks_stays_broken_in_the_successor_while_its_verdict_is_on_its_way() {
+    // `bundleBroken` was announced; the snapshot was taken before the
+    // verdict's write landed, so it shows the bundle without a verdict.
+    // The outcome stands until the bundle is updated or deleted.
+    let mut h = Harness::hydrated();
+    h.bundle(
+        "b",
+        "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 2, onRuntimeFailure: drop}}\n",
+    );
+    let (job, node) = h.start_all().remove(0);
+    h.failed(&job, &node);
+    let bundle = norsk_auto_manager::model::BundleId("b".into());
+    assert!(h.core.broken_bundles().contains_key(&bundle));
+    let write = h
+        .take_calls()
+        .into_iter()
+        .find(|(_, rpc)| matches!(rpc, Rpc::SetTerminalVerdict { .. }))
+        .expect("the verdict is written");
+    h.reconnect();
+    assert!(
+        h.core.broken_bundles().contains_key(&bundle),
+        "announced broken, the bundle stays broken in the successor"
+    );
+    h.cluster_node("c", 8.0);
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "no job of a broken bundle is placed again"
+    );
+    h.ok(write.0);
+    assert!(h.core.broken_bundles().contains_key(&bundle));
+}
+
+#[test]
 fn a_forced_drain_still_terminates_its_node_at_the_timeout_after_the_stream_breaks() {
     // A drain is this AutoManager's own work, not in Manager's snapshot:
     // the successor carries it on with its deadline.

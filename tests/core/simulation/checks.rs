@@ -345,13 +345,14 @@ impl Reference {
 
     /// The event stream broke and a fresh core hydrated from Manager's
     /// snapshot (`jobs` with their histories; the bundles and jobs
-    /// Manager holds a verdict on). A fresh core knows only what Manager
-    /// recorded:
+    /// Manager holds a verdict on). What the fresh core knows:
     ///
     /// - each job's restarts are the runtime failures its history holds
     ///   since its spec last changed (`Updated`), as hydration replays them;
-    /// - a bundle is broken, a job dropped, only when its verdict reached
-    ///   Manager;
+    /// - a bundle broken, a job dropped, stays so until its bundle is
+    ///   updated or deleted: announced once, an outcome is not taken back
+    ///   because its verdict's write had not reached Manager yet (the
+    ///   successor carries it on), and one Manager holds stands too;
     /// - no recovery is under way: no exclusion, no spacing to keep.
     pub(super) fn reconnected(
         &mut self,
@@ -381,9 +382,8 @@ impl Reference {
                 self.restarts.insert(job.job_id.clone(), failures);
             }
         }
-        self.broken.retain(|b| broken.contains(b));
-        self.dropped
-            .retain(|j| dropped.contains(j) || broken.contains(&bundle_of(j)));
+        self.broken.extend(broken.iter().cloned());
+        self.dropped.extend(dropped.iter().cloned());
         self.excluded.clear();
         self.last_recovery.clear();
     }
