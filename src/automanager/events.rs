@@ -203,7 +203,8 @@ impl AutoManagerCore {
         self.view_cache = self.synced_view().ok();
         // A node provisioned for a job (by this core's predecessor) that is
         // still launching takes that job back, so a new instance never
-        // provisions a second node for it.
+        // provisions a second node for it — unless the job is not to run
+        // again (dropped, or its bundle broken).
         let launching: Vec<(NodeId, JobId)> = self
             .fleet
             .iter()
@@ -216,6 +217,8 @@ impl AutoManagerCore {
         for (node_id, job_id) in launching {
             if let Some(record) = self.jobs.get_mut(&job_id)
                 && record.binding.is_none()
+                && !record.dropped
+                && !self.broken.contains_key(&record.bundle_ref.bundle_id)
             {
                 let slot = Slot::of_replica(record.bundle_ref.replica_index);
                 record.binding = Some(Binding {

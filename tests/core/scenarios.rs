@@ -1022,6 +1022,34 @@ fn a_node_still_launching_for_a_job_takes_it_back_at_hydration() {
 }
 
 #[test]
+fn a_node_still_launching_for_a_job_of_a_broken_bundle_does_not_take_it_back_at_hydration() {
+    // "Stops placing every replica of it": a node provisioned for the job
+    // before the bundle broke starts with nothing to run.
+    let mut h = Harness::new();
+    let mut broken = bundle("b", ONE_JOB);
+    broken.terminal_verdict = Some(norsk_auto_manager::model::TerminalVerdict {
+        kind: VerdictKind::Broken,
+        reason: "restart ceiling reached".into(),
+        at: None,
+    });
+    h.event(ManagerEvent::BundleUpdated(broken.clone()));
+    for job in jobs_of(&broken) {
+        h.event(ManagerEvent::JobActive(job));
+    }
+    let job = job_id("b", 0, "encode");
+    let node_tags = [
+        (tags::POOL, "production"),
+        (tags::TIER, "aws"),
+        (tags::PROVISIONED_FOR, job.as_str()),
+    ];
+    h.event(ManagerEvent::NodeStarting(node_info("production-aws-9", &node_tags)));
+    h.event(ManagerEvent::InitialDataComplete);
+    assert_eq!(h.bound_node(&job), None);
+    h.provisioned_node_starts("production-aws-9", ProviderKind::Aws, &node_tags);
+    assert!(start_jobs(&h.take_calls()).is_empty());
+}
+
+#[test]
 fn a_backup_in_the_primarys_failure_domain_is_reported_as_degraded() {
     let mut settings = settings();
     settings.placement_pools = yaml_serde::from_str(
