@@ -752,6 +752,14 @@ impl AutoManagerCore {
         self.pending.clear();
     }
 
+    /// The job is not to run again: dropped (by this core, or by a verdict
+    /// Manager holds) or its bundle broken.
+    pub(super) fn is_terminal(&self, record: &JobRecord) -> bool {
+        record.dropped
+            || record.job.terminal_verdict.is_some()
+            || self.broken.contains_key(&record.bundle_ref.bundle_id)
+    }
+
     /// When a job may be placed (see the rules in `dispatch`): never while
     /// bound, dormant (or a manual job its bundle keeps stopped), terminal,
     /// or after its bundle's schedule ended; a scheduled one
@@ -759,10 +767,8 @@ impl AutoManagerCore {
     pub(super) fn readiness(&self, record: &JobRecord, now: UnixMillis) -> Readiness {
         if record.binding.is_some()
             || record.in_flight.is_some()
-            || record.dropped
+            || self.is_terminal(record)
             || self.is_dormant(record)
-            || record.job.terminal_verdict.is_some()
-            || self.broken.contains_key(&record.bundle_ref.bundle_id)
             || self.schedule_ended(&record.bundle_ref.bundle_id, now)
             || record.awaiting_capacity_since == Some(self.fleet_epoch)
             || self.migrations.holds_placement_of(record.job_id())

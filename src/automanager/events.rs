@@ -210,15 +210,15 @@ impl AutoManagerCore {
             .iter()
             .filter(|n| n.is_launching() && !n.terminated)
             .filter_map(|n| {
-                let job = n.tags.get(tags::PROVISIONED_FOR)?;
-                Some((n.id.clone(), JobId(job.clone())))
+                let job = JobId(n.tags.get(tags::PROVISIONED_FOR)?.clone());
+                let record = self.jobs.get(&job)?;
+                (record.binding.is_none() && !self.is_terminal(record)).then(|| (n.id.clone(), job))
             })
             .collect();
         for (node_id, job_id) in launching {
+            // One node per job: a second launching for it stays unused.
             if let Some(record) = self.jobs.get_mut(&job_id)
                 && record.binding.is_none()
-                && !record.dropped
-                && !self.broken.contains_key(&record.bundle_ref.bundle_id)
             {
                 let slot = Slot::of_replica(record.bundle_ref.replica_index);
                 record.binding = Some(Binding {
