@@ -463,7 +463,8 @@ impl AutoManagerCore {
     /// hydrating) rebuilds it from Manager's history.
     fn instance_seen(&mut self, job_id: &JobId, role: crate::model::InstanceKey, node_id: NodeId, phase: BindingPhase) {
         let hydrated = self.hydrated;
-        let node_usable = self.fleet.get(&node_id).is_some_and(|n| !n.is_going());
+        // A rolled-back migration's target is being stopped: not the job's.
+        let adoptable = self.fleet.get(&node_id).is_some_and(|n| !n.is_going()) && !self.is_rolled_back_target(&role);
         let Some(record) = self.jobs.get_mut(job_id) else {
             return;
         };
@@ -483,7 +484,7 @@ impl AutoManagerCore {
                     self.notify(Notification::NodeHealthy { node_id });
                 }
             }
-            None if !hydrated && node_usable => {
+            None if !hydrated && adoptable => {
                 record.binding = Some(Binding {
                     node_id,
                     instance_key: role,

@@ -12,7 +12,8 @@ use norsk_auto_manager::automanager::{
 };
 use norsk_auto_manager::controller::pool::observe_pool;
 use norsk_auto_manager::model::{
-    InstanceKey, JobHistoryEntry, JobId, JobStopReason, ManagerEvent, MigrationSignal, NodeId, ProviderKind, tags,
+    InstanceKey, JobHistoryEntry, JobId, JobStopReason, ManagerEvent, MigrationSignal, NodeId, NodeStopReason,
+    ProviderKind, tags,
 };
 
 use crate::support::migration::*;
@@ -585,6 +586,40 @@ fn a_migration_in_flight_when_the_stream_breaks_carries_on_in_the_successor() {
     source_stops(&mut h, &id);
     assert_eq!(state(&h, &id).phase, MigrationPhase::Done);
     assert_eq!(bound(&h, &job), (s.target_node_id, s.target_key));
+}
+
+#[test]
+fn a_rolled_back_migrations_target_does_not_carry_the_job_in_a_successor() {
+    // The source fails while its target is being prepared: the migration
+    // rolls back and the target is told to stop. The stream breaks before
+    // that stop is answered, with the source's node going: the successor
+    // finds the target the only instance of the job in Manager's history,
+    // and must not take it for the job's placement.
+    let (mut h, job, id) = up_to(MigrationStrategy::StopThenStart, MigrationPhase::Preparing);
+    let s = state(&h, &id);
+    h.history(
+        &job,
+        JobHistoryEntry::Provisioned {
+            at: Some(h.now),
+            role: s.target_key.clone(),
+            node_id: Some(s.target_node_id.clone()),
+        },
+    );
+    h.failed(&job, &s.source_node_id);
+    assert_eq!(state(&h, &id).phase, MigrationPhase::Aborted);
+    assert!(
+        stops(&h.take_calls().into_iter().map(|(_, rpc)| rpc).collect::<Vec<_>>())
+            .contains(&(s.target_key.clone(), s.target_node_id.clone()))
+    );
+    h.node_stopping(s.source_node_id.as_str(), NodeStopReason::HealthPingTimeExceeded);
+    h.event(ManagerEvent::NodeStopped(s.source_node_id.clone()));
+    h.reconnect();
+    let key = h
+        .core
+        .job(&job)
+        .and_then(|r| r.binding.as_ref())
+        .map(|b| b.instance_key.clone());
+    assert_ne!(key, Some(s.target_key), "a target being stopped is not the job's");
 }
 
 #[test]

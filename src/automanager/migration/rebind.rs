@@ -16,6 +16,15 @@ use crate::automanager::core::AutoManagerCore;
 use crate::automanager::migration::{MigrationId, MigrationPhase};
 
 impl AutoManagerCore {
+    /// `key` is the target of a migration this core (or its predecessor)
+    /// rolled back: the core stops it, so it never carries the job.
+    pub(crate) fn is_rolled_back_target(&self, key: &InstanceKey) -> bool {
+        key.as_str()
+            .split_once('@')
+            .and_then(|(_, tag)| self.migrations.get(&MigrationId(tag.to_owned())))
+            .is_some_and(|m| m.phase == MigrationPhase::Aborted)
+    }
+
     /// The bound instance of a job with no migration in flight stops (on
     /// request, or without a failure being reported): true when a live
     /// migration target took over the binding.
@@ -39,12 +48,7 @@ impl AutoManagerCore {
         if &binding.instance_key != role || node.is_some_and(|n| n != &binding.node_id) {
             return false;
         }
-        let rolled_back = |key: &InstanceKey| {
-            key.as_str()
-                .split_once('@')
-                .and_then(|(_, tag)| self.migrations.get(&MigrationId(tag.to_owned())))
-                .is_some_and(|m| m.phase == MigrationPhase::Aborted)
-        };
+        let rolled_back = |key: &InstanceKey| self.is_rolled_back_target(key);
         let Some((key, node_id, phase)) = live_target(&record.job.history, role, &binding.node_id, rolled_back) else {
             return false;
         };

@@ -1047,7 +1047,17 @@ fn core_views(core: &AutoManagerCore, manager: &ManagerView) -> Result<(), Strin
         }
         let usable = node.inventory.as_ref().map_or(4.0, |i| i.usable_capacity());
         if *capacity > usable + 1e-9 {
-            return Err(format!("{node_id} over-committed: {capacity} of {usable}"));
+            let bound: Vec<String> = core
+                .jobs()
+                .filter_map(|r| {
+                    let b = r.binding.as_ref().filter(|b| &b.node_id == node_id)?;
+                    Some(format!("{} as {} ({:?})", r.job.job_id, b.instance_key, b.phase))
+                })
+                .collect();
+            return Err(format!(
+                "{node_id} over-committed in the core's view: {capacity} of {usable}, bound there: {}",
+                bound.join(", ")
+            ));
         }
     }
     // A spare that took a job (Manager accepted its start there) is an

@@ -131,14 +131,24 @@ impl Harness {
                 tags: node.tags.clone(),
                 ..node_info(node.id.as_str(), &[])
             };
+            // Manager forgets a stopped node; a stopping one is announced
+            // as started, then stopping.
+            use norsk_auto_manager::model::NodePhase;
             events.push(match node.phase {
-                norsk_auto_manager::model::NodePhase::Running => ManagerEvent::NodeStarted(info),
-                _ => ManagerEvent::NodeStarting(info),
+                NodePhase::Stopped => continue,
+                NodePhase::Running | NodePhase::Stopping => ManagerEvent::NodeStarted(info),
+                NodePhase::Prospective | NodePhase::Starting => ManagerEvent::NodeStarting(info),
             });
             if let Some(inventory) = &node.inventory {
                 events.push(ManagerEvent::NodeInventory {
                     node_id: node.id.clone(),
                     inventory: inventory.clone(),
+                });
+            }
+            if node.phase == NodePhase::Stopping {
+                events.push(ManagerEvent::NodeStopping {
+                    node_id: node.id.clone(),
+                    reason: norsk_auto_manager::model::NodeStopReason::HealthPingTimeExceeded,
                 });
             }
         }
