@@ -99,6 +99,10 @@ pub(super) struct Inheritance {
     /// history it has applied) does too, and only what Manager's snapshot
     /// adds to the job's history is applied.
     pub(super) migrating: BTreeMap<JobId, JobRecord>,
+    /// Instances (job, key, node) a stop undoing a timed-out start is on
+    /// its way to: Manager's history may show them, but they are going, and
+    /// never taken for the job's placement while hydrating.
+    pub(super) undoing: BTreeSet<(JobId, InstanceKey, NodeId)>,
     /// Its terminal outcomes, each with the generation of the bundle it
     /// was decided for: announced already (`bundleBroken`, `jobDropped`),
     /// they stand whether or not the verdict's write reached Manager before
@@ -268,7 +272,16 @@ impl AutoManagerCore {
                         .and_then(|r| r.binding.clone());
                     core.inherited.starts.push((*id, job_id.clone(), binding));
                 }
-                Pending::UndoStart { job_id, .. } => core.inherited.starts.push((*id, job_id.clone(), None)),
+                Pending::UndoStart {
+                    job_id,
+                    instance_key,
+                    node_id,
+                } => {
+                    core.inherited.starts.push((*id, job_id.clone(), None));
+                    core.inherited
+                        .undoing
+                        .insert((job_id.clone(), instance_key.clone(), node_id.clone()));
+                }
                 _ => continue,
             }
             core.pending.insert(*id, pending.clone());

@@ -463,8 +463,14 @@ impl AutoManagerCore {
     /// hydrating) rebuilds it from Manager's history.
     fn instance_seen(&mut self, job_id: &JobId, role: crate::model::InstanceKey, node_id: NodeId, phase: BindingPhase) {
         let hydrated = self.hydrated;
-        // A rolled-back migration's target is being stopped: not the job's.
-        let adoptable = self.fleet.get(&node_id).is_some_and(|n| !n.is_going()) && !self.is_rolled_back_target(&role);
+        // A rolled-back migration's target, or an instance a timed-out
+        // start made, is being stopped: not the job's.
+        let adoptable = self.fleet.get(&node_id).is_some_and(|n| !n.is_going())
+            && !self.is_rolled_back_target(&role)
+            && !self
+                .inherited
+                .undoing
+                .contains(&(job_id.clone(), role.clone(), node_id.clone()));
         let Some(record) = self.jobs.get_mut(job_id) else {
             return;
         };

@@ -5,7 +5,7 @@
 use norsk_auto_manager::automanager::{Command, CommandError, Input, Notification, Rpc, RpcFailureKind};
 use norsk_auto_manager::model::{
     InstanceKey, JobHistoryEntry, JobState, ManagerEvent, NodeId, NodeStopReason, ProviderKind, RejectionCode,
-    SchedulePhase, VerdictKind, tags,
+    SchedulePhase, Slot, VerdictKind, tags,
 };
 
 use crate::support::*;
@@ -2380,6 +2380,49 @@ fn a_bundle_broken_before_the_stream_breaks_stays_broken_in_the_successor_while_
     );
     h.ok(write.0);
     assert!(h.core.broken_bundles().contains_key(&bundle));
+}
+
+#[test]
+fn an_instance_a_timed_out_start_made_is_not_the_jobs_in_a_successor_while_its_undoing_stop_is_on_its_way() {
+    // The start failed ambiguously and took effect: Manager's history shows
+    // the instance, and the stop undoing it is still on its way when the
+    // stream breaks. The successor must not bind the job to an instance
+    // that is going (the room it takes was given back).
+    let mut h = Harness::hydrated();
+    h.bundle("b", ONE_JOB);
+    let job = job_id("b", 0, "encode");
+    let (start, node) = h
+        .take_calls()
+        .into_iter()
+        .find_map(|(id, rpc)| match rpc {
+            Rpc::StartJob { node_id, .. } => Some((id, node_id)),
+            _ => None,
+        })
+        .expect("the job is dispatched");
+    h.fail(start, RpcFailureKind::Transient);
+    let undo = h
+        .take_calls()
+        .into_iter()
+        .find(|(_, rpc)| matches!(rpc, Rpc::StopJob { node_id, .. } if *node_id == node))
+        .expect("the instance the start may have made is stopped");
+    h.history(
+        &job,
+        JobHistoryEntry::Provisioned {
+            at: Some(h.now),
+            role: InstanceKey::slot(Slot::Primary),
+            node_id: Some(node.clone()),
+        },
+    );
+    h.reconnect();
+    assert_eq!(h.bound_node(&job), None, "an instance being undone is not the job's");
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "not placed before the stop is answered"
+    );
+    h.ok(undo.0);
+    h.stopped(&job, &node, InstanceKey::slot(Slot::Primary));
+    h.advance(norsk_auto_manager::automanager::recovery::MIN_RECOVERY_INTERVAL_MS);
+    assert_eq!(start_jobs(&h.take_calls()).len(), 1, "placed again once it is gone");
 }
 
 #[test]
