@@ -623,6 +623,26 @@ fn a_rolled_back_migrations_target_does_not_carry_the_job_in_a_successor() {
 }
 
 #[test]
+fn a_job_moved_onto_its_target_before_the_stream_breaks_stays_there_in_the_successor() {
+    // The source was told to stop and failed instead of stopping cleanly;
+    // the migration finished onto the target. Replaying Manager's history,
+    // the successor sees the bound instance fail first: the target lived
+    // on after it, so the job is there — not lost, not placed again.
+    let (mut h, job, id) = up_to(MigrationStrategy::Overlap, MigrationPhase::StoppingSource);
+    let s = state(&h, &id);
+    h.failed(&job, &s.source_node_id);
+    assert_eq!(state(&h, &id).phase, MigrationPhase::Done);
+    assert_eq!(bound(&h, &job), (s.target_node_id.clone(), s.target_key.clone()));
+    calls(&mut h);
+    h.reconnect();
+    assert_eq!(bound(&h, &job), (s.target_node_id, s.target_key));
+    assert!(
+        !calls(&mut h).iter().any(|c| matches!(c, Rpc::StartJob { .. })),
+        "the job is not placed again"
+    );
+}
+
+#[test]
 fn migrations_started_together_each_see_the_targets_placed_before_them() {
     let mut h = Harness::new();
     h.cluster_node("a", 8.0);

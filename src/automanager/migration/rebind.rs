@@ -26,8 +26,10 @@ impl AutoManagerCore {
     }
 
     /// The bound instance of a job with no migration in flight stops (on
-    /// request, or without a failure being reported): true when a live
-    /// migration target took over the binding.
+    /// request, or without a failure being reported; while hydrating, for
+    /// any reason — Manager's history says the target lived on after it,
+    /// as after a migration that finished before the stream broke): true
+    /// when a live migration target took over the binding.
     pub(super) fn rebind_to_live_target(&mut self, job: &JobId, entry: &JobHistoryEntry) -> bool {
         let (role, node) = match entry {
             JobHistoryEntry::Stopping {
@@ -37,6 +39,7 @@ impl AutoManagerCore {
                 ..
             }
             | JobHistoryEntry::Stopped { role, node_id, .. } => (role, node_id.as_ref()),
+            JobHistoryEntry::Stopping { role, node_id, .. } if !self.hydrated => (role, node_id.as_ref()),
             _ => return false,
         };
         let Some(record) = self.jobs.get(job).filter(|r| r.migration.is_none()) else {
