@@ -103,6 +103,10 @@ pub(super) struct Inheritance {
     /// its way to: Manager's history may show them, but they are going, and
     /// never taken for the job's placement while hydrating.
     pub(super) undoing: BTreeSet<(JobId, InstanceKey, NodeId)>,
+    /// Nodes a job left while the snapshot was replayed (node, whether a
+    /// single-use job left it): whether each is empty is known only once
+    /// every job has been read, so they are released then.
+    pub(super) releases: Vec<(NodeId, bool)>,
     /// Its terminal outcomes, each with the generation of the bundle it
     /// was decided for: announced already (`bundleBroken`, `jobDropped`),
     /// they stand whether or not the verdict's write reached Manager before

@@ -550,6 +550,10 @@ impl AutoManagerCore {
     /// leaked node), and a `singleUse` job's provisioned cloud node is
     /// terminated rather than left for reuse (never a cluster node).
     pub(super) fn release_node(&mut self, node_id: &NodeId, single_use: bool) {
+        if !self.hydrated {
+            self.inherited.releases.push((node_id.clone(), single_use));
+            return;
+        }
         let Some(node) = self.fleet.get(node_id) else {
             return;
         };

@@ -195,6 +195,7 @@ impl AutoManagerCore {
     }
 
     fn hydrated_now(&mut self, now: UnixMillis) {
+        let releases = std::mem::take(&mut self.inherited.releases);
         self.hydrated = true;
         // Before the view is built: inherited starts hold capacity.
         self.take_up_inheritance(now);
@@ -229,6 +230,11 @@ impl AutoManagerCore {
                     uncounted: false,
                 });
             }
+        }
+        // Every job read and bound: a node a job left while replaying is
+        // released only if it is empty now.
+        for (node_id, single_use) in releases {
+            self.release_node(&node_id, single_use);
         }
     }
 

@@ -766,6 +766,66 @@ fn single_use_node_is_terminated_when_its_job_ends() {
 }
 
 #[test]
+fn a_node_a_single_use_job_left_is_not_released_while_the_snapshot_shows_another_job_on_it() {
+    // Replaying the snapshot, the single-use job's failure (it is dropped)
+    // is read before its co-located peer's instance: whether the node is
+    // empty is known only once every job has been read.
+    let mut h = Harness::new();
+    let node_tags = [
+        (tags::POOL, "production"),
+        (tags::TIER, "aws"),
+        (tags::PROVISIONED_FOR, "b/0/encode"),
+    ];
+    h.event(ManagerEvent::NodeStarted(node_info("production-aws-3", &node_tags)));
+    h.event(ManagerEvent::NodeInventory {
+        node_id: NodeId::from("production-aws-3"),
+        inventory: inventory(ProviderKind::Aws, 4.0),
+    });
+    let b = bundle(
+        "b",
+        "pool: production\njobs:\n  - {jobName: encode, exclusive: true, singleUse: true, requirements: {requiredCapacity: 2, essential: false, onRuntimeFailure: drop}}\n  - {jobName: package, coLocateWith: [encode], requirements: {requiredCapacity: 1}}\n",
+    );
+    h.event(ManagerEvent::BundleUpdated(b.clone()));
+    let node = Some(NodeId::from("production-aws-3"));
+    let role = InstanceKey::slot(Slot::Primary);
+    for mut job in jobs_of(&b) {
+        job.history.push(JobHistoryEntry::Running {
+            at: Some(h.now),
+            role: role.clone(),
+            node_id: node.clone(),
+        });
+        if job.job_id == job_id("b", 0, "encode") {
+            job.history.push(JobHistoryEntry::Stopping {
+                at: Some(h.now),
+                role: role.clone(),
+                node_id: node.clone(),
+                reason: norsk_auto_manager::model::JobStopReason::JobFailed,
+            });
+            job.history.push(JobHistoryEntry::Stopped {
+                at: Some(h.now),
+                role: role.clone(),
+                node_id: node.clone(),
+            });
+            job.terminal_verdict = Some(norsk_auto_manager::model::TerminalVerdict {
+                kind: VerdictKind::Dropped,
+                reason: "onRuntimeFailure is drop".into(),
+                at: Some(h.now),
+            });
+        }
+        h.event(ManagerEvent::JobActive(job));
+    }
+    h.event(ManagerEvent::InitialDataComplete);
+    let terminates = |calls: &[(norsk_auto_manager::automanager::RequestId, Rpc)]| {
+        calls.iter().any(|(_, r)| matches!(r, Rpc::TerminateNode { .. }))
+    };
+    assert!(!terminates(&h.take_calls()), "the node still carries a job");
+    let package = job_id("b", 0, "package");
+    assert_eq!(h.bound_node(&package), node);
+    job_ends(&mut h, &package);
+    assert!(terminates(&h.take_calls()), "released once its last job has left");
+}
+
+#[test]
 fn single_use_never_terminates_a_cluster_node() {
     let mut h = Harness::hydrated();
     h.bundle("b", SINGLE_USE);
