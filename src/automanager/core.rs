@@ -107,12 +107,29 @@ pub(super) struct Inheritance {
     /// single-use job left it): whether each is empty is known only once
     /// every job has been read, so they are released then.
     pub(super) releases: Vec<(NodeId, bool)>,
+    /// Each job's restart history as it counted it, with how much of the
+    /// job's history it had read and its bundle's generation: it knows
+    /// what Manager's history does not say (a node provisioned for the job
+    /// started, a loss Manager records as something else), so the count
+    /// carries on, plus the failures (and spec changes) read since.
+    pub(super) restarts: BTreeMap<JobId, CarriedRestarts>,
     /// Its terminal outcomes, each with the generation of the bundle it
     /// was decided for: announced already (`bundleBroken`, `jobDropped`),
     /// they stand whether or not the verdict's write reached Manager before
     /// the snapshot, until the bundle is updated or deleted.
     pub(super) broken: BTreeMap<BundleId, (String, u64)>,
     pub(super) dropped: BTreeMap<JobId, u64>,
+}
+
+/// A job's restart history carried to a successor.
+#[derive(Clone, Debug)]
+pub(super) struct CarriedRestarts {
+    pub(super) restarts: super::recovery::RestartHistory,
+    /// How many of the job's history entries that count (runtime failures,
+    /// spec changes) it had read.
+    pub(super) counted: usize,
+    /// The generation of the job's bundle it counted for.
+    pub(super) generation: u64,
 }
 
 /// What an AutoManager decided about a node, which Manager's snapshot does
@@ -325,6 +342,21 @@ impl AutoManagerCore {
             .iter()
             .filter(|(_, record)| record.dropped)
             .map(|(id, record)| (id.clone(), generation(&record.bundle_ref.bundle_id)))
+            .collect();
+        core.inherited.restarts = previous
+            .jobs
+            .iter()
+            .map(|(id, record)| {
+                let carried = CarriedRestarts {
+                    restarts: record.restarts.clone(),
+                    counted: record.job.history[..record.history_seen.min(record.job.history.len())]
+                        .iter()
+                        .filter(|e| super::events::counts_for_restarts(e))
+                        .count(),
+                    generation: generation(&record.bundle_ref.bundle_id),
+                };
+                (id.clone(), carried)
+            })
             .collect();
         core.spares = SpareState::carried_from(&previous.spares);
         core

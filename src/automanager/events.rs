@@ -159,6 +159,25 @@ impl AutoManagerCore {
                 self.withhold_unstarted(&bundle);
             }
         }
+        for (job_id, carried) in inherited.restarts {
+            let Some(record) = self.jobs.get_mut(&job_id) else {
+                continue;
+            };
+            if !unchanged(&self.bundles, &record.bundle_ref.bundle_id, carried.generation) {
+                continue;
+            }
+            let mut restarts = carried.restarts;
+            let since = record
+                .job
+                .history
+                .iter()
+                .filter(|e| counts_for_restarts(e))
+                .skip(carried.counted);
+            for entry in since {
+                replay_restart(&mut restarts, entry);
+            }
+            record.restarts = restarts;
+        }
         for (job_id, generation) in inherited.dropped {
             if let Some(record) = self.jobs.get_mut(&job_id)
                 && unchanged(&self.bundles, &record.bundle_ref.bundle_id, generation)
@@ -413,17 +432,8 @@ impl AutoManagerCore {
     /// so a fresh core after a reconnect keeps counting against the same
     /// ceiling ("the history clears when the bundle is updated").
     fn replay_restart(&mut self, job_id: &JobId, entry: &JobHistoryEntry) {
-        let Some(record) = self.jobs.get_mut(job_id) else {
-            return;
-        };
-        match entry {
-            JobHistoryEntry::Updated { .. } => record.restarts.clear(),
-            JobHistoryEntry::Stopping {
-                at: Some(at),
-                reason: JobStopReason::JobFailed | JobStopReason::UnknownJob | JobStopReason::Unknown(_),
-                ..
-            } => record.restarts.replay(*at),
-            _ => {}
+        if let Some(record) = self.jobs.get_mut(job_id) {
+            replay_restart(&mut record.restarts, entry);
         }
     }
 
@@ -507,5 +517,33 @@ impl AutoManagerCore {
             }
             _ => {}
         }
+    }
+}
+
+/// Whether a history entry is one the restart history reads (see
+/// [`replay_restart`]).
+pub(super) fn counts_for_restarts(entry: &JobHistoryEntry) -> bool {
+    matches!(
+        entry,
+        JobHistoryEntry::Updated { .. }
+            | JobHistoryEntry::Stopping {
+                at: Some(_),
+                reason: JobStopReason::JobFailed | JobStopReason::UnknownJob | JobStopReason::Unknown(_),
+                ..
+            }
+    )
+}
+
+/// One entry of a job's history as the restart history reads it: a runtime
+/// failure counts, a spec change clears.
+fn replay_restart(restarts: &mut super::recovery::RestartHistory, entry: &JobHistoryEntry) {
+    match entry {
+        JobHistoryEntry::Updated { .. } => restarts.clear(),
+        JobHistoryEntry::Stopping {
+            at: Some(at),
+            reason: JobStopReason::JobFailed | JobStopReason::UnknownJob | JobStopReason::Unknown(_),
+            ..
+        } => restarts.replay(*at),
+        _ => {}
     }
 }

@@ -2486,6 +2486,33 @@ fn an_instance_a_timed_out_start_made_is_not_the_jobs_in_a_successor_while_its_u
 }
 
 #[test]
+fn a_successor_keeps_counting_restarts_against_the_same_ceiling_a_node_loss_included() {
+    // A restart after a node loss counts against the ceiling, but Manager's
+    // history records it as the node stopping, not as a failure: a count
+    // rebuilt from history alone would forget it. The successor carries
+    // its predecessor's count on.
+    let mut h = Harness::hydrated();
+    h.bundle(
+        "b",
+        "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 2, maxRestartsPerHour: 1}}\n",
+    );
+    let (job, first) = h.start_all().remove(0);
+    h.node_stopping(first.as_str(), NodeStopReason::HealthPingTimeExceeded);
+    h.advance(norsk_auto_manager::automanager::recovery::MIN_RECOVERY_INTERVAL_MS);
+    let (_, second) = h.start_all().remove(0);
+    assert_ne!(second, first);
+    h.reconnect();
+    h.take_notifications();
+    h.failed(&job, &second);
+    h.advance(norsk_auto_manager::automanager::recovery::MIN_RECOVERY_INTERVAL_MS);
+    assert!(
+        kinds(&h.take_notifications()).contains(&"bundleBroken".to_owned()),
+        "the second restart in the hour is past the ceiling of one"
+    );
+    assert!(start_jobs(&h.take_calls()).is_empty());
+}
+
+#[test]
 fn a_forced_drain_still_terminates_its_node_at_the_timeout_after_the_stream_breaks() {
     // A drain is this AutoManager's own work, not in Manager's snapshot:
     // the successor carries it on with its deadline.

@@ -871,7 +871,7 @@ impl Model {
             .map(|b| b.bundle_id.clone())
             .collect();
         let dropped: BTreeSet<JobId> = self.job_verdicts.keys().cloned().collect();
-        self.reference.reconnected(&jobs, &broken, &dropped);
+        self.reference.reconnected(&broken, &dropped);
         let valid = norsk_auto_manager::automanager::validate_auto_settings(self.settings.clone())
             .expect("the run's settings are valid");
         self.h.core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &self.h.core);

@@ -61,8 +61,7 @@ use norsk_auto_manager::automanager::{
     MigrationState, Notification, RequestId, Rpc,
 };
 use norsk_auto_manager::model::{
-    Bundle, BundleId, InstanceKey, JobHistoryEntry, JobId, JobSpec, JobStopReason, NodeId, OnRuntimeFailure,
-    Requirements, UnixMillis,
+    Bundle, BundleId, InstanceKey, JobId, JobSpec, NodeId, OnRuntimeFailure, Requirements, UnixMillis,
 };
 
 use super::{AWS_PROVISION_TIMEOUT_MS, Instance, ManagerNode, NodePhase};
@@ -343,45 +342,19 @@ impl Reference {
         self.restarts.retain(|job, _| &bundle_of(job) != bundle);
     }
 
-    /// The event stream broke and a fresh core hydrated from Manager's
-    /// snapshot (`jobs` with their histories; the bundles and jobs
-    /// Manager holds a verdict on). What the fresh core knows:
+    /// The event stream broke and a successor core hydrated from Manager's
+    /// snapshot (the bundles and jobs Manager holds a verdict on). What the
+    /// successor knows:
     ///
-    /// - each job's restarts are the runtime failures its history holds
-    ///   since its spec last changed (`Updated`), as hydration replays them;
+    /// - each job's restarts are what they were (the successor carries its
+    ///   predecessor's count on: Manager's history cannot say when a node
+    ///   provisioned for the job started) — so this reference keeps its own;
     /// - a bundle broken, a job dropped, stays so until its bundle is
     ///   updated or deleted: announced once, an outcome is not taken back
-    ///   because its verdict's write had not reached Manager yet (the
-    ///   successor carries it on), and one Manager holds stands too;
+    ///   because its verdict's write had not reached Manager yet, and one
+    ///   Manager holds stands too;
     /// - no recovery is under way: no exclusion, no spacing to keep.
-    pub(super) fn reconnected(
-        &mut self,
-        jobs: &[norsk_auto_manager::model::RuntimeJob],
-        broken: &BTreeSet<BundleId>,
-        dropped: &BTreeSet<JobId>,
-    ) {
-        self.restarts.clear();
-        for job in jobs {
-            let since = job
-                .history
-                .iter()
-                .rposition(|e| matches!(e, JobHistoryEntry::Updated { .. }))
-                .map_or(0, |i| i + 1);
-            let failures: Vec<UnixMillis> = job.history[since..]
-                .iter()
-                .filter_map(|e| match e {
-                    JobHistoryEntry::Stopping {
-                        at: Some(at),
-                        reason: JobStopReason::JobFailed | JobStopReason::UnknownJob | JobStopReason::Unknown(_),
-                        ..
-                    } => Some(*at),
-                    _ => None,
-                })
-                .collect();
-            if !failures.is_empty() {
-                self.restarts.insert(job.job_id.clone(), failures);
-            }
-        }
+    pub(super) fn reconnected(&mut self, broken: &BTreeSet<BundleId>, dropped: &BTreeSet<JobId>) {
         self.broken.extend(broken.iter().cloned());
         self.dropped.extend(dropped.iter().cloned());
         self.excluded.clear();
