@@ -113,6 +113,12 @@ pub(super) struct Inheritance {
     /// started, a loss Manager records as something else), so the count
     /// carries on, plus the failures (and spec changes) read since.
     pub(super) restarts: BTreeMap<JobId, CarriedRestarts>,
+    /// Where each of its jobs was bound (a dispatched or running
+    /// instance): replaying history alone cannot tell which of two live
+    /// instances is the job's (a migration that failed forward while the
+    /// source's stop was on its way leaves both), so its choice stands
+    /// while Manager's history shows that instance live.
+    pub(super) bindings: BTreeMap<JobId, Binding>,
     /// Its terminal outcomes, each with the generation of the bundle it
     /// was decided for: announced already (`bundleBroken`, `jobDropped`),
     /// they stand whether or not the verdict's write reached Manager before
@@ -356,6 +362,15 @@ impl AutoManagerCore {
                     generation: generation(&record.bundle_ref.bundle_id),
                 };
                 (id.clone(), carried)
+            })
+            .collect();
+        core.inherited.bindings = previous
+            .jobs
+            .iter()
+            .filter(|(_, record)| record.migration.is_none())
+            .filter_map(|(id, record)| {
+                let binding = record.binding.as_ref()?;
+                (binding.phase != super::binding::BindingPhase::AwaitingNode).then(|| (id.clone(), binding.clone()))
             })
             .collect();
         core.spares = SpareState::carried_from(&previous.spares);

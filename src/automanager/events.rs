@@ -159,6 +159,21 @@ impl AutoManagerCore {
                 self.withhold_unstarted(&bundle);
             }
         }
+        for (job_id, binding) in inherited.bindings {
+            let usable = self
+                .fleet
+                .get(&binding.node_id)
+                .is_some_and(|n| !n.is_going() && !n.terminated);
+            let Some(record) = self.jobs.get_mut(&job_id).filter(|r| r.migration.is_none()) else {
+                continue;
+            };
+            let Some(phase) = live_phase(&record.job.history, &binding.instance_key, &binding.node_id) else {
+                continue;
+            };
+            if usable && record.binding.as_ref() != Some(&binding) {
+                record.binding = Some(Binding { phase, ..binding });
+            }
+        }
         for (job_id, carried) in inherited.restarts {
             let Some(record) = self.jobs.get_mut(&job_id) else {
                 continue;
@@ -546,4 +561,31 @@ fn replay_restart(restarts: &mut super::recovery::RestartHistory, entry: &JobHis
         } => restarts.replay(*at),
         _ => {}
     }
+}
+
+/// The phase of instance `key` on `node` at the end of `history`, if it is
+/// live there (provisioned or running, not stopping or stopped since).
+fn live_phase(history: &[JobHistoryEntry], key: &crate::model::InstanceKey, node: &NodeId) -> Option<BindingPhase> {
+    let mut phase = None;
+    for entry in history {
+        match entry {
+            JobHistoryEntry::Provisioned {
+                role, node_id: Some(n), ..
+            } if role == key && n == node => {
+                phase = Some(BindingPhase::Dispatched);
+            }
+            JobHistoryEntry::Running {
+                role, node_id: Some(n), ..
+            } if role == key && n == node => {
+                phase = Some(BindingPhase::Running);
+            }
+            JobHistoryEntry::Stopping { role, node_id, .. } | JobHistoryEntry::Stopped { role, node_id, .. }
+                if role == key && node_id.as_ref().is_none_or(|n| n == node) =>
+            {
+                phase = None;
+            }
+            _ => {}
+        }
+    }
+    phase
 }

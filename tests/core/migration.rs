@@ -643,6 +643,22 @@ fn a_job_moved_onto_its_target_before_the_stream_breaks_stays_there_in_the_succe
 }
 
 #[test]
+fn a_job_its_migration_failed_forward_onto_stays_on_the_target_in_the_successor_while_the_source_still_shows_live() {
+    // The source was told to stop and its stop was not seen by the
+    // deadline: the migration fails forward and the job lives on the
+    // target. Manager's history still shows both instances live; replaying
+    // it cannot say which is the job's, so the predecessor's choice stands.
+    let (mut h, job, id) = up_to(MigrationStrategy::Overlap, MigrationPhase::StoppingSource);
+    let s = state(&h, &id);
+    h.advance(3_600_000);
+    assert_eq!(state(&h, &id).phase, MigrationPhase::Done);
+    assert_eq!(bound(&h, &job), (s.target_node_id.clone(), s.target_key.clone()));
+    calls(&mut h);
+    h.reconnect();
+    assert_eq!(bound(&h, &job), (s.target_node_id, s.target_key));
+}
+
+#[test]
 fn migrations_started_together_each_see_the_targets_placed_before_them() {
     let mut h = Harness::new();
     h.cluster_node("a", 8.0);
