@@ -107,35 +107,36 @@ pub(super) struct Inheritance {
     /// single-use job left it): whether each is empty is known only once
     /// every job has been read, so they are released then.
     pub(super) releases: Vec<(NodeId, bool)>,
-    /// Each job's restart history as it counted it, with how much of the
-    /// job's history it had read and its bundle's generation: it knows
-    /// what Manager's history does not say (a node provisioned for the job
-    /// started, a loss Manager records as something else), so the count
-    /// carries on, plus the failures (and spec changes) read since.
-    pub(super) restarts: BTreeMap<JobId, CarriedRestarts>,
-    /// Where each of its jobs was bound (a dispatched or running
-    /// instance): replaying history alone cannot tell which of two live
-    /// instances is the job's (a migration that failed forward while the
-    /// source's stop was on its way leaves both), so its choice stands
-    /// while Manager's history shows that instance live.
-    pub(super) bindings: BTreeMap<JobId, Binding>,
-    /// Its terminal outcomes, each with the generation of the bundle it
-    /// was decided for: announced already (`bundleBroken`, `jobDropped`),
-    /// they stand whether or not the verdict's write reached Manager before
-    /// the snapshot, until the bundle is updated or deleted.
+    /// What it knew of each job that Manager's history does not say,
+    /// for the generation of the bundle it knew.
+    pub(super) jobs: BTreeMap<JobId, CarriedJob>,
+    /// Its broken bundles, each with the generation it was decided for:
+    /// announced already (`bundleBroken`), they stand whether or not the
+    /// verdict's write reached Manager before the snapshot, until the
+    /// bundle is updated or deleted.
     pub(super) broken: BTreeMap<BundleId, (String, u64)>,
-    pub(super) dropped: BTreeMap<JobId, u64>,
 }
 
-/// A job's restart history carried to a successor.
+/// What a successor takes up of one of its predecessor's jobs, while the
+/// job's bundle is still at `generation`.
 #[derive(Clone, Debug)]
-pub(super) struct CarriedRestarts {
-    pub(super) restarts: super::recovery::RestartHistory,
-    /// How many of the job's history entries that count (runtime failures,
-    /// spec changes) it had read.
-    pub(super) counted: usize,
-    /// The generation of the job's bundle it counted for.
+pub(super) struct CarriedJob {
     pub(super) generation: u64,
+    /// Its restart history as counted (a node provisioned for the job
+    /// started, a loss Manager records as something else — history cannot
+    /// say), and how many of the history's entries that count (runtime
+    /// failures, spec changes) it had read: the count carries on, plus
+    /// those read since.
+    pub(super) restarts: super::recovery::RestartHistory,
+    pub(super) counted: usize,
+    /// Where it was bound (a dispatched or running instance): replaying
+    /// history alone cannot tell which of two live instances is the job's
+    /// (a migration that failed forward while the source's stop was on its
+    /// way leaves both), so this stands while history shows it live.
+    pub(super) binding: Option<Binding>,
+    /// Dropped (announced with `jobDropped`, whether or not its verdict
+    /// reached Manager).
+    pub(super) dropped: bool,
 }
 
 /// What an AutoManager decided about a node, which Manager's snapshot does
@@ -343,34 +344,22 @@ impl AutoManagerCore {
             .iter()
             .map(|(bundle, reason)| (bundle.clone(), (reason.clone(), generation(bundle))))
             .collect();
-        core.inherited.dropped = previous
-            .jobs
-            .iter()
-            .filter(|(_, record)| record.dropped)
-            .map(|(id, record)| (id.clone(), generation(&record.bundle_ref.bundle_id)))
-            .collect();
-        core.inherited.restarts = previous
+        core.inherited.jobs = previous
             .jobs
             .iter()
             .map(|(id, record)| {
-                let carried = CarriedRestarts {
-                    restarts: record.restarts.clone(),
-                    counted: record.job.history[..record.history_seen.min(record.job.history.len())]
-                        .iter()
-                        .filter(|e| super::events::counts_for_restarts(e))
-                        .count(),
+                let read = &record.job.history[..record.history_seen.min(record.job.history.len())];
+                let carried = CarriedJob {
                     generation: generation(&record.bundle_ref.bundle_id),
+                    restarts: record.restarts.clone(),
+                    counted: read.iter().filter(|e| super::events::counts_for_restarts(e)).count(),
+                    // A migrating job's record is carried whole.
+                    binding: record.binding.clone().filter(|b| {
+                        record.migration.is_none() && b.phase != super::binding::BindingPhase::AwaitingNode
+                    }),
+                    dropped: record.dropped,
                 };
                 (id.clone(), carried)
-            })
-            .collect();
-        core.inherited.bindings = previous
-            .jobs
-            .iter()
-            .filter(|(_, record)| record.migration.is_none())
-            .filter_map(|(id, record)| {
-                let binding = record.binding.as_ref()?;
-                (binding.phase != super::binding::BindingPhase::AwaitingNode).then(|| (id.clone(), binding.clone()))
             })
             .collect();
         core.spares = SpareState::carried_from(&previous.spares);

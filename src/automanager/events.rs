@@ -159,28 +159,26 @@ impl AutoManagerCore {
                 self.withhold_unstarted(&bundle);
             }
         }
-        for (job_id, binding) in inherited.bindings {
-            let usable = self
-                .fleet
-                .get(&binding.node_id)
-                .is_some_and(|n| !n.is_going() && !n.terminated);
-            let Some(record) = self.jobs.get_mut(&job_id).filter(|r| r.migration.is_none()) else {
-                continue;
-            };
-            let Some(phase) = live_phase(&record.job.history, &binding.instance_key, &binding.node_id) else {
-                continue;
-            };
-            if usable && record.binding.as_ref() != Some(&binding) {
-                record.binding = Some(Binding { phase, ..binding });
-            }
-        }
-        for (job_id, carried) in inherited.restarts {
+        for (job_id, carried) in inherited.jobs {
+            let usable = |node: &NodeId| self.fleet.get(node).is_some_and(|n| !n.is_going() && !n.terminated);
+            let binding = carried.binding.filter(|b| usable(&b.node_id));
             let Some(record) = self.jobs.get_mut(&job_id) else {
                 continue;
             };
+            if let Some(binding) = binding
+                && record.migration.is_none()
+                && record.binding.as_ref() != Some(&binding)
+                && let Some((_, _, phase)) = super::migration::live_instances(&record.job.history)
+                    .into_iter()
+                    .find(|(key, node, _)| key == &binding.instance_key && node == &binding.node_id)
+            {
+                record.binding = Some(Binding { phase, ..binding });
+            }
+            // Its outcome and count are for the generation it knew.
             if !unchanged(&self.bundles, &record.bundle_ref.bundle_id, carried.generation) {
                 continue;
             }
+            record.dropped |= carried.dropped;
             let mut restarts = carried.restarts;
             let since = record
                 .job
@@ -192,13 +190,6 @@ impl AutoManagerCore {
                 replay_restart(&mut restarts, entry);
             }
             record.restarts = restarts;
-        }
-        for (job_id, generation) in inherited.dropped {
-            if let Some(record) = self.jobs.get_mut(&job_id)
-                && unchanged(&self.bundles, &record.bundle_ref.bundle_id, generation)
-            {
-                record.dropped = true;
-            }
         }
         for (node_id, marks) in inherited.nodes {
             let Some(node) = self.fleet.get_mut(&node_id) else {
@@ -535,57 +526,31 @@ impl AutoManagerCore {
     }
 }
 
+/// The time of a runtime failure the restart history counts, if `entry`
+/// is one.
+fn failure_at(entry: &JobHistoryEntry) -> Option<UnixMillis> {
+    match entry {
+        JobHistoryEntry::Stopping {
+            at: Some(at),
+            reason: JobStopReason::JobFailed | JobStopReason::UnknownJob | JobStopReason::Unknown(_),
+            ..
+        } => Some(*at),
+        _ => None,
+    }
+}
+
 /// Whether a history entry is one the restart history reads (see
 /// [`replay_restart`]).
 pub(super) fn counts_for_restarts(entry: &JobHistoryEntry) -> bool {
-    matches!(
-        entry,
-        JobHistoryEntry::Updated { .. }
-            | JobHistoryEntry::Stopping {
-                at: Some(_),
-                reason: JobStopReason::JobFailed | JobStopReason::UnknownJob | JobStopReason::Unknown(_),
-                ..
-            }
-    )
+    matches!(entry, JobHistoryEntry::Updated { .. }) || failure_at(entry).is_some()
 }
 
 /// One entry of a job's history as the restart history reads it: a runtime
 /// failure counts, a spec change clears.
 fn replay_restart(restarts: &mut super::recovery::RestartHistory, entry: &JobHistoryEntry) {
-    match entry {
-        JobHistoryEntry::Updated { .. } => restarts.clear(),
-        JobHistoryEntry::Stopping {
-            at: Some(at),
-            reason: JobStopReason::JobFailed | JobStopReason::UnknownJob | JobStopReason::Unknown(_),
-            ..
-        } => restarts.replay(*at),
-        _ => {}
+    if matches!(entry, JobHistoryEntry::Updated { .. }) {
+        restarts.clear();
+    } else if let Some(at) = failure_at(entry) {
+        restarts.replay(at);
     }
-}
-
-/// The phase of instance `key` on `node` at the end of `history`, if it is
-/// live there (provisioned or running, not stopping or stopped since).
-fn live_phase(history: &[JobHistoryEntry], key: &crate::model::InstanceKey, node: &NodeId) -> Option<BindingPhase> {
-    let mut phase = None;
-    for entry in history {
-        match entry {
-            JobHistoryEntry::Provisioned {
-                role, node_id: Some(n), ..
-            } if role == key && n == node => {
-                phase = Some(BindingPhase::Dispatched);
-            }
-            JobHistoryEntry::Running {
-                role, node_id: Some(n), ..
-            } if role == key && n == node => {
-                phase = Some(BindingPhase::Running);
-            }
-            JobHistoryEntry::Stopping { role, node_id, .. } | JobHistoryEntry::Stopped { role, node_id, .. }
-                if role == key && node_id.as_ref().is_none_or(|n| n == node) =>
-            {
-                phase = None;
-            }
-            _ => {}
-        }
-    }
-    phase
 }

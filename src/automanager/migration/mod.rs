@@ -16,6 +16,7 @@
 pub mod group;
 mod observe;
 mod rebind;
+pub(crate) use rebind::live_instances;
 mod refusal;
 mod settings;
 mod start;

@@ -85,6 +85,17 @@ fn live_target(
     node: &NodeId,
     rolled_back: impl Fn(&InstanceKey) -> bool,
 ) -> Option<(InstanceKey, NodeId, BindingPhase)> {
+    live_instances(history).into_iter().rev().find(|(k, at, _)| {
+        (k != stopping || at != node)
+            && k.as_str().contains('@')
+            && k.slot_of() == stopping.slot_of()
+            && !rolled_back(k)
+    })
+}
+
+/// The instances live at the end of `history` (provisioned or running, not
+/// stopping or stopped since), each with its phase, oldest started first.
+pub(crate) fn live_instances(history: &[JobHistoryEntry]) -> Vec<(InstanceKey, NodeId, BindingPhase)> {
     let mut live: Vec<(InstanceKey, NodeId, BindingPhase)> = Vec::new();
     for entry in history {
         match entry {
@@ -107,10 +118,5 @@ fn live_target(
             _ => {}
         }
     }
-    live.into_iter().rev().find(|(k, at, _)| {
-        (k != stopping || at != node)
-            && k.as_str().contains('@')
-            && k.slot_of() == stopping.slot_of()
-            && !rolled_back(k)
-    })
+    live
 }
