@@ -489,6 +489,7 @@ impl AutoManagerCore {
         } else {
             (Some(job_id.clone()), VerdictKind::Dropped)
         };
+        let generation = self.bundles.get(&bundle_id).map_or(0, |b| b.generation);
         self.call(
             Rpc::SetTerminalVerdict {
                 bundle_id,
@@ -498,6 +499,7 @@ impl AutoManagerCore {
                     reason,
                     at: Some(now),
                 },
+                generation,
             },
             Pending::Other,
         );

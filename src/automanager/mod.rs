@@ -247,8 +247,10 @@ pub enum Rpc {
         bundle_id: BundleId,
         /// The job, for a dropped job.
         job_id: Option<JobId>,
-        /// The verdict.
         verdict: TerminalVerdict,
+        /// The bundle generation it was decided for: Manager refuses it
+        /// once the bundle has been updated, as an update clears verdicts.
+        generation: u64,
     },
     /// `CreateBundle`.
     CreateBundle(Bundle),

@@ -451,17 +451,20 @@ impl ManagerClient {
     }
 
     /// Records a terminal verdict for a bundle (or, with a job, a dropped
-    /// job).
+    /// job), decided for the bundle's `generation`: Manager refuses it once
+    /// the bundle has been updated past it (0: unconditional).
     pub async fn set_terminal_verdict(
         &self,
         bundle: &BundleId,
         job: Option<&JobId>,
         verdict: &TerminalVerdict,
+        generation: u64,
     ) -> Result<(), RpcError> {
         let req = self.request(pb::SetTerminalVerdictRequest {
             bundle_id: bundle.0.clone(),
             job_id: job.map(wire::job_id_to_pb),
             verdict: Some(wire::verdict_to_pb(verdict)),
+            generation,
         });
         unit("SetTerminalVerdict", self.inner.clone().set_terminal_verdict(req)).await
     }

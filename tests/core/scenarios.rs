@@ -551,6 +551,34 @@ fn non_essential_job_past_its_ceiling_is_dropped_alone() {
     assert_eq!(h.core.metrics(h.now).counters.jobs_dropped, 1);
 }
 
+/// An update clears verdicts, so a verdict decided before one must not land
+/// after it: each names the bundle generation it was decided for, and
+/// Manager refuses it once the bundle has moved on.
+#[test]
+fn a_terminal_verdict_names_the_bundle_generation_it_was_decided_for() {
+    let mut h = Harness::hydrated();
+    let spec = "pool: production\njobs:\n  - {jobName: main, requirements: {requiredCapacity: 1}}\n  - {jobName: extra, requirements: {requiredCapacity: 1, essential: false, onRuntimeFailure: drop}}\n";
+    let mut bundle = h.bundle("b", spec);
+    h.start_all();
+    let verdict_generation = |calls: &[(norsk_auto_manager::automanager::RequestId, Rpc)]| {
+        calls.iter().find_map(|(_, r)| match r {
+            Rpc::SetTerminalVerdict { generation, .. } => Some(*generation),
+            _ => None,
+        })
+    };
+    let extra = job_id("b", 0, "extra");
+    let node = h.bound_node(&extra).unwrap();
+    h.failed(&extra, &node);
+    assert_eq!(verdict_generation(&h.take_calls()), Some(1));
+    bundle.generation = 2;
+    h.event(ManagerEvent::BundleUpdated(bundle));
+    h.ok_all();
+    let node = h.bound_node(&extra).expect("the update revived the dropped job");
+    h.running(&extra, &node);
+    h.failed(&extra, &node);
+    assert_eq!(verdict_generation(&h.take_calls()), Some(2));
+}
+
 #[test]
 fn drop_policy_never_restarts() {
     let mut h = Harness::hydrated();

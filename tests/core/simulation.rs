@@ -153,8 +153,8 @@ struct Model {
     /// Dropped verdicts Manager recorded on jobs (bundle verdicts are on
     /// the bundles).
     job_verdicts: BTreeMap<JobId, norsk_auto_manager::model::TerminalVerdict>,
-    /// Whether streams break at all (`CORE_SIM_RECONNECTS=1`; see
-    /// docs/testing.md).
+    /// Whether streams break at all (on unless `CORE_SIM_RECONNECTS=0`;
+    /// see docs/testing.md).
     reconnects_on: bool,
 }
 
@@ -279,7 +279,7 @@ impl Model {
             settings,
             orphaned: BTreeSet::new(),
             job_verdicts: BTreeMap::new(),
-            reconnects_on: std::env::var("CORE_SIM_RECONNECTS").is_ok_and(|v| v == "1"),
+            reconnects_on: std::env::var("CORE_SIM_RECONNECTS").map_or(true, |v| v != "0"),
             rng: StdRng::seed_from_u64(rng.random()),
         };
         for _ in 0..rng.random_range(1..=3) {
@@ -506,7 +506,13 @@ impl Model {
                 bundle_id,
                 job_id,
                 verdict,
+                generation,
             } => {
+                // Refused once the bundle has been updated past the
+                // generation it was decided for: an update clears verdicts.
+                if self.bundles.get(&bundle_id).is_some_and(|b| b.generation != generation) {
+                    return self.fail(id, RpcFailureKind::Rejected);
+                }
                 self.accept(id);
                 // Manager records it: a core hydrated later reads it back.
                 match job_id {

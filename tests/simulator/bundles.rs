@@ -185,7 +185,7 @@ async fn deleting_a_bundle_stops_every_instance_then_deletes_its_jobs_then_the_b
 }
 
 #[tokio::test]
-async fn an_update_revives_the_bundle_clears_its_verdict_and_removes_dropped_jobs() {
+async fn an_update_revives_the_bundle_clears_its_verdict_refuses_a_stale_one_and_removes_dropped_jobs() {
     let (sim, mut events) = started().await;
     sim.manager.clone().create_bundle(bundle(true)).await.unwrap();
     let verdict = pb::SetTerminalVerdictRequest {
@@ -196,8 +196,9 @@ async fn an_update_revives_the_bundle_clears_its_verdict_and_removes_dropped_job
             reason: "restart ceiling".into(),
             at: None,
         }),
+        generation: 1,
     };
-    sim.manager.clone().set_terminal_verdict(verdict).await.unwrap();
+    sim.manager.clone().set_terminal_verdict(verdict.clone()).await.unwrap();
     let (broken, _) = events
         .until(|e| match e {
             Event::BundleUpdated(b) => b.bundle.clone().filter(|b| b.terminal_verdict.is_some()),
@@ -217,6 +218,13 @@ async fn an_update_revives_the_bundle_clears_its_verdict_and_removes_dropped_job
     assert_eq!(updated.generation, 2);
     assert_eq!(updated.state, pb::BundleState::Live as i32);
     assert!(updated.terminal_verdict.is_none());
+    // A verdict decided for generation 1 that arrives after the update is
+    // refused, and the bundle stays live.
+    let stale = sim.manager.clone().set_terminal_verdict(verdict).await;
+    assert_eq!(stale.unwrap_err().code(), Code::FailedPrecondition);
+    let snapshot = sim.snapshot().await;
+    let stored = snapshot.bundles.iter().find(|b| b.bundle_id == "news/ch1").unwrap();
+    assert!(stored.terminal_verdict.is_none(), "{stored:?}");
     let mut deleted = Vec::new();
     events
         .until(|e| {

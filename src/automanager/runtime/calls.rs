@@ -97,7 +97,12 @@ pub(super) async fn execute(client: &ManagerClient, rpc: Rpc) -> Result<(), RpcE
             bundle_id,
             job_id,
             verdict,
-        } => client.set_terminal_verdict(&bundle_id, job_id.as_ref(), &verdict).await,
+            generation,
+        } => {
+            client
+                .set_terminal_verdict(&bundle_id, job_id.as_ref(), &verdict, generation)
+                .await
+        }
         Rpc::CreateBundle(bundle) => client.create_bundle(&bundle).await.map(drop),
         Rpc::UpdateBundle(bundle) => client.update_bundle(&bundle).await.map(drop),
         Rpc::DeleteBundle(bundle_id) => client.delete_bundle(&bundle_id).await,

@@ -169,7 +169,7 @@ impl World {
     }
 
     /// `SetTerminalVerdict`: on the job when one is named (dropped), else on
-    /// the bundle (broken).
+    /// the bundle (broken); refused for a generation the bundle has left.
     pub fn set_terminal_verdict(&mut self, req: pb::SetTerminalVerdictRequest) -> Result<(), RequestError> {
         let bundle_id = required(&req.bundle_id, "bundle_id")?.to_owned();
         let mut verdict = req.verdict.ok_or(RequestError::MissingField("verdict"))?;
@@ -183,6 +183,15 @@ impl World {
             .bundles
             .get_mut(&bundle_id)
             .ok_or_else(|| RequestError::UnknownBundle(bundle_id.clone()))?;
+        if req.generation != 0 && req.generation != bundle.generation {
+            return Err(RequestError::FailedPrecondition {
+                what: format!("verdict for bundle {bundle_id:?} generation {}", req.generation),
+                why: format!(
+                    "the bundle is at generation {} (an update clears verdicts)",
+                    bundle.generation
+                ),
+            });
+        }
         let job_id = job_id_of(&req.job_id).to_owned();
         let subject = if job_id.is_empty() {
             bundle.terminal_verdict = Some(verdict.clone());
