@@ -223,7 +223,11 @@ async fn an_update_revives_the_bundle_clears_its_verdict_refuses_a_stale_one_and
     let stale = sim.manager.clone().set_terminal_verdict(verdict).await;
     assert_eq!(stale.unwrap_err().code(), Code::FailedPrecondition);
     let snapshot = sim.snapshot().await;
-    let stored = snapshot.bundles.iter().find(|b| b.bundle_id == "news/ch1").unwrap();
+    let stored = snapshot
+        .bundles
+        .iter()
+        .find(|b| b.bundle_id.as_str() == "news/ch1")
+        .unwrap();
     assert!(stored.terminal_verdict.is_none(), "{stored:?}");
     let mut deleted = Vec::new();
     events
