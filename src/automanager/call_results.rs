@@ -150,8 +150,10 @@ impl AutoManagerCore {
                     });
                 }
             }
-            Pending::Other => {
-                if let Err(failure) = result {
+            Pending::Verdict => {
+                if let Err(failure) = result
+                    && failure.kind != RpcFailureKind::Rejected
+                {
                     self.notify(Notification::Error {
                         message: failure.message,
                     });

@@ -58,7 +58,9 @@ pub(super) enum Pending {
         instance_key: crate::model::InstanceKey,
         node_id: NodeId,
     },
-    Other,
+    /// A `SetTerminalVerdict`: Manager refusing it means the bundle was
+    /// updated since (the verdict is moot), which is no error.
+    Verdict,
     /// A command's RPC; on success the bundle named is revived (an update
     /// or delete clears its broken mark and restart histories) and the
     /// applied spec's manual jobs are wanted as it says.

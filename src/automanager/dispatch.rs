@@ -501,7 +501,7 @@ impl AutoManagerCore {
                 },
                 generation,
             },
-            Pending::Other,
+            Pending::Verdict,
         );
     }
 
