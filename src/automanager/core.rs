@@ -101,9 +101,10 @@ pub(super) struct Inheritance {
     /// history it has applied) does too, and only what Manager's snapshot
     /// adds to the job's history is applied.
     pub(super) migrating: BTreeMap<JobId, JobRecord>,
-    /// Instances (job, key, node) a stop undoing a timed-out start is on
-    /// its way to: Manager's history may show them, but they are going, and
-    /// never taken for the job's placement while hydrating.
+    /// Instances (job, key, node) a stop is on its way to (one undoing a
+    /// timed-out start, or a migration's stop of its source or target):
+    /// Manager's history may show them, but they are going, and never taken
+    /// for the job's placement while hydrating.
     pub(super) undoing: BTreeSet<(JobId, InstanceKey, NodeId)>,
     /// Nodes a job left while the snapshot was replayed (node, whether a
     /// single-use job left it): whether each is empty is known only once
@@ -292,8 +293,25 @@ impl AutoManagerCore {
                 | Pending::Toggle(_)
                 | Pending::CreateNode { .. }
                 | Pending::Spare(SpareRequest::Provision { .. })
-                | Pending::TerminateNode(_)
-                | Pending::Migration { .. } => {}
+                | Pending::TerminateNode(_) => {}
+                Pending::Migration { migration_id, call } => {
+                    // A stop of a migration's source or target still on its
+                    // way: the instance is going even when the saga ended
+                    // (a source whose stop went unanswered past its
+                    // deadline), so it is never taken back for the job.
+                    if let Some(m) = previous.migrations.get(migration_id) {
+                        let going = match call {
+                            MigrationCall::StopSource => Some((&m.source_key, &m.source_node_id)),
+                            MigrationCall::StopTarget => Some((&m.target_key, &m.target_node_id)),
+                            _ => None,
+                        };
+                        if let Some((key, node)) = going {
+                            core.inherited
+                                .undoing
+                                .insert((m.job_id.clone(), key.clone(), node.clone()));
+                        }
+                    }
+                }
                 Pending::StartJob { job_id, .. } => {
                     let binding = previous
                         .jobs

@@ -230,7 +230,10 @@ impl AutoManagerCore {
         // A node provisioned for a job (by this core's predecessor) that is
         // still launching takes that job back, so a new instance never
         // provisions a second node for it — unless the job is not to run
-        // again (dropped, or its bundle broken).
+        // (dropped, its bundle broken, its window over or its schedule
+        // ended, a manual job kept stopped): binding it there would hold a
+        // job that never starts, and split its co-located group from peers
+        // placed without it.
         let launching: Vec<(NodeId, JobId)> = self
             .fleet
             .iter()
@@ -238,7 +241,11 @@ impl AutoManagerCore {
             .filter_map(|n| {
                 let job = JobId(n.tags.get(tags::PROVISIONED_FOR)?.clone());
                 let record = self.jobs.get(&job)?;
-                (record.binding.is_none() && !self.is_terminal(record)).then(|| (n.id.clone(), job))
+                let wanted = !self.is_terminal(record)
+                    && !record.window_over
+                    && !self.is_dormant(record)
+                    && !self.schedule_ended(&record.bundle_ref.bundle_id, now);
+                (record.binding.is_none() && wanted).then(|| (n.id.clone(), job))
             })
             .collect();
         for (node_id, job_id) in launching {

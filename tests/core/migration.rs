@@ -659,6 +659,37 @@ fn a_job_its_migration_failed_forward_onto_stays_on_the_target_in_the_successor_
 }
 
 #[test]
+fn a_source_whose_stop_is_still_on_its_way_is_not_taken_back_for_its_job_in_the_successor() {
+    // The migration failed forward onto the target (the source's stop went
+    // unanswered by the deadline), then the target failed. The stream
+    // breaks with the source's stop still on its way: Manager's history
+    // shows the source running and never stopped, but it is going, so the
+    // successor neither binds the job to it nor counts its room as the
+    // job's — the room the predecessor gave away stays given.
+    let (mut h, job, id) = up_to(MigrationStrategy::Overlap, MigrationPhase::StoppingSource);
+    let s = state(&h, &id);
+    h.advance(61_000);
+    assert_eq!(state(&h, &id).phase, MigrationPhase::Done);
+    h.failed(&job, &s.target_node_id);
+    // The stop re-sent at the deadline is never answered.
+    assert!(
+        stops(&h.take_calls().into_iter().map(|(_, rpc)| rpc).collect::<Vec<_>>())
+            .contains(&(s.source_key.clone(), s.source_node_id.clone()))
+    );
+    h.reconnect();
+    let bound_to_source = h
+        .core
+        .job(&job)
+        .and_then(|r| r.binding.as_ref())
+        .is_some_and(|b| b.instance_key == s.source_key && b.node_id == s.source_node_id);
+    assert!(
+        !bound_to_source,
+        "the source being stopped was taken back for the job: {:?}",
+        h.core.job(&job).map(|r| &r.binding)
+    );
+}
+
+#[test]
 fn migrations_started_together_each_see_the_targets_placed_before_them() {
     let mut h = Harness::new();
     h.cluster_node("a", 8.0);

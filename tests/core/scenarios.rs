@@ -1148,6 +1148,31 @@ fn a_node_still_launching_for_a_job_of_a_broken_bundle_does_not_take_it_back_at_
 }
 
 #[test]
+fn a_node_still_launching_for_a_job_whose_window_is_over_does_not_take_it_back_at_hydration() {
+    // The job's window ended while its node launched: bound there, it would
+    // hold a job that never starts (and split it from the co-located peers
+    // placed without it).
+    let mut h = Harness::new();
+    let b = bundle("b", ONE_JOB);
+    h.event(ManagerEvent::BundleUpdated(b.clone()));
+    for mut job in jobs_of(&b) {
+        job.state = JobState::Post;
+        h.event(ManagerEvent::JobOutOfWindow(job));
+    }
+    let job = job_id("b", 0, "encode");
+    let node_tags = [
+        (tags::POOL, "production"),
+        (tags::TIER, "aws"),
+        (tags::PROVISIONED_FOR, job.as_str()),
+    ];
+    h.event(ManagerEvent::NodeStarting(node_info("production-aws-9", &node_tags)));
+    h.event(ManagerEvent::InitialDataComplete);
+    assert_eq!(h.bound_node(&job), None);
+    h.provisioned_node_starts("production-aws-9", ProviderKind::Aws, &node_tags);
+    assert!(start_jobs(&h.take_calls()).is_empty());
+}
+
+#[test]
 fn a_backup_in_the_primarys_failure_domain_is_reported_as_degraded() {
     let mut settings = settings();
     settings.placement_pools = yaml_serde::from_str(

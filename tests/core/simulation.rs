@@ -809,6 +809,10 @@ impl Model {
     /// the old core made stay with Manager, which may still carry them out.
     fn reconnect(&mut self) {
         self.sync();
+        // Events are reordered and repeated within one stream: nothing the
+        // old stream carried reaches the new one, whose first word on each
+        // job is the snapshot below.
+        self.snapshots.clear();
         let mut events = Vec::new();
         for (id, node) in &self.nodes {
             let t: Vec<(&str, &str)> = node.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();

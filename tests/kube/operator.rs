@@ -28,7 +28,7 @@ use norsk_auto_manager::model::{JobState, SchedulePhase};
 
 use crate::operator_support::{
     Operator, WAIT, condition, example, installed, instances_of, is_ready, manual_bundle, primary_job, simulator,
-    small_bundle, until,
+    simulator_in, small_bundle, until,
 };
 
 #[tokio::test]
@@ -903,22 +903,37 @@ async fn a_scheduled_bundle_shows_its_schedule_and_waits_for_it_or_ends_with_it(
 
 /// A bundle whose only job is dropped on a runtime failure: the loss of
 /// its node is terminal for it.
-fn dropped_on_failure_bundle(name: &str) -> String {
+fn dropped_on_failure_bundle(name: &str, pool: &str) -> String {
     format!(
-        "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {{name: {name}}}\nspec:\n  pool: production\n  jobs:\n    - {{jobName: encode, template: encoder, requirements: {{requiredCapacity: 1, onRuntimeFailure: drop}}}}\n"
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {{name: {name}}}\nspec:\n  pool: {pool}\n  jobs:\n    - {{jobName: encode, template: encoder, requirements: {{requiredCapacity: 1, onRuntimeFailure: drop}}}}\n"
     )
 }
 
+/// The test's own pool (PlacementPools are cluster-wide and every
+/// operator of this binary writes the status of the example ones), with
+/// its two cluster servers.
 #[tokio::test]
-async fn headroom_marks_each_bundle_resilient_or_not_and_the_pool_s_lost_headroom_is_an_event() {
+async fn headroom_marks_each_bundle_resilient_or_not_and_the_pool_s_lost_headroom_is_its_status_and_an_event() {
     let cp = installed().await;
     let ns = cp.namespace("headroom").await;
-    let sim = simulator(&ns).await;
+    let pool = format!("{ns}-pool");
+    cp.kubectl_apply(
+        &ns,
+        &format!(
+            "apiVersion: automanager.norsk.video/v1alpha1\nkind: PlacementPool\nmetadata: {{name: {pool}}}\nspec:\n  tiers: [{{name: cluster, kind: local-servers, scaleOut: fixed}}]\n"
+        ),
+    )
+    .expect("pool applies");
+    let sim = simulator_in(&ns, &pool).await;
     let mut settings = AutoSettings::default();
     settings.experimental.headroom = true;
     let operator = Operator::start_with(cp, &ns, &sim, "headroom-0", settings).await;
-    cp.kubectl_apply(&ns, &small_bundle("sturdy")).expect("bundle applies");
-    cp.kubectl_apply(&ns, &dropped_on_failure_bundle("fragile"))
+    cp.kubectl_apply(
+        &ns,
+        &small_bundle("sturdy").replace("pool: production", &format!("pool: {pool}")),
+    )
+    .expect("bundle applies");
+    cp.kubectl_apply(&ns, &dropped_on_failure_bundle("fragile", &pool))
         .expect("bundle applies");
     let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
     // A node's loss re-places sturdy's job (on the other server, or a
@@ -951,6 +966,30 @@ async fn headroom_marks_each_bundle_resilient_or_not_and_the_pool_s_lost_headroo
         "{}",
         resilient.message
     );
+    // The pool's status: of its two nodes, one loss is absorbed and the
+    // worst is fragile's node, taking one bundle off the air.
+    let pools: Api<crd::PlacementPool> = Api::all(cp.client());
+    let headroom = |p: Option<&crd::PlacementPool>| {
+        p.and_then(|p| p.status.as_ref())
+            .and_then(|s| s.headroom.iter().find(|h| h.kind == "node"))
+            .cloned()
+    };
+    let watched = until(
+        &pools,
+        &pool,
+        "node headroom with fragile's node worst",
+        |p: Option<&crd::PlacementPool>| headroom(p).is_some_and(|h| h.worst.as_ref().is_some_and(|w| w.name == node)),
+    )
+    .await;
+    let nodes = headroom(Some(&watched)).expect("node headroom");
+    assert_eq!(
+        (nodes.domains, nodes.absorbed, nodes.survives),
+        (2, 1, false),
+        "{nodes:#?}"
+    );
+    let worst = nodes.worst.expect("the worst node");
+    assert_eq!(worst.dark_bundles, 1, "{worst:#?}");
+    assert!(worst.why.contains("fragile"), "{worst:#?}");
     // The pool's verdict on a node's loss turned bad: a warning on the
     // PlacementPool (cluster-scoped: its Events are in `default`), naming
     // this test's node.
@@ -962,10 +1001,9 @@ async fn headroom_marks_each_bundle_resilient_or_not_and_the_pool_s_lost_headroo
     let lost = tokio::time::timeout(WAIT, async {
         let mut events = pin!(events);
         while let Some(e) = events.try_next().await.expect("watch events") {
-            let on_pool = e
-                .regarding
-                .as_ref()
-                .is_some_and(|r| r.kind.as_deref() == Some("PlacementPool") && r.name.as_deref() == Some("production"));
+            let on_pool = e.regarding.as_ref().is_some_and(|r| {
+                r.kind.as_deref() == Some("PlacementPool") && r.name.as_deref() == Some(pool.as_str())
+            });
             if on_pool
                 && e.reason.as_deref() == Some("HeadroomLost")
                 && e.note.as_deref().is_some_and(|n| n.contains(&node))
@@ -983,6 +1021,7 @@ async fn headroom_marks_each_bundle_resilient_or_not_and_the_pool_s_lost_headroo
         note.contains(&format!("cannot absorb the loss of node {node}")) && note.contains("fragile"),
         "{note}"
     );
+    pools.delete(&pool, &Default::default()).await.expect("pool deleted");
     operator.stop().await;
     sim.shutdown().await;
 }

@@ -52,10 +52,11 @@ pub fn example(name: &str) -> String {
         .join("\n")
 }
 
-pub fn cluster_node(id: &str, az: &str) -> ClusterNode {
+/// A cluster server of `pool`.
+pub fn cluster_node_in(id: &str, az: &str, pool: &str) -> ClusterNode {
     ClusterNode {
         id: id.to_owned(),
-        tags: BTreeMap::from([(tags::POOL.to_owned(), "production".to_owned())]),
+        tags: BTreeMap::from([(tags::POOL.to_owned(), pool.to_owned())]),
         inventory: NodeInventory::local_server("studio", az, "r640", 8.0),
     }
 }
@@ -63,12 +64,17 @@ pub fn cluster_node(id: &str, az: &str) -> ClusterNode {
 /// A simulator with two cluster servers of `production`, `<ns>-a` and
 /// `<ns>-b` (node names are cluster-wide once mirrored).
 pub async fn simulator(ns: &str) -> Sim {
+    simulator_in(ns, "production").await
+}
+
+/// The same with the two servers in `pool`.
+pub async fn simulator_in(ns: &str, pool: &str) -> Sim {
     Sim::start_with(SimConfig {
         seed: 5,
         time_scale: TIME_SCALE,
         cluster_nodes: vec![
-            cluster_node(&format!("{ns}-a"), "rack-1"),
-            cluster_node(&format!("{ns}-b"), "rack-2"),
+            cluster_node_in(&format!("{ns}-a"), "rack-1", pool),
+            cluster_node_in(&format!("{ns}-b"), "rack-2", pool),
         ],
         ..SimConfig::default()
     })

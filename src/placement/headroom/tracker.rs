@@ -30,9 +30,13 @@
 //!   it was, and the node's only moved in fill, towards winning;
 //! - the step went elsewhere, and the node cannot now beat the winner: it
 //!   is in another pool or a later tier, lacks the room, or (binpack, same
-//!   tier) is still emptier than the winner. Under `spread` a fuller node
-//!   only ranks worse; and a node rejected before is rejected still, since
-//!   it has less room and nothing else changed.
+//!   tier) is still emptier than the winner, or was already at least as
+//!   full before and lost all the same: with the same leading key and
+//!   more fill it would have won, so something other than its room ruled
+//!   it out (a key component ranked before fill, or a filter), and still
+//!   does. Under `spread` a fuller node only ranks worse; and a node
+//!   rejected before is rejected still, since it has less room and nothing
+//!   else changed.
 //!
 //! Otherwise the verdict is recomputed. Every comparison leaves a margin
 //! (`SLACK`) towards recomputing, so a rounding difference never keeps a
@@ -113,6 +117,8 @@ struct Change {
     kind: ChangeKind,
     /// `(pool, tier)` before and after.
     slots: Vec<(usize, usize)>,
+    /// The node's free capacity before the change, when it was there.
+    free_before: Option<f64>,
 }
 
 impl Tracker {
@@ -325,6 +331,9 @@ impl Tracker {
             }
             let mut slots = Vec::new();
             slots.extend(old.and_then(|_| slot_of(view, &node.id)));
+            let free_before = old
+                .and_then(|_| view.node_index(&node.id))
+                .map(|idx| view.hot(idx).free);
             let kind = match old {
                 None => {
                     view.add_node(node)?;
@@ -359,6 +368,7 @@ impl Tracker {
                 node: node.id.clone(),
                 kind,
                 slots,
+                free_before,
             });
             if node.jobs.is_empty() {
                 self.carried.remove(&node.id);
@@ -380,6 +390,7 @@ impl Tracker {
                 node: id,
                 kind: ChangeKind::Removed,
                 slots,
+                free_before: None,
             });
         }
         Ok(changes)
@@ -403,7 +414,7 @@ fn affected(view: &FleetView, deps: &Deps, changes: &[Change], touched: &BTreeSe
     changes.iter().any(|change| {
         change.node.as_str() == name
             || match change.kind {
-                ChangeKind::Fuller => fuller_could_change(view, deps, &change.node),
+                ChangeKind::Fuller => fuller_could_change(view, deps, change),
                 kind => {
                     deps.landing.contains(&change.node)
                         || (kind != ChangeKind::Shrink && change.slots.iter().any(|s| deps.elastic.contains(s)))
@@ -415,8 +426,9 @@ fn affected(view: &FleetView, deps: &Deps, changes: &[Change], touched: &BTreeSe
 
 /// Whether a node that only got fuller (see the module docs) could change
 /// a step of the run: replays the steps on the node's room as it is now.
-fn fuller_could_change(view: &FleetView, deps: &Deps, node: &NodeId) -> bool {
-    let Some(idx) = view.node_index(node) else {
+fn fuller_could_change(view: &FleetView, deps: &Deps, change: &Change) -> bool {
+    let node = &change.node;
+    let (Some(idx), Some(free_before)) = (view.node_index(node), change.free_before) else {
         return true;
     };
     let hot = view.hot(idx);
@@ -443,11 +455,18 @@ fn fuller_could_change(view: &FleetView, deps: &Deps, node: &NodeId) -> bool {
                 if step.pool != pool || tier > step.upto || free + SLACK < step.need {
                     continue;
                 }
+                // It fits, so it fitted before with more room: it wins
+                // now only when its fill crossed the winner's. Were it
+                // already at least as full and still lost, something
+                // other than its room ruled it out, and still does.
                 if let Some((t, fill, PackingStrategy::Binpack)) = step.winner
                     && t == tier
-                    && fill_of(usable, free) + SLACK >= winner_fill(view, deps, at).unwrap_or(fill)
                 {
-                    return true;
+                    let winner = winner_fill(view, deps, at).unwrap_or(fill);
+                    let was = fill_of(usable, free_before - taken);
+                    if fill_of(usable, free) + SLACK >= winner && was <= winner + SLACK {
+                        return true;
+                    }
                 }
             }
         }
