@@ -1119,6 +1119,21 @@ fn a_node_still_launching_for_a_job_takes_it_back_at_hydration() {
     );
 }
 
+/// A node launching for `job` is in Manager's snapshot: hydration does
+/// not bind the job there, and the node starts with nothing to run.
+fn a_launching_node_leaves_the_job_alone(h: &mut Harness, job: &norsk_auto_manager::model::JobId) {
+    let node_tags = [
+        (tags::POOL, "production"),
+        (tags::TIER, "aws"),
+        (tags::PROVISIONED_FOR, job.as_str()),
+    ];
+    h.event(ManagerEvent::NodeStarting(node_info("production-aws-9", &node_tags)));
+    h.event(ManagerEvent::InitialDataComplete);
+    assert_eq!(h.bound_node(job), None);
+    h.provisioned_node_starts("production-aws-9", ProviderKind::Aws, &node_tags);
+    assert!(start_jobs(&h.take_calls()).is_empty());
+}
+
 #[test]
 fn a_node_still_launching_for_a_job_of_a_broken_bundle_does_not_take_it_back_at_hydration() {
     // "Stops placing every replica of it": a node provisioned for the job
@@ -1134,17 +1149,7 @@ fn a_node_still_launching_for_a_job_of_a_broken_bundle_does_not_take_it_back_at_
     for job in jobs_of(&broken) {
         h.event(ManagerEvent::JobActive(job));
     }
-    let job = job_id("b", 0, "encode");
-    let node_tags = [
-        (tags::POOL, "production"),
-        (tags::TIER, "aws"),
-        (tags::PROVISIONED_FOR, job.as_str()),
-    ];
-    h.event(ManagerEvent::NodeStarting(node_info("production-aws-9", &node_tags)));
-    h.event(ManagerEvent::InitialDataComplete);
-    assert_eq!(h.bound_node(&job), None);
-    h.provisioned_node_starts("production-aws-9", ProviderKind::Aws, &node_tags);
-    assert!(start_jobs(&h.take_calls()).is_empty());
+    a_launching_node_leaves_the_job_alone(&mut h, &job_id("b", 0, "encode"));
 }
 
 #[test]
@@ -1159,17 +1164,7 @@ fn a_node_still_launching_for_a_job_whose_window_is_over_does_not_take_it_back_a
         job.state = JobState::Post;
         h.event(ManagerEvent::JobOutOfWindow(job));
     }
-    let job = job_id("b", 0, "encode");
-    let node_tags = [
-        (tags::POOL, "production"),
-        (tags::TIER, "aws"),
-        (tags::PROVISIONED_FOR, job.as_str()),
-    ];
-    h.event(ManagerEvent::NodeStarting(node_info("production-aws-9", &node_tags)));
-    h.event(ManagerEvent::InitialDataComplete);
-    assert_eq!(h.bound_node(&job), None);
-    h.provisioned_node_starts("production-aws-9", ProviderKind::Aws, &node_tags);
-    assert!(start_jobs(&h.take_calls()).is_empty());
+    a_launching_node_leaves_the_job_alone(&mut h, &job_id("b", 0, "encode"));
 }
 
 #[test]

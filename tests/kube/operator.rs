@@ -27,8 +27,8 @@ use norsk_auto_manager::manager::proto::sim_admin;
 use norsk_auto_manager::model::{JobState, SchedulePhase};
 
 use crate::operator_support::{
-    Operator, WAIT, condition, example, installed, instances_of, is_ready, manual_bundle, primary_job, simulator,
-    simulator_in, small_bundle, until,
+    Operator, WAIT, cluster_pool, condition, example, installed, instances_of, is_ready, manual_bundle, primary_job,
+    simulator, simulator_in, small_bundle, until,
 };
 
 #[tokio::test]
@@ -513,13 +513,7 @@ async fn a_deleted_pool_is_taken_from_the_core_live() {
     let sim = simulator(&ns).await;
     let operator = Operator::start(cp, &ns, &sim, "pool-gone-0").await;
     let pool = format!("{ns}-pool");
-    cp.kubectl_apply(
-        &ns,
-        &format!(
-            "apiVersion: automanager.norsk.video/v1alpha1\nkind: PlacementPool\nmetadata: {{name: {pool}}}\nspec:\n  tiers: [{{name: cluster, kind: local-servers, scaleOut: fixed}}]\n"
-        ),
-    )
-    .expect("pool applies");
+    cp.kubectl_apply(&ns, &cluster_pool(&pool)).expect("pool applies");
     let pools: Api<crd::PlacementPool> = Api::all(cp.client());
     until(&pools, &pool, "InForce", |p: Option<&crd::PlacementPool>| {
         p.and_then(|p| p.status.as_ref())
@@ -909,21 +903,15 @@ fn dropped_on_failure_bundle(name: &str, pool: &str) -> String {
     )
 }
 
-/// The test's own pool (PlacementPools are cluster-wide and every
-/// operator of this binary writes the status of the example ones), with
-/// its two cluster servers.
+// On a pool of the test's own, with its two cluster servers:
+// PlacementPools are cluster-wide, and every operator of this binary
+// writes the status of the example ones.
 #[tokio::test]
 async fn headroom_marks_each_bundle_resilient_or_not_and_the_pool_s_lost_headroom_is_its_status_and_an_event() {
     let cp = installed().await;
     let ns = cp.namespace("headroom").await;
     let pool = format!("{ns}-pool");
-    cp.kubectl_apply(
-        &ns,
-        &format!(
-            "apiVersion: automanager.norsk.video/v1alpha1\nkind: PlacementPool\nmetadata: {{name: {pool}}}\nspec:\n  tiers: [{{name: cluster, kind: local-servers, scaleOut: fixed}}]\n"
-        ),
-    )
-    .expect("pool applies");
+    cp.kubectl_apply(&ns, &cluster_pool(&pool)).expect("pool applies");
     let sim = simulator_in(&ns, &pool).await;
     let mut settings = AutoSettings::default();
     settings.experimental.headroom = true;

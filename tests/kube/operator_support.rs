@@ -172,6 +172,13 @@ pub fn is_ready(bundle: Option<&Bundle>) -> bool {
     bundle.is_some_and(|b| condition(b, "Ready").is_some_and(|(s, _)| s == "True"))
 }
 
+/// A PlacementPool `name` of one fixed tier of cluster servers.
+pub fn cluster_pool(name: &str) -> String {
+    format!(
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: PlacementPool\nmetadata: {{name: {name}}}\nspec:\n  tiers: [{{name: cluster, kind: local-servers, scaleOut: fixed}}]\n"
+    )
+}
+
 /// A one-job bundle on the cluster tier of `production`.
 pub fn small_bundle(name: &str) -> String {
     format!(
