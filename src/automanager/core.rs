@@ -833,6 +833,12 @@ impl AutoManagerCore {
             || self.broken.contains_key(&record.bundle_ref.bundle_id)
     }
 
+    /// Whether the job may run at all: not terminal, not a manual job kept
+    /// stopped, its bundle's schedule not ended.
+    pub(super) fn may_run(&self, record: &JobRecord, now: UnixMillis) -> bool {
+        !self.is_terminal(record) && !self.is_dormant(record) && !self.schedule_ended(&record.bundle_ref.bundle_id, now)
+    }
+
     /// When a job may be placed (see the rules in `dispatch`): never while
     /// bound, dormant (or a manual job its bundle keeps stopped), terminal,
     /// or after its bundle's schedule ended; a scheduled one
@@ -840,9 +846,7 @@ impl AutoManagerCore {
     pub(super) fn readiness(&self, record: &JobRecord, now: UnixMillis) -> Readiness {
         if record.binding.is_some()
             || record.in_flight.is_some()
-            || self.is_terminal(record)
-            || self.is_dormant(record)
-            || self.schedule_ended(&record.bundle_ref.bundle_id, now)
+            || !self.may_run(record, now)
             || record.awaiting_capacity_since == Some(self.fleet_epoch)
             || self.migrations.holds_placement_of(record.job_id())
             || self.waits_for_group_move(record)

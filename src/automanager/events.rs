@@ -241,10 +241,7 @@ impl AutoManagerCore {
             .filter_map(|n| {
                 let job = JobId(n.tags.get(tags::PROVISIONED_FOR)?.clone());
                 let record = self.jobs.get(&job)?;
-                let wanted = !self.is_terminal(record)
-                    && !record.window_over
-                    && !self.is_dormant(record)
-                    && !self.schedule_ended(&record.bundle_ref.bundle_id, now);
+                let wanted = self.may_run(record, now) && !record.window_over;
                 (record.binding.is_none() && wanted).then(|| (n.id.clone(), job))
             })
             .collect();

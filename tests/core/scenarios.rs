@@ -1100,13 +1100,7 @@ fn a_node_still_launching_for_a_job_takes_it_back_at_hydration() {
     let mut h = Harness::new();
     h.bundle("b", ONE_JOB);
     let job = job_id("b", 0, "encode");
-    let node_tags = [
-        (tags::POOL, "production"),
-        (tags::TIER, "aws"),
-        (tags::PROVISIONED_FOR, job.as_str()),
-    ];
-    h.event(ManagerEvent::NodeStarting(node_info("production-aws-9", &node_tags)));
-    h.event(ManagerEvent::InitialDataComplete);
+    let node_tags = hydrated_with_a_node_launching_for(&mut h, &job);
     assert!(
         h.take_calls().is_empty(),
         "a second node was provisioned for a job whose node is launching"
@@ -1119,9 +1113,12 @@ fn a_node_still_launching_for_a_job_takes_it_back_at_hydration() {
     );
 }
 
-/// A node launching for `job` is in Manager's snapshot: hydration does
-/// not bind the job there, and the node starts with nothing to run.
-fn a_launching_node_leaves_the_job_alone(h: &mut Harness, job: &norsk_auto_manager::model::JobId) {
+/// Manager's snapshot ends with `production-aws-9` launching for `job`;
+/// returns the node's tags.
+fn hydrated_with_a_node_launching_for<'j>(
+    h: &mut Harness,
+    job: &'j norsk_auto_manager::model::JobId,
+) -> [(&'static str, &'j str); 3] {
     let node_tags = [
         (tags::POOL, "production"),
         (tags::TIER, "aws"),
@@ -1129,6 +1126,13 @@ fn a_launching_node_leaves_the_job_alone(h: &mut Harness, job: &norsk_auto_manag
     ];
     h.event(ManagerEvent::NodeStarting(node_info("production-aws-9", &node_tags)));
     h.event(ManagerEvent::InitialDataComplete);
+    node_tags
+}
+
+/// A node launching for `job` is in Manager's snapshot: hydration does
+/// not bind the job there, and the node starts with nothing to run.
+fn a_launching_node_leaves_the_job_alone(h: &mut Harness, job: &norsk_auto_manager::model::JobId) {
+    let node_tags = hydrated_with_a_node_launching_for(h, job);
     assert_eq!(h.bound_node(job), None);
     h.provisioned_node_starts("production-aws-9", ProviderKind::Aws, &node_tags);
     assert!(start_jobs(&h.take_calls()).is_empty());
