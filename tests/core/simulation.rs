@@ -8,7 +8,8 @@
 //! each strategy and migrations aborted; nodes cordoned, uncordoned,
 //! drained and interrupted; workers that drop, whose node stays stopping —
 //! its instances still held, so a start elsewhere is refused
-//! `AlreadyExists` — until its `NodeStopped`).
+//! `AlreadyExists` — until its `NodeStopped`; the pool edited live; the
+//! event stream breaking).
 //!
 //! The checker ([`checks`]) keeps its own reference of what
 //! the spec allows, fed only by the inputs the model sends and the actions
@@ -144,9 +145,6 @@ struct Model {
     /// The actions of the current step (for the tests that look at what a
     /// run exercised).
     step_actions: Vec<Action>,
-    /// The settings the run started with (a core after a reconnect is
-    /// built on them; what changed live it carries over itself).
-    settings: norsk_auto_manager::automanager::AutoSettings,
     /// Calls a core disposed at a reconnect made: Manager may still carry
     /// them out and answer them (the new core ignores the answers).
     orphaned: BTreeSet<RequestId>,
@@ -217,6 +215,26 @@ fn random_bundle(rng: &mut StdRng, id: usize) -> Bundle {
     bundle(&format!("b{id}"), &yaml)
 }
 
+/// The run's one pool: the fixed `cluster` tier, then the elastic `aws`
+/// tier of `max_nodes`, each packing as given.
+fn pools(max_nodes: usize, cluster: &str, aws: &str) -> Vec<norsk_auto_manager::model::PlacementPool> {
+    yaml_serde::from_str(&format!(
+        "- name: production\n  tiers:\n    - {{name: cluster, kind: local-servers, scaleOut: fixed, packingStrategy: {cluster}}}\n    - name: aws\n      kind: aws\n      region: eu-west-1\n      packingStrategy: {aws}\n      maxNodes: {max_nodes}\n      provisionTimeoutMs: {AWS_PROVISION_TIMEOUT_MS}\n      candidateInstanceTypes: [{{instanceType: m5.xlarge, totalCapacity: {AWS_CAPACITY}, totalCores: 4}}]\n",
+    ))
+    .expect("pools parse")
+}
+
+/// The `aws` tier's `maxNodes` in force.
+fn aws_max_nodes(core: &norsk_auto_manager::automanager::AutoManagerCore) -> usize {
+    core.settings()
+        .placement_pools
+        .iter()
+        .flat_map(|p| &p.tiers)
+        .find(|t| t.name == "aws")
+        .and_then(|t| t.max_nodes)
+        .map_or(AWS_MAX_NODES, |n| n as usize)
+}
+
 /// The restart ceilings of the settings: per policy and flat, each present
 /// or not.
 fn random_ceilings(rng: &mut StdRng) -> String {
@@ -240,10 +258,7 @@ impl Model {
     fn new(seed: u64, trace: bool) -> Self {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut settings = settings();
-        settings.placement_pools = yaml_serde::from_str(&format!(
-            "- name: production\n  tiers:\n    - {{name: cluster, kind: local-servers, scaleOut: fixed}}\n    - name: aws\n      kind: aws\n      region: eu-west-1\n      maxNodes: {AWS_MAX_NODES}\n      provisionTimeoutMs: {AWS_PROVISION_TIMEOUT_MS}\n      candidateInstanceTypes: [{{instanceType: m5.xlarge, totalCapacity: {AWS_CAPACITY}, totalCores: 4}}]\n",
-        ))
-        .expect("pools parse");
+        settings.placement_pools = pools(AWS_MAX_NODES, "binpack", "binpack");
         let ceilings = random_ceilings(&mut rng);
         if !ceilings.is_empty() {
             let parsed: norsk_auto_manager::automanager::AutoSettings =
@@ -255,7 +270,7 @@ impl Model {
         // A traced run says why each placement found nowhere.
         settings.trace_placements = trace;
         let reference = Reference::new(&ceilings);
-        let mut h = Harness::with(settings.clone());
+        let mut h = Harness::with(settings);
         h.trace = trace;
         let mut model = Model {
             h,
@@ -276,7 +291,6 @@ impl Model {
             took_out_of_service: false,
             reference,
             step_actions: Vec::new(),
-            settings,
             orphaned: BTreeSet::new(),
             job_verdicts: BTreeMap::new(),
             reconnects_on: std::env::var("CORE_SIM_RECONNECTS").map_or(true, |v| v != "0"),
@@ -668,6 +682,19 @@ impl Model {
         self.reference.commanded(id, command);
     }
 
+    /// The pool is edited live: the `aws` tier's `maxNodes` (below the
+    /// nodes it has, at times) and either tier's packing.
+    fn change_pools(&mut self) {
+        let packing = |rng: &mut StdRng| if rng.random_bool(0.5) { "binpack" } else { "spread" };
+        let max_nodes = self.rng.random_range(1..=5);
+        let cluster = packing(&mut self.rng);
+        let aws = packing(&mut self.rng);
+        if self.h.trace {
+            eprintln!("pools: aws maxNodes {max_nodes}, cluster {cluster}, aws {aws}");
+        }
+        self.command(Command::SetPlacementPools(pools(max_nodes, cluster, aws)));
+    }
+
     /// One random step.
     fn step(&mut self) {
         self.step_actions.clear();
@@ -681,7 +708,7 @@ impl Model {
     }
 
     fn random_step(&mut self) {
-        match self.rng.random_range(0..115) {
+        match self.rng.random_range(0..117) {
             0..=34 => self.answer(),
             35..=44 => {
                 let starting: Vec<NodeId> = self
@@ -786,6 +813,7 @@ impl Model {
                 }
             }
             112..=114 => self.duplicate_event(),
+            115..=116 => self.change_pools(),
             _ => {
                 let live: Vec<JobId> = self
                     .h
@@ -882,9 +910,10 @@ impl Model {
             .collect();
         let dropped: BTreeSet<JobId> = self.job_verdicts.keys().cloned().collect();
         self.reference.reconnected(&broken, &dropped);
-        let valid = norsk_auto_manager::automanager::validate_auto_settings(self.settings.clone())
+        let valid = norsk_auto_manager::automanager::validate_auto_settings(self.h.core.settings().clone())
             .expect("the run's settings are valid");
-        self.h.core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &self.h.core);
+        let core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &self.h.core);
+        self.h.core = core;
         self.h.input_all(
             events
                 .into_iter()
@@ -1352,9 +1381,10 @@ impl Model {
                     && n.phase != norsk_auto_manager::model::NodePhase::Stopped
             })
             .count();
-        if spares > target || (spares < target && aws_nodes < AWS_MAX_NODES) {
+        let max_nodes = aws_max_nodes(core);
+        if spares > target || (spares < target && aws_nodes < max_nodes) {
             return Err(format!(
-                "spares did not converge: {spares} of {target} with {aws_nodes} of {AWS_MAX_NODES} aws nodes"
+                "spares did not converge: {spares} of {target} with {aws_nodes} of {max_nodes} aws nodes"
             ));
         }
         Ok(())

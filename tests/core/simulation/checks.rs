@@ -930,8 +930,8 @@ fn room_for(job: &JobId, excluded: Option<&NodeId>, core: &AutoManagerCore, mana
                 && need_cores <= super::AWS_CAPACITY as u32
                 && need_gpu == 0.0
                 && capabilities.is_empty();
-            (aws < super::AWS_MAX_NODES && aws_fits)
-                .then(|| format!("a new aws node would hold it ({aws} of {})", super::AWS_MAX_NODES))
+            let max_nodes = super::aws_max_nodes(core);
+            (aws < max_nodes && aws_fits).then(|| format!("a new aws node would hold it ({aws} of {max_nodes})"))
         }
     }
 }
