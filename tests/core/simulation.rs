@@ -912,8 +912,7 @@ impl Model {
         self.reference.reconnected(&broken, &dropped);
         let valid = norsk_auto_manager::automanager::validate_auto_settings(self.h.core.settings().clone())
             .expect("the run's settings are valid");
-        let core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &self.h.core);
-        self.h.core = core;
+        self.h.core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &self.h.core);
         self.h.input_all(
             events
                 .into_iter()
