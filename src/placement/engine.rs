@@ -164,6 +164,7 @@ fn place_with(
         })?;
     let mut trace = request.trace.then(Trace::default);
     for (t, tier) in pool.tiers.iter().enumerate() {
+        scratch.podium.clear();
         let mut nodes = Vec::new();
         let best = if trace.is_some() {
             rank_traced(view, &demand, t, tier.packing_strategy, &mut nodes)
@@ -292,7 +293,7 @@ pub fn placed_job(
 
 /// The only nodes that can take the job, when a rule names them: the
 /// pinned node, or the placed co-located peer's node.
-fn candidates<'s>(demand: &'s Demand<'_>) -> Option<&'s [NodeIdx]> {
+pub(super) fn candidates<'s>(demand: &'s Demand<'_>) -> Option<&'s [NodeIdx]> {
     match (&demand.pin, &demand.co_located_with) {
         (Some(Some(idx)), _) => Some(std::slice::from_ref(idx)),
         (Some(None), _) => Some(&[]),
@@ -356,7 +357,7 @@ fn rank_traced(
 }
 
 /// Whether tier `t` provisions for the demand, and which shape.
-fn provisioning<'p>(
+pub(super) fn provisioning<'p>(
     view: &FleetView,
     demand: &Demand<'_>,
     t: usize,

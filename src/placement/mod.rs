@@ -22,6 +22,7 @@ pub mod headroom;
 mod key;
 mod plan;
 mod rankings;
+mod replay;
 mod request;
 mod search;
 pub mod settings;

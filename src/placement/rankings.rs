@@ -7,7 +7,7 @@
 //! them. [`Rankings`] keeps the search's scratch space, so a burst sets it
 //! up once rather than once per placement.
 
-use super::fleet::FleetView;
+use super::fleet::{FleetView, NodeIdx};
 use super::search::Scratch;
 
 /// What a burst of placements on one view keeps between them (see the
@@ -23,7 +23,25 @@ impl Rankings {
     /// for its largest tier's classes.
     pub fn for_burst(view: &mut FleetView) -> Self {
         Rankings {
-            scratch: Scratch::for_view(view),
+            scratch: Scratch::for_view(view, 1),
         }
+    }
+
+    /// A burst that also keeps, after each placement the indexed search
+    /// decided, the `keep` best survivors of the deciding tier
+    /// ([`Rankings::podium`]).
+    pub(crate) fn keeping(view: &FleetView, keep: usize) -> Self {
+        Rankings {
+            scratch: Scratch::for_view(view, keep),
+        }
+    }
+
+    /// The last placement's best survivors of its deciding tier, best
+    /// first, and whether they are every survivor there was; empty when
+    /// the indexed search did not decide it (a pinned or co-located job,
+    /// a provision, nothing placed).
+    pub(crate) fn podium(&self) -> (impl Iterator<Item = NodeIdx> + '_, bool) {
+        let complete = self.scratch.podium.len() < self.scratch.keep.max(1);
+        (self.scratch.podium.iter().map(|b| b.idx), complete)
     }
 }

@@ -40,6 +40,7 @@ use super::key::{Facts, Lists, PlacementKey, key, key_of};
 use super::request::Demand;
 
 /// The best survivor of a tier.
+#[derive(Clone, Copy, Debug)]
 pub(super) struct Best {
     pub key: PlacementKey,
     pub idx: NodeIdx,
@@ -50,18 +51,50 @@ pub(super) struct Best {
 #[derive(Debug, Default)]
 pub(super) struct Scratch {
     classes: Vec<Class>,
+    /// How many of the best survivors a search keeps in `podium` (at
+    /// least one: the winner).
+    pub(super) keep: usize,
+    /// The last search's best survivors, best first: its `keep` best, or
+    /// every survivor when fewer. A search prunes only once it holds
+    /// `keep`, so a podium shorter than that is every survivor there was.
+    pub(super) podium: Vec<Best>,
 }
 
 impl Scratch {
-    /// Room for the classes of `view`'s largest tier.
-    pub(super) fn for_view(view: &FleetView) -> Self {
+    /// Room for the classes of `view`'s largest tier; each search keeps
+    /// its `keep` best survivors.
+    pub(super) fn for_view(view: &FleetView, keep: usize) -> Self {
         Scratch {
             classes: Vec::with_capacity(view.index.most_classes()),
+            keep: keep.max(1),
+            podium: Vec::with_capacity(keep.max(1)),
         }
+    }
+
+    /// The survivor a search has to beat to enter the podium, once full.
+    fn bar(&self) -> Option<&Best> {
+        (self.podium.len() >= self.keep.max(1))
+            .then(|| self.podium.last())
+            .flatten()
+    }
+
+    /// Enters a survivor in the podium, in key order, dropping the one that
+    /// falls off the end.
+    fn enter(&mut self, best: Best) {
+        if self.podium.iter().any(|b| b.idx == best.idx) {
+            return;
+        }
+        let at = self.podium.partition_point(|b| b.key < best.key);
+        if at >= self.keep.max(1) {
+            return;
+        }
+        self.podium.insert(at, best);
+        self.podium.truncate(self.keep.max(1));
     }
 }
 
-/// The best survivor of tier `tier` for `demand`, as the scan would find it.
+/// The best survivor of tier `tier` for `demand`, as the scan would find it;
+/// `scratch.podium` holds it and the runners-up after it.
 pub(super) fn best_in_tier(
     view: &FleetView,
     demand: &Demand<'_>,
@@ -69,25 +102,25 @@ pub(super) fn best_in_tier(
     packing: PackingStrategy,
     scratch: &mut Scratch,
 ) -> Option<Best> {
+    scratch.podium.clear();
     let index = view.index.tier(demand.pool, tier)?;
-    let mut best: Option<Best> = None;
-    let visit = |idx: NodeIdx, best: &mut Option<Best>| {
+    let visit = |idx: NodeIdx, scratch: &mut Scratch| {
         if let Ok(gpu_index) = check(view, idx, demand, tier) {
             let key = key(view, idx, demand, packing);
-            if best.as_ref().is_none_or(|b| key < b.key) {
-                *best = Some(Best { key, idx, gpu_index });
+            if scratch.bar().is_none_or(|b| key < b.key) {
+                scratch.enter(Best { key, idx, gpu_index });
             }
         }
     };
     for &o in view.bundle_occupants(demand.request.bundle_id) {
-        visit(view.occupants[o as usize].node, &mut best);
+        visit(view.occupants[o as usize].node, scratch);
     }
     for &idx in &index.unordered {
-        visit(idx, &mut best);
+        visit(idx, scratch);
     }
     // Nothing finite fits a demand for infinite capacity.
     let Some(min_free) = min_free(demand.needs.capacity) else {
-        return best;
+        return scratch.podium.first().copied();
     };
     // The tracked host ports the demand asks for, as class claims.
     let asked_ports = index
@@ -97,7 +130,7 @@ pub(super) fn best_in_tier(
         .filter(|(_, port)| demand.needs.ports.contains(port))
         .fold(0u8, |mask, (bit, _)| mask | 1 << bit);
     let largest_gpu_ask = demand.needs.gpu_asks.iter().map(|a| a.capacity).reduce(f64::max);
-    let classes = &mut scratch.classes;
+    let mut classes = std::mem::take(&mut scratch.classes);
     classes.clear();
     for &p in &index.profiles {
         let profile = view.index.profile(p);
@@ -146,8 +179,8 @@ pub(super) fn best_in_tier(
     // components, then the soft-AZ component.
     classes.sort_unstable_by_key(|c| c.key);
     for class in classes.iter() {
-        if best
-            .as_ref()
+        if scratch
+            .bar()
             .is_some_and(|b| b.key.cmp_leading(&class.key) == Ordering::Less)
         {
             break;
@@ -163,13 +196,14 @@ pub(super) fn best_in_tier(
                 node_order: entry.label,
                 ..class.key
             };
-            if best.as_ref().is_some_and(|b| b.key <= next) {
+            if scratch.bar().is_some_and(|b| b.key <= next) {
                 break;
             }
-            visit(entry.idx, &mut best);
+            visit(entry.idx, scratch);
         }
     }
-    best
+    scratch.classes = classes;
+    scratch.podium.first().copied()
 }
 
 /// One class to walk, with the key its nodes share.

@@ -491,10 +491,12 @@ fn node_verdicts(report: &HeadroomReport) -> Vec<&DomainVerdict> {
 /// Random fleets under `pools_yaml`, each changed a step at a time; after
 /// every update the tracker's node verdicts, and once the wide domains are
 /// refreshed its whole report, equal a fresh analysis of the fleet.
-/// Returns the node verdicts recomputed and the ones there were.
-fn incremental_equals_fresh(pools_yaml: &str, seeds: std::ops::Range<u64>) -> (usize, usize) {
+/// Returns the node verdicts recomputed, the ones there were, and the
+/// placements of the recomputed ones decided by replay (no search).
+fn incremental_equals_fresh(pools_yaml: &str, seeds: std::ops::Range<u64>) -> (usize, usize, usize) {
     let mut recomputed = 0;
     let mut possible = 0;
+    let mut replayed = 0;
     for seed in seeds {
         let mut rng = Lcg(seed);
         let (mut fleet, mut specs) = random_fleet(&mut rng, pools_yaml);
@@ -556,6 +558,7 @@ fn incremental_equals_fresh(pools_yaml: &str, seeds: std::ops::Range<u64>) -> (u
             let stats = tracker.update(&fleet, &pools(pools_yaml), &specs, &none).unwrap();
             recomputed += stats.nodes_recomputed;
             possible += stats.nodes;
+            replayed += stats.placements_replayed;
             let expected = fresh(pools_yaml, &fleet, &specs);
             assert_eq!(
                 node_verdicts(&tracker.report()),
@@ -571,25 +574,27 @@ fn incremental_equals_fresh(pools_yaml: &str, seeds: std::ops::Range<u64>) -> (u
             );
         }
     }
-    (recomputed, possible)
+    (recomputed, possible, replayed)
 }
 
 #[test]
 fn the_tracker_s_incremental_verdicts_equal_a_fresh_analysis_after_every_change() {
-    let (recomputed, possible) = incremental_equals_fresh(CASCADE, 0..60);
+    let (recomputed, possible, replayed) = incremental_equals_fresh(CASCADE, 0..60);
     assert!(
         recomputed < possible,
         "some updates recompute only part of the fleet ({recomputed} of {possible})"
     );
+    assert!(replayed > 0, "some recomputed verdicts are replayed, not searched");
 }
 
 #[test]
 fn under_binpack_a_node_that_only_got_fuller_keeps_most_verdicts_and_the_rest_equal_a_fresh_analysis() {
-    let (recomputed, possible) = incremental_equals_fresh(BINPACK, 100..220);
+    let (recomputed, possible, replayed) = incremental_equals_fresh(BINPACK, 100..220);
     assert!(
         recomputed < possible,
         "some updates recompute only part of the fleet ({recomputed} of {possible})"
     );
+    assert!(replayed > 0, "some recomputed verdicts are replayed, not searched");
     // The binpack winner taking one more job: it is the node nearly
     // every loss lands on, and it only got fuller.
     let fleet = snapshot(&format!(

@@ -134,6 +134,11 @@ pub struct HeadroomReport {
     pub update_p99_millis: f64,
     /// Node verdicts an update recomputed, on average.
     pub nodes_recomputed_mean: f64,
+    /// Their placements an update decided from the last run's podium
+    /// (no search), on average.
+    pub placements_replayed_mean: f64,
+    /// Their placements an update searched for, on average.
+    pub placements_searched_mean: f64,
     /// Zones and provider kinds recomputed after the updates
     /// ([`Tracker::refresh_wide`], on its own cadence), milliseconds.
     pub wide_refresh_millis: f64,
@@ -163,6 +168,7 @@ pub fn bench_headroom(args: &HeadroomArgs) -> Result<HeadroomReport, BenchError>
     tracker.update(&work.fleet, &work.pools, &work.bundles, &none)?;
     let mut timings: Vec<Duration> = Vec::with_capacity(args.updates);
     let mut recomputed = 0;
+    let (mut replayed, mut searched) = (0, 0);
     let mut current = work.clone();
     for n in 0..args.updates {
         let (fleet, bundles) = one_more_job(&current, n);
@@ -170,6 +176,8 @@ pub fn bench_headroom(args: &HeadroomArgs) -> Result<HeadroomReport, BenchError>
         let stats = tracker.update(&fleet, &current.pools, &bundles, &none)?;
         timings.push(one.elapsed());
         recomputed += stats.nodes_recomputed;
+        replayed += stats.placements_replayed;
+        searched += stats.placements_searched;
         current.view = FleetView::new(&fleet, current.pools.clone())?;
         current.fleet = fleet;
         current.bundles = bundles;
@@ -186,6 +194,8 @@ pub fn bench_headroom(args: &HeadroomArgs) -> Result<HeadroomReport, BenchError>
         update_p50_millis: micros(percentile(&timings, 0.50)) / 1e3,
         update_p99_millis: micros(percentile(&timings, 0.99)) / 1e3,
         nodes_recomputed_mean: recomputed as f64 / args.updates.max(1) as f64,
+        placements_replayed_mean: replayed as f64 / args.updates.max(1) as f64,
+        placements_searched_mean: searched as f64 / args.updates.max(1) as f64,
         wide_refresh_millis: wide_refresh.as_secs_f64() * 1e3,
         wide_domains,
         peak_rss_bytes: peak_rss_bytes(),
@@ -195,7 +205,7 @@ pub fn bench_headroom(args: &HeadroomArgs) -> Result<HeadroomReport, BenchError>
 /// The report for people.
 pub(super) fn table(report: &HeadroomReport) -> String {
     format!(
-        "nodes          {}\njobs           {}\nevery loss     {:.1} ms ({} absorbed)\nupdate p50     {:.2} ms\nupdate p99     {:.2} ms\nrecomputed     {:.1} node verdicts per update\nwide refresh   {:.1} ms ({} zones and provider kinds)\npeak RSS       {}",
+        "nodes          {}\njobs           {}\nevery loss     {:.1} ms ({} absorbed)\nupdate p50     {:.2} ms\nupdate p99     {:.2} ms\nrecomputed     {:.1} node verdicts per update ({:.0} placements replayed, {:.0} searched)\nwide refresh   {:.1} ms ({} zones and provider kinds)\npeak RSS       {}",
         report.nodes,
         report.jobs,
         report.full_analysis_millis,
@@ -203,6 +213,8 @@ pub(super) fn table(report: &HeadroomReport) -> String {
         report.update_p50_millis,
         report.update_p99_millis,
         report.nodes_recomputed_mean,
+        report.placements_replayed_mean,
+        report.placements_searched_mean,
         report.wide_refresh_millis,
         report.wide_domains,
         rss(report.peak_rss_bytes)

@@ -32,7 +32,9 @@
 //! occupancy), a condition, inventory or membership change re-profiles it,
 //! a new label re-files it. Nothing is ever rebuilt.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use foldhash::HashMap;
 use std::hash::{Hash, Hasher};
 
 use crate::model::{HostPort, NodePhase, PackingStrategy, ProviderKind};

@@ -126,6 +126,7 @@ impl FleetView {
             self.index.port_claim(slot, port, false);
         }
         for o in std::mem::take(&mut entry.occupants) {
+            self.free_occupants.push(o);
             if let Some(bundle) = &self.occupants[o as usize].bundle
                 && let Some(list) = self.replicas.get_mut(bundle)
             {

@@ -18,7 +18,7 @@ mod names;
 mod node;
 mod order;
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 pub(crate) use index::{ClassKey, Entry, FleetIndex, GPU_ROOM_STEPS, Occupancy, Traits, fill_order, order_fill};
 pub(crate) use names::Interner;
@@ -84,6 +84,9 @@ pub struct FleetView {
     /// The tiers' nodes filed for the untraced search.
     pub(crate) index: FleetIndex,
     pub(crate) occupants: Vec<Occupant>,
+    /// Slots of `occupants` released and free for the next reservation, so
+    /// what-ifs that reserve and release again do not grow it.
+    free_occupants: Vec<u32>,
     replicas: HashMap<BundleId, Vec<u32>>,
     pub(crate) capabilities: Interner,
     pub(crate) images: Interner,
@@ -107,6 +110,7 @@ impl FleetView {
             order: Vec::with_capacity(snapshot.nodes.len()),
             by_id: HashMap::with_capacity(snapshot.nodes.len()),
             occupants: Vec::new(),
+            free_occupants: Vec::new(),
             replicas: HashMap::new(),
             capabilities: Interner::default(),
             images: Interner::default(),
@@ -172,7 +176,7 @@ impl FleetView {
             .by_id
             .get(node)
             .ok_or_else(|| FleetError::UnknownNode(node.clone()))?;
-        let occupant = self.occupants.len() as u32;
+        let occupant = self.free_occupants.pop().unwrap_or(self.occupants.len() as u32);
         let hot = &mut self.hot[idx as usize];
         hot.free -= job.required_capacity.max(0.0);
         hot.refill(self.nodes[idx as usize].usable);
@@ -193,15 +197,24 @@ impl FleetView {
             }
         }
         entry.occupants.push(occupant);
-        self.occupants.push(Occupant {
+        let record = Occupant {
             bundle: job.bundle.clone(),
             replica: job.replica_index,
             job_name: Name::from(job.job_name.as_str()),
             node: idx,
             exclusive: job.exclusive,
-        });
+        };
+        match self.occupants.get_mut(occupant as usize) {
+            Some(slot) => *slot = record,
+            None => self.occupants.push(record),
+        }
         if let Some(bundle) = &job.bundle {
-            self.replicas.entry(bundle.clone()).or_default().push(occupant);
+            match self.replicas.get_mut(bundle) {
+                Some(list) => list.push(occupant),
+                None => {
+                    self.replicas.insert(bundle.clone(), vec![occupant]);
+                }
+            }
         }
         let slot = self.hot[idx as usize].slot;
         let mut take_up = false;
@@ -248,6 +261,7 @@ impl FleetView {
             return Ok(());
         };
         let occupant = entry.occupants.remove(at);
+        self.free_occupants.push(occupant);
         let slot = self.hot[idx as usize].slot;
         for port in &job.required_host_ports {
             if let Some(p) = entry.ports.iter().position(|p| p == port) {

@@ -1,7 +1,7 @@
 //! Shared names and their interning: the hot path compares dense integer
 //! ids, and rejections carry names without allocating.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 
 /// A shared, immutable name (pool, tier, AZ, capability, job): cloning it

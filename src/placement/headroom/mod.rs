@@ -503,7 +503,16 @@ impl Headroom {
             .into_iter()
             .map(|domain| {
                 let lost = members(&self.view, &domain);
-                run::what_if(&mut self.view, &self.carried, context, domain, &lost, explain).0
+                run::what_if(
+                    &mut self.view,
+                    &self.carried,
+                    context,
+                    domain,
+                    &lost,
+                    explain,
+                    run::Record::None,
+                )
+                .0
             })
             .collect())
     }
@@ -511,6 +520,15 @@ impl Headroom {
 
 /// The nodes a domain takes: every node of it not already going.
 pub(crate) fn members(view: &FleetView, domain: &Domain) -> Vec<NodeIdx> {
+    let going = |idx: NodeIdx| view.hot(idx).has(flag::GONE) || view.node(idx).phase == NodePhase::Stopped;
+    if domain.kind == DomainKind::Node {
+        // One lookup, not a scan: the tracker asks this of every node.
+        return view
+            .node_index(&NodeId::from(domain.name.as_str()))
+            .filter(|&idx| !going(idx))
+            .into_iter()
+            .collect();
+    }
     let pools = view.pools();
     let tier_of = |idx: NodeIdx| {
         let slot = view.hot(idx).slot;
@@ -519,7 +537,7 @@ pub(crate) fn members(view: &FleetView, domain: &Domain) -> Vec<NodeIdx> {
     view.order
         .iter()
         .copied()
-        .filter(|&idx| !view.hot(idx).has(flag::GONE) && view.node(idx).phase != NodePhase::Stopped)
+        .filter(|&idx| !going(idx))
         .filter(|&idx| match domain.kind {
             DomainKind::Node => view.node(idx).id.as_str() == domain.name,
             DomainKind::Zone => view

@@ -18,6 +18,7 @@ use super::super::engine::{
 use super::super::fleet::{FleetView, NO_SLOT, NodeIdx, flag};
 use super::super::groups::JobGroups;
 use super::super::rankings::Rankings;
+use super::super::replay::{Podium, replace};
 use super::super::request::{PlacementRequest, RecoveryContext};
 use super::{
     BundleFate, Context, DarkReason, Domain, DomainVerdict, Fate, JobFate, LostNode, ProvisionNeed, TierRefusal,
@@ -38,7 +39,41 @@ pub(crate) struct Deps {
     /// Elastic tiers `(pool, tier)` a placement found no node in and
     /// asked to provision from: their node counts (`maxNodes`) matter.
     pub elastic: BTreeSet<(usize, usize)>,
+    /// The tracker's revision the run was made at: what changed since
+    /// is what a replay of it must look at afresh.
+    pub revision: u64,
+    /// Placements decided from the last run's podium, without a search.
+    pub replayed: u32,
 }
+
+/// A run made again from the last one (see `placement::replay`): each
+/// placement whose search left a podium is decided from it, looking afresh
+/// only at the nodes that changed since — those `changed` names, and those
+/// an earlier placement of this run put a job on, or took it from,
+/// differently. The rest of the run is made as [`what_if`] makes it, so
+/// the result is the one a fresh run gives.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Replay<'a> {
+    /// The last run of the same domain, with the same lost jobs, bundle
+    /// specs and restart ceilings.
+    pub last: &'a Deps,
+    /// Every node that may differ since `last` was made.
+    pub changed: &'a [NodeIdx],
+}
+
+/// What a run keeps for the next run of its domain.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Record<'a> {
+    /// Nothing: a one-off analysis.
+    None,
+    /// Each search's podium, for a later replay.
+    Podiums,
+    /// Podiums, and the run is made from the last one.
+    Replay(Replay<'a>),
+}
+
+/// How many survivors a run's search keeps for a later replay.
+const PODIUM: usize = 4;
 
 /// What one placement of a run decided, as far as other nodes could
 /// change it.
@@ -58,6 +93,13 @@ pub(crate) struct StepDep {
     /// The most the placement can ask of a node: the job's whole co-located
     /// group (the first mover sizes its node for the group).
     pub need_max: f64,
+    /// The job's place among the run's lost jobs.
+    pub at: usize,
+    /// The view's index of the node that took the job (a provision's
+    /// included), and the GPU device.
+    pub took: Option<(NodeIdx, Option<u32>)>,
+    /// What the search found in its deciding tier, when it decided.
+    pub podium: Option<Podium>,
 }
 
 /// Analyses the loss of `lost` (the nodes of `domain`) on `view`, which is
@@ -69,7 +111,13 @@ pub(crate) fn what_if(
     domain: Domain,
     lost: &[NodeIdx],
     explain: bool,
+    record: Record<'_>,
 ) -> (DomainVerdict, Deps) {
+    let (keep, replay) = match record {
+        Record::None => (1, None),
+        Record::Podiums => (PODIUM, None),
+        Record::Replay(replay) => (PODIUM, Some(replay)),
+    };
     let lost_nodes: Vec<LostNode> = lost
         .iter()
         .map(|&idx| LostNode {
@@ -132,14 +180,23 @@ pub(crate) fn what_if(
     }
 
     let mut deps = Deps::default();
-    let mut rankings = Rankings::for_burst(view);
+    let mut rankings = Rankings::keeping(view, keep);
+    // The replay's view of what differs from its last run, growing as this
+    // run's placements part from that one's.
+    let mut changed: Vec<NodeIdx> = replay.map(|r| r.changed.to_vec()).unwrap_or_default();
+    let mut parted: BTreeSet<&BundleId> = BTreeSet::new();
+    let mut last_steps = replay
+        .map(|r| r.last.steps.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .peekable();
     let mut ids = SequentialNodeIds::default();
     let mut reserved: Vec<(NodeId, PlacedJob)> = Vec::new();
     let mut prospective: Vec<NodeId> = Vec::new();
     let mut provisions: Vec<ProvisionNeed> = Vec::new();
     let mut fates: BTreeMap<BundleId, Vec<JobFate>> = BTreeMap::new();
     let mut unmanaged = Vec::new();
-    for (from, job) in lost_jobs {
+    for (at, (from, job)) in lost_jobs.into_iter().enumerate() {
         let Some(bundle_id) = &job.bundle else {
             unmanaged.push(job.job_id.clone());
             continue;
@@ -165,7 +222,31 @@ pub(crate) fn what_if(
                     };
                     let request = PlacementRequest::launch(bundle_id, bundle, job.replica_index, &job.job_name)
                         .recovering(&recovery);
-                    let placed = place_ranked(view, request, &mut ids, &mut rankings);
+                    let last = last_steps.next_if(|s| s.at == at);
+                    let replayed = last
+                        .filter(|_| !parted.contains(bundle_id))
+                        .and_then(|s| s.podium.as_ref())
+                        .and_then(|podium| replace(view, request, podium, &changed, keep).ok().flatten());
+                    let (placed, podium) = match replayed {
+                        Some((outcome, podium)) => {
+                            deps.replayed += 1;
+                            (Ok(outcome), Some(podium))
+                        }
+                        None => {
+                            let placed = place_ranked(view, request, &mut ids, &mut rankings).map(|p| p.outcome);
+                            let (nodes, complete) = rankings.podium();
+                            let nodes: Vec<NodeIdx> = nodes.collect();
+                            let podium = match &placed {
+                                Ok(Outcome::Placed { pool, tier, .. }) if !nodes.is_empty() => Some(Podium {
+                                    tier: tier_index(view, pool, tier),
+                                    nodes,
+                                    complete,
+                                }),
+                                _ => None,
+                            };
+                            (placed, podium)
+                        }
+                    };
                     let (need, need_max) = needs_of(bundle, &job.job_name);
                     let step = |upto, winner, landed| StepDep {
                         pool: view
@@ -177,13 +258,16 @@ pub(crate) fn what_if(
                         landed,
                         need,
                         need_max,
+                        at,
+                        took: None,
+                        podium: None,
                     };
                     match placed {
                         Err(e) => Fate::Dark {
                             reason: DarkReason::PlacementRefused { message: e.to_string() },
                         },
-                        Ok(placement) => {
-                            let (fate, step) = match &placement.outcome {
+                        Ok(outcome) => {
+                            let (fate, mut step) = match &outcome {
                                 Outcome::Placed {
                                     node_id, pool, tier, ..
                                 } => {
@@ -249,11 +333,36 @@ pub(crate) fn what_if(
                                 }
                             };
                             note_elastic(view, &step, &mut deps.elastic);
+                            let applied = if fate.is_replaced() {
+                                apply_placement(view, &request, &outcome)
+                            } else {
+                                Ok(())
+                            };
+                            step.took = match &outcome {
+                                Outcome::Placed { node_id, gpu_index, .. }
+                                | Outcome::Provision { node_id, gpu_index, .. } => {
+                                    view.node_index(node_id).map(|idx| (idx, *gpu_index))
+                                }
+                                Outcome::NoCapacityInAnyPool => None,
+                            };
+                            step.podium = podium;
+                            // A node that took this job where the last run's did not, or
+                            // did not where it did, differs from that run from here on;
+                            // so do the job's bundle's later placements.
+                            if let Some(last) = last
+                                && last.took != step.took
+                            {
+                                changed.extend(last.took.into_iter().chain(step.took).map(|(idx, _)| idx));
+                                parted.insert(bundle_id);
+                            } else if last.is_none() {
+                                changed.extend(step.took.map(|(idx, _)| idx));
+                                parted.insert(bundle_id);
+                            }
                             deps.steps.push(step);
                             if fate.is_replaced() {
-                                match apply_placement(view, &request, &placement.outcome) {
+                                match applied {
                                     Ok(()) => {
-                                        let gpu = match &placement.outcome {
+                                        let gpu = match &outcome {
                                             Outcome::Placed { gpu_index, .. }
                                             | Outcome::Provision { gpu_index, .. } => *gpu_index,
                                             Outcome::NoCapacityInAnyPool => None,

@@ -42,6 +42,17 @@
 //! (`SLACK`) towards recomputing, so a rounding difference never keeps a
 //! verdict that a fresh analysis would change.
 //!
+//! A verdict recomputed is replayed from its last run rather than made
+//! from nothing, when its own node, bundles and restart ceilings are as
+//! they were: the tracker logs which nodes each update changed, and each
+//! placement of the run whose search left a podium (its deciding tier's
+//! best survivors) is decided from it, looking afresh only at the nodes
+//! changed since and those this run's earlier placements treated
+//! differently (`placement::replay`); only what that cannot decide is
+//! searched. The log is bounded (`LOG_CAPACITY`); a run older than what
+//! it holds, or with more than `MOST_REPLAYED_CHANGES` changed nodes to
+//! look at, is made afresh.
+//!
 //! Anything else (pools, template images) recomputes every verdict. Zones
 //! and provider kinds are few, and each of their what-ifs re-places a large
 //! part of the fleet; [`Tracker::update`] only marks them stale, and
@@ -56,9 +67,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::model::{BundleId, BundleSpec, FleetNode, FleetSnapshot, JobId, NodeId, PackingStrategy, PlacedJob};
 
-use super::super::fleet::{FleetError, FleetView, NO_SLOT, fill_of, flag};
+use super::super::fleet::{FleetError, FleetView, NO_SLOT, NodeIdx, fill_of, flag};
 use super::super::settings::Pools;
-use super::run::{Deps, what_if};
+use super::run::{Deps, Record, Replay, what_if};
 use super::{Context, Domain, DomainKind, DomainVerdict, HeadroomReport, domains_of, members};
 
 /// Tolerance of the fill and capacity comparisons, wider than the
@@ -72,6 +83,11 @@ pub struct UpdateStats {
     pub nodes_recomputed: usize,
     /// Node domains in the fleet.
     pub nodes: usize,
+    /// Of the recomputed verdicts' placements, those made by a search.
+    pub placements_searched: usize,
+    /// And those decided from the verdict's last run without a search
+    /// (see `placement::replay`).
+    pub placements_replayed: usize,
     /// Zone and provider verdicts recomputed.
     pub wide_recomputed: usize,
     /// Zone and provider verdicts left stale for [`Tracker::refresh_wide`].
@@ -94,7 +110,21 @@ pub struct Tracker {
     wide: Vec<DomainVerdict>,
     /// Something changed since the zone and provider verdicts were made.
     wide_stale: bool,
+    /// Counts the updates that changed a node.
+    revision: u64,
+    /// The nodes each such update changed, oldest first: what a run made
+    /// at an earlier revision must look at afresh when replayed.
+    log: Vec<(u64, NodeIdx)>,
+    /// Runs made before this revision are not replayed: the log no longer
+    /// holds what changed since.
+    floor: u64,
 }
+
+/// The most changed nodes a replay looks at; beyond, a run is made afresh.
+const MOST_REPLAYED_CHANGES: usize = 64;
+
+/// The changed nodes the log holds before it drops its older half.
+const LOG_CAPACITY: usize = 16_384;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum ChangeKind {
@@ -119,6 +149,8 @@ struct Change {
     slots: Vec<(usize, usize)>,
     /// The node's free capacity before the change, when it was there.
     free_before: Option<f64>,
+    /// Its index in the view.
+    idx: Option<NodeIdx>,
 }
 
 impl Tracker {
@@ -161,6 +193,18 @@ impl Tracker {
             // The view refused a change it should take: start again.
             Err(_) => return self.rebuild(snapshot, pools, bundles, ceiling),
         };
+        if !changes.is_empty() {
+            self.revision += 1;
+            let revision = self.revision;
+            self.log
+                .extend(changes.iter().filter_map(|c| c.idx).map(|idx| (revision, idx)));
+            if self.log.len() > LOG_CAPACITY {
+                // The older half goes; runs made before it are made afresh.
+                let cut = self.log.len() / 2;
+                self.floor = self.log[cut].0;
+                self.log.drain(..self.log.partition_point(|(rev, _)| *rev < self.floor));
+            }
+        }
         // Only what changed is copied: a fleet's specs are many.
         for id in &touched {
             match bundles.get(id) {
@@ -197,10 +241,34 @@ impl Tracker {
             nodes: names.len(),
             ..UpdateStats::default()
         };
+        let mut changed: Vec<NodeIdx> = Vec::new();
         for domain in dirty {
             let lost = members(view, &domain);
             let id = NodeId::from(domain.name.as_str());
-            let run = what_if(view, &self.carried, context, domain, &lost, false);
+            // A run whose own node, bundles or restart ceilings are as they
+            // were is replayed from its last run, when the log still holds
+            // what changed since (see `run::Replay`).
+            let last = self.runs.remove(&id).map(|(_, deps)| deps).filter(|deps| {
+                deps.revision >= self.floor
+                    && !deps.bundles.iter().any(|b| touched.contains(b))
+                    && !changes.iter().any(|c| c.node.as_str() == domain.name)
+            });
+            let replay = last.as_ref().and_then(|deps| {
+                changed.clear();
+                let from = self.log.partition_point(|(rev, _)| *rev <= deps.revision);
+                changed.extend(self.log[from..].iter().map(|(_, idx)| *idx));
+                changed.sort_unstable();
+                changed.dedup();
+                (changed.len() <= MOST_REPLAYED_CHANGES).then_some(Replay {
+                    last: deps,
+                    changed: &changed,
+                })
+            });
+            let record = replay.map_or(Record::Podiums, Record::Replay);
+            let mut run = what_if(view, &self.carried, context, domain, &lost, false, record);
+            run.1.revision = self.revision;
+            stats.placements_replayed += run.1.replayed as usize;
+            stats.placements_searched += run.1.steps.len() - run.1.replayed as usize;
             self.runs.insert(id, run);
         }
         if !changes.is_empty() || !touched.is_empty() {
@@ -211,6 +279,8 @@ impl Tracker {
             let carried_snapshot = self.snapshot();
             let rebuilt = FleetView::new(&carried_snapshot, pools.clone())?;
             self.view = Some(rebuilt);
+            // The runs name nodes by the old view's indices.
+            self.forget_log();
         }
         Ok(stats)
     }
@@ -269,15 +339,19 @@ impl Tracker {
             .collect();
         self.bundles = bundles.clone();
         self.ceiling = ceiling.clone();
+        self.forget_log();
         let context = Context {
             bundles: &self.bundles,
             at_restart_ceiling: &self.ceiling,
         };
         self.runs.clear();
+        let mut searched = 0;
         for domain in domains_of(&view, DomainKind::Node) {
             let lost = members(&view, &domain);
             let id = NodeId::from(domain.name.as_str());
-            let run = what_if(&mut view, &self.carried, context, domain, &lost, false);
+            let mut run = what_if(&mut view, &self.carried, context, domain, &lost, false, Record::Podiums);
+            run.1.revision = self.revision;
+            searched += run.1.steps.len();
             self.runs.insert(id, run);
         }
         let nodes = self.runs.len();
@@ -289,6 +363,8 @@ impl Tracker {
             wide_recomputed,
             wide_stale: false,
             rebuilt: true,
+            placements_searched: searched,
+            placements_replayed: 0,
         })
     }
 
@@ -308,7 +384,7 @@ impl Tracker {
             .into_iter()
             .map(|domain| {
                 let lost = members(view, &domain);
-                what_if(view, &self.carried, context, domain, &lost, false).0
+                what_if(view, &self.carried, context, domain, &lost, false, Record::None).0
             })
             .collect();
         self.wide_stale = false;
@@ -369,6 +445,7 @@ impl Tracker {
                 kind,
                 slots,
                 free_before,
+                idx: view.node_index(&node.id),
             });
             if node.jobs.is_empty() {
                 self.carried.remove(&node.id);
@@ -380,6 +457,7 @@ impl Tracker {
         let gone: Vec<NodeId> = self.nodes.keys().filter(|id| !seen.contains(id)).cloned().collect();
         for id in gone {
             let slots = slot_of(view, &id).into_iter().collect();
+            let idx = view.node_index(&id);
             if let Some(old) = self.nodes.get(&id) {
                 touched.extend(old.jobs.iter().filter_map(|j| j.bundle.clone()));
             }
@@ -391,9 +469,17 @@ impl Tracker {
                 kind: ChangeKind::Removed,
                 slots,
                 free_before: None,
+                idx,
             });
         }
         Ok(changes)
+    }
+
+    /// Drops the log of changed nodes: every run is made afresh next.
+    fn forget_log(&mut self) {
+        self.revision += 1;
+        self.floor = self.revision;
+        self.log.clear();
     }
 
     /// The fleet as last seen.

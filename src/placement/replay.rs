@@ -1,0 +1,145 @@
+//! A placement decided again from an earlier search of the same request,
+//! when only some nodes can have changed since.
+//!
+//! The indexed search can keep, besides the winner, the best survivors of
+//! its deciding tier (its podium, see [`super::Rankings::keeping`]). Asked
+//! the same request later, on a view where only the nodes `changed` may
+//! differ (their jobs, their description, or they came or went), the
+//! decision follows without a search:
+//!
+//! - an unchanged node ranks as it did against every other unchanged node,
+//!   and one that did not survive still does not; so the first podium
+//!   node not changed is the best unchanged survivor of the deciding tier,
+//!   and no unchanged node of an earlier tier survives;
+//! - each changed node is run through the filter chain and ranked afresh;
+//! - an earlier tier that could not provision is asked again.
+//!
+//! The winner is the best of those in the earliest tier with a survivor.
+//! Whenever that cannot be told (every podium node changed, an earlier tier
+//! could now provision, a rule naming the only candidates), the answer is
+//! "search": never a guess.
+
+use crate::model::PackingStrategy;
+
+use super::PlacementError;
+use super::engine::{Outcome, candidates, provisioning};
+use super::filter::check;
+use super::fleet::{FleetView, NO_SLOT, NodeIdx};
+use super::key::key;
+use super::request::{Demand, PlacementRequest};
+use super::search::Best;
+
+/// What an earlier search of a request found in its deciding tier.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Podium {
+    /// The deciding tier of the replica's pool.
+    pub tier: usize,
+    /// Its best survivors, best first (the first is the winner).
+    pub nodes: Vec<NodeIdx>,
+    /// `nodes` is every survivor the tier had.
+    pub complete: bool,
+}
+
+/// The placement of `request` on `view`, decided from `podium` (see the
+/// module docs), with the podium it leaves (at most `keep` nodes);
+/// `Ok(None)` when only a search can decide it.
+pub(crate) fn replace(
+    view: &FleetView,
+    request: PlacementRequest<'_>,
+    podium: &Podium,
+    changed: &[NodeIdx],
+    keep: usize,
+) -> Result<Option<(Outcome, Podium)>, PlacementError> {
+    let demand = Demand::compile(view, request)?;
+    if candidates(&demand).is_some() || podium.nodes.is_empty() {
+        return Ok(None);
+    }
+    let Some(pool) = view.pools().at(demand.pool) else {
+        return Ok(None);
+    };
+    let Some(deciding) = pool.tiers.get(podium.tier) else {
+        return Ok(None);
+    };
+    let packing = |t: usize| {
+        pool.tiers
+            .get(t)
+            .map_or(PackingStrategy::Binpack, |t| t.packing_strategy)
+    };
+    let is_changed = |idx: &NodeIdx| changed.contains(idx);
+
+    // The changed nodes that survive now, in the deciding tier or before.
+    let mut fresh: Vec<(usize, Best)> = Vec::new();
+    for &idx in changed {
+        let slot = view.hot(idx).slot;
+        if slot == NO_SLOT || (slot >> 16) as usize != demand.pool {
+            continue;
+        }
+        let t = (slot & 0xffff) as usize;
+        if t > podium.tier || fresh.iter().any(|(_, b)| b.idx == idx) {
+            continue;
+        }
+        if let Ok(gpu_index) = check(view, idx, &demand, t) {
+            let key = key(view, idx, &demand, packing(t));
+            fresh.push((t, Best { key, idx, gpu_index }));
+        }
+    }
+    let earliest = fresh.iter().map(|(t, _)| *t).min().unwrap_or(podium.tier);
+    // An earlier tier with no survivor is where a provision would come
+    // from: asked again, as its node count may have changed.
+    for t in 0..earliest {
+        if provisioning(view, &demand, t, &pool.tiers[t]).is_ok() {
+            return Ok(None);
+        }
+    }
+    let (tier, mut ranked, complete) = if earliest < podium.tier {
+        // No unchanged node of this tier survived before, nor does now.
+        let ranked: Vec<Best> = fresh
+            .into_iter()
+            .filter(|(t, _)| *t == earliest)
+            .map(|(_, b)| b)
+            .collect();
+        (earliest, ranked, true)
+    } else {
+        let mut unchanged = Vec::new();
+        for &idx in podium.nodes.iter().filter(|i| !is_changed(i)) {
+            // Unchanged, so it passes as before; if not, something this
+            // does not follow changed: search.
+            let Ok(gpu_index) = check(view, idx, &demand, podium.tier) else {
+                return Ok(None);
+            };
+            let key = key(view, idx, &demand, deciding.packing_strategy);
+            unchanged.push(Best { key, idx, gpu_index });
+        }
+        let Some(bar) = unchanged.iter().map(|b| b.key).max() else {
+            return Ok(None);
+        };
+        let mut ranked = unchanged;
+        // Past the last unchanged node the podium held, a changed node
+        // would rank among survivors it never recorded.
+        ranked.extend(
+            fresh
+                .into_iter()
+                .filter(|(t, b)| *t == podium.tier && (podium.complete || b.key < bar))
+                .map(|(_, b)| b),
+        );
+        (podium.tier, ranked, podium.complete)
+    };
+    ranked.sort_by_key(|b| b.key);
+    let complete = complete && ranked.len() <= keep;
+    ranked.truncate(keep.max(1));
+    let Some(winner) = ranked.first().copied() else {
+        return Ok(None);
+    };
+    let outcome = Outcome::Placed {
+        node_id: view.node(winner.idx).id.clone(),
+        pool: pool.name.clone(),
+        tier: pool.tiers[tier].name.clone(),
+        gpu_index: winner.gpu_index,
+    };
+    let podium = Podium {
+        tier,
+        nodes: ranked.iter().map(|b| b.idx).collect(),
+        complete,
+    };
+    Ok(Some((outcome, podium)))
+}
