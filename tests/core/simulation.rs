@@ -129,6 +129,8 @@ struct Model {
     snapshots: BTreeMap<JobId, norsk_auto_manager::model::RuntimeJob>,
     /// The id the next bundle applied mid-run takes.
     next_bundle: usize,
+    /// The `aws` tier's `maxNodes` as last commanded.
+    aws_max_nodes: usize,
     /// Broken rules seen while answering or observing (checked with the
     /// rest).
     violations: Vec<String>,
@@ -224,17 +226,6 @@ fn pools(max_nodes: usize, cluster: &str, aws: &str) -> Vec<norsk_auto_manager::
     .expect("pools parse")
 }
 
-/// The `aws` tier's `maxNodes` in force.
-fn aws_max_nodes(core: &norsk_auto_manager::automanager::AutoManagerCore) -> usize {
-    core.settings()
-        .placement_pools
-        .iter()
-        .flat_map(|p| &p.tiers)
-        .find(|t| t.name == "aws")
-        .and_then(|t| t.max_nodes)
-        .map_or(AWS_MAX_NODES, |n| n as usize)
-}
-
 /// The restart ceilings of the settings: per policy and flat, each present
 /// or not.
 fn random_ceilings(rng: &mut StdRng) -> String {
@@ -284,6 +275,7 @@ impl Model {
             ended: BTreeSet::new(),
             next_cluster: 0,
             next_bundle: 0,
+            aws_max_nodes: AWS_MAX_NODES,
             snapshots: BTreeMap::new(),
             violations: Vec::new(),
             calm: false,
@@ -693,6 +685,7 @@ impl Model {
             eprintln!("pools: aws maxNodes {max_nodes}, cluster {cluster}, aws {aws}");
         }
         self.command(Command::SetPlacementPools(pools(max_nodes, cluster, aws)));
+        self.aws_max_nodes = max_nodes;
     }
 
     /// One random step.
@@ -1289,6 +1282,7 @@ impl Model {
             pending: &self.pending,
             bundles: &self.bundles,
             spares_untagged: self.spares_untagged,
+            aws_max_nodes: self.aws_max_nodes,
         };
         self.reference.check(&self.h.core, &manager)
     }
@@ -1363,6 +1357,7 @@ impl Model {
             pending: &self.pending,
             bundles: &self.bundles,
             spares_untagged: self.spares_untagged,
+            aws_max_nodes: self.aws_max_nodes,
         };
         self.reference.live(&self.h.core, &manager)?;
         let core = &self.h.core;
@@ -1380,7 +1375,7 @@ impl Model {
                     && n.phase != norsk_auto_manager::model::NodePhase::Stopped
             })
             .count();
-        let max_nodes = aws_max_nodes(core);
+        let max_nodes = self.aws_max_nodes;
         if spares > target || (spares < target && aws_nodes < max_nodes) {
             return Err(format!(
                 "spares did not converge: {spares} of {target} with {aws_nodes} of {max_nodes} aws nodes"

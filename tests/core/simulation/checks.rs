@@ -90,6 +90,8 @@ pub(super) struct ManagerView<'a> {
     pub(super) pending: &'a [(RequestId, UnixMillis, Rpc)],
     pub(super) bundles: &'a BTreeMap<BundleId, Bundle>,
     pub(super) spares_untagged: u64,
+    /// The `aws` tier's `maxNodes` as last commanded.
+    pub(super) aws_max_nodes: usize,
 }
 
 impl ManagerView<'_> {
@@ -930,7 +932,7 @@ fn room_for(job: &JobId, excluded: Option<&NodeId>, core: &AutoManagerCore, mana
                 && need_cores <= super::AWS_CAPACITY as u32
                 && need_gpu == 0.0
                 && capabilities.is_empty();
-            let max_nodes = super::aws_max_nodes(core);
+            let max_nodes = manager.aws_max_nodes;
             (aws < max_nodes && aws_fits).then(|| format!("a new aws node would hold it ({aws} of {max_nodes})"))
         }
     }
