@@ -81,6 +81,15 @@ impl Scratch {
     /// Enters a survivor in the podium, in key order, dropping the one that
     /// falls off the end.
     fn enter(&mut self, best: Best) {
+        // The winner alone (every placement but a what-if's): it beat the
+        // one held.
+        if self.keep <= 1 {
+            match self.podium.first_mut() {
+                Some(held) => *held = best,
+                None => self.podium.push(best),
+            }
+            return;
+        }
         if self.podium.iter().any(|b| b.idx == best.idx) {
             return;
         }
