@@ -41,7 +41,7 @@ impl Rankings {
     /// the indexed search did not decide it (a pinned or co-located job,
     /// a provision, nothing placed).
     pub(crate) fn podium(&self) -> (impl Iterator<Item = NodeIdx> + '_, bool) {
-        let complete = self.scratch.podium.len() < self.scratch.keep.max(1);
+        let complete = self.scratch.podium.len() < self.scratch.keep;
         (self.scratch.podium.iter().map(|b| b.idx), complete)
     }
 }

@@ -48,16 +48,27 @@ pub(super) struct Best {
 }
 
 /// The search's working space, reused from one search to the next.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Scratch {
     classes: Vec<Class>,
     /// How many of the best survivors a search keeps in `podium` (at
-    /// least one: the winner).
+    /// least one: the winner; kept so by the constructors).
     pub(super) keep: usize,
     /// The last search's best survivors, best first: its `keep` best, or
     /// every survivor when fewer. A search prunes only once it holds
     /// `keep`, so a podium shorter than that is every survivor there was.
     pub(super) podium: Vec<Best>,
+}
+
+impl Default for Scratch {
+    /// No room set aside; the winner alone is kept.
+    fn default() -> Self {
+        Scratch {
+            classes: Vec::new(),
+            keep: 1,
+            podium: Vec::with_capacity(1),
+        }
+    }
 }
 
 impl Scratch {
@@ -73,9 +84,7 @@ impl Scratch {
 
     /// The survivor a search has to beat to enter the podium, once full.
     fn bar(&self) -> Option<&Best> {
-        (self.podium.len() >= self.keep.max(1))
-            .then(|| self.podium.last())
-            .flatten()
+        (self.podium.len() >= self.keep).then(|| self.podium.last()).flatten()
     }
 
     /// Enters a survivor in the podium, in key order, dropping the one that
@@ -94,11 +103,11 @@ impl Scratch {
             return;
         }
         let at = self.podium.partition_point(|b| b.key < best.key);
-        if at >= self.keep.max(1) {
+        if at >= self.keep {
             return;
         }
         self.podium.insert(at, best);
-        self.podium.truncate(self.keep.max(1));
+        self.podium.truncate(self.keep);
     }
 }
 

@@ -349,13 +349,13 @@ pub(crate) fn what_if(
                             // A node that took this job where the last run's did not, or
                             // did not where it did, differs from that run from here on;
                             // so do the job's bundle's later placements.
-                            if let Some(last) = last
-                                && last.took != step.took
-                            {
-                                changed.extend(last.took.into_iter().chain(step.took).map(|(idx, _)| idx));
-                                parted.insert(bundle_id);
-                            } else if last.is_none() {
-                                changed.extend(step.took.map(|(idx, _)| idx));
+                            let parts = match last {
+                                Some(last) => last.took != step.took,
+                                None => replay.is_some(),
+                            };
+                            if parts {
+                                let took = last.and_then(|l| l.took).into_iter().chain(step.took);
+                                changed.extend(took.map(|(idx, _)| idx));
                                 parted.insert(bundle_id);
                             }
                             deps.steps.push(step);
