@@ -177,6 +177,9 @@ pub struct AutoManagerCore {
     pub(super) pending: BTreeMap<RequestId, Pending>,
     pub(super) next_request: u64,
     pub(super) next_node_serial: u64,
+    /// The process part of the node ids this core names (see
+    /// [`super::dispatch::NodeIds`]).
+    pub(super) process: String,
     /// Nodes whose create Manager may have carried out although the call
     /// failed (it timed out): forgotten as any failed provision, and
     /// terminated should they appear.
@@ -229,6 +232,7 @@ impl AutoManagerCore {
             pending: BTreeMap::new(),
             next_request: 0,
             next_node_serial: 0,
+            process: super::dispatch::process_token(now),
             unheard_creates: BTreeSet::new(),
             counters: Counters::default(),
             fleet_epoch: 0,

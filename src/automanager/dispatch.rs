@@ -22,18 +22,42 @@ use super::recovery::{FAILED_INSTANCE_STOP_GRACE_MS, FailureVerdict, LossCause, 
 use super::view_cache::ViewCache;
 use super::{Notification, Rpc};
 
-/// Prospective node ids: `<pool>-<tier>-<serial>`, the serial counting up
-/// for the core's life and skipping ids the fleet holds, so the same inputs
-/// always name the same nodes.
+/// Prospective node ids: `<pool>-<tier>-<process>-<serial>`. The process
+/// part is the AutoManager's start time (milliseconds, base 36), the same for
+/// every core one process hydrates and different for a standby promoted in
+/// its place, whose serials start again: a node id is never given to two
+/// machines, so a forgotten node's `NorskNode` (its cordon, its history)
+/// never passes to a new one. The serial counts up for the process's life and
+/// skips ids the fleet holds; the same inputs always name the same nodes.
 pub(super) struct NodeIds<'a> {
+    pub(super) process: &'a str,
     pub(super) serial: &'a mut u64,
+}
+
+/// The id of node `serial` of `pool`'s `tier`, named by `process`.
+pub(super) fn node_id(pool: &str, tier: &str, process: &str, serial: u64) -> NodeId {
+    NodeId(format!("{pool}-{tier}-{process}-{serial}"))
+}
+
+/// `millis` in base 36 (lower case): the process part of node ids.
+pub(super) fn process_token(millis: crate::model::UnixMillis) -> String {
+    let mut n = millis.unsigned_abs();
+    let mut digits = Vec::new();
+    loop {
+        digits.push(char::from_digit((n % 36) as u32, 36).unwrap_or('0'));
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    digits.iter().rev().collect()
 }
 
 impl ProspectiveNodeIds for NodeIds<'_> {
     fn prospective_node_id(&mut self, view: &FleetView, pool: &str, tier: &str) -> NodeId {
         loop {
             *self.serial += 1;
-            let id = NodeId(format!("{pool}-{tier}-{}", self.serial));
+            let id = node_id(pool, tier, self.process, *self.serial);
             if !view.contains(&id) {
                 return id;
             }
@@ -205,6 +229,7 @@ impl AutoManagerCore {
             record.last_recovery_at = Some(now);
         }
         let mut ids = NodeIds {
+            process: &self.process,
             serial: &mut self.next_node_serial,
         };
         let placement = match place_ranked(view, request, &mut ids, rankings) {

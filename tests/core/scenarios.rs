@@ -164,6 +164,52 @@ fn create_node(
     })
 }
 
+/// A node id is never given to two machines: a core hydrated after a
+/// stream break carries its process's naming on, and a standby promoted in a
+/// new process names its nodes apart from the ones the old leader named —
+/// even a node Manager has since forgotten.
+#[test]
+fn a_node_id_is_never_named_twice_across_stream_breaks_and_promotions() {
+    use norsk_auto_manager::automanager::{AutoManagerCore, validate_auto_settings};
+    // Manager's snapshot after it forgot every node: the bundle and its job.
+    let hydrate = |h: &mut Harness, core: AutoManagerCore| -> NodeId {
+        h.core = core;
+        h.event(ManagerEvent::BundleUpdated(bundle("b", ONE_JOB)));
+        for job in jobs_of(&bundle("b", ONE_JOB)) {
+            h.event(ManagerEvent::JobActive(job));
+        }
+        h.event(ManagerEvent::InitialDataComplete);
+        let calls = h.take_calls();
+        let node = create_node(&calls).expect("a node is provisioned").0;
+        // Manager refuses it (and so never holds it).
+        for (id, _) in calls.iter().filter(|(_, rpc)| matches!(rpc, Rpc::CreateNode { .. })) {
+            h.fail(*id, RpcFailureKind::InsufficientCapacity);
+        }
+        node
+    };
+    let valid = || validate_auto_settings(settings()).expect("settings are valid");
+    let mut leader = Harness::new();
+    let core = AutoManagerCore::new(valid(), leader.now);
+    let first = hydrate(&mut leader, core);
+    let successor = AutoManagerCore::succeeding(valid(), &leader.core);
+    let second = hydrate(&mut leader, successor);
+    assert_ne!(first, second, "the same process named a node twice");
+
+    // A standby, started a moment later in a process of its own, is
+    // promoted.
+    let mut standby = Harness::new();
+    standby.now += 1;
+    let core = AutoManagerCore::new(valid(), standby.now);
+    let third = hydrate(&mut standby, core);
+    assert!(
+        third != first && third != second,
+        "the promoted standby named {third}, a node the old leader named"
+    );
+    for node in [&first, &second, &third] {
+        assert!(node.as_str().starts_with("production-"), "{node}");
+    }
+}
+
 #[test]
 fn provisioning_creates_a_tagged_node_and_starts_the_job_when_it_starts() {
     let mut h = empty_hydrated();

@@ -102,6 +102,38 @@ impl ManagerNode {
 /// The capability some cluster nodes advertise and some jobs require.
 const CAPABILITY: &str = "norsk.io/sdi";
 
+/// What takes over when the event stream breaks.
+#[derive(Debug)]
+enum Successor {
+    /// The same process hydrates a new core that carries on from the
+    /// disposed one (`AutoManagerCore::succeeding`).
+    Carried,
+    /// The leader's process is gone; a standby that followed the stream is
+    /// promoted: a fresh core knowing only what Manager holds.
+    Promoted,
+}
+
+/// Which successors a run's stream breaks hand over to
+/// (`CORE_SIM_SUCCESSOR`: `carried`, the default, `promoted` or `both`; see
+/// docs/testing.md).
+#[derive(Clone, Copy, Debug)]
+enum Successors {
+    Carried,
+    Promoted,
+    Both,
+}
+
+impl Successors {
+    fn from_env() -> Self {
+        match std::env::var("CORE_SIM_SUCCESSOR").as_deref() {
+            Ok("promoted") => Self::Promoted,
+            Ok("both") => Self::Both,
+            Ok("carried") | Err(_) => Self::Carried,
+            Ok(other) => panic!("CORE_SIM_SUCCESSOR is carried, promoted or both, not {other:?}"),
+        }
+    }
+}
+
 /// The Manager model, and the checker's reference beside it.
 struct Model {
     rng: StdRng,
@@ -150,12 +182,20 @@ struct Model {
     /// Calls a core disposed at a reconnect made: Manager may still carry
     /// them out and answer them (the new core ignores the answers).
     orphaned: BTreeSet<RequestId>,
+    /// Calls whose caller is gone with its process (a leader replaced by a
+    /// promoted standby): Manager still carries them out, but their answers
+    /// reach no one. Their ids are the model's own, above any a core gives.
+    unheard: BTreeSet<RequestId>,
+    /// The id the next unheard call takes (counting down from the top).
+    next_unheard: u64,
     /// Dropped verdicts Manager recorded on jobs (bundle verdicts are on
     /// the bundles).
     job_verdicts: BTreeMap<JobId, norsk_auto_manager::model::TerminalVerdict>,
     /// Whether streams break at all (on unless `CORE_SIM_RECONNECTS=0`;
     /// see docs/testing.md).
     reconnects_on: bool,
+    /// Who takes over at a break.
+    successors: Successors,
 }
 
 fn random_bundle(rng: &mut StdRng, id: usize) -> Bundle {
@@ -284,8 +324,11 @@ impl Model {
             reference,
             step_actions: Vec::new(),
             orphaned: BTreeSet::new(),
+            unheard: BTreeSet::new(),
+            next_unheard: u64::MAX,
             job_verdicts: BTreeMap::new(),
             reconnects_on: std::env::var("CORE_SIM_RECONNECTS").map_or(true, |v| v != "0"),
+            successors: Successors::from_env(),
             rng: StdRng::seed_from_u64(rng.random()),
         };
         for _ in 0..rng.random_range(1..=3) {
@@ -334,7 +377,25 @@ impl Model {
     }
 
     fn fail(&mut self, id: RequestId, kind: RpcFailureKind) {
-        self.h.fail(id, kind);
+        let message = format!("{kind:?}");
+        self.reply(id, Err(norsk_auto_manager::automanager::RpcFailure { kind, message }));
+    }
+
+    fn ok(&mut self, id: RequestId) {
+        self.reply(id, Ok(()));
+    }
+
+    /// Sends the answer to call `id` to the core that made it, if that core
+    /// is still there to hear it.
+    fn reply(&mut self, id: RequestId, result: Result<(), norsk_auto_manager::automanager::RpcFailure>) {
+        if self.unheard.remove(&id) {
+            if self.h.trace {
+                eprintln!("{} answer to {id:?} of a process that is gone: unheard", self.h.now);
+            }
+            return;
+        }
+        self.h
+            .input(norsk_auto_manager::automanager::Input::RpcResult { id, result });
     }
 
     /// Manager did what call `id` asked: the answer is sent, or — when
@@ -344,7 +405,7 @@ impl Model {
         if std::mem::take(&mut self.ambiguous) {
             self.fail(id, RpcFailureKind::Transient);
         } else {
-            self.h.ok(id);
+            self.ok(id);
         }
     }
 
@@ -439,13 +500,13 @@ impl Model {
                     if on_stopping_node {
                         self.refused_held += 1;
                     }
-                    return self.h.input(norsk_auto_manager::automanager::Input::RpcResult {
+                    return self.reply(
                         id,
-                        result: Err(norsk_auto_manager::automanager::RpcFailure {
+                        Err(norsk_auto_manager::automanager::RpcFailure {
                             kind: RpcFailureKind::AlreadyExists,
                             message,
                         }),
-                    });
+                    );
                 }
                 self.create_instance(&job_id, &instance_key, &node_id, false);
                 self.reference.started(&job_id);
@@ -498,7 +559,7 @@ impl Model {
                 self.node_gone(&node_id);
             }
             Rpc::UpdateNodeTags { node_id, set, remove } => {
-                self.h.ok(id);
+                self.ok(id);
                 if let Some(node) = self.nodes.get_mut(&node_id) {
                     node.tags.retain(|(k, _)| !set.contains_key(k) && !remove.contains(k));
                     node.tags.extend(set);
@@ -543,7 +604,7 @@ impl Model {
             | Rpc::StartPreparedJob { .. }
             | Rpc::StopJob { .. }
             | Rpc::SendMigrationSignal { .. } => self.answer_migration(id, rpc),
-            _ => self.h.ok(id),
+            _ => self.ok(id),
         }
     }
 
@@ -905,13 +966,57 @@ impl Model {
         self.reference.reconnected(&broken, &dropped);
         let valid = norsk_auto_manager::automanager::validate_auto_settings(self.h.core.settings().clone())
             .expect("the run's settings are valid");
-        self.h.core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &self.h.core);
+        let successor = match self.successors {
+            Successors::Carried => Successor::Carried,
+            Successors::Promoted => Successor::Promoted,
+            Successors::Both if self.rng.random_bool(0.5) => Successor::Carried,
+            Successors::Both => Successor::Promoted,
+        };
+        if self.h.trace {
+            eprintln!("successor: {successor:?}");
+        }
+        let previous = match successor {
+            Successor::Carried => {
+                self.h.core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &self.h.core);
+                None
+            }
+            Successor::Promoted => {
+                // The leader's process is gone with its calls' callers: what
+                // Manager still does for them is answered to no one.
+                for (id, _, _) in &mut self.pending {
+                    let unheard = RequestId(self.next_unheard);
+                    self.next_unheard -= 1;
+                    self.orphaned.remove(id);
+                    self.orphaned.insert(unheard);
+                    self.unheard.insert(unheard);
+                    *id = unheard;
+                }
+                // The new leader counts from nothing (as a restarted
+                // process's counters do), and knows the outcomes Manager
+                // holds: a verdict the old leader's write still carries is
+                // news to it when that write lands.
+                self.spares_untagged = 0;
+                self.reference.promoted(&broken, &dropped);
+                let fresh = norsk_auto_manager::automanager::AutoManagerCore::new(valid, self.h.now);
+                Some(std::mem::replace(&mut self.h.core, fresh))
+            }
+        };
         self.h.input_all(
             events
                 .into_iter()
                 .map(|e| norsk_auto_manager::automanager::Input::Event(Box::new(e)))
                 .collect(),
         );
+        // What the operator declares in Kubernetes (a `NorskNode`'s
+        // `cordoned`, a `NodeDrain`) its controllers hand the new leader
+        // again; drains start afresh.
+        if let Some(previous) = previous {
+            for node in previous.fleet().iter() {
+                if previous.is_cordoned(&node.id) {
+                    self.command(Command::CordonNode(node.id.clone()));
+                }
+            }
+        }
     }
 
     /// Manager's history of `job` records every instance that ended as

@@ -363,6 +363,17 @@ impl Reference {
         self.last_recovery.clear();
     }
 
+    /// A standby is promoted in place of a leader that is gone: drains,
+    /// migrations and interruption notices were the old leader's own and
+    /// end with it; what Manager holds stands.
+    pub(super) fn promoted(&mut self, broken: &BTreeSet<BundleId>, dropped: &BTreeSet<JobId>) {
+        self.broken.clone_from(broken);
+        self.dropped.clone_from(dropped);
+        self.running_drains.clear();
+        self.migrations.clear();
+        self.command = None;
+    }
+
     /// Whether the spec has broken `job`'s bundle.
     pub(super) fn is_broken(&self, job: &JobId) -> bool {
         self.broken.contains(&bundle_of(job))

@@ -91,7 +91,7 @@ impl Model {
                 target_key,
                 signal,
             } => {
-                self.h.ok(id);
+                self.ok(id);
                 let (from, answer) = match signal {
                     MigrationStep::Propose(MigrationStrategy::Handover) => {
                         (target_key, MigrationSignal::TargetReady(b"ready".to_vec()))
@@ -112,7 +112,7 @@ impl Model {
                     signal: answer,
                 });
             }
-            _ => self.h.ok(id),
+            _ => self.ok(id),
         }
     }
 
