@@ -167,6 +167,8 @@ pub(super) enum Readiness {
 pub struct AutoManagerCore {
     pub(super) settings: AutoSettings,
     pub(super) pools: Pools,
+    /// When this AutoManager's process started (a successor keeps it): its
+    /// uptime, and the process part of the node ids it names.
     pub(super) started_at: UnixMillis,
     pub(super) hydrated: bool,
     pub(super) closed: bool,
@@ -177,9 +179,6 @@ pub struct AutoManagerCore {
     pub(super) pending: BTreeMap<RequestId, Pending>,
     pub(super) next_request: u64,
     pub(super) next_node_serial: u64,
-    /// The process part of the node ids this core names (see
-    /// [`super::dispatch::NodeIds`]).
-    pub(super) process: String,
     /// Nodes whose create Manager may have carried out although the call
     /// failed (it timed out): forgotten as any failed provision, and
     /// terminated should they appear.
@@ -232,7 +231,6 @@ impl AutoManagerCore {
             pending: BTreeMap::new(),
             next_request: 0,
             next_node_serial: 0,
-            process: super::dispatch::process_token(now),
             unheard_creates: BTreeSet::new(),
             counters: Counters::default(),
             fleet_epoch: 0,

@@ -30,34 +30,31 @@ use super::{Notification, Rpc};
 /// never passes to a new one. The serial counts up for the process's life and
 /// skips ids the fleet holds; the same inputs always name the same nodes.
 pub(super) struct NodeIds<'a> {
-    pub(super) process: &'a str,
+    pub(super) started_at: UnixMillis,
     pub(super) serial: &'a mut u64,
 }
 
-/// The id of node `serial` of `pool`'s `tier`, named by `process`.
-pub(super) fn node_id(pool: &str, tier: &str, process: &str, serial: u64) -> NodeId {
-    NodeId(format!("{pool}-{tier}-{process}-{serial}"))
-}
-
-/// `millis` in base 36 (lower case): the process part of node ids.
-pub(super) fn process_token(millis: crate::model::UnixMillis) -> String {
-    let mut n = millis.unsigned_abs();
-    let mut digits = Vec::new();
+/// The id of node `serial` of `pool`'s `tier`, named by the process
+/// started at `started_at`.
+pub(super) fn node_id(pool: &str, tier: &str, started_at: UnixMillis, serial: u64) -> NodeId {
+    let mut n = started_at.unsigned_abs();
+    let mut process = Vec::new();
     loop {
-        digits.push(char::from_digit((n % 36) as u32, 36).unwrap_or('0'));
+        process.push(char::from_digit((n % 36) as u32, 36).unwrap_or('0'));
         n /= 36;
         if n == 0 {
             break;
         }
     }
-    digits.iter().rev().collect()
+    let process: String = process.iter().rev().collect();
+    NodeId(format!("{pool}-{tier}-{process}-{serial}"))
 }
 
 impl ProspectiveNodeIds for NodeIds<'_> {
     fn prospective_node_id(&mut self, view: &FleetView, pool: &str, tier: &str) -> NodeId {
         loop {
             *self.serial += 1;
-            let id = node_id(pool, tier, self.process, *self.serial);
+            let id = node_id(pool, tier, self.started_at, *self.serial);
             if !view.contains(&id) {
                 return id;
             }
@@ -229,7 +226,7 @@ impl AutoManagerCore {
             record.last_recovery_at = Some(now);
         }
         let mut ids = NodeIds {
-            process: &self.process,
+            started_at: self.started_at,
             serial: &mut self.next_node_serial,
         };
         let placement = match place_ranked(view, request, &mut ids, rankings) {

@@ -102,23 +102,16 @@ impl ManagerNode {
 /// The capability some cluster nodes advertise and some jobs require.
 const CAPABILITY: &str = "norsk.io/sdi";
 
-/// What takes over when the event stream breaks.
-#[derive(Debug)]
-enum Successor {
+/// What takes over when the event stream breaks (`CORE_SIM_SUCCESSOR`:
+/// `carried`, the default, `promoted` or `both`, either at random; see
+/// docs/testing.md).
+#[derive(Clone, Copy, Debug)]
+enum Successors {
     /// The same process hydrates a new core that carries on from the
     /// disposed one (`AutoManagerCore::succeeding`).
     Carried,
     /// The leader's process is gone; a standby that followed the stream is
     /// promoted: a fresh core knowing only what Manager holds.
-    Promoted,
-}
-
-/// Which successors a run's stream breaks hand over to
-/// (`CORE_SIM_SUCCESSOR`: `carried`, the default, `promoted` or `both`; see
-/// docs/testing.md).
-#[derive(Clone, Copy, Debug)]
-enum Successors {
-    Carried,
     Promoted,
     Both,
 }
@@ -377,25 +370,25 @@ impl Model {
     }
 
     fn fail(&mut self, id: RequestId, kind: RpcFailureKind) {
-        let message = format!("{kind:?}");
-        self.reply(id, Err(norsk_auto_manager::automanager::RpcFailure { kind, message }));
+        if self.heard(id) {
+            self.h.fail(id, kind);
+        }
     }
 
     fn ok(&mut self, id: RequestId) {
-        self.reply(id, Ok(()));
+        if self.heard(id) {
+            self.h.ok(id);
+        }
     }
 
-    /// Sends the answer to call `id` to the core that made it, if that core
-    /// is still there to hear it.
-    fn reply(&mut self, id: RequestId, result: Result<(), norsk_auto_manager::automanager::RpcFailure>) {
-        if self.unheard.remove(&id) {
-            if self.h.trace {
-                eprintln!("{} answer to {id:?} of a process that is gone: unheard", self.h.now);
-            }
-            return;
+    /// Whether the core that made call `id` is still there to hear its
+    /// answer.
+    fn heard(&mut self, id: RequestId) -> bool {
+        let gone = self.unheard.remove(&id);
+        if gone && self.h.trace {
+            eprintln!("{} answer to {id:?} of a process that is gone: unheard", self.h.now);
         }
-        self.h
-            .input(norsk_auto_manager::automanager::Input::RpcResult { id, result });
+        !gone
     }
 
     /// Manager did what call `id` asked: the answer is sent, or — when
@@ -500,13 +493,16 @@ impl Model {
                     if on_stopping_node {
                         self.refused_held += 1;
                     }
-                    return self.reply(
-                        id,
-                        Err(norsk_auto_manager::automanager::RpcFailure {
-                            kind: RpcFailureKind::AlreadyExists,
-                            message,
-                        }),
-                    );
+                    if self.heard(id) {
+                        self.h.input(norsk_auto_manager::automanager::Input::RpcResult {
+                            id,
+                            result: Err(norsk_auto_manager::automanager::RpcFailure {
+                                kind: RpcFailureKind::AlreadyExists,
+                                message,
+                            }),
+                        });
+                    }
+                    return;
                 }
                 self.create_instance(&job_id, &instance_key, &node_id, false);
                 self.reference.started(&job_id);
@@ -966,40 +962,36 @@ impl Model {
         self.reference.reconnected(&broken, &dropped);
         let valid = norsk_auto_manager::automanager::validate_auto_settings(self.h.core.settings().clone())
             .expect("the run's settings are valid");
-        let successor = match self.successors {
-            Successors::Carried => Successor::Carried,
-            Successors::Promoted => Successor::Promoted,
-            Successors::Both if self.rng.random_bool(0.5) => Successor::Carried,
-            Successors::Both => Successor::Promoted,
+        let promoted = match self.successors {
+            Successors::Carried => false,
+            Successors::Promoted => true,
+            Successors::Both => self.rng.random_bool(0.5),
         };
         if self.h.trace {
-            eprintln!("successor: {successor:?}");
+            eprintln!("successor: {}", if promoted { "a promoted standby" } else { "carried" });
         }
-        let previous = match successor {
-            Successor::Carried => {
-                self.h.core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &self.h.core);
-                None
+        let previous = if promoted {
+            // The leader's process is gone with its calls' callers: what
+            // Manager still does for them is answered to no one.
+            for (id, _, _) in &mut self.pending {
+                let unheard = RequestId(self.next_unheard);
+                self.next_unheard -= 1;
+                self.orphaned.remove(id);
+                self.orphaned.insert(unheard);
+                self.unheard.insert(unheard);
+                *id = unheard;
             }
-            Successor::Promoted => {
-                // The leader's process is gone with its calls' callers: what
-                // Manager still does for them is answered to no one.
-                for (id, _, _) in &mut self.pending {
-                    let unheard = RequestId(self.next_unheard);
-                    self.next_unheard -= 1;
-                    self.orphaned.remove(id);
-                    self.orphaned.insert(unheard);
-                    self.unheard.insert(unheard);
-                    *id = unheard;
-                }
-                // The new leader counts from nothing (as a restarted
-                // process's counters do), and knows the outcomes Manager
-                // holds: a verdict the old leader's write still carries is
-                // news to it when that write lands.
-                self.spares_untagged = 0;
-                self.reference.promoted(&broken, &dropped);
-                let fresh = norsk_auto_manager::automanager::AutoManagerCore::new(valid, self.h.now);
-                Some(std::mem::replace(&mut self.h.core, fresh))
-            }
+            // The new leader counts from nothing (as a restarted process's
+            // counters do), and knows the outcomes Manager holds: a verdict
+            // the old leader's write still carries is news to it when that
+            // write lands.
+            self.spares_untagged = 0;
+            self.reference.promoted(&broken, &dropped);
+            let fresh = norsk_auto_manager::automanager::AutoManagerCore::new(valid, self.h.now);
+            Some(std::mem::replace(&mut self.h.core, fresh))
+        } else {
+            self.h.core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &self.h.core);
+            None
         };
         self.h.input_all(
             events
