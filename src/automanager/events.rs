@@ -13,6 +13,7 @@ use crate::model::{
 use super::Notification;
 use super::binding::{AwaitedStop, Binding, BindingPhase, JobRecord, StopWait, StoppingInstance};
 use super::core::AutoManagerCore;
+use super::fleet::Provisioned;
 use super::recovery::LossCause;
 
 impl AutoManagerCore {
@@ -29,6 +30,7 @@ impl AutoManagerCore {
                 if node.phase == NodePhase::Prospective {
                     node.phase = NodePhase::Starting;
                 }
+                self.adopt_launching(&info, now);
                 let node_id = info.node_id.clone();
                 self.notify(Notification::NodeStarting { node: info });
                 self.terminate_unheard_create(&node_id);
@@ -264,6 +266,48 @@ impl AutoManagerCore {
         // released only if it is empty now.
         for (node_id, single_use) in releases {
             self.release_node(&node_id, single_use);
+        }
+    }
+
+    /// A launching node tagged for one of this AutoManager's cloud tiers
+    /// that this core did not ask for — a predecessor's (a process that is
+    /// gone: its provision deadline went with it) — is adopted as
+    /// provisioned, with the deadline running from when Manager created it
+    /// (or from now, if Manager does not say): should it never start, it is
+    /// terminated like any provision past `provisionTimeoutMs`, not left
+    /// launching (and billed) forever.
+    fn adopt_launching(&mut self, info: &NodeInfo, now: UnixMillis) {
+        let Some(node) = self.fleet.get(&info.node_id) else {
+            return;
+        };
+        if node.provisioned.is_some() || node.terminated {
+            return;
+        }
+        let (Some(pool), Some(tier)) = (info.tags.get(tags::POOL), info.tags.get(tags::TIER)) else {
+            return;
+        };
+        let Some(tier_spec) = self
+            .pools
+            .get(pool)
+            .and_then(|p| p.tiers.iter().find(|t| &t.name == tier))
+            .filter(|t| t.kind.is_cloud())
+        else {
+            return;
+        };
+        let provisioned = Provisioned {
+            pool: pool.clone(),
+            tier: tier.clone(),
+            // Manager's node metadata does not name the shape; the worker's
+            // inventory will.
+            instance_type: String::new(),
+            kind: tier_spec.kind,
+            region: tier_spec.region.clone().unwrap_or_default(),
+            for_job: info.tags.get(tags::PROVISIONED_FOR).map(|j| JobId(j.clone())),
+            start_deadline: info.created_at.unwrap_or(now) + tier_spec.effective_provision_timeout_ms() as i64,
+        };
+        if let Some(node) = self.fleet.get_mut(&info.node_id) {
+            node.provisioned = Some(provisioned);
+            self.fleet_epoch += 1;
         }
     }
 

@@ -42,6 +42,9 @@ use crate::support::*;
 /// How long a provision in the model's `aws` tier may take
 /// (`provisionTimeoutMs`).
 const AWS_PROVISION_TIMEOUT_MS: i64 = 120_000;
+/// How long a promoted standby waits before it acts: Manager's request
+/// timeout, the longest a predecessor's call may still take effect.
+const FENCE_MS: i64 = 15_000;
 /// The `aws` tier's `maxNodes`.
 const AWS_MAX_NODES: usize = 4;
 /// What an `aws` node (m5.xlarge) holds.
@@ -81,6 +84,8 @@ struct ManagerNode {
     /// One GPU device of this capacity (0: none).
     gpu: f64,
     capabilities: Vec<String>,
+    /// When Manager created it (its `NodeInfo.created_at`).
+    created_at: UnixMillis,
 }
 
 impl ManagerNode {
@@ -359,6 +364,7 @@ impl Model {
             } else {
                 vec![]
             },
+            created_at: self.h.now,
         };
         self.h
             .event(ManagerEvent::NodeStarted(node_info(&id, &[(tags::POOL, "production")])));
@@ -458,7 +464,13 @@ impl Model {
         if self.pending.is_empty() {
             return;
         }
-        let (id, _, rpc) = self.pending.remove(self.rng.random_range(0..self.pending.len()));
+        let index = self.rng.random_range(0..self.pending.len());
+        self.answer_at(index);
+    }
+
+    /// Answers the outstanding RPC at `index` of [`Model::pending`].
+    fn answer_at(&mut self, index: usize) {
+        let (id, _, rpc) = self.pending.remove(index);
         self.ambiguous = !self.calm && self.rng.random_bool(0.03);
         if !self.calm && self.rng.random_bool(0.05) {
             if let Rpc::CreateNode { node_id, .. } = &rpc {
@@ -527,8 +539,9 @@ impl Model {
                 self.accept(id);
                 let tags: Vec<(String, String)> = tags.into_iter().collect();
                 let t: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-                self.h
-                    .event(ManagerEvent::NodeStarting(node_info(node_id.as_str(), &t)));
+                let mut info = node_info(node_id.as_str(), &t);
+                info.created_at = Some(self.h.now);
+                self.h.event(ManagerEvent::NodeStarting(info));
                 self.nodes.insert(
                     node_id,
                     ManagerNode {
@@ -538,6 +551,7 @@ impl Model {
                         cores: AWS_CAPACITY as u32,
                         gpu: 0.0,
                         capabilities: vec![],
+                        created_at: self.h.now,
                     },
                 );
             }
@@ -577,14 +591,22 @@ impl Model {
                     return self.fail(id, RpcFailureKind::Rejected);
                 }
                 self.accept(id);
-                // Manager records it: a core hydrated later reads it back.
+                // Manager records it and announces it (a follower learns of
+                // it so); a core hydrated later reads it back.
                 match job_id {
                     Some(job) => {
-                        self.job_verdicts.insert(job, verdict);
+                        self.job_verdicts.insert(job.clone(), verdict.clone());
+                        if let Some(record) = self.h.core.job(&job) {
+                            let mut runtime = record.job.clone();
+                            runtime.terminal_verdict = Some(verdict);
+                            self.h.event(ManagerEvent::JobUpdated(runtime));
+                        }
                     }
                     None => {
                         if let Some(bundle) = self.bundles.get_mut(&bundle_id) {
                             bundle.terminal_verdict = Some(verdict);
+                            let bundle = bundle.clone();
+                            self.h.event(ManagerEvent::BundleUpdated(bundle));
                         }
                     }
                 }
@@ -894,7 +916,8 @@ impl Model {
         let mut events = Vec::new();
         for (id, node) in &self.nodes {
             let t: Vec<(&str, &str)> = node.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            let info = node_info(id.as_str(), &t);
+            let mut info = node_info(id.as_str(), &t);
+            info.created_at = Some(node.created_at);
             if node.phase == NodePhase::Starting {
                 events.push(ManagerEvent::NodeStarting(info));
                 continue;
@@ -947,7 +970,6 @@ impl Model {
                 });
             }
         }
-        events.push(ManagerEvent::InitialDataComplete);
         if self.h.trace {
             eprintln!("stream broke: a new core hydrates from {} events", events.len());
         }
@@ -986,7 +1008,6 @@ impl Model {
             // the old leader's write still carries is news to it when that
             // write lands.
             self.spares_untagged = 0;
-            self.reference.promoted(&broken, &dropped);
             let fresh = norsk_auto_manager::automanager::AutoManagerCore::new(valid, self.h.now);
             Some(std::mem::replace(&mut self.h.core, fresh))
         } else {
@@ -999,6 +1020,24 @@ impl Model {
                 .map(|e| norsk_auto_manager::automanager::Input::Event(Box::new(e)))
                 .collect(),
         );
+        if previous.is_some() {
+            self.fence();
+            // What the new leader acts on: the outcomes Manager holds once
+            // the old leader's calls are done, and each launching node's
+            // creation time, from which it holds an adopted node to its
+            // provision deadline.
+            let broken: BTreeSet<BundleId> = self
+                .bundles
+                .values()
+                .filter(|b| b.terminal_verdict.is_some())
+                .map(|b| b.bundle_id.clone())
+                .collect();
+            let dropped: BTreeSet<JobId> = self.job_verdicts.keys().cloned().collect();
+            let created: BTreeMap<NodeId, UnixMillis> =
+                self.nodes.iter().map(|(id, n)| (id.clone(), n.created_at)).collect();
+            self.reference.promoted(&broken, &dropped, &created);
+        }
+        self.h.event(ManagerEvent::InitialDataComplete);
         // What the operator declares in Kubernetes (a `NorskNode`'s
         // `cordoned`, a `NodeDrain`) its controllers hand the new leader
         // again; drains start afresh.
@@ -1009,6 +1048,40 @@ impl Model {
                 }
             }
         }
+    }
+
+    /// A promoted standby acts only once its predecessor's calls can no
+    /// longer land (the operator's fence: Manager's request timeout past
+    /// the Lease it took over). Meanwhile it follows the stream: each call
+    /// the old leader left with Manager is carried out, its effects
+    /// reaching the new leader as events, or given up at its deadline,
+    /// never done.
+    fn fence(&mut self) {
+        let mut index = 0;
+        while index < self.pending.len() {
+            let id = self.pending[index].0;
+            if !self.unheard.contains(&id) {
+                index += 1;
+                continue;
+            }
+            if self.rng.random_bool(0.5) {
+                self.answer_at(index);
+                continue;
+            }
+            let (id, _, rpc) = self.pending.remove(index);
+            if self.h.trace {
+                eprintln!("{} {id:?} of a process that is gone: past its deadline, never done", self.h.now);
+            }
+            self.unheard.remove(&id);
+            self.orphaned.remove(&id);
+            match &rpc {
+                Rpc::CreateNode { node_id, .. } => self.reference.provision_refused(node_id),
+                Rpc::TerminateNode { node_id } => self.reference.termination_undone(node_id),
+                _ => {}
+            }
+        }
+        self.h.advance(FENCE_MS);
+        self.sync();
     }
 
     /// Manager's history of `job` records every instance that ended as
@@ -1295,7 +1368,7 @@ impl Model {
         let loss = if code == RejectionCode::InvalidSpec {
             Loss::InvalidSpec
         } else {
-            Loss::Failed
+            Loss::Refused
         };
         self.judge(job, key, &instance.node, loss);
         self.instances.remove(&(job.clone(), key.clone()));

@@ -74,8 +74,11 @@ const HOUR_MS: i64 = 3_600_000;
 /// How an instance was lost, as the model reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Loss {
-    /// It failed at runtime, or the worker refused it (not for its spec).
+    /// It failed at runtime (Manager's job history records it).
     Failed,
+    /// The worker refused it, not for its spec (the refusal reaches the
+    /// stream as `JobRejected` alone; the history does not record it).
+    Refused,
     /// The worker refused it as `JOB_REJECTED_INVALID_SPEC`.
     InvalidSpec,
     /// Its node stopped or is stopping.
@@ -205,6 +208,10 @@ pub(super) struct Reference {
     ended_targets: BTreeSet<(JobId, InstanceKey, NodeId)>,
     /// Per job: its counted restarts, since the last clear.
     restarts: BTreeMap<JobId, Vec<UnixMillis>>,
+    /// The counted restarts of losses Manager's job history does not record
+    /// (a node lost, a start refused): a promoted standby, rebuilding the
+    /// ceiling from that history, cannot know them.
+    unrecorded: BTreeSet<(JobId, UnixMillis)>,
     /// Jobs the spec has dropped and bundles it has broken, until the
     /// bundle is updated.
     dropped: BTreeSet<JobId>,
@@ -248,6 +255,7 @@ impl Reference {
             migrations: BTreeMap::new(),
             ended_targets: BTreeSet::new(),
             restarts: BTreeMap::new(),
+            unrecorded: BTreeSet::new(),
             dropped: BTreeSet::new(),
             broken: BTreeSet::new(),
             expected_dropped: BTreeSet::new(),
@@ -317,6 +325,9 @@ impl Reference {
                     Some(true)
                 } else {
                     restarts.push(now);
+                    if loss != Loss::Failed {
+                        self.unrecorded.insert((job.clone(), now));
+                    }
                     None
                 }
             }
@@ -366,9 +377,29 @@ impl Reference {
     /// A standby is promoted in place of a leader that is gone: drains,
     /// migrations and interruption notices were the old leader's own and
     /// end with it; what Manager holds stands.
-    pub(super) fn promoted(&mut self, broken: &BTreeSet<BundleId>, dropped: &BTreeSet<JobId>) {
+    pub(super) fn promoted(
+        &mut self,
+        broken: &BTreeSet<BundleId>,
+        dropped: &BTreeSet<JobId>,
+        created: &BTreeMap<NodeId, UnixMillis>,
+    ) {
         self.broken.clone_from(broken);
         self.dropped.clone_from(dropped);
+        // The restart ceiling is rebuilt from Manager's job history: the
+        // runtime failures it records count on, the losses it does not are
+        // forgotten with the process that counted them.
+        let unrecorded = std::mem::take(&mut self.unrecorded);
+        for (job, restarts) in &mut self.restarts {
+            restarts.retain(|&at| !unrecorded.contains(&(job.clone(), at)));
+        }
+        // The new leader cannot know when its predecessor asked for a node,
+        // only when Manager created it: its provision deadline runs from
+        // then.
+        for (node, asked) in &mut self.created {
+            if let Some(&at) = created.get(node) {
+                *asked = (*asked).max(at);
+            }
+        }
         self.running_drains.clear();
         self.migrations.clear();
         self.command = None;
@@ -404,6 +435,12 @@ impl Reference {
     }
 
     /// Manager refused to create `node`: it leaves nothing behind.
+    /// A terminate of `node` by a leader that is gone was never carried
+    /// out: the node stands, and is its successor's to judge.
+    pub(super) fn termination_undone(&mut self, node: &NodeId) {
+        self.terminated.remove(node);
+    }
+
     pub(super) fn provision_refused(&mut self, node: &NodeId) {
         self.created.remove(node);
         self.create_failed(node);
@@ -973,6 +1010,10 @@ impl Reference {
                         .ended_targets
                         .contains(&((*job).clone(), (*key).clone(), (*node).clone()))
             })
+            // Two starts of one instance to one node (the second sent by a
+            // successor that never heard of the first) make one instance.
+            .collect::<BTreeSet<_>>()
+            .into_iter()
             .map(|(job, _, node)| (job, node));
         let placed = manager.live().map(|(job, _, i)| (job, &i.node)).chain(starting);
         for (job, node) in placed {
