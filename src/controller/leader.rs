@@ -69,3 +69,35 @@ pub async fn elect(client: Client, settings: &LeaseSettings) -> Result<Election,
     let (leading, task) = manager.watch().await;
     Ok(Election { leading, task })
 }
+
+/// Watches the Lease until aborted and turns `seen` true once it names a
+/// holder other than `identity`: a predecessor whose calls to Manager may
+/// still be in flight when this process takes over (see
+/// [`fence`](super::process)). A Lease that is absent or held by no one
+/// (a first install, a holder that released it on its way out) leaves
+/// `seen` false.
+pub async fn watch_predecessor(client: Client, settings: LeaseSettings, seen: watch::Sender<bool>) {
+    use futures::StreamExt;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::Api;
+    use kube::runtime::{WatchStreamExt, watcher};
+
+    let leases = Api::<Lease>::namespaced(client, &settings.namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", settings.name));
+    let mut leases = std::pin::pin!(watcher(leases, config).default_backoff().applied_objects());
+    while let Some(lease) = leases.next().await {
+        let lease = match lease {
+            Ok(lease) => lease,
+            Err(e) => {
+                // The watcher retries by itself (with backoff); until it
+                // reads the Lease a predecessor goes unseen.
+                tracing::warn!(error = %e, lease = %settings.name, "watching the Lease for a predecessor");
+                continue;
+            }
+        };
+        let holder = lease.spec.and_then(|s| s.holder_identity);
+        if holder.is_some_and(|h| !h.is_empty() && h != settings.identity) {
+            seen.send_replace(true);
+        }
+    }
+}

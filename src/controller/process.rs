@@ -15,7 +15,7 @@ use crate::automanager::{AutoManager, AutoManagerHandle, RunError};
 use crate::manager::stream::ConnectionState;
 use crate::telemetry::{Health, OperatorMetrics};
 
-use super::leader::{LeaderError, LeaseSettings, elect};
+use super::leader::{LeaderError, LeaseSettings, elect, watch_predecessor};
 use super::session::{SessionSettings, lead};
 use super::standby::keep_settings;
 
@@ -50,6 +50,8 @@ pub async fn run(
         let readiness = tokio::spawn(track_connection(core.clone(), health.clone(), metrics.clone()));
         let (synced_tx, mut synced) = watch::channel(false);
         let settings = tokio::spawn(keep_settings(client.clone(), core.clone(), synced_tx));
+        let (predecessor_tx, predecessor) = watch::channel(false);
+        let predecessor_watch = tokio::spawn(watch_predecessor(client.clone(), lease.clone(), predecessor_tx));
         // Leads once the Lease is won and the standby has the cluster's
         // pools and policies (a core promoted without them would place
         // nothing and take every live spare for an orphan).
@@ -60,6 +62,11 @@ pub async fn run(
             _ = stop.wait_for(|s| *s) => false,
         };
         settings.abort();
+        predecessor_watch.abort();
+        // The fence: a predecessor's calls may still take effect at
+        // Manager until their timeout has passed, and the standby, still
+        // following, sees what they did before it decides anything.
+        let won = won && (!*predecessor.borrow() || fence(session.manager.request_timeout, &mut stop).await);
         if !won {
             core.close().await;
             let _ = core_task.await;
@@ -93,6 +100,24 @@ pub async fn run(
     drop(election.leading);
     let _ = election.task.await;
     Ok(())
+}
+
+/// Waits out `timeout` (Manager's request timeout) before a promotion
+/// that follows another leader: the predecessor's last calls may still be
+/// carried out by Manager until then, and a leader deciding before they
+/// land would place beside starts it cannot see (over-committing a node),
+/// re-place a job Manager is about to start, or miss a verdict on its way.
+/// The standby keeps following Manager's stream meanwhile, so what those
+/// calls did is in its state when it acts. False when told to stop first.
+async fn fence(timeout: std::time::Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    tracing::info!(
+        wait_s = timeout.as_secs_f64(),
+        "won the Lease from another leader: waiting out its calls to Manager before acting"
+    );
+    tokio::select! {
+        () = tokio::time::sleep(timeout) => true,
+        _ = stop.wait_for(|s| *s) => false,
+    }
 }
 
 /// Follows one core's stream for `/readyz` and the connection gauge:

@@ -27,6 +27,8 @@ use crate::sim_support::{Sim, TIME_SCALE};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_norsk-auto-manager");
 const WAIT: Duration = Duration::from_secs(90);
+/// What a new leader logs as it waits out its predecessor's calls.
+const FENCE_MESSAGE: &str = "won the Lease from another leader: waiting out its calls to Manager before acting";
 
 #[test]
 fn invalid_settings_are_all_listed_and_the_process_exits() {
@@ -294,17 +296,27 @@ async fn a_killed_leader_is_replaced_and_nothing_is_created_twice() {
     let leases: Api<Lease> = Api::namespaced(cp.client(), &ns);
     let holder = |lease: Lease| lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
     let leader = holder(leases.get("norsk-auto-manager").await.expect("the Lease exists"));
-    let (killed, survivor) = match leader.as_str() {
-        "handover-0" => (&mut first, "handover-1"),
-        "handover-1" => (&mut second, "handover-0"),
+    let (killed, follower, survivor) = match leader.as_str() {
+        "handover-0" => (&mut first, &second, "handover-1"),
+        "handover-1" => (&mut second, &first, "handover-0"),
         other => panic!("unexpected Lease holder {other:?}"),
     };
+    // The first leader of a fresh Lease had no predecessor to wait out.
+    let fenced = |p: &Process| {
+        p.log_lines()
+            .iter()
+            .any(|l| l["fields"]["message"] == FENCE_MESSAGE)
+    };
+    assert!(!fenced(killed), "the first leader waited for a predecessor it never had");
     // No goodbye: the Lease is not released and must expire.
     killed.signal(libc::SIGKILL);
     let _ = killed.child.wait();
     cp.kubectl_apply(&ns, &bundle("after")).expect("bundle applies");
     until_ready(cp, &ns, "after").await;
     assert_eq!(holder(leases.get("norsk-auto-manager").await.unwrap()), survivor);
+    // The survivor waited out the killed leader's calls before it acted.
+    let fence = follower.logged(FENCE_MESSAGE);
+    assert_eq!(fence["fields"]["wait_s"], 15.0, "{fence}");
     let snapshot = sim.snapshot().await;
     let mut bundles: Vec<_> = snapshot.bundles.iter().map(|b| b.bundle_id.0.clone()).collect();
     bundles.sort();
