@@ -1070,7 +1070,10 @@ impl Model {
             }
             let (id, _, rpc) = self.pending.remove(index);
             if self.h.trace {
-                eprintln!("{} {id:?} of a process that is gone: past its deadline, never done", self.h.now);
+                eprintln!(
+                    "{} {id:?} of a process that is gone: past its deadline, never done",
+                    self.h.now
+                );
             }
             self.unheard.remove(&id);
             self.orphaned.remove(&id);

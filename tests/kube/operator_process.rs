@@ -302,12 +302,11 @@ async fn a_killed_leader_is_replaced_and_nothing_is_created_twice() {
         other => panic!("unexpected Lease holder {other:?}"),
     };
     // The first leader of a fresh Lease had no predecessor to wait out.
-    let fenced = |p: &Process| {
-        p.log_lines()
-            .iter()
-            .any(|l| l["fields"]["message"] == FENCE_MESSAGE)
-    };
-    assert!(!fenced(killed), "the first leader waited for a predecessor it never had");
+    let fenced = |p: &Process| p.log_lines().iter().any(|l| l["fields"]["message"] == FENCE_MESSAGE);
+    assert!(
+        !fenced(killed),
+        "the first leader waited for a predecessor it never had"
+    );
     // No goodbye: the Lease is not released and must expire.
     killed.signal(libc::SIGKILL);
     let _ = killed.child.wait();
