@@ -143,8 +143,8 @@ impl AutoManagerCore {
                 {
                     self.notify(Notification::Error {
                         message: format!(
-                            "stopping {job_id}'s instance {instance_key} on {node_id}, which a timed-out start may \
-                             have created, failed: {}",
+                            "stopping {job_id}'s instance {instance_key} on {node_id}, which is not its placement \
+                             (a timed-out start's, or a predecessor's), failed: {}",
                             failure.message
                         ),
                     });
@@ -282,7 +282,7 @@ impl AutoManagerCore {
 
     /// `StopJob` of the instance a timed-out start of `job_id` may have
     /// created; the in-flight gate stays shut for it.
-    fn undo_start(&mut self, job_id: &JobId, instance_key: InstanceKey, node_id: NodeId) {
+    pub(super) fn undo_start(&mut self, job_id: &JobId, instance_key: InstanceKey, node_id: NodeId) {
         let rpc = Rpc::StopJob {
             job_id: job_id.clone(),
             instance_key: instance_key.clone(),

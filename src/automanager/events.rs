@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use crate::model::{
-    Bundle, BundleId, JobHistoryEntry, JobId, JobState, JobStopReason, ManagerEvent, NodeId, NodeInfo, NodePhase,
-    RuntimeJob, Slot, UnixMillis, VerdictKind, tags,
+    Bundle, BundleId, InstanceKey, JobHistoryEntry, JobId, JobState, JobStopReason, ManagerEvent, NodeId, NodeInfo,
+    NodePhase, RuntimeJob, Slot, UnixMillis, VerdictKind, tags,
 };
 
 use super::Notification;
@@ -262,6 +262,7 @@ impl AutoManagerCore {
                 });
             }
         }
+        self.stop_strays();
         // Every job read and bound: a node a job left while replaying is
         // released only if it is empty now.
         for (node_id, single_use) in releases {
@@ -308,6 +309,46 @@ impl AutoManagerCore {
         if let Some(node) = self.fleet.get_mut(&info.node_id) {
             node.provisioned = Some(provisioned);
             self.fleet_epoch += 1;
+        }
+    }
+
+    /// Once hydrated: every instance Manager holds (open in a job's
+    /// history, on a node that is up) that is neither the job's placement
+    /// nor an instance of a migration this core follows is stopped. Such an
+    /// instance is a predecessor's, made by a call that landed after it was
+    /// gone — a migration target it prepared, a start it had moved
+    /// elsewhere — and left alone it would run the job on a second node.
+    fn stop_strays(&mut self) {
+        let strays: Vec<(JobId, InstanceKey, NodeId)> = self
+            .jobs
+            .iter()
+            .filter(|(_, record)| record.in_flight.is_none())
+            .flat_map(|(job_id, record)| {
+                open_instances(&record.job.history)
+                    .into_iter()
+                    .filter(move |(key, node)| {
+                        let is = |b: Option<&Binding>| b.is_some_and(|b| &b.instance_key == key && &b.node_id == node);
+                        !is(record.binding.as_ref()) && !is(record.migration_target())
+                    })
+                    .map(move |(key, node)| (job_id.clone(), key, node))
+            })
+            .filter(|(job_id, key, node)| {
+                self.fleet.get(node).is_some_and(|n| !n.is_going())
+                    && !self.is_migration_instance(key)
+                    && !self
+                        .inherited
+                        .undoing
+                        .contains(&(job_id.clone(), key.clone(), node.clone()))
+            })
+            .collect();
+        for (job_id, key, node) in strays {
+            self.notify(Notification::Error {
+                message: format!(
+                    "{job_id} has an instance {key} on {node} that is not its placement (a predecessor's call \
+                     landed late): stopping it"
+                ),
+            });
+            self.undo_start(&job_id, key, node);
         }
     }
 
@@ -601,4 +642,33 @@ fn replay_restart(restarts: &mut super::recovery::RestartHistory, entry: &JobHis
     } else if let Some(at) = failure_at(entry) {
         restarts.replay(at);
     }
+}
+
+/// The instances a job's history leaves open (created or running, not
+/// stopping or stopped since), oldest first.
+fn open_instances(history: &[JobHistoryEntry]) -> Vec<(InstanceKey, NodeId)> {
+    let mut open: Vec<(InstanceKey, NodeId)> = Vec::new();
+    for entry in history {
+        match entry {
+            JobHistoryEntry::Provisioned {
+                role,
+                node_id: Some(node),
+                ..
+            }
+            | JobHistoryEntry::Running {
+                role,
+                node_id: Some(node),
+                ..
+            } => {
+                if !open.iter().any(|(r, n)| r == role && n == node) {
+                    open.push((role.clone(), node.clone()));
+                }
+            }
+            JobHistoryEntry::Stopping { role, node_id, .. } | JobHistoryEntry::Stopped { role, node_id, .. } => {
+                open.retain(|(r, n)| !(r == role && node_id.as_ref().is_none_or(|id| id == n)));
+            }
+            _ => {}
+        }
+    }
+    open
 }

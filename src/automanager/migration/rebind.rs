@@ -16,6 +16,14 @@ use crate::automanager::core::AutoManagerCore;
 use crate::automanager::migration::{MigrationId, MigrationPhase};
 
 impl AutoManagerCore {
+    /// Whether `key` names an instance of a migration this core follows
+    /// (in any phase).
+    pub(crate) fn is_migration_instance(&self, key: &InstanceKey) -> bool {
+        key.as_str()
+            .split_once('@')
+            .is_some_and(|(_, tag)| self.migrations.get(&MigrationId(tag.to_owned())).is_some())
+    }
+
     /// `key` is the target of a migration this core (or its predecessor)
     /// rolled back: the core stops it, so it never carries the job.
     pub(crate) fn is_rolled_back_target(&self, key: &InstanceKey) -> bool {
