@@ -30,12 +30,14 @@ impl AutoManagerCore {
                 if node.phase == NodePhase::Prospective {
                     node.phase = NodePhase::Starting;
                 }
-                self.adopt_launching(&info, now);
+                self.adopt_provisioned(&info, now);
                 let node_id = info.node_id.clone();
                 self.notify(Notification::NodeStarting { node: info });
                 self.terminate_unheard_create(&node_id);
             }
-            ManagerEvent::NodeStarted(info) | ManagerEvent::NodeRunning { node: info, .. } => self.node_started(info),
+            ManagerEvent::NodeStarted(info) | ManagerEvent::NodeRunning { node: info, .. } => {
+                self.node_started(info, now)
+            }
             ManagerEvent::PhysicalNodeConnected { node_id, tags, .. } => {
                 let node = self.fleet.entry(&node_id, NodePhase::Running);
                 node.tags = tags;
@@ -270,14 +272,15 @@ impl AutoManagerCore {
         }
     }
 
-    /// A launching node tagged for one of this AutoManager's cloud tiers
-    /// that this core did not ask for — a predecessor's (a process that is
-    /// gone: its provision deadline went with it) — is adopted as
-    /// provisioned, with the deadline running from when Manager created it
-    /// (or from now, if Manager does not say): should it never start, it is
-    /// terminated like any provision past `provisionTimeoutMs`, not left
-    /// launching (and billed) forever.
-    fn adopt_launching(&mut self, info: &NodeInfo, now: UnixMillis) {
+    /// A node tagged for one of this AutoManager's cloud tiers that this
+    /// core did not ask for — a predecessor's (a process that is gone) — is
+    /// adopted as provisioned, so it is released as any node this core
+    /// provisioned is (a `singleUse` job's node once empty). While it is
+    /// launching, its provision deadline (gone with the predecessor) runs
+    /// from when Manager created it (or from now, if Manager does not say):
+    /// should it never start, it is terminated like any provision past
+    /// `provisionTimeoutMs`, not left launching (and billed) forever.
+    fn adopt_provisioned(&mut self, info: &NodeInfo, now: UnixMillis) {
         let Some(node) = self.fleet.get(&info.node_id) else {
             return;
         };
@@ -352,7 +355,7 @@ impl AutoManagerCore {
         }
     }
 
-    fn node_started(&mut self, info: NodeInfo) {
+    fn node_started(&mut self, info: NodeInfo, now: UnixMillis) {
         let started_before = self
             .fleet
             .get(&info.node_id)
@@ -361,6 +364,7 @@ impl AutoManagerCore {
         node.phase = NodePhase::Running;
         let provisioned_for = node.tags.get(tags::PROVISIONED_FOR).cloned();
         self.fleet_epoch += 1;
+        self.adopt_provisioned(&info, now);
         // "The history clears when a node provisioned for the job starts":
         // when it starts, not when Manager says again that it runs.
         if !started_before

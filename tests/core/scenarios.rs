@@ -2659,3 +2659,121 @@ fn a_forced_drain_still_terminates_its_node_at_the_timeout_after_the_stream_brea
         .collect();
     assert_eq!(terminated, vec![NodeId::from("a")], "the forced drain ends on time");
 }
+
+/// A promoted standby, hydrated from Manager's snapshot, in which a spare
+/// its predecessor provisioned (tagged for this AutoManager's pool and
+/// cloud tier, not for a job) has started and now carries a `singleUse`
+/// job.
+fn promoted_with_a_single_use_job_on_a_predecessors_spare() -> (Harness, norsk_auto_manager::model::JobId, NodeId) {
+    let mut h = Harness::new();
+    let node = NodeId::from("production-aws-old-1");
+    let node_tags = [(tags::POOL, "production"), (tags::TIER, "aws")];
+    h.event(ManagerEvent::NodeStarted(node_info(node.as_str(), &node_tags)));
+    h.event(ManagerEvent::NodeInventory {
+        node_id: node.clone(),
+        inventory: inventory(ProviderKind::Aws, 4.0),
+    });
+    let b = bundle("b", SINGLE_USE);
+    h.event(ManagerEvent::BundleUpdated(b.clone()));
+    let job = job_id("b", 0, "encode");
+    for mut runtime in jobs_of(&b) {
+        runtime.history.push(JobHistoryEntry::Running {
+            at: Some(h.now),
+            role: InstanceKey::slot(Slot::Primary),
+            node_id: Some(node.clone()),
+        });
+        h.event(ManagerEvent::JobActive(runtime));
+    }
+    h.event(ManagerEvent::InitialDataComplete);
+    assert_eq!(h.bound_node(&job), Some(node.clone()));
+    (h, job, node)
+}
+
+#[test]
+fn a_promoted_core_releases_a_single_use_jobs_node_its_predecessor_provisioned() {
+    // "singleUse: the node is terminated when the job finishes" holds for a
+    // node the old leader provisioned: its pool and cloud-tier tags name it
+    // this AutoManager's, whichever process asked for it.
+    let (mut h, job, node) = promoted_with_a_single_use_job_on_a_predecessors_spare();
+    assert!(h.take_calls().is_empty(), "the running job is left alone");
+    job_ends(&mut h, &job);
+    assert!(
+        h.take_calls()
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::TerminateNode { node_id } if *node_id == node)),
+        "the single-use job's node is released"
+    );
+}
+
+#[test]
+fn a_promoted_core_terminates_a_predecessors_launching_node_at_its_provision_deadline_from_its_creation() {
+    // The old leader asked for the node; its provision deadline went with
+    // its process. The new leader holds it to `provisionTimeoutMs` counted
+    // from when Manager created it, not from the promotion.
+    let mut h = Harness::new();
+    let timeout = 600_000;
+    let node = NodeId::from("production-aws-old-2");
+    let mut info = node_info(node.as_str(), &[(tags::POOL, "production"), (tags::TIER, "aws")]);
+    let created = h.now - timeout + 60_000;
+    info.created_at = Some(created);
+    h.event(ManagerEvent::NodeStarting(info));
+    h.event(ManagerEvent::InitialDataComplete);
+    let terminated = |h: &mut Harness| {
+        h.take_calls()
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::TerminateNode { node_id } if *node_id == node))
+    };
+    assert!(!terminated(&mut h), "terminated before its deadline");
+    assert_eq!(
+        h.next_deadline,
+        Some(created + timeout),
+        "the core wakes at the deadline"
+    );
+    h.advance(60_000);
+    assert!(terminated(&mut h), "a node that never started is not left launching");
+}
+
+#[test]
+fn a_promoted_core_stops_a_predecessors_stray_instance_at_hydration() {
+    // The old leader moved the job (or prepared a migration target) and
+    // its last start landed after it was gone: Manager holds a second
+    // instance that is neither the job's placement nor any migration's.
+    // Left alone, the job would run on two nodes.
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.cluster_node("b", 4.0);
+    let b = bundle("b", ONE_JOB);
+    h.event(ManagerEvent::BundleUpdated(b.clone()));
+    let job = job_id("b", 0, "encode");
+    let primary = InstanceKey::slot(Slot::Primary);
+    let stray = InstanceKey(format!("{}@0ld7a29e", primary.as_str()));
+    let mut runtime = jobs_of(&b).remove(0);
+    runtime.history.push(JobHistoryEntry::Running {
+        at: Some(h.now),
+        role: primary.clone(),
+        node_id: Some(NodeId::from("a")),
+    });
+    runtime.history.push(JobHistoryEntry::Provisioned {
+        at: Some(h.now),
+        role: stray.clone(),
+        node_id: Some(NodeId::from("b")),
+    });
+    h.event(ManagerEvent::JobActive(runtime));
+    h.event(ManagerEvent::InitialDataComplete);
+    assert_eq!(h.bound_node(&job), Some(NodeId::from("a")), "the placement stands");
+    let calls = h.take_calls();
+    assert!(
+        calls.iter().any(|(_, r)| matches!(
+            r,
+            Rpc::StopJob { job_id, instance_key, node_id, .. }
+                if *job_id == job && *instance_key == stray && node_id.as_str() == "b"
+        )),
+        "the stray instance is stopped: {calls:?}"
+    );
+    assert!(
+        !calls
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::StopJob { instance_key, .. } if *instance_key == primary)),
+        "the job's own instance keeps running"
+    );
+}

@@ -473,8 +473,14 @@ impl Model {
         let (id, _, rpc) = self.pending.remove(index);
         self.ambiguous = !self.calm && self.rng.random_bool(0.03);
         if !self.calm && self.rng.random_bool(0.05) {
-            if let Rpc::CreateNode { node_id, .. } = &rpc {
-                self.reference.provision_refused(node_id);
+            match &rpc {
+                Rpc::CreateNode { node_id, .. } => self.reference.provision_refused(node_id),
+                // No one is left to send it again: the node is the new
+                // leader's to judge.
+                Rpc::TerminateNode { node_id } if self.unheard.contains(&id) => {
+                    self.reference.termination_undone(node_id)
+                }
+                _ => {}
             }
             return self.fail(id, RpcFailureKind::Transient);
         }
@@ -535,6 +541,13 @@ impl Model {
                 }
                 if self.ambiguous {
                     self.reference.create_failed(&node_id);
+                }
+                // A create landing after its leader is gone makes a node
+                // the new leader adopts as its own, whatever the old one
+                // meant for it (a terminate Manager answered `NotFound`
+                // while the create was on its way).
+                if self.unheard.contains(&id) {
+                    self.reference.termination_undone(&node_id);
                 }
                 self.accept(id);
                 let tags: Vec<(String, String)> = tags.into_iter().collect();
