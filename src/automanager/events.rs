@@ -663,11 +663,7 @@ fn open_instances(history: &[JobHistoryEntry]) -> Vec<(InstanceKey, NodeId)> {
                 role,
                 node_id: Some(node),
                 ..
-            } => {
-                if !open.iter().any(|(r, n)| r == role && n == node) {
-                    open.push((role.clone(), node.clone()));
-                }
-            }
+            } if !open.iter().any(|(r, n)| r == role && n == node) => open.push((role.clone(), node.clone())),
             JobHistoryEntry::Stopping { role, node_id, .. } | JobHistoryEntry::Stopped { role, node_id, .. } => {
                 open.retain(|(r, n)| !(r == role && node_id.as_ref().is_none_or(|id| id == n)));
             }
