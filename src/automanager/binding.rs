@@ -80,6 +80,27 @@ pub struct JobRecord {
     /// The migration in flight, if any: no second one starts while it is
     /// set ("no concurrent migrations per job").
     pub migration: Option<MigrationClaim>,
+    /// Its instance went with a node while the core was hydrating (a
+    /// standby following its leader): judged by the failure policy once
+    /// hydrated, unless Manager shows it placed again or ended first. A
+    /// leader that died before it saw the loss never judged it.
+    pub unjudged_loss: Option<UnjudgedLoss>,
+}
+
+/// A loss seen while hydrating, for the failure policy to judge once
+/// hydrated (see [`JobRecord::unjudged_loss`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnjudgedLoss {
+    /// The instance, where it ran.
+    pub lost: Binding,
+    /// Lost with a node Manager reported stopping (it may still hold the
+    /// instance there) rather than stopped.
+    pub node_stopping: bool,
+    /// Whether its node was reclaimed after an interruption notice (not
+    /// counted against the restart ceiling).
+    pub reclaimed: bool,
+    /// When.
+    pub at: UnixMillis,
 }
 
 /// A migration's claim on its job: the target instance, reserved on its
@@ -153,6 +174,7 @@ impl JobRecord {
             window_over: false,
             stopping: None,
             migration: None,
+            unjudged_loss: None,
         }
     }
 

@@ -14,7 +14,7 @@ use crate::placement::{
     placed_job,
 };
 
-use super::binding::{AwaitedStop, Binding, BindingPhase, StopWait, StoppingInstance};
+use super::binding::{AwaitedStop, Binding, BindingPhase, StopWait, StoppingInstance, UnjudgedLoss};
 use super::core::{AutoManagerCore, Pending, Readiness};
 use super::fleet::{Provisioned, provisioned_tags};
 use super::notification::{Decision, PlacementDecisionInfo};
@@ -421,7 +421,8 @@ impl AutoManagerCore {
 
     /// An instance was lost: the binding ends and the failure policy judges
     /// whether the job is re-placed or ends terminally. While hydrating,
-    /// only the binding ends.
+    /// only the binding ends; a loss with a node is kept for judging once
+    /// hydrated (see [`JobRecord::unjudged_loss`]).
     pub(super) fn lose_instance(&mut self, job_id: &JobId, cause: LossCause, now: UnixMillis) {
         let hydrated = self.hydrated;
         let Some(record) = self.jobs.get_mut(job_id) else {
@@ -436,43 +437,68 @@ impl AutoManagerCore {
             LossCause::NodeLost if self.drains.is_reclaimed(&binding.node_id) => LossCause::Reclaimed,
             cause => cause,
         };
-        let node_stopping = matches!(cause, LossCause::NodeLost | LossCause::Reclaimed)
+        let with_node = matches!(cause, LossCause::NodeLost | LossCause::Reclaimed);
+        let node_stopping = with_node
             && self
                 .fleet
                 .get(&binding.node_id)
                 .is_some_and(|n| n.phase == NodePhase::Stopping);
         if hydrated {
-            let requirements = record.job.spec.requirements.clone();
-            match judge(&self.settings, &requirements, &mut record.restarts, &cause, now) {
-                FailureVerdict::Restart => {
-                    record.recovery = Some(RecoveryContext {
-                        on_runtime_failure: Some(requirements.on_runtime_failure),
-                        excluded_nodes: vec![binding.node_id.clone()],
-                    });
-                    // Lost with a node that is stopping, not stopped:
-                    // Manager may still hold the instance there. Recovery
-                    // stays prompt; a start refused for it waits for it.
-                    if node_stopping {
-                        record.stopping = Some(AwaitedStop {
-                            instance: StoppingInstance {
-                                node_id: binding.node_id.clone(),
-                                instance_key: binding.instance_key.clone(),
-                                since: now,
-                            },
-                            wait: StopWait::LostWithStoppingNode,
-                        });
-                    }
-                    // Spaced from the previous recovery by `readiness`.
-                    record.not_before = now;
-                }
-                FailureVerdict::Terminal {
-                    reason,
-                    ceiling_reached,
-                } => self.terminal(job_id, reason, ceiling_reached, now),
-            }
+            self.judge_loss(job_id, &binding, &cause, node_stopping, now);
+        } else if with_node && let Some(record) = self.jobs.get_mut(job_id) {
+            record.unjudged_loss = Some(UnjudgedLoss {
+                lost: binding.clone(),
+                node_stopping,
+                reclaimed: cause == LossCause::Reclaimed,
+                at: now,
+            });
         }
-        if !matches!(cause, LossCause::NodeLost | LossCause::Reclaimed) {
+        if !with_node {
             self.release_node(&binding.node_id, single_use);
+        }
+    }
+
+    /// The failure policy's verdict on the loss of `job_id`'s instance
+    /// `lost` at `now`: re-placed away from its node, spaced from the last
+    /// recovery, or ended terminally.
+    pub(super) fn judge_loss(
+        &mut self,
+        job_id: &JobId,
+        lost: &Binding,
+        cause: &LossCause,
+        node_stopping: bool,
+        now: UnixMillis,
+    ) {
+        let Some(record) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        let requirements = record.job.spec.requirements.clone();
+        match judge(&self.settings, &requirements, &mut record.restarts, cause, now) {
+            FailureVerdict::Restart => {
+                record.recovery = Some(RecoveryContext {
+                    on_runtime_failure: Some(requirements.on_runtime_failure),
+                    excluded_nodes: vec![lost.node_id.clone()],
+                });
+                // Lost with a node that is stopping, not stopped:
+                // Manager may still hold the instance there. Recovery
+                // stays prompt; a start refused for it waits for it.
+                if node_stopping {
+                    record.stopping = Some(AwaitedStop {
+                        instance: StoppingInstance {
+                            node_id: lost.node_id.clone(),
+                            instance_key: lost.instance_key.clone(),
+                            since: now,
+                        },
+                        wait: StopWait::LostWithStoppingNode,
+                    });
+                }
+                // Spaced from the previous recovery by `readiness`.
+                record.not_before = now;
+            }
+            FailureVerdict::Terminal {
+                reason,
+                ceiling_reached,
+            } => self.terminal(job_id, reason, ceiling_reached, now),
         }
     }
 

@@ -169,6 +169,9 @@ impl AutoManagerCore {
             let Some(record) = self.jobs.get_mut(&job_id) else {
                 continue;
             };
+            // The predecessor judged the losses it saw; those a snapshot
+            // replays are not news.
+            record.unjudged_loss = None;
             if let Some(binding) = binding
                 && record.migration.is_none()
                 && record.binding.as_ref() != Some(&binding)
@@ -264,11 +267,44 @@ impl AutoManagerCore {
                 });
             }
         }
+        self.judge_losses_seen_while_hydrating(now);
         self.stop_strays();
         // Every job read and bound: a node a job left while replaying is
         // released only if it is empty now.
         for (node_id, single_use) in releases {
             self.release_node(&node_id, single_use);
+        }
+    }
+
+    /// A job whose instance went with its node while this core was
+    /// hydrating, and which Manager shows neither placed again nor ended,
+    /// had its loss judged by no one (a leader that died first): the
+    /// failure policy judges it now, as of when it happened — `drop` ends
+    /// the job, the re-placing policies count a restart and recover it
+    /// away from that node.
+    fn judge_losses_seen_while_hydrating(&mut self, now: UnixMillis) {
+        let unjudged: Vec<(JobId, super::binding::UnjudgedLoss)> = self
+            .jobs
+            .values_mut()
+            .filter_map(|record| Some((record.job.job_id.clone(), record.unjudged_loss.take()?)))
+            .collect();
+        for (job_id, loss) in unjudged {
+            let Some(record) = self.jobs.get(&job_id) else {
+                continue;
+            };
+            if record.binding.is_some()
+                || record.in_flight.is_some()
+                || record.window_over
+                || !self.may_run(record, now)
+            {
+                continue;
+            }
+            let cause = if loss.reclaimed {
+                LossCause::Reclaimed
+            } else {
+                LossCause::NodeLost
+            };
+            self.judge_loss(&job_id, &loss.lost, &cause, loss.node_stopping, loss.at);
         }
     }
 
@@ -606,6 +642,8 @@ impl AutoManagerCore {
                 }
             }
             None if !hydrated && adoptable => {
+                // Placed again: whoever placed it judged the loss.
+                record.unjudged_loss = None;
                 record.binding = Some(Binding {
                     node_id,
                     instance_key: role,

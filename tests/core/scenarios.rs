@@ -4,7 +4,7 @@
 
 use norsk_auto_manager::automanager::{Command, CommandError, Input, Notification, Rpc, RpcFailureKind};
 use norsk_auto_manager::model::{
-    InstanceKey, JobHistoryEntry, JobState, ManagerEvent, NodeId, NodeStopReason, ProviderKind, RejectionCode,
+    InstanceKey, JobHistoryEntry, JobId, JobState, ManagerEvent, NodeId, NodeStopReason, ProviderKind, RejectionCode,
     SchedulePhase, Slot, VerdictKind, tags,
 };
 
@@ -2775,5 +2775,123 @@ fn a_promoted_core_stops_a_predecessors_stray_instance_at_hydration() {
             .iter()
             .any(|(_, r)| matches!(r, Rpc::StopJob { instance_key, .. } if *instance_key == primary)),
         "the job's own instance keeps running"
+    );
+}
+
+/// A core following Manager (a standby, or a fresh process hydrating) whose
+/// job runs on `a`: node `a` goes before the core is hydrated — after its
+/// leader died, so no one judged the loss.
+fn lost_while_following(spec: &str) -> (Harness, JobId) {
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.cluster_node("b", 4.0);
+    let b = bundle("b", spec);
+    h.event(ManagerEvent::BundleUpdated(b.clone()));
+    let job = job_id("b", 0, "encode");
+    let mut runtime = jobs_of(&b).remove(0);
+    runtime.history.push(JobHistoryEntry::Running {
+        at: Some(h.now),
+        role: InstanceKey::slot(Slot::Primary),
+        node_id: Some(NodeId::from("a")),
+    });
+    h.event(ManagerEvent::JobActive(runtime));
+    assert_eq!(
+        h.bound_node(&job),
+        Some(NodeId::from("a")),
+        "adopted from Manager's history"
+    );
+    h.advance(1_000);
+    h.event(ManagerEvent::NodeStopped(NodeId::from("a")));
+    (h, job)
+}
+
+#[test]
+fn a_loss_no_leader_judged_is_judged_once_hydrated_drop_ends_the_job() {
+    // "`drop` has no ceiling entry: it never restarts." A standby promoted
+    // after its leader died must not start the job afresh as if it had
+    // never run.
+    let (mut h, job) = lost_while_following(
+        "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1, essential: false, onRuntimeFailure: drop}}\n",
+    );
+    assert!(
+        h.take_notifications()
+            .iter()
+            .all(|n| !matches!(n, Notification::JobDropped { .. }))
+    );
+    h.event(ManagerEvent::InitialDataComplete);
+    let notifications = h.take_notifications();
+    assert!(
+        notifications
+            .iter()
+            .any(|n| matches!(n, Notification::JobDropped { job_id, .. } if *job_id == job)),
+        "the loss is judged: {notifications:?}"
+    );
+    let calls = h.take_calls();
+    assert!(
+        start_jobs(&calls).is_empty(),
+        "a dropped job is not started again: {calls:?}"
+    );
+    assert!(calls.iter().any(|(_, r)| matches!(
+        r,
+        Rpc::SetTerminalVerdict { job_id: Some(j), verdict, .. } if *j == job && verdict.kind == VerdictKind::Dropped
+    )));
+}
+
+#[test]
+fn a_loss_no_leader_judged_is_judged_once_hydrated_and_counts_against_the_ceiling() {
+    // The re-placing policies recover the job away from the lost node, and
+    // the loss counts: with a ceiling of one, the next loss breaks the
+    // bundle.
+    let (mut h, job) = lost_while_following(
+        "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1, maxRestartsPerHour: 1}}\n",
+    );
+    h.event(ManagerEvent::InitialDataComplete);
+    let calls = h.take_calls();
+    assert_eq!(
+        start_jobs(&calls),
+        vec![(job.0.clone(), "b".to_owned())],
+        "recovered on the node that is left"
+    );
+    h.ok_all();
+    h.running(&job, &NodeId::from("b"));
+    h.advance(10_000);
+    h.failed(&job, &NodeId::from("b"));
+    let notifications = h.take_notifications();
+    assert!(
+        notifications
+            .iter()
+            .any(|n| matches!(n, Notification::BundleBroken { bundle_id, .. } if bundle_id.as_str() == "b")),
+        "the loss while following counted: the second one is past the ceiling: {notifications:?}"
+    );
+}
+
+#[test]
+fn a_loss_its_leader_recovered_before_promotion_is_not_judged_again() {
+    // The leader saw the loss and placed the job on `b` (Manager's history
+    // shows the new instance): it judged the loss, and its successor must
+    // not count it a second time.
+    let (mut h, job) = lost_while_following(
+        "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1, maxRestartsPerHour: 1}}\n",
+    );
+    h.history(
+        &job,
+        JobHistoryEntry::Provisioned {
+            at: Some(h.now),
+            role: InstanceKey::slot(Slot::Primary),
+            node_id: Some(NodeId::from("b")),
+        },
+    );
+    h.event(ManagerEvent::InitialDataComplete);
+    assert_eq!(h.bound_node(&job), Some(NodeId::from("b")));
+    assert!(start_jobs(&h.take_calls()).is_empty(), "nothing to recover");
+    h.running(&job, &NodeId::from("b"));
+    h.advance(10_000);
+    h.failed(&job, &NodeId::from("b"));
+    let notifications = h.take_notifications();
+    assert!(
+        !notifications
+            .iter()
+            .any(|n| matches!(n, Notification::BundleBroken { .. })),
+        "one loss of this core's own counted: {notifications:?}"
     );
 }

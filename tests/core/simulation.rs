@@ -299,6 +299,9 @@ impl Model {
         // A traced run says why each placement found nowhere.
         settings.trace_placements = trace;
         let reference = Reference::new(&ceilings);
+        if trace {
+            eprintln!("restart ceilings: {:?}", ceilings);
+        }
         let mut h = Harness::with(settings);
         h.trace = trace;
         let mut model = Model {
@@ -1006,6 +1009,7 @@ impl Model {
             eprintln!("successor: {}", if promoted { "a promoted standby" } else { "carried" });
         }
         let previous = if promoted {
+            self.reference.promoting();
             // The leader's process is gone with its calls' callers: what
             // Manager still does for them is answered to no one.
             for (id, _, _) in &mut self.pending {
@@ -1198,6 +1202,9 @@ impl Model {
         let id = self.next_bundle;
         self.next_bundle += 1;
         let bundle = random_bundle(&mut self.rng, id);
+        if self.h.trace {
+            eprintln!("bundle {}: {:?}", bundle.bundle_id, bundle.spec);
+        }
         self.bundles.insert(bundle.bundle_id.clone(), bundle.clone());
         self.h.bundle(
             bundle.bundle_id.as_str(),
@@ -1358,6 +1365,7 @@ impl Model {
             return;
         };
         self.judge(job, key, &instance.node, Loss::Failed);
+        self.reference.failure_recorded(job, self.h.now);
         self.instances.remove(&(job.clone(), key.clone()));
         for entry in [
             JobHistoryEntry::Stopping {

@@ -206,12 +206,26 @@ pub(super) struct Reference {
     /// The targets of migrations that ended: one whose start was still on
     /// its way may yet be created, and is stopped as soon as it is.
     ended_targets: BTreeSet<(JobId, InstanceKey, NodeId)>,
-    /// Per job: its counted restarts, since the last clear.
-    restarts: BTreeMap<JobId, Vec<UnixMillis>>,
-    /// The counted restarts of losses Manager's job history does not record
-    /// (a node lost, a start refused): a promoted standby, rebuilding the
-    /// ceiling from that history, cannot know them.
-    unrecorded: BTreeSet<(JobId, UnixMillis)>,
+    /// Per job: its counted restarts since the last clear, each with
+    /// whether Manager's job history records it (a runtime failure).
+    restarts: BTreeMap<JobId, Vec<(UnixMillis, bool)>>,
+    /// Per job: the runtime failures Manager's job history records since
+    /// the bundle was last updated. A promoted standby rebuilds the ceiling
+    /// from that history alone: it cannot know the losses the history does
+    /// not record (a node lost, a start refused), nor that a node
+    /// provisioned for the job started since (its start time is not in
+    /// Manager's snapshot).
+    recorded: BTreeMap<JobId, Vec<UnixMillis>>,
+    /// Per job, after a promotion: failures the history records that the
+    /// spec had already cleared (a node provisioned for the job started).
+    /// The new leader may count them or not; the ceiling is then reached
+    /// somewhere between the spec's own count and that count plus these.
+    uncertain: BTreeMap<JobId, Vec<UnixMillis>>,
+    /// This step: the terminal outcomes a promoted leader may announce,
+    /// counting its uncertain failures (the job dropped, or its bundle
+    /// broken with the job).
+    allowed_dropped: BTreeSet<JobId>,
+    allowed_broken: BTreeMap<BundleId, JobId>,
     /// Jobs the spec has dropped and bundles it has broken, until the
     /// bundle is updated.
     dropped: BTreeSet<JobId>,
@@ -255,7 +269,10 @@ impl Reference {
             migrations: BTreeMap::new(),
             ended_targets: BTreeSet::new(),
             restarts: BTreeMap::new(),
-            unrecorded: BTreeSet::new(),
+            recorded: BTreeMap::new(),
+            uncertain: BTreeMap::new(),
+            allowed_dropped: BTreeSet::new(),
+            allowed_broken: BTreeMap::new(),
             dropped: BTreeSet::new(),
             broken: BTreeSet::new(),
             expected_dropped: BTreeSet::new(),
@@ -307,6 +324,10 @@ impl Reference {
     /// A judged loss of `job` on `node` at `now`: what the spec says comes
     /// of it. Its re-placement keeps away from `node`.
     pub(super) fn loss(&mut self, job: &JobId, spec: &JobSpec, loss: Loss, node: &NodeId, now: UnixMillis) {
+        // A job that has ended already ends no more.
+        if self.dropped.contains(job) {
+            return;
+        }
         self.excluded.insert(job.clone(), node.clone());
         let requirements = &spec.requirements;
         let ceiling = self.ceilings.of(requirements);
@@ -320,18 +341,34 @@ impl Reference {
             (Loss::NodeLost, Some(_)) if self.interrupted.contains(node) => None,
             (_, Some(ceiling)) => {
                 let restarts = self.restarts.entry(job.clone()).or_default();
-                restarts.retain(|&at| at > now - HOUR_MS);
+                restarts.retain(|&(at, _)| at > now - HOUR_MS);
+                let uncertain = self.uncertain.get_mut(job).map_or(0, |u| {
+                    u.retain(|&at| at > now - HOUR_MS);
+                    u.len()
+                });
                 if restarts.len() as u32 >= ceiling {
                     Some(true)
                 } else {
-                    restarts.push(now);
-                    if loss != Loss::Failed {
-                        self.unrecorded.insert((job.clone(), now));
+                    if (restarts.len() + uncertain) as u32 >= ceiling {
+                        // A promoted leader that counts the failures its
+                        // history shows may end the job here.
+                        if requirements.essential.unwrap_or(true) {
+                            self.allowed_broken.insert(bundle_of(job), job.clone());
+                        } else {
+                            self.allowed_dropped.insert(job.clone());
+                        }
                     }
+                    restarts.push((now, loss == Loss::Failed));
                     None
                 }
             }
         };
+        if std::env::var("CORE_SIM_TRACE").is_ok() {
+            eprintln!(
+                "{now} reference: {job} lost ({loss:?}) on {node}: {}, terminal {terminal:?}",
+                self.restarts_of(job)
+            );
+        }
         let Some(ceiling_reached) = terminal else {
             return;
         };
@@ -353,6 +390,15 @@ impl Reference {
         self.excluded.retain(|job, _| &bundle_of(job) != bundle);
         self.dropped.retain(|job| &bundle_of(job) != bundle);
         self.restarts.retain(|job, _| &bundle_of(job) != bundle);
+        self.recorded.retain(|job, _| &bundle_of(job) != bundle);
+        self.uncertain.retain(|job, _| &bundle_of(job) != bundle);
+    }
+
+    /// Manager's history of `job` records a runtime failure at `at`
+    /// (whether or not the spec judges it: a promoted leader reads every
+    /// one).
+    pub(super) fn failure_recorded(&mut self, job: &JobId, at: UnixMillis) {
+        self.recorded.entry(job.clone()).or_default().push(at);
     }
 
     /// The event stream broke and a successor core hydrated from Manager's
@@ -374,6 +420,49 @@ impl Reference {
         self.last_recovery.clear();
     }
 
+    /// The leader's process is gone, and a standby takes over: what it
+    /// counted and was told that Manager does not hold goes with it. From
+    /// here on — while the new leader still follows the stream, before it
+    /// acts — losses are the new leader's to judge.
+    pub(super) fn promoting(&mut self) {
+        // The restart ceiling is rebuilt from Manager's job history: the
+        // runtime failures it records count on, the losses it does not are
+        // forgotten with the process that counted them; failures the spec
+        // had cleared are uncertain.
+        for restarts in self.restarts.values_mut() {
+            restarts.retain(|&(_, recorded)| recorded);
+        }
+        self.uncertain = self
+            .recorded
+            .iter()
+            .map(|(job, recorded)| {
+                let mut counted: Vec<UnixMillis> = self
+                    .restarts
+                    .get(job)
+                    .into_iter()
+                    .flatten()
+                    .map(|&(at, _)| at)
+                    .collect();
+                let cleared = recorded
+                    .iter()
+                    .filter(|at| match counted.iter().position(|c| c == *at) {
+                        Some(i) => {
+                            counted.swap_remove(i);
+                            false
+                        }
+                        None => true,
+                    })
+                    .copied()
+                    .collect();
+                (job.clone(), cleared)
+            })
+            .collect();
+        // An interruption notice the old leader was handed by command (the
+        // embedder's direct call) went with it: what its node loses from now
+        // on counts against the ceiling, as the new leader counts it.
+        self.interrupted.clear();
+    }
+
     /// A standby is promoted in place of a leader that is gone: drains,
     /// migrations and interruption notices were the old leader's own and
     /// end with it; what Manager holds stands.
@@ -385,13 +474,6 @@ impl Reference {
     ) {
         self.broken.clone_from(broken);
         self.dropped.clone_from(dropped);
-        // The restart ceiling is rebuilt from Manager's job history: the
-        // runtime failures it records count on, the losses it does not are
-        // forgotten with the process that counted them.
-        let unrecorded = std::mem::take(&mut self.unrecorded);
-        for (job, restarts) in &mut self.restarts {
-            restarts.retain(|&at| !unrecorded.contains(&(job.clone(), at)));
-        }
         // The new leader cannot know when its predecessor asked for a node,
         // only when Manager created it: its provision deadline runs from
         // then.
@@ -413,6 +495,7 @@ impl Reference {
     /// "The history clears when a node provisioned for the job starts."
     pub(super) fn provisioned_node_started(&mut self, job: &JobId) {
         self.restarts.remove(job);
+        self.uncertain.remove(job);
     }
 
     /// Manager created an instance of `job` on `node`.
@@ -706,25 +789,42 @@ impl Reference {
                 self.restarts_of(job)
             ));
         }
-        if let Some(job) = seen.0.difference(&expected.0).next() {
-            return Err(format!(
-                "{job} dropped, but the spec restarts it ({})",
-                self.restarts_of(job)
-            ));
+        let allowed = (
+            std::mem::take(&mut self.allowed_dropped),
+            std::mem::take(&mut self.allowed_broken),
+        );
+        for job in seen.0.difference(&expected.0) {
+            if !allowed.0.contains(job) {
+                return Err(format!(
+                    "{job} dropped, but the spec restarts it ({})",
+                    self.restarts_of(job)
+                ));
+            }
+            self.dropped.insert(job.clone());
         }
         if let Some(bundle) = expected.1.difference(&seen.1).next() {
             return Err(format!("bundle {bundle} must be broken, no bundleBroken"));
         }
-        if let Some(bundle) = seen.1.difference(&expected.1).next() {
-            return Err(format!("bundle {bundle} broken, but the spec restarts its jobs"));
+        for bundle in seen.1.difference(&expected.1) {
+            let Some(job) = allowed.1.get(bundle) else {
+                return Err(format!("bundle {bundle} broken, but the spec restarts its jobs"));
+            };
+            self.broken.insert(bundle.clone());
+            self.dropped.insert(job.clone());
         }
         Ok(())
     }
 
     fn restarts_of(&self, job: &JobId) -> String {
         format!(
-            "restarts counted at {:?}",
-            self.restarts.get(job).map(Vec::as_slice).unwrap_or_default()
+            "restarts counted at {:?}, uncertain since a promotion {:?}",
+            self.restarts
+                .get(job)
+                .into_iter()
+                .flatten()
+                .map(|&(at, _)| at)
+                .collect::<Vec<_>>(),
+            self.uncertain.get(job).map(Vec::as_slice).unwrap_or_default()
         )
     }
 
