@@ -615,8 +615,15 @@ impl AutoManagerCore {
     fn instance_seen(&mut self, job_id: &JobId, role: crate::model::InstanceKey, node_id: NodeId, phase: BindingPhase) {
         let hydrated = self.hydrated;
         // A rolled-back migration's target, or an instance a timed-out
-        // start made, is being stopped: not the job's.
-        let adoptable = self.fleet.get(&node_id).is_some_and(|n| !n.is_going())
+        // start made, is being stopped: not the job's. Nor is a migration
+        // target that never ran, of a migration this core does not follow
+        // (its saga is gone with a predecessor): created with its start
+        // deferred, it runs only when its saga says so — bound, the job
+        // would never run. Once it has run it is the job's (a migration
+        // done moves the job to its target's key).
+        let prepared_target = role.is_migration_target() && phase != BindingPhase::Running;
+        let adoptable = !prepared_target
+            && self.fleet.get(&node_id).is_some_and(|n| !n.is_going())
             && !self.is_rolled_back_target(&role)
             && !self
                 .inherited

@@ -121,6 +121,12 @@ impl InstanceKey {
         }
     }
 
+    /// Whether this is the key a migration target wears
+    /// (`<slot>@<tag>`).
+    pub fn is_migration_target(&self) -> bool {
+        self.slot_of().is_some() && self.0.contains('@')
+    }
+
     /// The key as a string slice.
     pub fn as_str(&self) -> &str {
         &self.0

@@ -63,6 +63,13 @@ impl AutoManagerCore {
         let Some((key, node_id, phase)) = live_target(&record.job.history, role, &binding.node_id, rolled_back) else {
             return false;
         };
+        // While hydrating, a target that never ran is one whose saga went
+        // with a predecessor (its start deferred until the saga says so):
+        // bound, the job would never run. It is stopped as a stray, and the
+        // job placed again.
+        if !self.hydrated && phase != BindingPhase::Running {
+            return false;
+        }
         let (left, single_use) = (binding.node_id.clone(), record.job.spec.single_use);
         let usable = self.fleet.get(&node_id).is_some_and(|n| !n.is_going() && !n.terminated);
         if !usable {

@@ -579,7 +579,12 @@ impl Reference {
             if j != job {
                 break;
             }
-            if i.held || stopping(k, &i.node) {
+            // The target of a migration that has ended is stopped as soon
+            // as it is created: by the core that ended the migration, or —
+            // created by a call of a leader that is gone — by its successor
+            // once it acts (checked after the step).
+            let ended_target = self.ended_targets.contains(&(job.clone(), k.clone(), i.node.clone()));
+            if i.held || stopping(k, &i.node) || ended_target {
                 continue;
             }
             let its_source = migration.is_some_and(|m| &m.source_key == k && m.source_node_id == i.node);
