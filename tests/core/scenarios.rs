@@ -2895,3 +2895,108 @@ fn a_loss_its_leader_recovered_before_promotion_is_not_judged_again() {
         "one loss of this core's own counted: {notifications:?}"
     );
 }
+
+#[test]
+fn a_migration_target_that_never_ran_is_not_taken_for_the_placement_by_a_core_that_does_not_follow_its_saga() {
+    // A stop-then-start migration: the old leader stopped the source and
+    // died before it started the target (created with its start deferred).
+    // Bound to the target, the job would never run; the new leader stops
+    // it and places the job again.
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.cluster_node("b", 4.0);
+    let b = bundle("b", ONE_JOB);
+    h.event(ManagerEvent::BundleUpdated(b.clone()));
+    let job = job_id("b", 0, "encode");
+    let primary = InstanceKey::slot(Slot::Primary);
+    let target = InstanceKey(format!("{}@0ld7a29e", primary.as_str()));
+    let mut runtime = jobs_of(&b).remove(0);
+    runtime.history.extend([
+        JobHistoryEntry::Running {
+            at: Some(h.now),
+            role: primary.clone(),
+            node_id: Some(NodeId::from("a")),
+        },
+        JobHistoryEntry::Provisioned {
+            at: Some(h.now),
+            role: target.clone(),
+            node_id: Some(NodeId::from("b")),
+        },
+        JobHistoryEntry::Stopping {
+            at: Some(h.now),
+            role: primary.clone(),
+            node_id: Some(NodeId::from("a")),
+            reason: norsk_auto_manager::model::JobStopReason::UserRequested,
+        },
+        JobHistoryEntry::Stopped {
+            at: Some(h.now),
+            role: primary.clone(),
+            node_id: Some(NodeId::from("a")),
+        },
+    ]);
+    h.event(ManagerEvent::JobActive(runtime));
+    h.event(ManagerEvent::JobPrepared {
+        job_id: job.clone(),
+        role: target.clone(),
+        node_id: NodeId::from("b"),
+    });
+    h.event(ManagerEvent::InitialDataComplete);
+    let calls = h.take_calls();
+    assert!(
+        calls.iter().any(|(_, r)| matches!(
+            r,
+            Rpc::StopJob { job_id, instance_key, .. } if *job_id == job && *instance_key == target
+        )),
+        "the target no saga will start is stopped: {calls:?}"
+    );
+    assert_ne!(
+        h.core
+            .job(&job)
+            .and_then(|r| r.binding.as_ref())
+            .map(|b| b.instance_key.clone()),
+        Some(target.clone()),
+        "not bound to it"
+    );
+    for (id, _) in &calls {
+        h.ok(*id);
+    }
+    h.stopped(&job, &NodeId::from("b"), target);
+    let calls = h.take_calls();
+    assert_eq!(start_jobs(&calls).len(), 1, "the job is placed again: {calls:?}");
+}
+
+#[test]
+fn a_migration_target_that_ran_takes_the_job_over_when_a_hydrating_core_sees_its_source_stop() {
+    // The migration finished before the stream broke (the target ran, then
+    // the source stopped): the job runs on the target, not placed again.
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.cluster_node("b", 4.0);
+    let b = bundle("b", ONE_JOB);
+    h.event(ManagerEvent::BundleUpdated(b.clone()));
+    let job = job_id("b", 0, "encode");
+    let primary = InstanceKey::slot(Slot::Primary);
+    let target = InstanceKey(format!("{}@0ld7a29e", primary.as_str()));
+    let mut runtime = jobs_of(&b).remove(0);
+    runtime.history.extend([
+        JobHistoryEntry::Running {
+            at: Some(h.now),
+            role: primary.clone(),
+            node_id: Some(NodeId::from("a")),
+        },
+        JobHistoryEntry::Running {
+            at: Some(h.now),
+            role: target.clone(),
+            node_id: Some(NodeId::from("b")),
+        },
+        JobHistoryEntry::Stopped {
+            at: Some(h.now),
+            role: primary.clone(),
+            node_id: Some(NodeId::from("a")),
+        },
+    ]);
+    h.event(ManagerEvent::JobActive(runtime));
+    h.event(ManagerEvent::InitialDataComplete);
+    assert_eq!(h.bound_node(&job), Some(NodeId::from("b")));
+    assert!(start_jobs(&h.take_calls()).is_empty(), "the job runs on its target");
+}
