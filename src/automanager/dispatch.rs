@@ -472,6 +472,10 @@ impl AutoManagerCore {
         let Some(record) = self.jobs.get_mut(job_id) else {
             return;
         };
+        // A job that has ended ends no more.
+        if record.dropped || record.job.terminal_verdict.is_some() {
+            return;
+        }
         let requirements = record.job.spec.requirements.clone();
         match judge(&self.settings, &requirements, &mut record.restarts, cause, now) {
             FailureVerdict::Restart => {

@@ -292,10 +292,16 @@ impl AutoManagerCore {
             let Some(record) = self.jobs.get(&job_id) else {
                 continue;
             };
+            // Placed again, or ended, since: judged by whoever did it. A
+            // job of a broken bundle is judged as any lost job is (a
+            // `drop` job is still dropped).
             if record.binding.is_some()
                 || record.in_flight.is_some()
                 || record.window_over
-                || !self.may_run(record, now)
+                || record.dropped
+                || record.job.terminal_verdict.is_some()
+                || self.is_dormant(record)
+                || self.schedule_ended(&record.bundle_ref.bundle_id, now)
             {
                 continue;
             }
@@ -632,6 +638,12 @@ impl AutoManagerCore {
         let Some(record) = self.jobs.get_mut(job_id) else {
             return;
         };
+        // A node a single-use job ran on is released once empty, whether
+        // or not the job is still its placement (it may have ended, or the
+        // instance be a stray): decided once every job is read.
+        if !hydrated && record.job.spec.single_use {
+            self.inherited.releases.push((node_id.clone(), true));
+        }
         match &mut record.binding {
             Some(binding)
                 if binding.instance_key == role
@@ -648,7 +660,9 @@ impl AutoManagerCore {
                     self.notify(Notification::NodeHealthy { node_id });
                 }
             }
-            None if !hydrated && adoptable => {
+            // A job that has ended (dropped: its verdict is on Manager) is
+            // not placed anywhere: an instance of it still live is a stray.
+            None if !hydrated && adoptable && !record.dropped && record.job.terminal_verdict.is_none() => {
                 // Placed again: whoever placed it judged the loss.
                 record.unjudged_loss = None;
                 record.binding = Some(Binding {

@@ -1009,7 +1009,7 @@ impl Model {
             eprintln!("successor: {}", if promoted { "a promoted standby" } else { "carried" });
         }
         let previous = if promoted {
-            self.reference.promoting();
+            self.reference.promoting(&broken, &dropped);
             // The leader's process is gone with its calls' callers: what
             // Manager still does for them is answered to no one.
             for (id, _, _) in &mut self.pending {

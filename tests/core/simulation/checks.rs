@@ -421,10 +421,13 @@ impl Reference {
     }
 
     /// The leader's process is gone, and a standby takes over: what it
-    /// counted and was told that Manager does not hold goes with it. From
-    /// here on — while the new leader still follows the stream, before it
-    /// acts — losses are the new leader's to judge.
-    pub(super) fn promoting(&mut self) {
+    /// counted and was told that Manager does not hold goes with it — its
+    /// terminal outcomes among them, but for those Manager holds (`broken`,
+    /// `dropped`). From here on — while the new leader still follows the
+    /// stream, before it acts — losses are the new leader's to judge.
+    pub(super) fn promoting(&mut self, broken: &BTreeSet<BundleId>, dropped: &BTreeSet<JobId>) {
+        self.broken.clone_from(broken);
+        self.dropped.clone_from(dropped);
         // The restart ceiling is rebuilt from Manager's job history: the
         // runtime failures it records count on, the losses it does not are
         // forgotten with the process that counted them; failures the spec
@@ -472,8 +475,10 @@ impl Reference {
         dropped: &BTreeSet<JobId>,
         created: &BTreeMap<NodeId, UnixMillis>,
     ) {
-        self.broken.clone_from(broken);
-        self.dropped.clone_from(dropped);
+        // The verdicts of the old leader's that landed while the new one
+        // followed, beside the outcomes of losses the new one judges.
+        self.broken.extend(broken.iter().cloned());
+        self.dropped.extend(dropped.iter().cloned());
         // The new leader cannot know when its predecessor asked for a node,
         // only when Manager created it: its provision deadline runs from
         // then.
