@@ -240,7 +240,8 @@ impl AutoManagerCore {
         // (dropped, its bundle broken, its window over or its schedule
         // ended, a manual job kept stopped): binding it there would hold a
         // job that never starts, and split its co-located group from peers
-        // placed without it.
+        // placed without it. Nor where a co-located peer runs (or starts)
+        // elsewhere: the group stays whole, and the job is placed with it.
         let launching: Vec<(NodeId, JobId)> = self
             .fleet
             .iter()
@@ -249,7 +250,13 @@ impl AutoManagerCore {
                 let job = JobId(n.tags.get(tags::PROVISIONED_FOR)?.clone());
                 let record = self.jobs.get(&job)?;
                 let wanted = self.may_run(record, now) && !record.window_over;
-                (record.binding.is_none() && wanted).then(|| (n.id.clone(), job))
+                let peers_elsewhere = self.group_of(&job).iter().any(|peer| {
+                    self.jobs
+                        .get(peer)
+                        .and_then(|p| p.binding.as_ref())
+                        .is_some_and(|b| b.node_id != n.id)
+                });
+                (record.binding.is_none() && wanted && !peers_elsewhere).then(|| (n.id.clone(), job))
             })
             .collect();
         for (node_id, job_id) in launching {

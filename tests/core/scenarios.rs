@@ -3000,3 +3000,46 @@ fn a_migration_target_that_ran_takes_the_job_over_when_a_hydrating_core_sees_its
     assert_eq!(h.bound_node(&job), Some(NodeId::from("b")));
     assert!(start_jobs(&h.take_calls()).is_empty(), "the job runs on its target");
 }
+
+#[test]
+fn a_node_launching_for_a_job_does_not_take_it_back_at_hydration_when_its_co_located_peers_run_elsewhere() {
+    // "Co-located jobs share a node." The old leader's starts of the
+    // peers landed on `a`, and a node it asked for `encode` is still
+    // launching: bound there, `encode` would split from its group.
+    let mut h = Harness::new();
+    h.cluster_node("a", 8.0);
+    let b = bundle(
+        "b",
+        "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1}}\n  - {jobName: package, coLocateWith: [encode], requirements: {requiredCapacity: 1}}\n",
+    );
+    h.event(ManagerEvent::BundleUpdated(b.clone()));
+    let encode = job_id("b", 0, "encode");
+    let package = job_id("b", 0, "package");
+    let mut jobs = jobs_of(&b);
+    jobs[1].history.push(JobHistoryEntry::Running {
+        at: Some(h.now),
+        role: InstanceKey::slot(Slot::Primary),
+        node_id: Some(NodeId::from("a")),
+    });
+    for job in jobs {
+        h.event(ManagerEvent::JobActive(job));
+    }
+    let launching = NodeId::from("production-aws-old-1");
+    let mut info = node_info(
+        launching.as_str(),
+        &[
+            (tags::POOL, "production"),
+            (tags::TIER, "aws"),
+            (tags::PROVISIONED_FOR, encode.as_str()),
+        ],
+    );
+    info.created_at = Some(h.now);
+    h.event(ManagerEvent::NodeStarting(info));
+    h.event(ManagerEvent::InitialDataComplete);
+    assert_eq!(h.bound_node(&package), Some(NodeId::from("a")));
+    assert_eq!(
+        h.bound_node(&encode),
+        Some(NodeId::from("a")),
+        "placed with its group, not held for the launching node"
+    );
+}

@@ -103,7 +103,7 @@ pub(super) enum CutOver {
 impl AutoManagerCore {
     /// Every member of `job`'s co-located group in its replica, in spec
     /// order, `job` included (alone when it belongs to no group).
-    fn group_of(&self, job: &JobId) -> Vec<JobId> {
+    pub(crate) fn group_of(&self, job: &JobId) -> Vec<JobId> {
         let alone = || vec![job.clone()];
         let Some(record) = self.jobs.get(job) else {
             return alone();
