@@ -298,7 +298,8 @@ impl Model {
         settings.hot_spares = vec![random_hot_spares(&mut rng)];
         // A traced run says why each placement found nowhere.
         settings.trace_placements = trace;
-        let reference = Reference::new(&ceilings);
+        let mut reference = Reference::new(&ceilings);
+        reference.trace = trace;
         if trace {
             eprintln!("restart ceilings: {:?}", ceilings);
         }
@@ -1635,12 +1636,17 @@ fn core_invariants_hold_under_random_events_and_faults() {
         all
     });
     if !failures.is_empty() {
+        // The switches that change what a seed does go into its replay.
+        let switches: String = ["CORE_SIM_SUCCESSOR", "CORE_SIM_RECONNECTS"]
+            .iter()
+            .filter_map(|name| std::env::var(name).ok().map(|v| format!("{name}={v} ")))
+            .collect();
         let report: Vec<String> = failures
             .iter()
             .map(|(seed, e)| {
                 format!(
-                    "seed {seed} failed at {e}\n  replay: CORE_SIM_SEED={seed} CORE_SIM_STEPS={steps} CORE_SIM_TRACE=1 \
-                     cargo test --release --test core core_invariants -- --nocapture"
+                    "seed {seed} failed at {e}\n  replay: {switches}CORE_SIM_SEED={seed} CORE_SIM_STEPS={steps} \
+                     CORE_SIM_TRACE=1 cargo test --release --test core core_invariants -- --nocapture"
                 )
             })
             .collect();

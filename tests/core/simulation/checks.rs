@@ -200,6 +200,8 @@ impl Ceilings {
 
 /// What the spec allows, followed from inputs and emitted actions.
 pub(super) struct Reference {
+    /// Each judged loss is traced (`CORE_SIM_TRACE`).
+    pub(super) trace: bool,
     ceilings: Ceilings,
     /// Migrations in flight as the core announced them (`migrationPhase`).
     migrations: BTreeMap<MigrationId, MigrationState>,
@@ -265,6 +267,7 @@ impl Reference {
     /// A reference for settings whose ceilings `ceilings` (YAML) gives.
     pub(super) fn new(ceilings: &str) -> Self {
         Self {
+            trace: false,
             ceilings: Ceilings::parse(ceilings),
             migrations: BTreeMap::new(),
             ended_targets: BTreeSet::new(),
@@ -363,7 +366,7 @@ impl Reference {
                 }
             }
         };
-        if std::env::var("CORE_SIM_TRACE").is_ok() {
+        if self.trace {
             eprintln!(
                 "{now} reference: {job} lost ({loss:?}) on {node}: {}, terminal {terminal:?}",
                 self.restarts_of(job)
