@@ -276,6 +276,7 @@ impl AutoManagerCore {
         }
         self.judge_losses_seen_while_hydrating(now);
         self.stop_strays();
+        self.shed_over_commitment();
         // Every job read and bound: a node a job left while replaying is
         // released only if it is empty now.
         for (node_id, single_use) in releases {
@@ -319,6 +320,73 @@ impl AutoManagerCore {
             };
             self.judge_loss(&job_id, &loss.lost, &cause, loss.node_stopping, loss.at);
         }
+    }
+
+    /// Once hydrated: a node whose instances exceed what it holds (its
+    /// capacity or cores, a host port claimed twice) — a predecessor's stop
+    /// that never landed left the instance it gave up running beside the
+    /// one it placed in its room — keeps its longest-running instances; the
+    /// newest are stopped and their jobs placed again. Nothing failed:
+    /// nothing is counted against the restart ceiling.
+    fn shed_over_commitment(&mut self) {
+        let Ok(mut cache) = self.synced_view() else {
+            return;
+        };
+        let instances = |record: &JobRecord| {
+            record
+                .binding
+                .as_ref()
+                .filter(|b| b.phase != BindingPhase::AwaitingNode)
+                .map(|b| b.node_id.clone())
+        };
+        let nodes: std::collections::BTreeSet<NodeId> = self.jobs.values().filter_map(instances).collect();
+        for node_id in nodes {
+            if !cache.view_mut().over_committed(&node_id) {
+                continue;
+            }
+            // Oldest first; the newest are shed first.
+            let mut on_node: Vec<(UnixMillis, JobId)> = self
+                .jobs
+                .values()
+                .filter(|r| instances(r).as_ref() == Some(&node_id))
+                .filter_map(|r| {
+                    let binding = r.binding.as_ref()?;
+                    let since = instance_since(&r.job.history, &binding.instance_key, &node_id);
+                    Some((since, r.job_id().clone()))
+                })
+                .collect();
+            on_node.sort();
+            while cache.view_mut().over_committed(&node_id) {
+                let Some((_, job_id)) = on_node.pop() else {
+                    break;
+                };
+                let Some(record) = self.jobs.get_mut(&job_id) else {
+                    continue;
+                };
+                let Some(binding) = record.binding.take() else {
+                    continue;
+                };
+                let job = &record.bundle_ref;
+                let placed = crate::placement::placed_job(
+                    &job.bundle_id,
+                    job.replica_index,
+                    &record.job.spec,
+                    binding.gpu_index,
+                );
+                let _ = cache.view_mut().release(&node_id, &placed);
+                self.fleet_epoch += 1;
+                self.notify(Notification::Error {
+                    message: format!(
+                        "{node_id} runs more than it holds (a predecessor's stop did not land): stopping \
+                         {job_id}'s instance {} there to place it again",
+                        binding.instance_key
+                    ),
+                });
+                self.undo_start(&job_id, binding.instance_key, node_id.clone());
+            }
+        }
+        // Rebuilt from the bindings as they now are.
+        self.view_cache = None;
     }
 
     /// A node tagged for one of this AutoManager's cloud tiers that this
@@ -712,6 +780,35 @@ fn replay_restart(restarts: &mut super::recovery::RestartHistory, entry: &JobHis
     } else if let Some(at) = failure_at(entry) {
         restarts.replay(at);
     }
+}
+
+/// When instance `key` of a job on `node` was created, by its history (the
+/// start of time if it does not say).
+fn instance_since(history: &[JobHistoryEntry], key: &InstanceKey, node: &NodeId) -> UnixMillis {
+    let mut since = None;
+    for entry in history {
+        match entry {
+            JobHistoryEntry::Provisioned {
+                at,
+                role,
+                node_id: Some(n),
+            }
+            | JobHistoryEntry::Running {
+                at,
+                role,
+                node_id: Some(n),
+            } if role == key && n == node => {
+                since.get_or_insert(at.unwrap_or(UnixMillis::MIN));
+            }
+            JobHistoryEntry::Stopping { role, node_id, .. } | JobHistoryEntry::Stopped { role, node_id, .. }
+                if role == key && node_id.as_ref().is_none_or(|n| n == node) =>
+            {
+                since = None;
+            }
+            _ => {}
+        }
+    }
+    since.unwrap_or(UnixMillis::MIN)
 }
 
 /// The instances a job's history leaves open (created or running, not

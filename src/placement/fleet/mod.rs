@@ -354,6 +354,25 @@ impl FleetView {
         &self.hot[idx as usize]
     }
 
+    /// Whether what is reserved on node `id` exceeds what it holds: its
+    /// capacity or cores, or a host port claimed twice. (GPU devices are
+    /// left out: a job whose device is not known is charged to every
+    /// device, so a sum over them overstates the load.) A node the view
+    /// does not hold is not.
+    pub fn over_committed(&self, id: &NodeId) -> bool {
+        let Some(idx) = self.node_index(id) else {
+            return false;
+        };
+        let (hot, entry) = (self.hot(idx), self.node(idx));
+        hot.free < -super::filter::CAPACITY_EPSILON
+            || hot.used_cores > hot.total_cores
+            || entry
+                .ports
+                .iter()
+                .enumerate()
+                .any(|(i, p)| entry.ports[..i].contains(p))
+    }
+
     /// Occupant indices of one bundle (every replica).
     pub(crate) fn bundle_occupants(&self, bundle: &BundleId) -> &[u32] {
         self.replicas.get(bundle).map_or(&[], Vec::as_slice)
