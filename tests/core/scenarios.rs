@@ -3043,3 +3043,52 @@ fn a_node_launching_for_a_job_does_not_take_it_back_at_hydration_when_its_co_loc
         "placed with its group, not held for the launching node"
     );
 }
+
+#[test]
+fn a_node_running_more_than_it_holds_at_hydration_keeps_its_oldest_instance_and_places_the_newest_again() {
+    // The old leader stopped `old` on `a` and placed `new` in its room; the
+    // stop never landed. Both run on a node that holds one: the newest is
+    // stopped and placed again, and nothing is counted as a failure.
+    let mut h = Harness::new();
+    h.cluster_node("a", 2.0);
+    h.cluster_node("b", 2.0);
+    let old = bundle("old", ONE_JOB);
+    let new = bundle("new", ONE_JOB);
+    for (b, at) in [(&old, h.now - 60_000), (&new, h.now)] {
+        h.event(ManagerEvent::BundleUpdated(b.clone()));
+        let mut runtime = jobs_of(b).remove(0);
+        runtime.history.push(JobHistoryEntry::Running {
+            at: Some(at),
+            role: InstanceKey::slot(Slot::Primary),
+            node_id: Some(NodeId::from("a")),
+        });
+        h.event(ManagerEvent::JobActive(runtime));
+    }
+    h.event(ManagerEvent::InitialDataComplete);
+    let (old_job, new_job) = (job_id("old", 0, "encode"), job_id("new", 0, "encode"));
+    assert_eq!(h.bound_node(&old_job), Some(NodeId::from("a")), "the oldest stays");
+    let calls = h.take_calls();
+    let stop = calls.iter().find(
+        |(_, r)| matches!(r, Rpc::StopJob { job_id, node_id, .. } if *job_id == new_job && node_id.as_str() == "a"),
+    );
+    let Some((stop, _)) = stop else {
+        panic!("the newest instance is stopped: {calls:?}");
+    };
+    assert!(
+        !calls
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::StopJob { job_id, .. } if *job_id == old_job)),
+        "the oldest keeps running"
+    );
+    h.ok(*stop);
+    h.stopped(&new_job, &NodeId::from("a"), InstanceKey::slot(Slot::Primary));
+    assert_eq!(
+        start_jobs(&h.take_calls()),
+        vec![(new_job.0.clone(), "b".to_owned())],
+        "placed again where there is room"
+    );
+    assert!(
+        h.core.job(&new_job).is_some_and(|r| r.restarts.count(h.now) == 0),
+        "not counted against the restart ceiling"
+    );
+}
