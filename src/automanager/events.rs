@@ -250,19 +250,22 @@ impl AutoManagerCore {
                 let job = JobId(n.tags.get(tags::PROVISIONED_FOR)?.clone());
                 let record = self.jobs.get(&job)?;
                 let wanted = self.may_run(record, now) && !record.window_over;
-                let peers_elsewhere = self.group_of(&job).iter().any(|peer| {
-                    self.jobs
-                        .get(peer)
-                        .and_then(|p| p.binding.as_ref())
-                        .is_some_and(|b| b.node_id != n.id)
-                });
-                (record.binding.is_none() && wanted && !peers_elsewhere).then(|| (n.id.clone(), job))
+                (record.binding.is_none() && wanted).then(|| (n.id.clone(), job))
             })
             .collect();
         for (node_id, job_id) in launching {
+            // Checked as each is bound: two nodes launching for two members
+            // of one group take at most one of them.
+            let peers_elsewhere = self.group_of(&job_id).iter().any(|peer| {
+                self.jobs
+                    .get(peer)
+                    .and_then(|p| p.binding.as_ref())
+                    .is_some_and(|b| b.node_id != node_id)
+            });
             // One node per job: a second launching for it stays unused.
             if let Some(record) = self.jobs.get_mut(&job_id)
                 && record.binding.is_none()
+                && !peers_elsewhere
             {
                 let slot = Slot::of_replica(record.bundle_ref.replica_index);
                 record.binding = Some(Binding {
@@ -277,6 +280,7 @@ impl AutoManagerCore {
         self.judge_losses_seen_while_hydrating(now);
         self.stop_strays();
         self.shed_over_commitment();
+        self.reunite_split_groups();
         // Every job read and bound: a node a job left while replaying is
         // released only if it is empty now.
         for (node_id, single_use) in releases {
@@ -387,6 +391,53 @@ impl AutoManagerCore {
         }
         // Rebuilt from the bindings as they now are.
         self.view_cache = None;
+    }
+
+    /// Once hydrated: a co-located group Manager runs on more than one
+    /// node, with no migration of it in flight (a predecessor's stop of a
+    /// member's instance never landed), stays on the node of its oldest
+    /// instance; the members elsewhere are stopped and placed again, with
+    /// the group.
+    fn reunite_split_groups(&mut self) {
+        let mut seen = std::collections::BTreeSet::new();
+        let job_ids: Vec<JobId> = self.jobs.keys().cloned().collect();
+        for job_id in job_ids {
+            if seen.contains(&job_id) {
+                continue;
+            }
+            let group = self.group_of(&job_id);
+            seen.extend(group.iter().cloned());
+            let records: Vec<&JobRecord> = group.iter().filter_map(|m| self.jobs.get(m)).collect();
+            if records.len() < 2 || records.iter().any(|r| r.migration.is_some()) {
+                continue;
+            }
+            let mut placed: Vec<(UnixMillis, JobId, NodeId, InstanceKey)> = records
+                .iter()
+                .filter_map(|r| {
+                    let b = r.binding.as_ref().filter(|b| b.phase != BindingPhase::AwaitingNode)?;
+                    let since = instance_since(&r.job.history, &b.instance_key, &b.node_id);
+                    Some((since, r.job_id().clone(), b.node_id.clone(), b.instance_key.clone()))
+                })
+                .collect();
+            placed.sort();
+            let Some(home) = placed.first().map(|p| p.2.clone()) else {
+                continue;
+            };
+            for (_, member, node_id, key) in placed.into_iter().filter(|p| p.2 != home) {
+                if let Some(record) = self.jobs.get_mut(&member) {
+                    record.binding = None;
+                }
+                self.fleet_epoch += 1;
+                self.view_cache = None;
+                self.notify(Notification::Error {
+                    message: format!(
+                        "{member} runs on {node_id}, apart from its co-located group on {home} (a predecessor's \
+                         stop did not land): stopping it there to place it with the group"
+                    ),
+                });
+                self.undo_start(&member, key, node_id);
+            }
+        }
     }
 
     /// A node tagged for one of this AutoManager's cloud tiers that this

@@ -1010,7 +1010,20 @@ impl Model {
             eprintln!("successor: {}", if promoted { "a promoted standby" } else { "carried" });
         }
         let previous = if promoted {
-            self.reference.promoting(&broken, &dropped);
+            // The nodes Manager's job histories show a single-use job ran
+            // on: all the new leader can know of them.
+            let single_use_ran_on: BTreeSet<NodeId> = jobs
+                .iter()
+                .filter(|j| j.spec.single_use)
+                .flat_map(|j| &j.history)
+                .filter_map(|entry| match entry {
+                    JobHistoryEntry::Provisioned { node_id, .. } | JobHistoryEntry::Running { node_id, .. } => {
+                        node_id.clone()
+                    }
+                    _ => None,
+                })
+                .collect();
+            self.reference.promoting(&broken, &dropped, &single_use_ran_on);
             // The leader's process is gone with its calls' callers: what
             // Manager still does for them is answered to no one.
             for (id, _, _) in &mut self.pending {

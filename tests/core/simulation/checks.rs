@@ -428,9 +428,18 @@ impl Reference {
     /// terminal outcomes among them, but for those Manager holds (`broken`,
     /// `dropped`). From here on — while the new leader still follows the
     /// stream, before it acts — losses are the new leader's to judge.
-    pub(super) fn promoting(&mut self, broken: &BTreeSet<BundleId>, dropped: &BTreeSet<JobId>) {
+    pub(super) fn promoting(
+        &mut self,
+        broken: &BTreeSet<BundleId>,
+        dropped: &BTreeSet<JobId>,
+        single_use_ran_on: &BTreeSet<NodeId>,
+    ) {
         self.broken.clone_from(broken);
         self.dropped.clone_from(dropped);
+        // A node a single-use job left is released by whoever knows it
+        // ran there: the new leader only by the job's history (a deleted
+        // bundle's jobs are gone with it).
+        self.single_use_hosts.retain(|node| single_use_ran_on.contains(node));
         // The restart ceiling is rebuilt from Manager's job history: the
         // runtime failures it records count on, the losses it does not are
         // forgotten with the process that counted them; failures the spec
@@ -479,7 +488,11 @@ impl Reference {
         created: &BTreeMap<NodeId, UnixMillis>,
     ) {
         // The verdicts of the old leader's that landed while the new one
-        // followed, beside the outcomes of losses the new one judges.
+        // followed, beside the outcomes of losses the new one judges: one
+        // Manager holds by the time the new leader acts is not announced
+        // again.
+        self.expected_broken.retain(|bundle| !broken.contains(bundle));
+        self.expected_dropped.retain(|job| !dropped.contains(job));
         self.broken.extend(broken.iter().cloned());
         self.dropped.extend(dropped.iter().cloned());
         // The new leader cannot know when its predecessor asked for a node,
