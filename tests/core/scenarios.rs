@@ -3092,3 +3092,47 @@ fn a_node_running_more_than_it_holds_at_hydration_keeps_its_oldest_instance_and_
         "not counted against the restart ceiling"
     );
 }
+
+#[test]
+fn a_co_located_group_split_across_nodes_at_hydration_is_placed_back_together() {
+    // "Co-located jobs share a node." The old leader moved `package` off
+    // `a` and its stop of the new instance on `b` never landed; nothing is
+    // migrating. The group stays where its oldest instance runs, and
+    // `package` is stopped on `b` to be placed with it.
+    let mut h = Harness::new();
+    h.cluster_node("a", 8.0);
+    h.cluster_node("b", 8.0);
+    let b = bundle(
+        "b",
+        "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1}}\n  - {jobName: package, coLocateWith: [encode], requirements: {requiredCapacity: 1}}\n",
+    );
+    h.event(ManagerEvent::BundleUpdated(b.clone()));
+    let encode = job_id("b", 0, "encode");
+    let package = job_id("b", 0, "package");
+    let mut jobs = jobs_of(&b);
+    for (job, (node, at)) in jobs.iter_mut().zip([("a", h.now - 60_000), ("b", h.now)]) {
+        job.history.push(JobHistoryEntry::Running {
+            at: Some(at),
+            role: InstanceKey::slot(Slot::Primary),
+            node_id: Some(NodeId::from(node)),
+        });
+    }
+    for job in jobs {
+        h.event(ManagerEvent::JobActive(job));
+    }
+    h.event(ManagerEvent::InitialDataComplete);
+    assert_eq!(h.bound_node(&encode), Some(NodeId::from("a")));
+    let calls = h.take_calls();
+    let Some((stop, _)) = calls.iter().find(|(_, r)| {
+        matches!(r, Rpc::StopJob { job_id, node_id, .. } if *job_id == package && node_id.as_str() == "b")
+    }) else {
+        panic!("the member apart from its group is stopped: {calls:?}");
+    };
+    h.ok(*stop);
+    h.stopped(&package, &NodeId::from("b"), InstanceKey::slot(Slot::Primary));
+    assert_eq!(
+        start_jobs(&h.take_calls()),
+        vec![(package.0.clone(), "a".to_owned())],
+        "placed with its group"
+    );
+}

@@ -108,7 +108,7 @@ impl ManagerNode {
 const CAPABILITY: &str = "norsk.io/sdi";
 
 /// What takes over when the event stream breaks (`CORE_SIM_SUCCESSOR`:
-/// `carried`, the default, `promoted` or `both`, either at random; see
+/// `carried`, `promoted`, or `both`, the default, either at random; see
 /// docs/testing.md).
 #[derive(Clone, Copy, Debug)]
 enum Successors {
@@ -125,8 +125,8 @@ impl Successors {
     fn from_env() -> Self {
         match std::env::var("CORE_SIM_SUCCESSOR").as_deref() {
             Ok("promoted") => Self::Promoted,
-            Ok("both") => Self::Both,
-            Ok("carried") | Err(_) => Self::Carried,
+            Ok("both") | Err(_) => Self::Both,
+            Ok("carried") => Self::Carried,
             Ok(other) => panic!("CORE_SIM_SUCCESSOR is carried, promoted or both, not {other:?}"),
         }
     }
