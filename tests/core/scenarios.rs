@@ -3123,9 +3123,9 @@ fn a_co_located_group_split_across_nodes_at_hydration_is_placed_back_together() 
     h.event(ManagerEvent::InitialDataComplete);
     assert_eq!(h.bound_node(&encode), Some(NodeId::from("a")));
     let calls = h.take_calls();
-    let Some((stop, _)) = calls.iter().find(|(_, r)| {
-        matches!(r, Rpc::StopJob { job_id, node_id, .. } if *job_id == package && node_id.as_str() == "b")
-    }) else {
+    let Some((stop, _)) = calls.iter().find(
+        |(_, r)| matches!(r, Rpc::StopJob { job_id, node_id, .. } if *job_id == package && node_id.as_str() == "b"),
+    ) else {
         panic!("the member apart from its group is stopped: {calls:?}");
     };
     h.ok(*stop);

@@ -476,6 +476,12 @@ impl Reference {
         // embedder's direct call) went with it: what its node loses from now
         // on counts against the ceiling, as the new leader counts it.
         self.interrupted.clear();
+        // So did its migrations: a loss of a source is judged as any loss,
+        // and a target its late call still creates is the next leader's to
+        // stop.
+        for (_, m) in std::mem::take(&mut self.migrations) {
+            self.ended_targets.insert((m.job_id, m.target_key, m.target_node_id));
+        }
     }
 
     /// A standby is promoted in place of a leader that is gone: drains,
