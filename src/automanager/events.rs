@@ -835,7 +835,7 @@ fn replay_restart(restarts: &mut super::recovery::RestartHistory, entry: &JobHis
 
 /// When instance `key` of a job on `node` was created, by its history (the
 /// start of time if it does not say).
-fn instance_since(history: &[JobHistoryEntry], key: &InstanceKey, node: &NodeId) -> UnixMillis {
+pub(super) fn instance_since(history: &[JobHistoryEntry], key: &InstanceKey, node: &NodeId) -> UnixMillis {
     let mut since = None;
     for entry in history {
         match entry {

@@ -3136,3 +3136,61 @@ fn a_co_located_group_split_across_nodes_at_hydration_is_placed_back_together() 
         "placed with its group"
     );
 }
+
+#[test]
+fn a_hydrating_core_never_hands_a_job_to_a_migration_target_created_after_the_stop_it_reads() {
+    // The job failed on `a`, was recovered on `b`, and a later migration's
+    // target (aborted, its stop never landed) runs on `a`. Reading the old
+    // failure, the core must not move the job to that later target: the
+    // job runs on `b`, and the target is stopped.
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.cluster_node("b", 4.0);
+    let b = bundle("b", ONE_JOB);
+    h.event(ManagerEvent::BundleUpdated(b.clone()));
+    let job = job_id("b", 0, "encode");
+    let primary = InstanceKey::slot(Slot::Primary);
+    let target = InstanceKey(format!("{}@0ld7a29e", primary.as_str()));
+    let (a, bn) = (NodeId::from("a"), NodeId::from("b"));
+    let t = h.now;
+    let mut runtime = jobs_of(&b).remove(0);
+    runtime.history.extend([
+        JobHistoryEntry::Running {
+            at: Some(t - 50_000),
+            role: primary.clone(),
+            node_id: Some(a.clone()),
+        },
+        JobHistoryEntry::Stopping {
+            at: Some(t - 40_000),
+            role: primary.clone(),
+            node_id: Some(a.clone()),
+            reason: norsk_auto_manager::model::JobStopReason::JobFailed,
+        },
+        JobHistoryEntry::Stopped {
+            at: Some(t - 40_000),
+            role: primary.clone(),
+            node_id: Some(a.clone()),
+        },
+        JobHistoryEntry::Running {
+            at: Some(t - 30_000),
+            role: primary.clone(),
+            node_id: Some(bn.clone()),
+        },
+        JobHistoryEntry::Running {
+            at: Some(t - 10_000),
+            role: target.clone(),
+            node_id: Some(a.clone()),
+        },
+    ]);
+    h.event(ManagerEvent::JobActive(runtime));
+    h.event(ManagerEvent::InitialDataComplete);
+    assert_eq!(h.bound_node(&job), Some(bn), "the job stays where it was recovered");
+    let calls = h.take_calls();
+    assert!(
+        calls.iter().any(|(_, r)| matches!(
+            r,
+            Rpc::StopJob { instance_key, node_id, .. } if *instance_key == target && *node_id == a
+        )),
+        "the later target is stopped: {calls:?}"
+    );
+}

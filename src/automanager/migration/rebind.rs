@@ -70,6 +70,19 @@ impl AutoManagerCore {
         if !self.hydrated && phase != BindingPhase::Running {
             return false;
         }
+        // While hydrating, the whole history is read at once: a target
+        // created after the stop being read is a later migration's, not
+        // the one that moved the job before this stop.
+        let stopped_at = match entry {
+            JobHistoryEntry::Stopping { at, .. } | JobHistoryEntry::Stopped { at, .. } => *at,
+            _ => None,
+        };
+        if !self.hydrated
+            && stopped_at
+                .is_some_and(|at| crate::automanager::events::instance_since(&record.job.history, &key, &node_id) > at)
+        {
+            return false;
+        }
         let (left, single_use) = (binding.node_id.clone(), record.job.spec.single_use);
         let usable = self.fleet.get(&node_id).is_some_and(|n| !n.is_going() && !n.terminated);
         if !usable {
