@@ -2896,45 +2896,55 @@ fn a_loss_its_leader_recovered_before_promotion_is_not_judged_again() {
     );
 }
 
+/// Nodes `a` and `b` and a one-job bundle whose job's history, as Manager
+/// holds it, is `history(now)`, fed to a core that is still hydrating.
+fn hydrating_with_history(
+    history: impl FnOnce(norsk_auto_manager::model::UnixMillis) -> Vec<JobHistoryEntry>,
+) -> (Harness, JobId) {
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.cluster_node("b", 4.0);
+    let b = bundle("b", ONE_JOB);
+    h.event(ManagerEvent::BundleUpdated(b.clone()));
+    let mut runtime = jobs_of(&b).remove(0);
+    runtime.history.extend(history(h.now));
+    h.event(ManagerEvent::JobActive(runtime));
+    (h, job_id("b", 0, "encode"))
+}
+
 #[test]
 fn a_migration_target_that_never_ran_is_not_taken_for_the_placement_by_a_core_that_does_not_follow_its_saga() {
     // A stop-then-start migration: the old leader stopped the source and
     // died before it started the target (created with its start deferred).
     // Bound to the target, the job would never run; the new leader stops
     // it and places the job again.
-    let mut h = Harness::new();
-    h.cluster_node("a", 4.0);
-    h.cluster_node("b", 4.0);
-    let b = bundle("b", ONE_JOB);
-    h.event(ManagerEvent::BundleUpdated(b.clone()));
-    let job = job_id("b", 0, "encode");
     let primary = InstanceKey::slot(Slot::Primary);
     let target = InstanceKey(format!("{}@0ld7a29e", primary.as_str()));
-    let mut runtime = jobs_of(&b).remove(0);
-    runtime.history.extend([
-        JobHistoryEntry::Running {
-            at: Some(h.now),
-            role: primary.clone(),
-            node_id: Some(NodeId::from("a")),
-        },
-        JobHistoryEntry::Provisioned {
-            at: Some(h.now),
-            role: target.clone(),
-            node_id: Some(NodeId::from("b")),
-        },
-        JobHistoryEntry::Stopping {
-            at: Some(h.now),
-            role: primary.clone(),
-            node_id: Some(NodeId::from("a")),
-            reason: norsk_auto_manager::model::JobStopReason::UserRequested,
-        },
-        JobHistoryEntry::Stopped {
-            at: Some(h.now),
-            role: primary.clone(),
-            node_id: Some(NodeId::from("a")),
-        },
-    ]);
-    h.event(ManagerEvent::JobActive(runtime));
+    let (mut h, job) = hydrating_with_history(|now| {
+        vec![
+            JobHistoryEntry::Running {
+                at: Some(now),
+                role: primary.clone(),
+                node_id: Some(NodeId::from("a")),
+            },
+            JobHistoryEntry::Provisioned {
+                at: Some(now),
+                role: target.clone(),
+                node_id: Some(NodeId::from("b")),
+            },
+            JobHistoryEntry::Stopping {
+                at: Some(now),
+                role: primary.clone(),
+                node_id: Some(NodeId::from("a")),
+                reason: norsk_auto_manager::model::JobStopReason::UserRequested,
+            },
+            JobHistoryEntry::Stopped {
+                at: Some(now),
+                role: primary.clone(),
+                node_id: Some(NodeId::from("a")),
+            },
+        ]
+    });
     h.event(ManagerEvent::JobPrepared {
         job_id: job.clone(),
         role: target.clone(),
@@ -2969,33 +2979,27 @@ fn a_migration_target_that_never_ran_is_not_taken_for_the_placement_by_a_core_th
 fn a_migration_target_that_ran_takes_the_job_over_when_a_hydrating_core_sees_its_source_stop() {
     // The migration finished before the stream broke (the target ran, then
     // the source stopped): the job runs on the target, not placed again.
-    let mut h = Harness::new();
-    h.cluster_node("a", 4.0);
-    h.cluster_node("b", 4.0);
-    let b = bundle("b", ONE_JOB);
-    h.event(ManagerEvent::BundleUpdated(b.clone()));
-    let job = job_id("b", 0, "encode");
     let primary = InstanceKey::slot(Slot::Primary);
     let target = InstanceKey(format!("{}@0ld7a29e", primary.as_str()));
-    let mut runtime = jobs_of(&b).remove(0);
-    runtime.history.extend([
-        JobHistoryEntry::Running {
-            at: Some(h.now),
-            role: primary.clone(),
-            node_id: Some(NodeId::from("a")),
-        },
-        JobHistoryEntry::Running {
-            at: Some(h.now),
-            role: target.clone(),
-            node_id: Some(NodeId::from("b")),
-        },
-        JobHistoryEntry::Stopped {
-            at: Some(h.now),
-            role: primary.clone(),
-            node_id: Some(NodeId::from("a")),
-        },
-    ]);
-    h.event(ManagerEvent::JobActive(runtime));
+    let (mut h, job) = hydrating_with_history(|now| {
+        vec![
+            JobHistoryEntry::Running {
+                at: Some(now),
+                role: primary.clone(),
+                node_id: Some(NodeId::from("a")),
+            },
+            JobHistoryEntry::Running {
+                at: Some(now),
+                role: target.clone(),
+                node_id: Some(NodeId::from("b")),
+            },
+            JobHistoryEntry::Stopped {
+                at: Some(now),
+                role: primary.clone(),
+                node_id: Some(NodeId::from("a")),
+            },
+        ]
+    });
     h.event(ManagerEvent::InitialDataComplete);
     assert_eq!(h.bound_node(&job), Some(NodeId::from("b")));
     assert!(start_jobs(&h.take_calls()).is_empty(), "the job runs on its target");
@@ -3143,46 +3147,39 @@ fn a_hydrating_core_never_hands_a_job_to_a_migration_target_created_after_the_st
     // target (aborted, its stop never landed) runs on `a`. Reading the old
     // failure, the core must not move the job to that later target: the
     // job runs on `b`, and the target is stopped.
-    let mut h = Harness::new();
-    h.cluster_node("a", 4.0);
-    h.cluster_node("b", 4.0);
-    let b = bundle("b", ONE_JOB);
-    h.event(ManagerEvent::BundleUpdated(b.clone()));
-    let job = job_id("b", 0, "encode");
     let primary = InstanceKey::slot(Slot::Primary);
     let target = InstanceKey(format!("{}@0ld7a29e", primary.as_str()));
     let (a, bn) = (NodeId::from("a"), NodeId::from("b"));
-    let t = h.now;
-    let mut runtime = jobs_of(&b).remove(0);
-    runtime.history.extend([
-        JobHistoryEntry::Running {
-            at: Some(t - 50_000),
-            role: primary.clone(),
-            node_id: Some(a.clone()),
-        },
-        JobHistoryEntry::Stopping {
-            at: Some(t - 40_000),
-            role: primary.clone(),
-            node_id: Some(a.clone()),
-            reason: norsk_auto_manager::model::JobStopReason::JobFailed,
-        },
-        JobHistoryEntry::Stopped {
-            at: Some(t - 40_000),
-            role: primary.clone(),
-            node_id: Some(a.clone()),
-        },
-        JobHistoryEntry::Running {
-            at: Some(t - 30_000),
-            role: primary.clone(),
-            node_id: Some(bn.clone()),
-        },
-        JobHistoryEntry::Running {
-            at: Some(t - 10_000),
-            role: target.clone(),
-            node_id: Some(a.clone()),
-        },
-    ]);
-    h.event(ManagerEvent::JobActive(runtime));
+    let (mut h, job) = hydrating_with_history(|t| {
+        vec![
+            JobHistoryEntry::Running {
+                at: Some(t - 50_000),
+                role: primary.clone(),
+                node_id: Some(a.clone()),
+            },
+            JobHistoryEntry::Stopping {
+                at: Some(t - 40_000),
+                role: primary.clone(),
+                node_id: Some(a.clone()),
+                reason: norsk_auto_manager::model::JobStopReason::JobFailed,
+            },
+            JobHistoryEntry::Stopped {
+                at: Some(t - 40_000),
+                role: primary.clone(),
+                node_id: Some(a.clone()),
+            },
+            JobHistoryEntry::Running {
+                at: Some(t - 30_000),
+                role: primary.clone(),
+                node_id: Some(bn.clone()),
+            },
+            JobHistoryEntry::Running {
+                at: Some(t - 10_000),
+                role: target.clone(),
+                node_id: Some(a.clone()),
+            },
+        ]
+    });
     h.event(ManagerEvent::InitialDataComplete);
     assert_eq!(h.bound_node(&job), Some(bn), "the job stays where it was recovered");
     let calls = h.take_calls();
