@@ -570,6 +570,20 @@ impl Reference {
     /// The job's window is over.
     pub(super) fn job_ended(&mut self, job: &JobId) {
         self.ended.insert(job.clone());
+        // A job deleted before the core acted on its loss (a new leader
+        // still following the stream) has no drop left to announce.
+        if !self.seen_dropped.contains(job) {
+            self.expected_dropped.remove(job);
+        }
+    }
+
+    /// "The history clears when the bundle is updated or deleted"; a
+    /// deleted bundle not yet announced broken never will be.
+    pub(super) fn bundle_deleted(&mut self, bundle: &BundleId) {
+        self.bundle_updated(bundle);
+        if !self.seen_broken.contains(bundle) {
+            self.expected_broken.remove(bundle);
+        }
     }
 
     /// The model issued `command` as `id`.
