@@ -161,6 +161,10 @@ pub(super) enum Readiness {
     Never,
 }
 
+/// How many salts a process part of a node id tells apart (two base-36
+/// digits).
+const NODE_ID_SALTS: u64 = 36 * 36;
+
 /// The AutoManager core (see the module docs of [`crate::automanager`]).
 /// Cloning it forks the whole state (what benchmarks and what-if runs do).
 #[derive(Clone, Debug)]
@@ -168,8 +172,12 @@ pub struct AutoManagerCore {
     pub(super) settings: AutoSettings,
     pub(super) pools: Pools,
     /// When this AutoManager's process started (a successor keeps it): its
-    /// uptime, and the process part of the node ids it names.
+    /// uptime.
     pub(super) started_at: UnixMillis,
+    /// The process part of the node ids it names (a successor keeps it):
+    /// its start time, salted by the embedder so two processes started in
+    /// the same millisecond (a leader and its standby) never name one node.
+    pub(super) process: u64,
     pub(super) hydrated: bool,
     pub(super) closed: bool,
     pub(super) fleet: Fleet,
@@ -217,11 +225,21 @@ pub struct AutoManagerCore {
 impl AutoManagerCore {
     /// A core for validated settings, started at `now`. It places nothing
     /// until Manager's `InitialDataComplete`.
+    /// This core names its nodes with `salt` beside its start time (the
+    /// runtime draws it at random): a standby started in the same
+    /// millisecond as its leader then never names a node its leader named.
+    #[must_use]
+    pub fn salted(mut self, salt: u16) -> Self {
+        self.process = self.started_at.unsigned_abs() * NODE_ID_SALTS + u64::from(salt) % NODE_ID_SALTS;
+        self
+    }
+
     pub fn new(valid: ValidSettings, now: UnixMillis) -> Self {
         Self {
             settings: valid.settings,
             pools: valid.pools,
             started_at: now,
+            process: now.unsigned_abs(),
             hydrated: false,
             closed: false,
             fleet: Fleet::default(),
@@ -263,6 +281,7 @@ impl AutoManagerCore {
     /// disposed core may have told the source to stop, or not yet.
     pub fn succeeding(valid: ValidSettings, previous: &AutoManagerCore) -> Self {
         let mut core = Self::new(valid, previous.started_at);
+        core.process = previous.process;
         core.counters = previous.counters.clone();
         // `updateHotSpareSpecs` replaced the list without a reconnect; a
         // reconnect keeps it.
@@ -801,6 +820,9 @@ impl AutoManagerCore {
                 record.job.terminal_verdict = None;
                 record.window_over = false;
                 record.restarts.clear();
+                // A loss no leader judged, before the update: the update
+                // supersedes it, as it would a judged one's count and drop.
+                record.unjudged_loss = None;
                 record.recovery = None;
                 record.awaiting_capacity_since = None;
             }

@@ -23,21 +23,21 @@ use super::view_cache::ViewCache;
 use super::{Notification, Rpc};
 
 /// Prospective node ids: `<pool>-<tier>-<process>-<serial>`. The process
-/// part is the AutoManager's start time (milliseconds, base 36), the same for
-/// every core one process hydrates and different for a standby promoted in
-/// its place, whose serials start again: a node id is never given to two
+/// part is the AutoManager's start time (milliseconds) and a salt the runtime
+/// draws at random, in base 36: the same for every core one process hydrates
+/// and different for a standby promoted in its place (even one started in
+/// the same millisecond), whose serials start again: a node id is never given to two
 /// machines, so a forgotten node's `NorskNode` (its cordon, its history)
 /// never passes to a new one. The serial counts up for the process's life and
 /// skips ids the fleet holds; the same inputs always name the same nodes.
 pub(super) struct NodeIds<'a> {
-    pub(super) started_at: UnixMillis,
+    pub(super) process: u64,
     pub(super) serial: &'a mut u64,
 }
 
-/// The id of node `serial` of `pool`'s `tier`, named by the process
-/// started at `started_at`.
-pub(super) fn node_id(pool: &str, tier: &str, started_at: UnixMillis, serial: u64) -> NodeId {
-    let mut n = started_at.unsigned_abs();
+/// The id of node `serial` of `pool`'s `tier`, named by `process`.
+pub(super) fn node_id(pool: &str, tier: &str, process: u64, serial: u64) -> NodeId {
+    let mut n = process;
     let mut process = Vec::new();
     loop {
         process.push(char::from_digit((n % 36) as u32, 36).unwrap_or('0'));
@@ -54,7 +54,7 @@ impl ProspectiveNodeIds for NodeIds<'_> {
     fn prospective_node_id(&mut self, view: &FleetView, pool: &str, tier: &str) -> NodeId {
         loop {
             *self.serial += 1;
-            let id = node_id(pool, tier, self.started_at, *self.serial);
+            let id = node_id(pool, tier, self.process, *self.serial);
             if !view.contains(&id) {
                 return id;
             }
@@ -226,7 +226,7 @@ impl AutoManagerCore {
             record.last_recovery_at = Some(now);
         }
         let mut ids = NodeIds {
-            started_at: self.started_at,
+            process: self.process,
             serial: &mut self.next_node_serial,
         };
         let placement = match place_ranked(view, request, &mut ids, rankings) {

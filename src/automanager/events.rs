@@ -234,6 +234,11 @@ impl AutoManagerCore {
         // The placement view is built once here and kept up to date after;
         // should it fail, the first placement round says why.
         self.view_cache = self.synced_view().ok();
+        // First, the losses no leader judged: a node launching for a job
+        // was asked for before the loss (no leader acted since), so it is
+        // no placement after it — a `drop` job lost meanwhile ends, and is
+        // not bound to the node below.
+        self.judge_losses_seen_while_hydrating(now);
         // A node provisioned for a job (by this core's predecessor) that is
         // still launching takes that job back, so a new instance never
         // provisions a second node for it — unless the job is not to run
@@ -277,7 +282,6 @@ impl AutoManagerCore {
                 });
             }
         }
-        self.judge_losses_seen_while_hydrating(now);
         self.stop_strays();
         self.shed_over_commitment();
         self.reunite_split_groups();

@@ -205,7 +205,27 @@ fn a_node_id_is_never_named_twice_across_stream_breaks_and_promotions() {
         third != first && third != second,
         "the promoted standby named {third}, a node the old leader named"
     );
-    for node in [&first, &second, &third] {
+
+    // One started in the same millisecond as the leader: its salt (drawn
+    // at random by the runtime) sets it apart; a successor keeps it.
+    let mut twin = Harness::new();
+    let core = AutoManagerCore::new(valid(), twin.now).salted(7);
+    let fourth = hydrate(&mut twin, core);
+    assert!(
+        fourth != first && fourth != second,
+        "a standby started in the leader's millisecond named {fourth}, a node the old leader named"
+    );
+    let successor = AutoManagerCore::succeeding(valid(), &twin.core);
+    let fifth = hydrate(&mut twin, successor);
+    assert_ne!(fourth, fifth, "the same salted process named a node twice");
+    // `<pool>-<tier>-<process>-<serial>`
+    let process = |node: &NodeId| node.as_str().split('-').nth(2).map(str::to_owned);
+    assert_eq!(
+        process(&fourth),
+        process(&fifth),
+        "a successor names its nodes as its process did"
+    );
+    for node in [&first, &second, &third, &fourth, &fifth] {
         assert!(node.as_str().starts_with("production-"), "{node}");
     }
 }
@@ -2838,6 +2858,41 @@ fn a_loss_no_leader_judged_is_judged_once_hydrated_drop_ends_the_job() {
 }
 
 #[test]
+fn a_loss_no_leader_judged_ends_a_drop_job_even_with_a_node_launching_for_it() {
+    // A node the dead leader asked for the job (an aborted migration's
+    // target, say) was asked for before the loss: it is no placement
+    // after it. "`drop` never restarts": the job ends, the node is not
+    // its.
+    let (mut h, job) = lost_while_following(
+        "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1, essential: false, onRuntimeFailure: drop}}\n",
+    );
+    let mut info = node_info(
+        "production-aws-old-1",
+        &[
+            (tags::POOL, "production"),
+            (tags::TIER, "aws"),
+            (tags::PROVISIONED_FOR, job.as_str()),
+        ],
+    );
+    info.created_at = Some(h.now - 500);
+    h.event(ManagerEvent::NodeStarting(info));
+    h.event(ManagerEvent::InitialDataComplete);
+    let notifications = h.take_notifications();
+    assert!(
+        notifications
+            .iter()
+            .any(|n| matches!(n, Notification::JobDropped { job_id, .. } if *job_id == job)),
+        "the loss is judged: {notifications:?}"
+    );
+    assert_eq!(h.bound_node(&job), None, "a dropped job holds no node");
+    let calls = h.take_calls();
+    assert!(
+        start_jobs(&calls).is_empty(),
+        "a dropped job is not started again: {calls:?}"
+    );
+}
+
+#[test]
 fn a_loss_no_leader_judged_is_judged_once_hydrated_and_counts_against_the_ceiling() {
     // The re-placing policies recover the job away from the lost node, and
     // the loss counts: with a ceiling of one, the next loss breaks the
@@ -2862,6 +2917,38 @@ fn a_loss_no_leader_judged_is_judged_once_hydrated_and_counts_against_the_ceilin
             .iter()
             .any(|n| matches!(n, Notification::BundleBroken { bundle_id, .. } if bundle_id.as_str() == "b")),
         "the loss while following counted: the second one is past the ceiling: {notifications:?}"
+    );
+}
+
+#[test]
+fn a_loss_no_leader_judged_before_its_bundle_was_updated_does_not_count_after_the_update() {
+    // "The history clears when the bundle is updated": a loss seen while
+    // following, then an update, leaves nothing counted. With a ceiling of
+    // one, one failure after the update is a restart, not a break.
+    let (mut h, job) = lost_while_following(
+        "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1, maxRestartsPerHour: 1}}\n",
+    );
+    let mut updated = h
+        .core
+        .bundles()
+        .find(|b| b.bundle_id.as_str() == "b")
+        .expect("bundle known")
+        .clone();
+    updated.generation += 1;
+    h.event(ManagerEvent::BundleUpdated(updated));
+    h.event(ManagerEvent::InitialDataComplete);
+    assert_eq!(start_jobs(&h.take_calls()).len(), 1, "placed again after the update");
+    h.ok_all();
+    let node = h.bound_node(&job).expect("placed");
+    h.running(&job, &node);
+    h.advance(10_000);
+    h.failed(&job, &node);
+    let notifications = h.take_notifications();
+    assert!(
+        notifications
+            .iter()
+            .all(|n| !matches!(n, Notification::BundleBroken { .. })),
+        "the loss before the update does not count: {notifications:?}"
     );
 }
 

@@ -143,6 +143,9 @@ struct Model {
     instances: BTreeMap<(JobId, InstanceKey), Instance>,
     /// Spare-untagging calls the core has made (what it counts consumed).
     spares_untagged: u64,
+    /// Standbys promoted so far: each one's node-id salt, as the runtime
+    /// draws one for every process.
+    promotions: u16,
     /// Nodes Manager has accepted an instance on (a spare among them was
     /// consumed then; untagging it again, after a failed untag, is no new
     /// consumption).
@@ -311,6 +314,7 @@ impl Model {
             nodes: BTreeMap::new(),
             instances: BTreeMap::new(),
             spares_untagged: 0,
+            promotions: 0,
             carried: BTreeSet::new(),
             refused_held: 0,
             bundles: BTreeMap::new(),
@@ -1039,7 +1043,11 @@ impl Model {
             // the old leader's write still carries is news to it when that
             // write lands.
             self.spares_untagged = 0;
-            let fresh = norsk_auto_manager::automanager::AutoManagerCore::new(valid, self.h.now);
+            // A standby may have started in the same millisecond as its
+            // leader: its salt tells their nodes apart.
+            self.promotions += 1;
+            let fresh =
+                norsk_auto_manager::automanager::AutoManagerCore::new(valid, self.h.now).salted(self.promotions);
             Some(std::mem::replace(&mut self.h.core, fresh))
         } else {
             self.h.core = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &self.h.core);
@@ -1265,8 +1273,7 @@ impl Model {
             self.reference.job_ended(&job);
             self.h.event(ManagerEvent::JobDeleted(job));
         }
-        // "The history clears when the bundle is updated or deleted."
-        self.reference.bundle_updated(bundle_id);
+        self.reference.bundle_deleted(bundle_id);
         self.h.event(ManagerEvent::BundleDeleted(bundle_id.clone()));
     }
 

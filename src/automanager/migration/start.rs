@@ -294,7 +294,7 @@ impl AutoManagerCore {
             }
             self.counters.placements_attempted += 1;
             let mut ids = NodeIds {
-                started_at: self.started_at,
+                process: self.process,
                 serial: &mut self.next_node_serial,
             };
             let placement = match place(view.fleet_view(), request, &mut ids) {

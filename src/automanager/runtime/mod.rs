@@ -189,7 +189,10 @@ impl AutoManager {
         let (lacking, lacking_rx) = Lacking::new();
         let clock = Clock::new(options.time_scale);
         let shell = Shell {
-            core: AutoManagerCore::new(valid.clone(), clock.now()),
+            // A salt from the process's own random hash keys: a standby
+            // started in the same millisecond names other nodes.
+            core: AutoManagerCore::new(valid.clone(), clock.now())
+                .salted(std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), 0u8) as u16),
             clock,
             valid,
             client,

@@ -400,7 +400,7 @@ impl AutoManagerCore {
     fn provision_spare(&mut self, entry: &HotSpareSpec, tier: &PlacementTier, now: UnixMillis) {
         let node_id = loop {
             self.next_node_serial += 1;
-            let id = super::dispatch::node_id(&entry.pool, &tier.name, self.started_at, self.next_node_serial);
+            let id = super::dispatch::node_id(&entry.pool, &tier.name, self.process, self.next_node_serial);
             if !self.fleet.contains(&id) {
                 break id;
             }
