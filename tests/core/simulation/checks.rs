@@ -387,8 +387,16 @@ impl Reference {
     }
 
     /// "The history clears when the bundle is updated", and so does its
-    /// broken mark (and with it its jobs' drops).
+    /// broken mark (and with it its jobs' drops). An outcome not announced
+    /// yet (a loss a new leader, still following the stream, has yet to
+    /// judge) never will be: the update supersedes it.
     pub(super) fn bundle_updated(&mut self, bundle: &BundleId) {
+        let (seen_dropped, seen_broken) = (&self.seen_dropped, &self.seen_broken);
+        self.expected_dropped
+            .retain(|job| &bundle_of(job) != bundle || seen_dropped.contains(job));
+        if !seen_broken.contains(bundle) {
+            self.expected_broken.remove(bundle);
+        }
         self.broken.remove(bundle);
         self.excluded.retain(|job, _| &bundle_of(job) != bundle);
         self.dropped.retain(|job| &bundle_of(job) != bundle);
@@ -577,13 +585,9 @@ impl Reference {
         }
     }
 
-    /// "The history clears when the bundle is updated or deleted"; a
-    /// deleted bundle not yet announced broken never will be.
+    /// "The history clears when the bundle is updated or deleted".
     pub(super) fn bundle_deleted(&mut self, bundle: &BundleId) {
         self.bundle_updated(bundle);
-        if !self.seen_broken.contains(bundle) {
-            self.expected_broken.remove(bundle);
-        }
     }
 
     /// The model issued `command` as `id`.
