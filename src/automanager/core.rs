@@ -737,6 +737,13 @@ impl AutoManagerCore {
                 return self.reply(id, aborted.map_err(CommandError::Migration));
             }
             Command::SetPlacementPools(pools) => return self.set_placement_pools(id, pools),
+            Command::UpdateHotSpareSpecs(specs) => {
+                let changed = self.update_hot_spare_specs(specs);
+                return self.answer(id, changed.map(Answer::HotSpares));
+            }
+            Command::UpdateHotSpareNode { node_id, spec } => {
+                return self.reply_with(id, |core| core.update_hot_spare_node(&node_id, &spec));
+            }
         };
         let deletes = matches!(rpc, Rpc::DeleteBundle(_));
         self.call(

@@ -69,8 +69,8 @@ pub use runtime::{AutoManager, AutoManagerHandle, MISSING_EXTENSION_RETRY, Query
 pub use settings::{AutoSettings, AutoSettingsValidationError, chart_settings_schema, validate_auto_settings};
 
 use crate::model::{
-    Bundle, BundleId, BundleJobRef, InstanceKey, JobId, LaunchMode, ManagerEvent, NodeId, PlacementPool, ProviderKind,
-    TerminalVerdict, UnixMillis,
+    Bundle, BundleId, BundleJobRef, HotSpareSpec, InstanceKey, JobId, LaunchMode, ManagerEvent, NodeId, PlacementPool,
+    ProviderKind, SpareSpec, TerminalVerdict, UnixMillis,
 };
 use crate::placement::BundleIssue;
 
@@ -142,6 +142,29 @@ pub enum Command {
     /// Replaces the placement pools live (no reconnect): validated with
     /// the rest of the settings, refused as a whole if any pool is invalid.
     SetPlacementPools(Vec<PlacementPool>),
+    /// `updateHotSpareSpecs(list)`: replaces the live `hotSpares` list (no
+    /// reconnect), validated as at boot and refused whole; answered with
+    /// [`Answer::HotSpares`], what changed per pool.
+    UpdateHotSpareSpecs(Vec<HotSpareSpec>),
+    /// `updateHotSpareNode`: edits one live spare's `SpareSpec`, written to
+    /// its tags.
+    UpdateHotSpareNode {
+        /// The spare.
+        node_id: NodeId,
+        /// Its new spec.
+        spec: SpareSpec,
+    },
+}
+
+impl Command {
+    /// A live settings change: a standby applies it at once rather than
+    /// holding it for its promotion.
+    pub fn is_live_setting(&self) -> bool {
+        matches!(
+            self,
+            Self::SetPlacementPools(_) | Self::SetTemplateImages(_) | Self::UpdateHotSpareSpecs(_)
+        )
+    }
 }
 
 /// A command's answer when it has more to say than "done".
@@ -150,6 +173,8 @@ pub enum Command {
 pub enum Answer {
     /// `migrateJob`: the migration started.
     Migration(MigrationId),
+    /// `updateHotSpareSpecs`: what changed, keyed by pool.
+    HotSpares(spares::HotSpareSpecsDiff),
 }
 
 /// How a failed RPC should be treated (the client's classification).
@@ -389,6 +414,9 @@ pub enum CommandError {
     /// The node is stopping, stopped or already terminated.
     #[error("node {0} is already going")]
     NodeGone(NodeId),
+    /// `updateHotSpareNode` of a node that is not an unconsumed hot spare.
+    #[error("node {0} is not an unconsumed hot spare")]
+    NotASpare(NodeId),
     /// `migrateJob` / `abortMigration` refused.
     #[error(transparent)]
     Migration(MigrationRefusal),

@@ -17,8 +17,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
-use crate::automanager::AutoManagerCore;
-use crate::automanager::spares::SpareError;
+use crate::automanager::{AutoManagerCore, CommandError};
 use crate::crd::{HotSparePolicy, HotSparePolicyStatus};
 use crate::model::HotSpareSpec;
 
@@ -125,7 +124,7 @@ async fn sync(
         }
         let refusal = match shared.core.update_hot_spare_specs(specs).await {
             Ok(_) => None,
-            Err(SpareError::Closed) => return,
+            Err(CommandError::Closed) => return,
             Err(e) => Some(e.to_string()),
         };
         *ctx.refused.lock().unwrap_or_else(PoisonError::into_inner) = refusal;

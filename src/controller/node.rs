@@ -20,7 +20,6 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
 
-use crate::automanager::spares::SpareError;
 use crate::automanager::{AutoManagerHandle, CommandError, QueryError};
 use crate::crd::{NorskNode, NorskNodeStatus};
 use crate::model::{NodeId, SpareSpec};
@@ -327,7 +326,7 @@ pub async fn apply_spare_spec(
     }
     Ok(Some(match core.update_hot_spare_node(node_id, wanted).await {
         Ok(()) => Observed::yes(SPARE_SPEC_APPLIED, "InForce", ""),
-        Err(SpareError::Closed) => return Err(QueryError::Closed),
+        Err(CommandError::Closed) => return Err(QueryError::Closed),
         // Not a spare (any more), or unknown: nothing to apply until it is.
         Err(e) => Observed::no(SPARE_SPEC_APPLIED, "NotASpare", e.to_string()),
     }))

@@ -13,7 +13,6 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
-use crate::automanager::spares::SpareError;
 use crate::automanager::{AutoManagerHandle, CommandError};
 use crate::crd::{HotSparePolicy, PlacementPool};
 
@@ -78,5 +77,5 @@ async fn apply(core: &AutoManagerHandle, pools: &Store<PlacementPool>, policies:
     let known: Vec<String> = valid.iter().map(|p| p.name.clone()).collect();
     let want = wanted(policies, &known);
     specs.sort_by(|a, b| a.pool.cmp(&b.pool));
-    !(specs != want && matches!(core.update_hot_spare_specs(want).await, Err(SpareError::Closed)))
+    !(specs != want && matches!(core.update_hot_spare_specs(want).await, Err(CommandError::Closed)))
 }

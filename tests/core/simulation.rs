@@ -874,11 +874,7 @@ impl Model {
             89..=90 => {
                 self.sync();
                 let specs = vec![random_hot_spares(&mut self.rng)];
-                let (result, step) = self.h.core.update_hot_spare_specs(specs, self.h.now);
-                let now = self.h.now;
-                self.h.actions.extend(step.actions.into_iter().map(|a| (now, a)));
-                self.h.next_deadline = step.next_deadline;
-                if let Err(e) = result {
+                if let Err(e) = self.h.update_hot_spare_specs(specs) {
                     self.violations.push(format!("a valid hot-spare list was refused: {e}"));
                 }
             }

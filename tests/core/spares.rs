@@ -6,11 +6,9 @@ use std::collections::BTreeMap;
 
 use norsk_auto_manager::automanager::node_services::{NODE_SERVICE_RETRY_BACKOFF_MS, NodeServiceSpec, ServicePhase};
 use norsk_auto_manager::automanager::settings::Experimental;
-use norsk_auto_manager::automanager::spares::{
-    HotSpareChange, HotSpareField, SPARE_PROVISION_RETRY_BACKOFF_MS, SpareError,
-};
+use norsk_auto_manager::automanager::spares::{HotSpareChange, HotSpareField, SPARE_PROVISION_RETRY_BACKOFF_MS};
 use norsk_auto_manager::automanager::{
-    AutoSettings, Notification, RequestId, Rpc, RpcFailureKind, Step, validate_auto_settings,
+    AutoSettings, CommandError, Notification, RequestId, Rpc, RpcFailureKind, validate_auto_settings,
 };
 use norsk_auto_manager::model::{
     HotSpareSpec, ImagePrefetchResult, InstanceKey, JobHistoryEntry, JobId, JobState, ManagerEvent, NodeId,
@@ -54,12 +52,6 @@ fn hydrated_with(spares: Vec<HotSpareSpec>) -> Harness {
 }
 
 /// Carries a typed method's step into the harness.
-fn absorb(h: &mut Harness, step: Step) {
-    let now = h.now;
-    h.actions.extend(step.actions.into_iter().map(|a| (now, a)));
-    h.next_deadline = step.next_deadline;
-}
-
 /// The `CreateNode` calls taken from the harness: (request, node, tags).
 fn creates(h: &mut Harness) -> Vec<(RequestId, NodeId, BTreeMap<String, String>)> {
     h.take_calls()
@@ -229,10 +221,7 @@ fn over_target_terminates_the_coldest_spares_first() {
     let mut h = hydrated_with(vec![entry(3, &["xyz"], &[], false)]);
     let spares = running_spares(&mut h, &[&["reg/xyz:1", "reg/xyz-aux:1"], &[], &["reg/xyz:1"]]);
     h.take_calls();
-    let (result, step) = h
-        .core
-        .update_hot_spare_specs(vec![entry(1, &["xyz"], &[], false)], h.now);
-    absorb(&mut h, step);
+    let result = h.update_hot_spare_specs(vec![entry(1, &["xyz"], &[], false)]);
     assert!(result.is_ok());
     let mut gone = terminated(&mut h);
     gone.sort();
@@ -253,10 +242,8 @@ fn last_activity_breaks_a_warmth_tie_least_recently_active_first() {
         inventory: inventory(ProviderKind::Aws, 4.0),
     });
     h.take_calls();
-    let (_, step) = h
-        .core
-        .update_hot_spare_specs(vec![entry(1, &["xyz"], &[], false)], h.now);
-    absorb(&mut h, step);
+    h.update_hot_spare_specs(vec![entry(1, &["xyz"], &[], false)])
+        .expect("a valid list");
     assert_eq!(terminated(&mut h), vec![spares[1].clone()]);
 }
 
@@ -401,15 +388,13 @@ fn reserved_for_without_exclusive_is_a_preference() {
     let spares = running_spares(&mut h, &[&[], &[]]);
     h.take_calls();
     // The spare later in id order is reserved for xyz: it wins the tie.
-    let (result, step) = h.core.update_hot_spare_node(
+    let result = h.update_hot_spare_node(
         &spares[1],
         SpareSpec {
             reserved_for: vec!["xyz".into()],
             ..Default::default()
         },
-        h.now,
     );
-    absorb(&mut h, step);
     assert_eq!(result, Ok(()));
     let xyz = h.bundle(
         "ch",
@@ -439,13 +424,11 @@ fn update_hot_spare_specs_is_validated_as_at_boot_and_rejected_whole() {
         ..entry(1, &[], &[], false)
     };
     let list = vec![entry(3, &[], &[], false), entry(2, &[], &[], false), unknown];
-    let (result, step) = h.core.update_hot_spare_specs(list, h.now);
-    absorb(&mut h, step);
-    let Err(SpareError::InvalidSpecs(refused)) = result else {
+    let result = h.update_hot_spare_specs(list);
+    let Err(CommandError::InvalidSettings { errors }) = result else {
         panic!("expected a validation error, got {result:?}");
     };
-    let codes: Vec<String> = refused
-        .errors
+    let codes: Vec<String> = errors
         .iter()
         .map(|e| serde_json::to_value(e.code).unwrap().as_str().unwrap().to_owned())
         .collect();
@@ -482,8 +465,7 @@ fn update_hot_spare_specs_converges_at_once_and_returns_the_diff_by_pool() {
     // (reservedFor kept).
     let mut changed = entry(1, &["other"], &["xyz"], true);
     changed.target_count = 2;
-    let (result, step) = h.core.update_hot_spare_specs(vec![changed.clone()], h.now);
-    absorb(&mut h, step);
+    let result = h.update_hot_spare_specs(vec![changed.clone()]);
     let diff = result.expect("valid");
     assert!(matches!(diff["edge"], HotSpareChange::Removed { .. }));
     let HotSpareChange::Changed { fields, after, .. } = &diff["production"] else {
@@ -536,8 +518,7 @@ fn update_hot_spare_specs_converges_at_once_and_returns_the_diff_by_pool() {
         })
     );
     // Re-sending the same list changes nothing.
-    let (again, step) = h.core.update_hot_spare_specs(vec![changed], h.now);
-    absorb(&mut h, step);
+    let again = h.update_hot_spare_specs(vec![changed]);
     assert_eq!(again.map(|d| d.len()), Ok(0));
 }
 
@@ -545,8 +526,7 @@ fn update_hot_spare_specs_converges_at_once_and_returns_the_diff_by_pool() {
 fn an_added_entry_is_provisioned_at_once() {
     let mut h = hydrated_with(vec![]);
     assert!(creates(&mut h).is_empty());
-    let (result, step) = h.core.update_hot_spare_specs(vec![entry(2, &[], &[], false)], h.now);
-    absorb(&mut h, step);
+    let result = h.update_hot_spare_specs(vec![entry(2, &[], &[], false)]);
     assert!(matches!(result.unwrap()["production"], HotSpareChange::Added { .. }));
     assert_eq!(creates(&mut h).len(), 2);
 }
@@ -562,8 +542,7 @@ fn update_hot_spare_node_edits_one_spare_and_spare_spec_reads_it_back() {
         reserved_for: vec!["other".into()],
         exclusive: true,
     };
-    let (result, step) = h.core.update_hot_spare_node(&spare, spec.clone(), h.now);
-    absorb(&mut h, step);
+    let result = h.update_hot_spare_node(&spare, spec.clone());
     assert_eq!(result, Ok(()));
     assert_eq!(h.core.spare_spec(&spare), Some(spec));
     let sets: Vec<BTreeMap<String, String>> = h
@@ -581,14 +560,10 @@ fn update_hot_spare_node_edits_one_spare_and_spare_spec_reads_it_back() {
             (tags::EXCLUSIVE.to_owned(), "true".to_owned())
         ])]
     );
-    let (refused, _) = h
-        .core
-        .update_hot_spare_node(&NodeId::from("a"), SpareSpec::default(), h.now);
-    assert_eq!(refused, Err(SpareError::NotASpare(NodeId::from("a"))));
-    let (unknown, _) = h
-        .core
-        .update_hot_spare_node(&NodeId::from("zz"), SpareSpec::default(), h.now);
-    assert_eq!(unknown, Err(SpareError::UnknownNode(NodeId::from("zz"))));
+    let refused = h.update_hot_spare_node(&NodeId::from("a"), SpareSpec::default());
+    assert_eq!(refused, Err(CommandError::NotASpare(NodeId::from("a"))));
+    let unknown = h.update_hot_spare_node(&NodeId::from("zz"), SpareSpec::default());
+    assert_eq!(unknown, Err(CommandError::UnknownNode(NodeId::from("zz"))));
 }
 
 #[test]
@@ -602,16 +577,16 @@ fn pool_gauges_count_live_spares_and_follow_the_target() {
     assert_eq!(gauge(&h), (0, 2), "launching spares are not live yet");
     running_spares(&mut h, &[&[], &[]]);
     assert_eq!(gauge(&h), (2, 2));
-    let (_, step) = h.core.update_hot_spare_specs(vec![entry(1, &[], &[], false)], h.now);
-    absorb(&mut h, step);
+    h.update_hot_spare_specs(vec![entry(1, &[], &[], false)])
+        .expect("a valid list");
     assert_eq!(gauge(&h), (1, 1), "the excess is terminated, the target follows");
 }
 
 #[test]
 fn an_updated_list_survives_a_reconnect() {
     let mut h = hydrated_with(vec![entry(1, &[], &[], false)]);
-    let (_, step) = h.core.update_hot_spare_specs(vec![entry(3, &[], &[], false)], h.now);
-    absorb(&mut h, step);
+    h.update_hot_spare_specs(vec![entry(3, &[], &[], false)])
+        .expect("a valid list");
     let valid = validate_auto_settings(spare_settings(vec![entry(1, &[], &[], false)])).unwrap();
     let fresh = norsk_auto_manager::automanager::AutoManagerCore::succeeding(valid, &h.core);
     assert_eq!(fresh.settings().hot_spares, vec![entry(3, &[], &[], false)]);
@@ -867,10 +842,8 @@ fn a_changed_warm_for_starts_pulls_on_the_live_spares_at_once() {
             .any(|(_, rpc)| matches!(rpc, Rpc::PrefetchImages { .. })),
         "nothing to warm yet"
     );
-    let (_, step) = h
-        .core
-        .update_hot_spare_specs(vec![entry(1, &["other"], &[], false)], h.now);
-    absorb(&mut h, step);
+    h.update_hot_spare_specs(vec![entry(1, &["other"], &[], false)])
+        .expect("a valid list");
     let pulls: Vec<(NodeId, Vec<String>)> = h
         .take_calls()
         .into_iter()

@@ -14,12 +14,12 @@ use crate::placement::{Admission, BundleValidation, Placement, PlacementError};
 use super::super::drain::{DrainOptions, DrainState};
 use super::super::interruption::{InterruptionNotice, NodeInterruptionState};
 use super::super::node_services::ServicePhase;
-use super::super::spares::{HotSpareSpecsDiff, HotSpareStatus, SpareError};
+use super::super::spares::{HotSpareSpecsDiff, HotSpareStatus};
 use super::super::{
     Answer, AutoManagerCore, Command, CommandError, Metrics, MigrationId, MigrationOptions, MigrationState,
-    Notification, Step,
+    Notification,
 };
-use super::{Query, QueryError, Request, Update};
+use super::{Query, QueryError, Request};
 
 /// The caller's side: commands, queries, subscriptions, close. Cheap to
 /// clone.
@@ -61,50 +61,21 @@ impl AutoManagerHandle {
         answer.await.map_err(|_| QueryError::Closed)
     }
 
-    async fn update<T: Send + 'static>(
-        &self,
-        change: impl FnOnce(&mut AutoManagerCore, UnixMillis) -> (T, Step) + Send + 'static,
-    ) -> Result<T, QueryError> {
-        self.send_update(change, Request::Update).await
-    }
-
-    async fn send_update<T: Send + 'static>(
-        &self,
-        change: impl FnOnce(&mut AutoManagerCore, UnixMillis) -> (T, Step) + Send + 'static,
-        request: fn(Update) -> Request,
-    ) -> Result<T, QueryError> {
-        let (reply, answer) = oneshot::channel();
-        let update: Update = Box::new(move |core, now| {
-            let (outcome, step) = change(core, now);
-            // The caller may have gone; the change stands regardless.
-            let _ = reply.send(outcome);
-            step
-        });
-        self.requests
-            .send(request(update))
-            .await
-            .map_err(|_| QueryError::Closed)?;
-        answer.await.map_err(|_| QueryError::Closed)
-    }
-
     /// `updateHotSpareSpecs(list)`: replaces the live `hotSpares` list
     /// without a reconnect; rejected whole when invalid, otherwise
     /// converged on at once. Returns what changed, keyed by pool. A standby
     /// adopts the list at once (a live settings change).
-    pub async fn update_hot_spare_specs(&self, specs: Vec<HotSpareSpec>) -> Result<HotSpareSpecsDiff, SpareError> {
-        self.send_update(
-            move |core, now| core.update_hot_spare_specs(specs, now),
-            Request::Settings,
-        )
-        .await
-        .unwrap_or(Err(SpareError::Closed))
+    pub async fn update_hot_spare_specs(&self, specs: Vec<HotSpareSpec>) -> Result<HotSpareSpecsDiff, CommandError> {
+        match self.ask(Command::UpdateHotSpareSpecs(specs)).await? {
+            Some(Answer::HotSpares(diff)) => Ok(diff),
+            // `UpdateHotSpareSpecs` is answered with its diff.
+            _ => Err(CommandError::Closed),
+        }
     }
 
     /// `updateHotSpareNode`: edits one live spare's `SpareSpec`.
-    pub async fn update_hot_spare_node(&self, node_id: NodeId, spec: SpareSpec) -> Result<(), SpareError> {
-        self.update(move |core, now| core.update_hot_spare_node(&node_id, spec, now))
-            .await
-            .unwrap_or(Err(SpareError::Closed))
+    pub async fn update_hot_spare_node(&self, node_id: NodeId, spec: SpareSpec) -> Result<(), CommandError> {
+        self.command(Command::UpdateHotSpareNode { node_id, spec }).await
     }
 
     /// `spareSpec(nodeId)`: a live spare's `SpareSpec`; `None` for a node
@@ -285,8 +256,8 @@ impl AutoManagerHandle {
     pub async fn migrate_job(&self, job_id: JobId, options: MigrationOptions) -> Result<MigrationId, CommandError> {
         match self.ask(Command::MigrateJob { job_id, options }).await? {
             Some(Answer::Migration(id)) => Ok(id),
-            // Only `MigrateJob` is answered, and with its id.
-            None => Err(CommandError::Closed),
+            // `MigrateJob` is answered with its id.
+            _ => Err(CommandError::Closed),
         }
     }
 

@@ -87,9 +87,6 @@ impl Default for RunOptions {
 }
 
 type Query = Box<dyn FnOnce(&AutoManagerCore, UnixMillis) + Send>;
-/// A change made through one of the core's typed methods (which answer
-/// with a value), returning the step to carry out.
-type Update = Box<dyn FnOnce(&mut AutoManagerCore, UnixMillis) -> Step + Send>;
 
 /// Where a command's answer goes.
 type Replier = oneshot::Sender<Result<Option<Answer>, CommandError>>;
@@ -99,10 +96,6 @@ enum Request {
     /// request.
     Command(Box<Command>, Replier),
     Query(Query),
-    Update(Update),
-    /// An update that changes only live settings before hydration: a
-    /// standby applies it at once.
-    Settings(Update),
     Promote(oneshot::Sender<()>),
     Close,
 }
@@ -313,10 +306,6 @@ impl Shell {
                     }
                     match next {
                         Some(Request::Query(ask)) => ask(&self.core, self.clock.now()),
-                        Some(Request::Update(change) | Request::Settings(change)) => {
-                            let step = change(&mut self.core, self.clock.now());
-                            self.carry_out(step, &results_tx);
-                        }
                         Some(Request::Promote(reply)) => {
                             let _ = reply.send(());
                         }
@@ -430,19 +419,13 @@ impl Shell {
 
     /// A request to a standby: queries are answered, live settings changes
     /// (pools, template images, hot-spare specs) applied, other commands
-    /// and updates held for the promotion.
+    /// held for the promotion.
     fn standby_request(&mut self, request: Request, results: &Results) {
         match request {
             Request::Query(ask) => ask(&self.core, self.clock.now()),
-            Request::Command(command, reply)
-                if matches!(*command, Command::SetPlacementPools(_) | Command::SetTemplateImages(_)) =>
-            {
+            Request::Command(command, reply) if command.is_live_setting() => {
                 let input = self.command_input(*command, reply);
                 self.feed(input, results);
-            }
-            Request::Settings(change) => {
-                let step = change(&mut self.core, self.clock.now());
-                self.carry_out(step, results);
             }
             Request::Promote(reply) => {
                 self.promote(results);
@@ -469,12 +452,8 @@ impl Shell {
                     let input = self.command_input(*command, reply);
                     self.feed(input, results);
                 }
-                Request::Update(change) => {
-                    let step = change(&mut self.core, self.clock.now());
-                    self.carry_out(step, results);
-                }
-                // Only commands and updates are held.
-                Request::Query(_) | Request::Settings(_) | Request::Promote(_) | Request::Close => {}
+                // Only commands are held.
+                Request::Query(_) | Request::Promote(_) | Request::Close => {}
             }
         }
     }

@@ -1,35 +1,21 @@
 //! The hot-spare commands: `spareSpec`, `updateHotSpareNode` and
 //! `updateHotSpareSpecs`, and the `HotSpareSpecsDiff` the last returns.
-//! Each is a typed method of the core that answers with a value and the
-//! step to carry out; the reconciler converges on the change in that step.
+//! The two updates are [`Command`]s like any other (refused with a
+//! [`CommandError`]); the reconciler converges on the change in the same
+//! step.
+//!
+//! [`Command`]: super::super::Command
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::model::{HotSpareSpec, NodeId, SpareSpec, UnixMillis};
+use crate::model::{HotSpareSpec, NodeId, SpareSpec};
 
 use super::super::core::{AutoManagerCore, Pending};
-use super::super::settings::{AutoSettingsErrorCode, AutoSettingsIssue, AutoSettingsValidationError};
-use super::super::{Rpc, Step};
+use super::super::settings::{AutoSettingsErrorCode, AutoSettingsIssue};
+use super::super::{CommandError, Rpc};
 use super::{SpareRequest, is_spare_tagged};
-
-/// Why a hot-spare command was refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum SpareError {
-    /// `updateHotSpareSpecs`: the list failed validation; nothing changed.
-    #[error(transparent)]
-    InvalidSpecs(#[from] AutoSettingsValidationError),
-    /// No node of that id is known.
-    #[error("no node {0} is known")]
-    UnknownNode(NodeId),
-    /// The node is not an unconsumed hot spare.
-    #[error("node {0} is not an unconsumed hot spare")]
-    NotASpare(NodeId),
-    /// The AutoManager is closed.
-    #[error("AutoManager is closed")]
-    Closed,
-}
 
 /// A field of a `hotSpares[]` entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -86,27 +72,22 @@ impl AutoManagerCore {
     }
 
     /// `updateHotSpareNode`: edits one live spare's `SpareSpec`, written to
-    /// its tags (only the fields that changed). Returns the outcome and the
-    /// step to carry out.
-    pub fn update_hot_spare_node(
+    /// its tags (only the fields that changed).
+    pub(in super::super) fn update_hot_spare_node(
         &mut self,
         node_id: &NodeId,
-        spec: SpareSpec,
-        now: UnixMillis,
-    ) -> (Result<(), SpareError>, Step) {
-        if self.closed {
-            return (Err(SpareError::Closed), Step::default());
-        }
+        spec: &SpareSpec,
+    ) -> Result<(), CommandError> {
         let Some(node) = self.fleet.get(node_id) else {
-            return (Err(SpareError::UnknownNode(node_id.clone())), self.settle(now));
+            return Err(CommandError::UnknownNode(node_id.clone()));
         };
         let bound = self.jobs.values().any(|r| r.is_bound_to(node_id));
         if !is_spare_tagged(node) || node.is_going() || node.terminated || bound {
-            return (Err(SpareError::NotASpare(node_id.clone())), self.settle(now));
+            return Err(CommandError::NotASpare(node_id.clone()));
         }
         let before = SpareSpec::from_tags(&node.tags);
-        self.write_spare_spec(node_id, &before, &spec);
-        (Ok(()), self.settle(now))
+        self.write_spare_spec(node_id, &before, spec);
+        Ok(())
     }
 
     /// `updateHotSpareSpecs(list)`: replaces the whole `hotSpares` list
@@ -114,14 +95,10 @@ impl AutoManagerCore {
     /// every pool known) and rejected whole; otherwise the reconciler
     /// converges on it in this very step and the diff, keyed by pool, is
     /// returned.
-    pub fn update_hot_spare_specs(
+    pub(in super::super) fn update_hot_spare_specs(
         &mut self,
         specs: Vec<HotSpareSpec>,
-        now: UnixMillis,
-    ) -> (Result<HotSpareSpecsDiff, SpareError>, Step) {
-        if self.closed {
-            return (Err(SpareError::Closed), Step::default());
-        }
+    ) -> Result<HotSpareSpecsDiff, CommandError> {
         if let Err(refused) = self.pools.validate_hot_spares(&specs) {
             let errors = refused
                 .errors
@@ -132,10 +109,7 @@ impl AutoManagerCore {
                     message: issue.message,
                 })
                 .collect();
-            return (
-                Err(SpareError::InvalidSpecs(AutoSettingsValidationError { errors })),
-                self.settle(now),
-            );
+            return Err(CommandError::InvalidSettings { errors });
         }
         let diff = hot_spare_diff(&self.settings.hot_spares, &specs);
         for (pool, change) in &diff {
@@ -158,12 +132,7 @@ impl AutoManagerCore {
         }
         self.settings.hot_spares = specs;
         self.spares.forced = true;
-        (Ok(diff), self.settle(now))
-    }
-
-    /// Expires timers, places and reconciles, as any step does.
-    fn settle(&mut self, now: UnixMillis) -> Step {
-        self.handle_all(std::iter::empty(), now)
+        Ok(diff)
     }
 
     /// Writes the fields of `after` that differ from `before` to a spare's

@@ -39,7 +39,7 @@ use super::core::{AutoManagerCore, Pending};
 use super::fleet::{NodeState, Provisioned, provisioned_tags};
 use super::{Notification, Rpc, RpcFailure};
 
-pub use commands::{HotSpareChange, HotSpareField, HotSpareSpecsDiff, SpareError, hot_spare_diff};
+pub use commands::{HotSpareChange, HotSpareField, HotSpareSpecsDiff, hot_spare_diff};
 
 /// `hotSpareReconcileIntervalMs` default: the periodic tick (60 s).
 pub const DEFAULT_HOT_SPARE_RECONCILE_INTERVAL_MS: u64 = 60_000;

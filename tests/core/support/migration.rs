@@ -38,7 +38,10 @@ pub fn try_migrate(h: &mut Harness, job: &JobId, options: MigrationOptions) -> R
     assert_eq!(answers.len(), 1, "one answer per migrateJob");
     let (id, result) = answers.remove(0);
     assert_eq!(id, command);
-    result.map(|Answer::Migration(id)| id)
+    result.map(|answer| match answer {
+        Answer::Migration(id) => id,
+        other => panic!("migrateJob answered {other:?}"),
+    })
 }
 
 pub fn migrate(h: &mut Harness, job: &JobId, strategy: MigrationStrategy) -> MigrationId {

@@ -227,6 +227,41 @@ impl Harness {
         out
     }
 
+    /// `updateHotSpareSpecs(list)` as a command; its answer, taken.
+    pub fn update_hot_spare_specs(
+        &mut self,
+        specs: Vec<norsk_auto_manager::model::HotSpareSpec>,
+    ) -> Result<norsk_auto_manager::automanager::spares::HotSpareSpecsDiff, CommandError> {
+        let id = self.command(Command::UpdateHotSpareSpecs(specs));
+        let answers = self.take_answers();
+        let [(answered, result)] = answers.as_slice() else {
+            panic!("one answer for updateHotSpareSpecs, got {answers:?}");
+        };
+        assert_eq!(*answered, id);
+        result.clone().map(|answer| match answer {
+            Answer::HotSpares(diff) => diff,
+            other => panic!("updateHotSpareSpecs answered {other:?}"),
+        })
+    }
+
+    /// `updateHotSpareNode` as a command; its reply, taken.
+    pub fn update_hot_spare_node(
+        &mut self,
+        node_id: &NodeId,
+        spec: norsk_auto_manager::model::SpareSpec,
+    ) -> Result<(), CommandError> {
+        let id = self.command(Command::UpdateHotSpareNode {
+            node_id: node_id.clone(),
+            spec,
+        });
+        let replies = self.take_replies();
+        let [(replied, result)] = replies.as_slice() else {
+            panic!("one reply for updateHotSpareNode, got {replies:?}");
+        };
+        assert_eq!(*replied, id);
+        result.clone()
+    }
+
     /// Every command answer carrying a value so far (drained).
     pub fn take_answers(&mut self) -> Vec<(CommandId, Result<Answer, CommandError>)> {
         let mut out = Vec::new();

@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Applier, INVALID_BUNDLE};
-use crate::automanager::spares::SpareError;
 use crate::automanager::{CommandError, QueryError};
 use crate::cli::documents::{FieldPath, Kind, Resource, Segment};
 use crate::cli::standalone::follow::Files;
@@ -126,7 +125,7 @@ impl Applier {
         if spares != live {
             self.spares_refused = match self.core.update_hot_spare_specs(spares).await {
                 Ok(_) => None,
-                Err(SpareError::Closed) => return Err(QueryError::Closed),
+                Err(CommandError::Closed) => return Err(QueryError::Closed),
                 Err(e) => Some(e.to_string()),
             };
             let message = self
