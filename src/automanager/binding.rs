@@ -9,8 +9,8 @@ use crate::model::{BundleJobRef, InstanceKey, JobId, NodeId, RuntimeJob, UnixMil
 use crate::placement::RecoveryContext;
 
 use super::RequestId;
-use super::migration::MigrationId;
 use super::recovery::RestartHistory;
+use crate::model::MigrationId;
 
 /// Where a bound instance is in its life, as this core knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,7 +18,7 @@ use super::drain::Drains;
 use super::fleet::Fleet;
 use super::manual::ManualStarts;
 use super::metrics::{Counters, Metrics, PoolGauge, PoolUsage, TierUsage};
-use super::migration::{MigrationCall, MigrationId, Migrations};
+use super::migration::{MigrationCall, Migrations};
 use super::node_services::{NodeServiceState, ServiceRequest};
 use super::offerings::Offering;
 use super::recovery::{FAILED_INSTANCE_STOP_GRACE_MS, MIN_RECOVERY_INTERVAL_MS};
@@ -29,6 +29,7 @@ use super::view_cache::{ViewCache, placed_jobs};
 use super::{
     Action, Answer, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId, Rpc, Step,
 };
+use crate::model::MigrationId;
 
 /// What an outstanding RPC was for.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -13,7 +13,8 @@ use crate::placement::{ResilienceFlag, Trace};
 
 use super::drain::DrainState;
 use super::interruption::NodeInterruptionState;
-use super::migration::{MigrationId, MigrationState};
+use super::migration::MigrationState;
+use crate::model::MigrationId;
 
 /// Where a placement decided a job goes (the engine's outcome, serialisable).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -52,6 +52,19 @@ string_id!(
     /// A bundle id; bundles from Kubernetes use `<namespace>/<name>`.
     BundleId
 );
+string_id!(
+    /// A migration's id: eight hex digits, which are also the tag of the
+    /// target's instance key (`migrationTargetRole(slot, id)`:
+    /// `primary@3f9c1e2a`).
+    MigrationId
+);
+
+impl MigrationId {
+    /// The id of tag `tag`.
+    pub fn of_tag(tag: u32) -> Self {
+        Self(format!("{tag:08x}"))
+    }
+}
 
 /// Which copy of a bundle a runtime job belongs to. Replica 0 is the
 /// primary; replica 1, present only with a resilience policy, the backup.

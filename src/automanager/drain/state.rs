@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{JobId, NodeId, UnixMillis};
 
-use crate::automanager::migration::{MigrationId, MigrationStrategy};
+use crate::automanager::migration::MigrationStrategy;
+use crate::model::MigrationId;
 
 /// Where a drain is (`DrainState.phase`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -50,30 +50,7 @@ pub const CLOSE_ABORT_GRACE_MS: u64 = 5_000;
 /// besides those in flight (the oldest ended ones are forgotten first).
 pub const ENDED_MIGRATIONS_KEPT: usize = 1_024;
 
-/// A migration's id: eight hex digits, which are also the tag of the
-/// target's instance key (`migrationTargetRole(slot, id)`:
-/// `primary@3f9c1e2a`).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct MigrationId(pub String);
-
-impl MigrationId {
-    /// The id of tag `tag`.
-    pub fn of_tag(tag: u32) -> Self {
-        Self(format!("{tag:08x}"))
-    }
-
-    /// The id as a string slice.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Display for MigrationId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+pub use crate::model::MigrationId;
 
 /// `migrateJob`'s options.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
