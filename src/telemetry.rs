@@ -42,7 +42,6 @@ pub struct ControllerLabels {
 /// Labels of a failed reconcile.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
-    /// The controller.
     pub controller: String,
     /// The error's stable reason.
     pub reason: String,
@@ -88,14 +87,12 @@ pub const REVISION: &str = env!("NORSK_REVISION");
 /// Labels naming a pool.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabels {
-    /// The pool.
     pub pool: String,
 }
 
 /// Labels naming a pool and a kind of failure domain.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HeadroomLabels {
-    /// The pool.
     pub pool: String,
     /// `node`, `zone` or `provider`.
     pub kind: String,
@@ -104,7 +101,6 @@ pub struct HeadroomLabels {
 /// Labels naming a pool, a kind of failure domain and its worst domain.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WorstDomainLabels {
-    /// The pool.
     pub pool: String,
     /// `node`, `zone` or `provider`.
     pub kind: String,

@@ -27,7 +27,6 @@ pub enum BindingPhase {
 /// The placement of record of one job.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Binding {
-    /// The node.
     pub node_id: NodeId,
     /// The key the instance wears.
     pub instance_key: InstanceKey,
@@ -108,7 +107,6 @@ pub struct UnjudgedLoss {
 /// nodes") until the migration ends; at `done` it becomes the binding.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MigrationClaim {
-    /// The migration.
     pub migration_id: MigrationId,
     /// The target: its node, key, GPU and phase.
     pub target: Binding,
@@ -131,7 +129,6 @@ pub struct StoppingInstance {
 /// An instance a job's replacement may have to wait for, and what for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AwaitedStop {
-    /// The instance.
     pub instance: StoppingInstance,
     /// What the replacement waits for.
     pub wait: StopWait,

@@ -17,15 +17,12 @@ use super::recovery::NodeHealth;
 /// A node this core provisioned.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Provisioned {
-    /// The pool.
     pub pool: String,
-    /// The tier.
     pub tier: String,
     /// The shape asked for.
     pub instance_type: String,
     /// The provider.
     pub kind: ProviderKind,
-    /// Its region.
     pub region: String,
     /// The job it was provisioned for (none for a hot spare).
     pub for_job: Option<JobId>,

@@ -72,7 +72,6 @@ impl InterruptionNotice {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeInterruptionState {
-    /// The node.
     pub node_id: NodeId,
     /// The last notice's kind. Written as `interruptionKind`: a notification
     /// line's `kind` is the callback's name (`nodeInterrupted`), and a key

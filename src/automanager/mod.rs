@@ -111,14 +111,12 @@ pub enum Command {
     EvictNode(NodeId),
     /// `drainNode`: cordon, migrate every job away, terminate once empty.
     DrainNode {
-        /// The node.
         node_id: NodeId,
         /// Timeout, force, per-job strategy.
         options: DrainOptions,
     },
     /// `handleNodeInterruption`: a forced drain cut to fit the deadline.
     HandleNodeInterruption {
-        /// The node.
         node_id: NodeId,
         /// Kind, deadline, per-job strategy.
         notice: InterruptionNotice,
@@ -134,7 +132,6 @@ pub enum Command {
     /// `abortMigration`: a clean rollback, only before the point of no
     /// return.
     AbortMigration {
-        /// The migration.
         migration_id: MigrationId,
         /// Why (reported with `migrationAborted`).
         reason: String,
@@ -234,7 +231,6 @@ pub enum Input {
 pub enum Rpc {
     /// `StartJob`: one instance on a node.
     StartJob {
-        /// The job.
         job_id: JobId,
         /// The key the instance wears.
         instance_key: InstanceKey,
@@ -262,13 +258,9 @@ pub enum Rpc {
         launch_mode: Option<LaunchMode>,
     },
     /// `TerminateNode`.
-    TerminateNode {
-        /// The node.
-        node_id: NodeId,
-    },
+    TerminateNode { node_id: NodeId },
     /// `SetTerminalVerdict`: a broken bundle, or a dropped job.
     SetTerminalVerdict {
-        /// The bundle.
         bundle_id: BundleId,
         /// The job, for a dropped job.
         job_id: Option<JobId>,
@@ -289,14 +281,10 @@ pub enum Rpc {
     StopBundleJob(BundleJobRef),
     /// `CompleteJob` (published): the job's window is over; Manager stops
     /// its instances and moves it to `POST`.
-    CompleteJob {
-        /// The job.
-        job_id: JobId,
-    },
+    CompleteJob { job_id: JobId },
     /// `UpdateNodeTags`: sets then removes tags (a spare's `spare`,
     /// `warmFor`, `reservedFor`, `exclusive`).
     UpdateNodeTags {
-        /// The node.
         node_id: NodeId,
         /// Tags to set.
         set: BTreeMap<String, String>,
@@ -306,25 +294,21 @@ pub enum Rpc {
     /// `PrefetchImages`: a spare pulls its `warmFor` images; answered by an
     /// `images_prefetched` event.
     PrefetchImages {
-        /// The node.
         node_id: NodeId,
         /// Image references.
         images: Vec<String>,
     },
     /// `CreateJob`: a plain Manager job (a node service's job on one node).
     CreateJob {
-        /// The job id.
         job_id: JobId,
         /// The template it runs.
         template: String,
-        /// Its tags.
         tags: BTreeMap<String, String>,
     },
     /// `StartJob` of a migration target: it wears `<slot>@<id>` while told
     /// its slot in `NORSK_RUNTIME_ROLE`; with `defer_start` it is only
     /// created (answered by `job_prepared`).
     StartMigrationTarget {
-        /// The job.
         job_id: JobId,
         /// The target's key.
         instance_key: InstanceKey,
@@ -336,12 +320,10 @@ pub enum Rpc {
         runtime_role: String,
         /// Create without starting (`stopThenStart`).
         defer_start: bool,
-        /// The migration.
         migration_id: MigrationId,
     },
     /// `StartPreparedJob`: the prepared target starts.
     StartPreparedJob {
-        /// The job.
         job_id: JobId,
         /// The prepared instance.
         instance_key: InstanceKey,
@@ -351,7 +333,6 @@ pub enum Rpc {
     /// `StopJob`: one instance (a migration's source, or its target on
     /// abort).
     StopJob {
-        /// The job.
         job_id: JobId,
         /// The instance.
         instance_key: InstanceKey,
@@ -360,9 +341,7 @@ pub enum Rpc {
     },
     /// `SendMigrationSignal`: one step relayed to an instance.
     SendMigrationSignal {
-        /// The migration.
         migration_id: MigrationId,
-        /// The job.
         job_id: JobId,
         /// The source's key.
         source_key: InstanceKey,
@@ -427,7 +406,6 @@ pub enum CommandError {
     )]
     #[serde(rename_all = "camelCase")]
     NotManualJob {
-        /// The bundle.
         bundle_id: BundleId,
         /// The job.
         job_name: String,
@@ -437,7 +415,6 @@ pub enum CommandError {
     #[error("bundle {bundle_id} has no replica {replica_index} of a job {job_name}")]
     #[serde(rename_all = "camelCase")]
     UnknownBundleJob {
-        /// The bundle.
         bundle_id: BundleId,
         /// The replica asked for.
         replica_index: u32,
@@ -460,14 +437,12 @@ pub enum Action {
     Notify(Notification),
     /// Answer a command's caller.
     Reply {
-        /// The command.
         command: CommandId,
         /// Its outcome.
         result: Result<(), CommandError>,
     },
     /// Answer a command's caller with a value (see [`Answer`]).
     Answer {
-        /// The command.
         command: CommandId,
         /// Its outcome.
         result: Result<Answer, CommandError>,

@@ -23,11 +23,8 @@ pub enum Decision {
     /// Onto an existing (or prospective) node.
     #[serde(rename_all = "camelCase")]
     Placed {
-        /// The node.
         node_id: NodeId,
-        /// Its pool.
         pool: String,
-        /// Its tier.
         tier: String,
         /// The GPU device chosen.
         gpu_index: Option<u32>,
@@ -37,7 +34,6 @@ pub enum Decision {
     Provision {
         /// The prospective node's id.
         node_id: NodeId,
-        /// The pool.
         pool: String,
         /// The tier provisioned from.
         tier: String,
@@ -56,7 +52,6 @@ pub enum Decision {
 pub struct PlacementDecisionInfo {
     /// The runtime job.
     pub job_id: JobId,
-    /// Its bundle.
     pub bundle_id: BundleId,
     /// 0 primary, 1 backup.
     pub replica_index: u32,
@@ -94,7 +89,6 @@ pub enum Notification {
     /// `onJobInfo`: an informational worker message.
     #[serde(rename_all = "camelCase")]
     JobInfo {
-        /// The job.
         job_id: JobId,
         /// The instance.
         role: InstanceKey,
@@ -103,14 +97,10 @@ pub enum Notification {
     },
     /// `onJobDeleted`.
     #[serde(rename_all = "camelCase")]
-    JobDeleted {
-        /// The job.
-        job_id: JobId,
-    },
+    JobDeleted { job_id: JobId },
     /// `onJobRejected`: a worker refused a placement.
     #[serde(rename_all = "camelCase")]
     JobRejected {
-        /// The job.
         job_id: JobId,
         /// The instance refused.
         role: InstanceKey,
@@ -124,70 +114,43 @@ pub enum Notification {
     /// `onJobDropped`: a failed job is not restarted.
     #[serde(rename_all = "camelCase")]
     JobDropped {
-        /// The job.
         job_id: JobId,
         /// Why.
         reason: String,
     },
     /// `onNodeStarting`.
-    NodeStarting {
-        /// The node.
-        node: NodeInfo,
-    },
+    NodeStarting { node: NodeInfo },
     /// `onNodeStarted`.
-    NodeStarted {
-        /// The node.
-        node: NodeInfo,
-    },
+    NodeStarted { node: NodeInfo },
     /// `onNodeStopping`: the prompt "worker dropped" signal.
     #[serde(rename_all = "camelCase")]
     NodeStopping {
-        /// The node.
         node_id: NodeId,
         /// Why.
         reason: NodeStopReason,
     },
     /// `onNodeStopped`.
     #[serde(rename_all = "camelCase")]
-    NodeStopped {
-        /// The node.
-        node_id: NodeId,
-    },
+    NodeStopped { node_id: NodeId },
     /// `onNodeTerminated`: this core issued a terminate (once per node, at
     /// issue time).
     #[serde(rename_all = "camelCase")]
-    NodeTerminated {
-        /// The node.
-        node_id: NodeId,
-    },
+    NodeTerminated { node_id: NodeId },
     /// `onNodeUnhealthy`: excluded from placement after repeated rejections.
     #[serde(rename_all = "camelCase")]
-    NodeUnhealthy {
-        /// The node.
-        node_id: NodeId,
-    },
+    NodeUnhealthy { node_id: NodeId },
     /// `onNodeHealthy`: the exclusion cleared.
     #[serde(rename_all = "camelCase")]
-    NodeHealthy {
-        /// The node.
-        node_id: NodeId,
-    },
+    NodeHealthy { node_id: NodeId },
     /// `onBundleUpdated` (also replayed for every bundle of the snapshot).
-    BundleUpdated {
-        /// The bundle.
-        bundle: Box<Bundle>,
-    },
+    BundleUpdated { bundle: Box<Bundle> },
     /// `onBundleDeleted`.
     #[serde(rename_all = "camelCase")]
-    BundleDeleted {
-        /// The bundle.
-        bundle_id: BundleId,
-    },
+    BundleDeleted { bundle_id: BundleId },
     /// `onBundleBroken`: the production ended; no replica is placed again
     /// until the bundle is updated or deleted.
     #[serde(rename_all = "camelCase")]
     BundleBroken {
-        /// The bundle.
         bundle_id: BundleId,
         /// Why.
         reason: String,
@@ -198,7 +161,6 @@ pub enum Notification {
     /// callbacks.
     #[serde(rename_all = "camelCase")]
     BundleSchedule {
-        /// The bundle.
         bundle_id: BundleId,
         /// The phase entered.
         phase: SchedulePhase,
@@ -212,24 +174,17 @@ pub enum Notification {
     /// Manager accepted a `StartBundleJob`: the manual job runs (it is
     /// placed). An extension of the spec's callbacks.
     #[serde(rename_all = "camelCase")]
-    BundleJobStarted {
-        /// The job.
-        job_id: JobId,
-    },
+    BundleJobStarted { job_id: JobId },
     /// Manager accepted a `StopBundleJob`: the manual job is dormant and
     /// its instance, if any, is being stopped. An extension of the spec's
     /// callbacks.
     #[serde(rename_all = "camelCase")]
-    BundleJobStopped {
-        /// The job.
-        job_id: JobId,
-    },
+    BundleJobStopped { job_id: JobId },
     /// `onPlacementDecision`: every time placement runs.
     PlacementDecision(Box<PlacementDecisionInfo>),
     /// `onPlacementFailed`: no tier could place or provision.
     #[serde(rename_all = "camelCase")]
     PlacementFailed {
-        /// The job.
         job_id: JobId,
         /// Why.
         reason: String,
@@ -251,10 +206,7 @@ pub enum Notification {
     /// of the bundle (its `Resilient` condition) reads afresh. An extension
     /// of the spec's callbacks.
     #[serde(rename_all = "camelCase")]
-    BundleHeadroomChanged {
-        /// The bundle.
-        bundle_id: BundleId,
-    },
+    BundleHeadroomChanged { bundle_id: BundleId },
     /// Resilience headroom changed its verdict: whether the loss of any
     /// single domain of `kind` would be absorbed, for the fleet (`pool`
     /// absent) or one pool. An extension of the spec's callbacks.
@@ -278,7 +230,6 @@ pub enum Notification {
     /// reconciler is short of the pool's target.
     #[serde(rename_all = "camelCase")]
     SpareUnderflow {
-        /// The pool.
         pool: String,
         /// Unconsumed spares, launching ones included.
         effective: u32,
@@ -288,16 +239,12 @@ pub enum Notification {
     /// `onImagesPrefetched`: one prefetch batch settled on a node.
     #[serde(rename_all = "camelCase")]
     ImagesPrefetched {
-        /// The node.
         node_id: NodeId,
         /// Per image.
         results: Vec<ImagePrefetchResult>,
     },
     /// `onAuditAppended`: pass-through of Manager's audit log.
-    AuditAppended {
-        /// The entry.
-        entry: AuditEntry,
-    },
+    AuditAppended { entry: AuditEntry },
     /// Manager answered an AutoManager extension with `UNIMPLEMENTED`: it
     /// speaks only the published API. Said once per RPC (the call is then
     /// retried every few minutes, see `MISSING_EXTENSION_RETRY`).
@@ -321,7 +268,6 @@ pub enum Notification {
     /// `onMigrationCompleted`: the job now lives on the target.
     #[serde(rename_all = "camelCase")]
     MigrationCompleted {
-        /// The migration.
         migration_id: MigrationId,
         /// The job moved.
         job_id: JobId,
@@ -330,9 +276,7 @@ pub enum Notification {
     /// return and not finished.
     #[serde(rename_all = "camelCase")]
     MigrationAborted {
-        /// The migration.
         migration_id: MigrationId,
-        /// The job.
         job_id: JobId,
         /// Why.
         reason: String,

@@ -45,7 +45,6 @@ pub const COMPLETE_RETRY_MS: i64 = MIN_RECOVERY_INTERVAL_MS;
 pub struct ScheduleView {
     /// When placement starts (the start less the placement lead).
     pub placing_from: UnixMillis,
-    /// The start.
     pub start: UnixMillis,
     /// The end, if any.
     pub end: Option<UnixMillis>,

@@ -186,7 +186,6 @@ pub struct CreateNode {
 /// A start of one job instance.
 #[derive(Clone, Debug)]
 pub struct StartJob {
-    /// The job.
     pub job_id: JobId,
     /// The instance key the instance wears.
     pub instance_key: InstanceKey,

@@ -30,7 +30,6 @@ pub struct MirrorNode {
 pub struct InstanceLocation {
     /// The instance key.
     pub role: InstanceKey,
-    /// The node.
     pub node_id: NodeId,
     /// Reached running (else provisioned, or stopping).
     pub running: bool,

@@ -35,11 +35,8 @@ use super::trace::{NoProvisionReason, NodeTrace, TierDecision, TierTrace, Trace,
 pub enum Outcome {
     /// Onto an existing (or already prospective) node.
     Placed {
-        /// The node.
         node_id: NodeId,
-        /// Its pool.
         pool: String,
-        /// Its tier.
         tier: String,
         /// The GPU device chosen, when the job asks for GPU capacity.
         gpu_index: Option<u32>,
@@ -48,7 +45,6 @@ pub enum Outcome {
     Provision {
         /// The prospective node's id.
         node_id: NodeId,
-        /// The pool.
         pool: String,
         /// The tier provisioned from.
         tier: String,

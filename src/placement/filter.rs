@@ -84,10 +84,7 @@ pub enum RejectionOf<N> {
     /// The node advertises no inventory, so it is invisible to placement.
     NoInventory,
     /// The node is stopping or stopped.
-    NotRunning {
-        /// Its phase.
-        phase: NodePhase,
-    },
+    NotRunning { phase: NodePhase },
     /// The node is excluded after repeated rejections.
     Unhealthy,
     /// No new placements land on a cordoned node.
@@ -115,10 +112,7 @@ pub enum RejectionOf<N> {
         free: u32,
     },
     /// A required host port another job already claimed on the node.
-    HostPortTaken {
-        /// The port.
-        port: HostPort,
-    },
+    HostPortTaken { port: HostPort },
     /// No GPU device (of the model asked for) has enough free capacity.
     #[serde(rename_all = "camelCase")]
     NoGpuFits {
@@ -136,15 +130,9 @@ pub enum RejectionOf<N> {
     /// Another job holds the node exclusively.
     HeldExclusively,
     /// A co-located peer is placed on another node.
-    AwayFromCoLocatedPeer {
-        /// The peer.
-        peer: N,
-    },
+    AwayFromCoLocatedPeer { peer: N },
     /// The node holds a job this one must be kept apart from.
-    HostsSeparatedPeer {
-        /// The peer.
-        peer: N,
-    },
+    HostsSeparatedPeer { peer: N },
     /// `sameAz: hard` and the node is not in the AZ of the placed peers.
     #[serde(rename_all = "camelCase")]
     OutsidePeerAz {

@@ -32,7 +32,6 @@ pub enum PlannedOutcome {
 /// One row of a plan: one job of one replica.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlanRow {
-    /// The bundle.
     pub bundle: BundleId,
     /// 0 primary, 1 backup.
     pub replica_index: u32,
@@ -70,7 +69,6 @@ pub enum PlanError {
     /// The engine refused a request.
     #[error("placing {bundle} replica {replica_index} job {job_name:?} failed: {source}")]
     Placement {
-        /// The bundle.
         bundle: BundleId,
         /// The replica.
         replica_index: u32,
@@ -82,7 +80,6 @@ pub enum PlanError {
     /// A placement could not be applied to the plan's fleet.
     #[error("applying the placement of {bundle} job {job_name:?} failed: {source}")]
     Apply {
-        /// The bundle.
         bundle: BundleId,
         /// The job.
         job_name: String,

@@ -28,7 +28,6 @@ pub struct RecoveryContext {
 /// One job of one replica of a bundle, to be placed.
 #[derive(Clone, Copy, Debug)]
 pub struct PlacementRequest<'a> {
-    /// The bundle.
     pub bundle_id: &'a BundleId,
     /// Its spec.
     pub bundle: &'a BundleSpec,

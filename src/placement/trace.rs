@@ -35,7 +35,6 @@ pub struct TierTrace {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeTrace {
-    /// The node.
     pub node_id: NodeId,
     /// Rejected or ranked.
     pub verdict: Verdict,
@@ -47,16 +46,12 @@ pub struct NodeTrace {
 pub enum Verdict {
     /// The first filter that failed, and why.
     Rejected {
-        /// The filter.
         filter: Filter,
         /// The reason with its numbers.
         rejection: Rejection,
     },
     /// Passed every filter; ranked by this key.
-    Survived {
-        /// The key.
-        key: PlacementKey,
-    },
+    Survived { key: PlacementKey },
 }
 
 /// What a tier decided.

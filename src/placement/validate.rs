@@ -138,10 +138,7 @@ pub enum Admission {
     /// Every replica would place (or provision) now.
     Ok,
     /// The bundle is invalid.
-    ValidationErrors {
-        /// The errors.
-        errors: Vec<BundleIssue>,
-    },
+    ValidationErrors { errors: Vec<BundleIssue> },
     /// Some jobs would find nowhere to go.
     NoCapacity {
         /// Those jobs.

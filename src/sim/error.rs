@@ -13,7 +13,6 @@ pub enum RequestError {
     /// A field holds a value the simulator cannot use.
     #[error("invalid {field}: {why}")]
     InvalidField {
-        /// The field.
         field: &'static str,
         /// Why it was refused.
         why: String,
@@ -30,7 +29,6 @@ pub enum RequestError {
     /// The job has no instance with this key.
     #[error("job {job:?} has no instance {role:?}")]
     UnknownInstance {
-        /// The job.
         job: String,
         /// The instance key.
         role: String,
@@ -60,7 +58,6 @@ pub enum RequestError {
     UnknownZone {
         /// The domain asked for.
         zone: String,
-        /// The region.
         region: String,
         /// The region's domains.
         known: String,
@@ -68,20 +65,10 @@ pub enum RequestError {
     /// The region has no more capacity of the instance type. The message
     /// carries EC2's error name, which the provisioning cascade reacts to.
     #[error("InsufficientInstanceCapacity: no {instance_type} capacity left in {region}")]
-    InsufficientInstanceCapacity {
-        /// The region.
-        region: String,
-        /// The instance type.
-        instance_type: String,
-    },
+    InsufficientInstanceCapacity { region: String, instance_type: String },
     /// The node exists but cannot take the request in its phase.
     #[error("node {node:?} is {phase}, not running")]
-    NodeNotRunning {
-        /// The node.
-        node: String,
-        /// Its phase.
-        phase: String,
-    },
+    NodeNotRunning { node: String, phase: String },
     /// Something with this id exists and differs from the request.
     #[error("{what} already exists: {why}")]
     AlreadyExists {

@@ -69,7 +69,6 @@ pub struct NodeView {
     pub stopping_reason: Option<String>,
     /// When Manager created it.
     pub created_at: Option<UnixMillis>,
-    /// Its tags.
     pub tags: BTreeMap<String, String>,
     /// What the worker advertises.
     pub inventory: Option<NodeInventory>,
@@ -94,7 +93,6 @@ pub struct InterruptionView {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InstanceView {
-    /// The job.
     pub job_id: JobId,
     /// The instance key.
     pub role: String,

@@ -89,7 +89,6 @@ pub enum DrainAfter {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DrainJob {
-    /// The job.
     pub job_id: JobId,
     /// What became of it.
     pub status: DrainJobStatus,

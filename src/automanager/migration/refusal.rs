@@ -13,40 +13,25 @@ pub enum MigrationRefusal {
     /// before it.
     #[error("AutoManager has not yet seen Manager's snapshot; job {job_id} cannot move yet")]
     #[serde(rename_all = "camelCase")]
-    NotHydrated {
-        /// The job.
-        job_id: JobId,
-    },
+    NotHydrated { job_id: JobId },
     /// The job is not one this AutoManager placed (no bundle job of that
     /// id).
     #[error("job {job_id} is not placed by this AutoManager")]
     #[serde(rename_all = "camelCase")]
-    NotAutoManagerPlaced {
-        /// The job.
-        job_id: JobId,
-    },
+    NotAutoManagerPlaced { job_id: JobId },
     /// The job has no instance running.
     #[error("job {job_id} is not running")]
     #[serde(rename_all = "camelCase")]
-    NotRunning {
-        /// The job.
-        job_id: JobId,
-    },
+    NotRunning { job_id: JobId },
     /// The job's bundle is broken: its production ended, nothing of it is
     /// placed again until it is updated.
     #[error("job {job_id} belongs to broken bundle {bundle_id}")]
     #[serde(rename_all = "camelCase")]
-    BundleBroken {
-        /// The job.
-        job_id: JobId,
-        /// Its bundle.
-        bundle_id: BundleId,
-    },
+    BundleBroken { job_id: JobId, bundle_id: BundleId },
     /// No concurrent migrations per job.
     #[error("job {job_id} is already migrating ({migration_id})")]
     #[serde(rename_all = "camelCase")]
     AlreadyMigrating {
-        /// The job.
         job_id: JobId,
         /// The migration in flight.
         migration_id: MigrationId,
@@ -54,17 +39,11 @@ pub enum MigrationRefusal {
     /// The pin names the node the job already runs on.
     #[error("job {job_id} already runs on {node_id}")]
     #[serde(rename_all = "camelCase")]
-    TargetIsSource {
-        /// The job.
-        job_id: JobId,
-        /// The node.
-        node_id: NodeId,
-    },
+    TargetIsSource { job_id: JobId, node_id: NodeId },
     /// Placement found nowhere for the target.
     #[error("no target for job {job_id}: {reason}")]
     #[serde(rename_all = "camelCase")]
     NowhereToPlace {
-        /// The job.
         job_id: JobId,
         /// Placement's reason.
         reason: String,
@@ -93,7 +72,6 @@ pub enum MigrationRefusal {
     #[error("migration {migration_id} has already ended ({phase:?})")]
     #[serde(rename_all = "camelCase")]
     AlreadyEnded {
-        /// The migration.
         migration_id: MigrationId,
         /// How it ended.
         phase: MigrationPhase,
@@ -102,8 +80,5 @@ pub enum MigrationRefusal {
     /// saga fails forward.
     #[error("migration {migration_id} is past its point of no return")]
     #[serde(rename_all = "camelCase")]
-    PastPointOfNoReturn {
-        /// The migration.
-        migration_id: MigrationId,
-    },
+    PastPointOfNoReturn { migration_id: MigrationId },
 }

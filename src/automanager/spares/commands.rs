@@ -39,10 +39,7 @@ pub enum HotSpareField {
 #[serde(tag = "change", rename_all = "camelCase")]
 pub enum HotSpareChange {
     /// A new entry: its spares are provisioned.
-    Added {
-        /// The entry.
-        entry: HotSpareSpec,
-    },
+    Added { entry: HotSpareSpec },
     /// An entry gone: its unconsumed spares are reaped as orphans.
     Removed {
         /// The entry as it was.

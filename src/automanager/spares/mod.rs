@@ -54,7 +54,6 @@ const SPARE_TAGS: [&str; 4] = [tags::SPARE, tags::WARM_FOR, tags::RESERVED_FOR, 
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HotSpareStatus {
-    /// The pool.
     pub pool: String,
     /// `targetCount`.
     pub target: u32,

@@ -20,7 +20,6 @@ use crate::model::{
 pub struct Workload {
     /// One pool, `production`, with tiers `cluster`, `reserved`, `on-demand`.
     pub pools: Vec<PlacementPool>,
-    /// The fleet.
     pub fleet: FleetSnapshot,
     /// Bundles to place one after another.
     pub bundles: Vec<(BundleId, BundleSpec)>,

@@ -118,11 +118,9 @@ pub enum Resource {
 /// when a document names none, as `kubectl apply` puts it there) and name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ResourceKey {
-    /// The kind.
     pub kind: Kind,
     /// The namespace of a namespaced kind.
     pub namespace: Option<String>,
-    /// The name.
     pub name: String,
 }
 

@@ -18,7 +18,6 @@ pub enum InputError {
     /// The file could not be opened or read.
     #[error("{}: cannot read the file: {source}", file.display())]
     Unreadable {
-        /// The file.
         file: PathBuf,
         /// Why.
         source: std::io::Error,
@@ -26,7 +25,6 @@ pub enum InputError {
     /// Documents are not valid YAML or do not match their kind.
     #[error("{}", Refused { file, errors })]
     Documents {
-        /// The file.
         file: PathBuf,
         /// Every refused document.
         errors: Vec<DocumentError>,
@@ -55,9 +53,7 @@ impl fmt::Display for Refused<'_> {
 pub struct BundleDocument {
     /// The bundle id (`<namespace>/<name>`).
     pub bundle_id: BundleId,
-    /// Its spec.
     pub spec: BundleSpec,
-    /// The file.
     pub file: PathBuf,
     /// The document, counting from 0.
     pub index: usize,

@@ -33,9 +33,7 @@ pub enum Source {
 /// One resource wanted, with where it was read.
 #[derive(Clone, Debug)]
 pub struct Wanted {
-    /// The resource.
     pub resource: Resource,
-    /// Its file.
     pub file: PathBuf,
     /// Its document in the file, counting from 0.
     pub index: usize,
@@ -91,7 +89,6 @@ struct Followed {
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FileStatus {
-    /// The file.
     pub file: PathBuf,
     /// How many resources of it are in force (from its last good read).
     pub resources: usize,

@@ -44,7 +44,6 @@ pub enum WireError {
     Missing {
         /// The message type.
         message: &'static str,
-        /// The field.
         field: &'static str,
     },
     /// A field held a value that cannot be used.
@@ -52,7 +51,6 @@ pub enum WireError {
     Invalid {
         /// The message type.
         message: &'static str,
-        /// The field.
         field: &'static str,
         /// Why.
         reason: String,
@@ -75,7 +73,6 @@ impl WireError {
 pub struct Normalisation {
     /// The message type.
     pub message: &'static str,
-    /// The field.
     pub field: &'static str,
     /// What arrived and what it was read as.
     pub what: String,

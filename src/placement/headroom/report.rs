@@ -23,7 +23,6 @@ pub struct HeadroomReport {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KindSummary {
-    /// The kind.
     pub kind: DomainKind,
     /// Domains of the kind analysed.
     pub domains: u32,
@@ -54,7 +53,6 @@ pub struct WorstDomain {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolHeadroom {
-    /// The pool.
     pub pool: String,
     /// Per kind.
     pub kinds: Vec<KindSummary>,

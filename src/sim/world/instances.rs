@@ -46,7 +46,6 @@ impl InstancePhase {
 pub(crate) struct Instance {
     /// The node it runs on.
     pub node_id: String,
-    /// Its phase.
     pub phase: InstancePhase,
     /// Created with `defer_start`.
     pub defer_start: bool,

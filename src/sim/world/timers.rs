@@ -24,7 +24,6 @@ pub(crate) enum Action {
     Reclaim(String),
     /// An instance finished its start (running, prepared, or rejected).
     InstanceReady {
-        /// The job.
         job: String,
         /// The instance key.
         role: String,
@@ -33,7 +32,6 @@ pub(crate) enum Action {
     },
     /// An instance finished stopping.
     InstanceStopped {
-        /// The job.
         job: String,
         /// The instance key.
         role: String,
@@ -42,7 +40,6 @@ pub(crate) enum Action {
     },
     /// A node finished pulling images.
     ImagesPulled {
-        /// The node.
         node: String,
         /// The references asked for.
         images: Vec<String>,

@@ -87,7 +87,6 @@ pub struct BundleApplied {
 /// What was done for one drain.
 #[derive(Clone, Debug)]
 pub struct DrainApplied {
-    /// The node.
     pub node_id: NodeId,
     /// When the drain it started began (its identity in the core).
     pub started: Option<UnixMillis>,
@@ -119,7 +118,6 @@ pub struct MigrationApplied {
 /// What was done for one `NorskNode` document.
 #[derive(Clone, Debug)]
 pub struct NodeApplied {
-    /// The node.
     pub node_id: NodeId,
     /// Whether the document cordoned the node.
     pub by_spec: bool,
@@ -135,7 +133,6 @@ pub struct Applier {
     core: AutoManagerHandle,
     /// What was last printed per subject: each refusal is printed once.
     reported: BTreeMap<String, String>,
-    /// The pools.
     pub pools: PoolsApplied,
     /// Why the core refused the hot-spare list.
     pub spares_refused: Option<String>,
