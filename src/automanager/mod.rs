@@ -12,8 +12,9 @@
 //! - [`binding`]: one record per job (node, instance key, placement of
 //!   record, in-flight gate).
 //! - [`recovery`]: runtime-failure policy, restart ceiling, node health.
-//! - `events` / `dispatch` / `call_results`: applying Manager events;
-//!   placing and dispatching; what Manager answered to each call.
+//! - `events` / `dispatch` / `call_results` / `loss`: applying Manager
+//!   events; placing and dispatching; what Manager answered to each call;
+//!   a lost instance judged by the failure policy, and terminal verdicts.
 //! - `view_cache`: the placement view kept between rounds and brought up
 //!   to date instead of rebuilt.
 //! - `offerings`: what providers recently could not supply (an exhausted
@@ -39,6 +40,7 @@ mod events;
 pub mod fleet;
 pub mod headroom;
 pub mod interruption;
+mod loss;
 mod manual;
 pub mod metrics;
 pub mod migration;
