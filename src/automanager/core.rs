@@ -1,35 +1,29 @@
 //! The state machine itself: what it holds, the `handle` loop (apply the
-//! input, then — once hydrated — expire timers and run placement), the
-//! commands, the read-only queries and the next timer deadline.
+//! input, then — once hydrated — expire timers and run placement), what
+//! makes a job ready to place, and the next timer deadline. Commands are
+//! `commands`', the read-only queries and metrics `queries`'.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{
-    Bundle, BundleId, BundleSpec, BundleState, FleetSnapshot, InstanceKey, JobId, JobState, NodeId, NodePhase,
-    PlacedJob, PlacementPool, ReplicaJob, UnixMillis,
+    Bundle, BundleId, BundleState, InstanceKey, JobId, JobState, MigrationId, NodeId, NodePhase, ReplicaJob, UnixMillis,
 };
-use crate::placement::{
-    Admission, BundleValidation, FleetError, FleetView, Placement, PlacementError, Pools, place_dry_run,
-    validate_bundle, validate_bundle_admission,
-};
+use crate::placement::Pools;
 
 use super::binding::{AwaitedStop, Binding, JobRecord, StopWait};
 use super::drain::Drains;
 use super::fleet::Fleet;
 use super::manual::ManualStarts;
-use super::metrics::{Counters, Metrics, PoolGauge, PoolUsage, TierUsage};
+use super::metrics::Counters;
 use super::migration::{MigrationCall, Migrations};
 use super::node_services::{NodeServiceState, ServiceRequest};
 use super::offerings::Offering;
 use super::recovery::{FAILED_INSTANCE_STOP_GRACE_MS, MIN_RECOVERY_INTERVAL_MS};
 use super::schedule::Schedules;
-use super::settings::{ValidSettings, validate_auto_settings};
+use super::settings::ValidSettings;
 use super::spares::{SpareRequest, SpareState};
-use super::view_cache::{ViewCache, placed_jobs};
-use super::{
-    Action, Answer, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId, Rpc, Step,
-};
-use crate::model::MigrationId;
+use super::view_cache::ViewCache;
+use super::{Action, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId, Rpc, Step};
 
 /// What an outstanding RPC was for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -470,216 +464,6 @@ impl AutoManagerCore {
         }
     }
 
-    /// Whether `InitialDataComplete` has been seen.
-    pub fn is_hydrated(&self) -> bool {
-        self.hydrated
-    }
-
-    /// The settings in force.
-    pub fn settings(&self) -> &AutoSettings {
-        &self.settings
-    }
-
-    /// The fleet view.
-    pub fn fleet(&self) -> &Fleet {
-        &self.fleet
-    }
-
-    /// Every bundle job's record.
-    pub fn jobs(&self) -> impl Iterator<Item = &JobRecord> {
-        self.jobs.values()
-    }
-
-    /// One job's record.
-    pub fn job(&self, id: &JobId) -> Option<&JobRecord> {
-        self.jobs.get(id)
-    }
-
-    /// The jobs bound to `node_id`.
-    pub(super) fn jobs_bound_to(&self, node_id: &crate::model::NodeId) -> Vec<JobId> {
-        self.jobs
-            .values()
-            .filter(|r| r.is_bound_to(node_id))
-            .map(|r| r.job_id().clone())
-            .collect()
-    }
-
-    /// The bundles Manager holds.
-    pub fn bundles(&self) -> impl Iterator<Item = &Bundle> {
-        self.bundles.values()
-    }
-
-    /// Broken bundles with their reasons.
-    pub fn broken_bundles(&self) -> &BTreeMap<BundleId, String> {
-        &self.broken
-    }
-
-    /// `templateImages`: what warmth is scored against.
-    pub fn template_images(&self) -> &BTreeMap<String, Vec<String>> {
-        &self.settings.template_images
-    }
-
-    /// The placement view of the fleet as it stands.
-    pub fn view(&self) -> Result<FleetView, FleetError> {
-        self.view_with(self.pools.clone())
-    }
-
-    pub(super) fn view_with(&self, pools: Pools) -> Result<FleetView, FleetError> {
-        let snapshot = self
-            .fleet
-            .snapshot(&pools, self.placed_jobs(), &self.settings.template_images);
-        FleetView::new(&snapshot, pools)
-    }
-
-    /// The fleet as placement reads it (the `plan` format): every node
-    /// with what its bound jobs and migration targets reserve.
-    pub fn fleet_snapshot(&self) -> FleetSnapshot {
-        self.fleet
-            .snapshot(&self.pools, self.placed_jobs(), &self.settings.template_images)
-    }
-
-    /// The kept placement view, brought up to date (built again when it
-    /// cannot be).
-    pub(super) fn synced_view(&mut self) -> Result<ViewCache, FleetError> {
-        let (fleet, pools, jobs, images) = (&self.fleet, &self.pools, &self.jobs, &self.settings.template_images);
-        match self
-            .view_cache
-            .take()
-            .and_then(|cache| cache.sync(fleet, pools, jobs, images))
-        {
-            Some(cache) => Ok(cache),
-            None => ViewCache::build(fleet, pools, jobs, images),
-        }
-    }
-
-    /// What every bound job reserves, by node.
-    pub(super) fn placed_jobs(&self) -> HashMap<&crate::model::NodeId, Vec<PlacedJob>> {
-        placed_jobs(&self.jobs)
-    }
-
-    /// `validateBundle`: static shape and satisfiability.
-    pub fn validate_bundle(&self, bundle: &BundleSpec) -> Result<BundleValidation, FleetError> {
-        Ok(validate_bundle(&self.view()?, bundle))
-    }
-
-    /// `validateBundleAdmission`: would each replica place right now?
-    pub fn validate_bundle_admission(
-        &self,
-        bundle_id: &BundleId,
-        bundle: &BundleSpec,
-    ) -> Result<Admission, FleetError> {
-        Ok(validate_bundle_admission(&self.view()?, bundle_id, bundle))
-    }
-
-    /// `placeDryRun`: one job of one replica through the engine, with the
-    /// trace, without acting.
-    pub fn place_dry_run(
-        &self,
-        bundle_id: &BundleId,
-        bundle: &BundleSpec,
-        replica_index: u32,
-        job_name: &str,
-    ) -> Result<Result<Placement, PlacementError>, FleetError> {
-        let view = self.view()?;
-        Ok(place_dry_run(&view, bundle_id, bundle, replica_index, job_name))
-    }
-
-    /// `metrics()`: counters since `startedAt`, pool gauges computed now.
-    pub fn metrics(&self, now: UnixMillis) -> Metrics {
-        let placed = self.placed_jobs();
-        let pools = self
-            .pools
-            .iter()
-            .map(|pool| self.usage_with(&placed, &pool.name, &[]).gauge)
-            .collect();
-        Metrics {
-            started_at: self.started_at,
-            uptime_ms: now - self.started_at,
-            counters: self.counters.clone(),
-            pools,
-            broken_bundle_ids: self.broken.keys().cloned().collect(),
-            headroom: self.headroom_gauges(),
-        }
-    }
-
-    /// Pool `pool`'s usage, with tiers `tier_names` apart: its nodes not
-    /// going (launching ones included), live spares by the spare
-    /// reconciler's own rule (so the gauge and the `HotSparePolicy` status
-    /// agree), and capacity reserved by placed jobs, migration targets
-    /// included, over usable capacity.
-    pub fn pool_usage(&self, pool: &str, tier_names: &[String]) -> PoolUsage {
-        self.usage_with(&self.placed_jobs(), pool, tier_names)
-    }
-
-    /// [`Self::pool_usage`] with the placed jobs already gathered, so
-    /// `metrics()` gathers them once for every pool.
-    fn usage_with(
-        &self,
-        placed: &HashMap<&crate::model::NodeId, Vec<PlacedJob>>,
-        pool: &str,
-        tier_names: &[String],
-    ) -> PoolUsage {
-        let mut gauge = PoolGauge {
-            pool_name: pool.to_owned(),
-            node_count: 0,
-            live_spares: self.spare_count(pool).live,
-            spare_target: self
-                .settings
-                .hot_spares
-                .iter()
-                .find(|s| s.pool == pool)
-                .map_or(0, |s| s.target_count),
-            used_capacity_fraction: 0.0,
-        };
-        let mut tiers: Vec<(TierUsage, f64, f64)> = tier_names
-            .iter()
-            .map(|name| {
-                let tier = TierUsage {
-                    name: name.clone(),
-                    nodes: 0,
-                    prospective_nodes: 0,
-                    used_capacity_fraction: 0.0,
-                };
-                (tier, 0.0, 0.0)
-            })
-            .collect();
-        let (mut used_all, mut usable_all) = (0.0, 0.0);
-        let members = self.fleet.iter().filter(|n| {
-            n.tags.get(crate::model::tags::POOL).map(String::as_str) == Some(pool) && !n.is_going() && !n.terminated
-        });
-        for node in members {
-            gauge.node_count += 1;
-            let usable = node.inventory.as_ref().map_or(0.0, |i| i.usable_capacity());
-            let used: f64 = placed
-                .get(&node.id)
-                .map_or(0.0, |j| j.iter().map(|p| p.required_capacity).sum());
-            used_all += used;
-            usable_all += usable;
-            let tier = node.tags.get(crate::model::tags::TIER);
-            if let Some((t, u, c)) = tiers.iter_mut().find(|(t, _, _)| Some(&t.name) == tier) {
-                if node.is_launching() {
-                    t.prospective_nodes += 1;
-                } else {
-                    t.nodes += 1;
-                }
-                *u += used;
-                *c += usable;
-            }
-        }
-        let fraction = |used: f64, usable: f64| if usable > 0.0 { used / usable } else { 0.0 };
-        gauge.used_capacity_fraction = fraction(used_all, usable_all);
-        PoolUsage {
-            gauge,
-            tiers: tiers
-                .into_iter()
-                .map(|(t, used, usable)| TierUsage {
-                    used_capacity_fraction: fraction(used, usable),
-                    ..t
-                })
-                .collect(),
-        }
-    }
-
     pub(super) fn notify(&mut self, notification: Notification) {
         self.out.push(Action::Notify(notification));
     }
@@ -690,151 +474,6 @@ impl AutoManagerCore {
         self.pending.insert(id, pending);
         self.out.push(Action::Call { id, rpc });
         id
-    }
-
-    fn command(&mut self, id: CommandId, command: Command, now: UnixMillis) {
-        let (rpc, revives, started) = match command {
-            Command::CreateBundle(bundle) => match self.refuse_invalid(&bundle) {
-                Some(error) => return self.reply(id, Err(error)),
-                None => {
-                    let started = Some((bundle.bundle_id.clone(), bundle.spec.started()));
-                    (Rpc::CreateBundle(bundle), None, started)
-                }
-            },
-            Command::UpdateBundle(bundle) => match self.refuse_invalid(&bundle) {
-                Some(error) => return self.reply(id, Err(error)),
-                // Only which manual jobs run changed: not a revision.
-                None if self.start_stop_only(&bundle.bundle_id, &bundle.spec) => return self.reply(id, Ok(())),
-                None => {
-                    let bundle_id = bundle.bundle_id.clone();
-                    let started = Some((bundle_id.clone(), bundle.spec.started()));
-                    (Rpc::UpdateBundle(bundle), Some(bundle_id), started)
-                }
-            },
-            Command::DeleteBundle(bundle_id) => (Rpc::DeleteBundle(bundle_id.clone()), Some(bundle_id), None),
-            Command::StartBundleJob(job) => return self.toggle_command(id, job, true),
-            Command::StopBundleJob(job) => return self.toggle_command(id, job, false),
-            Command::SetTemplateImages(images) => {
-                self.settings.template_images = images;
-                self.fleet_epoch += 1;
-                return self.reply(id, Ok(()));
-            }
-            Command::CordonNode(node_id) => return self.reply_with(id, |core| core.cordon_node(&node_id)),
-            Command::UncordonNode(node_id) => return self.reply_with(id, |core| core.uncordon_node(&node_id)),
-            Command::TerminateNode(node_id) => return self.reply_with(id, |core| core.terminate_node(&node_id)),
-            Command::EvictNode(node_id) => return self.reply_with(id, |core| core.evict_node(&node_id)),
-            Command::DrainNode { node_id, options } => {
-                return self.reply_with(id, |core| core.drain_node(&node_id, options, now));
-            }
-            Command::HandleNodeInterruption { node_id, notice } => {
-                return self.reply_with(id, |core| core.handle_node_interruption(&node_id, notice, now, now));
-            }
-            Command::MigrateJob { job_id, options } => {
-                let started = self.migrate_job(&job_id, &options, now);
-                return self.answer(id, started.map(Answer::Migration).map_err(CommandError::Migration));
-            }
-            Command::AbortMigration { migration_id, reason } => {
-                let aborted = self.abort_migration(&migration_id, &reason, now);
-                return self.reply(id, aborted.map_err(CommandError::Migration));
-            }
-            Command::SetPlacementPools(pools) => return self.set_placement_pools(id, pools),
-            Command::UpdateHotSpareSpecs(specs) => {
-                let changed = self.update_hot_spare_specs(specs);
-                return self.answer(id, changed.map(Answer::HotSpares));
-            }
-            Command::UpdateHotSpareNode { node_id, spec } => {
-                return self.reply_with(id, |core| core.update_hot_spare_node(&node_id, &spec));
-            }
-        };
-        let deletes = matches!(rpc, Rpc::DeleteBundle(_));
-        self.call(
-            rpc,
-            Pending::Command {
-                id,
-                revives,
-                started,
-                deletes,
-            },
-        );
-    }
-
-    /// New pools take effect at once: the kept view is rebuilt on the next
-    /// round and jobs waiting for capacity are retried against them.
-    fn set_placement_pools(&mut self, id: CommandId, pools: Vec<PlacementPool>) {
-        let settings = AutoSettings {
-            placement_pools: pools,
-            ..self.settings.clone()
-        };
-        match validate_auto_settings(settings) {
-            Ok(valid) => {
-                self.settings = valid.settings;
-                self.pools = valid.pools;
-                self.view_cache = None;
-                self.fleet_epoch += 1;
-                self.reply(id, Ok(()));
-            }
-            Err(e) => self.reply(id, Err(CommandError::InvalidSettings { errors: e.errors })),
-        }
-    }
-
-    /// The settings and pools in force, as a successor core is built with
-    /// (what was changed live survives a reconnect).
-    pub(super) fn valid_settings(&self) -> ValidSettings {
-        ValidSettings {
-            settings: self.settings.clone(),
-            pools: self.pools.clone(),
-        }
-    }
-
-    fn refuse_invalid(&mut self, bundle: &Bundle) -> Option<CommandError> {
-        match self.validate_bundle(&bundle.spec) {
-            Ok(found) if found.errors.is_empty() => None,
-            Ok(found) => Some(CommandError::InvalidBundle { errors: found.errors }),
-            Err(e) => {
-                // The view is built from this core's own fleet, which never
-                // holds two nodes of one id; still, say so rather than guess.
-                self.notify(Notification::Error {
-                    message: format!("could not build the fleet view: {e}"),
-                });
-                None
-            }
-        }
-    }
-
-    pub(super) fn reply(&mut self, command: CommandId, result: Result<(), CommandError>) {
-        self.out.push(Action::Reply { command, result });
-    }
-
-    /// Runs a command answered at once, and replies with its outcome.
-    fn reply_with(&mut self, command: CommandId, run: impl FnOnce(&mut Self) -> Result<(), CommandError>) {
-        let result = run(self);
-        self.reply(command, result);
-    }
-
-    pub(super) fn answer(&mut self, command: CommandId, result: Result<Answer, CommandError>) {
-        self.out.push(Action::Answer { command, result });
-    }
-
-    /// A bundle was updated or deleted: its broken mark, its jobs' drops
-    /// and their restart histories clear ("the broken mark clears when the
-    /// bundle is updated or deleted").
-    pub(super) fn revive(&mut self, bundle_id: &BundleId) {
-        self.broken.remove(bundle_id);
-        for record in self.jobs.values_mut() {
-            if &record.bundle_ref.bundle_id == bundle_id {
-                record.dropped = false;
-                // A new generation carries no verdict: one Manager recorded
-                // on the job (read back at hydration) went with the update.
-                record.job.terminal_verdict = None;
-                record.window_over = false;
-                record.restarts.clear();
-                // A loss no leader judged, before the update: the update
-                // supersedes it, as it would a judged one's count and drop.
-                record.unjudged_loss = None;
-                record.recovery = None;
-                record.awaiting_capacity_since = None;
-            }
-        }
     }
 
     fn close(&mut self, now: UnixMillis) {

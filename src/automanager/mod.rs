@@ -12,6 +12,9 @@
 //! - [`binding`]: one record per job (node, instance key, placement of
 //!   record, in-flight gate).
 //! - [`recovery`]: runtime-failure policy, restart ceiling, node health.
+//! - `core`: the state and the `handle` loop, readiness, timers;
+//!   `commands`: each command carried out and answered; `queries`: reads,
+//!   what-ifs and metrics.
 //! - `events` / `dispatch` / `call_results` / `loss`: applying Manager
 //!   events; placing and dispatching; what Manager answered to each call;
 //!   a lost instance judged by the failure policy, and terminal verdicts.
@@ -33,6 +36,7 @@
 
 pub mod binding;
 mod call_results;
+mod commands;
 mod core;
 mod dispatch;
 pub mod drain;
@@ -47,6 +51,7 @@ pub mod migration;
 pub mod node_services;
 pub mod notification;
 mod offerings;
+mod queries;
 pub mod recovery;
 pub mod runtime;
 pub mod schedule;
