@@ -18,6 +18,7 @@ use crate::placement::Admission;
 use super::conditions::{self, Observed, READY, STALLED};
 use super::notes::{JobNotes, Notes};
 use super::resilience::{ReplicaPlacement, resilient};
+use super::status::merged;
 
 /// Every job holds a placement.
 pub const PLACED: &str = "Placed";
@@ -383,19 +384,21 @@ pub fn refused(reason: &str, message: String) -> ObservedBundle {
 /// (whose conditions keep their transition times where nothing changed)
 /// and the resource's generation.
 pub fn status_of(previous: &BundleStatus, observed: ObservedBundle, generation: Option<i64>) -> BundleStatus {
-    BundleStatus {
-        observed_generation: generation,
-        conditions: conditions::merge(
-            &previous.conditions,
-            conditions::with_reconciling(observed.conditions, &[BROKEN]),
-            generation,
-        ),
+    let fields = BundleStatus {
+        observed_generation: None,
+        conditions: Vec::new(),
         primary_node: observed.primary_node,
         backup_node: observed.backup_node,
         replicas: observed.replicas,
         broken: observed.broken,
         schedule: observed.schedule,
-    }
+    };
+    merged(
+        previous,
+        fields,
+        conditions::with_reconciling(observed.conditions, &[BROKEN]),
+        generation,
+    )
 }
 
 /// `Admitted`: validation warnings and `noCapacity` need the fleet, so the

@@ -23,7 +23,9 @@ use crate::crd::{HotSparePolicy, HotSparePolicyStatus};
 use crate::model::HotSpareSpec;
 
 use super::conditions::{self, Observed, READY, STALLED};
-use super::{Context, ReconcileError, listed, status};
+use super::error::DecideError;
+use super::status::{StatusWriter, merged};
+use super::{Context, ReconcileError, listed};
 
 /// The controller's name (metrics label, field manager suffix).
 pub const CONTROLLER: &str = "hotsparepolicy";
@@ -200,32 +202,22 @@ async fn reconcile(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Resul
     let spec = policy.spec.0.clone();
     if !shared.pools_synced() {
         // Every pool would look unknown before the first hand-over.
-        return Err(ReconcileError::PoolsNotSynced);
+        return Err(DecideError::PoolsNotSynced.into());
     }
     let refused = ctx.refused.lock().unwrap_or_else(PoisonError::into_inner).clone();
     let (observed, conditions) = shared
         .core
         .inspect(move |core, _| observe_policy(core, &spec, refused))
         .await?;
-    let generation = policy.meta().generation;
-    let version = policy.meta().resource_version.clone();
-    let previous = shared
-        .known_status(CONTROLLER, &name, version.as_ref(), policy.status.clone())
-        .unwrap_or_default();
-    let next = HotSparePolicyStatus {
-        observed_generation: generation,
-        conditions: conditions::merge(
-            &previous.conditions,
-            conditions::with_reconciling(conditions, &[]),
-            generation,
-        ),
-        ..observed
-    };
-    if status::differs(&previous, &next, |s: &mut HotSparePolicyStatus| &mut s.conditions) {
-        let api: Api<HotSparePolicy> = Api::all(shared.client.clone());
-        status::apply(&api, &name, CONTROLLER, &next, &shared.metrics).await?;
-        shared.wrote(CONTROLLER, &name, version, &next);
-    }
+    let writer = StatusWriter::<HotSparePolicy>::new(shared, Api::all(shared.client.clone()), CONTROLLER);
+    let previous = writer.known(&policy).unwrap_or_default();
+    let next = merged(
+        &previous,
+        observed,
+        conditions::with_reconciling(conditions, &[]),
+        policy.meta().generation,
+    );
+    writer.write(&policy, &previous, &next).await?;
     shared.timed(CONTROLLER, started);
     shared.succeeded(CONTROLLER, &name);
     Ok(Action::requeue(RESYNC))

@@ -23,7 +23,8 @@ use crate::placement::headroom::PoolHeadroom;
 use crate::placement::validate_pools;
 
 use super::conditions::{self, Observed, READY, STALLED};
-use super::{Context, ReconcileError, listed, status};
+use super::status::{StatusWriter, merged};
+use super::{Context, ReconcileError, listed};
 
 /// The pool controller's name (metrics label, field manager suffix).
 pub const POOL_CONTROLLER: &str = "placementpool";
@@ -166,25 +167,15 @@ async fn reconcile_pool(pool: Arc<PlacementPool>, ctx: Arc<PoolContext>) -> Resu
         .await?;
     shared.metrics.pools(&metrics);
     let conditions = pool_conditions(invalid.get(&name).or(set_refused.as_ref()), in_force);
-    let generation = pool.meta().generation;
-    let version = pool.meta().resource_version.clone();
-    let previous = shared
-        .known_status(POOL_CONTROLLER, &name, version.as_ref(), pool.status.clone())
-        .unwrap_or_default();
-    let next = PlacementPoolStatus {
-        observed_generation: generation,
-        conditions: conditions::merge(
-            &previous.conditions,
-            conditions::with_reconciling(conditions, &[]),
-            generation,
-        ),
-        ..observed
-    };
-    if status::differs(&previous, &next, |s: &mut PlacementPoolStatus| &mut s.conditions) {
-        let api: Api<PlacementPool> = Api::all(shared.client.clone());
-        status::apply(&api, &name, POOL_CONTROLLER, &next, &shared.metrics).await?;
-        shared.wrote(POOL_CONTROLLER, &name, version, &next);
-    }
+    let writer = StatusWriter::<PlacementPool>::new(shared, Api::all(shared.client.clone()), POOL_CONTROLLER);
+    let previous = writer.known(&pool).unwrap_or_default();
+    let next = merged(
+        &previous,
+        observed,
+        conditions::with_reconciling(conditions, &[]),
+        pool.meta().generation,
+    );
+    writer.write(&pool, &previous, &next).await?;
     shared.timed(POOL_CONTROLLER, started);
     shared.succeeded(POOL_CONTROLLER, &name);
     Ok(Action::requeue(RESYNC))
