@@ -34,6 +34,8 @@ pub mod drain_follow;
 pub mod drain_status;
 pub mod error;
 pub mod events;
+#[cfg(test)]
+mod fixture;
 pub mod hot_spare;
 pub mod leader;
 pub mod migration;
