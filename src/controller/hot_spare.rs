@@ -222,3 +222,93 @@ async fn reconcile(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Resul
     shared.succeeded(CONTROLLER, &name);
     Ok(Action::requeue(RESYNC))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::fixture::{TestCore, settings};
+    use crate::model::SpareInstanceSpec;
+
+    fn spec(pool: &str) -> HotSpareSpec {
+        HotSpareSpec {
+            pool: pool.to_owned(),
+            target_count: 1,
+            spec: SpareInstanceSpec {
+                instance_type: "m5.xlarge".to_owned(),
+                region: None,
+            },
+            ..HotSpareSpec::default()
+        }
+    }
+
+    fn said(conditions: &[Observed]) -> Vec<(&str, &str, &str, &str)> {
+        conditions
+            .iter()
+            .map(|c| (c.type_, c.status_name(), c.reason.as_str(), c.message.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn a_policy_naming_an_unknown_pool_stalls_and_says_how_to_fix_it() {
+        let test = TestCore::hydrated(&[("a", 4.0)]);
+        let (status, conditions) = observe_policy(&test.core, &spec("studio"), None);
+        let why = "pool \"studio\" is not a PlacementPool in force; create it or fix spec.pool";
+        assert_eq!(
+            said(&conditions),
+            [
+                (READY, "False", "UnknownPool", why),
+                (STALLED, "True", "UnknownPool", why),
+                (APPLIED, "False", "UnknownPool", ""),
+            ]
+        );
+        assert_eq!(
+            (status.live_spares, status.provisioning_spares, status.consumed_spares),
+            (0, 0, 0)
+        );
+        assert_eq!(status.last_underflow, None);
+    }
+
+    #[test]
+    fn a_policy_not_yet_in_force_says_why_the_core_refused_it() {
+        let test = TestCore::hydrated(&[("a", 4.0)]);
+        let (_, waiting) = observe_policy(&test.core, &spec("production"), None);
+        assert_eq!(
+            said(&waiting),
+            [
+                (READY, "False", "NotInForce", "not yet handed to the core"),
+                (STALLED, "False", "NotInForce", ""),
+                (APPLIED, "False", "NotInForce", "not yet handed to the core"),
+            ]
+        );
+        let refusal = "hotSpares[0].spec.instanceType: a hot spare needs an instance type".to_owned();
+        let (_, refused) = observe_policy(&test.core, &spec("production"), Some(refusal.clone()));
+        assert_eq!(refused[0].message, refusal);
+        assert_eq!(refused[2].message, refusal);
+    }
+
+    #[test]
+    fn a_policy_in_force_is_ready_and_applied() {
+        let test = TestCore::hydrated_with(
+            crate::automanager::AutoSettings {
+                hot_spares: vec![spec("production")],
+                ..settings()
+            },
+            &[("a", 4.0)],
+        );
+        let (status, conditions) = observe_policy(&test.core, &spec("production"), Some("stale".to_owned()));
+        assert_eq!(
+            said(&conditions),
+            [
+                (READY, "True", "InForce", "the core keeps spares for pool production"),
+                (STALLED, "False", "InForce", ""),
+                (APPLIED, "True", "InForce", ""),
+            ]
+        );
+        assert_eq!((status.live_spares, status.consumed_spares), (0, 0));
+    }
+
+    #[test]
+    fn an_underflow_is_shown_as_an_rfc3339_time() {
+        assert_eq!(rfc3339(1_700_000_000_000).as_deref(), Some("2023-11-14T22:13:20Z"));
+    }
+}

@@ -366,3 +366,42 @@ async fn reconcile_spec(node: Arc<NorskNode>, ctx: Arc<Context>) -> Result<Actio
     ctx.succeeded(SPEC_CONTROLLER, &name);
     Ok(Action::await_change())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spec_cordons_and_uncordons_only_what_it_cordoned() {
+        assert_eq!(cordon_step(true, false, false), CordonStep::Cordon);
+        assert_eq!(cordon_step(false, true, true), CordonStep::Uncordon);
+        assert_eq!(cordon_step(true, true, false), CordonStep::Stay(cordon_done(true)));
+        assert_eq!(cordon_step(false, false, false), CordonStep::Stay(cordon_done(false)));
+    }
+
+    #[test]
+    fn a_node_a_drain_cordoned_stays_cordoned_when_the_spec_is_cleared() {
+        let CordonStep::Stay(cordoned) = cordon_step(false, true, false) else {
+            panic!("uncordoning would cancel the drain");
+        };
+        assert_eq!(
+            (
+                cordoned.status_name(),
+                cordoned.reason.as_str(),
+                cordoned.message.as_str()
+            ),
+            ("True", "Drain", "cordoned by a drain or an interruption notice")
+        );
+    }
+
+    #[test]
+    fn the_cordoned_condition_says_whether_placements_land() {
+        let on = cordon_done(true);
+        assert_eq!(
+            (on.type_, on.status_name(), on.reason.as_str(), on.message.as_str()),
+            (CORDONED, "True", BY_SPEC, "no new placement lands here")
+        );
+        let off = cordon_done(false);
+        assert_eq!((off.status_name(), off.reason.as_str()), ("False", "Uncordoned"));
+    }
+}
