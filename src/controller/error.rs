@@ -23,12 +23,15 @@ pub enum ReadError {
         source: QueryError,
     },
     /// Listing objects from the API server failed.
-    #[error("failed to list the {kind}s labelled {selector}: {source}")]
+    #[error(
+        "failed to list the {kind}s{}: {source}",
+        .selector.as_ref().map(|s| format!(" labelled {s}")).unwrap_or_default()
+    )]
     List {
         /// The kind listed.
         kind: &'static str,
-        /// The label selector of the list.
-        selector: String,
+        /// The label selector of the list (none: every object of the kind).
+        selector: Option<String>,
         /// Why.
         #[source]
         source: kube::Error,
@@ -265,7 +268,7 @@ mod tests {
     fn each_step_names_what_failed_and_keeps_why() {
         let list: ReconcileError = ReadError::List {
             kind: "NorskNode",
-            selector: "automanager.norsk.video/fleet=default".to_owned(),
+            selector: Some("automanager.norsk.video/fleet=default".to_owned()),
             source: refused(),
         }
         .into();
@@ -276,6 +279,16 @@ mod tests {
             "{list}"
         );
         assert!(list.source().is_some_and(|s| s.to_string().contains("forbidden")));
+        let every: ReconcileError = ReadError::List {
+            kind: "NodeDrain",
+            selector: None,
+            source: refused(),
+        }
+        .into();
+        assert!(
+            every.to_string().starts_with("failed to list the NodeDrains: "),
+            "{every}"
+        );
 
         let delete: ReconcileError = ApplyError::Delete {
             kind: "NorskNode",

@@ -121,7 +121,7 @@ async fn round(ctx: &Context, fleet: &str) -> Result<bool, ReconcileError> {
         .await
         .map_err(|source| ReadError::List {
             kind: "NorskNode",
-            selector,
+            selector: Some(selector),
             source,
         })?
         .items
