@@ -17,11 +17,13 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::automanager::{CommandError, RpcFailureKind};
-use crate::crd::{self, BundleStatus};
+use crate::crd;
 use crate::model::{self, BundleState};
 
 use super::bundle_status::{self, AdmissionCheck, ObservedBundle, observe};
-use super::{Context, ReconcileError, status};
+use super::error::{ApplyError, DecideError, ReadError, WriteStatusError};
+use super::status::StatusWriter;
+use super::{Context, ReconcileError};
 
 /// The controller's name (metrics label, field manager suffix).
 pub const CONTROLLER: &str = "bundle";
@@ -64,6 +66,11 @@ fn key(bundle: &crd::Bundle) -> String {
     bundle.bundle_id().to_string()
 }
 
+/// The bundle's status writer; `api` is scoped to its namespace.
+fn writer<'a>(ctx: &'a Context, api: &Api<crd::Bundle>) -> StatusWriter<'a, crd::Bundle> {
+    StatusWriter::new(ctx, api.clone(), CONTROLLER)
+}
+
 #[tracing::instrument(skip_all, fields(bundle = %key(&bundle)))]
 async fn reconcile(bundle: Arc<crd::Bundle>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let started = Instant::now();
@@ -73,17 +80,11 @@ async fn reconcile(bundle: Arc<crd::Bundle>, ctx: Arc<Context>) -> Result<Action
     let result = finalizer(&api, FINALIZER, bundle, |event| async {
         match event {
             FinalizerEvent::Apply(bundle) => apply(&bundle, &api, &ctx).await,
-            FinalizerEvent::Cleanup(bundle) => cleanup(&bundle, &ctx).await,
+            FinalizerEvent::Cleanup(bundle) => cleanup(&bundle, &api, &ctx).await,
         }
     })
     .await
-    .map_err(|e| match e {
-        kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        other => ReconcileError::Finalizer {
-            object: object.clone(),
-            message: other.to_string(),
-        },
-    });
+    .map_err(|e| ReconcileError::of_finalizer(e, FINALIZER, &format!("Bundle {object}")));
     ctx.timed(CONTROLLER, started);
     if result.is_ok() {
         ctx.succeeded(CONTROLLER, &object);
@@ -101,7 +102,7 @@ struct Stored {
     bundle: Option<(model::BundleSpec, BundleState)>,
 }
 
-async fn stored(ctx: &Context, bundle_id: &model::BundleId) -> Result<Stored, ReconcileError> {
+async fn stored(ctx: &Context, bundle_id: &model::BundleId) -> Result<Stored, ReadError> {
     let id = bundle_id.clone();
     Ok(ctx
         .core
@@ -122,10 +123,10 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
     let bundle_id = bundle.bundle_id();
     let found = stored(ctx, &bundle_id).await?;
     if !found.hydrated {
-        return Err(ReconcileError::NotHydrated);
+        return Err(DecideError::NotHydrated.into());
     }
     if !ctx.pools_synced() {
-        return Err(ReconcileError::PoolsNotSynced);
+        return Err(DecideError::PoolsNotSynced.into());
     }
     let wanted = model::Bundle {
         bundle_id: bundle_id.clone(),
@@ -137,7 +138,10 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
         Some((_, BundleState::Deleting)) => {
             // The resource was deleted and made again while Manager still
             // runs the old one's saga: create once that has finished.
-            return Err(ReconcileError::StillDeleting(bundle_id.to_string()));
+            return Err(DecideError::StillDeleting {
+                bundle: bundle_id.to_string(),
+            }
+            .into());
         }
         Some((spec, BundleState::Live)) if !spec.same_applied(&wanted.spec) => {
             Some(("update", ctx.core.update_bundle(wanted).await))
@@ -164,16 +168,18 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
             Some(("RejectedByManager", failure.message))
         }
         Some((action, Err(source))) => {
-            return Err(ReconcileError::Command {
+            return Err(ApplyError::Command {
                 action,
-                object: bundle_id.to_string(),
+                object: format!("bundle {bundle_id}"),
                 source,
-            });
+            }
+            .into());
         }
         _ => None,
     };
+    let writer = writer(ctx, api);
     if let Some((reason, message)) = refused {
-        write_if_changed(bundle, api, ctx, bundle_status::refused(reason, message)).await?;
+        write_status(bundle, &writer, bundle_status::refused(reason, message)).await?;
         // A Manager without the extensions is asked again on its slow
         // backoff; an invalid bundle waits for its spec to change.
         if reason == LACKS_EXTENSIONS {
@@ -181,19 +187,18 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
         }
         return Ok(Action::await_change());
     }
-    let observed = observe_bundle(bundle, ctx).await?;
-    write_if_changed(bundle, api, ctx, observed).await?;
+    let observed = observe_bundle(bundle, &writer, ctx).await?;
+    write_status(bundle, &writer, observed).await?;
     Ok(Action::requeue(RESYNC))
 }
 
-async fn observe_bundle(bundle: &crd::Bundle, ctx: &Context) -> Result<ObservedBundle, ReconcileError> {
+async fn observe_bundle(
+    bundle: &crd::Bundle,
+    writer: &StatusWriter<'_, crd::Bundle>,
+    ctx: &Context,
+) -> Result<ObservedBundle, ReadError> {
     let bundle_id = bundle.bundle_id();
-    let known = ctx.known_status(
-        CONTROLLER,
-        &key(bundle),
-        bundle.meta().resource_version.as_ref(),
-        bundle.status.clone(),
-    );
+    let known = writer.known(bundle);
     let previous = known.as_ref();
     let same_generation = previous.and_then(|s| s.observed_generation) == bundle.meta().generation;
     let check = bundle_status::admission_check(previous, same_generation);
@@ -210,52 +215,48 @@ async fn observe_bundle(bundle: &crd::Bundle, ctx: &Context) -> Result<ObservedB
     Ok(observed)
 }
 
-/// Writes the status when it differs from what the resource holds.
-async fn write_if_changed(
+/// Writes the status `observed` implies when it differs from what the
+/// resource holds.
+async fn write_status(
     bundle: &crd::Bundle,
-    api: &Api<crd::Bundle>,
-    ctx: &Context,
+    writer: &StatusWriter<'_, crd::Bundle>,
     observed: ObservedBundle,
-) -> Result<(), ReconcileError> {
-    let key = key(bundle);
-    let version = bundle.meta().resource_version.clone();
-    let previous = ctx
-        .known_status(CONTROLLER, &key, version.as_ref(), bundle.status.clone())
-        .unwrap_or_default();
+) -> Result<(), WriteStatusError> {
+    let previous = writer.known(bundle).unwrap_or_default();
     let next = bundle_status::status_of(&previous, observed, bundle.meta().generation);
-    if !status::differs(&previous, &next, |s: &mut BundleStatus| &mut s.conditions) {
-        return Ok(());
-    }
-    status::apply(api, &bundle.name_any(), CONTROLLER, &next, &ctx.metrics).await?;
-    ctx.wrote(CONTROLLER, &key, version, &next);
+    writer.write(bundle, &previous, &next).await?;
     Ok(())
 }
 
 /// The finalizer: start Manager's stop-then-delete saga and hold the
 /// resource until Manager no longer has the bundle.
-async fn cleanup(bundle: &crd::Bundle, ctx: &Context) -> Result<Action, ReconcileError> {
+async fn cleanup(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> Result<Action, ReconcileError> {
     let bundle_id = bundle.bundle_id();
     let found = stored(ctx, &bundle_id).await?;
     if !found.hydrated {
-        return Err(ReconcileError::NotHydrated);
+        return Err(DecideError::NotHydrated.into());
     }
+    let still_deleting = || DecideError::StillDeleting {
+        bundle: bundle_id.to_string(),
+    };
     match found.bundle {
         None => {
-            ctx.forget(CONTROLLER, &key(bundle));
+            writer(ctx, api).forget(&bundle.name_any());
             Ok(Action::await_change())
         }
-        Some((_, BundleState::Deleting)) => Err(ReconcileError::StillDeleting(bundle_id.to_string())),
+        Some((_, BundleState::Deleting)) => Err(still_deleting().into()),
         Some((_, BundleState::Live)) => match ctx.core.delete_bundle(bundle_id.clone()).await {
-            Ok(()) => Err(ReconcileError::StillDeleting(bundle_id.to_string())),
+            Ok(()) => Err(still_deleting().into()),
             Err(CommandError::Manager(f)) if f.kind == RpcFailureKind::NotFound => {
-                ctx.forget(CONTROLLER, &key(bundle));
+                writer(ctx, api).forget(&bundle.name_any());
                 Ok(Action::await_change())
             }
-            Err(source) => Err(ReconcileError::Command {
+            Err(source) => Err(ApplyError::Command {
                 action: "delete",
-                object: bundle_id.to_string(),
+                object: format!("bundle {bundle_id}"),
                 source,
-            }),
+            }
+            .into()),
         },
     }
 }

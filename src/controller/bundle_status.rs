@@ -18,6 +18,7 @@ use crate::placement::Admission;
 use super::conditions::{self, Observed, READY, STALLED};
 use super::notes::{JobNotes, Notes};
 use super::resilience::{ReplicaPlacement, resilient};
+use super::status::merged;
 
 /// Every job holds a placement.
 pub const PLACED: &str = "Placed";
@@ -383,19 +384,21 @@ pub fn refused(reason: &str, message: String) -> ObservedBundle {
 /// (whose conditions keep their transition times where nothing changed)
 /// and the resource's generation.
 pub fn status_of(previous: &BundleStatus, observed: ObservedBundle, generation: Option<i64>) -> BundleStatus {
-    BundleStatus {
-        observed_generation: generation,
-        conditions: conditions::merge(
-            &previous.conditions,
-            conditions::with_reconciling(observed.conditions, &[BROKEN]),
-            generation,
-        ),
+    let fields = BundleStatus {
+        observed_generation: None,
+        conditions: Vec::new(),
         primary_node: observed.primary_node,
         backup_node: observed.backup_node,
         replicas: observed.replicas,
         broken: observed.broken,
         schedule: observed.schedule,
-    }
+    };
+    merged(
+        previous,
+        fields,
+        conditions::with_reconciling(observed.conditions, &[BROKEN]),
+        generation,
+    )
 }
 
 /// `Admitted`: validation warnings and `noCapacity` need the fleet, so the
@@ -424,5 +427,284 @@ fn admission(core: &AutoManagerCore, bundle_id: &BundleId, spec: &BundleSpec) ->
                 .join("; "),
         ),
         Err(e) => Observed::no(ADMITTED, "FleetUnreadable", e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+    use crate::controller::conditions::RECONCILING;
+    use crate::controller::fixture::{ONE_JOB, TestCore};
+
+    /// The conditions as `(type, status, reason, message)`.
+    fn said(conditions: &[Observed]) -> Vec<(&str, &str, &str, &str)> {
+        conditions
+            .iter()
+            .map(|c| (c.type_, c.status_name(), c.reason.as_str(), c.message.as_str()))
+            .collect()
+    }
+
+    fn condition<'a>(conditions: &'a [Observed], type_: &str) -> &'a Observed {
+        conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .unwrap_or_else(|| panic!("no {type_} in {conditions:?}"))
+    }
+
+    fn observed(test: &TestCore, id: &str, spec: &BundleSpec) -> ObservedBundle {
+        observe(
+            &test.core,
+            &BundleId::from(id),
+            spec,
+            &BTreeMap::new(),
+            AdmissionCheck::Check,
+            test.now,
+        )
+    }
+
+    #[test]
+    fn a_bundle_placed_and_starting_is_placed_but_not_yet_ready() {
+        let mut test = TestCore::hydrated(&[("a", 4.0)]);
+        let spec = test.bundle("ns/ch1", ONE_JOB);
+        let bundle = observed(&test, "ns/ch1", &spec);
+        let job = &bundle.replicas[0].jobs[0];
+        assert_eq!(
+            (job.job_id.as_str(), job.node.as_deref(), job.state.as_str()),
+            ("ns/ch1/0/encode", Some("a"), "starting")
+        );
+        assert!(job.instance_key.is_some());
+        assert_eq!(bundle.primary_node.as_deref(), Some("a"));
+        assert_eq!(bundle.backup_node, None);
+        assert_eq!(
+            said(&bundle.conditions)[..4],
+            [
+                (READY, "False", "Starting", "0 of 1 jobs running"),
+                (PLACED, "True", "Placed", "1 of 1 jobs placed"),
+                (DEGRADED, "False", "ResilienceHonoured", ""),
+                (BROKEN, "False", "NotBroken", ""),
+            ]
+        );
+        assert_eq!(condition(&bundle.conditions, ADMITTED).reason, "Placed");
+    }
+
+    #[test]
+    fn a_bundle_whose_every_job_runs_is_ready() {
+        let mut test = TestCore::hydrated(&[("a", 4.0)]);
+        let spec = test.bundle("ns/ch1", ONE_JOB);
+        test.start_all();
+        let bundle = observed(&test, "ns/ch1", &spec);
+        assert_eq!(bundle.replicas[0].jobs[0].state, "running");
+        let ready = condition(&bundle.conditions, READY);
+        assert_eq!(
+            (ready.status_name(), ready.reason.as_str(), ready.message.as_str()),
+            ("True", "Running", "1 of 1 jobs running")
+        );
+    }
+
+    #[test]
+    fn a_job_no_tier_can_place_awaits_capacity_and_the_bundle_says_which() {
+        let mut test = TestCore::hydrated(&[("a", 1.0)]);
+        let spec = test.bundle(
+            "ns/big",
+            "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 2}}\n",
+        );
+        let bundle = observed(&test, "ns/big", &spec);
+        let job = &bundle.replicas[0].jobs[0];
+        assert_eq!((job.node.as_deref(), job.state.as_str()), (None, "awaitingCapacity"));
+        let ready = condition(&bundle.conditions, READY);
+        assert_eq!(
+            (ready.status_name(), ready.reason.as_str(), ready.message.as_str()),
+            ("False", "Placing", "0 of 1 jobs placed")
+        );
+        let placed = condition(&bundle.conditions, PLACED);
+        assert_eq!(
+            (placed.status_name(), placed.reason.as_str()),
+            ("False", "AwaitingCapacity")
+        );
+        assert!(
+            placed
+                .message
+                .starts_with("no tier could place or provision 0/encode ("),
+            "{}",
+            placed.message
+        );
+        let admitted = condition(&bundle.conditions, ADMITTED);
+        assert_eq!(
+            (admitted.status_name(), admitted.reason.as_str()),
+            ("False", "NoCapacity")
+        );
+        assert!(admitted.message.starts_with("0/encode: "), "{}", admitted.message);
+    }
+
+    #[test]
+    fn a_bundle_with_a_resilience_policy_has_a_backup_replica() {
+        let mut test = TestCore::hydrated(&[("a", 4.0), ("b", 4.0)]);
+        let spec = test.bundle(
+            "ns/ch1",
+            "pool: production\nresiliencePolicy: {sameNode: forbid}\njobs:\n  - {jobName: encode, requirements: \
+             {requiredCapacity: 0.5}}\n",
+        );
+        assert_eq!(replica_count(&spec), 2);
+        let bundle = observed(&test, "ns/ch1", &spec);
+        let indexes: Vec<u32> = bundle.replicas.iter().map(|r| r.index).collect();
+        assert_eq!(indexes, [0, 1]);
+        assert_eq!(bundle.replicas[1].jobs[0].job_id, "ns/ch1/1/encode");
+        assert!(bundle.backup_node.is_some());
+        assert_ne!(bundle.primary_node, bundle.backup_node);
+        assert_eq!(condition(&bundle.conditions, PLACED).message, "2 of 2 jobs placed");
+    }
+
+    #[test]
+    fn a_bundle_the_core_does_not_hold_is_pending() {
+        let test = TestCore::hydrated(&[("a", 4.0)]);
+        let spec: BundleSpec = yaml_serde::from_str(ONE_JOB).expect("a bundle");
+        let bundle = observed(&test, "ns/new", &spec);
+        assert_eq!(bundle.replicas[0].jobs[0].state, "pending");
+        let placed = condition(&bundle.conditions, PLACED);
+        assert_eq!(
+            (placed.status_name(), placed.reason.as_str(), placed.message.as_str()),
+            ("False", "Pending", "0 of 1 jobs placed")
+        );
+    }
+
+    #[test]
+    fn a_refused_bundle_is_not_ready_and_stalls_with_the_refusal() {
+        let bundle = refused("InvalidBundle", "job encode: unknown template".to_owned());
+        assert_eq!(
+            said(&bundle.conditions),
+            [
+                (READY, "False", "InvalidBundle", "job encode: unknown template"),
+                (STALLED, "True", "InvalidBundle", "job encode: unknown template"),
+            ]
+        );
+        assert!(bundle.replicas.is_empty());
+    }
+
+    fn written(type_: &str, status: &str, reason: &str, since: i64) -> Condition {
+        Condition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            reason: reason.to_owned(),
+            message: String::new(),
+            observed_generation: Some(1),
+            last_transition_time: Time(Timestamp::from_second(since).expect("a time")),
+        }
+    }
+
+    #[test]
+    fn the_status_adds_reconciling_while_not_ready_and_keeps_unchanged_transition_times() {
+        let previous = BundleStatus {
+            conditions: vec![written(READY, "False", "Placing", 100)],
+            ..BundleStatus::default()
+        };
+        let placing = ObservedBundle {
+            primary_node: Some("a".to_owned()),
+            conditions: vec![Observed::no(READY, "Starting", "0 of 1 jobs running")],
+            ..ObservedBundle::default()
+        };
+        let status = status_of(&previous, placing, Some(2));
+        assert_eq!(status.observed_generation, Some(2));
+        assert_eq!(status.primary_node.as_deref(), Some("a"));
+        let types: Vec<_> = status
+            .conditions
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status.as_str()))
+            .collect();
+        assert_eq!(types, [(READY, "False"), (RECONCILING, "True")]);
+        assert_eq!(status.conditions[1].reason, "Starting");
+        assert_eq!(
+            status.conditions[0].last_transition_time,
+            previous.conditions[0].last_transition_time
+        );
+    }
+
+    #[test]
+    fn a_broken_bundle_is_not_reconciling() {
+        let broken = ObservedBundle {
+            broken: Some("restart ceiling".to_owned()),
+            conditions: vec![
+                Observed::no(READY, "Broken", "restart ceiling"),
+                Observed::yes(BROKEN, "BundleBroken", "restart ceiling"),
+            ],
+            ..ObservedBundle::default()
+        };
+        let status = status_of(&BundleStatus::default(), broken, Some(1));
+        assert_eq!(status.broken.as_deref(), Some("restart ceiling"));
+        assert!(!status.conditions.iter().any(|c| c.type_ == RECONCILING));
+    }
+
+    #[test]
+    fn admission_is_checked_again_for_a_new_spec_or_while_a_job_is_unplaced() {
+        let placed = BundleStatus {
+            conditions: vec![written(PLACED, "True", "Placed", 1)],
+            ..BundleStatus::default()
+        };
+        let unplaced = BundleStatus {
+            conditions: vec![written(PLACED, "False", "AwaitingCapacity", 1)],
+            ..BundleStatus::default()
+        };
+        assert_eq!(admission_check(Some(&placed), true), AdmissionCheck::Skip);
+        assert_eq!(admission_check(Some(&placed), false), AdmissionCheck::Check);
+        assert_eq!(admission_check(Some(&unplaced), true), AdmissionCheck::Check);
+        assert_eq!(admission_check(None, true), AdmissionCheck::Check);
+    }
+
+    #[test]
+    fn an_observation_without_the_check_keeps_what_admission_found_last() {
+        let previous = BundleStatus {
+            conditions: vec![Condition {
+                message: "gpu capability is on no node".to_owned(),
+                ..written(ADMITTED, "True", "AdmittedWithWarnings", 1)
+            }],
+            ..BundleStatus::default()
+        };
+        let mut observed = ObservedBundle::default();
+        keep_admitted(&mut observed, Some(&previous));
+        assert_eq!(
+            said(&observed.conditions),
+            [(ADMITTED, "True", "AdmittedWithWarnings", "gpu capability is on no node")]
+        );
+        // What the observation found itself stands.
+        let mut checked = ObservedBundle {
+            conditions: vec![Observed::no(ADMITTED, "NoCapacity", "0/encode: too big")],
+            ..ObservedBundle::default()
+        };
+        keep_admitted(&mut checked, Some(&previous));
+        assert_eq!(
+            said(&checked.conditions),
+            [(ADMITTED, "False", "NoCapacity", "0/encode: too big")]
+        );
+    }
+
+    #[test]
+    fn job_notes_come_from_notifications_else_from_what_the_status_recorded() {
+        let spec: BundleSpec = yaml_serde::from_str(ONE_JOB).expect("a bundle");
+        let bundle = BundleId::from("ns/ch1");
+        let previous = BundleStatus {
+            replicas: vec![ReplicaStatus {
+                index: 0,
+                jobs: vec![JobStatus {
+                    job_name: "encode".to_owned(),
+                    job_id: "ns/ch1/0/encode".to_owned(),
+                    last_placement: Some("placed on a (pool production, tier cluster)".to_owned()),
+                    ..JobStatus::default()
+                }],
+            }],
+            ..BundleStatus::default()
+        };
+        let notes = job_notes(&Notes::default(), &bundle, &spec, Some(&previous));
+        let job = JobId::from("ns/ch1/0/encode");
+        assert_eq!(
+            notes[&job].last_placement.as_deref(),
+            Some("placed on a (pool production, tier cluster)")
+        );
+        assert_eq!(notes.len(), 1);
+        assert_eq!(
+            job_notes(&Notes::default(), &bundle, &spec, None)[&job],
+            JobNotes::default()
+        );
     }
 }

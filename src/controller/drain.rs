@@ -30,13 +30,14 @@ use crate::automanager::{
 use crate::crd::{JobMigration, JobMigrationSpec, NodeDrain, NodeDrainSpec, NodeDrainStatus};
 use crate::model::NodeId;
 
-use super::conditions;
 use super::drain_follow::DrainContext;
 use super::drain_status::{conditions_of, is_final_name, millis, rfc3339, status_of};
+use super::error::{ApplyError, DecideError, ReadError, WriteStatusError};
 use super::migration::{DRAIN, MIGRATION_ID};
 use super::node::{FLEET, MANAGED_BY};
 use super::node_status::resource_name;
-use super::{ReconcileError, status};
+use super::status::{StatusWriter, merged};
+use super::{Context, ReconcileError};
 
 /// The controller's name (metrics label, field manager suffix).
 pub const CONTROLLER: &str = "nodedrain";
@@ -76,7 +77,7 @@ async fn reconcile(drain: Arc<NodeDrain>, shared: Arc<DrainContext>) -> Result<A
         .inspect(move |core, _| (core.is_hydrated(), core.fleet().contains(&asked)))
         .await?;
     if !hydrated {
-        return Err(ReconcileError::NotHydrated);
+        return Err(DecideError::NotHydrated.into());
     }
     let labelled = drain.labels().get(FLEET) == Some(&shared.fleet);
     if !known && !labelled {
@@ -91,26 +92,23 @@ async fn reconcile(drain: Arc<NodeDrain>, shared: Arc<DrainContext>) -> Result<A
         let patch = serde_json::json!({"metadata": {"labels": {FLEET: shared.fleet}}});
         api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .map_err(|e| ReconcileError::Finalizer {
-                object: name.clone(),
-                message: format!("failed to label it for fleet {}: {e}", shared.fleet),
+            .map_err(|source| ApplyError::Label {
+                kind: "NodeDrain",
+                name: name.clone(),
+                label: FLEET,
+                value: shared.fleet.clone(),
+                source,
             })?;
         return Ok(Action::await_change());
     }
     let result = finalizer(&api, FINALIZER, drain, |event| async {
         match event {
-            FinalizerEvent::Apply(drain) => apply(&drain, &api, &shared).await,
+            FinalizerEvent::Apply(drain) => apply(&drain, &shared).await,
             FinalizerEvent::Cleanup(drain) => cleanup(&drain, &shared).await,
         }
     })
     .await
-    .map_err(|e| match e {
-        kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        other => ReconcileError::Finalizer {
-            object: name.clone(),
-            message: other.to_string(),
-        },
-    });
+    .map_err(|e| ReconcileError::of_finalizer(e, FINALIZER, &format!("NodeDrain {name}")));
     ctx.timed(CONTROLLER, started);
     if result.is_ok() {
         ctx.succeeded(CONTROLLER, &name);
@@ -122,17 +120,14 @@ fn error_policy(drain: Arc<NodeDrain>, error: &ReconcileError, shared: Arc<Drain
     shared.ctx.failed(CONTROLLER, &drain.name_any(), error)
 }
 
+/// The controller's status writer.
+fn writer(ctx: &Context) -> StatusWriter<'_, NodeDrain> {
+    StatusWriter::new(ctx, Api::all(ctx.client.clone()), CONTROLLER)
+}
+
 /// The status this controller last wrote (or the resource's).
 fn recorded(drain: &NodeDrain, shared: &DrainContext) -> NodeDrainStatus {
-    shared
-        .ctx
-        .known_status(
-            CONTROLLER,
-            &drain.name_any(),
-            drain.meta().resource_version.as_ref(),
-            drain.status.clone(),
-        )
-        .unwrap_or_default()
+    writer(&shared.ctx).known(drain).unwrap_or_default()
 }
 
 /// The core's drain of the node when it is this resource's: one still
@@ -147,7 +142,7 @@ fn ours(core_drain: Option<DrainState>, drain: &NodeDrain, recorded: &NodeDrainS
     core_drain.filter(|s| !s.phase.is_final() || created_for_notice || recorded.started == rfc3339(s.started))
 }
 
-async fn apply(drain: &NodeDrain, api: &Api<NodeDrain>, shared: &DrainContext) -> Result<Action, ReconcileError> {
+async fn apply(drain: &NodeDrain, shared: &DrainContext) -> Result<Action, ReconcileError> {
     let node = NodeId::from(drain.spec.node_id.as_str());
     let recorded = recorded(drain, shared);
     let next = match ours(shared.ctx.core.drain_status(node.clone()).await?, drain, &recorded) {
@@ -157,7 +152,7 @@ async fn apply(drain: &NodeDrain, api: &Api<NodeDrain>, shared: &DrainContext) -
     };
     create_migrations(drain, &next, shared).await;
     let ended = next.phase.as_deref().is_none_or(is_final_name);
-    write_if_changed(drain, api, shared, &recorded, next).await?;
+    write_status(drain, shared, &recorded, next).await?;
     Ok(if ended {
         Action::await_change()
     } else {
@@ -172,7 +167,7 @@ async fn status_with_targets(
     core: &AutoManagerHandle,
     state: &DrainState,
     recorded: &NodeDrainStatus,
-) -> Result<NodeDrainStatus, ReconcileError> {
+) -> Result<NodeDrainStatus, ReadError> {
     let targets: HashMap<MigrationId, NodeId> = if state.jobs.iter().any(|j| j.migration_id.is_some()) {
         core.migrations()
             .await?
@@ -270,11 +265,12 @@ async fn start(
             reason: Some(e.to_string()),
             ..NodeDrainStatus::default()
         }),
-        (Err(source), _) => Err(ReconcileError::Command {
+        (Err(source), _) => Err(ApplyError::Command {
             action: "drain",
-            object: drain.name_any(),
+            object: format!("node {} (NodeDrain {})", drain.spec.node_id, drain.name_any()),
             source,
-        }),
+        }
+        .into()),
     }
 }
 
@@ -361,25 +357,17 @@ async fn create_migrations(drain: &NodeDrain, next: &NodeDrainStatus, shared: &D
     }
 }
 
-/// Writes the status when it differs from what the resource holds.
-async fn write_if_changed(
+/// Writes `next`, with its conditions, when it differs from the status
+/// `previous` that the resource holds.
+async fn write_status(
     drain: &NodeDrain,
-    api: &Api<NodeDrain>,
     shared: &DrainContext,
     previous: &NodeDrainStatus,
-    mut next: NodeDrainStatus,
-) -> Result<(), ReconcileError> {
-    let generation = drain.meta().generation;
-    let observed = conditions_of(&next);
-    next.conditions = conditions::merge(&previous.conditions, observed, generation);
-    if !status::differs(previous, &next, |s: &mut NodeDrainStatus| &mut s.conditions) {
-        return Ok(());
-    }
-    let name = drain.name_any();
-    status::apply(api, &name, CONTROLLER, &next, &shared.ctx.metrics).await?;
-    shared
-        .ctx
-        .wrote(CONTROLLER, &name, drain.meta().resource_version.clone(), &next);
+    next: NodeDrainStatus,
+) -> Result<(), WriteStatusError> {
+    let conditions = conditions_of(&next);
+    let next = merged(previous, next, conditions, drain.meta().generation);
+    writer(&shared.ctx).write(drain, previous, &next).await?;
     Ok(())
 }
 
@@ -403,11 +391,12 @@ async fn cleanup(drain: &NodeDrain, shared: &DrainContext) -> Result<Action, Rec
         match ctx.core.uncordon_node(node.clone()).await {
             Ok(()) | Err(CommandError::UnknownNode(_) | CommandError::NodeGone(_)) => {}
             Err(source) => {
-                return Err(ReconcileError::Command {
+                return Err(ApplyError::Command {
                     action: "cancel the drain of",
-                    object: name,
+                    object: format!("node {node} (NodeDrain {name})"),
                     source,
-                });
+                }
+                .into());
             }
         }
         publish(
@@ -418,7 +407,7 @@ async fn cleanup(drain: &NodeDrain, shared: &DrainContext) -> Result<Action, Rec
             format!("deleted before its terminate: {node} uncordoned"),
         );
     }
-    ctx.forget(CONTROLLER, &name);
+    writer(ctx).forget(&name);
     shared.drain_gone(&node);
     Ok(Action::await_change())
 }

@@ -21,11 +21,11 @@ use crate::automanager::{DrainJobStatus, DrainState, MigrationId, NodeInterrupti
 use crate::crd::{self, Interruption, JobMigration, NodeDrain, NodeDrainSpec};
 use crate::model::{self, NodeId};
 
-use super::Context;
 use super::drain_status::{camel, job_changes, rfc3339};
+use super::error::{ApplyError, ReadError};
 use super::node::{FLEET, MANAGED_BY};
 use super::node_status::node_resource_name;
-use super::{drain, migration};
+use super::{Context, ReconcileError, drain, migration};
 use crate::model::wire_name;
 
 /// What the drain and migration controllers share for one term.
@@ -169,7 +169,7 @@ async fn follow(shared: Arc<DrainContext>, mut notifications: broadcast::Receive
                 let shared = shared.clone();
                 tokio::spawn(async move {
                     if let Err(e) = ensure_drain(&shared, &state).await {
-                        tracing::warn!(node = %state.node_id, error = %e, "failed to create the NodeDrain of an interruption");
+                        tracing::warn!(node = %state.node_id, error = %e, "no NodeDrain for an interruption");
                     }
                     shared.reconcile_drain(&state.node_id);
                 });
@@ -310,9 +310,13 @@ fn interruption_kind(kind: model::InterruptionKind) -> crd::InterruptionKind {
 }
 
 /// Creates the `NodeDrain` of an interrupted node unless one names it.
-async fn ensure_drain(shared: &DrainContext, state: &NodeInterruptionState) -> Result<(), kube::Error> {
+async fn ensure_drain(shared: &DrainContext, state: &NodeInterruptionState) -> Result<(), ReconcileError> {
     let api: Api<NodeDrain> = Api::all(shared.ctx.client.clone());
-    let existing = api.list(&Default::default()).await?;
+    let existing = api.list(&Default::default()).await.map_err(|source| ReadError::List {
+        kind: "NodeDrain",
+        selector: None,
+        source,
+    })?;
     // Another fleet's drain of a node of the same id is not this one.
     let of_fleet = |d: &&NodeDrain| {
         kube::ResourceExt::labels(*d)
@@ -359,7 +363,14 @@ async fn ensure_drain(shared: &DrainContext, state: &NodeInterruptionState) -> R
     match api.create(&PostParams::default(), &drain).await {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => return Err(e),
+        Err(source) => {
+            return Err(ApplyError::Create {
+                kind: "NodeDrain",
+                name,
+                source,
+            }
+            .into());
+        }
     }
     shared.drain_named(&state.node_id, &name);
     Ok(())

@@ -278,6 +278,84 @@ mod tests {
         assert!(!conditions_of(&lost).iter().any(|c| c.type_ == READY && c.status));
     }
 
+    fn said(conditions: &[Observed]) -> Vec<(&str, &str, &str, &str)> {
+        conditions
+            .iter()
+            .map(|c| (c.type_, c.status_name(), c.reason.as_str(), c.message.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn a_drain_the_core_refused_to_start_stalls_with_why() {
+        let refused = NodeDrainStatus {
+            reason: Some("no node n9 in the fleet".to_owned()),
+            ..NodeDrainStatus::default()
+        };
+        assert_eq!(
+            said(&conditions_of(&refused)),
+            [
+                (READY, "False", "NotStarted", "no node n9 in the fleet"),
+                (RECONCILING, "False", "NotStarted", ""),
+                (STALLED, "True", "NotStarted", "no node n9 in the fleet"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_failed_drain_stalls_failed_with_its_reason() {
+        let failed = at("failed", Some("uncordoned before its terminate"));
+        assert_eq!(
+            said(&conditions_of(&failed)),
+            [
+                (READY, "False", "Failed", "uncordoned before its terminate"),
+                (RECONCILING, "False", "Failed", ""),
+                (STALLED, "True", "Failed", "uncordoned before its terminate"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_drain_in_flight_is_reconciling_in_its_phase() {
+        assert_eq!(
+            said(&conditions_of(&at("migrating", None))),
+            [
+                (READY, "False", "Migrating", "the drain is migrating"),
+                (RECONCILING, "True", "Migrating", "the drain is migrating"),
+                (STALLED, "False", "InProgress", ""),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_done_drain_that_terminates_says_the_node_was_terminated() {
+        let mut state = drain(
+            DrainPhase::Done,
+            &[
+                ("ns/b/0/enc", CoreJobStatus::Migrated),
+                ("ns/b/0/pkg", CoreJobStatus::Moved),
+            ],
+        );
+        state.after = crate::automanager::DrainAfter::Terminate;
+        let status = status_of(&state, |_| None);
+        assert!(every_job_moved(&status));
+        assert_eq!(
+            said(&conditions_of(&status))[0],
+            (
+                READY,
+                "True",
+                "Drained",
+                "every job left the node and the node was terminated"
+            )
+        );
+    }
+
+    #[test]
+    fn only_done_partial_and_failed_end_a_drain() {
+        assert!(["done", "partial", "failed"].into_iter().all(is_final_name));
+        assert!(!["waiting", "migrating", "terminating"].into_iter().any(is_final_name));
+        assert_eq!(camel("terminating"), "Terminating");
+    }
+
     #[test]
     fn job_changes_name_each_transition() {
         let before = drain(DrainPhase::Migrating, &[("a", CoreJobStatus::Migrating)]);

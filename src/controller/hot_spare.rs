@@ -22,7 +22,9 @@ use crate::crd::{HotSparePolicy, HotSparePolicyStatus};
 use crate::model::HotSpareSpec;
 
 use super::conditions::{self, Observed, READY, STALLED};
-use super::{Context, ReconcileError, listed, status};
+use super::error::DecideError;
+use super::status::{StatusWriter, merged};
+use super::{Context, ReconcileError, listed};
 
 /// The controller's name (metrics label, field manager suffix).
 pub const CONTROLLER: &str = "hotsparepolicy";
@@ -199,33 +201,113 @@ async fn reconcile(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Resul
     let spec = policy.spec.0.clone();
     if !shared.pools_synced() {
         // Every pool would look unknown before the first hand-over.
-        return Err(ReconcileError::PoolsNotSynced);
+        return Err(DecideError::PoolsNotSynced.into());
     }
     let refused = ctx.refused.lock().unwrap_or_else(PoisonError::into_inner).clone();
     let (observed, conditions) = shared
         .core
         .inspect(move |core, _| observe_policy(core, &spec, refused))
         .await?;
-    let generation = policy.meta().generation;
-    let version = policy.meta().resource_version.clone();
-    let previous = shared
-        .known_status(CONTROLLER, &name, version.as_ref(), policy.status.clone())
-        .unwrap_or_default();
-    let next = HotSparePolicyStatus {
-        observed_generation: generation,
-        conditions: conditions::merge(
-            &previous.conditions,
-            conditions::with_reconciling(conditions, &[]),
-            generation,
-        ),
-        ..observed
-    };
-    if status::differs(&previous, &next, |s: &mut HotSparePolicyStatus| &mut s.conditions) {
-        let api: Api<HotSparePolicy> = Api::all(shared.client.clone());
-        status::apply(&api, &name, CONTROLLER, &next, &shared.metrics).await?;
-        shared.wrote(CONTROLLER, &name, version, &next);
-    }
+    let writer = StatusWriter::<HotSparePolicy>::new(shared, Api::all(shared.client.clone()), CONTROLLER);
+    let previous = writer.known(&policy).unwrap_or_default();
+    let next = merged(
+        &previous,
+        observed,
+        conditions::with_reconciling(conditions, &[]),
+        policy.meta().generation,
+    );
+    writer.write(&policy, &previous, &next).await?;
     shared.timed(CONTROLLER, started);
     shared.succeeded(CONTROLLER, &name);
     Ok(Action::requeue(RESYNC))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::fixture::{TestCore, settings};
+    use crate::model::SpareInstanceSpec;
+
+    fn spec(pool: &str) -> HotSpareSpec {
+        HotSpareSpec {
+            pool: pool.to_owned(),
+            target_count: 1,
+            spec: SpareInstanceSpec {
+                instance_type: "m5.xlarge".to_owned(),
+                region: None,
+            },
+            ..HotSpareSpec::default()
+        }
+    }
+
+    fn said(conditions: &[Observed]) -> Vec<(&str, &str, &str, &str)> {
+        conditions
+            .iter()
+            .map(|c| (c.type_, c.status_name(), c.reason.as_str(), c.message.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn a_policy_naming_an_unknown_pool_stalls_and_says_how_to_fix_it() {
+        let test = TestCore::hydrated(&[("a", 4.0)]);
+        let (status, conditions) = observe_policy(&test.core, &spec("studio"), None);
+        let why = "pool \"studio\" is not a PlacementPool in force; create it or fix spec.pool";
+        assert_eq!(
+            said(&conditions),
+            [
+                (READY, "False", "UnknownPool", why),
+                (STALLED, "True", "UnknownPool", why),
+                (APPLIED, "False", "UnknownPool", ""),
+            ]
+        );
+        assert_eq!(
+            (status.live_spares, status.provisioning_spares, status.consumed_spares),
+            (0, 0, 0)
+        );
+        assert_eq!(status.last_underflow, None);
+    }
+
+    #[test]
+    fn a_policy_not_yet_in_force_says_why_the_core_refused_it() {
+        let test = TestCore::hydrated(&[("a", 4.0)]);
+        let (_, waiting) = observe_policy(&test.core, &spec("production"), None);
+        assert_eq!(
+            said(&waiting),
+            [
+                (READY, "False", "NotInForce", "not yet handed to the core"),
+                (STALLED, "False", "NotInForce", ""),
+                (APPLIED, "False", "NotInForce", "not yet handed to the core"),
+            ]
+        );
+        let refusal = "hotSpares[0].spec.instanceType: a hot spare needs an instance type".to_owned();
+        let (_, refused) = observe_policy(&test.core, &spec("production"), Some(refusal.clone()));
+        assert_eq!(refused[0].message, refusal);
+        assert_eq!(refused[2].message, refusal);
+    }
+
+    #[test]
+    fn a_policy_in_force_is_ready_and_applied() {
+        let test = TestCore::hydrated_with(
+            crate::automanager::AutoSettings {
+                hot_spares: vec![spec("production")],
+                ..settings()
+            },
+            &[("a", 4.0)],
+        );
+        let (status, conditions) = observe_policy(&test.core, &spec("production"), Some("stale".to_owned()));
+        assert_eq!(
+            said(&conditions),
+            [
+                (READY, "True", "InForce", "the core keeps spares for pool production"),
+                (STALLED, "False", "InForce", ""),
+                (APPLIED, "True", "InForce", ""),
+            ]
+        );
+        assert_eq!((status.live_spares, status.consumed_spares), (0, 0));
+    }
+
+    #[test]
+    fn an_underflow_is_shown_as_an_rfc3339_time() {
+        assert_eq!(rfc3339(1_700_000_000_000).as_deref(), Some("2023-11-14T22:13:20Z"));
+    }
 }

@@ -31,12 +31,13 @@ use crate::automanager::{CommandError, MigrationId, MigrationOptions};
 use crate::crd::{self, JobMigration, JobMigrationSpec, JobMigrationStatus};
 use crate::model::{BundleId, JobId, NodeId, runtime_job_id};
 
-use super::conditions;
 use super::drain_follow::DrainContext;
+use super::error::{ApplyError, DecideError, ReadError, WriteStatusError};
 use super::migration_status::{
     Unfollowed, conditions_of, ended_without_core, is_ended_name, is_recorded, status_of, unfollowed,
 };
-use super::{ReconcileError, status};
+use super::status::{StatusWriter, merged};
+use super::{Context, ReconcileError};
 
 /// The controller's name (metrics label, field manager suffix).
 pub const CONTROLLER: &str = "jobmigration";
@@ -71,12 +72,21 @@ pub async fn run(
 }
 
 fn key(migration: &JobMigration) -> String {
-    format!(
-        "{}/{}",
-        migration
-            .namespace()
-            .unwrap_or_else(|| crd::DEFAULT_NAMESPACE.to_owned()),
-        migration.name_any()
+    format!("{}/{}", namespace(migration), migration.name_any())
+}
+
+fn namespace(migration: &JobMigration) -> String {
+    migration
+        .namespace()
+        .unwrap_or_else(|| crd::DEFAULT_NAMESPACE.to_owned())
+}
+
+/// The status writer of `migration`'s namespace.
+fn writer<'a>(ctx: &'a Context, migration: &JobMigration) -> StatusWriter<'a, JobMigration> {
+    StatusWriter::new(
+        ctx,
+        Api::namespaced(ctx.client.clone(), &namespace(migration)),
+        CONTROLLER,
     )
 }
 
@@ -103,11 +113,11 @@ async fn reconcile(migration: Arc<JobMigration>, shared: Arc<DrainContext>) -> R
     let started = Instant::now();
     let ctx = &shared.ctx;
     if migration.meta().deletion_timestamp.is_some() {
-        ctx.forget(CONTROLLER, &key(&migration));
+        writer(ctx, &migration).forget(&migration.name_any());
         return Ok(Action::await_change());
     }
     if !ctx.core.inspect(|core, _| core.is_hydrated()).await? {
-        return Err(ReconcileError::NotHydrated);
+        return Err(DecideError::NotHydrated.into());
     }
     let result = apply(&migration, &shared).await;
     ctx.timed(CONTROLLER, started);
@@ -123,15 +133,7 @@ fn error_policy(migration: Arc<JobMigration>, error: &ReconcileError, shared: Ar
 
 async fn apply(migration: &JobMigration, shared: &DrainContext) -> Result<Action, ReconcileError> {
     let key = key(migration);
-    let recorded = shared
-        .ctx
-        .known_status(
-            CONTROLLER,
-            &key,
-            migration.meta().resource_version.as_ref(),
-            migration.status.clone(),
-        )
-        .unwrap_or_default();
+    let recorded = writer(&shared.ctx, migration).known(migration).unwrap_or_default();
     let adopted = migration
         .annotations()
         .get(MIGRATION_ID)
@@ -151,7 +153,7 @@ async fn apply(migration: &JobMigration, shared: &DrainContext) -> Result<Action
         None => start(migration, shared, &key).await?,
     };
     let ended = next.phase.as_deref().is_none_or(is_ended_name);
-    write_if_changed(migration, shared, &recorded, next).await?;
+    write_status(migration, shared, &recorded, next).await?;
     Ok(if ended {
         Action::await_change()
     } else {
@@ -190,16 +192,17 @@ async fn start(
                 ..JobMigrationStatus::default()
             })
         }
-        Err(source) => Err(ReconcileError::Command {
+        Err(source) => Err(ApplyError::Command {
             action: "migrate",
-            object: key.to_owned(),
+            object: format!("job {} (JobMigration {key})", job_of(migration)),
             source,
-        }),
+        }
+        .into()),
     }
 }
 
 /// `spec.abort` before any migration started: nothing to roll back.
-async fn aborted_unstarted(shared: &DrainContext) -> Result<JobMigrationStatus, ReconcileError> {
+async fn aborted_unstarted(shared: &DrainContext) -> Result<JobMigrationStatus, ReadError> {
     let now = shared.ctx.core.inspect(|_, now| now).await?;
     Ok(ended_without_core(
         &JobMigrationStatus::default(),
@@ -269,11 +272,12 @@ async fn follow(
                 return Ok(status);
             }
             Err(source) => {
-                return Err(ReconcileError::Command {
+                return Err(ApplyError::Command {
                     action: "abort",
-                    object: key(migration),
+                    object: format!("migration {id} (JobMigration {})", key(migration)),
                     source,
-                });
+                }
+                .into());
             }
         }
     }
@@ -287,7 +291,7 @@ async fn ended_elsewhere(
     shared: &DrainContext,
     job_id: &JobId,
     recorded: &JobMigrationStatus,
-) -> Result<Unfollowed, ReconcileError> {
+) -> Result<Unfollowed, ReadError> {
     let job = job_id.clone();
     let (node, now) = shared
         .ctx
@@ -306,29 +310,16 @@ async fn ended_elsewhere(
 /// What made a migration lose its core, in the reasons recorded.
 const TERM_ENDED: &str = "the operator's term ended";
 
-/// Writes the status when it differs from what the resource holds.
-async fn write_if_changed(
+/// Writes `next`, with its conditions, when it differs from the status
+/// `previous` that the resource holds.
+async fn write_status(
     migration: &JobMigration,
     shared: &DrainContext,
     previous: &JobMigrationStatus,
-    mut next: JobMigrationStatus,
-) -> Result<(), ReconcileError> {
-    let generation = migration.meta().generation;
-    let observed = conditions_of(&next);
-    next.conditions = conditions::merge(&previous.conditions, observed, generation);
-    if !status::differs(previous, &next, |s: &mut JobMigrationStatus| &mut s.conditions) {
-        return Ok(());
-    }
-    let namespace = migration
-        .namespace()
-        .unwrap_or_else(|| crd::DEFAULT_NAMESPACE.to_owned());
-    let api: Api<JobMigration> = Api::namespaced(shared.ctx.client.clone(), &namespace);
-    status::apply(&api, &migration.name_any(), CONTROLLER, &next, &shared.ctx.metrics).await?;
-    shared.ctx.wrote(
-        CONTROLLER,
-        &key(migration),
-        migration.meta().resource_version.clone(),
-        &next,
-    );
+    next: JobMigrationStatus,
+) -> Result<(), WriteStatusError> {
+    let conditions = conditions_of(&next);
+    let next = merged(previous, next, conditions, migration.meta().generation);
+    writer(&shared.ctx, migration).write(migration, previous, &next).await?;
     Ok(())
 }

@@ -264,6 +264,66 @@ mod tests {
         assert!(!lost.iter().any(|c| c.type_ == READY && c.status));
     }
 
+    fn said(conditions: &[Observed]) -> Vec<(&str, &str, &str, &str)> {
+        conditions
+            .iter()
+            .map(|c| (c.type_, c.status_name(), c.reason.as_str(), c.message.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn a_migration_the_core_refused_stalls_with_the_refusal() {
+        let refused = JobMigrationStatus {
+            reason: Some("job ns/b/0/enc is not running".to_owned()),
+            ..JobMigrationStatus::default()
+        };
+        assert_eq!(
+            said(&conditions_of(&refused)),
+            [
+                (READY, "False", "Refused", "job ns/b/0/enc is not running"),
+                (RECONCILING, "False", "Refused", ""),
+                (STALLED, "True", "Refused", "job ns/b/0/enc is not running"),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_aborted_migration_stalls_aborted_and_one_in_flight_reconciles() {
+        assert_eq!(
+            said(&conditions_of(&at("aborted", Some("spec.abort set")))),
+            [
+                (READY, "False", "Aborted", "spec.abort set"),
+                (RECONCILING, "False", "Aborted", ""),
+                (STALLED, "True", "Aborted", "spec.abort set"),
+            ]
+        );
+        assert_eq!(
+            said(&conditions_of(&status_of(&state(MigrationPhase::Starting)))),
+            [
+                (READY, "False", "Starting", "the migration is starting"),
+                (RECONCILING, "True", "Starting", "the migration is starting"),
+                (STALLED, "False", "InProgress", ""),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_migration_ended_without_its_core_records_the_end_as_a_transition() {
+        let recorded = status_of(&state(MigrationPhase::Starting));
+        let ended = ended_without_core(&recorded, "lost", 3_000, "gone".to_owned());
+        assert_eq!(ended.phase.as_deref(), Some("lost"));
+        assert!(is_ended_name("lost"));
+        assert!(!is_ended_name("starting"));
+        let last = ended.transitions.last().expect("a transition");
+        assert_eq!(
+            (last.phase.as_str(), last.at.as_str()),
+            ("lost", "1970-01-01T00:00:03Z")
+        );
+        assert_eq!(ended.transitions.len(), recorded.transitions.len() + 1);
+        assert_eq!(ended.reason.as_deref(), Some("gone"));
+        assert_eq!(ended.source_node_id.as_deref(), Some("a"));
+    }
+
     #[test]
     fn a_migration_whose_core_is_gone_ends_from_where_its_job_runs() {
         let recorded = status_of(&state(MigrationPhase::Starting));

@@ -16,13 +16,15 @@
 //!   status facts the core does not keep.
 //! - [`resilience`]: a Bundle's `Resilient` condition, from the core's
 //!   headroom report.
-//! - [`conditions`]: `metav1.Condition` bookkeeping; [`status`]: writing
-//!   status with server-side apply, only when it changed.
+//! - [`conditions`]: `metav1.Condition` bookkeeping; [`status`]: one
+//!   writer of every kind's status (server-side apply, only when it
+//!   changed); [`error`]: why a reconcile failed, per step.
 //! - [`leader`]: the `coordination.k8s.io` Lease; only the leader runs the
 //!   core and the controllers.
 //!
 //! Errors: an invalid object waits for a change (its status says why); a
-//! transient failure requeues with exponential backoff.
+//! transient failure requeues with exponential backoff, counted under the
+//! step that failed (see [`error`]).
 
 pub mod bundle;
 pub mod bundle_status;
@@ -30,7 +32,10 @@ pub mod conditions;
 pub mod drain;
 pub mod drain_follow;
 pub mod drain_status;
+pub mod error;
 pub mod events;
+#[cfg(test)]
+mod fixture;
 pub mod hot_spare;
 pub mod leader;
 pub mod migration;
@@ -57,10 +62,11 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::Event;
 use tokio::sync::{mpsc, watch};
 
-use crate::automanager::{AutoManagerHandle, CommandError, QueryError};
+use crate::automanager::AutoManagerHandle;
 use crate::backoff::Backoff;
 use crate::telemetry::OperatorMetrics;
 
+pub use self::error::ReconcileError;
 use self::notes::Notes;
 
 /// The name the operator reports Events and leases under.
@@ -73,64 +79,6 @@ const EVENT_QUEUE: usize = 4096;
 const FIRST_RETRY: Duration = Duration::from_millis(250);
 /// The longest wait between retries.
 const MAX_RETRY: Duration = Duration::from_secs(300);
-
-/// Why a reconcile failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
-    /// The core could not be read.
-    #[error("failed to read the AutoManager core: {0}")]
-    ReadCore(#[from] QueryError),
-    /// The core has not yet hydrated from Manager's snapshot.
-    #[error("the AutoManager core has not hydrated from Manager yet")]
-    NotHydrated,
-    /// A command on the core (and Manager) failed for a reason that may pass.
-    #[error("failed to {action} {object}: {source}")]
-    Command {
-        /// What was attempted.
-        action: &'static str,
-        /// The object.
-        object: String,
-        /// Why.
-        source: CommandError,
-    },
-    /// The pools have not yet been handed to the core this term.
-    #[error("waiting for the PlacementPools to be handed to the core")]
-    PoolsNotSynced,
-    /// Manager is still running the stop-then-delete saga.
-    #[error("bundle {0} is still being deleted on Manager")]
-    StillDeleting(String),
-    /// The status write was refused.
-    #[error("failed to write the status of {object}: {source}")]
-    WriteStatus {
-        /// The object.
-        object: String,
-        /// Why.
-        source: kube::Error,
-    },
-    /// Adding or removing the finalizer failed.
-    #[error("failed to run the finalizer of {object}: {message}")]
-    Finalizer {
-        /// The object.
-        object: String,
-        /// Why.
-        message: String,
-    },
-}
-
-impl ReconcileError {
-    /// A stable, low-cardinality reason for metrics and Events.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Self::ReadCore(_) => "ReadCore",
-            Self::NotHydrated => "NotHydrated",
-            Self::PoolsNotSynced => "PoolsNotSynced",
-            Self::Command { .. } => "ManagerCommand",
-            Self::StillDeleting(_) => "StillDeleting",
-            Self::WriteStatus { .. } => "WriteStatus",
-            Self::Finalizer { .. } => "Finalizer",
-        }
-    }
-}
 
 /// `regarding` with the uid of the object it names, read from the API server when the
 /// reference lacks it. `kubectl describe` lists only the Events whose `regarding.uid` is the
@@ -172,16 +120,11 @@ pub struct Context {
     notes: Mutex<Notes>,
     events: mpsc::Sender<(Event, ObjectReference)>,
     failures: Mutex<HashMap<String, Backoff>>,
-    written: Mutex<HashMap<String, Written>>,
+    /// What each controller last wrote to each object (see
+    /// [`status::StatusWriter`]).
+    written: status::Memory,
     /// Bumped whenever the pool controller changes the core's pools.
     pools: watch::Sender<u64>,
-}
-
-/// The last status a controller wrote to an object, and the
-/// resourceVersion of the object it was computed from.
-struct Written {
-    based_on: Option<String>,
-    status: serde_json::Value,
 }
 
 impl Context {
@@ -211,7 +154,7 @@ impl Context {
             notes: Mutex::new(Notes::default()),
             events,
             failures: Mutex::new(HashMap::new()),
-            written: Mutex::new(HashMap::new()),
+            written: status::Memory::default(),
             pools: watch::Sender::new(0),
         });
         (context, publisher)
@@ -248,48 +191,6 @@ impl Context {
         }
     }
 
-    fn written(&self) -> MutexGuard<'_, HashMap<String, Written>> {
-        self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The status `key` holds as far as `controller` knows. The watch cache
-    /// may not yet show this controller's last write: while the object in
-    /// hand is still the version that write was computed from, the written
-    /// status is the current one (else every trigger arriving before the
-    /// watch catches up would write the same status again).
-    pub fn known_status<S: serde::Serialize + serde::de::DeserializeOwned>(
-        &self,
-        controller: &str,
-        key: &str,
-        resource_version: Option<&String>,
-        cached: Option<S>,
-    ) -> Option<S> {
-        let written = self.written();
-        match written.get(&format!("{controller}/{key}")) {
-            Some(w) if w.based_on.as_ref() == resource_version => serde_json::from_value(w.status.clone()).ok(),
-            _ => cached,
-        }
-    }
-
-    /// Remembers that `controller` wrote `status` to `key`, computed from
-    /// the object at `resource_version`.
-    pub fn wrote(&self, controller: &str, key: &str, resource_version: Option<String>, status: &impl serde::Serialize) {
-        if let Ok(status) = serde_json::to_value(status) {
-            self.written().insert(
-                format!("{controller}/{key}"),
-                Written {
-                    based_on: resource_version,
-                    status,
-                },
-            );
-        }
-    }
-
-    /// Forgets what was written to a deleted object.
-    pub fn forget(&self, controller: &str, key: &str) {
-        self.written().remove(&format!("{controller}/{key}"));
-    }
-
     fn failures(&self) -> MutexGuard<'_, HashMap<String, Backoff>> {
         self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -314,10 +215,7 @@ impl Context {
             .entry(format!("{controller}/{key}"))
             .or_insert_with(|| Backoff::new(FIRST_RETRY, MAX_RETRY))
             .next_delay();
-        if !matches!(
-            error,
-            ReconcileError::NotHydrated | ReconcileError::PoolsNotSynced | ReconcileError::StillDeleting(_)
-        ) {
+        if !error.is_waiting() {
             tracing::warn!(controller, object = key, error = %error, retry_in = ?delay, "reconcile failed");
         }
         Action::requeue(delay)

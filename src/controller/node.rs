@@ -9,7 +9,7 @@
 //! those to the core (`cordonNode` / `uncordonNode`, `updateHotSpareNode`)
 //! and reports them as conditions under its own field manager.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,8 +25,10 @@ use crate::crd::{NorskNode, NorskNodeStatus};
 use crate::model::{NodeId, SpareSpec};
 
 use super::conditions::{self, Observed};
+use super::error::{ApplyError, ReadError};
 use super::node_status::mirrored_nodes;
-use super::{Context, ReconcileError, status};
+use super::status::{self, Recall, StatusWriter, differs, merged};
+use super::{Context, ReconcileError};
 
 /// The mirror's name (metrics label, field manager suffix).
 pub const MIRROR: &str = "norsknode";
@@ -61,8 +63,6 @@ pub async fn mirror(
     mut changed: mpsc::Receiver<()>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let api: Api<NorskNode> = Api::all(ctx.client.clone());
-    let mut written: HashMap<String, NorskNodeStatus> = HashMap::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         tokio::select! {
@@ -76,7 +76,7 @@ pub async fn mirror(
         }
         while changed.try_recv().is_ok() {}
         let started = Instant::now();
-        match round(&ctx, &api, &fleet, &mut written).await {
+        match round(&ctx, &fleet).await {
             Ok(more) => {
                 ctx.succeeded(MIRROR, "fleet");
                 if more {
@@ -92,14 +92,16 @@ pub async fn mirror(
     }
 }
 
+/// The mirror's status writer. It compares against what it wrote itself
+/// ([`Recall::Always`]): the status it lists also holds the spec
+/// controller's conditions.
+fn mirror_writer(ctx: &Context) -> StatusWriter<'_, NorskNode> {
+    StatusWriter::new(ctx, Api::all(ctx.client.clone()), MIRROR).recalling(Recall::Always)
+}
+
 /// One round: create, update and delete what differs. Whether writes were
 /// left for the next round.
-async fn round(
-    ctx: &Context,
-    api: &Api<NorskNode>,
-    fleet: &str,
-    written: &mut HashMap<String, NorskNodeStatus>,
-) -> Result<bool, ReconcileError> {
+async fn round(ctx: &Context, fleet: &str) -> Result<bool, ReconcileError> {
     let Some(desired) = ctx
         .core
         .inspect({
@@ -110,12 +112,15 @@ async fn round(
     else {
         return Ok(false);
     };
-    let managed = ListParams::default().labels(&format!("{MANAGED_BY}={},{FLEET}={fleet}", super::OPERATOR_NAME));
+    let api: Api<NorskNode> = Api::all(ctx.client.clone());
+    let writer = mirror_writer(ctx);
+    let selector = format!("{MANAGED_BY}={},{FLEET}={fleet}", super::OPERATOR_NAME);
     let existing: BTreeMap<String, NorskNode> = api
-        .list(&managed)
+        .list(&ListParams::default().labels(&selector))
         .await
-        .map_err(|source| ReconcileError::WriteStatus {
-            object: "NorskNode list".to_owned(),
+        .map_err(|source| ReadError::List {
+            kind: "NorskNode",
+            selector: Some(selector),
             source,
         })?
         .items
@@ -125,16 +130,9 @@ async fn round(
     let mut writes = Vec::new();
     for (name, node) in desired.iter() {
         let current = existing.get(name);
-        let previous = written
-            .get(name)
-            .cloned()
-            .or_else(|| current.and_then(|c| c.status.clone()))
-            .unwrap_or_default();
-        let next = NorskNodeStatus {
-            conditions: conditions::merge(&previous.conditions, node.conditions.clone(), None),
-            ..node.status.clone()
-        };
-        if current.is_none() || status::differs(&previous, &next, |s: &mut NorskNodeStatus| &mut s.conditions) {
+        let previous = writer.known_as(name, current).unwrap_or_default();
+        let next = merged(&previous, node.status.clone(), node.conditions.clone(), None);
+        if current.is_none() || differs(&previous, &next) {
             writes.push(Write::Mirror {
                 fleet: fleet.to_owned(),
                 name: name.clone(),
@@ -150,25 +148,11 @@ async fn round(
     let more = writes.len() > MAX_WRITES_PER_ROUND;
     writes.truncate(MAX_WRITES_PER_ROUND);
     let results: Vec<_> = stream::iter(writes)
-        .map(|w| w.run(api, ctx))
+        .map(|w| w.run(&api, &writer))
         .buffer_unordered(CONCURRENT_WRITES)
         .collect()
         .await;
-    let mut first_error = None;
-    for result in results {
-        match result {
-            Ok((name, Some(status))) => {
-                written.insert(name, status);
-            }
-            Ok((name, None)) => {
-                written.remove(&name);
-            }
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
-        }
-    }
-    match first_error {
+    match results.into_iter().find_map(Result::err) {
         Some(e) => Err(e),
         None => Ok(more),
     }
@@ -188,12 +172,9 @@ enum Write {
 }
 
 impl Write {
-    /// Carries the write out; the status now held (none once deleted).
-    async fn run(
-        self,
-        api: &Api<NorskNode>,
-        ctx: &Context,
-    ) -> Result<(String, Option<NorskNodeStatus>), ReconcileError> {
+    /// Carries the write out; `writer` remembers the status now held (none
+    /// once deleted).
+    async fn run(self, api: &Api<NorskNode>, writer: &StatusWriter<'_, NorskNode>) -> Result<(), ReconcileError> {
         match self {
             Write::Mirror {
                 fleet,
@@ -214,18 +195,30 @@ impl Write {
                     let params = PatchParams::apply(&status::field_manager(MIRROR)).force();
                     api.patch(&name, &params, &Patch::Apply(&object))
                         .await
-                        .map_err(|source| ReconcileError::WriteStatus {
-                            object: name.clone(),
+                        .map_err(|source| ApplyError::Create {
+                            kind: "NorskNode",
+                            name: name.clone(),
                             source,
                         })?;
                 }
-                status::apply(api, &name, MIRROR, &*status, &ctx.metrics).await?;
-                Ok((name, Some(*status)))
+                writer.put(&name, None, &status).await?;
+                Ok(())
             }
             Write::Delete { name } => match api.delete(&name, &Default::default()).await {
-                Ok(_) => Ok((name, None)),
-                Err(kube::Error::Api(e)) if e.code == 404 => Ok((name, None)),
-                Err(source) => Err(ReconcileError::WriteStatus { object: name, source }),
+                Ok(_) => {
+                    writer.forget(&name);
+                    Ok(())
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    writer.forget(&name);
+                    Ok(())
+                }
+                Err(source) => Err(ApplyError::Delete {
+                    kind: "NorskNode",
+                    name,
+                    source,
+                }
+                .into()),
             },
         }
     }
@@ -258,14 +251,24 @@ async fn apply_cordon(ctx: &Context, node: &NorskNode) -> Result<Observed, Recon
         .as_ref()
         .and_then(|s| conditions::find(&s.conditions, CORDONED))
         .is_some_and(|c| c.status == "True" && c.reason == BY_SPEC);
-    let outcome = match cordon_step(node.spec.cordoned, cordoned, by_spec) {
+    let (action, outcome) = match cordon_step(node.spec.cordoned, cordoned, by_spec) {
         CordonStep::Stay(observed) => return Ok(observed),
-        CordonStep::Cordon => ctx.core.cordon_node(node_id).await.map(|()| true),
-        CordonStep::Uncordon => ctx.core.uncordon_node(node_id).await.map(|()| false),
+        CordonStep::Cordon => ("cordon", ctx.core.cordon_node(node_id.clone()).await.map(|()| true)),
+        CordonStep::Uncordon => (
+            "uncordon",
+            ctx.core.uncordon_node(node_id.clone()).await.map(|()| false),
+        ),
     };
     Ok(match outcome {
         Ok(cordoned) => cordon_done(cordoned),
-        Err(CommandError::Closed) => return Err(ReconcileError::ReadCore(QueryError::Closed)),
+        Err(source @ CommandError::Closed) => {
+            return Err(ApplyError::Command {
+                action,
+                object: format!("node {node_id}"),
+                source,
+            }
+            .into());
+        }
         // An unknown node, ...: nothing to cordon until Manager has it.
         Err(e) => Observed::no(CORDONED, "CordonRefused", e.to_string()),
     })
@@ -354,17 +357,50 @@ async fn reconcile_spec(node: Arc<NorskNode>, ctx: Arc<Context>) -> Result<Actio
     if !conditions::same(&previous, &next) {
         // A list-map keyed by type: this manager owns `Cordoned` and
         // `SpareSpecApplied`, the mirror owns `Ready`.
-        let api: Api<NorskNode> = Api::all(ctx.client.clone());
-        status::apply(
-            &api,
-            &name,
-            SPEC_CONTROLLER,
-            &serde_json::json!({"conditions": next}),
-            &ctx.metrics,
-        )
-        .await?;
+        StatusWriter::<NorskNode>::new(&ctx, Api::all(ctx.client.clone()), SPEC_CONTROLLER)
+            .apply(&name, &serde_json::json!({"conditions": next}))
+            .await?;
     }
     ctx.timed(SPEC_CONTROLLER, started);
     ctx.succeeded(SPEC_CONTROLLER, &name);
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spec_cordons_and_uncordons_only_what_it_cordoned() {
+        assert_eq!(cordon_step(true, false, false), CordonStep::Cordon);
+        assert_eq!(cordon_step(false, true, true), CordonStep::Uncordon);
+        assert_eq!(cordon_step(true, true, false), CordonStep::Stay(cordon_done(true)));
+        assert_eq!(cordon_step(false, false, false), CordonStep::Stay(cordon_done(false)));
+    }
+
+    #[test]
+    fn a_node_a_drain_cordoned_stays_cordoned_when_the_spec_is_cleared() {
+        let CordonStep::Stay(cordoned) = cordon_step(false, true, false) else {
+            panic!("uncordoning would cancel the drain");
+        };
+        assert_eq!(
+            (
+                cordoned.status_name(),
+                cordoned.reason.as_str(),
+                cordoned.message.as_str()
+            ),
+            ("True", "Drain", "cordoned by a drain or an interruption notice")
+        );
+    }
+
+    #[test]
+    fn the_cordoned_condition_says_whether_placements_land() {
+        let on = cordon_done(true);
+        assert_eq!(
+            (on.type_, on.status_name(), on.reason.as_str(), on.message.as_str()),
+            (CORDONED, "True", BY_SPEC, "no new placement lands here")
+        );
+        let off = cordon_done(false);
+        assert_eq!((off.status_name(), off.reason.as_str()), ("False", "Uncordoned"));
+    }
 }

@@ -187,6 +187,62 @@ pub fn mirrored_nodes(core: &AutoManagerCore, fleet: &str) -> BTreeMap<String, M
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::fixture::{ONE_JOB, TestCore, node_info};
+    use crate::model::ManagerEvent;
+
+    #[test]
+    fn a_running_node_mirrors_its_pool_inventory_and_jobs_and_is_ready() {
+        let mut test = TestCore::hydrated(&[("a", 4.0)]);
+        test.bundle("ns/ch1", ONE_JOB);
+        let nodes = mirrored_nodes(&test.core, DEFAULT_FLEET);
+        assert_eq!(nodes.keys().collect::<Vec<_>>(), ["a"]);
+        let a = &nodes["a"];
+        assert_eq!(a.node_id, NodeId::from("a"));
+        let status = &a.status;
+        assert_eq!(status.phase, "running");
+        assert_eq!(status.pool.as_deref(), Some("production"));
+        assert_eq!(status.tier.as_deref(), Some("cluster"));
+        assert_eq!(status.provider.as_deref(), Some("local-servers"));
+        assert_eq!(status.availability_zone.as_deref(), Some("az1"));
+        assert_eq!(status.health, "healthy");
+        assert!(!status.spare);
+        assert_eq!(status.inventory.as_ref().map(|i| i.total_capacity), Some(4.0));
+        assert_eq!(
+            (status.job_count, status.jobs.as_slice()),
+            (1, &["ns/ch1/0/encode".to_owned()][..])
+        );
+        assert!(status.placement.is_some());
+        assert_eq!(a.conditions, [Observed::yes(READY, "Running", "")]);
+    }
+
+    #[test]
+    fn a_node_not_yet_running_is_not_ready_and_says_its_phase() {
+        let mut test = TestCore::hydrated(&[("a", 4.0)]);
+        test.event(ManagerEvent::NodeStarting(node_info("b")));
+        let b = &mirrored_nodes(&test.core, DEFAULT_FLEET)["b"];
+        assert_eq!(b.status.phase, "starting");
+        assert_eq!(b.status.job_count, 0);
+        assert_eq!(b.conditions, [Observed::no(READY, "Starting", "")]);
+    }
+
+    #[test]
+    fn a_dense_node_lists_some_jobs_and_counts_them_all() {
+        let mut test = TestCore::hydrated(&[("a", 64.0)]);
+        for channel in 0..60 {
+            test.bundle(&format!("ns/ch{channel}"), ONE_JOB);
+        }
+        let a = &mirrored_nodes(&test.core, DEFAULT_FLEET)["a"];
+        assert_eq!(a.status.job_count, 60);
+        assert_eq!(a.status.jobs.len(), LISTED_JOBS);
+    }
+
+    #[test]
+    fn another_fleets_nodes_are_named_with_the_fleet() {
+        let test = TestCore::hydrated(&[("a", 4.0)]);
+        let nodes = mirrored_nodes(&test.core, "blue");
+        assert_eq!(nodes.keys().collect::<Vec<_>>(), ["blue.a"]);
+        assert_eq!(node_resource_name(DEFAULT_FLEET, "a"), "a");
+    }
 
     #[test]
     fn a_valid_node_id_is_its_own_name() {

@@ -23,7 +23,8 @@ use crate::placement::headroom::PoolHeadroom;
 use crate::placement::validate_pools;
 
 use super::conditions::{self, Observed, READY, STALLED};
-use super::{Context, ReconcileError, listed, status};
+use super::status::{StatusWriter, merged};
+use super::{Context, ReconcileError, listed};
 
 /// The pool controller's name (metrics label, field manager suffix).
 pub const POOL_CONTROLLER: &str = "placementpool";
@@ -166,25 +167,15 @@ async fn reconcile_pool(pool: Arc<PlacementPool>, ctx: Arc<PoolContext>) -> Resu
         .await?;
     shared.metrics.pools(&metrics);
     let conditions = pool_conditions(invalid.get(&name).or(set_refused.as_ref()), in_force);
-    let generation = pool.meta().generation;
-    let version = pool.meta().resource_version.clone();
-    let previous = shared
-        .known_status(POOL_CONTROLLER, &name, version.as_ref(), pool.status.clone())
-        .unwrap_or_default();
-    let next = PlacementPoolStatus {
-        observed_generation: generation,
-        conditions: conditions::merge(
-            &previous.conditions,
-            conditions::with_reconciling(conditions, &[]),
-            generation,
-        ),
-        ..observed
-    };
-    if status::differs(&previous, &next, |s: &mut PlacementPoolStatus| &mut s.conditions) {
-        let api: Api<PlacementPool> = Api::all(shared.client.clone());
-        status::apply(&api, &name, POOL_CONTROLLER, &next, &shared.metrics).await?;
-        shared.wrote(POOL_CONTROLLER, &name, version, &next);
-    }
+    let writer = StatusWriter::<PlacementPool>::new(shared, Api::all(shared.client.clone()), POOL_CONTROLLER);
+    let previous = writer.known(&pool).unwrap_or_default();
+    let next = merged(
+        &previous,
+        observed,
+        conditions::with_reconciling(conditions, &[]),
+        pool.meta().generation,
+    );
+    writer.write(&pool, &previous, &next).await?;
     shared.timed(POOL_CONTROLLER, started);
     shared.succeeded(POOL_CONTROLLER, &name);
     Ok(Action::requeue(RESYNC))
@@ -258,4 +249,102 @@ pub fn headroom_status(pool: &PoolHeadroom) -> Vec<DomainHeadroomStatus> {
             }),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::fixture::{ONE_JOB, TestCore};
+    use crate::placement::headroom::{DomainKind, KindSummary, WorstDomain};
+
+    fn said(conditions: &[Observed]) -> Vec<(&str, &str, &str, &str)> {
+        conditions
+            .iter()
+            .map(|c| (c.type_, c.status_name(), c.reason.as_str(), c.message.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn a_pool_left_out_stalls_with_why_and_one_in_force_is_ready() {
+        let why = "tier cluster: maxNodes must be at least 1".to_owned();
+        assert_eq!(
+            said(&pool_conditions(Some(&why), true)),
+            [
+                (READY, "False", "InvalidPool", why.as_str()),
+                (STALLED, "True", "InvalidPool", why.as_str()),
+            ]
+        );
+        assert_eq!(
+            said(&pool_conditions(None, true)),
+            [
+                (READY, "True", "InForce", "the core places with this pool"),
+                (STALLED, "False", "InForce", ""),
+            ]
+        );
+        assert_eq!(
+            said(&pool_conditions(None, false)),
+            [
+                (READY, "False", "Pending", "not yet handed to the core"),
+                (STALLED, "False", "Pending", ""),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_pools_status_counts_its_nodes_per_tier_and_the_capacity_its_jobs_use() {
+        let mut test = TestCore::hydrated(&[("a", 4.0), ("b", 4.0)]);
+        test.bundle("ns/ch1", ONE_JOB);
+        let status = observe_pool(&test.core, "production", &["cluster".to_owned()]);
+        assert_eq!((status.nodes, status.live_spares), (2, 0));
+        // Half a vCPU of eight, to three decimals.
+        assert_eq!(status.used_capacity_fraction, 0.063);
+        assert_eq!(
+            status.tiers,
+            [TierStatus {
+                name: "cluster".to_owned(),
+                nodes: 2,
+                prospective_nodes: 0,
+                used_capacity_fraction: 0.063,
+            }]
+        );
+        // Headroom is off by default: nothing said.
+        assert!(status.headroom.is_empty());
+        assert!(status.conditions.is_empty());
+    }
+
+    #[test]
+    fn headroom_is_shown_per_kind_of_failure_domain_with_the_worst_and_why() {
+        let pool = PoolHeadroom {
+            pool: "production".to_owned(),
+            kinds: vec![KindSummary {
+                kind: DomainKind::Zone,
+                domains: 3,
+                absorbed: 2,
+                survives: false,
+                worst: Some(WorstDomain {
+                    name: "az1".to_owned(),
+                    dark_bundles: 1,
+                    unplaced_jobs: 2,
+                    why: "no capacity in any tier".to_owned(),
+                }),
+            }],
+        };
+        let shown = headroom_status(&pool);
+        assert_eq!(shown.len(), 1);
+        let zone = &shown[0];
+        assert_eq!(
+            (zone.kind.as_str(), zone.domains, zone.absorbed, zone.survives),
+            ("zone", 3, 2, false)
+        );
+        let worst = zone.worst.as_ref().expect("the worst zone");
+        assert_eq!(
+            (
+                worst.name.as_str(),
+                worst.dark_bundles,
+                worst.unplaced_jobs,
+                worst.why.as_str()
+            ),
+            ("az1", 1, 2, "no capacity in any tier")
+        );
+    }
 }
