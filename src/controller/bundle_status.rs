@@ -437,16 +437,9 @@ mod tests {
 
     use super::*;
     use crate::controller::conditions::RECONCILING;
-    use crate::controller::fixture::{ONE_JOB, TestCore};
+    use crate::controller::fixture::{ONE_JOB, TestCore, said};
 
     /// The conditions as `(type, status, reason, message)`.
-    fn said(conditions: &[Observed]) -> Vec<(&str, &str, &str, &str)> {
-        conditions
-            .iter()
-            .map(|c| (c.type_, c.status_name(), c.reason.as_str(), c.message.as_str()))
-            .collect()
-    }
-
     fn condition<'a>(conditions: &'a [Observed], type_: &str) -> &'a Observed {
         conditions
             .iter()

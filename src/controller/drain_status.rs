@@ -167,6 +167,7 @@ pub fn job_changes(before: Option<&DrainState>, after: &DrainState) -> Vec<Strin
 mod tests {
     use super::*;
     use crate::automanager::{DrainJob, DrainPhase};
+    use crate::controller::fixture::said;
 
     fn drain(phase: DrainPhase, jobs: &[(&str, CoreJobStatus)]) -> DrainState {
         DrainState {
@@ -276,13 +277,6 @@ mod tests {
         // Even a status that says `done` is not Ready while a job went down.
         lost.phase = Some("done".to_owned());
         assert!(!conditions_of(&lost).iter().any(|c| c.type_ == READY && c.status));
-    }
-
-    fn said(conditions: &[Observed]) -> Vec<(&str, &str, &str, &str)> {
-        conditions
-            .iter()
-            .map(|c| (c.type_, c.status_name(), c.reason.as_str(), c.message.as_str()))
-            .collect()
     }
 
     #[test]

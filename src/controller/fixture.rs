@@ -5,11 +5,20 @@
 
 use std::collections::BTreeMap;
 
+use super::conditions::Observed;
 use crate::automanager::{Action, AutoManagerCore, AutoSettings, Input, RequestId, Rpc, validate_auto_settings};
 use crate::model::{
     Bundle, BundleId, BundleJobRef, BundleSpec, JobHistoryEntry, JobState, ManagerEvent, NodeId, NodeInfo,
-    NodeInventory, ProviderKind, ProviderMetadata, RuntimeJob, StartMode, UnixMillis, runtime_job_id, tags,
+    NodeInventory, ProviderMetadata, RuntimeJob, StartMode, UnixMillis, runtime_job_id, tags,
 };
+
+/// Conditions as a user reads them: type, status, reason, message.
+pub fn said(conditions: &[Observed]) -> Vec<(&str, &str, &str, &str)> {
+    conditions
+        .iter()
+        .map(|c| (c.type_, c.status_name(), c.reason.as_str(), c.message.as_str()))
+        .collect()
+}
 
 /// Pool `production`: one fixed tier of cluster nodes.
 pub const POOLS: &str = "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n";
@@ -157,19 +166,5 @@ pub fn node_info(id: &str) -> NodeInfo {
 
 /// A cluster node's inventory of `capacity` vCPUs in zone `az1`.
 fn inventory(capacity: f64) -> NodeInventory {
-    NodeInventory {
-        kind: ProviderKind::LocalServers,
-        region: String::new(),
-        az: "az1".into(),
-        instance_type: String::new(),
-        total_capacity: capacity,
-        // Whole vCPUs in these tests.
-        total_cores: capacity as u32,
-        utilization_cap: 1.0,
-        reserved_capacity: 0.0,
-        capabilities: Vec::new(),
-        gpus: Vec::new(),
-        images: Vec::new(),
-        nics: Vec::new(),
-    }
+    NodeInventory::local_server("", "az1", "", capacity)
 }

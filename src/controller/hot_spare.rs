@@ -225,7 +225,7 @@ async fn reconcile(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixture::{TestCore, settings};
+    use crate::controller::fixture::{TestCore, said, settings};
     use crate::model::SpareInstanceSpec;
 
     fn spec(pool: &str) -> HotSpareSpec {
@@ -238,13 +238,6 @@ mod tests {
             },
             ..HotSpareSpec::default()
         }
-    }
-
-    fn said(conditions: &[Observed]) -> Vec<(&str, &str, &str, &str)> {
-        conditions
-            .iter()
-            .map(|c| (c.type_, c.status_name(), c.reason.as_str(), c.message.as_str()))
-            .collect()
     }
 
     #[test]

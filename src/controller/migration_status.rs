@@ -196,6 +196,7 @@ mod tests {
     use super::*;
     use crate::automanager::migration::PhaseTransition as CoreTransition;
     use crate::automanager::{MigrationId, MigrationPhase, MigrationStrategy};
+    use crate::controller::fixture::said;
     use crate::model::InstanceKey;
 
     fn state(phase: MigrationPhase) -> MigrationState {
@@ -262,13 +263,6 @@ mod tests {
                 .any(|c| c.type_ == STALLED && c.status && c.reason == "Lost")
         );
         assert!(!lost.iter().any(|c| c.type_ == READY && c.status));
-    }
-
-    fn said(conditions: &[Observed]) -> Vec<(&str, &str, &str, &str)> {
-        conditions
-            .iter()
-            .map(|c| (c.type_, c.status_name(), c.reason.as_str(), c.message.as_str()))
-            .collect()
     }
 
     #[test]

@@ -254,15 +254,8 @@ pub fn headroom_status(pool: &PoolHeadroom) -> Vec<DomainHeadroomStatus> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixture::{ONE_JOB, TestCore};
+    use crate::controller::fixture::{ONE_JOB, TestCore, said};
     use crate::placement::headroom::{DomainKind, KindSummary, WorstDomain};
-
-    fn said(conditions: &[Observed]) -> Vec<(&str, &str, &str, &str)> {
-        conditions
-            .iter()
-            .map(|c| (c.type_, c.status_name(), c.reason.as_str(), c.message.as_str()))
-            .collect()
-    }
 
     #[test]
     fn a_pool_left_out_stalls_with_why_and_one_in_force_is_ready() {
