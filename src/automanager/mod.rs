@@ -72,6 +72,7 @@ pub use migration::{
     MigrationSettings, MigrationState, MigrationStrategy,
 };
 pub use notification::{Decision, Notification, PlacementDecisionInfo};
+pub use queries::{JobPhase, JobView, NodeView};
 pub use runtime::{AutoManager, AutoManagerHandle, MISSING_EXTENSION_RETRY, QueryError, RunError, RunOptions};
 pub use settings::{AutoSettings, AutoSettingsValidationError, chart_settings_schema, validate_auto_settings};
 

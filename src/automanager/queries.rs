@@ -1,17 +1,21 @@
 //! Read-only queries of the core's state: the records, the placement view
 //! and the what-ifs built on it (validation, admission, dry runs), and the
-//! metrics with each pool's usage.
+//! metrics with each pool's usage; each job as the edges read it
+//! ([`JobView`]) and each node ([`NodeView`]).
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::model::{Bundle, BundleId, BundleSpec, FleetSnapshot, JobId, PlacedJob, UnixMillis};
+use crate::model::{
+    Bundle, BundleId, BundleSpec, BundleState, FleetNode, FleetSnapshot, InstanceKey, JobId, JobState, NodeId,
+    NodeInventory, NodePhase, PlacedJob, ProviderKind, SchedulePhase, UnixMillis, tags,
+};
 use crate::placement::{
     Admission, BundleValidation, FleetError, FleetView, Placement, PlacementError, Pools, place_dry_run,
     validate_bundle, validate_bundle_admission,
 };
 
 use super::AutoSettings;
-use super::binding::JobRecord;
+use super::binding::{BindingPhase, JobRecord};
 use super::core::AutoManagerCore;
 use super::fleet::Fleet;
 use super::metrics::{Metrics, PoolGauge, PoolUsage, TierUsage};
@@ -31,6 +35,16 @@ impl AutoManagerCore {
     /// The fleet view.
     pub fn fleet(&self) -> &Fleet {
         &self.fleet
+    }
+
+    /// Whether the fleet holds node `node_id`.
+    pub fn knows_node(&self, node_id: &NodeId) -> bool {
+        self.fleet.contains(node_id)
+    }
+
+    /// The node job `job_id` is placed on, if any.
+    pub fn node_of(&self, job_id: &JobId) -> Option<&NodeId> {
+        self.jobs.get(job_id)?.binding.as_ref().map(|b| &b.node_id)
     }
 
     /// Every bundle job's record.
@@ -226,5 +240,219 @@ impl AutoManagerCore {
                 })
                 .collect(),
         }
+    }
+}
+
+/// Where a job stands, in the words a Bundle's status uses (`jobs[].state`),
+/// decided by the core's own rules: its bundle's schedule and deletion, its
+/// binding's phase, its failure outcome, a manual job's desired state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobPhase {
+    /// Its bundle is being deleted on Manager.
+    Deleting,
+    /// Dropped by the failure policy (`onRuntimeFailure: drop`, or a
+    /// non-essential job past its ceiling).
+    Dropped,
+    /// Its bundle is broken.
+    Broken,
+    /// Placed, but its window ended or it was stopped by request.
+    Stopping,
+    /// Placed on a node still launching.
+    AwaitingNode,
+    /// Its start was sent.
+    Starting,
+    /// Running.
+    Running,
+    /// Its window (or Manager's `post` state) is over.
+    Ended,
+    /// A `startMode: manual` job kept stopped.
+    Dormant,
+    /// Its bundle's schedule has not reached its placement lead.
+    Scheduled,
+    /// No tier can take it now; waiting for capacity.
+    AwaitingCapacity,
+    /// Not placed yet.
+    Pending,
+}
+
+impl JobPhase {
+    /// The name a status shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Deleting => "deleting",
+            Self::Dropped => "dropped",
+            Self::Broken => "broken",
+            Self::Stopping => "stopping",
+            Self::AwaitingNode => "awaitingNode",
+            Self::Starting => "starting",
+            Self::Running => "running",
+            Self::Ended => "ended",
+            Self::Dormant => "dormant",
+            Self::Scheduled => "scheduled",
+            Self::AwaitingCapacity => "awaitingCapacity",
+            Self::Pending => "pending",
+        }
+    }
+
+    /// Whether the job is meant to run now (so counts towards a bundle's
+    /// readiness).
+    pub fn is_wanted(self) -> bool {
+        !matches!(
+            self,
+            Self::Dormant | Self::Dropped | Self::Stopping | Self::Ended | Self::Scheduled
+        )
+    }
+}
+
+/// One job as the edges read it (see [`AutoManagerCore::job_view`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobView {
+    /// Where it stands.
+    pub phase: JobPhase,
+    /// The node it is placed on, with its zone when the node reports one.
+    pub node: Option<(NodeId, Option<String>)>,
+    /// Its instance key there.
+    pub instance_key: Option<InstanceKey>,
+    /// The GPU it holds there.
+    pub gpu_index: Option<u32>,
+    /// Restarts counted against its ceiling over the trailing hour.
+    pub restarts_in_last_hour: u32,
+}
+
+impl AutoManagerCore {
+    /// Job `job_id` of bundle `bundle_id` as the edges read it at `now`; a
+    /// job Manager has not announced yet is `pending` (or `scheduled`,
+    /// `deleting` by its bundle).
+    pub fn job_view(&self, bundle_id: &BundleId, job_id: &JobId, now: UnixMillis) -> JobView {
+        let deleting = self
+            .bundles
+            .get(bundle_id)
+            .is_some_and(|b| b.state == BundleState::Deleting);
+        let broken = self.broken.contains_key(bundle_id);
+        let schedule = self.schedule_view(bundle_id, now).map(|s| s.phase);
+        let Some(record) = self.jobs.get(job_id) else {
+            let phase = match schedule {
+                _ if deleting => JobPhase::Deleting,
+                Some(SchedulePhase::Waiting) => JobPhase::Scheduled,
+                _ => JobPhase::Pending,
+            };
+            return JobView {
+                phase,
+                node: None,
+                instance_key: None,
+                gpu_index: None,
+                restarts_in_last_hour: 0,
+            };
+        };
+        let ended = schedule == Some(SchedulePhase::Ended) || record.job.state == JobState::Post;
+        let dormant = self.is_dormant(record);
+        let binding = record.binding.as_ref();
+        let phase = match binding.map(|b| b.phase) {
+            _ if deleting => JobPhase::Deleting,
+            _ if record.dropped => JobPhase::Dropped,
+            _ if broken => JobPhase::Broken,
+            Some(_) if ended || dormant => JobPhase::Stopping,
+            Some(BindingPhase::AwaitingNode) => JobPhase::AwaitingNode,
+            Some(BindingPhase::Dispatched) => JobPhase::Starting,
+            Some(BindingPhase::Running) => JobPhase::Running,
+            None if ended => JobPhase::Ended,
+            None if dormant => JobPhase::Dormant,
+            None if schedule == Some(SchedulePhase::Waiting) => JobPhase::Scheduled,
+            None if record.awaiting_capacity_since.is_some() => JobPhase::AwaitingCapacity,
+            None => JobPhase::Pending,
+        };
+        JobView {
+            phase,
+            node: binding.map(|b| {
+                let zone = self
+                    .fleet
+                    .get(&b.node_id)
+                    .and_then(|n| n.inventory.as_ref())
+                    .map(|i| i.az.clone())
+                    .filter(|az| !az.is_empty());
+                (b.node_id.clone(), zone)
+            }),
+            instance_key: binding.map(|b| b.instance_key.clone()),
+            gpu_index: binding.and_then(|b| b.gpu_index),
+            restarts_in_last_hour: record.restarts.count(now),
+        }
+    }
+}
+
+/// One node as the edges read it (see [`AutoManagerCore::node_views`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeView {
+    pub id: NodeId,
+    pub tags: BTreeMap<String, String>,
+    pub phase: NodePhase,
+    /// What it reported of itself, once it has.
+    pub inventory: Option<NodeInventory>,
+    /// Its tier, provider kind, instance type and region: from its tags and
+    /// inventory, or, before it reports them, from what this AutoManager
+    /// asked for when it provisioned it.
+    pub tier: Option<String>,
+    pub provider: Option<ProviderKind>,
+    pub instance_type: Option<String>,
+    pub region: Option<String>,
+    /// Excluded from placement after repeated job rejections.
+    pub unhealthy: bool,
+    /// The jobs placed on it, in id order.
+    pub jobs: Vec<JobId>,
+    /// The node exactly as placement reads it (tags included), every bound
+    /// job's and migration target's reservation counted; absent for a node
+    /// placement does not see.
+    pub placement: Option<FleetNode>,
+}
+
+impl AutoManagerCore {
+    /// Every node of the fleet as the edges read it, in id order. A node
+    /// swept after it stopped is not here.
+    pub fn node_views(&self) -> Vec<NodeView> {
+        let mut jobs: BTreeMap<&NodeId, Vec<JobId>> = BTreeMap::new();
+        for record in self.jobs.values() {
+            if let Some(binding) = &record.binding {
+                jobs.entry(&binding.node_id).or_default().push(record.job_id().clone());
+            }
+        }
+        let mut snapshot: BTreeMap<NodeId, FleetNode> = self
+            .fleet_snapshot()
+            .nodes
+            .into_iter()
+            .map(|n| (n.id.clone(), n))
+            .collect();
+        self.fleet
+            .iter()
+            .map(|node| {
+                let inventory = node.inventory.as_ref();
+                let provisioned = node.provisioned.as_ref();
+                NodeView {
+                    id: node.id.clone(),
+                    tags: node.tags.clone(),
+                    phase: node.phase,
+                    inventory: node.inventory.clone(),
+                    tier: node
+                        .tags
+                        .get(tags::TIER)
+                        .cloned()
+                        .or_else(|| provisioned.map(|p| p.tier.clone())),
+                    provider: inventory.map(|i| i.kind).or_else(|| provisioned.map(|p| p.kind)),
+                    instance_type: inventory
+                        .map(|i| i.instance_type.clone())
+                        .filter(|t| !t.is_empty())
+                        .or_else(|| provisioned.map(|p| p.instance_type.clone())),
+                    region: inventory
+                        .map(|i| i.region.clone())
+                        .or_else(|| provisioned.map(|p| p.region.clone())),
+                    unhealthy: node.health.is_unhealthy(),
+                    jobs: jobs.remove(&node.id).unwrap_or_default(),
+                    // The snapshot leaves tags out (placement reads the
+                    // fields derived from them); the view shows them.
+                    placement: snapshot.remove(&node.id).map(|fleet_node| FleetNode {
+                        tags: node.tags.clone(),
+                        ..fleet_node
+                    }),
+                }
+            })
+            .collect()
     }
 }

@@ -6,13 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::automanager::AutoManagerCore;
-use crate::automanager::binding::{BindingPhase, JobRecord};
 use crate::automanager::schedule::ScheduleView;
+use crate::automanager::{AutoManagerCore, JobPhase};
 use crate::crd::{BundleStatus, JobStatus, ReplicaStatus, ScheduleStatus};
-use crate::model::{
-    BundleId, BundleSpec, BundleState, DateTime, JobId, JobState, SchedulePhase, UnixMillis, runtime_job_id,
-};
+use crate::model::{BundleId, BundleSpec, BundleState, DateTime, JobId, SchedulePhase, UnixMillis, runtime_job_id};
 use crate::placement::Admission;
 
 use super::conditions::{self, Observed, READY, STALLED};
@@ -59,41 +56,6 @@ fn schedule_status(view: &ScheduleView) -> ScheduleStatus {
     }
 }
 
-/// A job's state in words (see [`JobStatus::state`]).
-///
-/// [`JobStatus::state`]: crate::crd::JobStatus::state
-fn job_state(
-    core: &AutoManagerCore,
-    record: Option<&JobRecord>,
-    phase: Option<SchedulePhase>,
-    deleting: bool,
-    broken: bool,
-) -> &'static str {
-    let Some(r) = record else {
-        return match phase {
-            _ if deleting => "deleting",
-            Some(SchedulePhase::Waiting) => "scheduled",
-            _ => "pending",
-        };
-    };
-    let ended = phase == Some(SchedulePhase::Ended) || r.job.state == JobState::Post;
-    let leaving = ended || core.is_dormant(r);
-    match r.binding.as_ref().map(|b| b.phase) {
-        _ if deleting => "deleting",
-        _ if r.dropped => "dropped",
-        _ if broken => "broken",
-        Some(_) if leaving => "stopping",
-        Some(BindingPhase::AwaitingNode) => "awaitingNode",
-        Some(BindingPhase::Dispatched) => "starting",
-        Some(BindingPhase::Running) => "running",
-        None if ended => "ended",
-        None if core.is_dormant(r) => "dormant",
-        None if phase == Some(SchedulePhase::Waiting) => "scheduled",
-        None if r.awaiting_capacity_since.is_some() => "awaitingCapacity",
-        None => "pending",
-    }
-}
-
 /// Whether admission is worth checking against the fleet: it builds a
 /// placement view, so it runs for a new spec or while jobs are unplaced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,7 +86,6 @@ pub fn observe(
     let deleting = stored.is_some_and(|b| b.state == BundleState::Deleting);
     let broken = core.broken_bundles().get(bundle_id).cloned();
     let schedule = core.schedule_view(bundle_id, now);
-    let phase = schedule.map(|s| s.phase);
     let mut observed = ObservedBundle {
         broken: broken.clone(),
         schedule: schedule.as_ref().map(schedule_status),
@@ -142,16 +103,14 @@ pub fn observe(
         };
         for job in &spec.jobs {
             let job_id = runtime_job_id(bundle_id, index, &job.job_name);
-            let record = core.job(&job_id);
-            let binding = record.and_then(|r| r.binding.as_ref());
+            let view = core.job_view(bundle_id, &job_id, now);
             let job_notes = notes.get(&job_id).cloned().unwrap_or_default();
-            let state = job_state(core, record, phase, deleting, broken.is_some());
             // Jobs that are not to run now do not count towards Ready.
-            if !matches!(state, "dormant" | "dropped" | "stopping" | "ended" | "scheduled") {
+            if view.phase.is_wanted() {
                 active += 1;
-                placed += usize::from(binding.is_some());
-                running += usize::from(state == "running");
-                if state == "awaitingCapacity" {
+                placed += usize::from(view.node.is_some());
+                running += usize::from(view.phase == JobPhase::Running);
+                if view.phase == JobPhase::AwaitingCapacity {
                     awaiting_capacity.push(format!(
                         "{}/{} ({})",
                         index,
@@ -163,20 +122,14 @@ pub fn observe(
             if let Some(why) = &job_notes.resilience_degraded {
                 degraded.push(format!("{index}/{}: {why}", job.job_name));
             }
-            match binding {
-                Some(b) if !placement.nodes.iter().any(|(n, _)| n == b.node_id.as_str()) => {
-                    let zone = core
-                        .fleet()
-                        .get(&b.node_id)
-                        .and_then(|n| n.inventory.as_ref())
-                        .map(|i| i.az.clone())
-                        .filter(|az| !az.is_empty());
-                    placement.nodes.push((b.node_id.to_string(), zone));
+            match &view.node {
+                Some((node, zone)) if !placement.nodes.iter().any(|(n, _)| n == node.as_str()) => {
+                    placement.nodes.push((node.to_string(), zone.clone()));
                 }
                 Some(_) => {}
                 None => placement.placed = false,
             }
-            let node = binding.map(|b| b.node_id.to_string());
+            let node = view.node.as_ref().map(|(n, _)| n.to_string());
             let first_node = if index == 0 {
                 &mut observed.primary_node
             } else {
@@ -189,10 +142,10 @@ pub fn observe(
                 job_name: job.job_name.clone(),
                 job_id: job_id.to_string(),
                 node,
-                instance_key: binding.map(|b| b.instance_key.to_string()),
-                state: state.to_owned(),
-                restarts_in_last_hour: record.map_or(0, |r| r.restarts.count(now)),
-                gpu_index: binding.and_then(|b| b.gpu_index),
+                instance_key: view.instance_key.as_ref().map(ToString::to_string),
+                state: view.phase.as_str().to_owned(),
+                restarts_in_last_hour: view.restarts_in_last_hour,
+                gpu_index: view.gpu_index,
                 last_placement: job_notes.last_placement,
                 resilience_degraded: job_notes.resilience_degraded,
             });

@@ -297,10 +297,7 @@ async fn ended_elsewhere(
         .ctx
         .core
         .inspect(move |core, now| {
-            let node = core
-                .job(&job)
-                .and_then(|j| j.binding.as_ref())
-                .map(|b| b.node_id.to_string());
+            let node = core.node_of(&job).map(ToString::to_string);
             (node, now)
         })
         .await?;

@@ -8,10 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::automanager::AutoManagerCore;
-use crate::automanager::fleet::NodeState;
+use crate::automanager::{AutoManagerCore, NodeView};
 use crate::crd::{NodeInventoryStatus, NodePlacementStatus, NorskNodeStatus};
-use crate::model::{FleetNode, NodeId, NodePhase, tags};
+use crate::model::{NodeId, NodePhase, tags};
 
 use super::conditions::{Observed, READY};
 
@@ -77,28 +76,17 @@ pub fn resource_name(node_id: &str) -> String {
     }
 }
 
-fn mirror(node: &NodeState, jobs: &[String], placement: Option<NodePlacementStatus>) -> MirroredNode {
+fn mirror(node: NodeView, template_images: &BTreeMap<String, Vec<String>>) -> MirroredNode {
     let inventory = node.inventory.as_ref();
-    let unhealthy = node.health.is_unhealthy();
+    let unhealthy = node.unhealthy;
+    let jobs = &node.jobs;
     let status = NorskNodeStatus {
         conditions: Vec::new(),
         pool: node.tags.get(tags::POOL).cloned(),
-        tier: node
-            .tags
-            .get(tags::TIER)
-            .cloned()
-            .or_else(|| node.provisioned.as_ref().map(|p| p.tier.clone())),
-        provider: inventory
-            .map(|i| i.kind)
-            .or_else(|| node.provisioned.as_ref().map(|p| p.kind))
-            .map(|k| k.as_str().to_owned()),
-        instance_type: inventory
-            .map(|i| i.instance_type.clone())
-            .filter(|t| !t.is_empty())
-            .or_else(|| node.provisioned.as_ref().map(|p| p.instance_type.clone())),
-        region: inventory
-            .map(|i| i.region.clone())
-            .or_else(|| node.provisioned.as_ref().map(|p| p.region.clone())),
+        tier: node.tier.clone(),
+        provider: node.provider.map(|k| k.as_str().to_owned()),
+        instance_type: node.instance_type.clone(),
+        region: node.region.clone(),
         availability_zone: inventory.map(|i| i.az.clone()).filter(|az| !az.is_empty()),
         phase: crate::model::wire_name(&node.phase),
         inventory: inventory.map(|i| NodeInventoryStatus {
@@ -115,11 +103,14 @@ fn mirror(node: &NodeState, jobs: &[String], placement: Option<NodePlacementStat
             images: i.images.clone(),
         }),
         job_count: u32::try_from(jobs.len()).unwrap_or(u32::MAX),
-        jobs: jobs.iter().take(LISTED_JOBS).cloned().collect(),
+        jobs: jobs.iter().take(LISTED_JOBS).map(ToString::to_string).collect(),
         spare: node.tags.get(tags::SPARE).is_some_and(|v| v == "true"),
         health: if unhealthy { "unhealthy" } else { "healthy" }.to_owned(),
         interruption: node.tags.get(tags::INTERRUPTION).cloned(),
-        placement,
+        placement: node
+            .placement
+            .as_ref()
+            .map(|fleet_node| NodePlacementStatus::of(fleet_node, template_images)),
     };
     let ready = match (node.phase, unhealthy) {
         (NodePhase::Running, false) => Observed::yes(READY, "Running", ""),
@@ -149,36 +140,12 @@ fn capitalised(word: &str) -> String {
 /// resource name. A node the core has swept (stopped for longer than
 /// `removeStoppedNodesAfter`) is not here, so its resource goes.
 pub fn mirrored_nodes(core: &AutoManagerCore, fleet: &str) -> BTreeMap<String, MirroredNode> {
-    let mut jobs: BTreeMap<&NodeId, Vec<String>> = BTreeMap::new();
-    for record in core.jobs() {
-        if let Some(binding) = &record.binding {
-            jobs.entry(&binding.node_id)
-                .or_default()
-                .push(record.job_id().to_string());
-        }
-    }
-    let mut snapshot: BTreeMap<NodeId, FleetNode> = core
-        .fleet_snapshot()
-        .nodes
+    core.node_views()
         .into_iter()
-        .map(|n| (n.id.clone(), n))
-        .collect();
-    core.fleet()
-        .iter()
         .map(|node| {
-            let bound = jobs.get(&node.id).map_or(&[][..], Vec::as_slice);
-            let placement = snapshot.remove(&node.id).map(|fleet_node| {
-                // The core's snapshot leaves tags out (placement reads the
-                // fields derived from them); the mirror shows them.
-                let fleet_node = FleetNode {
-                    tags: node.tags.clone(),
-                    ..fleet_node
-                };
-                NodePlacementStatus::of(&fleet_node, core.template_images())
-            });
             (
                 node_resource_name(fleet, node.id.as_str()),
-                mirror(node, bound, placement),
+                mirror(node, core.template_images()),
             )
         })
         .collect()

@@ -587,10 +587,7 @@ fn migration_of(
     {
         Some(state) => migration_status::status_of(state),
         None => {
-            let node = core
-                .job(&migration.job_id)
-                .and_then(|j| j.binding.as_ref())
-                .map(|b| b.node_id.to_string());
+            let node = core.node_of(&migration.job_id).map(ToString::to_string);
             match migration_status::unfollowed(&recorded, node, now, CORE_REPLACED) {
                 Unfollowed::Ended(status) => status,
                 Unfollowed::RolledBack { status, .. } => {

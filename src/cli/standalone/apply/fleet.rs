@@ -25,7 +25,7 @@ impl Applier {
             let asked = node_id.clone();
             let (known, cordoned) = self
                 .core
-                .inspect(move |core, _| (core.fleet().contains(&asked), core.is_cordoned(&asked)))
+                .inspect(move |core, _| (core.knows_node(&asked), core.is_cordoned(&asked)))
                 .await?;
             let record = self.nodes.entry(name.clone()).or_insert_with(|| NodeApplied {
                 node_id: node_id.clone(),
@@ -144,7 +144,7 @@ impl Applier {
                 continue;
             }
             let asked = node_id.clone();
-            if !self.core.inspect(move |core, _| core.fleet().contains(&asked)).await? {
+            if !self.core.inspect(move |core, _| core.knows_node(&asked)).await? {
                 let why = format!("no node {node_id} in the fleet (yet); the drain starts once it is");
                 record.waiting = Some(why.clone());
                 let message = format!("{}: {why}", wanted.origin());
