@@ -36,7 +36,7 @@ use super::error::{ApplyError, DecideError, ReadError, WriteStatusError};
 use super::migration::{DRAIN, MIGRATION_ID};
 use super::node::{FLEET, MANAGED_BY};
 use super::node_status::resource_name;
-use super::status::{StatusWriter, merged};
+use super::status::StatusWriter;
 use super::{Context, ReconcileError};
 
 /// The controller's name (metrics label, field manager suffix).
@@ -366,8 +366,9 @@ async fn write_status(
     next: NodeDrainStatus,
 ) -> Result<(), WriteStatusError> {
     let conditions = conditions_of(&next);
-    let next = merged(previous, next, conditions, drain.meta().generation);
-    writer(&shared.ctx).write(drain, previous, &next).await?;
+    writer(&shared.ctx)
+        .merge_and_write(drain, previous, next, conditions)
+        .await?;
     Ok(())
 }
 

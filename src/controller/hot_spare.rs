@@ -23,7 +23,7 @@ use crate::model::HotSpareSpec;
 
 use super::conditions::{self, Observed, READY, STALLED};
 use super::error::DecideError;
-use super::status::{StatusWriter, merged};
+use super::status::StatusWriter;
 use super::{Context, ReconcileError, listed};
 
 /// The controller's name (metrics label, field manager suffix).
@@ -210,13 +210,14 @@ async fn reconcile(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Resul
         .await?;
     let writer = StatusWriter::<HotSparePolicy>::new(shared, Api::all(shared.client.clone()), CONTROLLER);
     let previous = writer.known(&policy).unwrap_or_default();
-    let next = merged(
-        &previous,
-        observed,
-        conditions::with_reconciling(conditions, &[]),
-        policy.meta().generation,
-    );
-    writer.write(&policy, &previous, &next).await?;
+    writer
+        .merge_and_write(
+            &policy,
+            &previous,
+            observed,
+            conditions::with_reconciling(conditions, &[]),
+        )
+        .await?;
     shared.timed(CONTROLLER, started);
     shared.succeeded(CONTROLLER, &name);
     Ok(Action::requeue(RESYNC))

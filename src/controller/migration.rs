@@ -36,7 +36,7 @@ use super::error::{ApplyError, DecideError, ReadError, WriteStatusError};
 use super::migration_status::{
     Unfollowed, conditions_of, ended_without_core, is_ended_name, is_recorded, status_of, unfollowed,
 };
-use super::status::{StatusWriter, merged};
+use super::status::StatusWriter;
 use super::{Context, ReconcileError};
 
 /// The controller's name (metrics label, field manager suffix).
@@ -316,7 +316,8 @@ async fn write_status(
     next: JobMigrationStatus,
 ) -> Result<(), WriteStatusError> {
     let conditions = conditions_of(&next);
-    let next = merged(previous, next, conditions, migration.meta().generation);
-    writer(&shared.ctx, migration).write(migration, previous, &next).await?;
+    writer(&shared.ctx, migration)
+        .merge_and_write(migration, previous, next, conditions)
+        .await?;
     Ok(())
 }

@@ -23,7 +23,7 @@ use crate::placement::headroom::PoolHeadroom;
 use crate::placement::validate_pools;
 
 use super::conditions::{self, Observed, READY, STALLED};
-use super::status::{StatusWriter, merged};
+use super::status::StatusWriter;
 use super::{Context, ReconcileError, listed};
 
 /// The pool controller's name (metrics label, field manager suffix).
@@ -169,13 +169,14 @@ async fn reconcile_pool(pool: Arc<PlacementPool>, ctx: Arc<PoolContext>) -> Resu
     let conditions = pool_conditions(invalid.get(&name).or(set_refused.as_ref()), in_force);
     let writer = StatusWriter::<PlacementPool>::new(shared, Api::all(shared.client.clone()), POOL_CONTROLLER);
     let previous = writer.known(&pool).unwrap_or_default();
-    let next = merged(
-        &previous,
-        observed,
-        conditions::with_reconciling(conditions, &[]),
-        pool.meta().generation,
-    );
-    writer.write(&pool, &previous, &next).await?;
+    writer
+        .merge_and_write(
+            &pool,
+            &previous,
+            observed,
+            conditions::with_reconciling(conditions, &[]),
+        )
+        .await?;
     shared.timed(POOL_CONTROLLER, started);
     shared.succeeded(POOL_CONTROLLER, &name);
     Ok(Action::requeue(RESYNC))

@@ -182,6 +182,20 @@ where
         Ok(true)
     }
 
+    /// Merges `observed` and `conditions` into `previous` (the
+    /// [`known`](Self::known) status, see [`merged`]) and writes the result
+    /// to `object` unless nothing of substance changed. Whether it wrote.
+    pub async fn merge_and_write(
+        &self,
+        object: &K,
+        previous: &K::Status,
+        observed: K::Status,
+        conditions: Vec<Observed>,
+    ) -> Result<bool, WriteStatusError> {
+        let next = merged(previous, observed, conditions, object.meta().generation);
+        self.write(object, previous, &next).await
+    }
+
     /// Writes `next` to the object `name`, computed from its version
     /// `based_on`, and remembers it.
     pub async fn put(&self, name: &str, based_on: Option<String>, next: &K::Status) -> Result<(), WriteStatusError> {

@@ -1269,7 +1269,8 @@ impl Model {
             self.reference.job_ended(&job);
             self.h.event(ManagerEvent::JobDeleted(job));
         }
-        self.reference.bundle_deleted(bundle_id);
+        // "The history clears when the bundle is updated or deleted."
+        self.reference.bundle_updated(bundle_id);
         self.h.event(ManagerEvent::BundleDeleted(bundle_id.clone()));
     }
 

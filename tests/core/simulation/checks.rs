@@ -585,11 +585,6 @@ impl Reference {
         }
     }
 
-    /// "The history clears when the bundle is updated or deleted".
-    pub(super) fn bundle_deleted(&mut self, bundle: &BundleId) {
-        self.bundle_updated(bundle);
-    }
-
     /// The model issued `command` as `id`.
     pub(super) fn commanded(&mut self, id: CommandId, command: Command) {
         self.command = Some((id, command));
