@@ -632,15 +632,49 @@ impl AutoManagerCore {
         if job.history.len() < record.history_seen {
             record.history_seen = 0;
         }
+        let verdict_landed = record.job.terminal_verdict.is_none() && job.terminal_verdict.is_some();
         record.job = job;
         if post {
             record.window_over = true;
         }
         self.apply_history(&job_id, now);
+        if verdict_landed && self.hydrated {
+            self.stop_dropped(&job_id, now);
+        }
         if post {
             // The window is over: Manager stops the instance; the job ended.
             self.migration_job_ended(&job_id, "the job's window ended", now);
             self.end_binding(&job_id);
+        }
+    }
+
+    /// A drop verdict Manager now holds reached a job this core has
+    /// placed: a predecessor dropped it and the instance this core adopted
+    /// is one that predecessor's late call made (a migration target it
+    /// could no longer stop). A dropped job runs nowhere: the instance is
+    /// stopped and the binding ends; nothing of the job is placed or moved
+    /// again until its bundle is updated.
+    fn stop_dropped(&mut self, job_id: &JobId, now: UnixMillis) {
+        self.migration_job_ended(job_id, "the job was dropped", now);
+        let Some(record) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        record.dropped = true;
+        if record.in_flight.is_some() {
+            return;
+        }
+        let Some(binding) = record.binding.clone() else {
+            return;
+        };
+        self.end_binding(job_id);
+        if self.fleet.get(&binding.node_id).is_some_and(|n| !n.is_going()) {
+            self.notify(Notification::Error {
+                message: format!(
+                    "{job_id} is dropped (a verdict Manager holds) but its instance {} runs on {}: stopping it",
+                    binding.instance_key, binding.node_id
+                ),
+            });
+            self.undo_start(job_id, binding.instance_key, binding.node_id);
         }
     }
 

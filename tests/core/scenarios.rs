@@ -3278,3 +3278,124 @@ fn a_hydrating_core_never_hands_a_job_to_a_migration_target_created_after_the_st
         "the later target is stopped: {calls:?}"
     );
 }
+
+#[test]
+fn a_drop_verdict_that_lands_on_a_job_a_successor_adopted_stops_its_instance_and_the_job_does_not_move() {
+    // A leader dropped the job, but a start of it (a migration's target)
+    // landed after that leader was gone, and its successor adopted the
+    // instance. "`drop` never restarts": once the verdict Manager holds
+    // reaches the successor, the instance is stopped, and the job is
+    // neither moved nor placed again until its bundle is updated.
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.cluster_node("b", 4.0);
+    let b = bundle(
+        "b",
+        "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1, essential: false, onRuntimeFailure: drop}}\n",
+    );
+    h.event(ManagerEvent::BundleUpdated(b.clone()));
+    let job = job_id("b", 0, "encode");
+    let mut runtime = jobs_of(&b).remove(0);
+    runtime.history.push(JobHistoryEntry::Running {
+        at: Some(h.now),
+        role: InstanceKey::slot(Slot::Primary),
+        node_id: Some(NodeId::from("a")),
+    });
+    h.event(ManagerEvent::JobActive(runtime.clone()));
+    h.event(ManagerEvent::InitialDataComplete);
+    assert_eq!(h.bound_node(&job), Some(NodeId::from("a")), "adopted");
+    h.take_calls();
+    runtime.terminal_verdict = Some(norsk_auto_manager::model::TerminalVerdict {
+        kind: VerdictKind::Dropped,
+        reason: "onRuntimeFailure is drop".into(),
+        at: Some(h.now),
+    });
+    h.event(ManagerEvent::JobUpdated(runtime));
+    let calls = h.take_calls();
+    assert!(
+        calls
+            .iter()
+            .any(|(_, rpc)| matches!(rpc, Rpc::StopJob { job_id, node_id, .. }
+            if *job_id == job && node_id.as_str() == "a")),
+        "the dropped job's instance is stopped: {calls:?}"
+    );
+    assert_eq!(h.bound_node(&job), None, "a dropped job holds no node");
+    use crate::support::migration::{options, try_migrate};
+    use norsk_auto_manager::automanager::{MigrationRefusal, MigrationStrategy};
+    assert_eq!(
+        try_migrate(&mut h, &job, options(MigrationStrategy::Overlap)),
+        Err(CommandError::Migration(MigrationRefusal::JobDropped {
+            job_id: job.clone()
+        }))
+    );
+    for (id, _) in &calls {
+        h.ok(*id);
+    }
+    h.stopped(&job, &NodeId::from("a"), InstanceKey::slot(Slot::Primary));
+    h.advance(60_000);
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "a dropped job is not placed again"
+    );
+}
+
+/// A cluster node of pool `production` with 8 vCPUs and one GPU device.
+fn gpu_node(h: &mut Harness, id: &str) {
+    h.event(ManagerEvent::NodeStarted(node_info(id, &[(tags::POOL, "production")])));
+    let mut inventory = inventory(ProviderKind::LocalServers, 8.0);
+    inventory.gpus = vec![norsk_auto_manager::model::Gpu {
+        model: "t4".into(),
+        total_capacity: 1.0,
+    }];
+    h.event(ManagerEvent::NodeInventory {
+        node_id: NodeId::from(id),
+        inventory,
+    });
+}
+
+#[test]
+fn a_successor_stops_the_newest_instance_a_gpu_cannot_hold_and_places_it_again() {
+    // A leader undid a start whose answer was lost (its stop never landed)
+    // and gave the GPU to another job; its successor finds both on the
+    // node's one device. No device is ever double-booked: the newest
+    // instance is stopped, and its job placed again where a GPU is free.
+    let mut h = Harness::new();
+    gpu_node(&mut h, "a");
+    gpu_node(&mut h, "b");
+    let spec = "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1, requiredGpuCapacity: 0.6}}\n";
+    let mut runtimes = Vec::new();
+    for (i, name) in ["older", "newer"].into_iter().enumerate() {
+        let b = bundle(name, spec);
+        h.event(ManagerEvent::BundleUpdated(b.clone()));
+        let mut runtime = jobs_of(&b).remove(0);
+        runtime.history.push(JobHistoryEntry::Running {
+            at: Some(h.now + i as i64),
+            role: InstanceKey::slot(Slot::Primary),
+            node_id: Some(NodeId::from("a")),
+        });
+        runtimes.push(runtime);
+    }
+    for runtime in runtimes {
+        h.event(ManagerEvent::JobActive(runtime));
+    }
+    h.event(ManagerEvent::InitialDataComplete);
+    let (older, newer) = (job_id("older", 0, "encode"), job_id("newer", 0, "encode"));
+    let calls = h.take_calls();
+    assert!(
+        calls
+            .iter()
+            .any(|(_, rpc)| matches!(rpc, Rpc::StopJob { job_id, node_id, .. }
+            if *job_id == newer && node_id.as_str() == "a")),
+        "the newer instance is stopped: {calls:?}"
+    );
+    assert_eq!(h.bound_node(&older), Some(NodeId::from("a")), "the older one stays");
+    for (id, _) in &calls {
+        h.ok(*id);
+    }
+    h.stopped(&newer, &NodeId::from("a"), InstanceKey::slot(Slot::Primary));
+    assert_eq!(
+        start_jobs(&h.take_calls()),
+        vec![(newer.0.clone(), "b".to_owned())],
+        "placed again where a GPU is free"
+    );
+}

@@ -28,6 +28,12 @@ pub enum MigrationRefusal {
     #[error("job {job_id} belongs to broken bundle {bundle_id}")]
     #[serde(rename_all = "camelCase")]
     BundleBroken { job_id: JobId, bundle_id: BundleId },
+    /// The job is dropped (by this AutoManager, or by a verdict Manager
+    /// holds): it does not run again until its bundle is updated, and an
+    /// instance of it still live is a stray, not a source to move.
+    #[error("job {job_id} is dropped: it runs again once its bundle is updated")]
+    #[serde(rename_all = "camelCase")]
+    JobDropped { job_id: JobId },
     /// No concurrent migrations per job.
     #[error("job {job_id} is already migrating ({migration_id})")]
     #[serde(rename_all = "camelCase")]

@@ -195,10 +195,13 @@ impl AutoManagerCore {
                 migration_id: claim.migration_id.clone(),
             });
         }
+        if record.dropped || record.job.terminal_verdict.is_some() {
+            return Err(MigrationRefusal::JobDropped { job_id: job_id.clone() });
+        }
         let source = record
             .binding
             .clone()
-            .filter(|b| b.phase == BindingPhase::Running && record.in_flight.is_none() && !record.dropped)
+            .filter(|b| b.phase == BindingPhase::Running && record.in_flight.is_none())
             .ok_or_else(|| MigrationRefusal::NotRunning { job_id: job_id.clone() })?;
         if self.broken.contains_key(&record.bundle_ref.bundle_id) {
             return Err(MigrationRefusal::BundleBroken {

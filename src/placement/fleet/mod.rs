@@ -66,6 +66,10 @@ pub(crate) struct Occupant {
     pub job_name: Name,
     pub node: NodeIdx,
     pub exclusive: bool,
+    /// GPU capacity reserved, and on which device (`None`: unknown, so
+    /// charged to every device).
+    pub gpu: f64,
+    pub gpu_index: Option<u32>,
 }
 
 /// The indexed, read-only fleet placement runs against (see the module
@@ -203,6 +207,8 @@ impl FleetView {
             job_name: Name::from(job.job_name.as_str()),
             node: idx,
             exclusive: job.exclusive,
+            gpu: job.required_gpu_capacity.max(0.0),
+            gpu_index: job.gpu_index,
         };
         match self.occupants.get_mut(occupant as usize) {
             Some(slot) => *slot = record,
@@ -371,6 +377,7 @@ impl FleetView {
                 .iter()
                 .enumerate()
                 .any(|(i, p)| entry.ports[..i].contains(p))
+            || gpus_over_committed(entry, &self.occupants)
     }
 
     /// Occupant indices of one bundle (every replica).
@@ -531,6 +538,46 @@ impl FleetView {
     }
 }
 
+/// Whether a node's GPUs hold more than they can. A job with a known
+/// device over-commits that device. Jobs whose device is unknown (read back
+/// from Manager, which does not record it) are charged to every device by
+/// placement, to stay safe; here they over-commit the node only when they
+/// cannot be given devices: first fit, largest first, into what the known
+/// assignments leave free. (Reading every device as holding all of them
+/// would call a healthy node of several devices over-committed, and shed a
+/// live instance from it.)
+fn gpus_over_committed(entry: &NodeEntry, occupants: &[Occupant]) -> bool {
+    let epsilon = super::filter::CAPACITY_EPSILON;
+    let on_node = || {
+        entry
+            .occupants
+            .iter()
+            .map(|&o| &occupants[o as usize])
+            .filter(|o| o.gpu > 0.0)
+    };
+    let mut free: Vec<f64> = entry.gpus.iter().map(|d| d.total).collect();
+    let mut unknown: Vec<f64> = Vec::new();
+    for occupant in on_node() {
+        match occupant.gpu_index.and_then(|i| free.get_mut(i as usize)) {
+            Some(device) => *device -= occupant.gpu,
+            None => unknown.push(occupant.gpu),
+        }
+    }
+    if free.iter().any(|&f| f < -epsilon) {
+        return true;
+    }
+    unknown.sort_unstable_by(|a, b| b.total_cmp(a));
+    unknown
+        .into_iter()
+        .any(|need| match free.iter_mut().find(|f| **f + epsilon >= need) {
+            Some(device) => {
+                *device -= need;
+                false
+            }
+            None => true,
+        })
+}
+
 /// The pool and tier a node names: its fields, else its tags.
 fn membership(node: &FleetNode) -> (Option<&str>, Option<&str>) {
     let tag = |name| node.tags.get(name).map(String::as_str);
@@ -646,6 +693,44 @@ mod tests {
             view.reserve(&NodeId::from("nope"), &job),
             Err(FleetError::UnknownNode(NodeId::from("nope")))
         );
+    }
+
+    #[test]
+    fn gpus_are_over_committed_per_known_device_and_by_total_demand_when_devices_are_unknown() {
+        let pools = validate_pools(vec![]).unwrap();
+        let fleet: FleetSnapshot = yaml_serde::from_str(
+            "nodes:\n- {id: one, inventory: {kind: local-servers, totalCapacity: 8, gpus: [{model: t4, totalCapacity: 1}]}}\n\
+             - {id: two, inventory: {kind: local-servers, totalCapacity: 8, gpus: [{model: t4, totalCapacity: 1}, {model: t4, totalCapacity: 1}]}}",
+        )
+        .unwrap();
+        let mut view = FleetView::new(&fleet, pools).unwrap();
+        let job = |id: &str, index: Option<u32>| -> PlacedJob {
+            let mut job: PlacedJob =
+                yaml_serde::from_str(&format!("{{jobId: {id}, jobName: {id}, requiredGpuCapacity: 0.6}}")).unwrap();
+            job.gpu_index = index;
+            job
+        };
+        let (one, two) = (NodeId::from("one"), NodeId::from("two"));
+        // One device: two jobs of 0.6 whose device is unknown cannot fit.
+        view.reserve(&one, &job("a", None)).unwrap();
+        assert!(!view.over_committed(&one));
+        view.reserve(&one, &job("b", None)).unwrap();
+        assert!(view.over_committed(&one));
+        view.release(&one, &job("b", None)).unwrap();
+        assert!(!view.over_committed(&one));
+        // Two devices: two such jobs fit (one on each), a third does not.
+        view.reserve(&two, &job("a", None)).unwrap();
+        view.reserve(&two, &job("b", None)).unwrap();
+        assert!(!view.over_committed(&two), "one job on each device fits");
+        view.reserve(&two, &job("c", None)).unwrap();
+        assert!(view.over_committed(&two));
+        view.release(&two, &job("c", None)).unwrap();
+        // A known device holds no more than it has.
+        view.reserve(&two, &job("c", Some(0))).unwrap();
+        view.release(&two, &job("a", None)).unwrap();
+        view.release(&two, &job("b", None)).unwrap();
+        view.reserve(&two, &job("d", Some(0))).unwrap();
+        assert!(view.over_committed(&two), "device 0 holds 1.2 of 1");
     }
 
     #[test]
