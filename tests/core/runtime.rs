@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use norsk_auto_manager::automanager::{AutoManager, AutoManagerCore, AutoManagerHandle, Notification, RunOptions};
+use norsk_auto_manager::automanager::{AutoManager, Notification, RunOptions};
 use norsk_auto_manager::manager::client::ClientSettings;
 use norsk_auto_manager::manager::proto::sim_admin;
 use norsk_auto_manager::model::{Bundle, BundleId, JobHistoryEntry, JobId, NodeId, NodePhase};
@@ -161,18 +161,10 @@ async fn a_dropped_stream_hydrates_a_fresh_core_with_nothing_lost_or_duplicated(
     stop(s).await;
 }
 
-/// Polls `core` until `holds` is true of it.
-async fn until_core(
-    am: &AutoManagerHandle,
-    what: &str,
-    holds: impl Fn(&AutoManagerCore) -> bool + Clone + Send + 'static,
-) {
+/// Polls until `holds` (a query of a core through its handle) is true.
+async fn until<F: Future<Output = bool>>(what: &str, holds: impl Fn() -> F) {
     let poll = async {
-        loop {
-            let check = holds.clone();
-            if am.inspect(move |core, _| check(core)).await.expect("standby answers") {
-                return;
-            }
+        while !holds().await {
             tokio::task::yield_now().await;
         }
     };
@@ -199,12 +191,13 @@ async fn a_standby_follows_without_acting_and_leads_at_once_when_promoted() {
     // The standby has followed every placement the leader made, without
     // leaving its hydration phase.
     let placed = running.clone();
-    until_core(&standby, "the standby sees every job bound", move |core| {
-        placed.iter().all(|(job, node)| {
-            core.job(job)
-                .and_then(|r| r.binding.as_ref())
-                .is_some_and(|b| &b.node_id == node)
-        })
+    until("the standby sees every job bound", || async {
+        for (job, node) in &placed {
+            if standby.node_of(job.clone()).await.expect("standby answers").as_ref() != Some(node) {
+                return false;
+            }
+        }
+        true
     })
     .await;
     // A command to a standby waits for its promotion.
@@ -230,22 +223,22 @@ async fn a_standby_follows_without_acting_and_leads_at_once_when_promoted() {
         .map(|(j, _)| j.clone())
         .collect();
     running.retain(|_, node| *node != victim);
-    let gone = victim.clone();
-    until_core(&standby, "the standby sees the node stopped", move |core| {
-        core.fleet().get(&gone).is_some_and(|n| n.phase == NodePhase::Stopped)
+    until("the standby sees the node stopped", || async {
+        let nodes = standby.node_views().await.expect("standby answers");
+        nodes.iter().any(|n| n.id == victim && n.phase == NodePhase::Stopped)
     })
     .await;
     let before = standby.metrics().await.expect("metrics");
     assert_eq!(before.counters.placements_attempted, 0, "a standby placed");
     assert!(!held.is_finished(), "a standby served a command before its promotion");
     assert!(
-        !standby.inspect(|core, _| core.is_hydrated()).await.expect("query"),
+        !standby.is_hydrated().await.expect("query"),
         "a standby left its hydration phase by itself"
     );
     // Promoted: it decides at once from what it followed — the lost jobs
     // and the held bundle are placed, nothing else is placed again.
     standby.promote().await.expect("promoted");
-    assert!(standby.inspect(|core, _| core.is_hydrated()).await.expect("query"));
+    assert!(standby.is_hydrated().await.expect("query"));
     held.await
         .expect("task")
         .expect("the held bundle is accepted once promoted");

@@ -16,7 +16,7 @@ use super::super::interruption::{InterruptionNotice, NodeInterruptionState};
 use super::super::node_services::ServicePhase;
 use super::super::spares::{HotSpareSpecsDiff, HotSpareStatus};
 use super::super::{
-    Answer, AutoManagerCore, Command, CommandError, Metrics, MigrationId, MigrationOptions, MigrationState,
+    Answer, AutoManagerCore, Command, CommandError, Metrics, MigrationId, MigrationOptions, MigrationState, NodeView,
     Notification,
 };
 use super::{Query, QueryError, Request};
@@ -139,9 +139,25 @@ impl AutoManagerHandle {
         self.command(Command::SetPlacementPools(pools)).await
     }
 
+    /// Whether Manager's initial snapshot is complete (and, for a standby,
+    /// whether it has been promoted: a standby stays hydrating until then).
+    pub async fn is_hydrated(&self) -> Result<bool, QueryError> {
+        self.query(|core, _| core.is_hydrated()).await
+    }
+
+    /// The node job `job_id` is placed on, if any.
+    pub async fn node_of(&self, job_id: JobId) -> Result<Option<NodeId>, QueryError> {
+        self.query(move |core, _| core.node_of(&job_id).cloned()).await
+    }
+
+    /// Every node of the fleet as the edges read it, in id order.
+    pub async fn node_views(&self) -> Result<Vec<NodeView>, QueryError> {
+        self.query(|core, _| core.node_views()).await
+    }
+
     /// Reads the core's state with `ask` on the core's own task (a
     /// consistent view between two steps), e.g. to build status from it.
-    pub async fn inspect<T: Send + 'static>(
+    pub(crate) async fn inspect<T: Send + 'static>(
         &self,
         ask: impl FnOnce(&AutoManagerCore, UnixMillis) -> T + Send + 'static,
     ) -> Result<T, QueryError> {
