@@ -446,7 +446,7 @@ impl Model {
         if !self.ambiguous {
             self.carried.insert(node.clone());
         }
-        self.reference.instance_created(job, key, node, false, single_use);
+        self.reference.instance_created(node, single_use);
     }
 
     /// Whether `job` is `singleUse`.
@@ -1366,7 +1366,7 @@ impl Model {
             instance.running = true;
             self.carried.insert(node.clone());
             let single_use = self.single_use(&job);
-            self.reference.instance_created(&job, &role, &node, true, single_use);
+            self.reference.instance_created(&node, single_use);
             let entry = JobHistoryEntry::Running {
                 at: Some(self.h.now),
                 role,

@@ -261,13 +261,6 @@ pub(super) struct Reference {
     /// from (where the instance was lost, or the source a lost migration
     /// left), until Manager accepts a start of them.
     excluded: BTreeMap<JobId, NodeId>,
-    /// A promoted leader still follows the stream (it has not acted yet).
-    following: bool,
-    /// Per job: the last loss with its node while a promoted leader
-    /// follows, judged when it acts — unless the job is placed again
-    /// first (by a call of the old leader's that lands late: whoever
-    /// placed it judged what it lost).
-    unjudged: BTreeMap<JobId, (JobSpec, Loss, NodeId, UnixMillis)>,
 }
 
 impl Reference {
@@ -299,8 +292,6 @@ impl Reference {
             running_drains: BTreeMap::new(),
             ended: BTreeSet::new(),
             excluded: BTreeMap::new(),
-            following: false,
-            unjudged: BTreeMap::new(),
         }
     }
 
@@ -338,14 +329,6 @@ impl Reference {
     pub(super) fn loss(&mut self, job: &JobId, spec: &JobSpec, loss: Loss, node: &NodeId, now: UnixMillis) {
         // A job that has ended already ends no more.
         if self.dropped.contains(job) {
-            return;
-        }
-        if self.following && loss == Loss::NodeLost {
-            if self.trace {
-                eprintln!("{now} reference: {job} lost on {node} while a promoted leader follows: judged when it acts");
-            }
-            self.unjudged
-                .insert(job.clone(), (spec.clone(), loss, node.clone(), now));
             return;
         }
         self.excluded.insert(job.clone(), node.clone());
@@ -459,8 +442,6 @@ impl Reference {
         dropped: &BTreeSet<JobId>,
         single_use_ran_on: &BTreeSet<NodeId>,
     ) {
-        self.following = true;
-        self.unjudged.clear();
         self.broken.clone_from(broken);
         self.dropped.clone_from(dropped);
         // A node a single-use job left is released by whoever knows it
@@ -539,11 +520,6 @@ impl Reference {
         self.running_drains.clear();
         self.migrations.clear();
         self.command = None;
-        // The losses no leader judged, as of when they happened.
-        self.following = false;
-        for (job, (spec, loss, node, at)) in std::mem::take(&mut self.unjudged) {
-            self.loss(&job, &spec, loss, &node, at);
-        }
     }
 
     /// Whether the spec has broken `job`'s bundle.
@@ -557,28 +533,10 @@ impl Reference {
         self.uncertain.remove(job);
     }
 
-    /// Manager created instance `key` of `job` on `node`, or (`running`)
-    /// reported it running. While a promoted leader follows, an instance
-    /// that is the job's (any that runs; one created, unless a migration's
-    /// target, which runs only when its saga says so) places the job again
-    /// after a loss.
-    pub(super) fn instance_created(
-        &mut self,
-        job: &JobId,
-        key: &InstanceKey,
-        node: &NodeId,
-        running: bool,
-        single_use: bool,
-    ) {
+    /// Manager created an instance of `job` on `node`.
+    pub(super) fn instance_created(&mut self, node: &NodeId, single_use: bool) {
         if single_use && self.created.contains_key(node) {
             self.single_use_hosts.insert(node.clone());
-        }
-        if self.following
-            && (running || !key.is_migration_target())
-            && !self.lost_nodes.contains(node)
-            && self.unjudged.get(job).is_some_and(|(_, _, lost, _)| lost != node)
-        {
-            self.unjudged.remove(job);
         }
     }
 
