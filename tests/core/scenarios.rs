@@ -2801,7 +2801,10 @@ fn a_promoted_core_stops_a_predecessors_stray_instance_at_hydration() {
 /// A core following Manager (a standby, or a fresh process hydrating) whose
 /// job runs on `a`: node `a` goes before the core is hydrated — after its
 /// leader died, so no one judged the loss.
-fn lost_while_following(spec: &str) -> (Harness, JobId) {
+/// A core following Manager's snapshot (cluster nodes `a`, `b`) that has
+/// adopted bundle `b`'s job `encode` (spec `spec`) running on `a`; with the
+/// job's runtime as Manager sent it.
+fn adopted_while_following(spec: &str) -> (Harness, JobId, norsk_auto_manager::model::RuntimeJob) {
     let mut h = Harness::new();
     h.cluster_node("a", 4.0);
     h.cluster_node("b", 4.0);
@@ -2814,12 +2817,17 @@ fn lost_while_following(spec: &str) -> (Harness, JobId) {
         role: InstanceKey::slot(Slot::Primary),
         node_id: Some(NodeId::from("a")),
     });
-    h.event(ManagerEvent::JobActive(runtime));
+    h.event(ManagerEvent::JobActive(runtime.clone()));
     assert_eq!(
         h.bound_node(&job),
         Some(NodeId::from("a")),
         "adopted from Manager's history"
     );
+    (h, job, runtime)
+}
+
+fn lost_while_following(spec: &str) -> (Harness, JobId) {
+    let (mut h, job, _) = adopted_while_following(spec);
     h.advance(1_000);
     h.event(ManagerEvent::NodeStopped(NodeId::from("a")));
     (h, job)
@@ -3286,22 +3294,9 @@ fn a_drop_verdict_that_lands_on_a_job_a_successor_adopted_stops_its_instance_and
     // instance. "`drop` never restarts": once the verdict Manager holds
     // reaches the successor, the instance is stopped, and the job is
     // neither moved nor placed again until its bundle is updated.
-    let mut h = Harness::new();
-    h.cluster_node("a", 4.0);
-    h.cluster_node("b", 4.0);
-    let b = bundle(
-        "b",
+    let (mut h, job, mut runtime) = adopted_while_following(
         "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1, essential: false, onRuntimeFailure: drop}}\n",
     );
-    h.event(ManagerEvent::BundleUpdated(b.clone()));
-    let job = job_id("b", 0, "encode");
-    let mut runtime = jobs_of(&b).remove(0);
-    runtime.history.push(JobHistoryEntry::Running {
-        at: Some(h.now),
-        role: InstanceKey::slot(Slot::Primary),
-        node_id: Some(NodeId::from("a")),
-    });
-    h.event(ManagerEvent::JobActive(runtime.clone()));
     h.event(ManagerEvent::InitialDataComplete);
     assert_eq!(h.bound_node(&job), Some(NodeId::from("a")), "adopted");
     h.take_calls();

@@ -548,16 +548,14 @@ impl FleetView {
 /// live instance from it.)
 fn gpus_over_committed(entry: &NodeEntry, occupants: &[Occupant]) -> bool {
     let epsilon = super::filter::CAPACITY_EPSILON;
-    let on_node = || {
-        entry
-            .occupants
-            .iter()
-            .map(|&o| &occupants[o as usize])
-            .filter(|o| o.gpu > 0.0)
-    };
     let mut free: Vec<f64> = entry.gpus.iter().map(|d| d.total).collect();
     let mut unknown: Vec<f64> = Vec::new();
-    for occupant in on_node() {
+    for occupant in entry
+        .occupants
+        .iter()
+        .map(|&o| &occupants[o as usize])
+        .filter(|o| o.gpu > 0.0)
+    {
         match occupant.gpu_index.and_then(|i| free.get_mut(i as usize)) {
             Some(device) => *device -= occupant.gpu,
             None => unknown.push(occupant.gpu),
@@ -696,7 +694,7 @@ mod tests {
     }
 
     #[test]
-    fn gpus_are_over_committed_per_known_device_and_by_total_demand_when_devices_are_unknown() {
+    fn gpus_are_over_committed_per_known_device_and_when_jobs_of_unknown_devices_cannot_be_fitted() {
         let pools = validate_pools(vec![]).unwrap();
         let fleet: FleetSnapshot = yaml_serde::from_str(
             "nodes:\n- {id: one, inventory: {kind: local-servers, totalCapacity: 8, gpus: [{model: t4, totalCapacity: 1}]}}\n\
