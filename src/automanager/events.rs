@@ -172,8 +172,12 @@ impl AutoManagerCore {
             // The predecessor judged the losses it saw; those a snapshot
             // replays are not news.
             record.unjudged_loss = None;
+            // A job dropped since (its verdict is on Manager) is bound to
+            // nothing: its instance is a stray.
             if let Some(binding) = binding
                 && record.migration.is_none()
+                && !record.dropped
+                && record.job.terminal_verdict.is_none()
                 && record.binding.as_ref() != Some(&binding)
                 && let Some((_, _, phase)) = super::migration::live_instances(&record.job.history)
                     .into_iter()
@@ -638,7 +642,7 @@ impl AutoManagerCore {
             record.window_over = true;
         }
         self.apply_history(&job_id, now);
-        if verdict_landed && self.hydrated {
+        if verdict_landed {
             self.stop_dropped(&job_id, now);
         }
         if post {
@@ -653,8 +657,16 @@ impl AutoManagerCore {
     /// is one that predecessor's late call made (a migration target it
     /// could no longer stop). A dropped job runs nowhere: the instance is
     /// stopped and the binding ends; nothing of the job is placed or moved
-    /// again until its bundle is updated.
+    /// again until its bundle is updated. While this core still follows
+    /// (before `InitialDataComplete`) only the binding ends: the instance
+    /// is then a stray, which is stopped once every job is read.
     fn stop_dropped(&mut self, job_id: &JobId, now: UnixMillis) {
+        if !self.hydrated {
+            if let Some(record) = self.jobs.get_mut(job_id) {
+                record.dropped = true;
+            }
+            return self.end_binding(job_id);
+        }
         self.migration_job_ended(job_id, "the job was dropped", now);
         let Some(record) = self.jobs.get_mut(job_id) else {
             return;

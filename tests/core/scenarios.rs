@@ -3294,31 +3294,58 @@ fn a_drop_verdict_that_lands_on_a_job_a_successor_adopted_stops_its_instance_and
     // instance. "`drop` never restarts": once the verdict Manager holds
     // reaches the successor, the instance is stopped, and the job is
     // neither moved nor placed again until its bundle is updated.
-    let (mut h, job, mut runtime) = adopted_while_following(
-        "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1, essential: false, onRuntimeFailure: drop}}\n",
-    );
+    let (mut h, job, runtime) = adopted_while_following(DROP_JOB);
     h.event(ManagerEvent::InitialDataComplete);
     assert_eq!(h.bound_node(&job), Some(NodeId::from("a")), "adopted");
     h.take_calls();
+    h.event(ManagerEvent::JobUpdated(dropped(runtime, h.now)));
+    stays_stopped(h, &job);
+}
+
+#[test]
+fn a_drop_verdict_that_lands_while_a_successor_follows_stops_the_instance_once_it_leads() {
+    // The same, with the verdict reaching the successor before Manager's
+    // initial data is complete: a follower makes no calls, so the
+    // instance is stopped as it takes over, and the job is not bound.
+    let (mut h, job, runtime) = adopted_while_following(DROP_JOB);
+    h.event(ManagerEvent::JobUpdated(dropped(runtime, h.now)));
+    assert_eq!(h.bound_node(&job), None, "a dropped job holds no node");
+    assert!(h.take_calls().is_empty(), "a follower makes no calls");
+    h.event(ManagerEvent::InitialDataComplete);
+    stays_stopped(h, &job);
+}
+
+const DROP_JOB: &str = "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1, essential: false, onRuntimeFailure: drop}}\n";
+
+/// `runtime` with the drop verdict Manager holds.
+fn dropped(
+    mut runtime: norsk_auto_manager::model::RuntimeJob,
+    at: norsk_auto_manager::model::UnixMillis,
+) -> norsk_auto_manager::model::RuntimeJob {
     runtime.terminal_verdict = Some(norsk_auto_manager::model::TerminalVerdict {
         kind: VerdictKind::Dropped,
         reason: "onRuntimeFailure is drop".into(),
-        at: Some(h.now),
+        at: Some(at),
     });
-    h.event(ManagerEvent::JobUpdated(runtime));
+    runtime
+}
+
+/// The dropped job's instance on node `a` is being stopped, the job holds
+/// no node, a move of it is refused, and it is not placed again.
+fn stays_stopped(mut h: Harness, job: &JobId) {
     let calls = h.take_calls();
     assert!(
         calls
             .iter()
             .any(|(_, rpc)| matches!(rpc, Rpc::StopJob { job_id, node_id, .. }
-            if *job_id == job && node_id.as_str() == "a")),
+            if job_id == job && node_id.as_str() == "a")),
         "the dropped job's instance is stopped: {calls:?}"
     );
-    assert_eq!(h.bound_node(&job), None, "a dropped job holds no node");
+    assert_eq!(h.bound_node(job), None, "a dropped job holds no node");
     use crate::support::migration::{options, try_migrate};
     use norsk_auto_manager::automanager::{MigrationRefusal, MigrationStrategy};
     assert_eq!(
-        try_migrate(&mut h, &job, options(MigrationStrategy::Overlap)),
+        try_migrate(&mut h, job, options(MigrationStrategy::Overlap)),
         Err(CommandError::Migration(MigrationRefusal::JobDropped {
             job_id: job.clone()
         }))
@@ -3326,7 +3353,7 @@ fn a_drop_verdict_that_lands_on_a_job_a_successor_adopted_stops_its_instance_and
     for (id, _) in &calls {
         h.ok(*id);
     }
-    h.stopped(&job, &NodeId::from("a"), InstanceKey::slot(Slot::Primary));
+    h.stopped(job, &NodeId::from("a"), InstanceKey::slot(Slot::Primary));
     h.advance(60_000);
     assert!(
         start_jobs(&h.take_calls()).is_empty(),
