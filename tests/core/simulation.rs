@@ -25,7 +25,7 @@ mod migration;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use checks::{Loss, Reference};
+use checks::{Judgement, Loss, Reference};
 use norsk_auto_manager::automanager::{
     Action, Command, DrainAfter, DrainOptions, DrainPhase, InterruptionNotice, Notification, RequestId, Rpc,
     RpcFailureKind,
@@ -691,10 +691,11 @@ impl Model {
                 .get(&(m.job_id.clone(), m.target_key.clone()))
                 .is_some_and(|t| t.node == m.target_node_id && t.running)
         };
-        let judged = self.reference.judged(job, key, node, binding.as_ref(), &target_runs);
-        if judged {
-            let now = self.h.now;
-            self.reference.loss(job, &spec, loss, node, now);
+        let now = self.h.now;
+        match self.reference.judged(job, key, node, binding.as_ref(), &target_runs) {
+            Judgement::Judged => self.reference.loss(job, &spec, loss, node, now),
+            Judgement::Uncertain => self.reference.uncertain_loss(job, &spec, node, now),
+            Judgement::Not => {}
         }
     }
 

@@ -198,6 +198,17 @@ impl Ceilings {
     }
 }
 
+/// Whether the failure policy judges a loss.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Judgement {
+    /// Not the job's placement of record, or a source its migration
+    /// carries on from.
+    Not,
+    Judged,
+    /// Either is right (see [`Reference::judged`]).
+    Uncertain,
+}
+
 /// What the spec allows, followed from inputs and emitted actions.
 pub(super) struct Reference {
     /// Each judged loss is traced (`CORE_SIM_TRACE`).
@@ -208,6 +219,9 @@ pub(super) struct Reference {
     /// The targets of migrations that ended: one whose start was still on
     /// its way may yet be created, and is stopped as soon as it is.
     ended_targets: BTreeSet<(JobId, InstanceKey, NodeId)>,
+    /// Of those, the targets of migrations that ended without moving the
+    /// job there (aborted, or lost past the point of no return).
+    abandoned_targets: BTreeSet<(JobId, InstanceKey, NodeId)>,
     /// Per job: its counted restarts since the last clear, each with
     /// whether Manager's job history records it (a runtime failure).
     restarts: BTreeMap<JobId, Vec<(UnixMillis, bool)>>,
@@ -271,6 +285,7 @@ impl Reference {
             ceilings: Ceilings::parse(ceilings),
             migrations: BTreeMap::new(),
             ended_targets: BTreeSet::new(),
+            abandoned_targets: BTreeSet::new(),
             restarts: BTreeMap::new(),
             recorded: BTreeMap::new(),
             uncertain: BTreeMap::new(),
@@ -305,6 +320,14 @@ impl Reference {
     /// told Manager to start it there, or placed it on that node), and not
     /// a migration's source the saga carries on from — one past its point
     /// of no return, or whose target already runs.
+    ///
+    /// The target of a migration that ended without moving the job there,
+    /// whose stop never landed, is no placement of record; but Manager's
+    /// history does not record how a migration ended, so a successor sees
+    /// that instance, having run, as the job's only placement and adopts
+    /// it. Its loss is then the successor's to judge — unless a start its
+    /// predecessor made after the migration ended lands first and places
+    /// the job again. The spec allows either: the loss is uncertain.
     pub(super) fn judged(
         &self,
         job: &JobId,
@@ -312,15 +335,64 @@ impl Reference {
         node: &NodeId,
         binding: Option<&Binding>,
         target_runs: &dyn Fn(&MigrationState) -> bool,
-    ) -> bool {
+    ) -> Judgement {
         let Some(binding) = binding.filter(|b| &b.node_id == node && &b.instance_key == key) else {
-            return false;
+            return Judgement::Not;
         };
+        if self
+            .abandoned_targets
+            .contains(&(job.clone(), key.clone(), node.clone()))
+        {
+            return Judgement::Uncertain;
+        }
         match self.in_flight_of(job) {
             Some(m) if m.source_node_id == binding.node_id && m.source_key == binding.instance_key => {
-                !(m.past_point_of_no_return || target_runs(m))
+                if m.past_point_of_no_return || target_runs(m) {
+                    Judgement::Not
+                } else {
+                    Judgement::Judged
+                }
             }
-            _ => true,
+            _ => Judgement::Judged,
+        }
+    }
+
+    /// A loss of `job` on `node` at `now` the core may judge or not (see
+    /// [`Self::judged`]): the terminal outcome counting it is allowed, not
+    /// expected, and it counts as an uncertain failure from here on.
+    pub(super) fn uncertain_loss(&mut self, job: &JobId, spec: &JobSpec, node: &NodeId, now: UnixMillis) {
+        if self.dropped.contains(job) || self.interrupted.contains(node) {
+            return;
+        }
+        let requirements = &spec.requirements;
+        let terminal = match self.ceilings.of(requirements) {
+            None => true,
+            Some(ceiling) => {
+                let counted = self
+                    .restarts
+                    .get(job)
+                    .into_iter()
+                    .flatten()
+                    .filter(|&&(at, _)| at > now - HOUR_MS)
+                    .count();
+                let uncertain = self.uncertain.entry(job.clone()).or_default();
+                uncertain.retain(|&at| at > now - HOUR_MS);
+                let reached = (counted + uncertain.len()) as u32 >= ceiling;
+                uncertain.push(now);
+                reached
+            }
+        };
+        if self.trace {
+            eprintln!(
+                "{now} reference: {job} lost on {node}, uncertain: {}, may end it {terminal}",
+                self.restarts_of(job)
+            );
+        }
+        if terminal {
+            if requirements.essential.unwrap_or(true) {
+                self.allowed_broken.insert(bundle_of(job), job.clone());
+            }
+            self.allowed_dropped.insert(job.clone());
         }
     }
 
@@ -708,6 +780,13 @@ impl Reference {
                 }
                 if state.phase.is_ended() {
                     self.migrations.remove(&state.migration_id);
+                    if state.phase != norsk_auto_manager::automanager::MigrationPhase::Done {
+                        self.abandoned_targets.insert((
+                            state.job_id.clone(),
+                            state.target_key.clone(),
+                            state.target_node_id.clone(),
+                        ));
+                    }
                     self.ended_targets.insert((
                         state.job_id.clone(),
                         state.target_key.clone(),
