@@ -5,12 +5,11 @@
 //! migration claim (the target instance of a migration in flight). No other
 //! module keeps a second answer to "where is J".
 
-use crate::model::{BundleJobRef, InstanceKey, JobId, NodeId, RuntimeJob, UnixMillis};
+use crate::model::{BundleJobRef, InstanceKey, JobId, MigrationId, NodeId, RuntimeJob, UnixMillis};
 use crate::placement::RecoveryContext;
 
-use super::RequestId;
+use super::protocol::RequestId;
 use super::recovery::RestartHistory;
-use crate::model::MigrationId;
 
 /// Where a bound instance is in its life, as this core knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,9 +10,10 @@ use crate::model::{BundleState, InstanceKey, JobId, NodeId, NodePhase, UnixMilli
 
 use super::binding::{AwaitedStop, StopWait, StoppingInstance};
 use super::core::{AutoManagerCore, Pending};
+use super::notification::Notification;
+use super::protocol::{CommandError, RequestId, Rpc, RpcFailure, RpcFailureKind};
 use super::recovery::MIN_RECOVERY_INTERVAL_MS;
-use super::spares::{SpareRequest, is_spare_tagged};
-use super::{CommandError, Notification, RequestId, Rpc, RpcFailure, RpcFailureKind};
+use super::spares::state::{SpareRequest, is_spare_tagged};
 
 impl AutoManagerCore {
     pub(super) fn rpc_result(&mut self, id: RequestId, result: Result<(), RpcFailure>, now: UnixMillis) {

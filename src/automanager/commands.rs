@@ -5,8 +5,9 @@
 use crate::model::{Bundle, BundleId, PlacementPool, UnixMillis};
 
 use super::core::{AutoManagerCore, Pending};
-use super::settings::{ValidSettings, validate_auto_settings};
-use super::{Action, Answer, AutoSettings, Command, CommandError, CommandId, Notification, Rpc};
+use super::notification::Notification;
+use super::protocol::{Action, Answer, Command, CommandError, CommandId, Rpc};
+use super::settings::{AutoSettings, ValidSettings, validate_auto_settings};
 
 impl AutoManagerCore {
     pub(super) fn command(&mut self, id: CommandId, command: Command, now: UnixMillis) {

@@ -11,19 +11,19 @@ use crate::model::{
 use crate::placement::Pools;
 
 use super::binding::{AwaitedStop, Binding, JobRecord, StopWait};
-use super::drain::Drains;
-use super::fleet::Fleet;
-use super::manual::ManualStarts;
+use super::drain::state::Drains;
+use super::fleet::{Fleet, Offering};
+use super::manual::state::ManualStarts;
 use super::metrics::Counters;
-use super::migration::{MigrationCall, Migrations};
-use super::node_services::{NodeServiceState, ServiceRequest};
-use super::offerings::Offering;
+use super::migration::state::{MigrationCall, Migrations};
+use super::node_services::state::{NodeServiceState, ServiceRequest};
+use super::notification::Notification;
+use super::protocol::{Action, Command, CommandError, CommandId, Input, RequestId, Rpc, Step};
 use super::recovery::{FAILED_INSTANCE_STOP_GRACE_MS, MIN_RECOVERY_INTERVAL_MS};
-use super::schedule::Schedules;
-use super::settings::ValidSettings;
-use super::spares::{SpareRequest, SpareState};
+use super::schedule::state::Schedules;
+use super::settings::{AutoSettings, ValidSettings};
+use super::spares::state::{SpareRequest, SpareState};
 use super::view_cache::ViewCache;
-use super::{Action, AutoSettings, Command, CommandError, CommandId, Input, Notification, RequestId, Rpc, Step};
 
 /// What an outstanding RPC was for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -210,7 +210,7 @@ pub struct AutoManagerCore {
     /// Manual jobs' wanted state and the calls bringing Manager to it.
     pub(super) manual: ManualStarts,
     /// Resilience headroom, kept up to date with the fleet.
-    pub(super) headroom: super::headroom::HeadroomState,
+    pub(super) headroom: crate::automanager::headroom::state::HeadroomState,
     /// What a disposed predecessor left this core, taken up at hydration
     /// (see [`AutoManagerCore::succeeding`]).
     pub(super) inherited: Inheritance,
@@ -286,7 +286,7 @@ impl AutoManagerCore {
         // never named again by this process.
         core.next_node_serial = previous.next_node_serial;
         core.unheard_creates = previous.unheard_creates.clone();
-        core.drains = Drains::carried_from(previous);
+        core.drains = Drains::carried_from(&previous.drains, &previous.fleet);
         core.schedules = Schedules::carried_from(&previous.schedules);
         core.manual = ManualStarts::carried_from(&previous.manual);
         core.migrations = Migrations::carried_from(&previous.migrations);
@@ -388,7 +388,10 @@ impl AutoManagerCore {
                 let carried = CarriedJob {
                     generation: generation(&record.bundle_ref.bundle_id),
                     restarts: record.restarts.clone(),
-                    counted: read.iter().filter(|e| super::events::counts_for_restarts(e)).count(),
+                    counted: read
+                        .iter()
+                        .filter(|e| crate::automanager::recovery::counts_for_restarts(e))
+                        .count(),
                     // A migrating job's record is carried whole.
                     binding: record.binding.clone().filter(|b| {
                         record.migration.is_none() && b.phase != super::binding::BindingPhase::AwaitingNode

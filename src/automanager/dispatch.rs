@@ -14,10 +14,10 @@ use crate::placement::{
 use super::binding::{AwaitedStop, Binding, BindingPhase, StopWait, StoppingInstance};
 use super::core::{AutoManagerCore, Pending, Readiness};
 use super::fleet::{Provisioned, provisioned_tags};
-use super::notification::{Decision, PlacementDecisionInfo};
+use super::notification::{Decision, Notification, PlacementDecisionInfo};
+use super::protocol::Rpc;
 use super::recovery::{FAILED_INSTANCE_STOP_GRACE_MS, MIN_RECOVERY_INTERVAL_MS};
 use super::view_cache::ViewCache;
-use super::{Notification, Rpc};
 
 /// Prospective node ids: `<pool>-<tier>-<process>-<serial>`. The process
 /// part is the AutoManager's start time (milliseconds) and a salt the runtime

@@ -10,11 +10,12 @@ use crate::model::{
     NodePhase, RuntimeJob, Slot, UnixMillis, VerdictKind, tags,
 };
 
-use super::Notification;
 use super::binding::{AwaitedStop, Binding, BindingPhase, JobRecord, StopWait, StoppingInstance};
 use super::core::AutoManagerCore;
 use super::fleet::Provisioned;
-use super::recovery::LossCause;
+use super::history::{instance_since, live_instances, open_instances};
+use super::notification::Notification;
+use super::recovery::{LossCause, counts_for_restarts, replay_restart};
 
 impl AutoManagerCore {
     pub(super) fn apply_event(&mut self, event: ManagerEvent, now: UnixMillis) {
@@ -179,7 +180,7 @@ impl AutoManagerCore {
                 && !record.dropped
                 && record.job.terminal_verdict.is_none()
                 && record.binding.as_ref() != Some(&binding)
-                && let Some((_, _, phase)) = super::migration::live_instances(&record.job.history)
+                && let Some((_, _, phase)) = live_instances(&record.job.history)
                     .into_iter()
                     .find(|(key, node, _)| key == &binding.instance_key && node == &binding.node_id)
             {
@@ -852,87 +853,4 @@ impl AutoManagerCore {
             _ => {}
         }
     }
-}
-
-/// The time of a runtime failure the restart history counts, if `entry`
-/// is one.
-fn failure_at(entry: &JobHistoryEntry) -> Option<UnixMillis> {
-    match entry {
-        JobHistoryEntry::Stopping {
-            at: Some(at),
-            reason: JobStopReason::JobFailed | JobStopReason::UnknownJob | JobStopReason::Unknown(_),
-            ..
-        } => Some(*at),
-        _ => None,
-    }
-}
-
-/// Whether a history entry is one the restart history reads (see
-/// [`replay_restart`]).
-pub(super) fn counts_for_restarts(entry: &JobHistoryEntry) -> bool {
-    matches!(entry, JobHistoryEntry::Updated { .. }) || failure_at(entry).is_some()
-}
-
-/// One entry of a job's history as the restart history reads it: a runtime
-/// failure counts, a spec change clears.
-fn replay_restart(restarts: &mut super::recovery::RestartHistory, entry: &JobHistoryEntry) {
-    if matches!(entry, JobHistoryEntry::Updated { .. }) {
-        restarts.clear();
-    } else if let Some(at) = failure_at(entry) {
-        restarts.replay(at);
-    }
-}
-
-/// When instance `key` of a job on `node` was created, by its history (the
-/// start of time if it does not say).
-pub(super) fn instance_since(history: &[JobHistoryEntry], key: &InstanceKey, node: &NodeId) -> UnixMillis {
-    let mut since = None;
-    for entry in history {
-        match entry {
-            JobHistoryEntry::Provisioned {
-                at,
-                role,
-                node_id: Some(n),
-            }
-            | JobHistoryEntry::Running {
-                at,
-                role,
-                node_id: Some(n),
-            } if role == key && n == node => {
-                since.get_or_insert(at.unwrap_or(UnixMillis::MIN));
-            }
-            JobHistoryEntry::Stopping { role, node_id, .. } | JobHistoryEntry::Stopped { role, node_id, .. }
-                if role == key && node_id.as_ref().is_none_or(|n| n == node) =>
-            {
-                since = None;
-            }
-            _ => {}
-        }
-    }
-    since.unwrap_or(UnixMillis::MIN)
-}
-
-/// The instances a job's history leaves open (created or running, not
-/// stopping or stopped since), oldest first.
-fn open_instances(history: &[JobHistoryEntry]) -> Vec<(InstanceKey, NodeId)> {
-    let mut open: Vec<(InstanceKey, NodeId)> = Vec::new();
-    for entry in history {
-        match entry {
-            JobHistoryEntry::Provisioned {
-                role,
-                node_id: Some(node),
-                ..
-            }
-            | JobHistoryEntry::Running {
-                role,
-                node_id: Some(node),
-                ..
-            } if !open.iter().any(|(r, n)| r == role && n == node) => open.push((role.clone(), node.clone())),
-            JobHistoryEntry::Stopping { role, node_id, .. } | JobHistoryEntry::Stopped { role, node_id, .. } => {
-                open.retain(|(r, n)| !(r == role && node_id.as_ref().is_none_or(|id| id == n)));
-            }
-            _ => {}
-        }
-    }
-    open
 }

@@ -7,8 +7,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::model::{
-    FleetNode, FleetSnapshot, InstanceShape, JobId, NodeId, NodeInfo, NodeInventory, NodePhase, NodeStopReason,
-    PlacedJob, ProviderKind, SpareSpec, UnixMillis, tags,
+    FleetNode, FleetSnapshot, InstanceShape, JobId, LaunchMode, NodeId, NodeInfo, NodeInventory, NodePhase,
+    NodeStopReason, PlacedJob, ProviderKind, SpareSpec, UnixMillis, tags,
 };
 use crate::placement::Pools;
 
@@ -192,7 +192,7 @@ impl Fleet {
                 id: node.id.clone(),
                 pool: node.tags.get(tags::POOL).cloned(),
                 tier: node.tags.get(tags::TIER).cloned(),
-                phase: super::view_cache::placement_phase(node),
+                phase: crate::automanager::fleet::placement_phase(node),
                 cordoned: node.cordoned,
                 unhealthy: node.health.is_unhealthy(),
                 spare: node.tags.get(tags::SPARE).is_some_and(|v| v == "true"),
@@ -233,4 +233,24 @@ fn shape_of<'p>(pools: &'p Pools, p: &Provisioned) -> Option<&'p InstanceShape> 
         .candidate_instance_types
         .iter()
         .find(|s| s.instance_type == p.instance_type)
+}
+
+/// One thing a provider sells: a shape, in a region, bought one way.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Offering {
+    pub(super) kind: ProviderKind,
+    pub(super) region: String,
+    pub(super) instance_type: String,
+    pub(super) launch_mode: Option<LaunchMode>,
+}
+
+/// The phase placement sees: a node this core terminated takes nothing new.
+pub(super) fn placement_phase(node: &NodeState) -> NodePhase {
+    // Terminated by this core: going, until Manager reports it stopped —
+    // from then on it no longer counts against its tier's `maxNodes`.
+    if node.terminated && node.phase != NodePhase::Stopped {
+        NodePhase::Stopping
+    } else {
+        node.phase
+    }
 }

@@ -9,119 +9,21 @@
 //! catches on the node is reported `terminated` with it: a drain cut short
 //! by its deadline is never `done`.
 //!
-//! This module owns the notices taken; the drain itself is `drain`'s.
+//! The notices taken and their vocabulary are kept with the drains'
+//! state (`drain::state`), since a notice is run as a drain; the drain
+//! itself is `drain`'s.
 
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
+pub use super::drain::state::{
+    DEFAULT_REBALANCE_DRAIN_MS, DEFAULT_SPOT_INTERRUPTION_DRAIN_MS, InterruptionNotice, NodeInterruptionState,
+    SPOT_INTERRUPTION_DRAIN_MARGIN_MS,
+};
 
 use crate::model::{InterruptionKind, NodeId, UnixMillis};
 
 use super::core::AutoManagerCore;
-use super::drain::{DrainAfter, DrainOptions, DrainState, StrategyFor};
-use super::fleet::Fleet;
-use super::{CommandError, Notification};
-
-/// `SPOT_INTERRUPTION_DRAIN_MARGIN_MS`: a drain for a notice with a
-/// deadline times out this long before it (30 s).
-pub const SPOT_INTERRUPTION_DRAIN_MARGIN_MS: u64 = 30_000;
-/// `DEFAULT_SPOT_INTERRUPTION_DRAIN_MS`: a spot interruption without a
-/// deadline drains for this long (90 s, EC2's two-minute warning less the
-/// margin).
-pub const DEFAULT_SPOT_INTERRUPTION_DRAIN_MS: u64 = 90_000;
-/// `DEFAULT_REBALANCE_DRAIN_MS`: a rebalance recommendation without a
-/// deadline drains for this long (5 min).
-pub const DEFAULT_REBALANCE_DRAIN_MS: u64 = 5 * 60_000;
-
-/// `handleNodeInterruption`'s notice.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InterruptionNotice {
-    /// `spot-interruption` or `rebalance`.
-    pub kind: InterruptionKind,
-    /// When the provider reclaims the node, if it said.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deadline: Option<UnixMillis>,
-    /// Per-job migration strategy, as for `drainNode`.
-    #[serde(default)]
-    pub strategy_for: StrategyFor,
-}
-
-impl InterruptionNotice {
-    /// The drain's timeout for a notice taken at `now`: `deadline − now −
-    /// SPOT_INTERRUPTION_DRAIN_MARGIN_MS` (never below zero), or the kind's
-    /// default without a deadline.
-    pub fn drain_timeout_ms(&self, now: UnixMillis) -> u64 {
-        match self.deadline {
-            Some(deadline) => {
-                let left = deadline.saturating_sub(now).max(0) as u64;
-                left.saturating_sub(SPOT_INTERRUPTION_DRAIN_MARGIN_MS)
-            }
-            None => match self.kind {
-                InterruptionKind::Rebalance => DEFAULT_REBALANCE_DRAIN_MS,
-                // A kind this build does not know is read as the more
-                // urgent one: the node may go at any moment.
-                InterruptionKind::SpotInterruption | InterruptionKind::Unknown(_) => DEFAULT_SPOT_INTERRUPTION_DRAIN_MS,
-            },
-        }
-    }
-}
-
-/// `NodeInterruptionState`: what `nodeInterrupted` reports and
-/// `nodeInterruption` reads.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeInterruptionState {
-    pub node_id: NodeId,
-    /// The last notice's kind. Written as `interruptionKind`: a notification
-    /// line's `kind` is the callback's name (`nodeInterrupted`), and a key
-    /// may appear only once in a JSON object.
-    #[serde(rename = "interruptionKind")]
-    pub kind: InterruptionKind,
-    /// The provider's deadline, if it gave one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deadline: Option<UnixMillis>,
-    /// When the notice was taken.
-    pub noticed_at: UnixMillis,
-    /// The drain it started or tightened.
-    pub drain: DrainState,
-}
-
-/// A notice taken for a node.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Notice {
-    kind: InterruptionKind,
-    deadline: Option<UnixMillis>,
-    noticed_at: UnixMillis,
-}
-
-/// The notices taken, by node, until the node leaves the fleet or an
-/// uncordon withdraws it.
-#[derive(Clone, Debug, Default)]
-pub(super) struct Interruptions {
-    by_node: BTreeMap<NodeId, Notice>,
-    /// Notices Manager relayed, not yet acted on.
-    relayed: Vec<(NodeId, InterruptionNotice, UnixMillis)>,
-}
-
-impl Interruptions {
-    pub(super) fn get(&self, node: &NodeId) -> Option<(InterruptionKind, Option<UnixMillis>, UnixMillis)> {
-        self.by_node.get(node).map(|n| (n.kind, n.deadline, n.noticed_at))
-    }
-
-    /// `uncordonNode` withdraws the notice with the drain.
-    pub(super) fn withdraw(&mut self, node: &NodeId) {
-        self.by_node.remove(node);
-    }
-
-    /// Notices for nodes the fleet no longer holds are forgotten (their jobs
-    /// have long been recovered).
-    pub(super) fn forget_missing(&mut self, fleet: &Fleet) {
-        if self.by_node.keys().any(|n| !fleet.contains(n)) {
-            self.by_node.retain(|n, _| fleet.contains(n));
-        }
-    }
-}
+use super::drain::state::{DrainAfter, DrainOptions, Notice, StrategyFor};
+use super::notification::Notification;
+use super::protocol::CommandError;
 
 impl AutoManagerCore {
     /// `handleNodeInterruption`: a forced drain with its timeout cut to fit

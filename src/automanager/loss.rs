@@ -10,8 +10,9 @@ use crate::placement::RecoveryContext;
 
 use super::binding::{AwaitedStop, Binding, BindingPhase, StopWait, StoppingInstance, UnjudgedLoss};
 use super::core::{AutoManagerCore, Pending};
+use super::notification::Notification;
+use super::protocol::Rpc;
 use super::recovery::{FailureVerdict, LossCause, judge};
-use super::{Notification, Rpc};
 
 impl AutoManagerCore {
     /// An instance was lost: the binding ends and the failure policy judges

@@ -6,15 +6,13 @@
 use serde::Serialize;
 
 use crate::model::{
-    AuditEntry, Bundle, BundleId, ImagePrefetchResult, InstanceKey, JobId, NodeId, NodeInfo, NodeStopReason,
-    RejectionCode, RuntimeJob, SchedulePhase, UnixMillis,
+    AuditEntry, Bundle, BundleId, ImagePrefetchResult, InstanceKey, JobId, MigrationId, NodeId, NodeInfo,
+    NodeStopReason, RejectionCode, RuntimeJob, SchedulePhase, UnixMillis,
 };
 use crate::placement::{ResilienceFlag, Trace};
 
-use super::drain::DrainState;
-use super::interruption::NodeInterruptionState;
-use super::migration::MigrationState;
-use crate::model::MigrationId;
+use super::drain::state::{DrainState, NodeInterruptionState};
+use super::migration::state::MigrationState;
 
 /// Where a placement decided a job goes (the engine's outcome, serialisable).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -13,19 +13,10 @@
 use crate::model::{LaunchMode, NodePhase, ProviderKind, UnixMillis, tags};
 use crate::placement::{Pools, validate_pools};
 
-use super::RpcFailureKind;
 use super::core::AutoManagerCore;
-use super::fleet::Provisioned;
+use super::fleet::{Offering, Provisioned};
+use super::protocol::RpcFailureKind;
 use super::recovery::PROVISION_FAILURE_BACKOFF_MS;
-
-/// One thing a provider sells: a shape, in a region, bought one way.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct Offering {
-    kind: ProviderKind,
-    region: String,
-    instance_type: String,
-    launch_mode: Option<LaunchMode>,
-}
 
 impl AutoManagerCore {
     /// A provision of `provisioned` was refused with `kind`.

@@ -14,11 +14,11 @@ use crate::placement::{
     validate_bundle, validate_bundle_admission,
 };
 
-use super::AutoSettings;
 use super::binding::{BindingPhase, JobRecord};
 use super::core::AutoManagerCore;
 use super::fleet::Fleet;
 use super::metrics::{Metrics, PoolGauge, PoolUsage, TierUsage};
+use super::settings::AutoSettings;
 use super::view_cache::{ViewCache, placed_jobs};
 
 impl AutoManagerCore {

@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 
-use crate::model::{RejectionCode, Requirements, UnixMillis};
+use crate::model::{JobHistoryEntry, JobStopReason, RejectionCode, Requirements, UnixMillis};
 
 use super::settings::AutoSettings;
 
@@ -189,6 +189,35 @@ impl NodeHealth {
             return true;
         }
         false
+    }
+}
+
+/// The time of a runtime failure the restart history counts, if `entry`
+/// is one.
+fn failure_at(entry: &JobHistoryEntry) -> Option<UnixMillis> {
+    match entry {
+        JobHistoryEntry::Stopping {
+            at: Some(at),
+            reason: JobStopReason::JobFailed | JobStopReason::UnknownJob | JobStopReason::Unknown(_),
+            ..
+        } => Some(*at),
+        _ => None,
+    }
+}
+
+/// Whether a history entry is one the restart history reads (see
+/// [`replay_restart`]).
+pub(super) fn counts_for_restarts(entry: &JobHistoryEntry) -> bool {
+    matches!(entry, JobHistoryEntry::Updated { .. }) || failure_at(entry).is_some()
+}
+
+/// One entry of a job's history as the restart history reads it: a runtime
+/// failure counts, a spec change clears.
+pub(super) fn replay_restart(restarts: &mut RestartHistory, entry: &JobHistoryEntry) {
+    if matches!(entry, JobHistoryEntry::Updated { .. }) {
+        restarts.clear();
+    } else if let Some(at) = failure_at(entry) {
+        restarts.replay(at);
     }
 }
 

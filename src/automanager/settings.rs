@@ -9,12 +9,10 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{HotSpareSpec, OnRuntimeFailure, PlacementPool, Requirements};
-
-use super::node_services::{NodeServiceSpec, check_node_services};
-use super::spares::DEFAULT_HOT_SPARE_RECONCILE_INTERVAL_MS;
 use crate::placement::{Pools, SettingsErrorCode, validate_settings};
 
-use super::migration::MigrationSettings;
+use super::migration::settings::MigrationSettings;
+use super::node_services::state::{EAGER_LIFECYCLE, NodeServiceSpec};
 
 /// The flat restart ceiling when nothing more specific is configured.
 pub const DEFAULT_MAX_RESTARTS_PER_HOUR: u32 = 6;
@@ -24,6 +22,9 @@ pub const DEFAULT_REJECTION_ESCALATION_COUNT: u32 = 3;
 pub const DEFAULT_REJECTION_BACKOFF_MS: u64 = 5_000;
 /// `unhealthyCooldownMs` default (10 min).
 pub const DEFAULT_UNHEALTHY_COOLDOWN_MS: u64 = 10 * 60_000;
+/// `hotSpareReconcileIntervalMs` default: the hot-spare reconciler's
+/// periodic tick (60 s).
+pub const DEFAULT_HOT_SPARE_RECONCILE_INTERVAL_MS: u64 = 60_000;
 
 /// One `failurePolicies` entry.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -317,6 +318,55 @@ pub fn validate_auto_settings(settings: AutoSettings) -> Result<ValidSettings, A
         Some(pools) if errors.is_empty() => Ok(ValidSettings { settings, pools }),
         _ => Err(AutoSettingsValidationError { errors }),
     }
+}
+
+/// The `nodeServices` problems of `settings`, as (code, path, message).
+fn check_node_services(settings: &AutoSettings) -> Vec<(CoreSettingsErrorCode, String, String)> {
+    let mut found = Vec::new();
+    if settings.node_services.is_empty() {
+        return found;
+    }
+    if !settings.experimental.node_services {
+        found.push((
+            CoreSettingsErrorCode::ExperimentalNotEnabled,
+            "nodeServices".to_owned(),
+            "node services are experimental (only eager placement exists); set experimental: { nodeServices: true } to use them".to_owned(),
+        ));
+    }
+    let mut names = BTreeMap::new();
+    for (i, service) in settings.node_services.iter().enumerate() {
+        let path = format!("nodeServices[{i}]");
+        if service.lifecycle != EAGER_LIFECYCLE {
+            found.push((
+                CoreSettingsErrorCode::UnsupportedNodeServiceLifecycle,
+                format!("{path}.lifecycle"),
+                format!("lifecycle {:?} does not exist; only \"eager\" does", service.lifecycle),
+            ));
+        }
+        if service.name.trim().is_empty() || service.template.trim().is_empty() {
+            found.push((
+                CoreSettingsErrorCode::IncompleteNodeService,
+                path.clone(),
+                "a node service needs a name and a template".to_owned(),
+            ));
+        } else if names.insert(service.name.as_str(), i).is_some() {
+            found.push((
+                CoreSettingsErrorCode::DuplicateNodeService,
+                format!("{path}.name"),
+                format!("node service {:?} is defined twice", service.name),
+            ));
+        }
+        for (p, pool) in service.pools.iter().enumerate() {
+            if !settings.placement_pools.iter().any(|known| &known.name == pool) {
+                found.push((
+                    CoreSettingsErrorCode::UnknownNodeServicePool,
+                    format!("{path}.pools[{p}]"),
+                    format!("pool {pool:?} is not configured"),
+                ));
+            }
+        }
+    }
+    found
 }
 
 #[cfg(test)]

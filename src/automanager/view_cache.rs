@@ -17,7 +17,7 @@ use crate::model::{FleetNode, JobId, JobSpec, NodeId, NodeInventory, NodePhase, 
 use crate::placement::{FleetError, FleetView, Pools, placed_job};
 
 use super::binding::{Binding, JobRecord};
-use super::fleet::{Fleet, NodeState};
+use super::fleet::{Fleet, NodeState, placement_phase};
 
 /// What the view read of one node, to tell what changed since.
 #[derive(Clone, Debug)]
@@ -239,17 +239,6 @@ pub(super) fn placed_jobs(jobs: &BTreeMap<JobId, JobRecord>) -> HashMap<&NodeId,
         ));
     }
     placed
-}
-
-/// The phase placement sees: a node this core terminated takes nothing new.
-pub(super) fn placement_phase(node: &NodeState) -> NodePhase {
-    // Terminated by this core: going, until Manager reports it stopped —
-    // from then on it no longer counts against its tier's `maxNodes`.
-    if node.terminated && node.phase != NodePhase::Stopped {
-        NodePhase::Stopping
-    } else {
-        node.phase
-    }
 }
 
 /// Whether the view's description of a node (everything but its phase and

@@ -34,125 +34,19 @@
 //! This module owns the drains and the cordon flag's meaning; it never
 //! places a job itself (the saga does), and it never changes a binding.
 
-mod state;
-
-use std::collections::BTreeMap;
+pub(super) mod state;
 
 use crate::model::{NodeId, UnixMillis};
 
 use super::core::AutoManagerCore;
-use super::interruption::Interruptions;
-use super::migration::{MigrationEnd, MigrationOptions};
-use super::{CommandError, Notification, RpcFailure, RpcFailureKind};
+use super::migration::state::{MigrationEnd, MigrationOptions};
+use super::notification::Notification;
+use super::protocol::{CommandError, RpcFailure, RpcFailureKind};
+use state::Drain;
 
-pub use state::{DrainAfter, DrainJob, DrainJobStatus, DrainOptions, DrainPhase, DrainState, StrategyFor};
-
-/// `DEFAULT_DRAIN_TIMEOUT_MS`: how long a drain waits for its node to empty
-/// when no timeout is given (10 min).
-pub const DEFAULT_DRAIN_TIMEOUT_MS: u64 = 10 * 60_000;
-
-/// One drain: its state, its deadline and whether its terminate is out.
-#[derive(Clone, Debug, PartialEq)]
-struct Drain {
-    state: DrainState,
-    /// When the timeout falls (`started + timeout_ms`).
-    deadline: UnixMillis,
-}
-
-impl Drain {
-    fn terminate_issued(&self) -> bool {
-        self.state.phase == DrainPhase::Terminating || self.state.phase == DrainPhase::Done
-    }
-}
-
-/// Every drain (the running ones and the last one of each node) and every
-/// interruption notice taken.
-#[derive(Clone, Debug, Default)]
-pub(super) struct Drains {
-    by_node: BTreeMap<NodeId, Drain>,
-    pub(super) interruptions: Interruptions,
-    /// Cordons of a disposed core, applied once this one is hydrated.
-    carried_cordons: Vec<NodeId>,
-}
-
-impl Drains {
-    /// What a fresh core carries on from a disposed one (after a stream
-    /// break): its cordons, its drains and the interruption notices it
-    /// took, which are this AutoManager's own state and not in Manager's
-    /// snapshot. A drain keeps its deadline, so a forced one still
-    /// terminates its node on time and another one still ends `partial`;
-    /// the disposed core's migrations end with it (each drained job's
-    /// status follows), and a notice Manager replays again is one the
-    /// drain already has.
-    pub(super) fn carried_from(previous: &AutoManagerCore) -> Self {
-        Self {
-            by_node: previous.drains.by_node.clone(),
-            interruptions: previous.drains.interruptions.clone(),
-            carried_cordons: previous
-                .fleet
-                .iter()
-                .filter(|n| n.cordoned)
-                .map(|n| n.id.clone())
-                .collect(),
-        }
-    }
-
-    /// The drain of `node` (running, or the last one).
-    pub(super) fn get(&self, node: &NodeId) -> Option<&DrainState> {
-        self.by_node.get(node).map(|d| &d.state)
-    }
-
-    /// Every drain, in node order.
-    pub(super) fn iter(&self) -> impl Iterator<Item = &DrainState> {
-        self.by_node.values().map(|d| &d.state)
-    }
-
-    /// Whether jobs lost with `node` were lost to a provider reclaim.
-    pub(super) fn is_reclaimed(&self, node: &NodeId) -> bool {
-        self.interruptions.get(node).is_some()
-    }
-
-    /// The earliest timeout of a drain that has not issued its terminate.
-    pub(super) fn next_deadline(&self) -> Option<UnixMillis> {
-        self.by_node
-            .values()
-            .filter(|d| !d.state.phase.is_final() && !d.terminate_issued())
-            .map(|d| d.deadline)
-            .min()
-    }
-
-    /// A running drain's deadline, made no later than `deadline` and forced
-    /// (an interruption notice for a node already draining); true when that
-    /// changed it.
-    pub(super) fn tighten(&mut self, node: &NodeId, deadline: UnixMillis) -> bool {
-        let Some(drain) = self.by_node.get_mut(node).filter(|d| !d.state.phase.is_final()) else {
-            return false;
-        };
-        let mut changed = !drain.state.force || drain.state.after != DrainAfter::Terminate;
-        drain.state.force = true;
-        // The provider takes the node at the deadline: a maintenance drain
-        // under way can no longer keep it.
-        drain.state.after = DrainAfter::Terminate;
-        if deadline < drain.deadline && !drain.terminate_issued() {
-            drain.deadline = deadline;
-            drain.state.timeout_ms = (deadline - drain.state.started).max(0) as u64;
-            changed = true;
-        }
-        changed
-    }
-
-    fn running(&self, node: &NodeId) -> bool {
-        self.by_node.get(node).is_some_and(|d| !d.state.phase.is_final())
-    }
-
-    fn running_nodes(&self) -> Vec<NodeId> {
-        self.by_node
-            .iter()
-            .filter(|(_, d)| !d.state.phase.is_final())
-            .map(|(n, _)| n.clone())
-            .collect()
-    }
-}
+pub use state::{
+    DEFAULT_DRAIN_TIMEOUT_MS, DrainAfter, DrainJob, DrainJobStatus, DrainOptions, DrainPhase, DrainState, StrategyFor,
+};
 
 impl AutoManagerCore {
     /// `cordonNode`: no new placements land on the node.

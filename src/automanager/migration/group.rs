@@ -66,39 +66,13 @@
 //! numbers (see [`crate::placement::Trace::why_not_placed`]). A drain marks
 //! every member of such a group `stuck` with that reason.
 
-use serde::{Deserialize, Serialize};
-
-use crate::model::{JobId, NodeId, UnixMillis, runtime_job_id};
-use crate::placement::JobGroups;
-
-use super::wind_down::Target;
-use super::{MigrationId, MigrationPhase};
-use crate::automanager::MigrationStep;
 use crate::automanager::binding::{BindingPhase, JobRecord};
 use crate::automanager::core::AutoManagerCore;
+use crate::model::{JobId, MigrationId, NodeId, UnixMillis, runtime_job_id};
+use crate::placement::JobGroups;
 
-/// Another member of a migrating co-located group, as each member's state
-/// names it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GroupPeer {
-    /// The member.
-    pub job_id: JobId,
-    /// Its own migration, to the same target.
-    pub migration_id: MigrationId,
-}
-
-/// What a member waiting at its group's cut-over does once the whole group
-/// is ready: its point of no return.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum CutOver {
-    /// `stopThenStart` (target prepared) and `overlap` (target running):
-    /// the source is told to stop.
-    StopSource,
-    /// `handover` (target ready): the source stops output at the target's
-    /// payload.
-    StopOutputAt(Vec<u8>),
-}
+use super::state::{CutOver, MigrationPhase, MigrationStep};
+use super::wind_down::Target;
 
 impl AutoManagerCore {
     /// Every member of `job`'s co-located group in its replica, in spec

@@ -5,15 +5,18 @@
 //! is in flight its two instances are the saga's to follow: the source
 //! stopping on request does not end the job's binding.
 
-use crate::model::{InstanceKey, JobHistoryEntry, JobId, JobStopReason, MigrationSignal, NodeId, UnixMillis};
-
-use super::group::CutOver;
-use super::wind_down::Target;
-use super::{MigrationCall, MigrationId, MigrationPhase, MigrationStrategy};
 use crate::automanager::binding::BindingPhase;
 use crate::automanager::core::AutoManagerCore;
+use crate::automanager::notification::Notification;
+use crate::automanager::protocol::{RpcFailure, RpcFailureKind};
 use crate::automanager::recovery::MIN_RECOVERY_INTERVAL_MS;
-use crate::automanager::{MigrationStep, Notification, RpcFailure, RpcFailureKind};
+use crate::model::{
+    InstanceKey, JobHistoryEntry, JobId, JobStopReason, MigrationId, MigrationSignal, MigrationStrategy, NodeId,
+    UnixMillis,
+};
+
+use super::state::{CutOver, MigrationCall, MigrationPhase, MigrationStep};
+use super::wind_down::Target;
 
 /// Which of a migration's instances a report is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,11 +9,12 @@
 //! migration this core rolled back is not live (the core stops it), and
 //! the node the binding leaves is released as any node a job leaves.
 
-use crate::model::{InstanceKey, JobHistoryEntry, JobId, JobStopReason, NodeId};
-
 use crate::automanager::binding::{Binding, BindingPhase};
 use crate::automanager::core::AutoManagerCore;
-use crate::automanager::migration::{MigrationId, MigrationPhase};
+use crate::automanager::history::{instance_since, live_instances};
+use crate::model::{InstanceKey, JobHistoryEntry, JobId, JobStopReason, MigrationId, NodeId};
+
+use super::state::MigrationPhase;
 
 impl AutoManagerCore {
     /// Whether `key` names an instance of a migration this core follows
@@ -77,10 +78,7 @@ impl AutoManagerCore {
             JobHistoryEntry::Stopping { at, .. } | JobHistoryEntry::Stopped { at, .. } => *at,
             _ => None,
         };
-        if !self.hydrated
-            && stopped_at
-                .is_some_and(|at| crate::automanager::events::instance_since(&record.job.history, &key, &node_id) > at)
-        {
+        if !self.hydrated && stopped_at.is_some_and(|at| instance_since(&record.job.history, &key, &node_id) > at) {
             return false;
         }
         let (left, single_use) = (binding.node_id.clone(), record.job.spec.single_use);
@@ -119,32 +117,4 @@ fn live_target(
             && k.slot_of() == stopping.slot_of()
             && !rolled_back(k)
     })
-}
-
-/// The instances live at the end of `history` (provisioned or running, not
-/// stopping or stopped since), each with its phase, oldest started first.
-pub(crate) fn live_instances(history: &[JobHistoryEntry]) -> Vec<(InstanceKey, NodeId, BindingPhase)> {
-    let mut live: Vec<(InstanceKey, NodeId, BindingPhase)> = Vec::new();
-    for entry in history {
-        match entry {
-            JobHistoryEntry::Provisioned {
-                role, node_id: Some(n), ..
-            }
-            | JobHistoryEntry::Running {
-                role, node_id: Some(n), ..
-            } => {
-                let phase = match entry {
-                    JobHistoryEntry::Running { .. } => BindingPhase::Running,
-                    _ => BindingPhase::Dispatched,
-                };
-                live.retain(|(k, at, _)| !(k == role && at == n));
-                live.push((role.clone(), n.clone(), phase));
-            }
-            JobHistoryEntry::Stopping { role, node_id, .. } | JobHistoryEntry::Stopped { role, node_id, .. } => {
-                live.retain(|(k, at, _)| !(k == role && node_id.as_ref().is_none_or(|n| n == at)));
-            }
-            _ => {}
-        }
-    }
-    live
 }

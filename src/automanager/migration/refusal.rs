@@ -2,8 +2,9 @@
 
 use serde::Serialize;
 
-use super::{MigrationId, MigrationPhase};
-use crate::model::{BundleId, JobId, NodeId};
+use crate::model::{BundleId, JobId, MigrationId, NodeId};
+
+use super::state::MigrationPhase;
 
 /// Why `migrateJob` or `abortMigration` was refused.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]

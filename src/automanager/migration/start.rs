@@ -9,20 +9,18 @@
 //! starts its whole group's migrations, onto one target placed for the
 //! group (see [`super::group`]).
 
-use crate::model::{InstanceKey, JobId, NodePhase, Slot, UnixMillis};
+use crate::automanager::binding::{Binding, BindingPhase, MigrationClaim};
+use crate::automanager::core::{AutoManagerCore, Pending};
+use crate::automanager::dispatch::{NodeIds, PlacementView, decision_of};
+use crate::automanager::notification::{Notification, PlacementDecisionInfo};
+use crate::automanager::protocol::Rpc;
+use crate::model::{InstanceKey, JobId, MigrationId, MigrationStrategy, NodePhase, Slot, UnixMillis};
 use crate::placement::{
     FleetView, Outcome, PlacementRequest, RecoveryContext, SequentialNodeIds, apply_placement, place, placed_job,
 };
 
-use super::{
-    GroupPeer, MigrationCall, MigrationId, MigrationOptions, MigrationPhase, MigrationRefusal, MigrationState,
-    MigrationStrategy,
-};
-use crate::automanager::binding::{Binding, BindingPhase, MigrationClaim};
-use crate::automanager::core::{AutoManagerCore, Pending};
-use crate::automanager::dispatch::{NodeIds, PlacementView, decision_of};
-use crate::automanager::notification::PlacementDecisionInfo;
-use crate::automanager::{Notification, Rpc};
+use super::refusal::MigrationRefusal;
+use super::state::{GroupPeer, MigrationCall, MigrationOptions, MigrationPhase, MigrationState};
 
 /// Where placement put a target.
 struct TargetPlacement {

@@ -7,13 +7,15 @@
 //! after it the saga fails forward" — and `close()`, which aborts what it
 //! can and marks the rest lost.
 
-use crate::model::{JobId, NodeId, UnixMillis};
-use crate::placement::RecoveryContext;
-
-use super::{MigrationId, MigrationPhase, MigrationRefusal, MigrationStrategy};
 use crate::automanager::binding::{Binding, BindingPhase};
 use crate::automanager::core::AutoManagerCore;
-use crate::automanager::{MigrationStep, Notification, Rpc};
+use crate::automanager::notification::Notification;
+use crate::automanager::protocol::Rpc;
+use crate::model::{JobId, MigrationId, MigrationStrategy, NodeId, UnixMillis};
+use crate::placement::RecoveryContext;
+
+use super::refusal::MigrationRefusal;
+use super::state::{MigrationPhase, MigrationStep};
 
 /// Whether an abort must stop the target, or it is gone already.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -215,7 +217,7 @@ impl AutoManagerCore {
             instance_key: state.target_key.clone(),
             node_id: state.target_node_id.clone(),
         };
-        self.call_for(id, rpc, super::MigrationCall::StopTarget);
+        self.call_for(id, rpc, super::state::MigrationCall::StopTarget);
     }
 
     /// Once per step: targets whose node now runs are dispatched, targets

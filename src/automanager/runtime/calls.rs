@@ -1,12 +1,12 @@
 //! Carrying out the core's RPCs on the Manager client, and mapping the
 //! client's errors back to the failures the core judges.
 
+use crate::automanager::migration::state::MigrationStep;
+use crate::automanager::protocol::{Rpc, RpcFailure, RpcFailureKind};
 use crate::manager::client::{CreateNode, ManagerClient, RpcError, RpcErrorKind, StartJob};
 use crate::manager::proto::manager as pb;
 use crate::manager::wire;
-use crate::model::{JobId, ProviderKind};
-
-use super::super::{MigrationId, MigrationStep, Rpc, RpcFailure, RpcFailureKind};
+use crate::model::{JobId, MigrationId, ProviderKind};
 
 pub(super) fn failure(e: RpcError) -> RpcFailure {
     let kind = match e.kind() {

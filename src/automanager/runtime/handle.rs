@@ -5,20 +5,23 @@ use std::collections::BTreeMap;
 
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
+use crate::automanager::core::AutoManagerCore;
+use crate::automanager::drain::state::{DrainOptions, DrainState, InterruptionNotice, NodeInterruptionState};
+use crate::automanager::metrics::Metrics;
+use crate::automanager::migration::state::{MigrationOptions, MigrationState};
+use crate::automanager::node_services::state::ServicePhase;
+use crate::automanager::notification::Notification;
+use crate::automanager::protocol::{Answer, Command, CommandError};
+use crate::automanager::queries::NodeView;
+use crate::automanager::spares::diff::HotSpareSpecsDiff;
+use crate::automanager::spares::state::HotSpareStatus;
 use crate::manager::stream::ConnectionState;
 use crate::model::{
-    Bundle, BundleId, BundleJobRef, BundleSpec, HotSpareSpec, JobId, NodeId, PlacementPool, SpareSpec, UnixMillis,
+    Bundle, BundleId, BundleJobRef, BundleSpec, HotSpareSpec, JobId, MigrationId, NodeId, PlacementPool, SpareSpec,
+    UnixMillis,
 };
 use crate::placement::{Admission, BundleValidation, Placement, PlacementError};
 
-use super::super::drain::{DrainOptions, DrainState};
-use super::super::interruption::{InterruptionNotice, NodeInterruptionState};
-use super::super::node_services::ServicePhase;
-use super::super::spares::{HotSpareSpecsDiff, HotSpareStatus};
-use super::super::{
-    Answer, AutoManagerCore, Command, CommandError, Metrics, MigrationId, MigrationOptions, MigrationState, NodeView,
-    Notification,
-};
 use super::{Query, QueryError, Request};
 
 /// The caller's side: commands, queries, subscriptions, close. Cheap to

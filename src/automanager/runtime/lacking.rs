@@ -14,10 +14,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::automanager::notification::Notification;
 use crate::manager::client::RpcError;
 use crate::manager::extensions;
-
-use super::super::Notification;
 
 /// How long after a missing extension answered `UNIMPLEMENTED` it is tried
 /// again.
@@ -28,7 +27,7 @@ pub const MISSING_EXTENSION_RETRY: Duration = Duration::from_secs(300);
 pub(super) struct Lacking {
     /// Each missing RPC and when it was last tried.
     tried: Arc<Mutex<BTreeMap<&'static str, Instant>>>,
-    /// What [`super::AutoManagerHandle::lacking_extensions`] reads.
+    /// What [`super::handle::AutoManagerHandle::lacking_extensions`] reads.
     names: Arc<watch::Sender<BTreeSet<String>>>,
 }
 

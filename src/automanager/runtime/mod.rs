@@ -30,12 +30,11 @@ use crate::manager::stream::{ConnectionState, StreamItem, StreamSession, StreamS
 use crate::model::{ManagerEvent, UnixMillis};
 use crate::placement::FleetError;
 
-use super::migration::CLOSE_ABORT_GRACE_MS;
-use super::settings::{ValidSettings, validate_auto_settings};
-use super::{
-    Action, Answer, AutoManagerCore, AutoSettings, AutoSettingsValidationError, Command, CommandError, CommandId,
-    Input, Notification, RequestId, RpcFailure, Step,
-};
+use super::core::AutoManagerCore;
+use super::migration::state::CLOSE_ABORT_GRACE_MS;
+use super::notification::Notification;
+use super::protocol::{Action, Answer, Command, CommandError, CommandId, Input, RequestId, RpcFailure, Step};
+use super::settings::{AutoSettings, AutoSettingsValidationError, ValidSettings, validate_auto_settings};
 use calls::{execute, failure, method};
 use clock::Clock;
 pub use handle::AutoManagerHandle;

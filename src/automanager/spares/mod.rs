@@ -29,7 +29,13 @@
 //! terminates a registered cluster node. `commands` holds the run-time
 //! changes and the diff they return.
 
+pub(super) mod state;
+
+pub use super::settings::DEFAULT_HOT_SPARE_RECONCILE_INTERVAL_MS;
+pub use state::{HotSpareStatus, SPARE_PROVISION_RETRY_BACKOFF_MS};
+
 mod commands;
+pub(super) mod diff;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -37,109 +43,11 @@ use crate::model::{HotSpareSpec, ManagerEvent, NodeId, PlacementTier, SpareSpec,
 
 use super::core::{AutoManagerCore, Pending};
 use super::fleet::{NodeState, Provisioned, provisioned_tags};
-use super::{Notification, Rpc, RpcFailure};
+use super::notification::Notification;
+use super::protocol::{Rpc, RpcFailure};
+use state::{SPARE_TAGS, SpareCount, SpareRequest, is_spare_tagged};
 
-pub use commands::{HotSpareChange, HotSpareField, HotSpareSpecsDiff, hot_spare_diff};
-
-/// `hotSpareReconcileIntervalMs` default: the periodic tick (60 s).
-pub const DEFAULT_HOT_SPARE_RECONCILE_INTERVAL_MS: u64 = 60_000;
-/// `SPARE_PROVISION_RETRY_BACKOFF_MS`: after a failed spare provision the
-/// pool's next attempt waits this long (60 s).
-pub const SPARE_PROVISION_RETRY_BACKOFF_MS: i64 = 60_000;
-
-/// The tags that make a node a spare; a spare that took a job loses them.
-const SPARE_TAGS: [&str; 4] = [tags::SPARE, tags::WARM_FOR, tags::RESERVED_FOR, tags::EXCLUSIVE];
-
-/// One pool's spares as the reconciler sees them.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HotSpareStatus {
-    pub pool: String,
-    /// `targetCount`.
-    pub target: u32,
-    /// Unconsumed spares that have booted (one whose job's start Manager
-    /// has not accepted yet is still unconsumed).
-    pub live: u32,
-    /// Unconsumed spares still launching.
-    pub provisioning: u32,
-    /// While short of the target: the effective count last reported by
-    /// `spareUnderflow`.
-    pub underflow: Option<u32>,
-    /// When `spareUnderflow` last fired for the pool.
-    pub last_underflow_at: Option<UnixMillis>,
-    /// Spares that took a job (Manager accepted its start there, and they
-    /// became ordinary nodes) since start.
-    pub consumed: u64,
-    /// Spare provisioning for the pool is held back until then.
-    pub backoff_until: Option<UnixMillis>,
-}
-
-/// What a reconciler RPC was for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum SpareRequest {
-    Provision { node_id: NodeId, pool: String },
-    Prefetch { node_id: NodeId, images: Vec<String> },
-    Tags { node_id: NodeId },
-}
-
-/// Image pulls asked of one spare.
-#[derive(Clone, Debug, Default)]
-struct Pulls {
-    /// Asked for, not settled yet.
-    requested: BTreeSet<String>,
-    /// Settled `ok: false`: the spare stays cold for these.
-    failed: BTreeSet<String>,
-}
-
-/// The reconciler's state.
-#[derive(Clone, Debug, Default)]
-pub(super) struct SpareState {
-    /// When the next periodic pass is due (none before the first pass).
-    next_tick: Option<UnixMillis>,
-    /// `fleet_epoch` as the last pass left it.
-    seen_epoch: Option<u64>,
-    /// A pass is due regardless (the specs changed).
-    forced: bool,
-    /// Pool -> until when its spare provisioning is held back.
-    backoff: BTreeMap<String, UnixMillis>,
-    /// Pool -> the last `spareUnderflow` fired, so a pass that changes
-    /// nothing does not repeat it before the next tick.
-    underflow: BTreeMap<String, (u32, u32)>,
-    /// Pool -> when `spareUnderflow` last fired.
-    underflow_at: BTreeMap<String, UnixMillis>,
-    /// Pool -> spares that took a job since start.
-    consumed: BTreeMap<String, u64>,
-    /// `lastActivity`: when each node last started, advertised or pulled.
-    activity: BTreeMap<NodeId, UnixMillis>,
-    /// The image pulls asked of each spare.
-    pulls: BTreeMap<NodeId, Pulls>,
-}
-
-impl SpareState {
-    /// A successor's reconciler state: how many spares took a job since
-    /// start stays cumulative across a reconnect; the rest is rebuilt.
-    pub(super) fn carried_from(previous: &SpareState) -> Self {
-        Self {
-            consumed: previous.consumed.clone(),
-            ..Self::default()
-        }
-    }
-}
-
-/// Whether a node is tagged as a spare.
-pub(super) fn is_spare_tagged(node: &NodeState) -> bool {
-    node.tags.get(tags::SPARE).is_some_and(|v| v == "true")
-}
-
-/// A pool's unconsumed spares, as the reconciler, `HotSparePolicy` status and
-/// the pool gauges all count them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct SpareCount {
-    /// Booted.
-    pub(super) live: u32,
-    /// Still launching.
-    pub(super) provisioning: u32,
-}
+pub use diff::{HotSpareChange, HotSpareField, HotSpareSpecsDiff, hot_spare_diff};
 
 impl AutoManagerCore {
     /// Spares of `pool`: tagged, not going, and on none of `excluded` (the

@@ -18,133 +18,21 @@
 //! like any system daemon it belongs in the node's advertised
 //! `reservedCapacity`.
 
-use std::collections::BTreeMap;
+pub(super) mod state;
 
-use serde::{Deserialize, Serialize};
+pub use state::{
+    EAGER_LIFECYCLE, NODE_SERVICE_RETRY_BACKOFF_MS, NODE_SERVICE_TAG, NODE_TAG, NodeServiceSpec, ServicePhase,
+    node_service_job_id,
+};
+
+use std::collections::BTreeMap;
 
 use crate::model::{InstanceKey, JobHistoryEntry, JobId, NodeId, NodePhase, RuntimeJob, Slot, UnixMillis, tags};
 
 use super::core::{AutoManagerCore, Pending};
-use super::settings::{AutoSettings, CoreSettingsErrorCode};
-use super::{Notification, Rpc, RpcFailure, RpcFailureKind};
-
-/// The one lifecycle that exists.
-pub const EAGER_LIFECYCLE: &str = "eager";
-/// How long a node service whose create or start failed waits before it is
-/// tried again on that node.
-pub const NODE_SERVICE_RETRY_BACKOFF_MS: i64 = 60_000;
-/// The tag naming the service on its jobs.
-pub const NODE_SERVICE_TAG: &str = "nodeService";
-/// The tag naming the node a service job runs on.
-pub const NODE_TAG: &str = "node";
-
-/// One `nodeServices[]` entry.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct NodeServiceSpec {
-    /// Unique among the services; part of each of its job ids.
-    pub name: String,
-    /// When it is placed: only `eager` (on every node it applies to, as
-    /// soon as the node runs) exists.
-    #[serde(default = "eager")]
-    pub lifecycle: String,
-    /// The template the service runs.
-    pub template: String,
-    /// The pools whose nodes it runs on; empty: every configured pool.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pools: Vec<String>,
-    /// What it offers the jobs beside it (reaching them is worker-side).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub provides: Vec<String>,
-}
-
-fn eager() -> String {
-    EAGER_LIFECYCLE.to_owned()
-}
-
-/// The `nodeServices` problems of `settings`, as (code, path, message).
-pub(super) fn check_node_services(settings: &AutoSettings) -> Vec<(CoreSettingsErrorCode, String, String)> {
-    let mut found = Vec::new();
-    if settings.node_services.is_empty() {
-        return found;
-    }
-    if !settings.experimental.node_services {
-        found.push((
-            CoreSettingsErrorCode::ExperimentalNotEnabled,
-            "nodeServices".to_owned(),
-            "node services are experimental (only eager placement exists); set experimental: { nodeServices: true } to use them".to_owned(),
-        ));
-    }
-    let mut names = BTreeMap::new();
-    for (i, service) in settings.node_services.iter().enumerate() {
-        let path = format!("nodeServices[{i}]");
-        if service.lifecycle != EAGER_LIFECYCLE {
-            found.push((
-                CoreSettingsErrorCode::UnsupportedNodeServiceLifecycle,
-                format!("{path}.lifecycle"),
-                format!("lifecycle {:?} does not exist; only \"eager\" does", service.lifecycle),
-            ));
-        }
-        if service.name.trim().is_empty() || service.template.trim().is_empty() {
-            found.push((
-                CoreSettingsErrorCode::IncompleteNodeService,
-                path.clone(),
-                "a node service needs a name and a template".to_owned(),
-            ));
-        } else if names.insert(service.name.as_str(), i).is_some() {
-            found.push((
-                CoreSettingsErrorCode::DuplicateNodeService,
-                format!("{path}.name"),
-                format!("node service {:?} is defined twice", service.name),
-            ));
-        }
-        for (p, pool) in service.pools.iter().enumerate() {
-            if !settings.placement_pools.iter().any(|known| &known.name == pool) {
-                found.push((
-                    CoreSettingsErrorCode::UnknownNodeServicePool,
-                    format!("{path}.pools[{p}]"),
-                    format!("pool {pool:?} is not configured"),
-                ));
-            }
-        }
-    }
-    found
-}
-
-/// Where one service stands on one node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum ServicePhase {
-    /// `CreateJob` sent.
-    Creating,
-    /// `StartJob` sent.
-    Starting,
-    /// Started on the node.
-    Placed,
-    /// Create or start failed; tried again at this instant.
-    RetryAt(UnixMillis),
-}
-
-/// What a node-service RPC was for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum ServiceRequest {
-    Create { service: String, node_id: NodeId },
-    Start { service: String, node_id: NodeId },
-}
-
-/// (service, node) -> phase.
-#[derive(Clone, Debug, Default)]
-pub(super) struct NodeServiceState {
-    placements: BTreeMap<(String, NodeId), ServicePhase>,
-    /// `fleet_epoch` as the last round left it: nodes only come and go
-    /// when it moves.
-    seen_epoch: Option<u64>,
-}
-
-/// The job a service runs on one node.
-pub fn node_service_job_id(service: &str, node: &NodeId) -> JobId {
-    JobId(format!("nodeService/{service}/{node}"))
-}
+use super::notification::Notification;
+use super::protocol::{Rpc, RpcFailure, RpcFailureKind};
+use state::ServiceRequest;
 
 impl AutoManagerCore {
     /// Where each node service stands, per node.

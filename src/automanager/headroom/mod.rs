@@ -14,50 +14,19 @@
 //! ceilings (a job already at its ceiling would not come back), on the
 //! virtual clock like everything else here: nothing sleeps.
 
+pub(super) mod state;
+
+pub use state::{HEADROOM_DEBOUNCE_MS, HEADROOM_MAX_WAIT_MS, HEADROOM_WIDE_INTERVAL_MS};
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{BundleId, BundleSpec, JobId, UnixMillis};
-use crate::placement::headroom::{DomainKind, HeadroomReport, KindSummary, Tracker};
+use crate::placement::headroom::{DomainKind, HeadroomReport, KindSummary};
 
-use super::Notification;
 use super::core::AutoManagerCore;
 use super::metrics::HeadroomGauge;
-
-/// How long the fleet must stay unchanged before headroom is recomputed.
-pub const HEADROOM_DEBOUNCE_MS: i64 = 2_000;
-/// The longest a change waits for its recompute while changes keep coming.
-pub const HEADROOM_MAX_WAIT_MS: i64 = 10_000;
-/// The longest zone and provider verdicts stay stale after a node
-/// recompute: they are recomputed at most this often.
-pub const HEADROOM_WIDE_INTERVAL_MS: i64 = 30_000;
-
-/// The headroom state the core keeps.
-#[derive(Clone, Debug, Default)]
-pub(super) struct HeadroomState {
-    tracker: Tracker,
-    /// What the last recompute saw, to tell a change.
-    seen: Option<Fingerprint>,
-    /// The first and the latest change not yet recomputed.
-    pending: Option<(UnixMillis, UnixMillis)>,
-    /// When the zone and provider verdicts were last recomputed.
-    wide_at: Option<UnixMillis>,
-    report: Option<HeadroomReport>,
-    /// Recomputes made (node verdicts brought up to date), and of those
-    /// the ones that refreshed zones and providers too.
-    recomputes: u64,
-    wide_recomputes: u64,
-}
-
-/// A cheap summary of what headroom reads: when it moves, something headroom
-/// depends on may have changed.
-#[derive(Clone, Debug, PartialEq)]
-struct Fingerprint {
-    fleet_epoch: u64,
-    revisions: u64,
-    bindings: u64,
-    generations: u64,
-    pools: crate::placement::Pools,
-}
+use super::notification::Notification;
+use state::Fingerprint;
 
 impl AutoManagerCore {
     /// The last headroom report, once one was computed.

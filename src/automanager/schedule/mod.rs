@@ -28,66 +28,17 @@
 //! A job running when its schedule is moved later keeps running: only the
 //! end, a stop or a deletion takes a channel off the air.
 
+pub(super) mod state;
+
+pub use state::{COMPLETE_RETRY_MS, ScheduleView};
+
 use std::collections::BTreeMap;
 
-use crate::model::{Bundle, BundleId, BundleState, JobId, JobState, SchedulePhase, ScheduleTransition, UnixMillis};
+use crate::model::{Bundle, BundleId, BundleState, JobId, JobState, SchedulePhase, UnixMillis};
 
 use super::core::{AutoManagerCore, Pending};
-use super::recovery::MIN_RECOVERY_INTERVAL_MS;
-use super::{Notification, Rpc, RpcFailure, RpcFailureKind};
-
-/// A `CompleteJob` that was answered without the job reaching `POST` is
-/// sent again this long after its answer.
-pub const COMPLETE_RETRY_MS: i64 = MIN_RECOVERY_INTERVAL_MS;
-
-/// A bundle's schedule as the status reads it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ScheduleView {
-    /// When placement starts (the start less the placement lead).
-    pub placing_from: UnixMillis,
-    pub start: UnixMillis,
-    /// The end, if any.
-    pub end: Option<UnixMillis>,
-    /// Where the schedule stands now.
-    pub phase: SchedulePhase,
-    /// The next phase and when it comes.
-    pub next: Option<ScheduleTransition>,
-}
-
-/// What the core keeps of schedules between steps.
-#[derive(Clone, Debug, Default)]
-pub(super) struct Schedules {
-    /// The phase each scheduled bundle was last seen in: a change is
-    /// notified (`bundleSchedule`). A bundle seen for the first time is
-    /// recorded without a notification; its status shows the phase.
-    phases: BTreeMap<BundleId, SchedulePhase>,
-    /// `CompleteJob` per job of an ended bundle: `None` while in flight,
-    /// else when it was answered.
-    completions: BTreeMap<JobId, Option<UnixMillis>>,
-}
-
-impl Schedules {
-    /// What a fresh core after a stream break carries on: the phases seen,
-    /// so a reconnect does not announce them again. Calls are not carried.
-    pub(super) fn carried_from(previous: &Schedules) -> Schedules {
-        Schedules {
-            phases: previous.phases.clone(),
-            completions: BTreeMap::new(),
-        }
-    }
-
-    /// The bundle is gone.
-    pub(super) fn forget(&mut self, bundle_id: &BundleId) {
-        self.phases.remove(bundle_id);
-    }
-
-    /// The answer to a `CompleteJob`.
-    pub(super) fn answered(&mut self, job_id: &JobId, now: UnixMillis) {
-        if let Some(call) = self.completions.get_mut(job_id) {
-            *call = Some(now);
-        }
-    }
-}
+use super::notification::Notification;
+use super::protocol::{Rpc, RpcFailure, RpcFailureKind};
 
 impl AutoManagerCore {
     /// The placement lead of a replica: the largest `placementLeadMs` of

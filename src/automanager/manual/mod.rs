@@ -19,82 +19,19 @@
 //! to Manager as `UpdateBundle`, so restart histories and a broken mark are
 //! kept and the other jobs are not touched.
 
-use std::collections::{BTreeMap, BTreeSet};
+pub(super) mod state;
 
-use crate::model::{BundleId, BundleJobRef, BundleSpec, BundleState, InstanceKey, JobId, ReplicaJob, UnixMillis};
+pub use state::TOGGLE_RETRY_MS;
+
+use std::collections::BTreeSet;
+
+use crate::model::{BundleId, BundleJobRef, BundleSpec, BundleState, JobId, ReplicaJob, UnixMillis};
 
 use super::binding::{BindingPhase, JobRecord};
 use super::core::{AutoManagerCore, Pending};
-use super::recovery::MIN_RECOVERY_INTERVAL_MS;
-use super::{CommandError, CommandId, Notification, Rpc, RpcFailure};
-
-/// A `StartBundleJob` / `StopBundleJob` (or a stopped manual job's
-/// `StopJob`) answered without Manager reaching the wanted state is sent
-/// again this long after its answer.
-pub const TOGGLE_RETRY_MS: i64 = MIN_RECOVERY_INTERVAL_MS;
-
-/// One `StartBundleJob` / `StopBundleJob`.
-#[derive(Clone, Debug)]
-struct Toggle {
-    /// Start (true) or stop.
-    start: bool,
-    /// `None` while in flight, else when it was answered.
-    answered: Option<UnixMillis>,
-    /// Commands answered with its outcome.
-    waiting: Vec<CommandId>,
-    /// A command's edit of the wanted set, made once Manager accepted it.
-    wants: Option<(BundleId, ReplicaJob)>,
-}
-
-/// What the core keeps of manual jobs between steps.
-#[derive(Clone, Debug, Default)]
-pub(super) struct ManualStarts {
-    /// Per bundle, the replicas of its manual jobs that should run.
-    wanted: BTreeMap<BundleId, BTreeSet<ReplicaJob>>,
-    /// Toggles per job.
-    toggles: BTreeMap<JobId, Toggle>,
-    /// `StopJob` of an unwanted job's instance: its key, and `None` while in
-    /// flight, else when it was answered.
-    stops: BTreeMap<JobId, (InstanceKey, Option<UnixMillis>)>,
-}
-
-impl ManualStarts {
-    /// What a fresh core after a stream break carries on: the wanted sets,
-    /// and the toggles still in flight, whose answers reach the new core
-    /// and answer the commands waiting on them. Everything else the new
-    /// core works out again from the new snapshot.
-    pub(super) fn carried_from(previous: &ManualStarts) -> ManualStarts {
-        ManualStarts {
-            wanted: previous.wanted.clone(),
-            toggles: previous
-                .toggles
-                .iter()
-                .filter(|(_, t)| t.answered.is_none())
-                .map(|(id, t)| (id.clone(), t.clone()))
-                .collect(),
-            stops: BTreeMap::new(),
-        }
-    }
-
-    /// The bundle is gone.
-    pub(super) fn forget(&mut self, bundle_id: &BundleId) {
-        self.wanted.remove(bundle_id);
-    }
-
-    /// Replaces the wanted set of a bundle (its spec was applied).
-    pub(super) fn want(&mut self, bundle_id: BundleId, started: BTreeSet<ReplicaJob>) {
-        self.wanted.insert(bundle_id, started);
-    }
-
-    /// Whether the wanted set of the job's bundle keeps it stopped.
-    fn holds_stopped(&self, bundle_id: &BundleId, replica: &ReplicaJob) -> bool {
-        self.wanted.get(bundle_id).is_some_and(|w| !w.contains(replica))
-    }
-}
-
-fn replica_job(r: &BundleJobRef) -> ReplicaJob {
-    (r.replica_index, r.job_name.clone())
-}
+use super::notification::Notification;
+use super::protocol::{CommandError, CommandId, Rpc, RpcFailure};
+use state::{Toggle, replica_job};
 
 impl AutoManagerCore {
     /// The replicas of `bundle_id`'s manual jobs that run as this core
