@@ -1,16 +1,15 @@
-//! The state machine itself: what it holds, the `handle` loop (apply the
-//! input, then — once hydrated — expire timers and run placement), what
-//! makes a job ready to place, and the next timer deadline. Commands are
+//! The state machine itself: what it holds, how a core starts (fresh, or
+//! succeeding a disposed one) and the `handle` loop (apply the input,
+//! then — once hydrated — expire timers and run placement). What makes a
+//! job ready to place is `readiness`', the timers `timers`', commands
 //! `commands`', the read-only queries and metrics `queries`'.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::{
-    Bundle, BundleId, BundleState, InstanceKey, JobId, JobState, MigrationId, NodeId, NodePhase, ReplicaJob, UnixMillis,
-};
+use crate::model::{Bundle, BundleId, InstanceKey, JobId, MigrationId, NodeId, ReplicaJob, UnixMillis};
 use crate::placement::Pools;
 
-use super::binding::{AwaitedStop, Binding, JobRecord, StopWait};
+use super::binding::{Binding, JobRecord};
 use super::drain::state::Drains;
 use super::fleet::{Fleet, Offering};
 use super::manual::state::ManualStarts;
@@ -19,7 +18,6 @@ use super::migration::state::{MigrationCall, Migrations};
 use super::node_services::state::{NodeServiceState, ServiceRequest};
 use super::notification::Notification;
 use super::protocol::{Action, Command, CommandError, CommandId, Input, RequestId, Rpc, Step};
-use super::recovery::{FAILED_INSTANCE_STOP_GRACE_MS, MIN_RECOVERY_INTERVAL_MS};
 use super::schedule::state::Schedules;
 use super::settings::{AutoSettings, ValidSettings};
 use super::spares::state::{SpareRequest, SpareState};
@@ -147,13 +145,6 @@ pub(super) struct NodeMarks {
     pub(super) terminated: bool,
     /// A single-use job left it: released once empty.
     pub(super) release_when_empty: bool,
-}
-
-/// When a job may be placed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Readiness {
-    At(UnixMillis),
-    Never,
 }
 
 /// How many salts a process part of a node id tells apart (two base-36
@@ -497,172 +488,5 @@ impl AutoManagerCore {
             self.reply(id, Err(CommandError::Closed));
         }
         self.pending.clear();
-    }
-
-    /// The job is not to run again: dropped (by this core, or by a verdict
-    /// Manager holds) or its bundle broken.
-    pub(super) fn is_terminal(&self, record: &JobRecord) -> bool {
-        record.dropped
-            || record.job.terminal_verdict.is_some()
-            || self.broken.contains_key(&record.bundle_ref.bundle_id)
-    }
-
-    /// Whether the job may run at all: not terminal, not a manual job kept
-    /// stopped, its bundle's schedule not ended.
-    pub(super) fn may_run(&self, record: &JobRecord, now: UnixMillis) -> bool {
-        !self.is_terminal(record) && !self.is_dormant(record) && !self.schedule_ended(&record.bundle_ref.bundle_id, now)
-    }
-
-    /// When a job may be placed (see the rules in `dispatch`): never while
-    /// bound, dormant (or a manual job its bundle keeps stopped), terminal,
-    /// or after its bundle's schedule ended; a scheduled one
-    /// `placementLeadMs` ahead of its start (see `schedule`).
-    pub(super) fn readiness(&self, record: &JobRecord, now: UnixMillis) -> Readiness {
-        if record.binding.is_some()
-            || record.in_flight.is_some()
-            || !self.may_run(record, now)
-            || record.awaiting_capacity_since == Some(self.fleet_epoch)
-            || self.migrations.holds_placement_of(record.job_id())
-            || self.waits_for_group_move(record)
-        {
-            return Readiness::Never;
-        }
-        // A failed instance still stopping wears the key its replacement
-        // would: the replacement waits for its `Stopped` (or for its node to
-        // go), and is placed in the step that brings either — or, failing
-        // both, `FAILED_INSTANCE_STOP_GRACE_MS` after the failure.
-        let stop_wait = self
-            .awaited_stop(record)
-            .map(|s| s.instance.since + FAILED_INSTANCE_STOP_GRACE_MS);
-        let Some(bundle) = self.bundles.get(&record.bundle_ref.bundle_id) else {
-            return Readiness::Never;
-        };
-        if bundle.state != BundleState::Live {
-            return Readiness::Never;
-        }
-        // `MIN_RECOVERY_INTERVAL_MS` between consecutive recovery attempts,
-        // however the previous one ended.
-        let not_before = match (&record.recovery, record.last_recovery_at) {
-            (Some(_), Some(last)) => record.not_before.max(last + MIN_RECOVERY_INTERVAL_MS),
-            _ => record.not_before,
-        };
-        let not_before = not_before.max(stop_wait.unwrap_or(UnixMillis::MIN));
-        let at = match (record.job.state, record.job.start_date_time) {
-            (JobState::Active, _) => not_before,
-            // A scheduled start is placed `placementLeadMs` ahead.
-            (JobState::Pre, Some(start)) => {
-                let lead = self.placement_lead_ms(bundle, record.bundle_ref.replica_index);
-                not_before.max(start.saturating_sub(i64::try_from(lead).unwrap_or(i64::MAX)))
-            }
-            _ => return Readiness::Never,
-        };
-        Readiness::At(at)
-    }
-
-    /// The instance a job's replacement waits for: a failed one still
-    /// stopping on a node still up, or one Manager still holds on a node
-    /// that is stopping (until that node's `NodeStopped`).
-    pub(super) fn awaited_stop<'r>(&self, record: &'r JobRecord) -> Option<&'r AwaitedStop> {
-        record.stopping.as_ref().filter(|s| {
-            let node = self.fleet.get(&s.instance.node_id);
-            match s.wait {
-                StopWait::FailedOnLiveNode => node.is_some_and(|n| !n.is_going() && !n.terminated),
-                StopWait::LostWithStoppingNode => false,
-                StopWait::HeldOnStoppingNode => node.is_some_and(|n| n.phase != NodePhase::Stopped),
-            }
-        })
-    }
-
-    fn next_deadline(&self, now: UnixMillis) -> Option<UnixMillis> {
-        if !self.hydrated || self.closed {
-            return None;
-        }
-        let jobs = self.jobs.values().filter_map(|r| match self.readiness(r, now) {
-            Readiness::At(at) if at > now => Some(at),
-            _ => None,
-        });
-        let sweep_after = self.settings.remove_stopped_nodes_after as i64 * 1_000;
-        let nodes = self.fleet.iter().flat_map(|n| {
-            let start = n
-                .provisioned
-                .as_ref()
-                .filter(|_| n.is_launching() && !n.terminated)
-                .map(|p| p.start_deadline);
-            let sweep = n.stopped_at.map(|at| at + sweep_after);
-            [start, n.health.unhealthy_until(), sweep]
-        });
-        jobs.chain(nodes.flatten())
-            .chain(self.tier_backoff.values().copied())
-            .chain(self.exhausted_offerings.values().copied())
-            .chain(self.spares_deadline())
-            .chain(self.node_services_deadline())
-            .chain(self.drains.next_deadline())
-            .chain(self.migrations.next_deadline())
-            .chain(self.schedules_deadline(now))
-            .chain(self.manual_deadline(now))
-            .chain(self.headroom_deadline())
-            .min()
-            .map(|at| at.max(now))
-    }
-
-    /// Timers due at `now`: provisions that never started, unhealthy
-    /// cooldowns, the stopped-node sweep, provision backoffs.
-    fn expire(&mut self, now: UnixMillis) {
-        let overdue: Vec<_> = self
-            .fleet
-            .iter()
-            .filter(|n| {
-                n.is_launching() && !n.terminated && n.provisioned.as_ref().is_some_and(|p| p.start_deadline <= now)
-            })
-            .map(|n| n.id.clone())
-            .collect();
-        for node_id in overdue {
-            // `provisionTimeoutMs`: its jobs are re-placed; the node, past
-            // its startup grace, is terminated.
-            for job_id in self.jobs_bound_to(&node_id) {
-                if let Some(record) = self.jobs.get_mut(&job_id) {
-                    record.binding = None;
-                }
-            }
-            self.terminate(&node_id);
-            self.fleet_epoch += 1;
-        }
-        let healed: Vec<_> = self
-            .fleet
-            .iter()
-            .filter(|n| n.health.unhealthy_until().is_some_and(|at| at <= now))
-            .map(|n| n.id.clone())
-            .collect();
-        for node_id in healed {
-            if let Some(node) = self.fleet.get_mut(&node_id)
-                && node.health.expire(now)
-            {
-                self.fleet_epoch += 1;
-                self.notify(Notification::NodeHealthy { node_id });
-            }
-        }
-        let sweep_after = self.settings.remove_stopped_nodes_after as i64 * 1_000;
-        let swept: Vec<_> = self
-            .fleet
-            .iter()
-            .filter(|n| n.phase == NodePhase::Stopped && n.stopped_at.is_some_and(|at| at + sweep_after <= now))
-            .map(|n| n.id.clone())
-            .collect();
-        for node_id in swept {
-            // A provider-stopped instance still exists (and costs); the
-            // sweep terminates it. Anything else stopped is already gone.
-            if self
-                .fleet
-                .get(&node_id)
-                .is_some_and(|n| n.stop_reason == Some(crate::model::NodeStopReason::ProviderStop) && !n.terminated)
-            {
-                self.terminate(&node_id);
-            }
-            self.fleet.remove(&node_id);
-        }
-        self.expire_drains(now);
-        if self.expire_held_back(now) {
-            self.fleet_epoch += 1;
-        }
     }
 }

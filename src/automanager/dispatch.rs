@@ -12,10 +12,11 @@ use crate::placement::{
 };
 
 use super::binding::{AwaitedStop, Binding, BindingPhase, StopWait, StoppingInstance};
-use super::core::{AutoManagerCore, Pending, Readiness};
+use super::core::{AutoManagerCore, Pending};
 use super::fleet::{Provisioned, provisioned_tags};
 use super::notification::{Decision, Notification, PlacementDecisionInfo};
 use super::protocol::Rpc;
+use super::readiness::Readiness;
 use super::recovery::{FAILED_INSTANCE_STOP_GRACE_MS, MIN_RECOVERY_INTERVAL_MS};
 use super::view_cache::ViewCache;
 

@@ -12,7 +12,8 @@
 //! - [`binding`]: one record per job (node, instance key, placement of
 //!   record, in-flight gate).
 //! - [`recovery`]: runtime-failure policy, restart ceiling, node health.
-//! - `core`: the state and the `handle` loop, readiness, timers;
+//! - `core`: the state and the `handle` loop; `readiness`: when a job may
+//!   be placed; `timers`: the next deadline and what falls due;
 //!   `commands`: each command carried out and answered; `queries`: reads,
 //!   what-ifs and metrics.
 //! - `events` / `dispatch` / `call_results` / `loss`: applying Manager
@@ -65,11 +66,13 @@ pub mod notification;
 mod offerings;
 mod protocol;
 mod queries;
+mod readiness;
 pub mod recovery;
 pub mod runtime;
 pub mod schedule;
 pub mod settings;
 pub mod spares;
+mod timers;
 mod view_cache;
 
 pub use self::core::AutoManagerCore;
