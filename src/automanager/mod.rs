@@ -3,7 +3,7 @@
 //! events, commands, RPC results and timer expiries; a step holds the
 //! actions to carry out (Manager RPCs, notifications, command replies) and
 //! the next timer deadline. No tokio, no tonic, no clock: time comes in as
-//! a [`UnixMillis`] value, so every rule can be tested with a virtual clock.
+//! a [`UnixMillis`](crate::model::UnixMillis) value, so every rule can be tested with a virtual clock.
 //! [`runtime`] is the only async part.
 //!
 //! - [`settings`]: `AutoSettings`, defaults, validation.

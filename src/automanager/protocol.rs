@@ -382,7 +382,7 @@ pub enum Action {
     },
 }
 
-/// The result of one [`AutoManagerCore::handle`].
+/// The result of one [`AutoManagerCore::handle`](crate::automanager::AutoManagerCore::handle).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Step {
     /// In order.

@@ -1,13 +1,14 @@
 //! The migration saga: moving a running bundle job from one node to another
-//! (`migrateJob`). This module owns the saga's vocabulary — ids,
-//! strategies, phases, the state every phase transition is recorded in, the
-//! `migration` settings (one deadline per phase), and why a migration is
-//! refused — and, in its submodules, the saga itself: placing the target
-//! through the ordinary placement path ([`start`]), driving each strategy
-//! through its phases on Manager's events ([`observe`]), and deadlines,
-//! aborts and `close()` ([`wind_down`]). The `migration` settings and the
-//! refusals have a file each. Co-located jobs move as a unit: [`group`]
-//! says how a group is placed onto one target and cut over together.
+//! (`migrateJob`). The saga's vocabulary — ids, strategies, phases, the
+//! state every phase transition is recorded in, the migrations in flight
+//! and the steps relayed to their instances — is `state`'s; the
+//! `migration` settings (one deadline per phase) and why a migration is
+//! refused have a file each; the other submodules are the saga itself:
+//! placing the target through the ordinary placement path (`start`),
+//! driving each strategy through its phases on Manager's events
+//! (`observe`), and deadlines, aborts and `close()` (`wind_down`).
+//! Co-located jobs move as a unit: [`group`] says how a group is placed
+//! onto one target and cut over together.
 //!
 //! The job's record ([`super::binding::JobRecord`]) carries the migration
 //! claim: the target instance, reserved on its node next to the source for

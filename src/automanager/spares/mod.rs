@@ -27,7 +27,8 @@
 //!
 //! It never places jobs (placement decides who takes a spare) and never
 //! terminates a registered cluster node. `commands` holds the run-time
-//! changes and the diff they return.
+//! changes, `diff` what `updateHotSpareSpecs` returns, and `state` the
+//! reconciler's own state.
 
 pub(super) mod state;
 
