@@ -694,7 +694,7 @@ impl Model {
         let now = self.h.now;
         match self.reference.judged(job, key, node, binding.as_ref(), &target_runs) {
             Judgement::Judged => self.reference.loss(job, &spec, loss, node, now),
-            Judgement::Uncertain => self.reference.uncertain_loss(job, &spec, node, now),
+            Judgement::Uncertain => self.reference.uncertain_loss(job, &spec, loss, node, now),
             Judgement::Not => {}
         }
     }

@@ -360,14 +360,16 @@ impl Reference {
     /// A loss of `job` on `node` at `now` the core may judge or not (see
     /// [`Self::judged`]): the terminal outcome counting it is allowed, not
     /// expected, and it counts as an uncertain failure from here on.
-    pub(super) fn uncertain_loss(&mut self, job: &JobId, spec: &JobSpec, node: &NodeId, now: UnixMillis) {
-        if self.dropped.contains(job) || self.interrupted.contains(node) {
+    pub(super) fn uncertain_loss(&mut self, job: &JobId, spec: &JobSpec, loss: Loss, node: &NodeId, now: UnixMillis) {
+        if self.dropped.contains(job) {
             return;
         }
         let requirements = &spec.requirements;
-        let terminal = match self.ceilings.of(requirements) {
-            None => true,
-            Some(ceiling) => {
+        // As `loss` judges it, the failure counted as uncertain.
+        let terminal = match (loss, self.ceilings.of(requirements)) {
+            (Loss::InvalidSpec, _) | (_, None) => true,
+            (Loss::NodeLost, Some(_)) if self.interrupted.contains(node) => false,
+            (_, Some(ceiling)) => {
                 let counted = self
                     .restarts
                     .get(job)
