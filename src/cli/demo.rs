@@ -58,13 +58,7 @@ enum DemoError {
 
 /// Runs the scripted demo.
 pub async fn run(args: Args) -> ExitCode {
-    match demo(args).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    super::exit_code(demo(args).await)
 }
 
 fn cluster_node(id: &str) -> ClusterNode {

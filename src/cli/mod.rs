@@ -75,6 +75,18 @@ pub fn print_completion<C: clap::CommandFactory>(shell: clap_complete::Shell, na
     }
 }
 
+/// The exit code of a command that ended with `result`: success, or
+/// failure with the error printed.
+pub fn exit_code(result: Result<(), impl std::fmt::Display>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Runs the parsed command line and returns the process exit code.
 pub async fn run(cli: Cli) -> ExitCode {
     match cli.command {

@@ -312,13 +312,7 @@ pub async fn run(args: Args) -> ExitCode {
     });
     let result = process::run(client, config.lease, config.session, metrics, health, stopped).await;
     server.abort();
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    super::exit_code(result)
 }
 
 async fn shutdown_signal() {

@@ -53,13 +53,7 @@ fn read(path: &PathBuf) -> Result<String, StartError> {
 
 /// Runs the simulator until interrupted; prints the URL it serves on.
 pub async fn run(args: Args) -> ExitCode {
-    match serve(args).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    super::exit_code(serve(args).await)
 }
 
 async fn serve(args: Args) -> Result<(), StartError> {

@@ -15,13 +15,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::automanager::{
@@ -30,7 +29,7 @@ use crate::automanager::{
 use crate::crd::{JobMigration, JobMigrationSpec, NodeDrain, NodeDrainSpec, NodeDrainStatus};
 use crate::model::NodeId;
 
-use super::drain_follow::DrainContext;
+use super::drain_follow::{DrainContext, after_status, run_controller};
 use super::drain_status::{conditions_of, is_final_name, millis, rfc3339, status_of};
 use super::error::{ApplyError, DecideError, ReadError, WriteStatusError};
 use super::migration::{DRAIN, MIGRATION_ID};
@@ -43,8 +42,6 @@ use super::{Context, ReconcileError};
 pub const CONTROLLER: &str = "nodedrain";
 /// Held until a drain deleted before its terminate has been cancelled.
 pub const FINALIZER: &str = "automanager.norsk.video/drain";
-/// A drain in flight is re-read at least this often.
-const RESYNC: Duration = Duration::from_secs(30);
 /// A drain of a node this fleet does not (yet) hold is looked at again.
 const UNKNOWN_NODE_RESYNC: Duration = Duration::from_secs(60);
 
@@ -56,13 +53,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let api: Api<NodeDrain> = Api::all(shared.ctx.client.clone());
-    Controller::new(api, watcher::Config::default())
-        .with_config(Config::default().debounce(Duration::from_millis(100)))
-        .reconcile_on(notified)
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, shared)
-        .for_each(|_| async {})
-        .await;
+    run_controller(api, shared, notified, shutdown, reconcile, error_policy).await;
 }
 
 #[tracing::instrument(skip_all, fields(drain = %drain.name_any()))]
@@ -153,11 +144,7 @@ async fn apply(drain: &NodeDrain, shared: &DrainContext) -> Result<Action, Recon
     create_migrations(drain, &next, shared).await;
     let ended = next.phase.as_deref().is_none_or(is_final_name);
     write_status(drain, shared, &recorded, next).await?;
-    Ok(if ended {
-        Action::await_change()
-    } else {
-        Action::requeue(RESYNC)
-    })
+    Ok(after_status(ended))
 }
 
 /// The status `state` becomes, each migrating job with its migration's

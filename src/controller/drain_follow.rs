@@ -9,11 +9,18 @@
 //! term and owns what they share.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Debug;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
+use futures::{Stream, StreamExt};
+use kube::Resource;
 use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
@@ -27,6 +34,9 @@ use super::node::{FLEET, MANAGED_BY};
 use super::node_status::node_resource_name;
 use super::{Context, ReconcileError, drain, migration};
 use crate::model::wire_name;
+
+/// A drain or a migration in flight is re-read at least this often.
+const RESYNC: Duration = Duration::from_secs(30);
 
 /// What the drain and migration controllers share for one term.
 pub struct DrainContext {
@@ -143,6 +153,39 @@ where
         migration::run(shared.clone(), UnboundedReceiverStream::new(migrations_rx), stop()),
     );
     follower.abort();
+}
+
+/// Runs the controller of `api`'s resources (drains or migrations) until
+/// `shutdown` resolves, reconciling as well each one `notified` names.
+pub(super) async fn run_controller<K, F>(
+    api: Api<K>,
+    shared: Arc<DrainContext>,
+    notified: impl Stream<Item = ObjectRef<K>> + Send + 'static,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    reconcile: impl FnMut(Arc<K>, Arc<DrainContext>) -> F,
+    error_policy: impl Fn(Arc<K>, &ReconcileError, Arc<DrainContext>) -> Action,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    F: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
+{
+    Controller::new(api, watcher::Config::default())
+        .with_config(Config::default().debounce(Duration::from_millis(100)))
+        .reconcile_on(notified)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, shared)
+        .for_each(|_| async {})
+        .await;
+}
+
+/// What follows a reconcile that wrote a drain's or a migration's status:
+/// nothing once it `ended` (a change wakes it), else another look after
+/// [`RESYNC`].
+pub(super) fn after_status(ended: bool) -> Action {
+    if ended {
+        Action::await_change()
+    } else {
+        Action::requeue(RESYNC)
+    }
 }
 
 async fn follow(shared: Arc<DrainContext>, mut notifications: broadcast::Receiver<Notification>) {

@@ -17,21 +17,20 @@
 //! starts again and moves the job itself.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use kube::api::Api;
-use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::automanager::{CommandError, MigrationId, MigrationOptions};
 use crate::crd::{self, JobMigration, JobMigrationSpec, JobMigrationStatus};
 use crate::model::{BundleId, JobId, NodeId, runtime_job_id};
 
-use super::drain_follow::DrainContext;
+use super::drain_follow::{DrainContext, after_status, run_controller};
 use super::error::{ApplyError, DecideError, ReadError, WriteStatusError};
 use super::migration_status::{
     Unfollowed, conditions_of, ended_without_core, is_ended_name, is_recorded, status_of, unfollowed,
@@ -45,8 +44,6 @@ pub const CONTROLLER: &str = "jobmigration";
 pub const MIGRATION_ID: &str = "automanager.norsk.video/migration-id";
 /// Label: the `NodeDrain` whose migration this is.
 pub const DRAIN: &str = "automanager.norsk.video/drain";
-/// A migration in flight is re-read at least this often.
-const RESYNC: Duration = Duration::from_secs(30);
 /// The reason given to `abortMigration`.
 const ABORT_REASON: &str = "spec.abort set on the JobMigration";
 
@@ -62,13 +59,7 @@ pub async fn run(
         Some(namespace) => Api::namespaced(shared.ctx.client.clone(), namespace),
         None => Api::all(shared.ctx.client.clone()),
     };
-    Controller::new(api, watcher::Config::default())
-        .with_config(Config::default().debounce(Duration::from_millis(100)))
-        .reconcile_on(notified)
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, shared)
-        .for_each(|_| async {})
-        .await;
+    run_controller(api, shared, notified, shutdown, reconcile, error_policy).await;
 }
 
 fn key(migration: &JobMigration) -> String {
@@ -154,11 +145,7 @@ async fn apply(migration: &JobMigration, shared: &DrainContext) -> Result<Action
     };
     let ended = next.phase.as_deref().is_none_or(is_ended_name);
     write_status(migration, shared, &recorded, next).await?;
-    Ok(if ended {
-        Action::await_change()
-    } else {
-        Action::requeue(RESYNC)
-    })
+    Ok(after_status(ended))
 }
 
 /// `migrateJob`; a refusal (the job not running, already migrating,

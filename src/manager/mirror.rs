@@ -41,31 +41,16 @@ pub fn live_instances(job: &RuntimeJob) -> Vec<InstanceLocation> {
     let mut by_role: BTreeMap<&InstanceKey, Option<InstanceLocation>> = BTreeMap::new();
     for entry in &job.history {
         match entry {
-            JobHistoryEntry::Provisioned {
-                role,
-                node_id: Some(node),
-                ..
-            } => {
+            JobHistoryEntry::Provisioned { role, node_id, .. } | JobHistoryEntry::Running { role, node_id, .. } => {
+                let Some(node) = node_id else {
+                    continue;
+                };
                 by_role.insert(
                     role,
                     Some(InstanceLocation {
                         role: role.clone(),
                         node_id: node.clone(),
-                        running: false,
-                    }),
-                );
-            }
-            JobHistoryEntry::Running {
-                role,
-                node_id: Some(node),
-                ..
-            } => {
-                by_role.insert(
-                    role,
-                    Some(InstanceLocation {
-                        role: role.clone(),
-                        node_id: node.clone(),
-                        running: true,
+                        running: matches!(entry, JobHistoryEntry::Running { .. }),
                     }),
                 );
             }

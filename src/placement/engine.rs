@@ -57,6 +57,51 @@ pub enum Outcome {
     NoCapacityInAnyPool,
 }
 
+/// Where an [`Outcome`] puts the job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Destination<'a> {
+    /// The node (prospective, for a provision).
+    pub node_id: &'a NodeId,
+    /// The pool placed into.
+    pub pool: &'a str,
+    /// The tier placed into.
+    pub tier: &'a str,
+    /// The shape to provision the node from; `None` when the node exists
+    /// (or is already prospective).
+    pub instance_type: Option<&'a str>,
+    /// The GPU device chosen, when the job asks for GPU capacity.
+    pub gpu_index: Option<u32>,
+}
+
+impl Outcome {
+    /// Where the job goes; `None` when no tier could place or provision it.
+    pub fn destination(&self) -> Option<Destination<'_>> {
+        let (node_id, pool, tier, gpu_index, instance_type) = match self {
+            Self::Placed {
+                node_id,
+                pool,
+                tier,
+                gpu_index,
+            } => (node_id, pool, tier, gpu_index, None),
+            Self::Provision {
+                node_id,
+                pool,
+                tier,
+                gpu_index,
+                instance_type,
+            } => (node_id, pool, tier, gpu_index, Some(instance_type.as_str())),
+            Self::NoCapacityInAnyPool => return None,
+        };
+        Some(Destination {
+            node_id,
+            pool,
+            tier,
+            instance_type,
+            gpu_index: *gpu_index,
+        })
+    }
+}
+
 /// A resilience flag a backup violated (`onResilienceDegraded`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -241,26 +286,18 @@ pub fn apply_placement(
     request: &PlacementRequest<'_>,
     outcome: &Outcome,
 ) -> Result<(), FleetError> {
-    let (node_id, gpu_index) = match outcome {
-        Outcome::Placed { node_id, gpu_index, .. } => (node_id, *gpu_index),
-        Outcome::Provision {
-            node_id,
-            pool,
-            tier,
-            instance_type,
-            gpu_index,
-        } => {
-            view.add_prospective_node(node_id.clone(), pool, tier, instance_type)?;
-            (node_id, *gpu_index)
-        }
-        Outcome::NoCapacityInAnyPool => return Ok(()),
+    let Some(to) = outcome.destination() else {
+        return Ok(());
     };
+    if let Some(instance_type) = to.instance_type {
+        view.add_prospective_node(to.node_id.clone(), to.pool, to.tier, instance_type)?;
+    }
     let Some(job) = request.bundle.job(request.job_name) else {
         return Ok(());
     };
     view.reserve(
-        node_id,
-        &placed_job(request.bundle_id, request.replica_index, job, gpu_index),
+        to.node_id,
+        &placed_job(request.bundle_id, request.replica_index, job, to.gpu_index),
     )
 }
 

@@ -30,8 +30,8 @@ mod trace;
 mod validate;
 
 pub use engine::{
-    Outcome, Placement, ProspectiveNodeIds, ResilienceFlag, ResilienceReport, SequentialNodeIds, apply_placement,
-    place, place_ranked, placed_job,
+    Destination, Outcome, Placement, ProspectiveNodeIds, ResilienceFlag, ResilienceReport, SequentialNodeIds,
+    apply_placement, place, place_ranked, placed_job,
 };
 pub use filter::{Filter, Rejection, RejectionOf};
 pub use fleet::{FleetError, FleetView, Name};

@@ -7,7 +7,7 @@
 use crate::model::{BundleId, BundleSpec, NodeId};
 
 use super::PlacementError;
-use super::engine::{Outcome, ProspectiveNodeIds, ResilienceFlag, apply_placement, place_ranked};
+use super::engine::{ProspectiveNodeIds, ResilienceFlag, apply_placement, place_ranked};
 use super::fleet::{FleetError, FleetView};
 use super::groups::JobGroups;
 use super::rankings::Rankings;
@@ -145,34 +145,23 @@ pub fn plan_bundles(
                     job_name: job_name.to_owned(),
                     source,
                 })?;
-                let mut planned = match placement.outcome {
-                    Outcome::Placed {
-                        node_id,
-                        pool,
-                        tier,
-                        gpu_index,
-                    } => PlanRow {
-                        node_id: Some(node_id),
-                        pool: Some(pool),
-                        tier: Some(tier),
-                        gpu_index,
-                        ..row(replica_index, job_name, PlannedOutcome::Placed)
-                    },
-                    Outcome::Provision {
-                        node_id,
-                        pool,
-                        tier,
-                        instance_type,
-                        gpu_index,
-                    } => PlanRow {
-                        node_id: Some(node_id),
-                        pool: Some(pool),
-                        tier: Some(tier),
-                        instance_type: Some(instance_type),
-                        gpu_index,
-                        ..row(replica_index, job_name, PlannedOutcome::Provision)
-                    },
-                    Outcome::NoCapacityInAnyPool => row(replica_index, job_name, PlannedOutcome::NoCapacityInAnyPool),
+                let mut planned = match placement.outcome.destination() {
+                    Some(to) => {
+                        let outcome = if to.instance_type.is_some() {
+                            PlannedOutcome::Provision
+                        } else {
+                            PlannedOutcome::Placed
+                        };
+                        PlanRow {
+                            node_id: Some(to.node_id.clone()),
+                            pool: Some(to.pool.to_owned()),
+                            tier: Some(to.tier.to_owned()),
+                            instance_type: to.instance_type.map(str::to_owned),
+                            gpu_index: to.gpu_index,
+                            ..row(replica_index, job_name, outcome)
+                        }
+                    }
+                    None => row(replica_index, job_name, PlannedOutcome::NoCapacityInAnyPool),
                 };
                 planned.resilience_violations = placement.resilience.violations;
                 planned.interruptible_primary_without_durable_backup =

@@ -12,7 +12,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeMap;
 
 use kube::api::PostParams;
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use crate::controller::drain_status::{every_job_moved, lost_jobs};
@@ -20,7 +19,7 @@ use crate::crd::{
     DrainAfter, Interruption, InterruptionKind, MigrationStrategy, NodeDrain, NodeDrainSpec, NodeDrainStatus,
 };
 
-use super::PluginError;
+use super::{PluginError, watch_named};
 
 /// How a followed drain ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -315,18 +314,8 @@ pub async fn follow_drain(
     name: &str,
     mut on_status: impl FnMut(&NodeDrainStatus),
 ) -> Result<DrainEnd, PluginError> {
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    // The watcher re-lists after an error (an expired resource version, a dropped
-    // connection); the backoff keeps that from spinning while the API server is away.
-    let mut drains = watcher(api.clone(), config).default_backoff().applied_objects().boxed();
-    while let Some(next) = drains.next().await {
-        let drain = match next {
-            Ok(drain) => drain,
-            Err(source) => {
-                tracing::debug!(%name, error = %source, "watch of the drain interrupted; resuming");
-                continue;
-            }
-        };
+    let mut drains = watch_named(api, name, "drain");
+    while let Some(drain) = drains.next().await {
         let Some(status) = drain.status.as_ref() else {
             continue;
         };

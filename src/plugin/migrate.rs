@@ -7,13 +7,12 @@ use std::process::ExitCode;
 
 use futures::StreamExt;
 use kube::api::PostParams;
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use crate::controller::migration_status::{group_words, is_ended_name};
 use crate::crd::{JobMigration, JobMigrationSpec, JobMigrationStatus, MigrationStrategy};
 
-use super::PluginError;
+use super::{PluginError, watch_named};
 
 /// How the operator answered a `JobMigration`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,17 +121,8 @@ pub async fn create_and_wait(
 
 /// Watches JobMigration `name` until the operator has answered it.
 pub async fn wait_for_answer(api: &Api<JobMigration>, name: &str) -> Result<MigrationAnswer, PluginError> {
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    // The watcher re-lists after an error; the backoff keeps that from spinning.
-    let mut migrations = watcher(api.clone(), config).default_backoff().applied_objects().boxed();
-    while let Some(next) = migrations.next().await {
-        let migration = match next {
-            Ok(migration) => migration,
-            Err(source) => {
-                tracing::debug!(%name, error = %source, "watch of the migration interrupted; resuming");
-                continue;
-            }
-        };
+    let mut migrations = watch_named(api, name, "migration");
+    while let Some(migration) = migrations.next().await {
         if let Some(answer) = migration.status.as_ref().and_then(answer) {
             return Ok(answer);
         }

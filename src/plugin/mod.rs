@@ -12,11 +12,16 @@ mod nodes;
 pub mod plan;
 mod start;
 
+use std::fmt::Debug;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use kube::Client;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
 
 use crate::controller::node_status::DEFAULT_FLEET;
 use crate::crd::{DrainAfter, InterruptionKind, MigrationStrategy};
@@ -438,6 +443,33 @@ fn replicas_words(count: u32) -> &'static str {
     } else {
         "it has only replica 0 (no resiliencePolicy, so no backup)"
     }
+}
+
+/// Each version of the object `name` the API server applies, as it
+/// changes. A watch error (an expired resource version, a dropped
+/// connection) is logged, naming the object as `what`, and passed over: the
+/// watcher re-lists, its backoff keeping that from spinning while the API
+/// server is away.
+fn watch_named<K>(api: &Api<K>, name: &str, what: &'static str) -> BoxStream<'static, K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let name = name.to_owned();
+    watcher(api.clone(), config)
+        .default_backoff()
+        .applied_objects()
+        .filter_map(move |next| {
+            let object = match next {
+                Ok(object) => Some(object),
+                Err(source) => {
+                    tracing::debug!(%name, error = %source, "watch of the {what} interrupted; resuming");
+                    None
+                }
+            };
+            std::future::ready(object)
+        })
+        .boxed()
 }
 
 impl PluginError {

@@ -20,7 +20,6 @@ use std::process::ExitCode;
 
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -28,7 +27,7 @@ use crate::controller::conditions::{self, STALLED};
 use crate::crd::{Bundle, BundleStatus};
 use crate::model::StartMode;
 
-use super::PluginError;
+use super::{PluginError, watch_named};
 
 /// How many times a patch that lost a race with another edit is tried again.
 const CONFLICT_RETRIES: usize = 5;
@@ -207,17 +206,8 @@ async fn wait_for_answer(
     replicas: &[u32],
 ) -> Result<StartStopAnswer, PluginError> {
     let name = &request.bundle;
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    // The watcher re-lists after an error; the backoff keeps that from spinning.
-    let mut bundles = watcher(api.clone(), config).default_backoff().applied_objects().boxed();
-    while let Some(next) = bundles.next().await {
-        let bundle = match next {
-            Ok(bundle) => bundle,
-            Err(source) => {
-                tracing::debug!(%name, error = %source, "watch of the bundle interrupted; resuming");
-                continue;
-            }
-        };
+    let mut bundles = watch_named(api, name, "bundle");
+    while let Some(bundle) = bundles.next().await {
         if let Some(answer) = bundle
             .status
             .as_ref()

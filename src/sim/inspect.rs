@@ -170,7 +170,7 @@ pub(crate) fn snapshot(world: &World) -> SimSnapshot {
             cordoned: false,
             unhealthy: false,
             spare: tags.get(tags::SPARE).is_some_and(|v| v == "true"),
-            spare_spec: spare_spec(&tags),
+            spare_spec: SpareSpec::from_tags(&tags),
             tags: tags.clone(),
             inventory: inventory.clone(),
             jobs: on_node
@@ -267,28 +267,6 @@ fn placed(job: &RuntimeJob, instance: &Instance) -> PlacedJob {
     }
 }
 
-/// A spare's spec from its tags: `warmFor` and `reservedFor` are
-/// comma-separated template lists, `exclusive` is `true` or absent.
-fn spare_spec(node_tags: &BTreeMap<String, String>) -> SpareSpec {
-    let list = |name: &str| {
-        node_tags
-            .get(name)
-            .map(|v| {
-                v.split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    SpareSpec {
-        warm_for: list(tags::WARM_FOR),
-        reserved_for: list(tags::RESERVED_FOR),
-        exclusive: node_tags.get(tags::EXCLUSIVE).is_some_and(|v| v == "true"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,10 +279,10 @@ mod tests {
             ("exclusive".to_owned(), "true".to_owned()),
         ]
         .into();
-        let spec = spare_spec(&node_tags);
+        let spec = SpareSpec::from_tags(&node_tags);
         assert_eq!(spec.warm_for, ["xyz", "abc"]);
         assert_eq!(spec.reserved_for, ["xyz"]);
         assert!(spec.exclusive);
-        assert_eq!(spare_spec(&BTreeMap::new()), SpareSpec::default());
+        assert_eq!(SpareSpec::from_tags(&BTreeMap::new()), SpareSpec::default());
     }
 }

@@ -114,13 +114,7 @@ pub enum StandaloneError {
 
 /// Runs until Ctrl-C or SIGTERM.
 pub async fn run(args: Args) -> ExitCode {
-    match standalone(args).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    super::exit_code(standalone(args).await)
 }
 
 /// Reads the config (strictly) and names what it follows.

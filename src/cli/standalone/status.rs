@@ -259,18 +259,8 @@ impl Status {
     /// migrations the files want.
     pub fn resume(&mut self, recorded: &Recorded, applier: &Applier) {
         self.document.bundles = recorded.bundles.clone();
-        self.document.node_drains = recorded
-            .node_drains
-            .iter()
-            .filter(|(name, _)| applier.drains.contains_key(*name))
-            .map(|(name, status)| (name.clone(), status.clone()))
-            .collect();
-        self.document.job_migrations = recorded
-            .job_migrations
-            .iter()
-            .filter(|(key, _)| applier.migrations.contains_key(*key))
-            .map(|(key, status)| (key.clone(), status.clone()))
-            .collect();
+        self.document.node_drains = still_wanted(&recorded.node_drains, &applier.drains);
+        self.document.job_migrations = still_wanted(&recorded.job_migrations, &applier.migrations);
     }
 
     /// Recomputes the document and rewrites the file if it changed.
@@ -421,6 +411,15 @@ impl Status {
     }
 }
 
+/// The statuses `recorded` holds for the names `wanted` still has.
+fn still_wanted<S: Clone, W>(recorded: &BTreeMap<String, S>, wanted: &BTreeMap<String, W>) -> BTreeMap<String, S> {
+    recorded
+        .iter()
+        .filter(|(name, _)| wanted.contains_key(*name))
+        .map(|(name, status)| (name.clone(), status.clone()))
+        .collect()
+}
+
 /// Writes `text` to a temporary file beside `path`, then renames it over
 /// `path`: a reader sees the old document or the new one, never a part.
 fn replace(path: &Path, text: &str) -> std::io::Result<()> {
@@ -513,40 +512,42 @@ fn read(core: &AutoManagerCore, now: UnixMillis, inputs: Inputs) -> (StatusDocum
     for (name, mirrored) in mirrored_nodes(core, DEFAULT_FLEET) {
         let mut observed = mirrored.conditions;
         observed.extend(cordons.remove(&mirrored.node_id).unwrap_or_default());
-        let before = previous
-            .nodes
-            .get(&name)
-            .map(|n| n.status.conditions.clone())
-            .unwrap_or_default();
-        let entry = NodeEntry {
-            node_id: mirrored.node_id.to_string(),
-            cordoned: core.is_cordoned(&mirrored.node_id),
-            status: NorskNodeStatus {
-                conditions: conditions::merge(&before, observed, None),
-                ..mirrored.status
-            },
-        };
+        let cordoned = core.is_cordoned(&mirrored.node_id);
+        let entry = node_entry(previous, &name, &mirrored.node_id, cordoned, observed, mirrored.status);
         document.nodes.insert(name, entry);
     }
     // Nodes a document names that the fleet does not hold (yet).
     for (node_id, observed) in cordons {
         let name = crate::controller::node_status::node_resource_name(DEFAULT_FLEET, node_id.as_str());
-        let before = previous
-            .nodes
-            .get(&name)
-            .map(|n| n.status.conditions.clone())
-            .unwrap_or_default();
-        let entry = NodeEntry {
-            node_id: node_id.to_string(),
-            cordoned: false,
-            status: NorskNodeStatus {
-                conditions: conditions::merge(&before, observed, None),
-                ..NorskNodeStatus::default()
-            },
-        };
+        let entry = node_entry(previous, &name, &node_id, false, observed, NorskNodeStatus::default());
         document.nodes.insert(name, entry);
     }
     (document, restart)
+}
+
+/// The entry of the node named `name`: `status` with `observed` merged
+/// into the conditions the node's entry in `previous` had.
+fn node_entry(
+    previous: &StatusDocument,
+    name: &str,
+    node_id: &NodeId,
+    cordoned: bool,
+    observed: Vec<Observed>,
+    status: NorskNodeStatus,
+) -> NodeEntry {
+    let before = previous
+        .nodes
+        .get(name)
+        .map(|n| n.status.conditions.clone())
+        .unwrap_or_default();
+    NodeEntry {
+        node_id: node_id.to_string(),
+        cordoned,
+        status: NorskNodeStatus {
+            conditions: conditions::merge(&before, observed, None),
+            ..status
+        },
+    }
 }
 
 /// A migration's status (conditions apart).

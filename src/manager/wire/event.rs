@@ -2,7 +2,7 @@
 
 use super::{
     Notes, WireError, bounded, bundle_from_pb, id, inventory_from_pb, job_id_from_pb, millis_from_pb, node_id_from_pb,
-    node_info_from_pb, role_from_pb, running_instance_from_pb, runtime_job_from_pb, tags_from_pb, text,
+    node_info_from_pb, required, role_from_pb, running_instance_from_pb, runtime_job_from_pb, tags_from_pb, text,
 };
 use crate::manager::proto::{common as pbc, manager as pb};
 use crate::model::{
@@ -58,10 +58,7 @@ fn job_key(
     message: &'static str,
     key: Option<&pbc::ActiveJobKey>,
 ) -> Result<(crate::model::JobId, crate::model::InstanceKey), WireError> {
-    let key = key.ok_or(WireError::Missing {
-        message,
-        field: "job_key",
-    })?;
+    let key = required(message, "job_key", key)?;
     Ok((
         job_id_from_pb("ActiveJobKey", "jobId", key.job_id.as_ref())?,
         role_from_pb("ActiveJobKey", &key.role)?,
@@ -102,10 +99,7 @@ pub fn event_from_pb(event: &pb::EventStreamEvent, notes: &mut Notes) -> Result<
         },
         E::NodeStopped(n) => ManagerEvent::NodeStopped(node_id_from_pb("NodeStopped", "node_id", n.node_id.as_ref())?),
         E::PhysicalNodeConnected(p) => {
-            let node = p.node.as_ref().ok_or(WireError::Missing {
-                message: "PhysicalNodeConnected",
-                field: "node",
-            })?;
+            let node = required("PhysicalNodeConnected", "node", p.node.as_ref())?;
             bounded("PhysicalNodeConnected", "instances", p.instances.len())?;
             ManagerEvent::PhysicalNodeConnected {
                 node_id: NodeId(id("PhysicalNode", "id", &node.id)?),
@@ -135,18 +129,12 @@ pub fn event_from_pb(event: &pb::EventStreamEvent, notes: &mut Notes) -> Result<
             }
         }
         E::BundleUpdated(b) => {
-            let bundle = b.bundle.as_ref().ok_or(WireError::Missing {
-                message: "BundleUpdated",
-                field: "bundle",
-            })?;
+            let bundle = required("BundleUpdated", "bundle", b.bundle.as_ref())?;
             ManagerEvent::BundleUpdated(bundle_from_pb(bundle, notes)?)
         }
         E::BundleDeleted(b) => ManagerEvent::BundleDeleted(BundleId(id("BundleDeleted", "bundle_id", &b.bundle_id)?)),
         E::NodeInventory(n) => {
-            let inv = n.inventory.as_ref().ok_or(WireError::Missing {
-                message: "NodeInventoryUpdated",
-                field: "inventory",
-            })?;
+            let inv = required("NodeInventoryUpdated", "inventory", n.inventory.as_ref())?;
             let (node_id, inventory) = inventory_from_pb(inv, notes)?;
             ManagerEvent::NodeInventory { node_id, inventory }
         }
@@ -225,10 +213,7 @@ pub fn event_from_pb(event: &pb::EventStreamEvent, notes: &mut Notes) -> Result<
             }
         }
         E::AuditAppended(a) => {
-            let entry = a.entry.as_ref().ok_or(WireError::Missing {
-                message: "AuditAppended",
-                field: "entry",
-            })?;
+            let entry = required("AuditAppended", "entry", a.entry.as_ref())?;
             bounded("AuditEntry", "details", entry.details.len())?;
             ManagerEvent::AuditAppended(AuditEntry {
                 at: millis_from_pb(entry.timestamp.as_ref()),

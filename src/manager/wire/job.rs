@@ -1,7 +1,7 @@
 //! Runtime jobs and their history.
 
 use super::{Notes, WireError, bounded, id, intra_replica_from_pb, millis_from_pb, on_launch_from_pb};
-use super::{requirements_from_pb, resilience_from_pb, tags_from_pb, verdict_from_pb};
+use super::{required, requirements_from_pb, resilience_from_pb, tags_from_pb, verdict_from_pb};
 use crate::manager::proto::{common as pbc, manager as pb};
 use crate::model::{
     BundleId, BundleJobRef, InstanceKey, JobHistoryEntry, JobId, JobPlacementContext, JobSpec, JobState, JobStopReason,
@@ -14,7 +14,7 @@ pub fn job_id_from_pb(
     field: &'static str,
     value: Option<&pbc::JobId>,
 ) -> Result<JobId, WireError> {
-    let value = value.ok_or(WireError::Missing { message, field })?;
+    let value = required(message, field, value)?;
     Ok(JobId(id(message, field, &value.job_id)?))
 }
 
@@ -95,14 +95,8 @@ pub fn runtime_job_from_pb(
     notes: &mut Notes,
 ) -> Result<crate::model::RuntimeJob, WireError> {
     const MSG: &str = "Job";
-    let jwh = jwh.ok_or(WireError::Missing {
-        message: "JobEvent",
-        field: "jobWithHistory",
-    })?;
-    let job = jwh.job.as_ref().ok_or(WireError::Missing {
-        message: "JobWithHistory",
-        field: "job",
-    })?;
+    let jwh = required("JobEvent", "jobWithHistory", jwh)?;
+    let job = required("JobWithHistory", "job", jwh.job.as_ref())?;
     let job_id = job_id_from_pb(MSG, "job_id", job.job_id.as_ref())?;
     bounded("JobWithHistory", "history_entry", jwh.history_entry.len())?;
     bounded(MSG, "parameters", job.parameters.len())?;
@@ -171,10 +165,7 @@ pub fn runtime_job_from_pb(
 /// A running instance as `NodeRunning` / `PhysicalNodeConnected` list it.
 pub fn running_instance_from_pb(r: &pb::RunningJob) -> Result<RunningInstance, WireError> {
     const MSG: &str = "RunningJob";
-    let key = r.job_key.as_ref().ok_or(WireError::Missing {
-        message: MSG,
-        field: "job_key",
-    })?;
+    let key = required(MSG, "job_key", r.job_key.as_ref())?;
     Ok(RunningInstance {
         job_id: job_id_from_pb("ActiveJobKey", "jobId", key.job_id.as_ref())?,
         role: role_from_pb("ActiveJobKey", &key.role)?,

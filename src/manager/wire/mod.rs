@@ -85,6 +85,11 @@ pub(crate) fn note(notes: &mut Notes, message: &'static str, field: &'static str
     notes.push(Normalisation { message, field, what });
 }
 
+/// `value`, a field `message` must carry.
+pub(crate) fn required<T>(message: &'static str, field: &'static str, value: Option<T>) -> Result<T, WireError> {
+    value.ok_or(WireError::Missing { message, field })
+}
+
 /// An id: non-empty, at most [`MAX_ID_BYTES`], no control characters.
 pub(crate) fn id(message: &'static str, field: &'static str, value: &str) -> Result<String, WireError> {
     let invalid = |reason: String| WireError::Invalid { message, field, reason };

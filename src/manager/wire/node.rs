@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{Notes, WireError, bounded, id, millis_from_pb, millis_to_pb, note};
+use super::{Notes, WireError, bounded, id, millis_from_pb, millis_to_pb, note, required};
 use crate::manager::proto::{common as pbc, manager as pb};
 use crate::model::{Gpu, Nic, NodeId, NodeInfo, NodeInventory, ProviderKind, ProviderMetadata};
 
@@ -14,7 +14,7 @@ pub fn node_id_from_pb(
     field: &'static str,
     value: Option<&pbc::NodeId>,
 ) -> Result<NodeId, WireError> {
-    let value = value.ok_or(WireError::Missing { message, field })?;
+    let value = required(message, field, value)?;
     Ok(NodeId(id(message, field, &value.node_id)?))
 }
 
@@ -36,10 +36,7 @@ pub fn tags_from_pb(
 
 /// Manager's node metadata.
 pub fn node_info_from_pb(message: &'static str, meta: Option<&pbc::NodeMetadata>) -> Result<NodeInfo, WireError> {
-    let meta = meta.ok_or(WireError::Missing {
-        message,
-        field: "nodeMetadata",
-    })?;
+    let meta = required(message, "nodeMetadata", meta)?;
     let node_id = node_id_from_pb("NodeMetadata", "node_id", meta.node_id.as_ref())?;
     let provider = match meta.provider_metadata.as_ref().and_then(|p| p.metadata.as_ref()) {
         Some(pbc::provider_metadata::Metadata::Aws(aws)) => ProviderMetadata::Aws {

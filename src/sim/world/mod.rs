@@ -92,6 +92,33 @@ pub(crate) struct SimNode {
     pub interruption: Option<pb::NodeInterruptionNotice>,
 }
 
+impl SimNode {
+    /// A node just asked for: starting, with nothing advertised yet.
+    pub fn starting(
+        metadata: common::NodeMetadata,
+        provider: ProviderKind,
+        region: String,
+        zone: String,
+        instance_type: String,
+        launch_mode: String,
+    ) -> Self {
+        Self {
+            metadata,
+            running: None,
+            inventory: None,
+            phase: NodePhase::Starting,
+            stopping_reason: None,
+            silent: false,
+            provider,
+            region,
+            zone,
+            instance_type,
+            launch_mode,
+            interruption: None,
+        }
+    }
+}
+
 /// One job of the store with its history.
 #[derive(Debug, Clone)]
 pub(crate) struct SimJob {

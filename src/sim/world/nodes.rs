@@ -158,20 +158,14 @@ impl World {
                 metadata: Some(provider_metadata),
             }),
         };
-        let node = SimNode {
-            metadata: metadata.clone(),
-            running: None,
-            inventory: None,
-            phase: NodePhase::Starting,
-            stopping_reason: None,
-            silent: false,
-            provider: launch.provider,
-            region: launch.region.clone(),
+        let node = SimNode::starting(
+            metadata.clone(),
+            launch.provider,
+            launch.region.clone(),
             zone,
-            instance_type: launch.instance_type.name.clone(),
-            launch_mode: launch.launch_mode,
-            interruption: None,
-        };
+            launch.instance_type.name.clone(),
+            launch.launch_mode,
+        );
         self.nodes.insert(launch.node_id.clone(), node);
         self.emit(Event::NodeStarting(pb::NodeStarting {
             node_metadata: Some(metadata),
@@ -332,20 +326,14 @@ impl World {
         };
         self.nodes.insert(
             node_id.clone(),
-            SimNode {
-                metadata: metadata.clone(),
-                running: None,
-                inventory: None,
-                phase: NodePhase::Starting,
-                stopping_reason: None,
-                silent: false,
-                provider: ProviderKind::LocalServers,
-                region: inventory.region.clone(),
-                zone: inventory.availability_zone.clone(),
-                instance_type: inventory.instance_type.clone(),
-                launch_mode: String::new(),
-                interruption: None,
-            },
+            SimNode::starting(
+                metadata.clone(),
+                ProviderKind::LocalServers,
+                inventory.region.clone(),
+                inventory.availability_zone.clone(),
+                inventory.instance_type.clone(),
+                String::new(),
+            ),
         );
         self.emit(Event::NodeStarting(pb::NodeStarting {
             node_metadata: Some(metadata),

@@ -8,6 +8,7 @@ use crate::automanager::{CommandError, QueryError};
 use crate::cli::documents::{Kind, Resource};
 use crate::cli::standalone::follow::Files;
 use crate::controller::migration::{job_of, options_of};
+use crate::crd::JobMigration;
 
 impl Applier {
     pub(super) async fn apply_migrations(&mut self, files: &Files) -> Result<(), QueryError> {
@@ -18,14 +19,10 @@ impl Applier {
             };
             let key = namespaced_name(wanted);
             keys.insert(key.clone());
-            let record = self.migrations.entry(key.clone()).or_insert_with(|| MigrationApplied {
-                job_id: job_of(migration),
-                id: None,
-                refused: None,
-                aborted_unstarted: false,
-                abort_refused: None,
-                abort_sent: false,
-            });
+            let record = self
+                .migrations
+                .entry(key.clone())
+                .or_insert_with(|| not_applied(migration));
             let subject = wanted.resource.key().to_string();
             match record.id.clone() {
                 Some(id) if migration.spec.abort && !record.abort_sent && record.abort_refused.is_none() => {
@@ -60,14 +57,7 @@ impl Applier {
                         .core
                         .migrate_job(record.job_id.clone(), options_of(&migration.spec))
                         .await;
-                    let record = self.migrations.entry(key).or_insert_with(|| MigrationApplied {
-                        job_id: job_of(migration),
-                        id: None,
-                        refused: None,
-                        aborted_unstarted: false,
-                        abort_refused: None,
-                        abort_sent: false,
-                    });
+                    let record = self.migrations.entry(key).or_insert_with(|| not_applied(migration));
                     let message = match result {
                         Ok(id) => {
                             record.id = Some(id);
@@ -97,5 +87,17 @@ impl Applier {
         // Documents gone: forgotten; a migration in flight runs on.
         self.migrations.retain(|key, _| keys.contains(key));
         Ok(())
+    }
+}
+
+/// The record of `migration` before anything was done for it.
+fn not_applied(migration: &JobMigration) -> MigrationApplied {
+    MigrationApplied {
+        job_id: job_of(migration),
+        id: None,
+        refused: None,
+        aborted_unstarted: false,
+        abort_refused: None,
+        abort_sent: false,
     }
 }
