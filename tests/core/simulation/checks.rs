@@ -209,6 +209,17 @@ pub(super) enum Judgement {
     Uncertain,
 }
 
+/// What the failure policy makes of a loss, before any count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Policy {
+    /// The job ends (`drop`, an invalid spec).
+    Ends,
+    /// Nothing is counted (a node under an interruption notice).
+    Uncounted,
+    /// The loss counts against this ceiling.
+    Counts(u32),
+}
+
 /// What the spec allows, followed from inputs and emitted actions.
 pub(super) struct Reference {
     /// Each judged loss is traced (`CORE_SIM_TRACE`).
@@ -366,10 +377,10 @@ impl Reference {
         }
         let requirements = &spec.requirements;
         // As `loss` judges it, the failure counted as uncertain.
-        let terminal = match (loss, self.ceilings.of(requirements)) {
-            (Loss::InvalidSpec, _) | (_, None) => true,
-            (Loss::NodeLost, Some(_)) if self.interrupted.contains(node) => false,
-            (_, Some(ceiling)) => {
+        let terminal = match self.policy(loss, spec, node) {
+            Policy::Ends => true,
+            Policy::Uncounted => false,
+            Policy::Counts(ceiling) => {
                 let counted = self
                     .restarts
                     .get(job)
@@ -398,6 +409,20 @@ impl Reference {
         }
     }
 
+    /// What the failure policy makes of a loss of a job of `spec` on
+    /// `node`, before any count.
+    fn policy(&self, loss: Loss, spec: &JobSpec, node: &NodeId) -> Policy {
+        match (loss, self.ceilings.of(&spec.requirements)) {
+            // "An invalid spec is terminal on the first rejection."
+            (Loss::InvalidSpec, _) => Policy::Ends,
+            // "`drop` has no ceiling entry: it never restarts."
+            (_, None) => Policy::Ends,
+            // "None of it counts against the restart ceiling."
+            (Loss::NodeLost, Some(_)) if self.interrupted.contains(node) => Policy::Uncounted,
+            (_, Some(ceiling)) => Policy::Counts(ceiling),
+        }
+    }
+
     /// A judged loss of `job` on `node` at `now`: what the spec says comes
     /// of it. Its re-placement keeps away from `node`.
     pub(super) fn loss(&mut self, job: &JobId, spec: &JobSpec, loss: Loss, node: &NodeId, now: UnixMillis) {
@@ -407,16 +432,11 @@ impl Reference {
         }
         self.excluded.insert(job.clone(), node.clone());
         let requirements = &spec.requirements;
-        let ceiling = self.ceilings.of(requirements);
         // Terminal, and whether it was the ceiling.
-        let terminal = match (loss, ceiling) {
-            // "An invalid spec is terminal on the first rejection."
-            (Loss::InvalidSpec, _) => Some(false),
-            // "`drop` has no ceiling entry: it never restarts."
-            (_, None) => Some(false),
-            // "None of it counts against the restart ceiling."
-            (Loss::NodeLost, Some(_)) if self.interrupted.contains(node) => None,
-            (_, Some(ceiling)) => {
+        let terminal = match self.policy(loss, spec, node) {
+            Policy::Ends => Some(false),
+            Policy::Uncounted => None,
+            Policy::Counts(ceiling) => {
                 let restarts = self.restarts.entry(job.clone()).or_default();
                 restarts.retain(|&(at, _)| at > now - HOUR_MS);
                 let uncertain = self.uncertain.get_mut(job).map_or(0, |u| {
