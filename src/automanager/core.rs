@@ -181,6 +181,9 @@ pub struct AutoManagerCore {
     /// Bumped whenever capacity may have appeared; a job that found nowhere
     /// is retried once it moves.
     pub(super) fleet_epoch: u64,
+    /// How many steps this core (and the cores it succeeds) has taken: the
+    /// read model's revision.
+    pub(super) revision: u64,
     /// (pool, tier) -> until when provisioning there is held back.
     pub(super) tier_backoff: BTreeMap<(String, String), UnixMillis>,
     /// Offerings a provider had no capacity for -> until when they are
@@ -238,6 +241,7 @@ impl AutoManagerCore {
             unheard_creates: BTreeSet::new(),
             counters: Counters::default(),
             fleet_epoch: 0,
+            revision: 0,
             tier_backoff: BTreeMap::new(),
             exhausted_offerings: BTreeMap::new(),
             view_cache: None,
@@ -273,6 +277,9 @@ impl AutoManagerCore {
         // reconnect keeps it.
         core.settings.hot_spares = previous.settings.hot_spares.clone();
         core.next_request = previous.next_request;
+        // Revisions keep counting: a reading of the new core is never
+        // taken for one of the old.
+        core.revision = previous.revision;
         // Node ids keep counting, so a node Manager has already forgotten is
         // never named again by this process.
         core.next_node_serial = previous.next_node_serial;
@@ -406,6 +413,7 @@ impl AutoManagerCore {
     /// with the clock standing still, without a placement round per input
     /// (a snapshot of 100,000 events is one round, not 100,000).
     pub fn handle_all(&mut self, inputs: impl IntoIterator<Item = Input>, now: UnixMillis) -> Step {
+        self.revision += 1;
         for input in inputs {
             // Only consecutive `migrateJob`s may reuse the placement view
             // the previous one left.

@@ -72,8 +72,11 @@ pub mod runtime;
 pub mod schedule;
 pub mod settings;
 pub mod spares;
+#[cfg(test)]
+pub(crate) mod testing;
 mod timers;
 mod view_cache;
+pub mod views;
 
 pub use self::core::AutoManagerCore;
 pub use drain::{DrainAfter, DrainJob, DrainJobStatus, DrainOptions, DrainPhase, DrainState, StrategyFor};
@@ -90,3 +93,4 @@ pub use protocol::{
 pub use queries::{JobPhase, JobView, NodeView};
 pub use runtime::{AutoManager, AutoManagerHandle, MISSING_EXTENSION_RETRY, QueryError, RunError, RunOptions};
 pub use settings::{AutoSettings, AutoSettingsValidationError, chart_settings_schema, validate_auto_settings};
+pub use views::{BundleView, ReadModel};

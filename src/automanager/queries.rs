@@ -27,6 +27,11 @@ impl AutoManagerCore {
         self.hydrated
     }
 
+    /// How many steps the core has taken (see [`super::views`]).
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
     /// The settings in force.
     pub fn settings(&self) -> &AutoSettings {
         &self.settings

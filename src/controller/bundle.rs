@@ -106,14 +106,11 @@ async fn stored(ctx: &Context, bundle_id: &model::BundleId) -> Result<Stored, Re
     let id = bundle_id.clone();
     Ok(ctx
         .core
-        .inspect(move |core, _| Stored {
+        .read(move |core| Stored {
             hydrated: core.is_hydrated(),
             // Compared as applied: which manual jobs run is the core's
             // wanted set, not part of Manager's stored spec.
-            bundle: core
-                .bundles()
-                .find(|b| b.bundle_id == id)
-                .and_then(|b| Some((core.applied_spec(&id)?, b.state))),
+            bundle: core.bundle(&id).map(|b| (b.applied, b.state)),
         })
         .await?)
 }
@@ -207,7 +204,7 @@ async fn observe_bundle(
     let id = bundle.bundle_id();
     let mut observed = ctx
         .core
-        .inspect(move |core, now| observe(core, &id, &spec, &notes, check, now))
+        .read(move |core| observe(core, &id, &spec, &notes, check))
         .await?;
     if check == AdmissionCheck::Skip {
         bundle_status::keep_admitted(&mut observed, previous);

@@ -1,15 +1,15 @@
-//! A `Bundle`'s status computed from the core's state: pure, run on the
-//! core's own task through [`AutoManagerHandle::inspect`], so the status is
+//! A `Bundle`'s status computed from the core's read model: pure, run on
+//! the core's own task through [`AutoManagerHandle::read`], so the status is
 //! one consistent reading between two steps of the core.
 //!
-//! [`AutoManagerHandle::inspect`]: crate::automanager::AutoManagerHandle::inspect
+//! [`AutoManagerHandle::read`]: crate::automanager::AutoManagerHandle::read
 
 use std::collections::BTreeMap;
 
 use crate::automanager::schedule::ScheduleView;
-use crate::automanager::{AutoManagerCore, JobPhase};
+use crate::automanager::{JobPhase, ReadModel};
 use crate::crd::{BundleStatus, JobStatus, ReplicaStatus, ScheduleStatus};
-use crate::model::{BundleId, BundleSpec, BundleState, DateTime, JobId, SchedulePhase, UnixMillis, runtime_job_id};
+use crate::model::{BundleId, BundleSpec, BundleState, DateTime, JobId, SchedulePhase, runtime_job_id};
 use crate::placement::Admission;
 
 use super::conditions::{self, Observed, READY, STALLED};
@@ -72,20 +72,18 @@ pub fn replica_count(spec: &BundleSpec) -> u32 {
     if spec.resilience_policy.is_some() { 2 } else { 1 }
 }
 
-/// Reads the bundle `bundle_id` with `spec` from the core at `now`.
+/// Reads the bundle `bundle_id` with `spec` from the core's read model.
 /// `notes` holds what notifications said about each job.
 pub fn observe(
-    core: &AutoManagerCore,
+    core: ReadModel<'_>,
     bundle_id: &BundleId,
     spec: &BundleSpec,
     notes: &BTreeMap<JobId, JobNotes>,
     check: AdmissionCheck,
-    now: UnixMillis,
 ) -> ObservedBundle {
-    let stored = core.bundles().find(|b| &b.bundle_id == bundle_id);
-    let deleting = stored.is_some_and(|b| b.state == BundleState::Deleting);
-    let broken = core.broken_bundles().get(bundle_id).cloned();
-    let schedule = core.schedule_view(bundle_id, now);
+    let deleting = core.bundle(bundle_id).is_some_and(|b| b.state == BundleState::Deleting);
+    let broken = core.broken(bundle_id).map(str::to_owned);
+    let schedule = core.schedule(bundle_id);
     let mut observed = ObservedBundle {
         broken: broken.clone(),
         schedule: schedule.as_ref().map(schedule_status),
@@ -103,7 +101,7 @@ pub fn observe(
         };
         for job in &spec.jobs {
             let job_id = runtime_job_id(bundle_id, index, &job.job_name);
-            let view = core.job_view(bundle_id, &job_id, now);
+            let view = core.job(bundle_id, &job_id);
             let job_notes = notes.get(&job_id).cloned().unwrap_or_default();
             // Jobs that are not to run now do not count towards Ready.
             if view.phase.is_wanted() {
@@ -233,7 +231,7 @@ pub fn observe(
 /// decision's trace when placements are traced, else from a traced dry run
 /// on the fleet as it is now (the same engine, nothing placed).
 fn why_awaiting(
-    core: &AutoManagerCore,
+    core: ReadModel<'_>,
     bundle_id: &BundleId,
     spec: &BundleSpec,
     replica_index: u32,
@@ -356,7 +354,7 @@ pub fn status_of(previous: &BundleStatus, observed: ObservedBundle, generation: 
 
 /// `Admitted`: validation warnings and `noCapacity` need the fleet, so the
 /// API server cannot refuse them; they are reported here instead.
-fn admission(core: &AutoManagerCore, bundle_id: &BundleId, spec: &BundleSpec) -> Observed {
+fn admission(core: ReadModel<'_>, bundle_id: &BundleId, spec: &BundleSpec) -> Observed {
     let warnings = match core.validate_bundle(spec) {
         Ok(found) => found.warnings.iter().map(ToString::to_string).collect::<Vec<_>>(),
         Err(e) => return Observed::no(ADMITTED, "FleetUnreadable", e.to_string()),
@@ -402,12 +400,11 @@ mod tests {
 
     fn observed(test: &TestCore, id: &str, spec: &BundleSpec) -> ObservedBundle {
         observe(
-            &test.core,
+            test.read(),
             &BundleId::from(id),
             spec,
             &BTreeMap::new(),
             AdmissionCheck::Check,
-            test.now,
         )
     }
 

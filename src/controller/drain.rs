@@ -65,7 +65,7 @@ async fn reconcile(drain: Arc<NodeDrain>, shared: Arc<DrainContext>) -> Result<A
     let asked = node.clone();
     let (hydrated, known) = ctx
         .core
-        .inspect(move |core, _| (core.is_hydrated(), core.knows_node(&asked)))
+        .read(move |core| (core.is_hydrated(), core.knows_node(&asked)))
         .await?;
     if !hydrated {
         return Err(DecideError::NotHydrated.into());

@@ -17,7 +17,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
-use crate::automanager::{AutoManagerCore, CommandError};
+use crate::automanager::{CommandError, ReadModel};
 use crate::crd::{HotSparePolicy, HotSparePolicyStatus};
 use crate::model::HotSpareSpec;
 
@@ -111,7 +111,7 @@ async fn sync(
         }
         let Ok((known, mut live)) = shared
             .core
-            .inspect(|core, _| {
+            .read(|core| {
                 let known: Vec<String> = core.settings().placement_pools.iter().map(|p| p.name.clone()).collect();
                 (known, core.settings().hot_spares.clone())
             })
@@ -148,14 +148,14 @@ fn rfc3339(at_ms: i64) -> Option<String> {
 /// is the one in force, `Stalled` when it names a pool the core does not
 /// run with, and why the core refused the list (`refused`) otherwise.
 pub fn observe_policy(
-    core: &AutoManagerCore,
+    core: ReadModel<'_>,
     spec: &HotSpareSpec,
     refused: Option<String>,
 ) -> (HotSparePolicyStatus, Vec<Observed>) {
     let pool = &spec.pool;
     let known = core.settings().placement_pools.iter().any(|p| &p.name == pool);
     let in_force = core.settings().hot_spares.iter().any(|s| s == spec);
-    let spare_status = core.hot_spare_status().into_iter().find(|s| &s.pool == pool);
+    let spare_status = core.hot_spares().into_iter().find(|s| &s.pool == pool);
     let conditions = if !known {
         let why = format!("pool {pool:?} is not a PlacementPool in force; create it or fix spec.pool");
         vec![
@@ -206,7 +206,7 @@ async fn reconcile(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Resul
     let refused = ctx.refused.lock().unwrap_or_else(PoisonError::into_inner).clone();
     let (observed, conditions) = shared
         .core
-        .inspect(move |core, _| observe_policy(core, &spec, refused))
+        .read(move |core| observe_policy(core, &spec, refused))
         .await?;
     let writer = StatusWriter::<HotSparePolicy>::new(shared, Api::all(shared.client.clone()), CONTROLLER);
     let previous = writer.known(&policy).unwrap_or_default();
@@ -244,7 +244,7 @@ mod tests {
     #[test]
     fn a_policy_naming_an_unknown_pool_stalls_and_says_how_to_fix_it() {
         let test = TestCore::hydrated(&[("a", 4.0)]);
-        let (status, conditions) = observe_policy(&test.core, &spec("studio"), None);
+        let (status, conditions) = observe_policy(test.read(), &spec("studio"), None);
         let why = "pool \"studio\" is not a PlacementPool in force; create it or fix spec.pool";
         assert_eq!(
             said(&conditions),
@@ -264,7 +264,7 @@ mod tests {
     #[test]
     fn a_policy_not_yet_in_force_says_why_the_core_refused_it() {
         let test = TestCore::hydrated(&[("a", 4.0)]);
-        let (_, waiting) = observe_policy(&test.core, &spec("production"), None);
+        let (_, waiting) = observe_policy(test.read(), &spec("production"), None);
         assert_eq!(
             said(&waiting),
             [
@@ -274,7 +274,7 @@ mod tests {
             ]
         );
         let refusal = "hotSpares[0].spec.instanceType: a hot spare needs an instance type".to_owned();
-        let (_, refused) = observe_policy(&test.core, &spec("production"), Some(refusal.clone()));
+        let (_, refused) = observe_policy(test.read(), &spec("production"), Some(refusal.clone()));
         assert_eq!(refused[0].message, refusal);
         assert_eq!(refused[2].message, refusal);
     }
@@ -288,7 +288,7 @@ mod tests {
             },
             &[("a", 4.0)],
         );
-        let (status, conditions) = observe_policy(&test.core, &spec("production"), Some("stale".to_owned()));
+        let (status, conditions) = observe_policy(test.read(), &spec("production"), Some("stale".to_owned()));
         assert_eq!(
             said(&conditions),
             [

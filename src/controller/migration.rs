@@ -107,7 +107,7 @@ async fn reconcile(migration: Arc<JobMigration>, shared: Arc<DrainContext>) -> R
         writer(ctx, &migration).forget(&migration.name_any());
         return Ok(Action::await_change());
     }
-    if !ctx.core.inspect(|core, _| core.is_hydrated()).await? {
+    if !ctx.core.read(|core| core.is_hydrated()).await? {
         return Err(DecideError::NotHydrated.into());
     }
     let result = apply(&migration, &shared).await;
@@ -190,7 +190,7 @@ async fn start(
 
 /// `spec.abort` before any migration started: nothing to roll back.
 async fn aborted_unstarted(shared: &DrainContext) -> Result<JobMigrationStatus, ReadError> {
-    let now = shared.ctx.core.inspect(|_, now| now).await?;
+    let now = shared.ctx.core.read(|core| core.now()).await?;
     Ok(ended_without_core(
         &JobMigrationStatus::default(),
         "aborted",
@@ -283,9 +283,9 @@ async fn ended_elsewhere(
     let (node, now) = shared
         .ctx
         .core
-        .inspect(move |core, now| {
+        .read(move |core| {
             let node = core.node_of(&job).map(ToString::to_string);
-            (node, now)
+            (node, core.now())
         })
         .await?;
     Ok(unfollowed(recorded, node, now, TERM_ENDED))

@@ -234,6 +234,24 @@ impl Context {
     }
 }
 
+/// Yields once the core's views may have changed (a new revision, see
+/// [`crate::automanager::ReadModel`]), at most once per `every`: a busy core
+/// takes a step per event, and a status recomputed per step would be work
+/// thrown away. The last change of a burst is never missed: a change during
+/// the pause is yielded right after it.
+pub(crate) fn core_changes(
+    core: &AutoManagerHandle,
+    every: Duration,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold((core.changes(), false), move |(mut changes, paused)| async move {
+        if paused {
+            tokio::time::sleep(every).await;
+        }
+        changes.changed().await.ok()?;
+        Some(((), (changes, true)))
+    })
+}
+
 /// Whether the store holds its kind's first full list.
 pub(crate) fn listed<K>(store: &kube::runtime::reflector::Store<K>) -> bool
 where

@@ -104,9 +104,9 @@ fn mirror_writer(ctx: &Context) -> StatusWriter<'_, NorskNode> {
 async fn round(ctx: &Context, fleet: &str) -> Result<bool, ReconcileError> {
     let Some(desired) = ctx
         .core
-        .inspect({
+        .read({
             let fleet = fleet.to_owned();
-            move |core, _| core.is_hydrated().then(|| mirrored_nodes(core, &fleet))
+            move |core| core.is_hydrated().then(|| mirrored_nodes(core, &fleet))
         })
         .await?
     else {

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::automanager::{AutoManagerCore, NodeView};
+use crate::automanager::{NodeView, ReadModel};
 use crate::crd::{NodeInventoryStatus, NodePlacementStatus, NorskNodeStatus};
 use crate::model::{NodeId, NodePhase, tags};
 
@@ -139,8 +139,8 @@ fn capitalised(word: &str) -> String {
 /// Every node of the core's fleet as its resource should read, by
 /// resource name. A node the core has swept (stopped for longer than
 /// `removeStoppedNodesAfter`) is not here, so its resource goes.
-pub fn mirrored_nodes(core: &AutoManagerCore, fleet: &str) -> BTreeMap<String, MirroredNode> {
-    core.node_views()
+pub fn mirrored_nodes(core: ReadModel<'_>, fleet: &str) -> BTreeMap<String, MirroredNode> {
+    core.nodes()
         .into_iter()
         .map(|node| {
             (
@@ -161,7 +161,7 @@ mod tests {
     fn a_running_node_mirrors_its_pool_inventory_and_jobs_and_is_ready() {
         let mut test = TestCore::hydrated(&[("a", 4.0)]);
         test.bundle("ns/ch1", ONE_JOB);
-        let nodes = mirrored_nodes(&test.core, DEFAULT_FLEET);
+        let nodes = mirrored_nodes(test.read(), DEFAULT_FLEET);
         assert_eq!(nodes.keys().collect::<Vec<_>>(), ["a"]);
         let a = &nodes["a"];
         assert_eq!(a.node_id, NodeId::from("a"));
@@ -186,7 +186,7 @@ mod tests {
     fn a_node_not_yet_running_is_not_ready_and_says_its_phase() {
         let mut test = TestCore::hydrated(&[("a", 4.0)]);
         test.event(ManagerEvent::NodeStarting(node_info("b")));
-        let b = &mirrored_nodes(&test.core, DEFAULT_FLEET)["b"];
+        let b = &mirrored_nodes(test.read(), DEFAULT_FLEET)["b"];
         assert_eq!(b.status.phase, "starting");
         assert_eq!(b.status.job_count, 0);
         assert_eq!(b.conditions, [Observed::no(READY, "Starting", "")]);
@@ -198,7 +198,7 @@ mod tests {
         for channel in 0..60 {
             test.bundle(&format!("ns/ch{channel}"), ONE_JOB);
         }
-        let a = &mirrored_nodes(&test.core, DEFAULT_FLEET)["a"];
+        let a = &mirrored_nodes(test.read(), DEFAULT_FLEET)["a"];
         assert_eq!(a.status.job_count, 60);
         assert_eq!(a.status.jobs.len(), LISTED_JOBS);
     }
@@ -206,7 +206,7 @@ mod tests {
     #[test]
     fn another_fleets_nodes_are_named_with_the_fleet() {
         let test = TestCore::hydrated(&[("a", 4.0)]);
-        let nodes = mirrored_nodes(&test.core, "blue");
+        let nodes = mirrored_nodes(test.read(), "blue");
         assert_eq!(nodes.keys().collect::<Vec<_>>(), ["blue.a"]);
         assert_eq!(node_resource_name(DEFAULT_FLEET, "a"), "a");
     }

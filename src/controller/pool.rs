@@ -3,7 +3,9 @@
 //! pool event (deletes included); a pool that does not validate is left out
 //! and its status says why (`Stalled`), so one bad pool never blocks the
 //! others. The controller writes each pool's status: nodes per tier,
-//! prospective nodes, used capacity, live spares.
+//! prospective nodes, used capacity, live spares — from the core's read
+//! model, the computation the pool gauges come from, recomputed when the
+//! core's views change (at most once a second) and on fleet notifications.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -16,7 +18,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use crate::automanager::{AutoManagerCore, CommandError};
+use crate::automanager::{CommandError, ReadModel};
 use crate::crd::{DomainHeadroomStatus, PlacementPool, PlacementPoolStatus, TierStatus, WorstDomainStatus};
 use crate::model;
 use crate::placement::headroom::PoolHeadroom;
@@ -30,6 +32,8 @@ use super::{Context, ReconcileError, listed};
 pub const POOL_CONTROLLER: &str = "placementpool";
 /// Gauges are refreshed at least this often without a change.
 const RESYNC: Duration = Duration::from_secs(60);
+/// The most often a change of the core's views recomputes every pool.
+const FOLLOW: Duration = Duration::from_secs(1);
 
 /// What the controller shares with the sync task.
 pub struct PoolContext {
@@ -61,10 +65,11 @@ pub async fn run_pools(
     let sync = sync(pools_ctx.clone(), pool_events, wake_tx);
     let controller = Controller::new(api, watcher::Config::default())
         .with_config(Config::default().debounce(Duration::from_millis(200)))
-        .reconcile_all_on(futures::stream::select(
-            fleet_changed,
-            tokio_stream::wrappers::ReceiverStream::new(wake_rx),
-        ))
+        .reconcile_all_on(futures::stream::select_all([
+            fleet_changed.boxed(),
+            tokio_stream::wrappers::ReceiverStream::new(wake_rx).boxed(),
+            super::core_changes(&ctx.core, FOLLOW).boxed(),
+        ]))
         .graceful_shutdown_on(shutdown)
         .run(reconcile_pool, pool_error_policy, pools_ctx)
         .for_each(|_| async {});
@@ -87,11 +92,7 @@ async fn sync(ctx: Arc<PoolContext>, events: impl Stream<Item = ()>, wake: tokio
         }
         let shared = &ctx.shared;
         let (valid, _) = valid_pools(&ctx.pools);
-        let Ok(in_force) = shared
-            .core
-            .inspect(|core, _| core.settings().placement_pools.clone())
-            .await
-        else {
+        let Ok(in_force) = shared.core.read(|core| core.settings().placement_pools.clone()).await else {
             return;
         };
         let refusal = if in_force == valid {
@@ -160,9 +161,9 @@ async fn reconcile_pool(pool: Arc<PlacementPool>, ctx: Arc<PoolContext>) -> Resu
     let pool_name = name.clone();
     let (observed, metrics, in_force) = shared
         .core
-        .inspect(move |core, now| {
+        .read(move |core| {
             let in_force = core.settings().placement_pools.contains(&model);
-            (observe_pool(core, &pool_name, &tiers), core.metrics(now), in_force)
+            (observe_pool(core, &pool_name, &tiers), core.metrics(), in_force)
         })
         .await?;
     shared.metrics.pools(&metrics);
@@ -208,7 +209,7 @@ fn fraction(value: f64) -> f64 {
 
 /// A pool's status from the core's usage of it (conditions left to the
 /// caller): the computation the pool gauges come from.
-pub fn observe_pool(core: &AutoManagerCore, pool: &str, tier_names: &[String]) -> PlacementPoolStatus {
+pub fn observe_pool(core: ReadModel<'_>, pool: &str, tier_names: &[String]) -> PlacementPoolStatus {
     let usage = core.pool_usage(pool, tier_names);
     PlacementPoolStatus {
         nodes: usage.gauge.node_count,
@@ -288,7 +289,7 @@ mod tests {
     fn a_pools_status_counts_its_nodes_per_tier_and_the_capacity_its_jobs_use() {
         let mut test = TestCore::hydrated(&[("a", 4.0), ("b", 4.0)]);
         test.bundle("ns/ch1", ONE_JOB);
-        let status = observe_pool(&test.core, "production", &["cluster".to_owned()]);
+        let status = observe_pool(test.read(), "production", &["cluster".to_owned()]);
         assert_eq!((status.nodes, status.live_spares), (2, 0));
         // Half a vCPU of eight, to three decimals.
         assert_eq!(status.used_capacity_fraction, 0.063);

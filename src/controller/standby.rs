@@ -61,7 +61,7 @@ pub async fn keep_settings(client: Client, core: AutoManagerHandle, synced: watc
 async fn apply(core: &AutoManagerHandle, pools: &Store<PlacementPool>, policies: &Store<HotSparePolicy>) -> bool {
     let (valid, _) = valid_pools(pools);
     let Ok((in_force, mut specs)) = core
-        .inspect(|core, _| {
+        .read(|core| {
             (
                 core.settings().placement_pools.clone(),
                 core.settings().hot_spares.clone(),

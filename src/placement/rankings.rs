@@ -44,4 +44,11 @@ impl Rankings {
         let complete = self.scratch.podium.len() < self.scratch.keep;
         (self.scratch.podium.iter().map(|b| b.idx), complete)
     }
+
+    /// How full the last placement's winner may be and still win (see
+    /// [`Podium::winner_fill_limit`](super::replay::Podium)).
+    pub(crate) fn winner_fill_limit(&self) -> Option<f64> {
+        let complete = self.scratch.podium.len() < self.scratch.keep;
+        super::search::winner_fill_limit(&self.scratch.podium, complete)
+    }
 }

@@ -27,10 +27,10 @@ use super::filter::check;
 use super::fleet::{FleetView, NO_SLOT, NodeIdx};
 use super::key::key;
 use super::request::{Demand, PlacementRequest};
-use super::search::Best;
+use super::search::{Best, winner_fill_limit};
 
 /// What an earlier search of a request found in its deciding tier.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Podium {
     /// The deciding tier of the replica's pool.
     pub tier: usize,
@@ -38,6 +38,11 @@ pub(crate) struct Podium {
     pub nodes: Vec<NodeIdx>,
     /// `nodes` is every survivor the tier had.
     pub complete: bool,
+    /// How full the winner may get, every other node as it is, and still
+    /// win: `None` when that cannot be told (see
+    /// `search::winner_fill_limit`). What lets the headroom tracker keep a
+    /// `spread` decision when only the winner took a job since.
+    pub winner_fill_limit: Option<f64>,
 }
 
 /// The placement of `request` on `view`, decided from `podium` (see the
@@ -140,6 +145,7 @@ pub(crate) fn replace(
         tier,
         nodes: ranked.iter().map(|b| b.idx).collect(),
         complete,
+        winner_fill_limit: winner_fill_limit(&ranked, complete),
     };
     Ok(Some((outcome, podium)))
 }

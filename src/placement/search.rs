@@ -111,6 +111,22 @@ impl Scratch {
     }
 }
 
+/// How full the winner of `podium` (best first; `complete` when it holds
+/// every survivor of the deciding tier) may be and still win, every other
+/// node as it is: without bound when it is the only survivor or beat the
+/// runner-up on a component ranked before packing; under `spread`, while
+/// it stays emptier than the runner-up (a tie may go either way); `None`
+/// when that cannot be told (`binpack`, where fuller only ranks better, or
+/// no runner-up recorded).
+pub(super) fn winner_fill_limit(podium: &[Best], complete: bool) -> Option<f64> {
+    match podium {
+        [_] if complete => Some(f64::INFINITY),
+        [winner, runner_up, ..] if winner.key.cmp_leading(&runner_up.key) == Ordering::Less => Some(f64::INFINITY),
+        [winner, runner_up, ..] if winner.key.packing == PackingStrategy::Spread => Some(runner_up.key.fill),
+        _ => None,
+    }
+}
+
 /// The best survivor of tier `tier` for `demand`, as the scan would find it;
 /// `scratch.podium` holds it and the runners-up after it.
 pub(super) fn best_in_tier(

@@ -95,7 +95,7 @@ fn during_the_overlap_the_job_is_reserved_on_both_nodes() {
     let (mut h, job, _) = running_job();
     let used = |h: &Harness| h.core.metrics(h.now).pools[0].used_capacity_fraction;
     // What the PlacementPool status says, from the same computation.
-    let status = |h: &Harness| observe_pool(&h.core, "production", &["cluster".to_owned()]);
+    let status = |h: &Harness| observe_pool(h.core.read(h.now), "production", &["cluster".to_owned()]);
     assert_eq!(used(&h), 0.25);
     let id = migrate(&mut h, &job, MigrationStrategy::Overlap);
     calls(&mut h);

@@ -636,6 +636,70 @@ fn under_binpack_a_node_that_only_got_fuller_keeps_most_verdicts_and_the_rest_eq
     }
 }
 
+/// Both tiers spread: where the emptiest node is every loss's destination.
+const SPREAD: &str = "
+- name: studio
+  tiers:
+    - {name: cluster, kind: local-servers, scaleOut: fixed, packingStrategy: spread}
+    - name: reserved
+      kind: aws
+      region: eu-west-1
+      maxNodes: 4
+      packingStrategy: spread
+      candidateInstanceTypes: [{instanceType: m5.xlarge, totalCapacity: 4, totalCores: 4}]
+";
+
+#[test]
+fn under_spread_the_winner_that_stays_emptiest_keeps_its_verdicts_and_the_rest_equal_a_fresh_analysis() {
+    let (recomputed, possible, replayed) = incremental_equals_fresh(SPREAD, 300..420);
+    assert!(
+        recomputed < possible,
+        "some updates recompute only part of the fleet ({recomputed} of {possible})"
+    );
+    assert!(replayed > 0, "some recomputed verdicts are replayed, not searched");
+    // The spread winner taking one more job: it is where nearly every loss
+    // lands, and after it the next emptiest node is still fuller.
+    let fleet = snapshot(&format!(
+        "nodes:\n{}{}{}{}{}{}",
+        node("n1", "z1", 8.0, &job("a", 0, "encode", 4.0)),
+        node("n2", "z1", 8.0, &job("b", 0, "encode", 3.0)),
+        node("n3", "z2", 8.0, &job("c", 0, "encode", 3.0)),
+        node("n4", "z2", 8.0, &job("d", 0, "encode", 2.5)),
+        node("n5", "z1", 8.0, &job("e", 0, "encode", 2.5)),
+        node("n6", "z2", 8.0, &job("f", 0, "encode", 0.25)),
+    ));
+    let mut specs = BTreeMap::new();
+    for (id, capacity) in [("a", 4.0), ("b", 3.0), ("c", 3.0), ("d", 2.5), ("e", 2.5), ("f", 0.25)] {
+        specs.insert(
+            BundleId::from(id),
+            bundle(&format!(
+                "pool: studio\njobs: [{{jobName: encode, requirements: {{requiredCapacity: {capacity}}}}}]"
+            )),
+        );
+    }
+    let none = BTreeSet::new();
+    let mut tracker = Tracker::new();
+    tracker.update(&fleet, &pools(SPREAD), &specs, &none).unwrap();
+    let mut fleet = fleet;
+    let mut kept = 0;
+    for n in 0..6 {
+        let id = BundleId(format!("more{n}"));
+        let spec = bundle("pool: studio\njobs: [{jobName: encode, requirements: {requiredCapacity: 0.25}}]");
+        place_bundle(&mut fleet, SPREAD, &id, &spec);
+        specs.insert(id, spec);
+        let stats = tracker.update(&fleet, &pools(SPREAD), &specs, &none).unwrap();
+        kept += stats.nodes - stats.nodes_recomputed;
+        tracker.refresh_wide();
+        assert_eq!(tracker.report(), fresh(SPREAD, &fleet, &specs), "placement {n}");
+    }
+    // n6 stays the emptiest (0.25 + 6 x 0.25 of 8 below n4's 2.5): the
+    // losses it takes are decided as before, each time.
+    assert!(
+        kept >= 6 * 4,
+        "the emptiest winner keeps the verdicts it still wins ({kept} kept)"
+    );
+}
+
 #[test]
 fn the_wide_domains_wait_for_their_refresh_and_then_equal_a_fresh_analysis() {
     let mut rng = Lcg(7);

@@ -15,6 +15,7 @@ use crate::automanager::protocol::{Answer, Command, CommandError};
 use crate::automanager::queries::NodeView;
 use crate::automanager::spares::diff::HotSpareSpecsDiff;
 use crate::automanager::spares::state::HotSpareStatus;
+use crate::automanager::views::ReadModel;
 use crate::manager::stream::ConnectionState;
 use crate::model::{
     Bundle, BundleId, BundleJobRef, BundleSpec, HotSpareSpec, JobId, MigrationId, NodeId, PlacementPool, SpareSpec,
@@ -32,6 +33,7 @@ pub struct AutoManagerHandle {
     pub(super) notifications: broadcast::Sender<Notification>,
     pub(super) connection: watch::Receiver<ConnectionState>,
     pub(super) lacking: watch::Receiver<std::collections::BTreeSet<String>>,
+    pub(super) revision: watch::Receiver<u64>,
 }
 
 impl AutoManagerHandle {
@@ -158,13 +160,14 @@ impl AutoManagerHandle {
         self.query(|core, _| core.node_views()).await
     }
 
-    /// Reads the core's state with `ask` on the core's own task (a
-    /// consistent view between two steps), e.g. to build status from it.
-    pub(crate) async fn inspect<T: Send + 'static>(
+    /// Reads the core with `ask` on the core's own task: one consistent
+    /// reading between two steps (see [`ReadModel`]), e.g. to build a
+    /// status from it.
+    pub async fn read<T: Send + 'static>(
         &self,
-        ask: impl FnOnce(&AutoManagerCore, UnixMillis) -> T + Send + 'static,
+        ask: impl FnOnce(ReadModel<'_>) -> T + Send + 'static,
     ) -> Result<T, QueryError> {
-        self.query(ask).await
+        self.query(move |core, now| ask(core.read(now))).await
     }
 
     /// `templateImages`.
@@ -312,6 +315,12 @@ impl AutoManagerHandle {
     /// snapshot has been applied (a standby's too), until the stream breaks.
     pub fn connection(&self) -> watch::Receiver<ConnectionState> {
         self.connection.clone()
+    }
+
+    /// The core's revision (see [`ReadModel::revision`]), changed after
+    /// every step: what an edge watches to know its views may be stale.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.revision.clone()
     }
 
     /// The AutoManager extensions Manager was found not to serve (by RPC

@@ -179,6 +179,7 @@ impl AutoManager {
         let (notifications, first) = broadcast::channel(NOTIFICATION_BUFFER);
         let (connection, connection_rx) = watch::channel(ConnectionState::Idle);
         let (lacking, lacking_rx) = Lacking::new();
+        let (revision, revision_rx) = watch::channel(0);
         let clock = Clock::new(options.time_scale);
         let shell = Shell {
             // A salt from the process's own random hash keys: a standby
@@ -196,6 +197,7 @@ impl AutoManager {
             held: Vec::new(),
             connection,
             lacking,
+            revision,
         };
         let join = tokio::spawn(shell.run(requests_rx));
         Ok((
@@ -204,6 +206,7 @@ impl AutoManager {
                 notifications,
                 connection: connection_rx,
                 lacking: lacking_rx,
+                revision: revision_rx,
             },
             first,
             join,
@@ -243,6 +246,8 @@ struct Shell {
     connection: watch::Sender<ConnectionState>,
     /// The extensions Manager does not serve.
     lacking: Lacking,
+    /// What [`AutoManagerHandle::changes`] reads.
+    revision: watch::Sender<u64>,
 }
 
 impl Shell {
@@ -467,6 +472,9 @@ impl Shell {
     fn carry_out(&mut self, step: Step, results: &Results) -> Vec<JoinHandle<()>> {
         let Step { actions, next_deadline } = step;
         self.deadline = next_deadline;
+        let revision = self.core.revision();
+        self.revision
+            .send_if_modified(|seen| std::mem::replace(seen, revision) != revision);
         let mut calls = Vec::new();
         for action in actions {
             match action {

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::automanager::{AutoManagerCore, AutoManagerHandle, MigrationId, QueryError};
+use crate::automanager::{AutoManagerHandle, MigrationId, QueryError, ReadModel};
 use crate::cli::documents::{Kind, Resource};
 use crate::controller::bundle_status::{self, AdmissionCheck, observe};
 use crate::controller::conditions::{self, Observed};
@@ -274,7 +274,7 @@ impl Status {
     ) -> Result<(), QueryError> {
         let inputs = self.inputs(files, applier);
         let manager = *core.connection().borrow();
-        let (mut document, restart) = core.inspect(move |core, now| read(core, now, inputs)).await?;
+        let (mut document, restart) = core.read(move |core| read(core, inputs)).await?;
         document.manager = Some(manager);
         document.files = files.status();
         for key in restart {
@@ -433,7 +433,7 @@ fn replace(path: &Path, text: &str) -> std::io::Result<()> {
 }
 
 /// The document from the core at `now`, and the migrations to start again.
-fn read(core: &AutoManagerCore, now: UnixMillis, inputs: Inputs) -> (StatusDocument, Vec<String>) {
+fn read(core: ReadModel<'_>, inputs: Inputs) -> (StatusDocument, Vec<String>) {
     let previous = &inputs.previous;
     let mut document = StatusDocument {
         headroom: core.headroom().map(fleet_headroom),
@@ -463,7 +463,7 @@ fn read(core: &AutoManagerCore, now: UnixMillis, inputs: Inputs) -> (StatusDocum
         let observed = match &bundle.refused {
             Some(refusal) => bundle_status::refused(refusal.reason, refusal.message.clone()),
             None => {
-                let mut observed = observe(core, &bundle.id, &bundle.spec, &bundle.notes, bundle.check, now);
+                let mut observed = observe(core, &bundle.id, &bundle.spec, &bundle.notes, bundle.check);
                 if bundle.check == AdmissionCheck::Skip {
                     bundle_status::keep_admitted(&mut observed, Some(&bundle.previous));
                 }
@@ -476,10 +476,10 @@ fn read(core: &AutoManagerCore, now: UnixMillis, inputs: Inputs) -> (StatusDocum
     for drain in inputs.drains {
         let held = drain
             .started
-            .and_then(|started| core.drain_status(&drain.node_id).filter(|s| s.started == started));
+            .and_then(|started| core.drain(&drain.node_id).filter(|s| s.started == started));
         let mut next = match (held, &drain.why_not) {
             (Some(state), _) => {
-                drain_status::status_of(state, |id| core.migration_by_id(id).map(|m| m.target_node_id.clone()))
+                drain_status::status_of(state, |id| core.migration(id).map(|m| m.target_node_id.clone()))
             }
             (None, Some(why)) if drain.started.is_none() => NodeDrainStatus {
                 reason: Some(why.clone()),
@@ -497,7 +497,7 @@ fn read(core: &AutoManagerCore, now: UnixMillis, inputs: Inputs) -> (StatusDocum
     }
     let mut restart = Vec::new();
     for migration in inputs.migrations {
-        let mut next = migration_of(core, now, &migration, &mut restart);
+        let mut next = migration_of(core, &migration, &mut restart);
         if let Some(why) = &migration.abort_refused {
             next.reason = Some(why.clone());
         }
@@ -551,12 +551,8 @@ fn node_entry(
 }
 
 /// A migration's status (conditions apart).
-fn migration_of(
-    core: &AutoManagerCore,
-    now: UnixMillis,
-    migration: &MigrationInput,
-    restart: &mut Vec<String>,
-) -> JobMigrationStatus {
+fn migration_of(core: ReadModel<'_>, migration: &MigrationInput, restart: &mut Vec<String>) -> JobMigrationStatus {
+    let now = core.now();
     let previous = &migration.previous;
     let Some(id) = &migration.id else {
         return if migration.aborted_unstarted {
@@ -583,7 +579,7 @@ fn migration_of(
         .cloned()
         .unwrap_or_default();
     match core
-        .migration_by_id(id)
+        .migration(id)
         .filter(|s| is_recorded(s, migration.job_id.as_str(), &recorded))
     {
         Some(state) => migration_status::status_of(state),

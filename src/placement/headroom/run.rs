@@ -241,6 +241,7 @@ pub(crate) fn what_if(
                                     tier: tier_index(view, pool, tier),
                                     nodes,
                                     complete,
+                                    winner_fill_limit: rankings.winner_fill_limit(),
                                 }),
                                 _ => None,
                             };

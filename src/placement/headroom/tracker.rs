@@ -528,8 +528,16 @@ fn fuller_could_change(view: &FleetView, deps: &Deps, change: &Change) -> bool {
         let free = hot.free - taken;
         match &step.landed {
             Some(id) if id == node => {
+                if free < step.need_max + SLACK {
+                    return true;
+                }
+                // Under `binpack` fuller only ranks better. Under `spread`
+                // it still wins while it stays below the fill the podium
+                // allows it (emptier than the runner-up, or ahead of it on
+                // a component ranked before packing).
                 let binpack = matches!(step.winner, Some((_, _, PackingStrategy::Binpack)));
-                if !binpack || free < step.need_max + SLACK {
+                let limit = step.podium.as_ref().and_then(|p| p.winner_fill_limit);
+                if !binpack && !limit.is_some_and(|limit| fill_of(usable, free) + SLACK < limit) {
                     return true;
                 }
                 taken += step.need;

@@ -13,12 +13,13 @@ impl Applier {
     pub(super) async fn apply_bundles(&mut self, files: &Files) -> Result<(), QueryError> {
         let stored: BTreeMap<BundleId, (BundleSpec, BundleState)> = self
             .core
-            .inspect(|core, _| {
+            .read(|core| {
                 // As applied: Manager's spec with the manual jobs started as
                 // the core runs them, so a start or stop is seen as a change
                 // (and an unchanged file is not sent again).
                 core.bundles()
-                    .filter_map(|b| Some((b.bundle_id.clone(), (core.applied_spec(&b.bundle_id)?, b.state))))
+                    .into_iter()
+                    .map(|(id, b)| (id, (b.applied, b.state)))
                     .collect()
             })
             .await?;

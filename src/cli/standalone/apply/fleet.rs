@@ -25,7 +25,7 @@ impl Applier {
             let asked = node_id.clone();
             let (known, cordoned) = self
                 .core
-                .inspect(move |core, _| (core.knows_node(&asked), core.is_cordoned(&asked)))
+                .read(move |core| (core.knows_node(&asked), core.is_cordoned(&asked)))
                 .await?;
             let record = self.nodes.entry(name.clone()).or_insert_with(|| NodeApplied {
                 node_id: node_id.clone(),
@@ -123,7 +123,7 @@ impl Applier {
                 let asked = node_id.clone();
                 let held = self
                     .core
-                    .inspect(move |core, _| core.drain_status(&asked).map(|s| (s.started, s.phase.is_final())))
+                    .read(move |core| core.drain(&asked).map(|s| (s.started, s.phase.is_final())))
                     .await?;
                 match held {
                     Some((at, ended)) if at == started => {
@@ -144,7 +144,7 @@ impl Applier {
                 continue;
             }
             let asked = node_id.clone();
-            if !self.core.inspect(move |core, _| core.knows_node(&asked)).await? {
+            if !self.core.read(move |core| core.knows_node(&asked)).await? {
                 let why = format!("no node {node_id} in the fleet (yet); the drain starts once it is");
                 record.waiting = Some(why.clone());
                 let message = format!("{}: {why}", wanted.origin());
@@ -192,8 +192,8 @@ impl Applier {
             let asked = record.node_id.clone();
             let before_terminate = self
                 .core
-                .inspect(move |core, _| {
-                    core.drain_status(&asked).is_some_and(|s| {
+                .read(move |core| {
+                    core.drain(&asked).is_some_and(|s| {
                         s.started == started && !s.phase.is_final() && s.phase != DrainPhase::Terminating
                     })
                 })

@@ -29,8 +29,8 @@ impl Applier {
                     let asked = id.clone();
                     let state = self
                         .core
-                        .inspect(move |core, _| {
-                            core.migration_by_id(&asked)
+                        .read(move |core| {
+                            core.migration(&asked)
                                 .map(|s| (s.phase.is_ended(), s.past_point_of_no_return))
                         })
                         .await?;

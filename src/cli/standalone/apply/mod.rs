@@ -278,7 +278,7 @@ impl Applier {
     /// when the core is closed.
     pub async fn apply(&mut self, files: &Files) -> Result<(), QueryError> {
         self.apply_settings(files).await?;
-        if !self.core.inspect(|core, _| core.is_hydrated()).await? {
+        if !self.core.read(|core| core.is_hydrated()).await? {
             // Nothing is decided before Manager's snapshot is in.
             return Ok(());
         }

@@ -69,7 +69,7 @@ impl Applier {
         self.report_left_out(left_out);
         let (in_force, mut live) = self
             .core
-            .inspect(|core, _| {
+            .read(|core| {
                 (
                     core.settings().placement_pools.clone(),
                     core.settings().hot_spares.clone(),
@@ -101,7 +101,7 @@ impl Applier {
         }
         let known: BTreeSet<String> = self
             .core
-            .inspect(|core, _| core.settings().placement_pools.iter().map(|p| p.name.clone()).collect())
+            .read(|core| core.settings().placement_pools.iter().map(|p| p.name.clone()).collect())
             .await?;
         for wanted in files.of_kind(Kind::HotSparePolicy) {
             let Resource::HotSparePolicy(policy) = &wanted.resource else {
