@@ -17,7 +17,7 @@ use super::spares::state::{SpareRequest, is_spare_tagged};
 
 impl AutoManagerCore {
     pub(super) fn rpc_result(&mut self, id: RequestId, result: Result<(), RpcFailure>, now: UnixMillis) {
-        let Some(pending) = self.pending.remove(&id) else {
+        let Some(pending) = self.outbox.answered(id) else {
             return;
         };
         // A node created after this core gave up on it (its provision timed
@@ -175,7 +175,7 @@ impl AutoManagerCore {
 
     /// Whether a call creating `node_id` awaits its answer.
     fn creating(&self, node_id: &NodeId) -> bool {
-        self.pending.values().any(|p| {
+        self.outbox.pending.values().any(|p| {
             matches!(p, Pending::CreateNode { node_id: n, .. } | Pending::Spare(SpareRequest::Provision { node_id: n, .. }) if n == node_id)
         })
     }

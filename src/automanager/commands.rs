@@ -120,7 +120,7 @@ impl AutoManagerCore {
     }
 
     pub(super) fn reply(&mut self, command: CommandId, result: Result<(), CommandError>) {
-        self.out.push(Action::Reply { command, result });
+        self.outbox.reply(Action::Reply { command, result });
     }
 
     /// Runs a command answered at once, and replies with its outcome.
@@ -130,7 +130,7 @@ impl AutoManagerCore {
     }
 
     pub(super) fn answer(&mut self, command: CommandId, result: Result<Answer, CommandError>) {
-        self.out.push(Action::Answer { command, result });
+        self.outbox.reply(Action::Answer { command, result });
     }
 
     /// A bundle was updated or deleted: its broken mark, its jobs' drops

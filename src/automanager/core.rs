@@ -170,8 +170,6 @@ pub struct AutoManagerCore {
     pub(super) jobs: BTreeMap<JobId, JobRecord>,
     pub(super) bundles: BTreeMap<BundleId, Bundle>,
     pub(super) broken: BTreeMap<BundleId, String>,
-    pub(super) pending: BTreeMap<RequestId, Pending>,
-    pub(super) next_request: u64,
     pub(super) next_node_serial: u64,
     /// Nodes whose create Manager may have carried out although the call
     /// failed (it timed out): forgotten as any failed provision, and
@@ -208,7 +206,8 @@ pub struct AutoManagerCore {
     /// What a disposed predecessor left this core, taken up at hydration
     /// (see [`AutoManagerCore::succeeding`]).
     pub(super) inherited: Inheritance,
-    pub(super) out: Vec<Action>,
+    /// What steps send out, and the calls awaiting their answers.
+    pub(super) outbox: Outbox,
 }
 
 impl AutoManagerCore {
@@ -235,8 +234,6 @@ impl AutoManagerCore {
             jobs: BTreeMap::new(),
             bundles: BTreeMap::new(),
             broken: BTreeMap::new(),
-            pending: BTreeMap::new(),
-            next_request: 0,
             next_node_serial: 0,
             unheard_creates: BTreeSet::new(),
             counters: Counters::default(),
@@ -253,7 +250,7 @@ impl AutoManagerCore {
             manual: ManualStarts::default(),
             headroom: Default::default(),
             inherited: Inheritance::default(),
-            out: Vec::new(),
+            outbox: Outbox::default(),
         }
     }
 
@@ -276,7 +273,7 @@ impl AutoManagerCore {
         // `updateHotSpareSpecs` replaced the list without a reconnect; a
         // reconnect keeps it.
         core.settings.hot_spares = previous.settings.hot_spares.clone();
-        core.next_request = previous.next_request;
+        core.outbox.next_request = previous.outbox.next_request;
         // Revisions keep counting: a reading of the new core is never
         // taken for one of the old.
         core.revision = previous.revision;
@@ -301,7 +298,7 @@ impl AutoManagerCore {
         // each start holds its job's gate shut and its room reserved until
         // answered; left unknown, a start landing late would put the job
         // beside its new placement, or over the room given to another.
-        for (id, pending) in &previous.pending {
+        for (id, pending) in &previous.outbox.pending {
             match pending {
                 Pending::Command { .. }
                 | Pending::Toggle(_)
@@ -346,7 +343,7 @@ impl AutoManagerCore {
                 }
                 _ => continue,
             }
-            core.pending.insert(*id, pending.clone());
+            core.outbox.pending.insert(*id, pending.clone());
         }
         for node in previous.fleet.iter() {
             // A node it was launching keeps its provision deadline (one the
@@ -442,7 +439,7 @@ impl AutoManagerCore {
             self.step_headroom(now);
         }
         Step {
-            actions: std::mem::take(&mut self.out),
+            actions: std::mem::take(&mut self.outbox.actions),
             next_deadline: self.next_deadline(now),
         }
     }
@@ -467,15 +464,11 @@ impl AutoManagerCore {
     }
 
     pub(super) fn notify(&mut self, notification: Notification) {
-        self.out.push(Action::Notify(notification));
+        self.outbox.actions.push(Action::Notify(notification));
     }
 
     pub(super) fn call(&mut self, rpc: Rpc, pending: Pending) -> RequestId {
-        self.next_request += 1;
-        let id = RequestId(self.next_request);
-        self.pending.insert(id, pending);
-        self.out.push(Action::Call { id, rpc });
-        id
+        self.outbox.call(rpc, pending)
     }
 
     fn close(&mut self, now: UnixMillis) {
@@ -485,6 +478,7 @@ impl AutoManagerCore {
         self.close_migrations(now);
         self.closed = true;
         let waiting: Vec<CommandId> = self
+            .outbox
             .pending
             .values()
             .filter_map(|p| match p {
@@ -495,6 +489,43 @@ impl AutoManagerCore {
         for id in waiting {
             self.reply(id, Err(CommandError::Closed));
         }
-        self.pending.clear();
+        self.outbox.pending.clear();
+    }
+}
+
+/// What the core sends out: Manager calls, each kept with what it was for
+/// until its answer comes back, notifications and command replies, in the
+/// order a step made them. A step hands its actions to the runtime; the
+/// calls' purposes stay until answered (a successor core takes over those
+/// whose answers still matter, see [`AutoManagerCore::succeeding`]).
+#[derive(Clone, Debug, Default)]
+pub(super) struct Outbox {
+    /// This step's actions so far.
+    actions: Vec<Action>,
+    /// Calls sent and not yet answered, with what each was for.
+    pub(super) pending: BTreeMap<RequestId, Pending>,
+    /// The last request id given out (a successor keeps counting).
+    next_request: u64,
+}
+
+impl Outbox {
+    /// Sends `rpc`, kept as `pending` until answered.
+    fn call(&mut self, rpc: Rpc, pending: Pending) -> RequestId {
+        self.next_request += 1;
+        let id = RequestId(self.next_request);
+        self.pending.insert(id, pending);
+        self.actions.push(Action::Call { id, rpc });
+        id
+    }
+
+    /// Sends a command's reply (or answer).
+    pub(super) fn reply(&mut self, action: Action) {
+        self.actions.push(action);
+    }
+
+    /// What call `id` was for, now that it is answered; `None` for a call
+    /// this core does not wait on.
+    pub(super) fn answered(&mut self, id: RequestId) -> Option<Pending> {
+        self.pending.remove(&id)
     }
 }

@@ -15,7 +15,9 @@
 //! - `core`: the state and the `handle` loop; `readiness`: when a job may
 //!   be placed; `timers`: the next deadline and what falls due;
 //!   `commands`: each command carried out and answered; `queries`: reads,
-//!   what-ifs and metrics.
+//!   what-ifs and metrics; [`views`]: the read model, all the edges see of
+//!   the core (views by the core's own rules, a revision per step);
+//!   `testing`: the core the edges' unit tests read.
 //! - `events` / `dispatch` / `call_results` / `loss`: applying Manager
 //!   events; placing and dispatching; what Manager answered to each call;
 //!   a lost instance judged by the failure policy, and terminal verdicts.

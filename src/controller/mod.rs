@@ -1,7 +1,8 @@
 //! The kube-runtime controllers: thin translators between custom resources
 //! and the AutoManager core. They turn resources into commands on the
-//! core's handle and the core's state into `status`; they decide nothing
-//! about placement. What each owns:
+//! core's handle and the core's read model ([`crate::automanager::ReadModel`])
+//! into `status`; they decide nothing about placement and never see the
+//! core's records. What each owns:
 //!
 //! - [`bundle`]: `Bundle` -> create/update on Manager, the stop-then-delete
 //!   finalizer, per replica and job status, conditions.

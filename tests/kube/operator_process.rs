@@ -490,9 +490,27 @@ async fn a_real_prometheus_scrapes_the_operator_and_every_alert_and_dashboard_qu
     until_ready(cp, &ns, "watched").await;
 
     // The exposition as a scraper that does not ask for OpenMetrics gets it.
-    let (head, body) = http_get(operator.port, "/metrics", "*/*")
-        .await
-        .expect("/metrics answers");
+    // The pool gauges are set by the pool controller's own reconcile, which
+    // may come a moment after the bundle is ready: read until every family
+    // is there (bounded), then check what was read.
+    let families = [
+        "norsk_automanager_build_info{",
+        "process_cpu_seconds_total ",
+        "process_resident_memory_bytes ",
+        "norsk_automanager_pool_used_capacity_ratio{pool=\"studio\"}",
+        "norsk_automanager_leader 1",
+        "norsk_automanager_manager_connected 1",
+    ];
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let (head, body) = loop {
+        let (head, body) = http_get(operator.port, "/metrics", "*/*")
+            .await
+            .expect("/metrics answers");
+        if families.iter().all(|f| body.contains(f)) || tokio::time::Instant::now() >= deadline {
+            break (head, body);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert!(head.contains("text/plain; version=0.0.4"), "{head}");
     let mut lint = Command::new(prometheus_tool("promtool"));
     lint.args(["check", "metrics"])
@@ -508,14 +526,7 @@ async fn a_real_prometheus_scrapes_the_operator_and_every_alert_and_dashboard_qu
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    for family in [
-        "norsk_automanager_build_info{",
-        "process_cpu_seconds_total ",
-        "process_resident_memory_bytes ",
-        "norsk_automanager_pool_used_capacity_ratio{pool=\"studio\"}",
-        "norsk_automanager_leader 1",
-        "norsk_automanager_manager_connected 1",
-    ] {
+    for family in families {
         assert!(body.contains(family), "{family:?} missing from:\n{body}");
     }
 
