@@ -635,14 +635,37 @@ fn recomputed_per_placement(
     recomputed
 }
 
-#[test]
-fn under_binpack_a_node_that_only_got_fuller_keeps_most_verdicts_and_the_rest_equal_a_fresh_analysis() {
-    let (recomputed, possible, replayed) = incremental_equals_fresh(BINPACK, 100..220);
+/// The random fleets of `seeds` agree with a fresh analysis with part of
+/// the fleet recomputed; then the winner of [`recomputed_per_placement`]'s
+/// placements keeps every verdict it still wins: at most `most` are made
+/// again per placement.
+fn the_winner_keeps_its_verdicts(
+    pools_yaml: &str,
+    seeds: std::ops::Range<u64>,
+    nodes: [(&str, &str, &str, f64); 6],
+    capacity: f64,
+    placements: usize,
+    most: usize,
+) {
+    let (recomputed, possible, replayed) = incremental_equals_fresh(pools_yaml, seeds);
     assert!(
         recomputed < possible,
         "some updates recompute only part of the fleet ({recomputed} of {possible})"
     );
     assert!(replayed > 0, "some recomputed verdicts are replayed, not searched");
+    for (n, recomputed) in recomputed_per_placement(pools_yaml, nodes, capacity, placements)
+        .into_iter()
+        .enumerate()
+    {
+        assert!(
+            recomputed <= most,
+            "placement {n}: the winner keeps the verdicts it still wins ({recomputed} of 6 recomputed)"
+        );
+    }
+}
+
+#[test]
+fn under_binpack_a_node_that_only_got_fuller_keeps_most_verdicts_and_the_rest_equal_a_fresh_analysis() {
     // The binpack winner taking one more job: it is the node nearly
     // every loss lands on, and it only got fuller.
     let nodes = [
@@ -653,12 +676,7 @@ fn under_binpack_a_node_that_only_got_fuller_keeps_most_verdicts_and_the_rest_eq
         ("n5", "z1", "e", 1.0),
         ("n6", "z2", "f", 0.5),
     ];
-    for (n, recomputed) in recomputed_per_placement(BINPACK, nodes, 0.5, 3).into_iter().enumerate() {
-        assert!(
-            recomputed <= 2,
-            "placement {n}: the fuller winner keeps the verdicts it still wins ({recomputed} of 6 recomputed)"
-        );
-    }
+    the_winner_keeps_its_verdicts(BINPACK, 100..220, nodes, 0.5, 3, 2);
 }
 
 /// Both tiers spread: where the emptiest node is every loss's destination.
@@ -676,12 +694,6 @@ const SPREAD: &str = "
 
 #[test]
 fn under_spread_the_winner_that_stays_emptiest_keeps_its_verdicts_and_the_rest_equal_a_fresh_analysis() {
-    let (recomputed, possible, replayed) = incremental_equals_fresh(SPREAD, 300..420);
-    assert!(
-        recomputed < possible,
-        "some updates recompute only part of the fleet ({recomputed} of {possible})"
-    );
-    assert!(replayed > 0, "some recomputed verdicts are replayed, not searched");
     // The spread winner taking one more job: it is where nearly every loss
     // lands, and n6 stays the emptiest (0.25 + 6 x 0.25 of 8, below n4's
     // and n5's 2.5): the losses it takes are decided as before, and only
@@ -694,12 +706,7 @@ fn under_spread_the_winner_that_stays_emptiest_keeps_its_verdicts_and_the_rest_e
         ("n5", "z1", "e", 2.5),
         ("n6", "z2", "f", 0.25),
     ];
-    for (n, recomputed) in recomputed_per_placement(SPREAD, nodes, 0.25, 6).into_iter().enumerate() {
-        assert!(
-            recomputed <= 1,
-            "placement {n}: the emptiest winner keeps the verdicts it still wins ({recomputed} of 6 recomputed)"
-        );
-    }
+    the_winner_keeps_its_verdicts(SPREAD, 300..420, nodes, 0.25, 6, 1);
 }
 
 #[test]
