@@ -124,7 +124,7 @@ impl AutoManagerCore {
                 {
                     return self.undo_start(&job_id, instance_key, node_id);
                 }
-                if let Some(record) = self.jobs.get_mut(&job_id).filter(|r| r.in_flight == Some(id)) {
+                if let Some(mut record) = self.jobs.get_mut(&job_id).filter(|r| r.in_flight == Some(id)) {
                     record.in_flight = None;
                     // It existed and is stopping: its replacement (same
                     // key) waits for its `Stopped`, as after a failure.
@@ -191,7 +191,7 @@ impl AutoManagerCore {
         // Not heard — or heard, the answer lost: Manager may hold the
         // instance already, where the job is no longer placed.
         let undo = matches!(&result, Err(f) if f.kind == RpcFailureKind::Transient) && self.node_still_up(job_id);
-        let Some(record) = self.jobs.get_mut(job_id).filter(|r| r.in_flight == Some(id)) else {
+        let Some(mut record) = self.jobs.get_mut(job_id).filter(|r| r.in_flight == Some(id)) else {
             return;
         };
         record.in_flight = None;
@@ -205,6 +205,7 @@ impl AutoManagerCore {
             .binding
             .as_ref()
             .is_some_and(|b| b.instance_key == instance_key && b.node_id == node_id);
+        drop(record);
         if !started_here {
             let node_up = self.node_up(&node_id);
             let may_exist = result.is_ok() || matches!(&result, Err(f) if f.kind == RpcFailureKind::Transient);
@@ -213,9 +214,10 @@ impl AutoManagerCore {
             }
             return;
         }
-        let Some(record) = self.jobs.get_mut(job_id) else {
+        let Some(mut guard) = self.jobs.get_mut(job_id) else {
             return;
         };
+        let record = &mut *guard;
         let Some(binding) = record.binding.as_mut() else {
             return;
         };
@@ -247,6 +249,7 @@ impl AutoManagerCore {
                 record.not_before = now + MIN_RECOVERY_INTERVAL_MS;
                 let refused_key = binding.instance_key.clone();
                 let refused_node = binding.node_id.clone();
+                drop(guard);
                 let held = self.held_on_stopping_node(job_id, &refused_key, &failure, now);
                 // The refusal is no fault of the node it was placed on: its
                 // health is not touched, and a spare stays a spare (only an
@@ -297,7 +300,7 @@ impl AutoManagerCore {
                 node_id,
             },
         );
-        if let Some(record) = self.jobs.get_mut(job_id) {
+        if let Some(mut record) = self.jobs.get_mut(job_id) {
             record.in_flight = Some(id);
         }
     }
@@ -343,7 +346,7 @@ impl AutoManagerCore {
         if !stopping {
             return None;
         }
-        let record = self.jobs.get_mut(job_id)?;
+        let mut record = self.jobs.get_mut(job_id)?;
         if let Some(awaited) = record.stopping.as_mut() {
             awaited.wait = StopWait::HeldOnStoppingNode;
             awaited.instance.since = now;
@@ -355,9 +358,10 @@ impl AutoManagerCore {
         let counted = self
             .jobs
             .get_mut(for_job)
-            .and_then(|r| r.binding.as_mut())
-            .filter(|b| &b.node_id == node_id)
-            .is_some_and(|b| std::mem::replace(&mut b.uncounted, false));
+            .is_some_and(|mut r| match r.binding.as_mut() {
+                Some(b) if &b.node_id == node_id => std::mem::replace(&mut b.uncounted, false),
+                _ => false,
+            });
         let Err(failure) = result else {
             if counted {
                 self.counters.placements_succeeded += 1;
@@ -378,7 +382,7 @@ impl AutoManagerCore {
             self.provision_refused(&p, failure.kind, now);
         }
         self.fleet_epoch += 1;
-        for record in self.jobs.values_mut() {
+        for mut record in self.jobs.values_mut() {
             if record.is_bound_to(node_id) {
                 record.binding = None;
                 // A recovery's next attempt keeps its spacing.

@@ -138,7 +138,7 @@ impl AutoManagerCore {
     /// bundle is updated or deleted").
     pub(super) fn revive(&mut self, bundle_id: &BundleId) {
         self.broken.remove(bundle_id);
-        for record in self.jobs.values_mut() {
+        for mut record in self.jobs.values_mut() {
             if &record.bundle_ref.bundle_id == bundle_id {
                 record.dropped = false;
                 // A new generation carries no verdict: one Manager recorded

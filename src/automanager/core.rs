@@ -12,6 +12,7 @@ use crate::placement::Pools;
 use super::binding::{Binding, JobRecord};
 use super::drain::state::Drains;
 use super::fleet::{Fleet, Offering};
+use super::jobs::Jobs;
 use super::manual::state::ManualStarts;
 use super::metrics::Counters;
 use super::migration::state::{MigrationCall, Migrations};
@@ -167,7 +168,7 @@ pub struct AutoManagerCore {
     pub(super) hydrated: bool,
     pub(super) closed: bool,
     pub(super) fleet: Fleet,
-    pub(super) jobs: BTreeMap<JobId, JobRecord>,
+    pub(super) jobs: Jobs,
     pub(super) bundles: BTreeMap<BundleId, Bundle>,
     pub(super) broken: BTreeMap<BundleId, String>,
     pub(super) next_node_serial: u64,
@@ -231,7 +232,7 @@ impl AutoManagerCore {
             hydrated: false,
             closed: false,
             fleet: Fleet::default(),
-            jobs: BTreeMap::new(),
+            jobs: Jobs::default(),
             bundles: BTreeMap::new(),
             broken: BTreeMap::new(),
             next_node_serial: 0,

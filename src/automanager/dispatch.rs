@@ -211,13 +211,13 @@ impl AutoManagerCore {
                 ),
             };
             self.notify(Notification::Error { message });
-            if let Some(record) = self.jobs.get_mut(job_id) {
+            if let Some(mut record) = self.jobs.get_mut(job_id) {
                 record.stopping = still;
             }
         }
         self.counters.placements_attempted += 1;
         if recovery.is_some()
-            && let Some(record) = self.jobs.get_mut(job_id)
+            && let Some(mut record) = self.jobs.get_mut(job_id)
         {
             // Every recovery attempt counts for the spacing, whatever it
             // found.
@@ -281,7 +281,7 @@ impl AutoManagerCore {
             .fleet
             .get(&node_id)
             .is_some_and(|n| n.phase == NodePhase::Running && !n.terminated);
-        if let Some(record) = self.jobs.get_mut(job_id) {
+        if let Some(mut record) = self.jobs.get_mut(job_id) {
             record.binding = Some(Binding {
                 node_id,
                 instance_key: InstanceKey::slot(Slot::of_replica(job_ref.replica_index)),
@@ -304,7 +304,7 @@ impl AutoManagerCore {
     /// the node it failed on could carry it.
     fn placement_failed(&mut self, job_id: &JobId, reason: String, now: UnixMillis) {
         self.counters.placements_failed += 1;
-        if let Some(record) = self.jobs.get_mut(job_id) {
+        if let Some(mut record) = self.jobs.get_mut(job_id) {
             let excluded = record
                 .recovery
                 .as_mut()
@@ -409,7 +409,7 @@ impl AutoManagerCore {
             node_id: binding.node_id.clone(),
         };
         let id = self.call(rpc, pending);
-        if let Some(record) = self.jobs.get_mut(job_id) {
+        if let Some(mut record) = self.jobs.get_mut(job_id) {
             record.in_flight = Some(id);
             if let Some(binding) = record.binding.as_mut() {
                 binding.phase = BindingPhase::Dispatched;
@@ -427,7 +427,7 @@ impl AutoManagerCore {
     /// Ends the binding; `single_use_release` says whether a `singleUse`
     /// job's node is terminated with it.
     pub(super) fn unbind(&mut self, job_id: &JobId, single_use_release: bool) {
-        let Some(record) = self.jobs.get_mut(job_id) else {
+        let Some(mut record) = self.jobs.get_mut(job_id) else {
             return;
         };
         let Some(binding) = record.binding.take() else {

@@ -167,7 +167,7 @@ impl AutoManagerCore {
         for (job_id, carried) in inherited.jobs {
             let usable = |node: &NodeId| self.fleet.get(node).is_some_and(|n| !n.is_going() && !n.terminated);
             let binding = carried.binding.filter(|b| usable(&b.node_id));
-            let Some(record) = self.jobs.get_mut(&job_id) else {
+            let Some(mut record) = self.jobs.get_mut(&job_id) else {
                 continue;
             };
             // The predecessor judged the losses it saw; those a snapshot
@@ -217,7 +217,7 @@ impl AutoManagerCore {
             let node_up = binding
                 .as_ref()
                 .is_some_and(|b| self.fleet.get(&b.node_id).is_some_and(|n| !n.is_going()));
-            let Some(record) = self.jobs.get_mut(&job_id).filter(|r| r.in_flight.is_none()) else {
+            let Some(mut record) = self.jobs.get_mut(&job_id).filter(|r| r.in_flight.is_none()) else {
                 continue;
             };
             record.in_flight = Some(id);
@@ -273,7 +273,7 @@ impl AutoManagerCore {
                     .is_some_and(|b| b.node_id != node_id)
             });
             // One node per job: a second launching for it stays unused.
-            if let Some(record) = self.jobs.get_mut(&job_id)
+            if let Some(mut record) = self.jobs.get_mut(&job_id)
                 && record.binding.is_none()
                 && !peers_elsewhere
             {
@@ -307,7 +307,7 @@ impl AutoManagerCore {
         let unjudged: Vec<(JobId, super::binding::UnjudgedLoss)> = self
             .jobs
             .values_mut()
-            .filter_map(|record| Some((record.job.job_id.clone(), record.unjudged_loss.take()?)))
+            .filter_map(|mut record| Some((record.job.job_id.clone(), record.unjudged_loss.take()?)))
             .collect();
         for (job_id, loss) in unjudged {
             let Some(record) = self.jobs.get(&job_id) else {
@@ -373,7 +373,7 @@ impl AutoManagerCore {
                 let Some((_, job_id)) = on_node.pop() else {
                     break;
                 };
-                let Some(record) = self.jobs.get_mut(&job_id) else {
+                let Some(mut record) = self.jobs.get_mut(&job_id) else {
                     continue;
                 };
                 let Some(binding) = record.binding.take() else {
@@ -433,7 +433,7 @@ impl AutoManagerCore {
                 continue;
             };
             for (_, member, node_id, key) in placed.into_iter().filter(|p| p.2 != home) {
-                if let Some(record) = self.jobs.get_mut(&member) {
+                if let Some(mut record) = self.jobs.get_mut(&member) {
                     record.binding = None;
                 }
                 self.fleet_epoch += 1;
@@ -546,7 +546,7 @@ impl AutoManagerCore {
         // when it starts, not when Manager says again that it runs.
         if !started_before
             && let Some(job) = provisioned_for
-            && let Some(record) = self.jobs.get_mut(&JobId(job))
+            && let Some(mut record) = self.jobs.get_mut(&JobId(job))
         {
             record.restarts.clear();
         }
@@ -663,13 +663,13 @@ impl AutoManagerCore {
     /// is then a stray, which is stopped once every job is read.
     fn stop_dropped(&mut self, job_id: &JobId, now: UnixMillis) {
         if !self.hydrated {
-            if let Some(record) = self.jobs.get_mut(job_id) {
+            if let Some(mut record) = self.jobs.get_mut(job_id) {
                 record.dropped = true;
             }
             return self.end_binding(job_id);
         }
         self.migration_job_ended(job_id, "the job was dropped", now);
-        let Some(record) = self.jobs.get_mut(job_id) else {
+        let Some(mut record) = self.jobs.get_mut(job_id) else {
             return;
         };
         record.dropped = true;
@@ -694,7 +694,7 @@ impl AutoManagerCore {
     /// Applies history entries not seen before: where instances were
     /// provisioned, reached running, stopped.
     fn apply_history(&mut self, job_id: &JobId, now: UnixMillis) {
-        let Some(record) = self.jobs.get_mut(job_id) else {
+        let Some(mut record) = self.jobs.get_mut(job_id) else {
             return;
         };
         let fresh: Vec<JobHistoryEntry> = record.job.history[record.history_seen..].to_vec();
@@ -750,7 +750,7 @@ impl AutoManagerCore {
     /// so a fresh core after a reconnect keeps counting against the same
     /// ceiling ("the history clears when the bundle is updated").
     fn replay_restart(&mut self, job_id: &JobId, entry: &JobHistoryEntry) {
-        if let Some(record) = self.jobs.get_mut(job_id) {
+        if let Some(mut record) = self.jobs.get_mut(job_id) {
             replay_restart(&mut record.restarts, entry);
         }
     }
@@ -759,7 +759,7 @@ impl AutoManagerCore {
     /// until its `Stopped`, so its replacement (same instance key) is not
     /// started on top of it.
     fn instance_stopping(&mut self, job_id: &JobId, role: crate::model::InstanceKey, now: UnixMillis) {
-        if let Some(record) = self.jobs.get_mut(job_id)
+        if let Some(mut record) = self.jobs.get_mut(job_id)
             && let Some(binding) = &record.binding
         {
             record.stopping = Some(AwaitedStop {
@@ -776,7 +776,7 @@ impl AutoManagerCore {
     /// A stopped instance: if it is the one being waited for (failed, or
     /// held on a stopping node), its replacement may now start.
     fn instance_stopped(&mut self, job_id: &JobId, role: &crate::model::InstanceKey, node: Option<&NodeId>) {
-        if let Some(record) = self.jobs.get_mut(job_id)
+        if let Some(mut record) = self.jobs.get_mut(job_id)
             && record
                 .stopping
                 .as_ref()
@@ -812,7 +812,7 @@ impl AutoManagerCore {
                 .inherited
                 .undoing
                 .contains(&(job_id.clone(), role.clone(), node_id.clone()));
-        let Some(record) = self.jobs.get_mut(job_id) else {
+        let Some(mut record) = self.jobs.get_mut(job_id) else {
             return;
         };
         // A node a single-use job ran on is released once empty, whether

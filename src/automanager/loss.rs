@@ -21,7 +21,7 @@ impl AutoManagerCore {
     /// hydrated (see [`JobRecord::unjudged_loss`]).
     pub(super) fn lose_instance(&mut self, job_id: &JobId, cause: LossCause, now: UnixMillis) {
         let hydrated = self.hydrated;
-        let Some(record) = self.jobs.get_mut(job_id) else {
+        let Some(mut record) = self.jobs.get_mut(job_id) else {
             return;
         };
         let Some(binding) = record.binding.take() else {
@@ -41,7 +41,7 @@ impl AutoManagerCore {
                 .is_some_and(|n| n.phase == NodePhase::Stopping);
         if hydrated {
             self.judge_loss(job_id, &binding, &cause, node_stopping, now);
-        } else if with_node && let Some(record) = self.jobs.get_mut(job_id) {
+        } else if with_node && let Some(mut record) = self.jobs.get_mut(job_id) {
             record.unjudged_loss = Some(UnjudgedLoss {
                 lost: binding.clone(),
                 node_stopping,
@@ -65,7 +65,7 @@ impl AutoManagerCore {
         node_stopping: bool,
         now: UnixMillis,
     ) {
-        let Some(record) = self.jobs.get_mut(job_id) else {
+        let Some(mut record) = self.jobs.get_mut(job_id) else {
             return;
         };
         // A job that has ended ends no more.
@@ -106,7 +106,7 @@ impl AutoManagerCore {
     /// (verdict to Manager, `bundleBroken`, no replica placed again); a
     /// non-essential one is dropped alone.
     fn terminal(&mut self, job_id: &JobId, reason: String, ceiling: bool, now: UnixMillis) {
-        let Some(record) = self.jobs.get_mut(job_id) else {
+        let Some(mut record) = self.jobs.get_mut(job_id) else {
             return;
         };
         record.dropped = true;

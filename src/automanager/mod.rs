@@ -59,6 +59,7 @@ pub mod fleet;
 pub mod headroom;
 mod history;
 pub mod interruption;
+mod jobs;
 mod loss;
 mod manual;
 pub mod metrics;

@@ -91,13 +91,10 @@ impl AutoManagerCore {
             return;
         };
         let (job, phase, strategy) = (state.job_id.clone(), state.phase, state.strategy);
-        if let Some(target) = self
-            .jobs
-            .get_mut(&job)
-            .and_then(|r| r.migration.as_mut())
-            .map(|c| &mut c.target)
+        if let Some(mut record) = self.jobs.get_mut(&job)
+            && let Some(claim) = record.migration.as_mut()
         {
-            target.phase = BindingPhase::Running;
+            claim.target.phase = BindingPhase::Running;
         }
         match (phase, strategy) {
             (MigrationPhase::Starting, MigrationStrategy::Overlap) => self.cut_over(id, CutOver::StopSource, now),
@@ -434,7 +431,7 @@ impl AutoManagerCore {
             self.stop_target(id);
         }
         self.end_binding(&job);
-        if let Some(record) = self.jobs.get_mut(&job) {
+        if let Some(mut record) = self.jobs.get_mut(&job) {
             record.not_before = now + MIN_RECOVERY_INTERVAL_MS;
         }
         self.notify(Notification::Error {
@@ -454,9 +451,10 @@ impl AutoManagerCore {
         let counted = self
             .jobs
             .get_mut(&job)
-            .and_then(|r| r.migration.as_mut())
-            .filter(|c| &c.migration_id == id)
-            .is_some_and(|c| std::mem::replace(&mut c.target.uncounted, false));
+            .is_some_and(|mut r| match r.migration.as_mut() {
+                Some(c) if &c.migration_id == id => std::mem::replace(&mut c.target.uncounted, false),
+                _ => false,
+            });
         if counted {
             if ok {
                 self.counters.placements_succeeded += 1;

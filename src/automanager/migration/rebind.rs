@@ -86,7 +86,7 @@ impl AutoManagerCore {
         if !usable {
             return false;
         }
-        if let Some(record) = self.jobs.get_mut(job) {
+        if let Some(mut record) = self.jobs.get_mut(job) {
             record.binding = Some(Binding {
                 node_id,
                 instance_key: key,

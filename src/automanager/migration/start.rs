@@ -118,7 +118,7 @@ impl AutoManagerCore {
                 .unwrap_or_else(|| Slot::of_replica(replica));
             let (migration_id, tag) = self.migrations.next_id(member, now);
             let target_key = InstanceKey::migration_target(slot, tag);
-            if let Some(record) = self.jobs.get_mut(member) {
+            if let Some(mut record) = self.jobs.get_mut(member) {
                 record.migration = Some(MigrationClaim {
                     migration_id: migration_id.clone(),
                     target: Binding {
@@ -447,13 +447,10 @@ impl AutoManagerCore {
                 call: MigrationCall::StartTarget,
             },
         );
-        if let Some(target) = self
-            .jobs
-            .get_mut(&job_id)
-            .and_then(|r| r.migration.as_mut())
-            .map(|c| &mut c.target)
+        if let Some(mut record) = self.jobs.get_mut(&job_id)
+            && let Some(claim) = record.migration.as_mut()
         {
-            target.phase = BindingPhase::Dispatched;
+            claim.target.phase = BindingPhase::Dispatched;
         }
         let next = if defer_start {
             MigrationPhase::Preparing

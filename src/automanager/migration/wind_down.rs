@@ -147,7 +147,7 @@ impl AutoManagerCore {
         };
         let (job_id, source_node) = (state.job_id.clone(), state.source_node_id.clone());
         let target = claim.target.clone();
-        let Some(record) = self.jobs.get_mut(&job_id) else {
+        let Some(mut record) = self.jobs.get_mut(&job_id) else {
             return;
         };
         record.migration = None;
@@ -181,7 +181,7 @@ impl AutoManagerCore {
     /// The job's claim ends; its target's node, if it was provisioned for
     /// it and carries nothing else, is not left behind.
     fn release_target(&mut self, job_id: &JobId) {
-        let Some(record) = self.jobs.get_mut(job_id) else {
+        let Some(mut record) = self.jobs.get_mut(job_id) else {
             return;
         };
         let Some(claim) = record.migration.take() else {
@@ -344,7 +344,7 @@ impl AutoManagerCore {
     ) {
         self.mark_lost(id, reason, now);
         self.end_binding(job_id);
-        if let Some(record) = self.jobs.get_mut(job_id) {
+        if let Some(mut record) = self.jobs.get_mut(job_id) {
             record.recovery = Some(RecoveryContext {
                 on_runtime_failure: None,
                 excluded_nodes: vec![source_node],

@@ -457,7 +457,7 @@ impl AutoManagerCore {
                 // is placed again) and the pool backs off.
                 self.fleet.remove(&node_id);
                 self.spares.activity.remove(&node_id);
-                for record in self.jobs.values_mut() {
+                for mut record in self.jobs.values_mut() {
                     if record.is_bound_to(&node_id) {
                         record.binding = None;
                     }
