@@ -84,7 +84,6 @@ impl AutoManagerCore {
                 Err(failure) if failure.kind == RpcFailureKind::NotFound => {
                     if !self.creating(&node_id) {
                         self.fleet.remove(&node_id);
-                        self.fleet_epoch += 1;
                     }
                 }
                 // Not heard: the node would run (and cost) on, taking
@@ -381,7 +380,6 @@ impl AutoManagerCore {
         {
             self.provision_refused(&p, failure.kind, now);
         }
-        self.fleet_epoch += 1;
         for mut record in self.jobs.values_mut() {
             if record.is_bound_to(node_id) {
                 record.binding = None;

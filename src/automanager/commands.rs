@@ -34,7 +34,7 @@ impl AutoManagerCore {
             Command::StopBundleJob(job) => return self.toggle_command(id, job, false),
             Command::SetTemplateImages(images) => {
                 self.settings.template_images = images;
-                self.fleet_epoch += 1;
+                self.placed_with_revision += 1;
                 return self.reply(id, Ok(()));
             }
             Command::CordonNode(node_id) => return self.reply_with(id, |core| core.cordon_node(&node_id)),
@@ -88,7 +88,7 @@ impl AutoManagerCore {
                 self.settings = valid.settings;
                 self.pools = valid.pools;
                 self.view_cache = None;
-                self.fleet_epoch += 1;
+                self.placed_with_revision += 1;
                 self.reply(id, Ok(()));
             }
             Err(e) => self.reply(id, Err(CommandError::InvalidSettings { errors: e.errors })),

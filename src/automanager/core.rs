@@ -177,9 +177,10 @@ pub struct AutoManagerCore {
     /// terminated should they appear.
     pub(super) unheard_creates: BTreeSet<NodeId>,
     pub(super) counters: Counters,
-    /// Bumped whenever capacity may have appeared; a job that found nowhere
-    /// is retried once it moves.
-    pub(super) fleet_epoch: u64,
+    /// Counts the changes to what the fleet is placed with: settings,
+    /// pools, template images, a held-back tier or offering offered again
+    /// (see [`AutoManagerCore::capacity_epoch`]).
+    pub(super) placed_with_revision: u64,
     /// How many steps this core (and the cores it succeeds) has taken: the
     /// read model's revision.
     pub(super) revision: u64,
@@ -238,7 +239,7 @@ impl AutoManagerCore {
             next_node_serial: 0,
             unheard_creates: BTreeSet::new(),
             counters: Counters::default(),
-            fleet_epoch: 0,
+            placed_with_revision: 0,
             revision: 0,
             tier_backoff: BTreeMap::new(),
             exhausted_offerings: BTreeMap::new(),
@@ -462,6 +463,16 @@ impl AutoManagerCore {
             Input::Timer => {}
             Input::Close => self.close(now),
         }
+    }
+
+    /// Moves whenever capacity may have appeared or the fleet changed in a
+    /// way the spare reconciler, node services and headroom must see: a job
+    /// that found nowhere is retried once it moves. Each part is counted by
+    /// what owns the change — the fleet ([`Fleet::changes`]), the job
+    /// records (a hold ended or moved, [`Jobs::released`]) and what the
+    /// fleet is placed with — so no change can be made without it.
+    pub(super) fn capacity_epoch(&self) -> u64 {
+        self.fleet.changes() + self.jobs.released() + self.placed_with_revision
     }
 
     pub(super) fn notify(&mut self, notification: Notification) {

@@ -304,13 +304,14 @@ impl AutoManagerCore {
     /// the node it failed on could carry it.
     fn placement_failed(&mut self, job_id: &JobId, reason: String, now: UnixMillis) {
         self.counters.placements_failed += 1;
+        let epoch = self.capacity_epoch();
         if let Some(mut record) = self.jobs.get_mut(job_id) {
             let excluded = record
                 .recovery
                 .as_mut()
                 .map(|context| std::mem::take(&mut context.excluded_nodes));
             if excluded.as_ref().is_none_or(|nodes| nodes.is_empty()) {
-                record.awaiting_capacity_since = Some(self.fleet_epoch);
+                record.awaiting_capacity_since = Some(epoch);
             }
             if record.recovery.is_some() {
                 record.not_before = now + MIN_RECOVERY_INTERVAL_MS;
@@ -434,7 +435,7 @@ impl AutoManagerCore {
             return;
         };
         let single_use = record.job.spec.single_use && single_use_release;
-        self.fleet_epoch += 1;
+        drop(record);
         self.release_node(&binding.node_id, single_use);
     }
 
@@ -463,8 +464,8 @@ impl AutoManagerCore {
         if self.jobs.values().any(|r| r.is_bound_to(node_id)) || self.hosts_migration_target(node_id) {
             // A single-use job left company behind (its co-located peers):
             // the node goes once they have left too.
-            if single_use && let Some(node) = self.fleet.get_mut(node_id) {
-                node.release_when_empty = true;
+            if single_use {
+                self.fleet.release_when_empty(node_id);
             }
             return;
         }
@@ -476,14 +477,9 @@ impl AutoManagerCore {
     /// `TerminateNode`, with `nodeTerminated` fired once per node at issue
     /// time.
     pub(super) fn terminate(&mut self, node_id: &NodeId) {
-        let Some(node) = self.fleet.get_mut(node_id) else {
-            return;
-        };
-        if node.terminated {
+        if !self.fleet.terminate(node_id) {
             return;
         }
-        node.terminated = true;
-        self.fleet_epoch += 1;
         self.call(
             Rpc::TerminateNode {
                 node_id: node_id.clone(),

@@ -27,10 +27,7 @@ impl AutoManagerCore {
             ManagerEvent::JobDeleted(job_id) => self.job_deleted(job_id, now),
             ManagerEvent::InitialDataComplete => self.hydrated_now(now),
             ManagerEvent::NodeStarting(info) => {
-                let node = self.fleet.describe(&info, NodePhase::Starting);
-                if node.phase == NodePhase::Prospective {
-                    node.phase = NodePhase::Starting;
-                }
+                self.fleet.starting(&info);
                 self.adopt_provisioned(&info, now);
                 let node_id = info.node_id.clone();
                 self.notify(Notification::NodeStarting { node: info });
@@ -40,35 +37,24 @@ impl AutoManagerCore {
                 self.node_started(info, now)
             }
             ManagerEvent::PhysicalNodeConnected { node_id, tags, .. } => {
-                let node = self.fleet.entry(&node_id, NodePhase::Running);
-                node.tags = tags;
-                node.phase = NodePhase::Running;
-                self.fleet_epoch += 1;
+                self.fleet.connected(&node_id, tags);
                 self.dispatch_awaiting(&node_id);
             }
             ManagerEvent::NodeInventory { node_id, inventory } => {
-                self.fleet.entry(&node_id, NodePhase::Starting).inventory = Some(inventory);
-                self.fleet_epoch += 1;
+                self.fleet.set_inventory(&node_id, inventory);
             }
             ManagerEvent::NodeTagsUpdated { node_id, tags } => {
-                self.fleet.entry(&node_id, NodePhase::Starting).tags = tags;
-                self.fleet_epoch += 1;
+                self.fleet.set_tags(&node_id, tags);
             }
             ManagerEvent::NodeStopping { node_id, reason } => {
-                let node = self.fleet.entry(&node_id, NodePhase::Stopping);
-                if node.phase != NodePhase::Stopped {
-                    node.phase = NodePhase::Stopping;
-                }
-                node.stop_reason = Some(reason);
+                self.fleet.stopping(&node_id, reason);
                 self.lose_node(&node_id, now);
                 self.notify(Notification::NodeStopping { node_id, reason });
             }
             ManagerEvent::NodeStopped(node_id) => {
                 // "A node's NodeStopped alone (no prior Stopping) unbinds and
                 // recovers its jobs."
-                let node = self.fleet.entry(&node_id, NodePhase::Stopped);
-                node.phase = NodePhase::Stopped;
-                node.stopped_at = Some(now);
+                self.fleet.stopped(&node_id, now);
                 self.lose_node(&node_id, now);
                 self.notify(Notification::NodeStopped { node_id });
             }
@@ -88,11 +74,7 @@ impl AutoManagerCore {
                     code,
                     detail: detail.clone(),
                 });
-                let settings = &self.settings;
-                if let Some(node) = self.fleet.get_mut(&node_id)
-                    && node.health.record_rejection(settings, now)
-                {
-                    self.fleet_epoch += 1;
+                if self.fleet.record_rejection(&node_id, &self.settings, now) {
                     self.notify(Notification::NodeUnhealthy {
                         node_id: node_id.clone(),
                     });
@@ -204,14 +186,8 @@ impl AutoManagerCore {
             record.restarts = restarts;
         }
         for (node_id, marks) in inherited.nodes {
-            let Some(node) = self.fleet.get_mut(&node_id) else {
-                continue;
-            };
-            node.terminated |= marks.terminated;
-            node.release_when_empty |= marks.release_when_empty;
-            if node.provisioned.is_none() {
-                node.provisioned = marks.provisioned;
-            }
+            self.fleet
+                .inherit(&node_id, marks.terminated, marks.release_when_empty, marks.provisioned);
         }
         for (id, job_id, binding) in inherited.starts {
             let node_up = binding
@@ -387,7 +363,7 @@ impl AutoManagerCore {
                     binding.gpu_index,
                 );
                 let _ = cache.view_mut().release(&node_id, &placed);
-                self.fleet_epoch += 1;
+                drop(record);
                 self.notify(Notification::Error {
                     message: format!(
                         "{node_id} runs more than it holds (a predecessor's stop did not land): stopping \
@@ -436,7 +412,6 @@ impl AutoManagerCore {
                 if let Some(mut record) = self.jobs.get_mut(&member) {
                     record.binding = None;
                 }
-                self.fleet_epoch += 1;
                 self.view_cache = None;
                 self.notify(Notification::Error {
                     message: format!(
@@ -486,10 +461,7 @@ impl AutoManagerCore {
             for_job: info.tags.get(tags::PROVISIONED_FOR).map(|j| JobId(j.clone())),
             start_deadline: info.created_at.unwrap_or(now) + tier_spec.effective_provision_timeout_ms() as i64,
         };
-        if let Some(node) = self.fleet.get_mut(&info.node_id) {
-            node.provisioned = Some(provisioned);
-            self.fleet_epoch += 1;
-        }
+        self.fleet.set_provisioned(&info.node_id, provisioned);
     }
 
     /// Once hydrated: every instance Manager holds (open in a job's
@@ -537,10 +509,8 @@ impl AutoManagerCore {
             .fleet
             .get(&info.node_id)
             .is_some_and(|n| n.phase == NodePhase::Running);
-        let node = self.fleet.describe(&info, NodePhase::Running);
-        node.phase = NodePhase::Running;
+        let node = self.fleet.running(&info);
         let provisioned_for = node.tags.get(tags::PROVISIONED_FOR).cloned();
-        self.fleet_epoch += 1;
         self.adopt_provisioned(&info, now);
         // "The history clears when a node provisioned for the job starts":
         // when it starts, not when Manager says again that it runs.
@@ -559,7 +529,6 @@ impl AutoManagerCore {
     /// (migrations with an instance there are settled first).
     fn lose_node(&mut self, node_id: &NodeId, now: UnixMillis) {
         self.migration_node_lost(node_id, now);
-        self.fleet_epoch += 1;
         let bound = self.jobs_bound_to(node_id);
         for job_id in bound {
             self.lose_instance(&job_id, LossCause::NodeLost, now);
@@ -595,7 +564,6 @@ impl AutoManagerCore {
         if let Some(record) = self.jobs.remove(&job_id)
             && let Some(binding) = record.binding
         {
-            self.fleet_epoch += 1;
             self.release_node(&binding.node_id, record.job.spec.single_use);
         }
         self.notify(Notification::JobDeleted { job_id });
@@ -628,7 +596,7 @@ impl AutoManagerCore {
         }
         // A predecessor's job with a migration in flight carries on from
         // the record it left.
-        let record = self.jobs.entry(job_id.clone()).or_insert_with(|| {
+        let mut record = self.jobs.get_or_insert_with(&job_id, || {
             self.inherited
                 .migrating
                 .remove(&job_id)
@@ -642,6 +610,7 @@ impl AutoManagerCore {
         if post {
             record.window_over = true;
         }
+        drop(record);
         self.apply_history(&job_id, now);
         if verdict_landed {
             self.stop_dropped(&job_id, now);
@@ -679,6 +648,7 @@ impl AutoManagerCore {
         let Some(binding) = record.binding.clone() else {
             return;
         };
+        drop(record);
         self.end_binding(job_id);
         if self.fleet.get(&binding.node_id).is_some_and(|n| !n.is_going()) {
             self.notify(Notification::Error {
@@ -699,6 +669,7 @@ impl AutoManagerCore {
         };
         let fresh: Vec<JobHistoryEntry> = record.job.history[record.history_seen..].to_vec();
         record.history_seen = record.job.history.len();
+        drop(record);
         for entry in fresh {
             if !self.hydrated {
                 self.replay_restart(job_id, &entry);
@@ -821,6 +792,7 @@ impl AutoManagerCore {
         if !hydrated && record.job.spec.single_use {
             self.inherited.releases.push((node_id.clone(), true));
         }
+        let ended = record.dropped || record.job.terminal_verdict.is_some();
         match &mut record.binding {
             Some(binding)
                 if binding.instance_key == role
@@ -829,17 +801,15 @@ impl AutoManagerCore {
                     && binding.phase != BindingPhase::Running =>
             {
                 binding.phase = BindingPhase::Running;
+                drop(record);
                 // "Excluded until a job reaches running on it."
-                if let Some(node) = self.fleet.get_mut(&node_id)
-                    && node.health.job_running()
-                {
-                    self.fleet_epoch += 1;
+                if self.fleet.job_running(&node_id) {
                     self.notify(Notification::NodeHealthy { node_id });
                 }
             }
             // A job that has ended (dropped: its verdict is on Manager) is
             // not placed anywhere: an instance of it still live is a stray.
-            None if !hydrated && adoptable && !record.dropped && record.job.terminal_verdict.is_none() => {
+            None if !hydrated && adoptable && !ended => {
                 // Placed again: whoever placed it judged the loss.
                 record.unjudged_loss = None;
                 record.binding = Some(Binding {

@@ -13,6 +13,7 @@ use crate::model::{
 use crate::placement::Pools;
 
 use super::recovery::NodeHealth;
+use super::settings::AutoSettings;
 
 /// A node this core provisioned.
 #[derive(Clone, Debug, PartialEq)]
@@ -111,26 +112,29 @@ impl NodeState {
 }
 
 /// Every node.
+///
+/// Nodes change only through the named methods below, and each decides
+/// whether its change counts in [`Fleet::changes`]: a change that can give
+/// a job that found nowhere somewhere to go (a node connected or up, new
+/// tags or inventory, an exclusion lifted, a cordon lifted), or that the
+/// spare reconciler and node services must see (a node stopping, stopped,
+/// terminated, forgotten, newly excluded). A change that only takes
+/// capacity away from jobs already placed (a cordon, a launch the placement
+/// round itself planned, a node swept long after it stopped) does not
+/// count: nothing waiting could fit because of it.
 #[derive(Clone, Debug, Default)]
 pub struct Fleet {
     nodes: BTreeMap<NodeId, NodeState>,
     /// The last revision handed to a node.
     revision: u64,
+    /// Counts the changes that count (see above).
+    changes: u64,
 }
 
 impl Fleet {
     /// The node `id`.
     pub fn get(&self, id: &NodeId) -> Option<&NodeState> {
         self.nodes.get(id)
-    }
-
-    /// The node `id`, mutably.
-    pub fn get_mut(&mut self, id: &NodeId) -> Option<&mut NodeState> {
-        self.revision += 1;
-        let revision = self.revision;
-        let node = self.nodes.get_mut(id)?;
-        node.revision = revision;
-        Some(node)
     }
 
     /// Every node, in id order.
@@ -143,8 +147,23 @@ impl Fleet {
         self.nodes.contains_key(id)
     }
 
-    /// The node `id`, created in `phase` when unknown.
-    pub fn entry(&mut self, id: &NodeId, phase: NodePhase) -> &mut NodeState {
+    /// How many changes that count the fleet has seen (see [`Fleet`]).
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
+    /// The node `id`, to change: its revision moves, so the kept placement
+    /// view reads it again.
+    fn get_mut(&mut self, id: &NodeId) -> Option<&mut NodeState> {
+        self.revision += 1;
+        let revision = self.revision;
+        let node = self.nodes.get_mut(id)?;
+        node.revision = revision;
+        Some(node)
+    }
+
+    /// The node `id`, to change, created in `phase` when unknown.
+    fn entry(&mut self, id: &NodeId, phase: NodePhase) -> &mut NodeState {
         self.revision += 1;
         let node = self
             .nodes
@@ -154,11 +173,164 @@ impl Fleet {
         node
     }
 
-    /// Records what Manager said about a node (tags).
-    pub fn describe(&mut self, info: &NodeInfo, phase: NodePhase) -> &mut NodeState {
-        let node = self.entry(&info.node_id, phase);
+    /// `NodeStarting`: what Manager said about a launching node (tags).
+    /// Its launch was already known to placement (planned by this core, or
+    /// counted when another's node connects or comes up).
+    pub fn starting(&mut self, info: &NodeInfo) {
+        let node = self.entry(&info.node_id, NodePhase::Starting);
         node.tags = info.tags.clone();
+        if node.phase == NodePhase::Prospective {
+            node.phase = NodePhase::Starting;
+        }
+    }
+
+    /// `NodeStarted`/`NodeRunning`: the node is up, with these tags.
+    pub fn running(&mut self, info: &NodeInfo) -> &NodeState {
+        self.changes += 1;
+        let node = self.entry(&info.node_id, NodePhase::Running);
+        node.tags = info.tags.clone();
+        node.phase = NodePhase::Running;
         node
+    }
+
+    /// `PhysicalNodeConnected`: a registered node is up, with these tags.
+    pub fn connected(&mut self, id: &NodeId, tags: BTreeMap<String, String>) {
+        self.changes += 1;
+        let node = self.entry(id, NodePhase::Running);
+        node.tags = tags;
+        node.phase = NodePhase::Running;
+    }
+
+    /// `NodeInventory`.
+    pub fn set_inventory(&mut self, id: &NodeId, inventory: NodeInventory) {
+        self.changes += 1;
+        self.entry(id, NodePhase::Starting).inventory = Some(inventory);
+    }
+
+    /// `NodeTagsUpdated`: the node's tags are now `tags`.
+    pub fn set_tags(&mut self, id: &NodeId, tags: BTreeMap<String, String>) {
+        self.changes += 1;
+        self.entry(id, NodePhase::Starting).tags = tags;
+    }
+
+    /// Tags this core set on a node it knows: `set` added, `remove` taken
+    /// off.
+    pub fn update_tags(&mut self, id: &NodeId, set: &BTreeMap<String, String>, remove: &[String]) {
+        self.changes += 1;
+        if let Some(node) = self.get_mut(id) {
+            node.tags.extend(set.clone());
+            for name in remove {
+                node.tags.remove(name);
+            }
+        }
+    }
+
+    /// `NodeStopping` with `reason` (a node already stopped stays so).
+    pub fn stopping(&mut self, id: &NodeId, reason: NodeStopReason) {
+        self.changes += 1;
+        let node = self.entry(id, NodePhase::Stopping);
+        if node.phase != NodePhase::Stopped {
+            node.phase = NodePhase::Stopping;
+        }
+        node.stop_reason = Some(reason);
+    }
+
+    /// `NodeStopped` at `now`.
+    pub fn stopped(&mut self, id: &NodeId, now: UnixMillis) {
+        self.changes += 1;
+        let node = self.entry(id, NodePhase::Stopped);
+        node.phase = NodePhase::Stopped;
+        node.stopped_at = Some(now);
+    }
+
+    /// A start was rejected on the node; true when that made it unhealthy
+    /// (see [`NodeHealth::record_rejection`]).
+    pub fn record_rejection(&mut self, id: &NodeId, settings: &AutoSettings, now: UnixMillis) -> bool {
+        let excluded = self
+            .get_mut(id)
+            .is_some_and(|node| node.health.record_rejection(settings, now));
+        self.changes += u64::from(excluded);
+        excluded
+    }
+
+    /// A job reached running on the node; true when that lifted its
+    /// exclusion.
+    pub fn job_running(&mut self, id: &NodeId) -> bool {
+        let healed = self.get_mut(id).is_some_and(|node| node.health.job_running());
+        self.changes += u64::from(healed);
+        healed
+    }
+
+    /// The node's exclusion lapses at `now`; true when it did.
+    pub fn heal(&mut self, id: &NodeId, now: UnixMillis) -> bool {
+        let healed = self.get_mut(id).is_some_and(|node| node.health.expire(now));
+        self.changes += u64::from(healed);
+        healed
+    }
+
+    /// Records that this core provisioned the node; false when unknown.
+    pub fn set_provisioned(&mut self, id: &NodeId, provisioned: Provisioned) -> bool {
+        let Some(node) = self.get_mut(id) else {
+            return false;
+        };
+        node.provisioned = Some(provisioned);
+        self.changes += 1;
+        true
+    }
+
+    /// Marks the node terminated; true when it was known and not yet.
+    pub fn terminate(&mut self, id: &NodeId) -> bool {
+        let Some(node) = self.get_mut(id) else {
+            return false;
+        };
+        if std::mem::replace(&mut node.terminated, true) {
+            return false;
+        }
+        self.changes += 1;
+        true
+    }
+
+    /// Cordons the node: nothing new lands there. False when unknown.
+    pub fn cordon(&mut self, id: &NodeId) -> bool {
+        let Some(node) = self.get_mut(id) else {
+            return false;
+        };
+        node.cordoned = true;
+        true
+    }
+
+    /// Lifts the node's cordon: `None` when unknown, else whether it was
+    /// cordoned.
+    pub fn uncordon(&mut self, id: &NodeId) -> Option<bool> {
+        let was = std::mem::replace(&mut self.get_mut(id)?.cordoned, false);
+        self.changes += u64::from(was);
+        Some(was)
+    }
+
+    /// The node is terminated once nothing is left on it.
+    pub fn release_when_empty(&mut self, id: &NodeId) {
+        if let Some(node) = self.get_mut(id) {
+            node.release_when_empty = true;
+        }
+    }
+
+    /// What a predecessor knew of the node: it terminated it, would release
+    /// it once empty, provisioned it.
+    pub fn inherit(
+        &mut self,
+        id: &NodeId,
+        terminated: bool,
+        release_when_empty: bool,
+        provisioned: Option<Provisioned>,
+    ) {
+        let Some(node) = self.get_mut(id) else {
+            return;
+        };
+        node.terminated |= terminated;
+        node.release_when_empty |= release_when_empty;
+        if node.provisioned.is_none() {
+            node.provisioned = provisioned;
+        }
     }
 
     /// Adds a node this core is about to provision.
@@ -173,7 +345,14 @@ impl Fleet {
 
     /// Forgets a node.
     pub fn remove(&mut self, id: &NodeId) -> Option<NodeState> {
-        self.nodes.remove(id)
+        let node = self.nodes.remove(id)?;
+        self.changes += 1;
+        Some(node)
+    }
+
+    /// Forgets a node stopped long ago: its stop was counted when it came.
+    pub fn sweep(&mut self, id: &NodeId) {
+        self.nodes.remove(id);
     }
 
     /// The fleet as placement sees it: each node with the jobs `placed`

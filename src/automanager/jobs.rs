@@ -10,6 +10,7 @@
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::ops::{Deref, DerefMut};
 
 use crate::model::{JobId, NodeId};
@@ -26,13 +27,19 @@ pub(super) struct Jobs {
 }
 
 /// The capacity a record holds: its binding's node and GPU, and its
-/// migration target's.
-type Holds = [Option<(NodeId, Option<u32>)>; 2];
+/// migration target's, each as a fingerprint (a guard taken on every record
+/// of a large fleet must not copy node ids).
+type Holds = [Option<u64>; 2];
 
 fn holds(record: &JobRecord) -> Holds {
+    let fingerprint = |node_id: &NodeId, gpu: Option<u32>| {
+        let mut hasher = DefaultHasher::new();
+        (node_id, gpu).hash(&mut hasher);
+        hasher.finish()
+    };
     [
-        record.binding.as_ref().map(|b| (b.node_id.clone(), b.gpu_index)),
-        record.migration_target().map(|t| (t.node_id.clone(), t.gpu_index)),
+        record.binding.as_ref().map(|b| fingerprint(&b.node_id, b.gpu_index)),
+        record.migration_target().map(|t| fingerprint(&t.node_id, t.gpu_index)),
     ]
 }
 

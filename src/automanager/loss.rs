@@ -27,8 +27,8 @@ impl AutoManagerCore {
         let Some(binding) = record.binding.take() else {
             return;
         };
-        self.fleet_epoch += 1;
         let single_use = record.job.spec.single_use;
+        drop(record);
         let cause = match cause {
             LossCause::NodeLost if self.drains.is_reclaimed(&binding.node_id) => LossCause::Reclaimed,
             cause => cause,
@@ -73,7 +73,8 @@ impl AutoManagerCore {
             return;
         }
         let requirements = record.job.spec.requirements.clone();
-        match judge(&self.settings, &requirements, &mut record.restarts, cause, now) {
+        let verdict = judge(&self.settings, &requirements, &mut record.restarts, cause, now);
+        match verdict {
             FailureVerdict::Restart => {
                 record.recovery = Some(RecoveryContext {
                     on_runtime_failure: Some(requirements.on_runtime_failure),
@@ -98,7 +99,10 @@ impl AutoManagerCore {
             FailureVerdict::Terminal {
                 reason,
                 ceiling_reached,
-            } => self.terminal(job_id, reason, ceiling_reached, now),
+            } => {
+                drop(record);
+                self.terminal(job_id, reason, ceiling_reached, now);
+            }
         }
     }
 
@@ -113,6 +117,7 @@ impl AutoManagerCore {
         record.recovery = None;
         let essential = record.job.spec.requirements.is_essential();
         let bundle_id = record.bundle_ref.bundle_id.clone();
+        drop(record);
         // `jobDropped`: `drop`, an invalid spec, or a non-essential job
         // past its ceiling.
         if !ceiling || !essential {

@@ -94,11 +94,14 @@ impl AutoManagerCore {
         validate_pools(pools).map_err(|e| e.to_string())
     }
 
-    /// Forgets what has served its time; true when something was.
-    pub(super) fn expire_held_back(&mut self, now: UnixMillis) -> bool {
+    /// Forgets what has served its time; when something was, the pools
+    /// placement sees have grown (see [`AutoManagerCore::capacity_epoch`]).
+    pub(super) fn expire_held_back(&mut self, now: UnixMillis) {
         let before = self.tier_backoff.len() + self.exhausted_offerings.len();
         self.tier_backoff.retain(|_, until| *until > now);
         self.exhausted_offerings.retain(|_, until| *until > now);
-        self.tier_backoff.len() + self.exhausted_offerings.len() != before
+        if self.tier_backoff.len() + self.exhausted_offerings.len() != before {
+            self.placed_with_revision += 1;
+        }
     }
 }

@@ -40,7 +40,7 @@ impl AutoManagerCore {
         if record.binding.is_some()
             || record.in_flight.is_some()
             || !self.may_run(record, now)
-            || record.awaiting_capacity_since == Some(self.fleet_epoch)
+            || record.awaiting_capacity_since == Some(self.capacity_epoch())
             || self.migrations.holds_placement_of(record.job_id())
             || self.waits_for_group_move(record)
         {

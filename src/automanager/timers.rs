@@ -63,7 +63,6 @@ impl AutoManagerCore {
                 }
             }
             self.terminate(&node_id);
-            self.fleet_epoch += 1;
         }
         let healed: Vec<_> = self
             .fleet
@@ -72,10 +71,7 @@ impl AutoManagerCore {
             .map(|n| n.id.clone())
             .collect();
         for node_id in healed {
-            if let Some(node) = self.fleet.get_mut(&node_id)
-                && node.health.expire(now)
-            {
-                self.fleet_epoch += 1;
+            if self.fleet.heal(&node_id, now) {
                 self.notify(Notification::NodeHealthy { node_id });
             }
         }
@@ -96,11 +92,9 @@ impl AutoManagerCore {
             {
                 self.terminate(&node_id);
             }
-            self.fleet.remove(&node_id);
+            self.fleet.sweep(&node_id);
         }
         self.expire_drains(now);
-        if self.expire_held_back(now) {
-            self.fleet_epoch += 1;
-        }
+        self.expire_held_back(now);
     }
 }

@@ -51,26 +51,22 @@ pub use state::{
 impl AutoManagerCore {
     /// `cordonNode`: no new placements land on the node.
     pub(super) fn cordon_node(&mut self, node_id: &NodeId) -> Result<(), CommandError> {
-        let node = self
-            .fleet
-            .get_mut(node_id)
-            .ok_or_else(|| CommandError::UnknownNode(node_id.clone()))?;
-        node.cordoned = true;
-        Ok(())
+        if self.fleet.cordon(node_id) {
+            Ok(())
+        } else {
+            Err(CommandError::UnknownNode(node_id.clone()))
+        }
     }
 
     /// `uncordonNode`: placements may land on the node again. A drain that
     /// has not issued its terminate is cancelled (its migrations in flight
     /// run to their end) and an interruption notice is withdrawn with it.
     pub(super) fn uncordon_node(&mut self, node_id: &NodeId) -> Result<(), CommandError> {
-        let node = self
-            .fleet
-            .get_mut(node_id)
+        // Capacity coming back is counted by the fleet: a job that found
+        // nowhere may fit now.
+        self.fleet
+            .uncordon(node_id)
             .ok_or_else(|| CommandError::UnknownNode(node_id.clone()))?;
-        if std::mem::replace(&mut node.cordoned, false) {
-            // Capacity came back: a job that found nowhere may fit now.
-            self.fleet_epoch += 1;
-        }
         let cancelled = self
             .drains
             .by_node
@@ -232,9 +228,7 @@ impl AutoManagerCore {
     /// relayed are acted on.
     pub(super) fn prepare_drains(&mut self, now: UnixMillis) {
         for node_id in std::mem::take(&mut self.drains.carried_cordons) {
-            if let Some(node) = self.fleet.get_mut(&node_id) {
-                node.cordoned = true;
-            }
+            let _ = self.fleet.cordon(&node_id);
         }
         self.act_on_relayed_interruptions(now);
     }

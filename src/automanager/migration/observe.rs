@@ -448,13 +448,10 @@ impl AutoManagerCore {
         let Some(job) = self.migrations.get(id).map(|m| m.job_id.clone()) else {
             return;
         };
-        let counted = self
-            .jobs
-            .get_mut(&job)
-            .is_some_and(|mut r| match r.migration.as_mut() {
-                Some(c) if &c.migration_id == id => std::mem::replace(&mut c.target.uncounted, false),
-                _ => false,
-            });
+        let counted = self.jobs.get_mut(&job).is_some_and(|mut r| match r.migration.as_mut() {
+            Some(c) if &c.migration_id == id => std::mem::replace(&mut c.target.uncounted, false),
+            _ => false,
+        });
         if counted {
             if ok {
                 self.counters.placements_succeeded += 1;

@@ -95,7 +95,6 @@ impl AutoManagerCore {
                 uncounted: false,
             });
         }
-        self.fleet_epoch += 1;
         self.release_node(&left, single_use);
         true
     }

@@ -159,7 +159,7 @@ impl AutoManagerCore {
             },
             ..target
         });
-        self.fleet_epoch += 1;
+        drop(record);
         // The node a group leaves is released once its last member has
         // gone (`release_node` keeps a node anything is bound to).
         let single_use = self.group_single_use(id);
@@ -188,7 +188,7 @@ impl AutoManagerCore {
             return;
         };
         let single_use = record.job.spec.single_use;
-        self.fleet_epoch += 1;
+        drop(record);
         self.release_node(&claim.target.node_id, single_use);
     }
 

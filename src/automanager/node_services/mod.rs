@@ -48,11 +48,11 @@ impl AutoManagerCore {
     pub(super) fn place_node_services(&mut self, now: UnixMillis) {
         let retry_due = self.node_services_deadline().is_some_and(|at| at <= now);
         if self.settings.node_services.is_empty()
-            || (self.node_services.seen_epoch == Some(self.fleet_epoch) && !retry_due)
+            || (self.node_services.seen_epoch == Some(self.capacity_epoch()) && !retry_due)
         {
             return;
         }
-        self.node_services.seen_epoch = Some(self.fleet_epoch);
+        self.node_services.seen_epoch = Some(self.capacity_epoch());
         let fleet = &self.fleet;
         self.node_services
             .placements

@@ -108,13 +108,7 @@ impl AutoManagerCore {
     }
 
     pub(super) fn update_tags(&mut self, node_id: &NodeId, set: BTreeMap<String, String>, remove: Vec<String>) {
-        if let Some(node) = self.fleet.get_mut(node_id) {
-            node.tags.extend(set.clone());
-            for name in &remove {
-                node.tags.remove(name);
-            }
-        }
-        self.fleet_epoch += 1;
+        self.fleet.update_tags(node_id, &set, &remove);
         self.call(
             Rpc::UpdateNodeTags {
                 node_id: node_id.clone(),

@@ -149,7 +149,7 @@ impl AutoManagerCore {
         let configured = !self.settings.hot_spares.is_empty();
         let tick = configured && self.spares.next_tick.is_none_or(|at| at <= now);
         let backoff_ended = self.spares.backoff.values().any(|&until| until <= now);
-        let changed = self.spares.seen_epoch != Some(self.fleet_epoch);
+        let changed = self.spares.seen_epoch != Some(self.capacity_epoch());
         if !configured {
             // Only orphans can be left to reap, and only a fleet change
             // can bring one.
@@ -157,7 +157,7 @@ impl AutoManagerCore {
                 return;
             }
             if !self.fleet.iter().any(is_spare_tagged) {
-                self.spares.seen_epoch = Some(self.fleet_epoch);
+                self.spares.seen_epoch = Some(self.capacity_epoch());
                 self.spares.forced = false;
                 return;
             }
@@ -190,7 +190,7 @@ impl AutoManagerCore {
             self.spares.next_tick = Some(now + self.settings.hot_spare_reconcile_interval_ms as i64);
         }
         self.spares.forced = false;
-        self.spares.seen_epoch = Some(self.fleet_epoch);
+        self.spares.seen_epoch = Some(self.capacity_epoch());
     }
 
     /// Every node Manager accepted a job on.
@@ -343,11 +343,8 @@ impl AutoManagerCore {
             launch_mode: tier.launch_mode,
         };
         self.fleet.add_provisioned(node_id.clone(), provisioned);
-        if let Some(node) = self.fleet.get_mut(&node_id) {
-            node.tags = node_tags;
-        }
+        self.fleet.set_tags(&node_id, node_tags);
         self.spares.activity.insert(node_id.clone(), now);
-        self.fleet_epoch += 1;
         self.call(
             rpc,
             Pending::Spare(SpareRequest::Provision {
@@ -463,7 +460,6 @@ impl AutoManagerCore {
                     }
                 }
                 self.spares.backoff.insert(pool, now + SPARE_PROVISION_RETRY_BACKOFF_MS);
-                self.fleet_epoch += 1;
                 self.notify(Notification::Error {
                     message: format!("provisioning spare {node_id} failed: {}", failure.message),
                 });
