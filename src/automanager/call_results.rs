@@ -371,10 +371,9 @@ impl AutoManagerCore {
             self.counters.placements_dispatch_failed += 1;
         }
         // No phantom node: it is forgotten, its jobs re-placed, and what
-        // refused held back so the next shape or tier is tried. The kept
-        // view may hold it as a prospective node without remembering it as
-        // one of the fleet's: it is built again.
-        self.view_cache = None;
+        // refused held back so the next shape or tier is tried. (The kept
+        // view, should it hold it as a prospective node, sees a node the
+        // fleet does not and is built again.)
         if let Some(node) = self.fleet.remove(node_id)
             && let Some(p) = node.provisioned
         {

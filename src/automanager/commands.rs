@@ -87,7 +87,7 @@ impl AutoManagerCore {
             Ok(valid) => {
                 self.settings = valid.settings;
                 self.pools = valid.pools;
-                self.view_cache = None;
+                // The kept view sees the new pools and is built again.
                 self.placed_with_revision += 1;
                 self.reply(id, Ok(()));
             }

@@ -122,8 +122,9 @@ impl AutoManagerCore {
         }
         let view = if self.capacity_held_back(now) {
             // Held-back tiers and offerings shape this round only: a view
-            // of its own, and the kept one is built again afterwards.
-            self.view_cache = None;
+            // of its own. The kept one is left as it is; the next round
+            // brings it up to date (or builds it again, should this one
+            // have provisioned).
             self.effective_pools(now)
                 .and_then(|pools| self.view_with(pools).map_err(|e| e.to_string()))
                 .map(|view| PlacementView::Once(Box::new(view)))

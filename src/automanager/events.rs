@@ -374,8 +374,8 @@ impl AutoManagerCore {
                 self.undo_start(&job_id, binding.instance_key, node_id.clone());
             }
         }
-        // Rebuilt from the bindings as they now are.
-        self.view_cache = None;
+        // The view taken is dropped: the next round builds it from the
+        // bindings as they now are.
     }
 
     /// Once hydrated: a co-located group Manager runs on more than one
@@ -412,7 +412,6 @@ impl AutoManagerCore {
                 if let Some(mut record) = self.jobs.get_mut(&member) {
                     record.binding = None;
                 }
-                self.view_cache = None;
                 self.notify(Notification::Error {
                     message: format!(
                         "{member} runs on {node_id}, apart from its co-located group on {home} (a predecessor's \

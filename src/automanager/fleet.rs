@@ -433,3 +433,97 @@ pub(super) fn placement_phase(node: &NodeState) -> NodePhase {
         node.phase
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: &str) -> NodeId {
+        NodeId(id.to_owned())
+    }
+
+    /// Counts `change` makes in `fleet`'s changes.
+    fn counted(fleet: &mut Fleet, change: impl FnOnce(&mut Fleet)) -> u64 {
+        let before = fleet.changes();
+        change(fleet);
+        fleet.changes() - before
+    }
+
+    #[test]
+    fn what_can_give_capacity_back_or_move_the_fleet_counts_and_nothing_else_does() {
+        let mut fleet = Fleet::default();
+        let a = node("a");
+        assert_eq!(counted(&mut fleet, |f| f.connected(&a, BTreeMap::new())), 1);
+        assert_eq!(
+            counted(&mut fleet, |f| assert!(f.cordon(&a))),
+            0,
+            "a cordon only takes capacity"
+        );
+        assert_eq!(counted(&mut fleet, |f| assert_eq!(f.uncordon(&a), Some(true))), 1);
+        assert_eq!(
+            counted(&mut fleet, |f| assert_eq!(f.uncordon(&a), Some(false))),
+            0,
+            "not cordoned"
+        );
+        assert_eq!(counted(&mut fleet, |f| assert_eq!(f.uncordon(&node("x")), None)), 0);
+        assert!(!fleet.cordon(&node("x")), "an unknown node is not cordoned");
+
+        let settings = AutoSettings {
+            rejection_escalation_count: 2,
+            ..AutoSettings::default()
+        };
+        assert_eq!(
+            counted(&mut fleet, |f| assert!(!f.record_rejection(&a, &settings, 0))),
+            0
+        );
+        assert_eq!(
+            counted(&mut fleet, |f| assert!(f.record_rejection(&a, &settings, 1))),
+            1
+        );
+        assert_eq!(
+            counted(&mut fleet, |f| assert!(f.job_running(&a))),
+            1,
+            "the exclusion lifts"
+        );
+        assert_eq!(
+            counted(&mut fleet, |f| assert!(!f.job_running(&a))),
+            0,
+            "nothing to lift"
+        );
+        assert_eq!(counted(&mut fleet, |f| assert!(!f.heal(&a, 10))), 0);
+
+        assert_eq!(counted(&mut fleet, |f| assert!(f.terminate(&a))), 1);
+        assert_eq!(counted(&mut fleet, |f| assert!(!f.terminate(&a))), 0, "terminated once");
+        assert_eq!(counted(&mut fleet, |f| f.stopped(&a, 5)), 1);
+        assert_eq!(
+            fleet.get(&a).map(|n| (n.phase, n.stopped_at)),
+            Some((NodePhase::Stopped, Some(5)))
+        );
+        assert_eq!(counted(&mut fleet, |f| f.sweep(&a)), 0, "its stop was counted");
+        assert!(!fleet.contains(&a));
+
+        let b = node("b");
+        let info = NodeInfo {
+            node_id: b.clone(),
+            tags: BTreeMap::from([(tags::POOL.to_owned(), "p".to_owned())]),
+            created_at: None,
+            provider: crate::model::ProviderMetadata::Unknown,
+        };
+        assert_eq!(
+            counted(&mut fleet, |f| f.starting(&info)),
+            0,
+            "a launch placement planned"
+        );
+        assert_eq!(
+            counted(&mut fleet, |f| assert_eq!(f.running(&info).phase, NodePhase::Running)),
+            1
+        );
+        assert_eq!(counted(&mut fleet, |f| f.set_tags(&b, BTreeMap::new())), 1);
+        assert_eq!(counted(&mut fleet, |f| assert!(f.remove(&b).is_some())), 1);
+        assert_eq!(
+            counted(&mut fleet, |f| assert!(f.remove(&b).is_none())),
+            0,
+            "already gone"
+        );
+    }
+}

@@ -10,7 +10,14 @@
 //! - [`fleet`]: the fleet view (nodes, inventories, what this core
 //!   provisioned and terminated).
 //! - [`binding`]: one record per job (node, instance key, placement of
-//!   record, in-flight gate).
+//!   record, in-flight gate); `jobs`: the records, changed only through a
+//!   guard that counts the capacity a change gave back.
+//! - The capacity epoch (`AutoManagerCore::capacity_epoch`), which retries
+//!   jobs that found nowhere and wakes spares, node services and headroom,
+//!   is counted by what owns each change: the fleet's named mutators, the
+//!   job records' guard, the settings and held-back offerings. No call
+//!   site bumps it; the kept placement view notices changes by itself
+//!   (node revisions, bindings, pools).
 //! - [`recovery`]: runtime-failure policy, restart ceiling, node health.
 //! - `core`: the state and the `handle` loop; `readiness`: when a job may
 //!   be placed; `timers`: the next deadline and what falls due;
@@ -41,7 +48,7 @@
 //!
 //! Layering: the vocabulary and the state of each subsystem sit in leaf
 //! files that never name the core (`protocol`, `settings`, `fleet`,
-//! `binding`, `recovery`, `history`, `notification`, `metrics`, and each
+//! `binding`, `jobs`, `recovery`, `history`, `notification`, `metrics`, and each
 //! subsystem folder's `state` — `drain::state` holds the interruption
 //! notices too); `core` holds them all, and the behaviour files (`impl
 //! AutoManagerCore` in `events`, `dispatch`, each subsystem's `mod.rs`, …)

@@ -181,7 +181,7 @@ impl AutoManagerCore {
 
     fn fingerprint(&self) -> Fingerprint {
         Fingerprint {
-            fleet_epoch: self.capacity_epoch(),
+            capacity_epoch: self.capacity_epoch(),
             revisions: self.fleet.iter().map(|n| n.revision).fold(0, u64::wrapping_add),
             bindings: {
                 use std::hash::{Hash, Hasher};

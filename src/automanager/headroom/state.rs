@@ -33,7 +33,7 @@ pub(in crate::automanager) struct HeadroomState {
 /// depends on may have changed.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Fingerprint {
-    pub(super) fleet_epoch: u64,
+    pub(super) capacity_epoch: u64,
     pub(super) revisions: u64,
     pub(super) bindings: u64,
     pub(super) generations: u64,

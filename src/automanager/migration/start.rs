@@ -264,7 +264,6 @@ impl AutoManagerCore {
         // placement round (a view of its own then); otherwise the kept view,
         // which keeps the target's reservation.
         let mut view = if self.capacity_held_back(now) {
-            self.view_cache = None;
             let pools = self.effective_pools(now).map_err(nowhere)?;
             PlacementView::Once(Box::new(self.view_with(pools).map_err(|e| nowhere(e.to_string()))?))
         } else {

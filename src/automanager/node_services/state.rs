@@ -66,7 +66,7 @@ pub(in crate::automanager) enum ServiceRequest {
 #[derive(Clone, Debug, Default)]
 pub(in crate::automanager) struct NodeServiceState {
     pub(super) placements: BTreeMap<(String, NodeId), ServicePhase>,
-    /// `fleet_epoch` as the last round left it: nodes only come and go
+    /// The capacity epoch as the last round left it: nodes only come and go
     /// when it moves.
     pub(super) seen_epoch: Option<u64>,
 }

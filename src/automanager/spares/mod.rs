@@ -162,7 +162,7 @@ impl AutoManagerCore {
                 return;
             }
         }
-        // Manager accepting a start does not move the fleet epoch, so while
+        // Manager accepting a start does not move the capacity epoch, so while
         // spares are configured a spare taking a job is looked for on
         // every step.
         let consumed = self.consumed_spares();

@@ -60,7 +60,7 @@ pub(super) struct Pulls {
 pub(in crate::automanager) struct SpareState {
     /// When the next periodic pass is due (none before the first pass).
     pub(super) next_tick: Option<UnixMillis>,
-    /// `fleet_epoch` as the last pass left it.
+    /// The capacity epoch as the last pass left it.
     pub(super) seen_epoch: Option<u64>,
     /// A pass is due regardless (the specs changed).
     pub(super) forced: bool,
