@@ -75,7 +75,7 @@ impl AutoManagerCore {
             }
             Pending::Toggle(job_id) => self.toggle_result(&job_id, result, now),
             Pending::ManualStop(job_id) => self.manual_stop_result(&job_id, result, now),
-            Pending::Complete(job_id) => self.complete_result(&job_id, result, now),
+            Pending::Complete(job_id) => self.schedules.complete_result(&job_id, result, &mut self.outbox, now),
             Pending::TerminateNode(node_id) => match result {
                 // Manager no longer knows it (it never came up, or is gone
                 // already): forget it, or it would count against its tier's
@@ -110,7 +110,7 @@ impl AutoManagerCore {
             } => self.start_result(&job_id, (instance_key, node_id), id, result, now),
             Pending::CreateNode { node_id, for_job } => self.create_result(&node_id, &for_job, result, now),
             Pending::Spare(request) => self.spare_rpc_result(request, result, now),
-            Pending::NodeService(request) => self.node_service_rpc_result(request, result, now),
+            Pending::NodeService(request) => self.node_services.rpc_result(request, result, &mut self.outbox, now),
             Pending::Migration { migration_id, call } => self.migration_call_result(&migration_id, call, result, now),
             Pending::UndoStart {
                 job_id,

@@ -432,11 +432,13 @@ impl AutoManagerCore {
             self.prepare_drains(now);
             self.expire(now);
             self.step_migrations(now);
-            self.step_schedules(now);
+            let parts = self.parts();
+            parts.schedules.step(&parts.facts, parts.outbox, now);
             self.reconcile_manual(now);
             self.place_ready(now);
             self.reconcile_spares(now);
-            self.place_node_services(now);
+            let parts = self.parts();
+            parts.node_services.place(&parts.facts, parts.outbox, now);
             self.follow_drains();
             self.step_headroom(now);
         }
@@ -476,7 +478,37 @@ impl AutoManagerCore {
     }
 
     pub(super) fn notify(&mut self, notification: Notification) {
-        self.outbox.actions.push(Action::Notify(notification));
+        self.outbox.notify(notification);
+    }
+
+    /// The core taken apart: the facts, read-only, the outbox, and each
+    /// subsystem's own state — what a subsystem is handed (see [`Facts`]).
+    pub(super) fn parts(&mut self) -> Parts<'_> {
+        Parts {
+            facts: Facts {
+                capacity_epoch: self.capacity_epoch(),
+                fleet: &self.fleet,
+                jobs: &self.jobs,
+                bundles: &self.bundles,
+                settings: &self.settings,
+                pools: &self.pools,
+            },
+            outbox: &mut self.outbox,
+            node_services: &mut self.node_services,
+            schedules: &mut self.schedules,
+        }
+    }
+
+    /// The facts, read-only (see [`Facts`]).
+    pub(super) fn facts(&self) -> Facts<'_> {
+        Facts {
+            capacity_epoch: self.capacity_epoch(),
+            fleet: &self.fleet,
+            jobs: &self.jobs,
+            bundles: &self.bundles,
+            settings: &self.settings,
+            pools: &self.pools,
+        }
     }
 
     pub(super) fn call(&mut self, rpc: Rpc, pending: Pending) -> RequestId {
@@ -505,6 +537,28 @@ impl AutoManagerCore {
     }
 }
 
+/// What a subsystem reads of the core's facts, handed to it with its own
+/// state and the outbox (node services and schedules so far; the rules
+/// that read facts alone, such as a bundle's schedule, are methods of it):
+/// the fleet, the job records, the bundles, the settings and pools in force
+/// and the capacity epoch. It changes none of them.
+pub(super) struct Facts<'a> {
+    pub(super) fleet: &'a Fleet,
+    pub(super) jobs: &'a Jobs,
+    pub(super) bundles: &'a BTreeMap<BundleId, Bundle>,
+    pub(super) settings: &'a AutoSettings,
+    pub(super) pools: &'a Pools,
+    pub(super) capacity_epoch: u64,
+}
+
+/// The core taken apart ([`AutoManagerCore::parts`]).
+pub(super) struct Parts<'a> {
+    pub(super) facts: Facts<'a>,
+    pub(super) outbox: &'a mut Outbox,
+    pub(super) node_services: &'a mut NodeServiceState,
+    pub(super) schedules: &'a mut Schedules,
+}
+
 /// What the core sends out: Manager calls, each kept with what it was for
 /// until its answer comes back, notifications and command replies, in the
 /// order a step made them. A step hands its actions to the runtime; the
@@ -522,12 +576,17 @@ pub(super) struct Outbox {
 
 impl Outbox {
     /// Sends `rpc`, kept as `pending` until answered.
-    fn call(&mut self, rpc: Rpc, pending: Pending) -> RequestId {
+    pub(super) fn call(&mut self, rpc: Rpc, pending: Pending) -> RequestId {
         self.next_request += 1;
         let id = RequestId(self.next_request);
         self.pending.insert(id, pending);
         self.actions.push(Action::Call { id, rpc });
         id
+    }
+
+    /// Sends a notification.
+    pub(super) fn notify(&mut self, notification: Notification) {
+        self.actions.push(Action::Notify(notification));
     }
 
     /// Sends a command's reply (or answer).

@@ -298,7 +298,7 @@ impl AutoManagerCore {
                 || record.dropped
                 || record.job.terminal_verdict.is_some()
                 || self.is_dormant(record)
-                || self.schedule_ended(&record.bundle_ref.bundle_id, now)
+                || self.facts().schedule_ended(&record.bundle_ref.bundle_id, now)
             {
                 continue;
             }
@@ -559,7 +559,8 @@ impl AutoManagerCore {
 
     fn job_deleted(&mut self, job_id: JobId, now: UnixMillis) {
         self.migration_job_ended(&job_id, "the job was deleted", now);
-        self.node_service_job_changed(&job_id, None, now);
+        self.node_services
+            .job_changed(&self.settings, &job_id, None, &mut self.outbox, now);
         if let Some(record) = self.jobs.remove(&job_id)
             && let Some(binding) = record.binding
         {
@@ -575,7 +576,9 @@ impl AutoManagerCore {
         let Some(bundle_ref) = job.bundle_ref.clone() else {
             // Plain Manager jobs are not this core's to place, a node
             // service's excepted.
-            return self.node_service_job_changed(&job.job_id, Some(&job), now);
+            return self
+                .node_services
+                .job_changed(&self.settings, &job.job_id, Some(&job), &mut self.outbox, now);
         };
         let job_id = job.job_id.clone();
         let post = job.state == JobState::Post;

@@ -29,7 +29,9 @@ impl AutoManagerCore {
     /// Whether the job may run at all: not terminal, not a manual job kept
     /// stopped, its bundle's schedule not ended.
     pub(super) fn may_run(&self, record: &JobRecord, now: UnixMillis) -> bool {
-        !self.is_terminal(record) && !self.is_dormant(record) && !self.schedule_ended(&record.bundle_ref.bundle_id, now)
+        !self.is_terminal(record)
+            && !self.is_dormant(record)
+            && !self.facts().schedule_ended(&record.bundle_ref.bundle_id, now)
     }
 
     /// When a job may be placed (see the rules in `dispatch`): never while
@@ -70,7 +72,7 @@ impl AutoManagerCore {
             (JobState::Active, _) => not_before,
             // A scheduled start is placed `placementLeadMs` ahead.
             (JobState::Pre, Some(start)) => {
-                let lead = self.placement_lead_ms(bundle, record.bundle_ref.replica_index);
+                let lead = self.facts().placement_lead_ms(bundle, record.bundle_ref.replica_index);
                 not_before.max(start.saturating_sub(i64::try_from(lead).unwrap_or(i64::MAX)))
             }
             _ => return Readiness::Never,

@@ -15,6 +15,7 @@ impl AutoManagerCore {
         if !self.hydrated || self.closed {
             return None;
         }
+        let facts = self.facts();
         let jobs = self.jobs.values().filter_map(|r| match self.readiness(r, now) {
             Readiness::At(at) if at > now => Some(at),
             _ => None,
@@ -33,10 +34,10 @@ impl AutoManagerCore {
             .chain(self.tier_backoff.values().copied())
             .chain(self.exhausted_offerings.values().copied())
             .chain(self.spares_deadline())
-            .chain(self.node_services_deadline())
+            .chain(self.node_services.deadline())
             .chain(self.drains.next_deadline())
             .chain(self.migrations.next_deadline())
-            .chain(self.schedules_deadline(now))
+            .chain(self.schedules.deadlines(&facts, now))
             .chain(self.manual_deadline(now))
             .chain(self.headroom_deadline())
             .min()

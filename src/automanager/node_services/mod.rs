@@ -29,46 +29,50 @@ use std::collections::BTreeMap;
 
 use crate::model::{InstanceKey, JobHistoryEntry, JobId, NodeId, NodePhase, RuntimeJob, Slot, UnixMillis, tags};
 
-use super::core::{AutoManagerCore, Pending};
+use super::core::{AutoManagerCore, Facts, Outbox, Pending};
 use super::notification::Notification;
 use super::protocol::{Rpc, RpcFailure, RpcFailureKind};
-use state::ServiceRequest;
+use super::settings::AutoSettings;
+use state::{NodeServiceState, ServiceRequest};
 
 impl AutoManagerCore {
     /// Where each node service stands, per node.
     pub fn node_service_placements(&self) -> impl Iterator<Item = (&str, &NodeId, ServicePhase)> {
-        self.node_services
-            .placements
+        self.node_services.placements()
+    }
+}
+
+impl NodeServiceState {
+    /// Where each service stands, per node.
+    pub(in crate::automanager) fn placements(&self) -> impl Iterator<Item = (&str, &NodeId, ServicePhase)> {
+        self.placements
             .iter()
             .map(|((service, node), phase)| (service.as_str(), node, *phase))
     }
 
     /// Places every service on every running node it applies to and is not
     /// on yet, and forgets the nodes that are gone.
-    pub(super) fn place_node_services(&mut self, now: UnixMillis) {
-        let retry_due = self.node_services_deadline().is_some_and(|at| at <= now);
-        if self.settings.node_services.is_empty()
-            || (self.node_services.seen_epoch == Some(self.capacity_epoch()) && !retry_due)
-        {
+    pub(in crate::automanager) fn place(&mut self, facts: &Facts<'_>, outbox: &mut Outbox, now: UnixMillis) {
+        let retry_due = self.deadline().is_some_and(|at| at <= now);
+        if facts.settings.node_services.is_empty() || (self.seen_epoch == Some(facts.capacity_epoch) && !retry_due) {
             return;
         }
-        self.node_services.seen_epoch = Some(self.capacity_epoch());
-        let fleet = &self.fleet;
-        self.node_services
-            .placements
+        self.seen_epoch = Some(facts.capacity_epoch);
+        let fleet = facts.fleet;
+        self.placements
             .retain(|(_, node_id), _| fleet.get(node_id).is_some_and(|n| !n.is_going() && !n.terminated));
         let mut due = Vec::new();
-        for service in &self.settings.node_services {
-            for node in self.fleet.iter() {
+        for service in &facts.settings.node_services {
+            for node in fleet.iter() {
                 let pool = node.tags.get(tags::POOL);
                 let applies = pool.is_some_and(|p| {
-                    self.pools.get(p).is_some() && (service.pools.is_empty() || service.pools.contains(p))
+                    facts.pools.get(p).is_some() && (service.pools.is_empty() || service.pools.contains(p))
                 });
                 if !applies || node.phase != NodePhase::Running || node.terminated {
                     continue;
                 }
                 let key = (service.name.clone(), node.id.clone());
-                match self.node_services.placements.get(&key) {
+                match self.placements.get(&key) {
                     None => due.push((service.clone(), node.id.clone())),
                     Some(ServicePhase::RetryAt(at)) if *at <= now => due.push((service.clone(), node.id.clone())),
                     Some(_) => {}
@@ -83,10 +87,9 @@ impl AutoManagerCore {
             if !service.provides.is_empty() {
                 job_tags.insert("provides".to_owned(), service.provides.join(","));
             }
-            self.node_services
-                .placements
+            self.placements
                 .insert((service.name.clone(), node_id.clone()), ServicePhase::Creating);
-            self.call(
+            outbox.call(
                 Rpc::CreateJob {
                     job_id: node_service_job_id(&service.name, &node_id),
                     template: service.template.clone(),
@@ -101,9 +104,8 @@ impl AutoManagerCore {
     }
 
     /// When a failed service placement is next tried.
-    pub(super) fn node_services_deadline(&self) -> Option<UnixMillis> {
-        self.node_services
-            .placements
+    pub(in crate::automanager) fn deadline(&self) -> Option<UnixMillis> {
+        self.placements
             .values()
             .filter_map(|p| match p {
                 ServicePhase::RetryAt(at) => Some(*at),
@@ -114,10 +116,11 @@ impl AutoManagerCore {
 
     /// The result of a node-service RPC: a created job is started on its
     /// node; a failure is tried again after `NODE_SERVICE_RETRY_BACKOFF_MS`.
-    pub(super) fn node_service_rpc_result(
+    pub(in crate::automanager) fn rpc_result(
         &mut self,
         request: ServiceRequest,
         result: Result<(), RpcFailure>,
+        outbox: &mut Outbox,
         now: UnixMillis,
     ) {
         let (service, node_id, started) = match request {
@@ -125,7 +128,7 @@ impl AutoManagerCore {
             ServiceRequest::Start { service, node_id } => (service, node_id, true),
         };
         let key = (service.clone(), node_id.clone());
-        if !self.node_services.placements.contains_key(&key) {
+        if !self.placements.contains_key(&key) {
             // The node went meanwhile.
             return;
         }
@@ -139,7 +142,7 @@ impl AutoManagerCore {
             Ok(()) => {
                 let job_id = node_service_job_id(&service, &node_id);
                 let instance_key = InstanceKey::slot(Slot::of_replica(0));
-                self.call(
+                outbox.call(
                     Rpc::StartJob {
                         job_id,
                         runtime_role: instance_key.0.clone(),
@@ -155,7 +158,7 @@ impl AutoManagerCore {
                 ServicePhase::Starting
             }
             Err(failure) => {
-                self.notify(Notification::Error {
+                outbox.notify(Notification::Error {
                     message: format!(
                         "placing node service {} on {node_id} failed: {}",
                         key.0, failure.message
@@ -164,17 +167,24 @@ impl AutoManagerCore {
                 ServicePhase::RetryAt(now + NODE_SERVICE_RETRY_BACKOFF_MS)
             }
         };
-        self.node_services.placements.insert(key, phase);
+        self.placements.insert(key, phase);
     }
 
     /// A plain Manager job changed (or, with `job` `None`, `job_id` was
     /// deleted): a placed node service whose instance stopped is placed
     /// again after `NODE_SERVICE_RETRY_BACKOFF_MS`.
-    pub(super) fn node_service_job_changed(&mut self, job_id: &JobId, job: Option<&RuntimeJob>, now: UnixMillis) {
-        let Some(key) = self.node_service_key(job_id) else {
+    pub(in crate::automanager) fn job_changed(
+        &mut self,
+        settings: &AutoSettings,
+        job_id: &JobId,
+        job: Option<&RuntimeJob>,
+        outbox: &mut Outbox,
+        now: UnixMillis,
+    ) {
+        let Some(key) = self.key(settings, job_id) else {
             return;
         };
-        if self.node_services.placements.get(&key) != Some(&ServicePhase::Placed) {
+        if self.placements.get(&key) != Some(&ServicePhase::Placed) {
             return;
         }
         let ended = job.is_none_or(|j| {
@@ -186,25 +196,24 @@ impl AutoManagerCore {
         if !ended {
             return;
         }
-        self.notify(Notification::Error {
+        outbox.notify(Notification::Error {
             message: format!(
                 "node service {} on {} stopped; placing it again in {NODE_SERVICE_RETRY_BACKOFF_MS} ms",
                 key.0, key.1
             ),
         });
-        self.node_services
-            .placements
+        self.placements
             .insert(key, ServicePhase::RetryAt(now + NODE_SERVICE_RETRY_BACKOFF_MS));
     }
 
     /// The (service, node) a node-service job id names, if it is one of
-    /// this core's placements.
-    fn node_service_key(&self, job_id: &JobId) -> Option<(String, NodeId)> {
+    /// these placements.
+    fn key(&self, settings: &AutoSettings, job_id: &JobId) -> Option<(String, NodeId)> {
         let rest = job_id.0.strip_prefix("nodeService/")?;
-        self.settings.node_services.iter().find_map(|service| {
+        settings.node_services.iter().find_map(|service| {
             let node = rest.strip_prefix(service.name.as_str())?.strip_prefix('/')?;
             let key = (service.name.clone(), NodeId::from(node));
-            self.node_services.placements.contains_key(&key).then_some(key)
+            self.placements.contains_key(&key).then_some(key)
         })
     }
 }

@@ -36,11 +36,19 @@ use std::collections::BTreeMap;
 
 use crate::model::{Bundle, BundleId, BundleState, JobId, JobState, SchedulePhase, UnixMillis};
 
-use super::core::{AutoManagerCore, Pending};
+use super::core::{AutoManagerCore, Facts, Outbox, Pending};
 use super::notification::Notification;
 use super::protocol::{Rpc, RpcFailure, RpcFailureKind};
+use state::Schedules;
 
 impl AutoManagerCore {
+    /// The schedule of `bundle_id` at `now`, if it has one.
+    pub fn schedule_view(&self, bundle_id: &BundleId, now: UnixMillis) -> Option<ScheduleView> {
+        self.facts().schedule_view(bundle_id, now)
+    }
+}
+
+impl Facts<'_> {
     /// The placement lead of a replica: the largest `placementLeadMs` of
     /// the tiers of the pool it is placed from (see the module docs).
     pub(super) fn placement_lead_ms(&self, bundle: &Bundle, replica_index: u32) -> u64 {
@@ -65,7 +73,7 @@ impl AutoManagerCore {
     }
 
     /// The schedule of `bundle_id` at `now`, if it has one.
-    pub fn schedule_view(&self, bundle_id: &BundleId, now: UnixMillis) -> Option<ScheduleView> {
+    pub(super) fn schedule_view(&self, bundle_id: &BundleId, now: UnixMillis) -> Option<ScheduleView> {
         let bundle = self.bundles.get(bundle_id)?;
         let schedule = bundle.spec.schedule.as_ref()?;
         let placing_from = self.placing_from(bundle)?;
@@ -87,21 +95,22 @@ impl AutoManagerCore {
             .and_then(|b| b.spec.schedule.as_ref())
             .is_some_and(|s| s.has_ended(now))
     }
+}
 
+impl Schedules {
     /// Notifies phase changes and completes the jobs of every bundle whose
     /// schedule has ended.
-    pub(super) fn step_schedules(&mut self, now: UnixMillis) {
-        let scheduled: Vec<(BundleId, ScheduleView)> = self
+    pub(in crate::automanager) fn step(&mut self, facts: &Facts<'_>, outbox: &mut Outbox, now: UnixMillis) {
+        let scheduled = facts
             .bundles
             .values()
             .filter(|b| b.state == BundleState::Live)
-            .filter_map(|b| Some((b.bundle_id.clone(), self.schedule_view(&b.bundle_id, now)?)))
-            .collect();
+            .filter_map(|b| Some((b.bundle_id.clone(), facts.schedule_view(&b.bundle_id, now)?)));
         let mut phases = BTreeMap::new();
         for (bundle_id, view) in scheduled {
-            let seen = self.schedules.phases.get(&bundle_id).copied();
+            let seen = self.phases.get(&bundle_id).copied();
             if seen.is_some_and(|p| p != view.phase) {
-                self.notify(Notification::BundleSchedule {
+                outbox.notify(Notification::BundleSchedule {
                     bundle_id: bundle_id.clone(),
                     phase: view.phase,
                     next_phase: view.next.map(|n| n.phase),
@@ -109,49 +118,54 @@ impl AutoManagerCore {
                 });
             }
             if view.phase == SchedulePhase::Ended {
-                self.complete_jobs_of(&bundle_id, now);
+                self.complete_jobs_of(facts, &bundle_id, outbox, now);
             }
             phases.insert(bundle_id, view.phase);
         }
-        self.schedules.phases = phases;
+        self.phases = phases;
         // A job that reached `POST`, or left, needs no more calls.
-        let jobs = &self.jobs;
-        self.schedules
-            .completions
+        let jobs = facts.jobs;
+        self.completions
             .retain(|job_id, _| jobs.get(job_id).is_some_and(|r| r.job.state != JobState::Post));
     }
 
     /// `CompleteJob` for every job of an ended bundle not yet completed,
     /// one call in flight per job, again `COMPLETE_RETRY_MS` after an
     /// answer that did not complete it.
-    fn complete_jobs_of(&mut self, bundle_id: &BundleId, now: UnixMillis) {
-        let due: Vec<JobId> = self
+    fn complete_jobs_of(&mut self, facts: &Facts<'_>, bundle_id: &BundleId, outbox: &mut Outbox, now: UnixMillis) {
+        let due: Vec<JobId> = facts
             .jobs
             .values()
             .filter(|r| &r.bundle_ref.bundle_id == bundle_id && r.job.state != JobState::Post)
             .map(|r| r.job_id().clone())
-            .filter(|job_id| match self.schedules.completions.get(job_id) {
+            .filter(|job_id| match self.completions.get(job_id) {
                 None => true,
                 Some(None) => false,
                 Some(Some(answered)) => answered + COMPLETE_RETRY_MS <= now,
             })
             .collect();
         for job_id in due {
-            self.schedules.completions.insert(job_id.clone(), None);
-            self.call(Rpc::CompleteJob { job_id: job_id.clone() }, Pending::Complete(job_id));
+            self.completions.insert(job_id.clone(), None);
+            outbox.call(Rpc::CompleteJob { job_id: job_id.clone() }, Pending::Complete(job_id));
         }
     }
 
     /// What Manager answered to a `CompleteJob`.
-    pub(super) fn complete_result(&mut self, job_id: &JobId, result: Result<(), RpcFailure>, now: UnixMillis) {
+    pub(in crate::automanager) fn complete_result(
+        &mut self,
+        job_id: &JobId,
+        result: Result<(), RpcFailure>,
+        outbox: &mut Outbox,
+        now: UnixMillis,
+    ) {
         match result {
             // The job is gone: nothing is left to end.
             Err(failure) if failure.kind == RpcFailureKind::NotFound => {
-                self.schedules.completions.remove(job_id);
+                self.completions.remove(job_id);
             }
             Err(failure) => {
-                self.schedules.answered(job_id, now);
-                self.notify(Notification::Error {
+                self.answered(job_id, now);
+                outbox.notify(Notification::Error {
                     message: format!(
                         "completing {job_id} at its schedule's end failed (tried again in {} s): {}",
                         COMPLETE_RETRY_MS / 1_000,
@@ -159,18 +173,21 @@ impl AutoManagerCore {
                     ),
                 });
             }
-            Ok(()) => self.schedules.answered(job_id, now),
+            Ok(()) => self.answered(job_id, now),
         }
     }
 
     /// When a schedule changes phase next, or a `CompleteJob` is due again.
-    pub(super) fn schedules_deadline(&self, now: UnixMillis) -> impl Iterator<Item = UnixMillis> + '_ {
-        let transitions = self
+    pub(in crate::automanager) fn deadlines<'a>(
+        &'a self,
+        facts: &'a Facts<'a>,
+        now: UnixMillis,
+    ) -> impl Iterator<Item = UnixMillis> + 'a {
+        let transitions = facts
             .bundles
             .keys()
-            .filter_map(move |id| self.schedule_view(id, now)?.next.map(|n| n.at));
+            .filter_map(move |id| facts.schedule_view(id, now)?.next.map(|n| n.at));
         let retries = self
-            .schedules
             .completions
             .values()
             .filter_map(|answered| answered.map(|at| at + COMPLETE_RETRY_MS))
