@@ -12,6 +12,7 @@ use crate::placement::Pools;
 use super::binding::{Binding, JobRecord};
 use super::drain::state::Drains;
 use super::fleet::{Fleet, Offering};
+use super::headroom::state::HeadroomState;
 use super::jobs::Jobs;
 use super::manual::state::ManualStarts;
 use super::metrics::Counters;
@@ -204,7 +205,7 @@ pub struct AutoManagerCore {
     /// Manual jobs' wanted state and the calls bringing Manager to it.
     pub(super) manual: ManualStarts,
     /// Resilience headroom, kept up to date with the fleet.
-    pub(super) headroom: crate::automanager::headroom::state::HeadroomState,
+    pub(super) headroom: HeadroomState,
     /// What a disposed predecessor left this core, taken up at hydration
     /// (see [`AutoManagerCore::succeeding`]).
     pub(super) inherited: Inheritance,
@@ -440,7 +441,8 @@ impl AutoManagerCore {
             let parts = self.parts();
             parts.node_services.place(&parts.facts, parts.outbox, now);
             self.follow_drains();
-            self.step_headroom(now);
+            let parts = self.parts();
+            parts.headroom.step(&parts.facts, parts.outbox, now);
         }
         Step {
             actions: std::mem::take(&mut self.outbox.actions),
@@ -496,6 +498,7 @@ impl AutoManagerCore {
             outbox: &mut self.outbox,
             node_services: &mut self.node_services,
             schedules: &mut self.schedules,
+            headroom: &mut self.headroom,
         }
     }
 
@@ -538,7 +541,7 @@ impl AutoManagerCore {
 }
 
 /// What a subsystem reads of the core's facts, handed to it with its own
-/// state and the outbox (node services and schedules so far; the rules
+/// state and the outbox (node services, schedules and headroom so far; the rules
 /// that read facts alone, such as a bundle's schedule, are methods of it):
 /// the fleet, the job records, the bundles, the settings and pools in force
 /// and the capacity epoch. It changes none of them.
@@ -557,6 +560,7 @@ pub(super) struct Parts<'a> {
     pub(super) outbox: &'a mut Outbox,
     pub(super) node_services: &'a mut NodeServiceState,
     pub(super) schedules: &'a mut Schedules,
+    pub(super) headroom: &'a mut HeadroomState,
 }
 
 /// What the core sends out: Manager calls, each kept with what it was for

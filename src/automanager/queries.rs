@@ -165,7 +165,7 @@ impl AutoManagerCore {
             counters: self.counters.clone(),
             pools,
             broken_bundle_ids: self.broken.keys().cloned().collect(),
-            headroom: self.headroom_gauges(),
+            headroom: self.headroom.gauges(),
         }
     }
 

@@ -39,7 +39,7 @@ impl AutoManagerCore {
             .chain(self.migrations.next_deadline())
             .chain(self.schedules.deadlines(&facts, now))
             .chain(self.manual_deadline(now))
-            .chain(self.headroom_deadline())
+            .chain(self.headroom.deadline())
             .min()
             .map(|at| at.max(now))
     }

@@ -23,77 +23,87 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::model::{BundleId, BundleSpec, JobId, UnixMillis};
 use crate::placement::headroom::{DomainKind, HeadroomReport, KindSummary};
 
-use super::core::AutoManagerCore;
+use super::core::{AutoManagerCore, Facts, Outbox};
 use super::metrics::HeadroomGauge;
 use super::notification::Notification;
-use state::Fingerprint;
+use super::view_cache::placed_jobs;
+use state::{Fingerprint, HeadroomState};
 
 impl AutoManagerCore {
-    /// The last headroom report, once one was computed.
     pub fn headroom(&self) -> Option<&HeadroomReport> {
         self.headroom.report.as_ref()
     }
 
-    /// Notes a change, and recomputes headroom once the debounce is over.
-    pub(super) fn step_headroom(&mut self, now: UnixMillis) {
-        if !self.settings.experimental.headroom {
+    pub fn headroom_recomputes(&self) -> (u64, u64) {
+        (self.headroom.recomputes, self.headroom.wide_recomputes)
+    }
+}
+
+impl HeadroomState {
+    /// Recomputes the verdicts when what they read changed and the
+    /// debounce has run out (or the zone and provider refresh is due), and
+    /// notifies the verdicts that changed.
+    pub(in crate::automanager) fn step(&mut self, facts: &Facts<'_>, outbox: &mut Outbox, now: UnixMillis) {
+        if !facts.settings.experimental.headroom {
             return;
         }
-        let fingerprint = self.fingerprint();
-        if self.headroom.seen.as_ref() != Some(&fingerprint) {
-            self.headroom.seen = Some(fingerprint);
-            self.headroom.pending = Some(match self.headroom.pending {
+        let fingerprint = fingerprint(facts);
+        if self.seen.as_ref() != Some(&fingerprint) {
+            self.seen = Some(fingerprint);
+            self.pending = Some(match self.pending {
                 Some((first, _)) => (first, now),
                 None => (now, now),
             });
         }
-        let Some(due) = self.headroom_deadline() else {
+        let Some(due) = self.deadline() else {
             return;
         };
         if due > now {
             return;
         }
-        let nodes_due = self.headroom.pending.take().is_some();
-        let snapshot = self.fleet_snapshot();
-        let bundles: BTreeMap<BundleId, BundleSpec> = self
+        let nodes_due = self.pending.take().is_some();
+        let snapshot = facts
+            .fleet
+            .snapshot(facts.pools, placed_jobs(facts.jobs), &facts.settings.template_images);
+        let bundles: BTreeMap<BundleId, BundleSpec> = facts
             .bundles
             .values()
             .map(|b| (b.bundle_id.clone(), b.spec.clone()))
             .collect();
-        let ceiling: BTreeSet<JobId> = self
+        let ceiling: BTreeSet<JobId> = facts
             .jobs
             .values()
             .filter(|r| {
-                self.settings
+                facts
+                    .settings
                     .restart_ceiling(&r.job.spec.requirements)
                     .is_some_and(|c| r.restarts.count(now) >= c)
             })
             .map(|r| r.job_id().clone())
             .collect();
         if nodes_due {
-            match self.headroom.tracker.update(&snapshot, &self.pools, &bundles, &ceiling) {
+            match self.tracker.update(&snapshot, facts.pools, &bundles, &ceiling) {
                 Err(e) => {
-                    return self.notify(Notification::Error {
+                    return outbox.notify(Notification::Error {
                         message: format!("headroom not computed: {e}"),
                     });
                 }
                 Ok(stats) => {
-                    self.headroom.recomputes += 1;
-                    // A rebuild analyses every domain, zones and providers too.
+                    self.recomputes += 1;
                     if stats.rebuilt {
-                        self.headroom.wide_recomputes += 1;
-                        self.headroom.wide_at = Some(now);
+                        self.wide_recomputes += 1;
+                        self.wide_at = Some(now);
                     }
                 }
             }
         }
         if self.wide_due().is_some_and(|at| at <= now) {
-            self.headroom.tracker.refresh_wide();
-            self.headroom.wide_recomputes += 1;
-            self.headroom.wide_at = Some(now);
+            self.tracker.refresh_wide();
+            self.wide_recomputes += 1;
+            self.wide_at = Some(now);
         }
-        let report = self.headroom.tracker.report();
-        let before = self.headroom.report.take();
+        let report = self.tracker.report();
+        let before = self.report.take();
         let was = before.as_ref().map(bundle_verdicts).unwrap_or_default();
         let now_verdicts = bundle_verdicts(&report);
         let changed: BTreeSet<&BundleId> = was
@@ -103,7 +113,7 @@ impl AutoManagerCore {
             .map(|(b, _)| *b)
             .collect();
         for bundle_id in changed {
-            self.notify(Notification::BundleHeadroomChanged {
+            outbox.notify(Notification::BundleHeadroomChanged {
                 bundle_id: bundle_id.clone(),
             });
         }
@@ -116,9 +126,8 @@ impl AutoManagerCore {
             let changed = was.as_ref().is_none_or(|(_, w)| {
                 w.survives != kind.survives || w.worst.as_ref().map(|x| &x.name) != kind.worst.as_ref().map(|x| &x.name)
             });
-            // The first verdict is news only when it is bad.
             if changed && (was.is_some() || !kind.survives) {
-                self.notify(Notification::HeadroomChanged {
+                outbox.notify(Notification::HeadroomChanged {
                     pool: scope,
                     domain_kind: kind.kind,
                     survives: kind.survives,
@@ -127,13 +136,12 @@ impl AutoManagerCore {
                 });
             }
         }
-        self.headroom.report = Some(report);
+        self.report = Some(report);
     }
 
-    /// The headroom gauges of `metrics()`: per pool and kind of domain,
-    /// from the last report.
-    pub(super) fn headroom_gauges(&self) -> Vec<HeadroomGauge> {
-        let Some(report) = &self.headroom.report else {
+    /// The gauges of the last report.
+    pub(in crate::automanager) fn gauges(&self) -> Vec<HeadroomGauge> {
+        let Some(report) = &self.report else {
             return Vec::new();
         };
         report
@@ -151,57 +159,47 @@ impl AutoManagerCore {
             .collect()
     }
 
-    /// How many times headroom was recomputed: node verdicts, and zone
-    /// and provider verdicts.
-    pub fn headroom_recomputes(&self) -> (u64, u64) {
-        (self.headroom.recomputes, self.headroom.wide_recomputes)
-    }
-
-    /// When headroom is next recomputed, if a change waits.
-    pub(super) fn headroom_deadline(&self) -> Option<UnixMillis> {
+    /// When a recompute is next due: the debounce of the pending change,
+    /// or the zone and provider refresh.
+    pub(in crate::automanager) fn deadline(&self) -> Option<UnixMillis> {
         let nodes = self
-            .headroom
             .pending
             .map(|(first, last)| (last + HEADROOM_DEBOUNCE_MS).min(first + HEADROOM_MAX_WAIT_MS));
         nodes.into_iter().chain(self.wide_due()).min()
     }
 
-    /// When the stale zone and provider verdicts are next recomputed:
-    /// `HEADROOM_WIDE_INTERVAL_MS` after they were last.
     fn wide_due(&self) -> Option<UnixMillis> {
-        if !self.headroom.tracker.wide_stale() {
+        if !self.tracker.wide_stale() {
             return None;
         }
         Some(
-            self.headroom
-                .wide_at
+            self.wide_at
                 .map_or(UnixMillis::MIN, |at| at + HEADROOM_WIDE_INTERVAL_MS),
         )
     }
+}
 
-    fn fingerprint(&self) -> Fingerprint {
-        Fingerprint {
-            capacity_epoch: self.capacity_epoch(),
-            revisions: self.fleet.iter().map(|n| n.revision).fold(0, u64::wrapping_add),
-            bindings: {
-                use std::hash::{Hash, Hasher};
-                let mut hasher = std::collections::hash_map::DefaultHasher::new();
-                for record in self.jobs.values() {
-                    if let Some(binding) = &record.binding {
-                        record.job_id().hash(&mut hasher);
-                        binding.node_id.hash(&mut hasher);
-                    }
+/// What headroom reads of the facts, summed up cheaply.
+fn fingerprint(facts: &Facts<'_>) -> Fingerprint {
+    Fingerprint {
+        capacity_epoch: facts.capacity_epoch,
+        revisions: facts.fleet.iter().map(|n| n.revision).fold(0, u64::wrapping_add),
+        bindings: {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            for record in facts.jobs.values() {
+                if let Some(binding) = &record.binding {
+                    record.job_id().hash(&mut hasher);
+                    binding.node_id.hash(&mut hasher);
                 }
-                hasher.finish()
-            },
-            generations: self.bundles.values().map(|b| b.generation).fold(0, u64::wrapping_add),
-            pools: self.pools.clone(),
-        }
+            }
+            hasher.finish()
+        },
+        generations: facts.bundles.values().map(|b| b.generation).fold(0, u64::wrapping_add),
+        pools: facts.pools.clone(),
     }
 }
 
-/// Per bundle, every node loss touching it and whether the bundle's part
-/// of it is absorbed.
 fn bundle_verdicts(report: &HeadroomReport) -> BTreeMap<&BundleId, Vec<(&str, bool)>> {
     let mut verdicts: BTreeMap<&BundleId, Vec<(&str, bool)>> = BTreeMap::new();
     for verdict in report.domains.iter().filter(|d| d.domain.kind == DomainKind::Node) {
