@@ -486,32 +486,40 @@ impl AutoManagerCore {
     /// The core taken apart: the facts, read-only, the outbox, and each
     /// subsystem's own state — what a subsystem is handed (see [`Facts`]).
     pub(super) fn parts(&mut self) -> Parts<'_> {
+        let capacity_epoch = self.capacity_epoch();
+        let Self {
+            fleet,
+            jobs,
+            bundles,
+            settings,
+            pools,
+            outbox,
+            node_services,
+            schedules,
+            headroom,
+            ..
+        } = self;
+        let facts = Facts::of(fleet, jobs, bundles, settings, pools, capacity_epoch);
         Parts {
-            facts: Facts {
-                capacity_epoch: self.capacity_epoch(),
-                fleet: &self.fleet,
-                jobs: &self.jobs,
-                bundles: &self.bundles,
-                settings: &self.settings,
-                pools: &self.pools,
-            },
-            outbox: &mut self.outbox,
-            node_services: &mut self.node_services,
-            schedules: &mut self.schedules,
-            headroom: &mut self.headroom,
+            facts,
+            outbox,
+            node_services,
+            schedules,
+            headroom,
         }
     }
 
     /// The facts, read-only (see [`Facts`]).
     pub(super) fn facts(&self) -> Facts<'_> {
-        Facts {
-            capacity_epoch: self.capacity_epoch(),
-            fleet: &self.fleet,
-            jobs: &self.jobs,
-            bundles: &self.bundles,
-            settings: &self.settings,
-            pools: &self.pools,
-        }
+        let epoch = self.capacity_epoch();
+        Facts::of(
+            &self.fleet,
+            &self.jobs,
+            &self.bundles,
+            &self.settings,
+            &self.pools,
+            epoch,
+        )
     }
 
     pub(super) fn call(&mut self, rpc: Rpc, pending: Pending) -> RequestId {
@@ -552,6 +560,26 @@ pub(super) struct Facts<'a> {
     pub(super) settings: &'a AutoSettings,
     pub(super) pools: &'a Pools,
     pub(super) capacity_epoch: u64,
+}
+
+impl<'a> Facts<'a> {
+    fn of(
+        fleet: &'a Fleet,
+        jobs: &'a Jobs,
+        bundles: &'a BTreeMap<BundleId, Bundle>,
+        settings: &'a AutoSettings,
+        pools: &'a Pools,
+        capacity_epoch: u64,
+    ) -> Self {
+        Self {
+            fleet,
+            jobs,
+            bundles,
+            settings,
+            pools,
+            capacity_epoch,
+        }
+    }
 }
 
 /// The core taken apart ([`AutoManagerCore::parts`]).

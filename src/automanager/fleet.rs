@@ -186,11 +186,8 @@ impl Fleet {
 
     /// `NodeStarted`/`NodeRunning`: the node is up, with these tags.
     pub fn running(&mut self, info: &NodeInfo) -> &NodeState {
-        self.changes += 1;
-        let node = self.entry(&info.node_id, NodePhase::Running);
-        node.tags = info.tags.clone();
-        node.phase = NodePhase::Running;
-        node
+        self.connected(&info.node_id, info.tags.clone());
+        &self.nodes[&info.node_id]
     }
 
     /// `PhysicalNodeConnected`: a registered node is up, with these tags.
