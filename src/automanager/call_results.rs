@@ -109,7 +109,12 @@ impl AutoManagerCore {
                 node_id,
             } => self.start_result(&job_id, (instance_key, node_id), id, result, now),
             Pending::CreateNode { node_id, for_job } => self.create_result(&node_id, &for_job, result, now),
-            Pending::Spare(request) => self.spare_rpc_result(request, result, now),
+            Pending::Spare(request) => {
+                let mut parts = self.parts();
+                parts
+                    .spares
+                    .rpc_result(&mut parts.facts, parts.outbox, request, result, now);
+            }
             Pending::NodeService(request) => self.node_services.rpc_result(request, result, &mut self.outbox, now),
             Pending::Migration { migration_id, call } => self.migration_call_result(&migration_id, call, result, now),
             Pending::UndoStart {

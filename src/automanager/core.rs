@@ -10,6 +10,7 @@ use crate::model::{Bundle, BundleId, InstanceKey, JobId, MigrationId, NodeId, Re
 use crate::placement::Pools;
 
 use super::binding::{Binding, JobRecord};
+use super::dispatch::NodeIds;
 use super::drain::state::Drains;
 use super::fleet::{Fleet, Offering};
 use super::headroom::state::HeadroomState;
@@ -434,15 +435,16 @@ impl AutoManagerCore {
             self.expire(now);
             self.step_migrations(now);
             let parts = self.parts();
-            parts.schedules.step(&parts.facts, parts.outbox, now);
+            parts.schedules.step(&parts.facts.read(), parts.outbox, now);
             self.reconcile_manual(now);
             self.place_ready(now);
-            self.reconcile_spares(now);
+            let mut parts = self.parts();
+            parts.spares.reconcile(&mut parts.facts, parts.outbox, now);
             let parts = self.parts();
-            parts.node_services.place(&parts.facts, parts.outbox, now);
+            parts.node_services.place(&parts.facts.read(), parts.outbox, now);
             self.follow_drains();
             let parts = self.parts();
-            parts.headroom.step(&parts.facts, parts.outbox, now);
+            parts.headroom.step(&parts.facts.read(), parts.outbox, now);
         }
         Step {
             actions: std::mem::take(&mut self.outbox.actions),
@@ -459,7 +461,7 @@ impl AutoManagerCore {
         }
         match input {
             Input::Event(event) => {
-                self.observe_for_spares(&event, now);
+                self.spares.observe(&event, now);
                 self.apply_event(*event, now)
             }
             Input::Command { id, command } => self.command(id, command, now),
@@ -476,36 +478,51 @@ impl AutoManagerCore {
     /// records (a hold ended or moved, [`Jobs::released`]) and what the
     /// fleet is placed with — so no change can be made without it.
     pub(super) fn capacity_epoch(&self) -> u64 {
-        self.fleet.changes() + self.jobs.released() + self.placed_with_revision
+        capacity_epoch(&self.fleet, &self.jobs, self.placed_with_revision)
     }
 
     pub(super) fn notify(&mut self, notification: Notification) {
         self.outbox.notify(notification);
     }
 
-    /// The core taken apart: the facts, read-only, the outbox, and each
-    /// subsystem's own state — what a subsystem is handed (see [`Facts`]).
+    /// The core taken apart: the facts (read through [`FactsMut::read`],
+    /// changed only through their owners' mutators), the outbox, and each
+    /// subsystem's own state — what a subsystem is handed.
     pub(super) fn parts(&mut self) -> Parts<'_> {
-        let capacity_epoch = self.capacity_epoch();
         let Self {
             fleet,
             jobs,
             bundles,
             settings,
             pools,
+            process,
+            next_node_serial,
+            placed_with_revision,
             outbox,
             node_services,
             schedules,
             headroom,
+            spares,
             ..
         } = self;
-        let facts = Facts::of(fleet, jobs, bundles, settings, pools, capacity_epoch);
         Parts {
-            facts,
+            facts: FactsMut {
+                fleet,
+                jobs,
+                bundles,
+                settings,
+                pools,
+                node_ids: NodeIds {
+                    process: *process,
+                    serial: next_node_serial,
+                },
+                placed_with_revision: *placed_with_revision,
+            },
             outbox,
             node_services,
             schedules,
             headroom,
+            spares,
         }
     }
 
@@ -520,6 +537,14 @@ impl AutoManagerCore {
             &self.pools,
             epoch,
         )
+    }
+
+    /// `TerminateNode`, with `nodeTerminated` fired once per node at issue
+    /// time (see [`FactsMut::terminate`]).
+    pub(super) fn terminate(&mut self, node_id: &NodeId) {
+        let parts = self.parts();
+        let mut facts = parts.facts;
+        facts.terminate(parts.outbox, node_id);
     }
 
     pub(super) fn call(&mut self, rpc: Rpc, pending: Pending) -> RequestId {
@@ -548,9 +573,14 @@ impl AutoManagerCore {
     }
 }
 
+/// See [`AutoManagerCore::capacity_epoch`].
+fn capacity_epoch(fleet: &Fleet, jobs: &Jobs, placed_with_revision: u64) -> u64 {
+    fleet.changes() + jobs.released() + placed_with_revision
+}
+
 /// What a subsystem reads of the core's facts, handed to it with its own
-/// state and the outbox (node services, schedules and headroom so far; the rules
-/// that read facts alone, such as a bundle's schedule, are methods of it):
+/// state and the outbox (the rules that read facts alone, such as a
+/// bundle's schedule or a pool's spare count, are methods of it):
 /// the fleet, the job records, the bundles, the settings and pools in force
 /// and the capacity epoch. It changes none of them.
 pub(super) struct Facts<'a> {
@@ -582,13 +612,62 @@ impl<'a> Facts<'a> {
     }
 }
 
+/// The facts with leave to change them, through their owners' mutators
+/// (which keep the capacity epoch), and the fleet actions that change them
+/// and tell Manager together. A subsystem that acts on the fleet (spares)
+/// is handed this and the outbox; [`FactsMut::read`] is what the others
+/// read.
+pub(super) struct FactsMut<'a> {
+    pub(super) fleet: &'a mut Fleet,
+    pub(super) jobs: &'a mut Jobs,
+    pub(super) bundles: &'a BTreeMap<BundleId, Bundle>,
+    pub(super) settings: &'a AutoSettings,
+    pub(super) pools: &'a Pools,
+    /// How the nodes this core provisions are named.
+    pub(super) node_ids: NodeIds<'a>,
+    placed_with_revision: u64,
+}
+
+impl FactsMut<'_> {
+    /// The facts as they stand, read-only.
+    pub(super) fn read(&self) -> Facts<'_> {
+        let capacity_epoch = capacity_epoch(self.fleet, self.jobs, self.placed_with_revision);
+        Facts::of(
+            self.fleet,
+            self.jobs,
+            self.bundles,
+            self.settings,
+            self.pools,
+            capacity_epoch,
+        )
+    }
+
+    /// `TerminateNode`, with `nodeTerminated` fired once per node at issue
+    /// time.
+    pub(super) fn terminate(&mut self, outbox: &mut Outbox, node_id: &NodeId) {
+        if !self.fleet.terminate(node_id) {
+            return;
+        }
+        outbox.call(
+            Rpc::TerminateNode {
+                node_id: node_id.clone(),
+            },
+            Pending::TerminateNode(node_id.clone()),
+        );
+        outbox.notify(Notification::NodeTerminated {
+            node_id: node_id.clone(),
+        });
+    }
+}
+
 /// The core taken apart ([`AutoManagerCore::parts`]).
 pub(super) struct Parts<'a> {
-    pub(super) facts: Facts<'a>,
+    pub(super) facts: FactsMut<'a>,
     pub(super) outbox: &'a mut Outbox,
     pub(super) node_services: &'a mut NodeServiceState,
     pub(super) schedules: &'a mut Schedules,
     pub(super) headroom: &'a mut HeadroomState,
+    pub(super) spares: &'a mut SpareState,
 }
 
 /// What the core sends out: Manager calls, each kept with what it was for

@@ -34,7 +34,7 @@ pub(super) struct NodeIds<'a> {
 }
 
 /// The id of node `serial` of `pool`'s `tier`, named by `process`.
-pub(super) fn node_id(pool: &str, tier: &str, process: u64, serial: u64) -> NodeId {
+fn node_id(pool: &str, tier: &str, process: u64, serial: u64) -> NodeId {
     let mut n = process;
     let mut process = Vec::new();
     loop {
@@ -48,15 +48,22 @@ pub(super) fn node_id(pool: &str, tier: &str, process: u64, serial: u64) -> Node
     NodeId(format!("{pool}-{tier}-{process}-{serial}"))
 }
 
-impl ProspectiveNodeIds for NodeIds<'_> {
-    fn prospective_node_id(&mut self, view: &FleetView, pool: &str, tier: &str) -> NodeId {
+impl NodeIds<'_> {
+    /// The next id of a node in `pool`'s `tier` that is not `taken`.
+    pub(super) fn fresh(&mut self, pool: &str, tier: &str, taken: impl Fn(&NodeId) -> bool) -> NodeId {
         loop {
             *self.serial += 1;
             let id = node_id(pool, tier, self.process, *self.serial);
-            if !view.contains(&id) {
+            if !taken(&id) {
                 return id;
             }
         }
+    }
+}
+
+impl ProspectiveNodeIds for NodeIds<'_> {
+    fn prospective_node_id(&mut self, view: &FleetView, pool: &str, tier: &str) -> NodeId {
+        self.fresh(pool, tier, |id| view.contains(id))
     }
 }
 
@@ -473,22 +480,5 @@ impl AutoManagerCore {
         if (provisioned_here && node.is_launching()) || single_use {
             self.terminate(node_id);
         }
-    }
-
-    /// `TerminateNode`, with `nodeTerminated` fired once per node at issue
-    /// time.
-    pub(super) fn terminate(&mut self, node_id: &NodeId) {
-        if !self.fleet.terminate(node_id) {
-            return;
-        }
-        self.call(
-            Rpc::TerminateNode {
-                node_id: node_id.clone(),
-            },
-            Pending::TerminateNode(node_id.clone()),
-        );
-        self.notify(Notification::NodeTerminated {
-            node_id: node_id.clone(),
-        });
     }
 }

@@ -189,7 +189,7 @@ impl AutoManagerCore {
         let mut gauge = PoolGauge {
             pool_name: pool.to_owned(),
             node_count: 0,
-            live_spares: self.spare_count(pool).live,
+            live_spares: self.facts().spare_count(pool).live,
             spare_target: self
                 .settings
                 .hot_spares

@@ -33,7 +33,7 @@ impl AutoManagerCore {
         jobs.chain(nodes.flatten())
             .chain(self.tier_backoff.values().copied())
             .chain(self.exhausted_offerings.values().copied())
-            .chain(self.spares_deadline())
+            .chain(self.spares.deadline(&self.settings))
             .chain(self.node_services.deadline())
             .chain(self.drains.next_deadline())
             .chain(self.migrations.next_deadline())

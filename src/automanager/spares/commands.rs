@@ -8,13 +8,13 @@
 
 use std::collections::BTreeMap;
 
-use crate::automanager::core::{AutoManagerCore, Pending};
-use crate::automanager::protocol::{CommandError, Rpc};
+use crate::automanager::core::AutoManagerCore;
+use crate::automanager::protocol::CommandError;
 use crate::automanager::settings::{AutoSettingsErrorCode, AutoSettingsIssue};
 use crate::model::{HotSpareSpec, NodeId, SpareSpec};
 
 use super::diff::{HotSpareChange, HotSpareSpecsDiff, hot_spare_diff};
-use super::state::{SpareRequest, is_spare_tagged};
+use super::state::is_spare_tagged;
 
 impl AutoManagerCore {
     /// `spareSpec(nodeId)`: what a live spare is warmed and reserved for;
@@ -76,8 +76,9 @@ impl AutoManagerCore {
             if self.hydrated
                 && let HotSpareChange::Changed { before, after, .. } = change
             {
-                let accepted = self.accepted_nodes();
-                let live: Vec<NodeId> = self.unconsumed_spares(pool, &accepted).map(|n| n.id.clone()).collect();
+                let facts = self.facts();
+                let accepted = facts.accepted_nodes();
+                let live: Vec<NodeId> = facts.unconsumed_spares(pool, &accepted).map(|n| n.id.clone()).collect();
                 for node_id in live {
                     self.write_spare_spec(&node_id, &before.spare_spec(), &after.spare_spec());
                 }
@@ -104,20 +105,8 @@ impl AutoManagerCore {
         if set.is_empty() && remove.is_empty() {
             return;
         }
-        self.update_tags(node_id, set, remove);
-    }
-
-    pub(super) fn update_tags(&mut self, node_id: &NodeId, set: BTreeMap<String, String>, remove: Vec<String>) {
-        self.fleet.update_tags(node_id, &set, &remove);
-        self.call(
-            Rpc::UpdateNodeTags {
-                node_id: node_id.clone(),
-                set,
-                remove,
-            },
-            Pending::Spare(SpareRequest::Tags {
-                node_id: node_id.clone(),
-            }),
-        );
+        let parts = self.parts();
+        let mut facts = parts.facts;
+        super::update_tags(&mut facts, parts.outbox, node_id, set, remove);
     }
 }

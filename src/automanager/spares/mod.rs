@@ -42,23 +42,25 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use crate::model::{HotSpareSpec, ManagerEvent, NodeId, PlacementTier, SpareSpec, UnixMillis, tags};
 
-use super::core::{AutoManagerCore, Pending};
+use super::core::{AutoManagerCore, Facts, FactsMut, Outbox, Pending};
 use super::fleet::{NodeState, Provisioned, provisioned_tags};
 use super::notification::Notification;
 use super::protocol::{Rpc, RpcFailure};
-use state::{SPARE_TAGS, SpareCount, SpareRequest, is_spare_tagged};
+use super::settings::AutoSettings;
+use state::{SPARE_TAGS, SpareCount, SpareRequest, SpareState, is_spare_tagged};
 
 pub use diff::{HotSpareChange, HotSpareField, HotSpareSpecsDiff, hot_spare_diff};
 
-impl AutoManagerCore {
+/// What the reconciler reads of the facts.
+impl<'a> Facts<'a> {
     /// Spares of `pool`: tagged, not going, and on none of `excluded` (the
     /// nodes with an accepted job, to count them; every occupied node, to
     /// pick which to terminate or warm).
-    fn unconsumed_spares<'a>(
-        &'a self,
-        pool: &'a str,
-        excluded: &'a HashSet<NodeId>,
-    ) -> impl Iterator<Item = &'a NodeState> + 'a {
+    fn unconsumed_spares<'b>(
+        &'b self,
+        pool: &'b str,
+        excluded: &'b HashSet<NodeId>,
+    ) -> impl Iterator<Item = &'a NodeState> + 'b {
         self.fleet.iter().filter(move |n| {
             is_spare_tagged(n)
                 && !n.is_going()
@@ -81,116 +83,6 @@ impl AutoManagerCore {
             }
         }
         count
-    }
-
-    /// Notes what the reconciler learns from Manager's events: when a node
-    /// was last active, and how its image pulls settled.
-    pub(super) fn observe_for_spares(&mut self, event: &ManagerEvent, now: UnixMillis) {
-        match event {
-            ManagerEvent::NodeStarting(info)
-            | ManagerEvent::NodeStarted(info)
-            | ManagerEvent::NodeRunning { node: info, .. } => {
-                self.spares.activity.insert(info.node_id.clone(), now);
-            }
-            ManagerEvent::NodeInventory { node_id, .. } => {
-                self.spares.activity.insert(node_id.clone(), now);
-            }
-            ManagerEvent::ImagesPrefetched { node_id, results } => {
-                let pulls = self.spares.pulls.entry(node_id.clone()).or_default();
-                for result in results {
-                    pulls.requested.remove(&result.image);
-                    // "An ok: false entry leaves that spare cold for that
-                    // image": it is not asked for again.
-                    if !result.ok {
-                        pulls.failed.insert(result.image.clone());
-                    }
-                }
-            }
-            ManagerEvent::NodeStopped(node_id) => {
-                self.spares.activity.remove(node_id);
-                self.spares.pulls.remove(node_id);
-            }
-            _ => {}
-        }
-    }
-
-    /// Per `hotSpares[]` entry: its live and provisioning spares, its
-    /// target, the last underflow and any provision backoff (what a
-    /// `HotSparePolicy` status shows).
-    pub fn hot_spare_status(&self) -> Vec<HotSpareStatus> {
-        self.settings
-            .hot_spares
-            .iter()
-            .map(|entry| {
-                let SpareCount { live, provisioning } = self.spare_count(&entry.pool);
-                HotSpareStatus {
-                    pool: entry.pool.clone(),
-                    target: entry.target_count,
-                    live,
-                    provisioning,
-                    underflow: self.spares.underflow.get(&entry.pool).map(|&(effective, _)| effective),
-                    last_underflow_at: self.spares.underflow_at.get(&entry.pool).copied(),
-                    consumed: self.spares.consumed.get(&entry.pool).copied().unwrap_or(0),
-                    backoff_until: self.spares.backoff.get(&entry.pool).copied(),
-                }
-            })
-            .collect()
-    }
-
-    /// When the reconciler next needs a step: its tick (while any pool has
-    /// an entry) and the end of each provision backoff.
-    pub(super) fn spares_deadline(&self) -> Option<UnixMillis> {
-        let tick = self.spares.next_tick.filter(|_| !self.settings.hot_spares.is_empty());
-        tick.into_iter().chain(self.spares.backoff.values().copied()).min()
-    }
-
-    /// One reconciler pass, when one is due (see the module docs).
-    pub(super) fn reconcile_spares(&mut self, now: UnixMillis) {
-        let configured = !self.settings.hot_spares.is_empty();
-        let tick = configured && self.spares.next_tick.is_none_or(|at| at <= now);
-        let backoff_ended = self.spares.backoff.values().any(|&until| until <= now);
-        let changed = self.spares.seen_epoch != Some(self.capacity_epoch());
-        if !configured {
-            // Only orphans can be left to reap, and only a fleet change
-            // can bring one.
-            if !(changed || self.spares.forced) {
-                return;
-            }
-            if !self.fleet.iter().any(is_spare_tagged) {
-                self.spares.seen_epoch = Some(self.capacity_epoch());
-                self.spares.forced = false;
-                return;
-            }
-        }
-        // Manager accepting a start does not move the capacity epoch, so while
-        // spares are configured a spare taking a job is looked for on
-        // every step.
-        let consumed = self.consumed_spares();
-        if !(tick || backoff_ended || changed || self.spares.forced || !consumed.is_empty()) {
-            return;
-        }
-        self.spares.backoff.retain(|_, until| *until > now);
-        // "A spare that picks up a job is no longer a spare": once Manager
-        // accepted the job there, never on placement alone.
-        for node_id in consumed {
-            if let Some(pool) = self.fleet.get(&node_id).and_then(|n| n.tags.get(tags::POOL)) {
-                *self.spares.consumed.entry(pool.clone()).or_default() += 1;
-            }
-            self.update_tags(&node_id, BTreeMap::new(), SPARE_TAGS.map(str::to_owned).to_vec());
-            self.spares.pulls.remove(&node_id);
-        }
-        let occupied = self.occupied_nodes();
-        self.reap_orphans(&occupied);
-        let loud = tick || self.spares.forced;
-        for entry in self.settings.hot_spares.clone() {
-            self.converge(&entry, &occupied, loud, now);
-        }
-        self.prefetch_warm_for(&occupied);
-        if tick {
-            self.spares.next_tick = Some(now + self.settings.hot_spare_reconcile_interval_ms as i64);
-        }
-        self.spares.forced = false;
-        self.spares.seen_epoch = Some(self.capacity_epoch());
     }
 
     /// Every node Manager accepted a job on.
@@ -229,68 +121,203 @@ impl AutoManagerCore {
         consumed.into_iter().cloned().collect()
     }
 
-    /// Unconsumed spares of pools without an entry are orphans; those
-    /// holding nothing are reaped.
-    fn reap_orphans(&mut self, occupied: &HashSet<NodeId>) {
-        let entries: BTreeSet<&str> = self.settings.hot_spares.iter().map(|e| e.pool.as_str()).collect();
-        let pools: BTreeSet<String> = self
-            .fleet
-            .iter()
-            .filter(|n| is_spare_tagged(n))
-            .filter_map(|n| n.tags.get(tags::POOL).cloned())
-            .filter(|p| !entries.contains(p.as_str()))
-            .collect();
-        for pool in pools {
-            let orphans: Vec<NodeId> = self
-                .unconsumed_spares(&pool, occupied)
-                .filter(|n| self.is_terminable(n))
-                .map(|n| n.id.clone())
-                .collect();
-            for node_id in orphans {
-                self.terminate(&node_id);
+    /// Whether this core may terminate the node: a cloud node, never a
+    /// registered cluster node.
+    fn is_terminable(&self, node: &NodeState) -> bool {
+        if let Some(p) = &node.provisioned {
+            return p.kind.is_cloud();
+        }
+        if let Some(inventory) = &node.inventory {
+            return inventory.kind.is_cloud();
+        }
+        let tier = node
+            .tags
+            .get(tags::POOL)
+            .zip(node.tags.get(tags::TIER))
+            .and_then(|(pool, tier)| {
+                self.pools
+                    .get(pool)
+                    .and_then(|p| p.tiers.iter().find(|t| &t.name == tier))
+            });
+        tier.is_some_and(|t| t.kind.is_cloud())
+    }
+
+    /// `pool`'s unconsumed spares that hold nothing and may be terminated.
+    fn idle_terminable_spares(&self, pool: &str, occupied: &HashSet<NodeId>) -> Vec<&'a NodeState> {
+        self.unconsumed_spares(pool, occupied)
+            .filter(|n| self.is_terminable(n))
+            .collect()
+    }
+}
+
+impl SpareState {
+    /// Notes what the reconciler learns from Manager's events: when a node
+    /// was last active, and how its image pulls settled.
+    pub(super) fn observe(&mut self, event: &ManagerEvent, now: UnixMillis) {
+        match event {
+            ManagerEvent::NodeStarting(info)
+            | ManagerEvent::NodeStarted(info)
+            | ManagerEvent::NodeRunning { node: info, .. } => {
+                self.activity.insert(info.node_id.clone(), now);
             }
+            ManagerEvent::NodeInventory { node_id, .. } => {
+                self.activity.insert(node_id.clone(), now);
+            }
+            ManagerEvent::ImagesPrefetched { node_id, results } => {
+                let pulls = self.pulls.entry(node_id.clone()).or_default();
+                for result in results {
+                    pulls.requested.remove(&result.image);
+                    // "An ok: false entry leaves that spare cold for that
+                    // image": it is not asked for again.
+                    if !result.ok {
+                        pulls.failed.insert(result.image.clone());
+                    }
+                }
+            }
+            ManagerEvent::NodeStopped(node_id) => {
+                self.activity.remove(node_id);
+                self.pulls.remove(node_id);
+            }
+            _ => {}
         }
     }
 
+    /// Per `hotSpares[]` entry: its live and provisioning spares, its
+    /// target, the last underflow and any provision backoff (what a
+    /// `HotSparePolicy` status shows).
+    pub(super) fn status(&self, facts: &Facts) -> Vec<HotSpareStatus> {
+        facts
+            .settings
+            .hot_spares
+            .iter()
+            .map(|entry| {
+                let SpareCount { live, provisioning } = facts.spare_count(&entry.pool);
+                HotSpareStatus {
+                    pool: entry.pool.clone(),
+                    target: entry.target_count,
+                    live,
+                    provisioning,
+                    underflow: self.underflow.get(&entry.pool).map(|&(effective, _)| effective),
+                    last_underflow_at: self.underflow_at.get(&entry.pool).copied(),
+                    consumed: self.consumed.get(&entry.pool).copied().unwrap_or(0),
+                    backoff_until: self.backoff.get(&entry.pool).copied(),
+                }
+            })
+            .collect()
+    }
+
+    /// When the reconciler next needs a step: its tick (while any pool has
+    /// an entry) and the end of each provision backoff.
+    pub(super) fn deadline(&self, settings: &AutoSettings) -> Option<UnixMillis> {
+        let tick = self.next_tick.filter(|_| !settings.hot_spares.is_empty());
+        tick.into_iter().chain(self.backoff.values().copied()).min()
+    }
+
+    /// One reconciler pass, when one is due (see the module docs).
+    pub(super) fn reconcile(&mut self, facts: &mut FactsMut, outbox: &mut Outbox, now: UnixMillis) {
+        let settings = facts.settings;
+        let configured = !settings.hot_spares.is_empty();
+        let tick = configured && self.next_tick.is_none_or(|at| at <= now);
+        let backoff_ended = self.backoff.values().any(|&until| until <= now);
+        let changed = self.seen_epoch != Some(facts.read().capacity_epoch);
+        if !configured {
+            // Only orphans can be left to reap, and only a fleet change
+            // can bring one.
+            if !(changed || self.forced) {
+                return;
+            }
+            if !facts.fleet.iter().any(is_spare_tagged) {
+                self.seen_epoch = Some(facts.read().capacity_epoch);
+                self.forced = false;
+                return;
+            }
+        }
+        // Manager accepting a start does not move the capacity epoch, so while
+        // spares are configured a spare taking a job is looked for on
+        // every step.
+        let consumed = facts.read().consumed_spares();
+        if !(tick || backoff_ended || changed || self.forced || !consumed.is_empty()) {
+            return;
+        }
+        self.backoff.retain(|_, until| *until > now);
+        // "A spare that picks up a job is no longer a spare": once Manager
+        // accepted the job there, never on placement alone.
+        for node_id in consumed {
+            if let Some(pool) = facts.fleet.get(&node_id).and_then(|n| n.tags.get(tags::POOL)) {
+                *self.consumed.entry(pool.clone()).or_default() += 1;
+            }
+            update_tags(
+                facts,
+                outbox,
+                &node_id,
+                BTreeMap::new(),
+                SPARE_TAGS.map(str::to_owned).to_vec(),
+            );
+            self.pulls.remove(&node_id);
+        }
+        let occupied = facts.read().occupied_nodes();
+        reap_orphans(facts, outbox, &occupied);
+        let loud = tick || self.forced;
+        for entry in &settings.hot_spares {
+            self.converge(facts, outbox, entry, &occupied, loud, now);
+        }
+        self.prefetch_warm_for(&facts.read(), outbox, &occupied);
+        if tick {
+            self.next_tick = Some(now + settings.hot_spare_reconcile_interval_ms as i64);
+        }
+        self.forced = false;
+        self.seen_epoch = Some(facts.read().capacity_epoch);
+    }
+
     /// Brings one pool to its target.
-    fn converge(&mut self, entry: &HotSpareSpec, occupied: &HashSet<NodeId>, loud: bool, now: UnixMillis) {
-        let SpareCount { live, provisioning } = self.spare_count(&entry.pool);
+    fn converge(
+        &mut self,
+        facts: &mut FactsMut,
+        outbox: &mut Outbox,
+        entry: &HotSpareSpec,
+        occupied: &HashSet<NodeId>,
+        loud: bool,
+        now: UnixMillis,
+    ) {
+        let SpareCount { live, provisioning } = facts.read().spare_count(&entry.pool);
         let effective = live + provisioning;
         let target = entry.target_count;
         if effective < target {
-            let last = self.spares.underflow.insert(entry.pool.clone(), (effective, target));
+            let last = self.underflow.insert(entry.pool.clone(), (effective, target));
             if loud || last != Some((effective, target)) {
-                self.spares.underflow_at.insert(entry.pool.clone(), now);
-                self.notify(Notification::SpareUnderflow {
+                self.underflow_at.insert(entry.pool.clone(), now);
+                outbox.notify(Notification::SpareUnderflow {
                     pool: entry.pool.clone(),
                     effective,
                     target,
                 });
             }
-            if !self.spares.backoff.contains_key(&entry.pool) {
-                self.provision_shortfall(entry, target - effective, now);
+            if !self.backoff.contains_key(&entry.pool) {
+                self.provision_shortfall(facts, outbox, entry, target - effective, now);
             }
             return;
         }
-        self.spares.underflow.remove(&entry.pool);
+        self.underflow.remove(&entry.pool);
         if effective > target {
-            self.terminate_coldest(entry, occupied, effective - target);
+            self.terminate_coldest(facts, outbox, entry, occupied, effective - target);
         }
     }
 
     /// Provisions up to `shortfall` spares from the pool's first elastic
     /// tier, within its `maxNodes`. A pool with no elastic tier cannot be
     /// scaled here: the operator provides the hardware.
-    fn provision_shortfall(&mut self, entry: &HotSpareSpec, shortfall: u32, now: UnixMillis) {
-        let Some(tier) = self
-            .pools
-            .get(&entry.pool)
-            .and_then(|p| p.first_elastic_tier())
-            .cloned()
-        else {
+    fn provision_shortfall(
+        &mut self,
+        facts: &mut FactsMut,
+        outbox: &mut Outbox,
+        entry: &HotSpareSpec,
+        shortfall: u32,
+        now: UnixMillis,
+    ) {
+        let Some(tier) = facts.pools.get(&entry.pool).and_then(|p| p.first_elastic_tier()) else {
             return;
         };
-        let counted = self
+        let counted = facts
             .fleet
             .iter()
             .filter(|n| {
@@ -301,18 +328,21 @@ impl AutoManagerCore {
             .count() as u32;
         let room = tier.max_nodes.map_or(u32::MAX, |max| max.saturating_sub(counted));
         for _ in 0..shortfall.min(room) {
-            self.provision_spare(entry, &tier, now);
+            self.provision_spare(facts, outbox, entry, tier, now);
         }
     }
 
-    fn provision_spare(&mut self, entry: &HotSpareSpec, tier: &PlacementTier, now: UnixMillis) {
-        let node_id = loop {
-            self.next_node_serial += 1;
-            let id = super::dispatch::node_id(&entry.pool, &tier.name, self.process, self.next_node_serial);
-            if !self.fleet.contains(&id) {
-                break id;
-            }
-        };
+    fn provision_spare(
+        &mut self,
+        facts: &mut FactsMut,
+        outbox: &mut Outbox,
+        entry: &HotSpareSpec,
+        tier: &PlacementTier,
+        now: UnixMillis,
+    ) {
+        let node_id = facts
+            .node_ids
+            .fresh(&entry.pool, &tier.name, |id| facts.fleet.contains(id));
         let provisioned = Provisioned {
             pool: entry.pool.clone(),
             tier: tier.name.clone(),
@@ -342,10 +372,10 @@ impl AutoManagerCore {
             instance_type: provisioned.instance_type.clone(),
             launch_mode: tier.launch_mode,
         };
-        self.fleet.add_provisioned(node_id.clone(), provisioned);
-        self.fleet.set_tags(&node_id, node_tags);
-        self.spares.activity.insert(node_id.clone(), now);
-        self.call(
+        facts.fleet.add_provisioned(node_id.clone(), provisioned);
+        facts.fleet.set_tags(&node_id, node_tags);
+        self.activity.insert(node_id.clone(), now);
+        outbox.call(
             rpc,
             Pending::Spare(SpareRequest::Provision {
                 node_id,
@@ -358,67 +388,53 @@ impl AutoManagerCore {
     /// first (fewest of the entry's `warmFor` images held), the least
     /// recently active first among equals; never one a job or migration
     /// target was placed on.
-    fn terminate_coldest(&mut self, entry: &HotSpareSpec, occupied: &HashSet<NodeId>, excess: u32) {
+    fn terminate_coldest(
+        &self,
+        facts: &mut FactsMut,
+        outbox: &mut Outbox,
+        entry: &HotSpareSpec,
+        occupied: &HashSet<NodeId>,
+        excess: u32,
+    ) {
+        let read = facts.read();
         let warm_images: BTreeSet<&String> = entry
             .warm_for
             .iter()
-            .filter_map(|t| self.settings.template_images.get(t))
+            .filter_map(|t| read.settings.template_images.get(t))
             .flatten()
             .collect();
-        let mut candidates: Vec<(usize, UnixMillis, NodeId)> = self
-            .unconsumed_spares(&entry.pool, occupied)
-            .filter(|n| self.is_terminable(n))
+        let mut candidates: Vec<(usize, UnixMillis, NodeId)> = read
+            .idle_terminable_spares(&entry.pool, occupied)
+            .into_iter()
             .map(|n| {
                 let held = n.inventory.as_ref().map_or(0, |i| {
                     i.images.iter().filter(|image| warm_images.contains(image)).count()
                 });
-                let last = self.spares.activity.get(&n.id).copied().unwrap_or(UnixMillis::MIN);
+                let last = self.activity.get(&n.id).copied().unwrap_or(UnixMillis::MIN);
                 (held, last, n.id.clone())
             })
             .collect();
         candidates.sort();
         for (_, _, node_id) in candidates.into_iter().take(excess as usize) {
-            self.terminate(&node_id);
+            facts.terminate(outbox, &node_id);
         }
-    }
-
-    /// Whether this core may terminate the node: a cloud node, never a
-    /// registered cluster node.
-    fn is_terminable(&self, node: &NodeState) -> bool {
-        if let Some(p) = &node.provisioned {
-            return p.kind.is_cloud();
-        }
-        if let Some(inventory) = &node.inventory {
-            return inventory.kind.is_cloud();
-        }
-        let tier = node
-            .tags
-            .get(tags::POOL)
-            .zip(node.tags.get(tags::TIER))
-            .and_then(|(pool, tier)| {
-                self.pools
-                    .get(pool)
-                    .and_then(|p| p.tiers.iter().find(|t| &t.name == tier))
-            });
-        tier.is_some_and(|t| t.kind.is_cloud())
     }
 
     /// Asks each running unconsumed spare to pull the images of its
     /// `warmFor` templates it neither holds, nor was asked for, nor failed.
-    fn prefetch_warm_for(&mut self, occupied: &HashSet<NodeId>) {
-        let pools: Vec<String> = self.settings.hot_spares.iter().map(|e| e.pool.clone()).collect();
+    fn prefetch_warm_for(&mut self, facts: &Facts, outbox: &mut Outbox, occupied: &HashSet<NodeId>) {
         let mut asks = Vec::new();
-        for pool in &pools {
-            for node in self.unconsumed_spares(pool, occupied) {
+        for entry in &facts.settings.hot_spares {
+            for node in facts.unconsumed_spares(&entry.pool, occupied) {
                 if node.phase != crate::model::NodePhase::Running {
                     continue;
                 }
                 let held: BTreeSet<&String> = node.inventory.iter().flat_map(|i| &i.images).collect();
-                let pulls = self.spares.pulls.get(&node.id);
+                let pulls = self.pulls.get(&node.id);
                 let wanted: BTreeSet<String> = SpareSpec::from_tags(&node.tags)
                     .warm_for
                     .iter()
-                    .filter_map(|t| self.settings.template_images.get(t))
+                    .filter_map(|t| facts.settings.template_images.get(t))
                     .flatten()
                     .filter(|image| !held.contains(image))
                     .filter(|image| pulls.is_none_or(|p| !p.requested.contains(*image) && !p.failed.contains(*image)))
@@ -430,10 +446,10 @@ impl AutoManagerCore {
             }
         }
         for (node_id, images) in asks {
-            let pulls = self.spares.pulls.entry(node_id.clone()).or_default();
+            let pulls = self.pulls.entry(node_id.clone()).or_default();
             pulls.requested.extend(images.iter().cloned());
             let images: Vec<String> = images.into_iter().collect();
-            self.call(
+            outbox.call(
                 Rpc::PrefetchImages {
                     node_id: node_id.clone(),
                     images: images.clone(),
@@ -444,7 +460,14 @@ impl AutoManagerCore {
     }
 
     /// The result of a reconciler RPC.
-    pub(super) fn spare_rpc_result(&mut self, request: SpareRequest, result: Result<(), RpcFailure>, now: UnixMillis) {
+    pub(super) fn rpc_result(
+        &mut self,
+        facts: &mut FactsMut,
+        outbox: &mut Outbox,
+        request: SpareRequest,
+        result: Result<(), RpcFailure>,
+        now: UnixMillis,
+    ) {
         let Err(failure) = result else {
             return;
         };
@@ -452,32 +475,85 @@ impl AutoManagerCore {
             SpareRequest::Provision { node_id, pool } => {
                 // No phantom node: it is forgotten (anything placed on it
                 // is placed again) and the pool backs off.
-                self.fleet.remove(&node_id);
-                self.spares.activity.remove(&node_id);
-                for mut record in self.jobs.values_mut() {
+                facts.fleet.remove(&node_id);
+                self.activity.remove(&node_id);
+                for mut record in facts.jobs.values_mut() {
                     if record.is_bound_to(&node_id) {
                         record.binding = None;
                     }
                 }
-                self.spares.backoff.insert(pool, now + SPARE_PROVISION_RETRY_BACKOFF_MS);
-                self.notify(Notification::Error {
+                self.backoff.insert(pool, now + SPARE_PROVISION_RETRY_BACKOFF_MS);
+                outbox.notify(Notification::Error {
                     message: format!("provisioning spare {node_id} failed: {}", failure.message),
                 });
             }
             SpareRequest::Prefetch { node_id, images } => {
                 // Not settled: asked again on a later pass.
-                if let Some(pulls) = self.spares.pulls.get_mut(&node_id) {
+                if let Some(pulls) = self.pulls.get_mut(&node_id) {
                     for image in &images {
                         pulls.requested.remove(image);
                     }
                 }
-                self.notify(Notification::Error {
+                outbox.notify(Notification::Error {
                     message: format!("prefetching images on {node_id} failed: {}", failure.message),
                 });
             }
-            SpareRequest::Tags { node_id } => self.notify(Notification::Error {
+            SpareRequest::Tags { node_id } => outbox.notify(Notification::Error {
                 message: format!("updating the tags of {node_id} failed: {}", failure.message),
             }),
         }
+    }
+}
+
+/// Unconsumed spares of pools without an entry are orphans; those holding
+/// nothing are reaped.
+fn reap_orphans(facts: &mut FactsMut, outbox: &mut Outbox, occupied: &HashSet<NodeId>) {
+    let read = facts.read();
+    let entries: BTreeSet<&str> = read.settings.hot_spares.iter().map(|e| e.pool.as_str()).collect();
+    let pools: BTreeSet<&String> = read
+        .fleet
+        .iter()
+        .filter(|n| is_spare_tagged(n))
+        .filter_map(|n| n.tags.get(tags::POOL))
+        .filter(|p| !entries.contains(p.as_str()))
+        .collect();
+    let orphans: Vec<NodeId> = pools
+        .into_iter()
+        .flat_map(|pool| read.idle_terminable_spares(pool, occupied))
+        .map(|n| n.id.clone())
+        .collect();
+    for node_id in orphans {
+        facts.terminate(outbox, &node_id);
+    }
+}
+
+/// Writes tags to a node, here at once (placement reads them) and on
+/// Manager.
+pub(super) fn update_tags(
+    facts: &mut FactsMut,
+    outbox: &mut Outbox,
+    node_id: &NodeId,
+    set: BTreeMap<String, String>,
+    remove: Vec<String>,
+) {
+    facts.fleet.update_tags(node_id, &set, &remove);
+    outbox.call(
+        Rpc::UpdateNodeTags {
+            node_id: node_id.clone(),
+            set,
+            remove,
+        },
+        Pending::Spare(SpareRequest::Tags {
+            node_id: node_id.clone(),
+        }),
+    );
+}
+
+impl AutoManagerCore {
+    /// Per `hotSpares[]` entry: its live and provisioning spares, its
+    /// target, the last underflow and any provision backoff (what a
+    /// `HotSparePolicy` status shows).
+    pub fn hot_spare_status(&self) -> Vec<HotSpareStatus> {
+        self.spares.status(&self.facts())
     }
 }
