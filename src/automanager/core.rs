@@ -503,6 +503,8 @@ impl AutoManagerCore {
             schedules,
             headroom,
             spares,
+            drains,
+            migrations,
             ..
         } = self;
         Parts {
@@ -523,6 +525,8 @@ impl AutoManagerCore {
             schedules,
             headroom,
             spares,
+            drains,
+            migrations,
         }
     }
 
@@ -668,6 +672,8 @@ pub(super) struct Parts<'a> {
     pub(super) schedules: &'a mut Schedules,
     pub(super) headroom: &'a mut HeadroomState,
     pub(super) spares: &'a mut SpareState,
+    pub(super) drains: &'a mut Drains,
+    pub(super) migrations: &'a mut Migrations,
 }
 
 /// What the core sends out: Manager calls, each kept with what it was for

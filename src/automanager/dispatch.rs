@@ -469,7 +469,7 @@ impl AutoManagerCore {
                 .as_ref()
                 .map_or(provisioned_here, |i| i.kind != ProviderKind::LocalServers);
         let single_use = (single_use && provisioned_cloud) || node.release_when_empty;
-        if self.jobs.values().any(|r| r.is_bound_to(node_id)) || self.hosts_migration_target(node_id) {
+        if self.jobs.values().any(|r| r.is_bound_to(node_id)) || self.facts().hosts_migration_target(node_id) {
             // A single-use job left company behind (its co-located peers):
             // the node goes once they have left too.
             if single_use {

@@ -528,7 +528,7 @@ impl AutoManagerCore {
     /// (migrations with an instance there are settled first).
     fn lose_node(&mut self, node_id: &NodeId, now: UnixMillis) {
         self.migration_node_lost(node_id, now);
-        let bound = self.jobs_bound_to(node_id);
+        let bound = self.facts().jobs_bound_to(node_id);
         for job_id in bound {
             self.lose_instance(&job_id, LossCause::NodeLost, now);
         }

@@ -15,7 +15,7 @@ use crate::placement::{
 };
 
 use super::binding::{BindingPhase, JobRecord};
-use super::core::AutoManagerCore;
+use super::core::{AutoManagerCore, Facts};
 use super::fleet::Fleet;
 use super::metrics::{Metrics, PoolGauge, PoolUsage, TierUsage};
 use super::settings::AutoSettings;
@@ -60,15 +60,6 @@ impl AutoManagerCore {
     /// One job's record.
     pub fn job(&self, id: &JobId) -> Option<&JobRecord> {
         self.jobs.get(id)
-    }
-
-    /// The jobs bound to `node_id`.
-    pub(super) fn jobs_bound_to(&self, node_id: &crate::model::NodeId) -> Vec<JobId> {
-        self.jobs
-            .values()
-            .filter(|r| r.is_bound_to(node_id))
-            .map(|r| r.job_id().clone())
-            .collect()
     }
 
     /// The bundles Manager holds.
@@ -459,5 +450,24 @@ impl AutoManagerCore {
                 }
             })
             .collect()
+    }
+}
+
+impl Facts<'_> {
+    /// The jobs bound to `node_id`.
+    pub(super) fn jobs_bound_to(&self, node_id: &crate::model::NodeId) -> Vec<JobId> {
+        self.jobs
+            .values()
+            .filter(|r| r.is_bound_to(node_id))
+            .map(|r| r.job_id().clone())
+            .collect()
+    }
+
+    /// Whether a migration target is placed on `node` (a node hosting one
+    /// is not released as empty).
+    pub(super) fn hosts_migration_target(&self, node: &crate::model::NodeId) -> bool {
+        self.jobs
+            .values()
+            .any(|r| r.migration_target().is_some_and(|t| &t.node_id == node))
     }
 }

@@ -58,7 +58,7 @@ impl AutoManagerCore {
         for node_id in overdue {
             // `provisionTimeoutMs`: its jobs are re-placed; the node, past
             // its startup grace, is terminated.
-            for job_id in self.jobs_bound_to(&node_id) {
+            for job_id in self.facts().jobs_bound_to(&node_id) {
                 if let Some(mut record) = self.jobs.get_mut(&job_id) {
                     record.binding = None;
                 }

@@ -38,11 +38,11 @@ pub(super) mod state;
 
 use crate::model::{NodeId, UnixMillis};
 
-use super::core::AutoManagerCore;
-use super::migration::state::{MigrationEnd, MigrationOptions};
+use super::core::{AutoManagerCore, FactsMut, Outbox};
+use super::migration::state::{MigrationEnd, MigrationOptions, Migrations};
 use super::notification::Notification;
 use super::protocol::{CommandError, RpcFailure, RpcFailureKind};
-use state::Drain;
+use state::{Drain, Drains};
 
 pub use state::{
     DEFAULT_DRAIN_TIMEOUT_MS, DrainAfter, DrainJob, DrainJobStatus, DrainOptions, DrainPhase, DrainState, StrategyFor,
@@ -62,24 +62,8 @@ impl AutoManagerCore {
     /// has not issued its terminate is cancelled (its migrations in flight
     /// run to their end) and an interruption notice is withdrawn with it.
     pub(super) fn uncordon_node(&mut self, node_id: &NodeId) -> Result<(), CommandError> {
-        // Capacity coming back is counted by the fleet: a job that found
-        // nowhere may fit now.
-        self.fleet
-            .uncordon(node_id)
-            .ok_or_else(|| CommandError::UnknownNode(node_id.clone()))?;
-        let cancelled = self
-            .drains
-            .by_node
-            .get_mut(node_id)
-            .filter(|d| !d.state.phase.is_final() && !d.terminate_issued());
-        if let Some(drain) = cancelled {
-            drain.state.phase = DrainPhase::Failed;
-            drain.state.reason = Some("cancelled: the node was uncordoned".to_owned());
-            let state = drain.state.clone();
-            self.drains.interruptions.withdraw(node_id);
-            self.notify(Notification::DrainProgress(Box::new(state)));
-        }
-        Ok(())
+        let parts = self.parts();
+        parts.drains.uncordon(parts.facts, parts.outbox, node_id)
     }
 
     /// `isCordoned`.
@@ -142,7 +126,7 @@ impl AutoManagerCore {
             DrainAfter::Terminate
         });
         self.cordon_node(node_id)?;
-        let bound = self.jobs_bound_to(node_id);
+        let bound = self.facts().jobs_bound_to(node_id);
         let mut jobs: Vec<DrainJob> = Vec::with_capacity(bound.len());
         for job_id in bound {
             // Already taken with its co-located group.
@@ -233,29 +217,79 @@ impl AutoManagerCore {
         self.act_on_relayed_interruptions(now);
     }
 
+    /// Brings every running drain up to date (see [`Drains::follow_all`]).
+    pub(super) fn follow_drains(&mut self) {
+        let parts = self.parts();
+        parts.drains.follow_all(parts.facts, parts.outbox, parts.migrations);
+    }
+
+    fn follow_drain(&mut self, node_id: &NodeId) {
+        let mut parts = self.parts();
+        parts
+            .drains
+            .follow(&mut parts.facts, parts.outbox, parts.migrations, node_id);
+    }
+
+    /// Drains whose timeout has passed (see [`Drains::expire`]).
+    pub(super) fn expire_drains(&mut self, now: UnixMillis) {
+        let parts = self.parts();
+        parts.drains.expire(parts.facts, parts.outbox, parts.migrations, now);
+    }
+
+    /// Manager answered a `TerminateNode` (see [`Drains::terminate_settled`]).
+    pub(super) fn drain_terminate_settled(&mut self, node_id: &NodeId, failure: Option<&RpcFailure>) {
+        self.drains.terminate_settled(&mut self.outbox, node_id, failure);
+    }
+}
+
+impl Drains {
+    /// `uncordonNode`: placements may land on the node again. A drain that
+    /// has not issued its terminate is cancelled (its migrations in flight
+    /// run to their end) and an interruption notice is withdrawn with it.
+    fn uncordon(&mut self, facts: FactsMut, outbox: &mut Outbox, node_id: &NodeId) -> Result<(), CommandError> {
+        // Capacity coming back is counted by the fleet: a job that found
+        // nowhere may fit now.
+        facts
+            .fleet
+            .uncordon(node_id)
+            .ok_or_else(|| CommandError::UnknownNode(node_id.clone()))?;
+        let cancelled = self
+            .by_node
+            .get_mut(node_id)
+            .filter(|d| !d.state.phase.is_final() && !d.terminate_issued());
+        if let Some(drain) = cancelled {
+            drain.state.phase = DrainPhase::Failed;
+            drain.state.reason = Some("cancelled: the node was uncordoned".to_owned());
+            let state = drain.state.clone();
+            self.interruptions.withdraw(node_id);
+            outbox.notify(Notification::DrainProgress(Box::new(state)));
+        }
+        Ok(())
+    }
+
     /// Brings every running drain up to date with its jobs and migrations;
     /// terminates the nodes that are empty. Runs at the end of every step.
-    pub(super) fn follow_drains(&mut self) {
-        for node_id in self.drains.running_nodes() {
-            self.follow_drain(&node_id);
+    fn follow_all(&mut self, mut facts: FactsMut, outbox: &mut Outbox, migrations: &Migrations) {
+        for node_id in self.running_nodes() {
+            self.follow(&mut facts, outbox, migrations, &node_id);
         }
         // What is kept of a node goes with it: its last drain and its notice.
-        let fleet = &self.fleet;
+        let fleet = &*facts.fleet;
         if self
-            .drains
             .by_node
             .iter()
             .any(|(n, d)| d.state.phase.is_final() && !fleet.contains(n))
         {
-            self.drains
-                .by_node
+            self.by_node
                 .retain(|n, d| !d.state.phase.is_final() || fleet.contains(n));
         }
-        self.drains.interruptions.forget_missing(fleet);
+        self.interruptions.forget_missing(fleet);
     }
 
-    fn follow_drain(&mut self, node_id: &NodeId) {
-        let Some(drain) = self.drains.by_node.get(node_id) else {
+    /// Brings one drain up to date with its jobs and migrations; terminates
+    /// its node once it is empty.
+    fn follow(&mut self, facts: &mut FactsMut, outbox: &mut Outbox, migrations: &Migrations, node_id: &NodeId) {
+        let Some(drain) = self.by_node.get(node_id) else {
             return;
         };
         if drain.state.phase.is_final() || drain.terminate_issued() {
@@ -264,12 +298,12 @@ impl AutoManagerCore {
         let mut state = drain.state.clone();
         // A job that leaves the node because the node goes has gone down
         // with it: `terminated`, never `moved`.
-        let node_went = self.fleet.get(node_id).is_none_or(|n| n.terminated || n.is_going());
+        let node_went = facts.fleet.get(node_id).is_none_or(|n| n.terminated || n.is_going());
         for job in &mut state.jobs {
-            let on_node = self.jobs.get(&job.job_id).is_some_and(|r| r.is_bound_to(node_id));
+            let on_node = facts.jobs.get(&job.job_id).is_some_and(|r| r.is_bound_to(node_id));
             match job.status {
                 DrainJobStatus::Migrating => {
-                    let migration = job.migration_id.as_ref().and_then(|id| self.migrations.get(id));
+                    let migration = job.migration_id.as_ref().and_then(|id| migrations.get(id));
                     match migration.map(|m| (m.end(), &m.reason)) {
                         Some((None, _)) => {}
                         Some((Some(MigrationEnd::Completed), _)) => job.status = DrainJobStatus::Migrated,
@@ -313,16 +347,15 @@ impl AutoManagerCore {
                 _ => {}
             }
         }
-        let node = self.fleet.get(node_id);
         // The drain's own jobs first; the whole job table (and the
         // migration targets) only once they have all left.
         let empty = !state
             .jobs
             .iter()
             .any(|j| matches!(j.status, DrainJobStatus::Migrating | DrainJobStatus::Stuck))
-            && !self.jobs.values().any(|r| r.is_bound_to(node_id))
-            && !self.hosts_migration_target(node_id);
-        match node {
+            && !facts.jobs.values().any(|r| r.is_bound_to(node_id))
+            && !facts.read().hosts_migration_target(node_id);
+        match facts.fleet.get(node_id) {
             None => {
                 mark_terminated(&mut state);
                 state.phase = DrainPhase::Failed;
@@ -351,37 +384,36 @@ impl AutoManagerCore {
             Some(_) if empty && state.after == DrainAfter::Keep => state.phase = DrainPhase::Done,
             Some(_) if empty => {
                 state.phase = DrainPhase::Terminating;
-                self.terminate(node_id);
+                facts.terminate(outbox, node_id);
             }
             Some(_) if state.jobs.iter().any(|j| j.status == DrainJobStatus::Migrating) => {
                 state.phase = DrainPhase::Migrating;
             }
             Some(_) => state.phase = DrainPhase::Waiting,
         }
-        self.publish_drain(node_id, state);
+        self.publish(outbox, node_id, state);
     }
 
     /// Drains whose timeout has passed: `partial`, or with `force` the node
     /// terminated with its stuck jobs on it.
-    pub(super) fn expire_drains(&mut self, now: UnixMillis) {
+    fn expire(&mut self, mut facts: FactsMut, outbox: &mut Outbox, migrations: &Migrations, now: UnixMillis) {
         let due: Vec<NodeId> = self
-            .drains
             .by_node
             .iter()
             .filter(|(_, d)| !d.state.phase.is_final() && !d.terminate_issued() && d.deadline <= now)
             .map(|(n, _)| n.clone())
             .collect();
         for node_id in due {
-            self.follow_drain(&node_id);
-            let Some(drain) = self.drains.by_node.get(&node_id) else {
+            self.follow(&mut facts, outbox, migrations, &node_id);
+            let Some(drain) = self.by_node.get(&node_id) else {
                 continue;
             };
             if drain.state.phase.is_final() || drain.terminate_issued() {
                 continue;
             }
             if drain.state.force {
-                self.terminate(&node_id);
-                self.follow_drain(&node_id);
+                facts.terminate(outbox, &node_id);
+                self.follow(&mut facts, outbox, migrations, &node_id);
                 continue;
             }
             let mut state = drain.state.clone();
@@ -399,16 +431,15 @@ impl AutoManagerCore {
                 "timed out after {} ms with {stuck} job(s) stuck",
                 state.timeout_ms
             ));
-            self.publish_drain(&node_id, state);
+            self.publish(outbox, &node_id, state);
         }
     }
 
     /// Manager answered a `TerminateNode`: a drain waiting on it is `done`,
     /// or `failed` when Manager refused (a node Manager no longer knows is
     /// gone, which is what was asked).
-    pub(super) fn drain_terminate_settled(&mut self, node_id: &NodeId, failure: Option<&RpcFailure>) {
+    fn terminate_settled(&mut self, outbox: &mut Outbox, node_id: &NodeId, failure: Option<&RpcFailure>) {
         let Some(drain) = self
-            .drains
             .by_node
             .get(node_id)
             .filter(|d| d.state.phase == DrainPhase::Terminating)
@@ -430,17 +461,17 @@ impl AutoManagerCore {
             }
             _ => state.phase = DrainPhase::Done,
         }
-        self.publish_drain(node_id, state);
+        self.publish(outbox, node_id, state);
     }
 
     /// Stores a drain's new state and fires `drainProgress` if it changed.
-    fn publish_drain(&mut self, node_id: &NodeId, state: DrainState) {
-        let Some(drain) = self.drains.by_node.get_mut(node_id) else {
+    fn publish(&mut self, outbox: &mut Outbox, node_id: &NodeId, state: DrainState) {
+        let Some(drain) = self.by_node.get_mut(node_id) else {
             return;
         };
         if drain.state != state {
             drain.state = state.clone();
-            self.notify(Notification::DrainProgress(Box::new(state)));
+            outbox.notify(Notification::DrainProgress(Box::new(state)));
         }
     }
 }

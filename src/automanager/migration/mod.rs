@@ -36,7 +36,7 @@ pub use state::{
     MigrationState, MigrationStep, PhaseTransition,
 };
 
-use crate::model::{JobId, NodeId, UnixMillis};
+use crate::model::{JobId, UnixMillis};
 
 use super::binding::MigrationClaim;
 use super::core::{AutoManagerCore, Pending};
@@ -63,14 +63,6 @@ impl AutoManagerCore {
     /// `migrations()`: in flight and recently ended, oldest first.
     pub fn migrations(&self) -> Vec<&MigrationState> {
         self.migrations.all()
-    }
-
-    /// Whether a migration target is placed on `node` (a node hosting one
-    /// is not released as empty).
-    pub(crate) fn hosts_migration_target(&self, node: &NodeId) -> bool {
-        self.jobs
-            .values()
-            .any(|r| r.migration_target().is_some_and(|t| &t.node_id == node))
     }
 
     /// Enters `phase` at `now`: recorded with its timestamp, its deadline
