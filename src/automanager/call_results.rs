@@ -116,7 +116,9 @@ impl AutoManagerCore {
                     .rpc_result(&mut parts.facts, parts.outbox, request, result, now);
             }
             Pending::NodeService(request) => self.node_services.rpc_result(request, result, &mut self.outbox, now),
-            Pending::Migration { migration_id, call } => self.migration_call_result(&migration_id, call, result, now),
+            Pending::Migration { migration_id, call } => {
+                self.saga().migration_call_result(&migration_id, call, result, now)
+            }
             Pending::UndoStart {
                 job_id,
                 instance_key,

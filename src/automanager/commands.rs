@@ -52,7 +52,7 @@ impl AutoManagerCore {
                 return self.answer(id, started.map(Answer::Migration).map_err(CommandError::Migration));
             }
             Command::AbortMigration { migration_id, reason } => {
-                let aborted = self.abort_migration(&migration_id, &reason, now);
+                let aborted = self.saga().abort_migration(&migration_id, &reason, now);
                 return self.reply(id, aborted.map_err(CommandError::Migration));
             }
             Command::SetPlacementPools(pools) => return self.set_placement_pools(id, pools),

@@ -433,7 +433,7 @@ impl AutoManagerCore {
         if self.hydrated && !self.closed {
             self.prepare_drains(now);
             self.expire(now);
-            self.step_migrations(now);
+            self.saga().step_migrations(now);
             let parts = self.parts();
             parts.schedules.step(&parts.facts.read(), parts.outbox, now);
             self.reconcile_manual(now);
@@ -505,6 +505,9 @@ impl AutoManagerCore {
             spares,
             drains,
             migrations,
+            hydrated,
+            inherited,
+            counters,
             ..
         } = self;
         Parts {
@@ -519,6 +522,8 @@ impl AutoManagerCore {
                     serial: next_node_serial,
                 },
                 placed_with_revision: *placed_with_revision,
+                hydrated: *hydrated,
+                held_releases: &mut inherited.releases,
             },
             outbox,
             node_services,
@@ -527,6 +532,7 @@ impl AutoManagerCore {
             spares,
             drains,
             migrations,
+            counters,
         }
     }
 
@@ -559,7 +565,7 @@ impl AutoManagerCore {
         // Before the timers stop: in-flight migrations are aborted (or,
         // past the point of no return, marked lost) while calls can still
         // be made.
-        self.close_migrations(now);
+        self.saga().close_migrations(now);
         self.closed = true;
         let waiting: Vec<CommandId> = self
             .outbox
@@ -630,6 +636,10 @@ pub(super) struct FactsMut<'a> {
     /// How the nodes this core provisions are named.
     pub(super) node_ids: NodeIds<'a>,
     placed_with_revision: u64,
+    /// Whether Manager's snapshot has been taken in.
+    pub(super) hydrated: bool,
+    /// Nodes released before hydration, released once it is done.
+    pub(super) held_releases: &'a mut Vec<(NodeId, bool)>,
 }
 
 impl FactsMut<'_> {
@@ -674,6 +684,7 @@ pub(super) struct Parts<'a> {
     pub(super) spares: &'a mut SpareState,
     pub(super) drains: &'a mut Drains,
     pub(super) migrations: &'a mut Migrations,
+    pub(super) counters: &'a mut Counters,
 }
 
 /// What the core sends out: Manager calls, each kept with what it was for

@@ -12,7 +12,7 @@ use crate::placement::{
 };
 
 use super::binding::{AwaitedStop, Binding, BindingPhase, StopWait, StoppingInstance};
-use super::core::{AutoManagerCore, Pending};
+use super::core::{AutoManagerCore, FactsMut, Outbox, Pending};
 use super::fleet::{Provisioned, provisioned_tags};
 use super::notification::{Decision, Notification, PlacementDecisionInfo};
 use super::protocol::Rpc;
@@ -426,16 +426,40 @@ impl AutoManagerCore {
         }
     }
 
-    /// The job's instance ended without a failure (window over, stopped on
-    /// request, deleted, dispatch refused): the binding ends, nothing is
-    /// counted.
+    /// The job's instance ended without a failure (see
+    /// [`FactsMut::end_binding`]).
     pub(super) fn end_binding(&mut self, job_id: &JobId) {
         self.unbind(job_id, true);
     }
 
+    /// Ends the binding (see [`FactsMut::unbind`]).
+    pub(super) fn unbind(&mut self, job_id: &JobId, single_use_release: bool) {
+        let parts = self.parts();
+        let mut facts = parts.facts;
+        facts.unbind(parts.outbox, job_id, single_use_release);
+    }
+
+    /// After a job left `node_id` (see [`FactsMut::release_node`]).
+    pub(super) fn release_node(&mut self, node_id: &NodeId, single_use: bool) {
+        let parts = self.parts();
+        let mut facts = parts.facts;
+        facts.release_node(parts.outbox, node_id, single_use);
+    }
+}
+
+/// The binding ends and the node is released: what the loss, the saga,
+/// the events and the placement round share.
+impl FactsMut<'_> {
+    /// The job's instance ended without a failure (window over, stopped on
+    /// request, deleted, dispatch refused): the binding ends, nothing is
+    /// counted.
+    pub(super) fn end_binding(&mut self, outbox: &mut Outbox, job_id: &JobId) {
+        self.unbind(outbox, job_id, true);
+    }
+
     /// Ends the binding; `single_use_release` says whether a `singleUse`
     /// job's node is terminated with it.
-    pub(super) fn unbind(&mut self, job_id: &JobId, single_use_release: bool) {
+    pub(super) fn unbind(&mut self, outbox: &mut Outbox, job_id: &JobId, single_use_release: bool) {
         let Some(mut record) = self.jobs.get_mut(job_id) else {
             return;
         };
@@ -444,16 +468,17 @@ impl AutoManagerCore {
         };
         let single_use = record.job.spec.single_use && single_use_release;
         drop(record);
-        self.release_node(&binding.node_id, single_use);
+        self.release_node(outbox, &binding.node_id, single_use);
     }
 
     /// After a job left `node_id`: a node this core provisioned that is
     /// still launching and now carries nothing is terminated (it would be a
     /// leaked node), and a `singleUse` job's provisioned cloud node is
-    /// terminated rather than left for reuse (never a cluster node).
-    pub(super) fn release_node(&mut self, node_id: &NodeId, single_use: bool) {
+    /// terminated rather than left for reuse (never a cluster node). Before
+    /// hydration the release waits for the fleet to be known.
+    pub(super) fn release_node(&mut self, outbox: &mut Outbox, node_id: &NodeId, single_use: bool) {
         if !self.hydrated {
-            self.inherited.releases.push((node_id.clone(), single_use));
+            self.held_releases.push((node_id.clone(), single_use));
             return;
         }
         let Some(node) = self.fleet.get(node_id) else {
@@ -469,7 +494,7 @@ impl AutoManagerCore {
                 .as_ref()
                 .map_or(provisioned_here, |i| i.kind != ProviderKind::LocalServers);
         let single_use = (single_use && provisioned_cloud) || node.release_when_empty;
-        if self.jobs.values().any(|r| r.is_bound_to(node_id)) || self.facts().hosts_migration_target(node_id) {
+        if self.jobs.values().any(|r| r.is_bound_to(node_id)) || self.read().hosts_migration_target(node_id) {
             // A single-use job left company behind (its co-located peers):
             // the node goes once they have left too.
             if single_use {
@@ -478,7 +503,7 @@ impl AutoManagerCore {
             return;
         }
         if (provisioned_here && node.is_launching()) || single_use {
-            self.terminate(node_id);
+            self.terminate(outbox, node_id);
         }
     }
 }

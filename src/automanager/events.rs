@@ -87,7 +87,8 @@ impl AutoManagerCore {
                 if matches {
                     self.lose_instance(&job_id, LossCause::Rejected { code, detail }, now);
                 } else {
-                    self.migration_target_rejected(&job_id, &role, &node_id, &detail, now);
+                    self.saga()
+                        .migration_target_rejected(&job_id, &role, &node_id, &detail, now);
                 }
             }
             ManagerEvent::BundleUpdated(bundle) => self.bundle_updated(bundle),
@@ -110,14 +111,16 @@ impl AutoManagerCore {
                 noticed_at,
             } => self.interruption_noticed(node_id, kind, deadline, noticed_at, now),
             ManagerEvent::JobPrepared { job_id, role, node_id } => {
-                self.migration_prepared(&job_id, &role, &node_id, now)
+                self.saga().migration_prepared(&job_id, &role, &node_id, now)
             }
             ManagerEvent::MigrationSignal {
                 migration_id,
                 job_id,
                 from_key,
                 signal,
-            } => self.migration_signal(&migration_id, &job_id, &from_key, signal, now),
+            } => self
+                .saga()
+                .migration_signal(&migration_id, &job_id, &from_key, signal, now),
             ManagerEvent::ProviderHealthChange | ManagerEvent::Unknown => {}
         }
     }
@@ -242,7 +245,7 @@ impl AutoManagerCore {
         for (node_id, job_id) in launching {
             // Checked as each is bound: two nodes launching for two members
             // of one group take at most one of them.
-            let peers_elsewhere = self.group_of(&job_id).iter().any(|peer| {
+            let peers_elsewhere = self.facts().group_of(&job_id).iter().any(|peer| {
                 self.jobs
                     .get(peer)
                     .and_then(|p| p.binding.as_ref())
@@ -390,7 +393,7 @@ impl AutoManagerCore {
             if seen.contains(&job_id) {
                 continue;
             }
-            let group = self.group_of(&job_id);
+            let group = self.facts().group_of(&job_id);
             seen.extend(group.iter().cloned());
             let records: Vec<&JobRecord> = group.iter().filter_map(|m| self.jobs.get(m)).collect();
             if records.len() < 2 || records.iter().any(|r| r.migration.is_some()) {
@@ -485,7 +488,7 @@ impl AutoManagerCore {
             })
             .filter(|(job_id, key, node)| {
                 self.fleet.get(node).is_some_and(|n| !n.is_going())
-                    && !self.is_migration_instance(key)
+                    && !self.migrations.is_migration_instance(key)
                     && !self
                         .inherited
                         .undoing
@@ -527,7 +530,7 @@ impl AutoManagerCore {
     /// Every job bound to a stopping or stopped node is lost with it
     /// (migrations with an instance there are settled first).
     fn lose_node(&mut self, node_id: &NodeId, now: UnixMillis) {
-        self.migration_node_lost(node_id, now);
+        self.saga().migration_node_lost(node_id, now);
         let bound = self.facts().jobs_bound_to(node_id);
         for job_id in bound {
             self.lose_instance(&job_id, LossCause::NodeLost, now);
@@ -558,7 +561,7 @@ impl AutoManagerCore {
     }
 
     fn job_deleted(&mut self, job_id: JobId, now: UnixMillis) {
-        self.migration_job_ended(&job_id, "the job was deleted", now);
+        self.saga().migration_job_ended(&job_id, "the job was deleted", now);
         self.node_services
             .job_changed(&self.settings, &job_id, None, &mut self.outbox, now);
         if let Some(record) = self.jobs.remove(&job_id)
@@ -619,7 +622,7 @@ impl AutoManagerCore {
         }
         if post {
             // The window is over: Manager stops the instance; the job ended.
-            self.migration_job_ended(&job_id, "the job's window ended", now);
+            self.saga().migration_job_ended(&job_id, "the job's window ended", now);
             self.end_binding(&job_id);
         }
     }
@@ -639,7 +642,7 @@ impl AutoManagerCore {
             }
             return self.end_binding(job_id);
         }
-        self.migration_job_ended(job_id, "the job was dropped", now);
+        self.saga().migration_job_ended(job_id, "the job was dropped", now);
         let Some(mut record) = self.jobs.get_mut(job_id) else {
             return;
         };
@@ -677,7 +680,7 @@ impl AutoManagerCore {
                 self.replay_restart(job_id, &entry);
             }
             // An instance of a migration in flight is the saga's to follow.
-            if self.migration_observes(job_id, &entry, now) {
+            if self.saga().migration_observes(job_id, &entry, now) {
                 continue;
             }
             match entry {
@@ -780,7 +783,7 @@ impl AutoManagerCore {
         let prepared_target = role.is_migration_target() && phase != BindingPhase::Running;
         let adoptable = !prepared_target
             && self.fleet.get(&node_id).is_some_and(|n| !n.is_going())
-            && !self.is_rolled_back_target(&role)
+            && !self.migrations.is_rolled_back_target(&role)
             && !self
                 .inherited
                 .undoing

@@ -44,7 +44,7 @@ impl AutoManagerCore {
             || !self.may_run(record, now)
             || record.awaiting_capacity_since == Some(self.capacity_epoch())
             || self.migrations.holds_placement_of(record.job_id())
-            || self.waits_for_group_move(record)
+            || self.facts().waits_for_group_move(record)
         {
             return Readiness::Never;
         }

@@ -151,7 +151,7 @@ impl AutoManagerCore {
             }
             // A co-located group moves as a unit, each job with its own
             // strategy; refused, the whole group is stuck with the reason.
-            let group = self.moving_group(&job_id, node_id);
+            let group = self.facts().moving_group(&job_id, node_id);
             let strategy_for = &options.strategy_for;
             match self.migrate_with_group(
                 &job_id,

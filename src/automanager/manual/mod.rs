@@ -303,7 +303,9 @@ impl AutoManagerCore {
             let migration_id = claim.migration_id.clone();
             // Refused past the point of no return: the saga finishes, then
             // the job is stopped where it landed.
-            let _ = self.abort_migration(&migration_id, "the manual job was stopped", now);
+            let _ = self
+                .saga()
+                .abort_migration(&migration_id, "the manual job was stopped", now);
             return;
         }
         let Some(binding) = record.binding.clone() else {

@@ -67,14 +67,16 @@
 //! every member of such a group `stuck` with that reason.
 
 use crate::automanager::binding::{BindingPhase, JobRecord};
-use crate::automanager::core::AutoManagerCore;
+use crate::automanager::core::Facts;
+
+use super::Saga;
 use crate::model::{JobId, MigrationId, NodeId, UnixMillis, runtime_job_id};
 use crate::placement::JobGroups;
 
 use super::state::{CutOver, MigrationPhase, MigrationStep};
 use super::wind_down::Target;
 
-impl AutoManagerCore {
+impl Facts<'_> {
     /// Every member of `job`'s co-located group in its replica, in spec
     /// order, `job` included (alone when it belongs to no group).
     pub(crate) fn group_of(&self, job: &JobId) -> Vec<JobId> {
@@ -149,7 +151,9 @@ impl AutoManagerCore {
             .filter(|member| *member != record.job_id())
             .any(|member| self.jobs.get(member).is_some_and(|peer| peer.migration.is_some()))
     }
+}
 
+impl Saga<'_> {
     /// Migration `id` reached the step before its point of no return. Alone,
     /// or once every other member of its group waits here too (or has
     /// ended), every waiting member crosses it now; otherwise it waits
@@ -230,11 +234,14 @@ impl AutoManagerCore {
         let Some(state) = self.migrations.get(id) else {
             return false;
         };
-        self.group_of(&state.job_id)
+        self.facts
+            .read()
+            .group_of(&state.job_id)
             .iter()
             .filter(|member| **member != state.job_id)
             .any(|member| {
-                self.jobs
+                self.facts
+                    .jobs
                     .get(member)
                     .and_then(|r| r.binding.as_ref())
                     .is_some_and(|b| b.node_id != state.source_node_id)
@@ -272,6 +279,6 @@ impl AutoManagerCore {
         };
         std::iter::once(&state.job_id)
             .chain(state.group.iter().map(|p| &p.job_id))
-            .any(|job| self.jobs.get(job).is_some_and(|r| r.job.spec.single_use))
+            .any(|job| self.facts.jobs.get(job).is_some_and(|r| r.job.spec.single_use))
     }
 }

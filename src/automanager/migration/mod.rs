@@ -13,6 +13,11 @@
 //! The job's record ([`super::binding::JobRecord`]) carries the migration
 //! claim: the target instance, reserved on its node next to the source for
 //! as long as both exist, and moved into the binding at `done`.
+//!
+//! The saga runs on a [`Saga`]: the facts (changed through their owners'
+//! mutators), the outbox, the migrations' own state and the counters —
+//! nothing else of the core. Placing a target is a placement round, so
+//! `start` runs on the core and hands the placed target to the saga.
 
 pub mod group;
 mod observe;
@@ -39,10 +44,33 @@ pub use state::{
 use crate::model::{JobId, UnixMillis};
 
 use super::binding::MigrationClaim;
-use super::core::{AutoManagerCore, Pending};
+use super::core::{AutoManagerCore, FactsMut, Outbox, Pending};
+use super::metrics::Counters;
 use super::notification::Notification;
 use super::protocol::Rpc;
-use state::SourceStop;
+use state::{Migrations, SourceStop};
+
+/// What the saga is handed: the facts, the outbox, the migrations' own
+/// state and the counters.
+pub(super) struct Saga<'a> {
+    pub(super) facts: FactsMut<'a>,
+    pub(super) outbox: &'a mut Outbox,
+    pub(super) migrations: &'a mut Migrations,
+    pub(super) counters: &'a mut Counters,
+}
+
+impl AutoManagerCore {
+    /// The core taken apart for the saga.
+    pub(super) fn saga(&mut self) -> Saga<'_> {
+        let parts = self.parts();
+        Saga {
+            facts: parts.facts,
+            outbox: parts.outbox,
+            migrations: parts.migrations,
+            counters: parts.counters,
+        }
+    }
+}
 
 impl AutoManagerCore {
     /// `migrationById`.
@@ -64,13 +92,20 @@ impl AutoManagerCore {
     pub fn migrations(&self) -> Vec<&MigrationState> {
         self.migrations.all()
     }
+}
 
+impl Saga<'_> {
     /// Enters `phase` at `now`: recorded with its timestamp, its deadline
     /// set from the `migration` settings, `migrationPhase` fired. Telling
     /// the source to stop (or to stop output) passes the point of no
     /// return.
     fn enter_phase(&mut self, id: &MigrationId, phase: MigrationPhase, now: UnixMillis) {
-        let deadline = self.settings.migration.timeout_ms(phase).map(|ms| now + ms as i64);
+        let deadline = self
+            .facts
+            .settings
+            .migration
+            .timeout_ms(phase)
+            .map(|ms| now + ms as i64);
         let Some(state) = self.migrations.get_mut(id) else {
             return;
         };
@@ -84,7 +119,7 @@ impl AutoManagerCore {
         if phase.is_ended() {
             self.migrations.mark_ended(id);
         }
-        self.notify(Notification::MigrationPhase(snapshot));
+        self.outbox.notify(Notification::MigrationPhase(snapshot));
     }
 
     /// A relayed step to both of a migration's instances.
@@ -146,7 +181,7 @@ impl AutoManagerCore {
     }
 
     fn call_for(&mut self, id: &MigrationId, rpc: Rpc, call: MigrationCall) {
-        self.call(
+        self.outbox.call(
             rpc,
             Pending::Migration {
                 migration_id: id.clone(),
@@ -159,6 +194,7 @@ impl AutoManagerCore {
     fn in_flight(&self, id: &MigrationId) -> Option<(&MigrationState, &MigrationClaim)> {
         let state = self.migrations.get(id).filter(|m| m.is_in_flight())?;
         let claim = self
+            .facts
             .jobs
             .get(&state.job_id)?
             .migration

@@ -5,8 +5,8 @@
 //! is in flight its two instances are the saga's to follow: the source
 //! stopping on request does not end the job's binding.
 
+use super::Saga;
 use crate::automanager::binding::BindingPhase;
-use crate::automanager::core::AutoManagerCore;
 use crate::automanager::notification::Notification;
 use crate::automanager::protocol::{RpcFailure, RpcFailureKind};
 use crate::automanager::recovery::MIN_RECOVERY_INTERVAL_MS;
@@ -25,11 +25,11 @@ enum Instance {
     Target,
 }
 
-impl AutoManagerCore {
+impl Saga<'_> {
     /// The migration in flight of `job`, with which of its instances
     /// `role` on `node` is.
     fn instance_of(&self, job: &JobId, role: &InstanceKey, node: Option<&NodeId>) -> Option<(MigrationId, Instance)> {
-        let claim = self.jobs.get(job)?.migration.as_ref()?;
+        let claim = self.facts.jobs.get(job)?.migration.as_ref()?;
         let state = self.migrations.get(&claim.migration_id)?;
         let at = |n: &NodeId| node.is_none_or(|node| node == n);
         let which = if role == &state.target_key && at(&state.target_node_id) {
@@ -91,7 +91,7 @@ impl AutoManagerCore {
             return;
         };
         let (job, phase, strategy) = (state.job_id.clone(), state.phase, state.strategy);
-        if let Some(mut record) = self.jobs.get_mut(&job)
+        if let Some(mut record) = self.facts.jobs.get_mut(&job)
             && let Some(claim) = record.migration.as_mut()
         {
             claim.target.phase = BindingPhase::Running;
@@ -283,6 +283,7 @@ impl AutoManagerCore {
     /// back, or lost past the point of no return.
     pub(crate) fn migration_job_ended(&mut self, job: &JobId, reason: &str, now: UnixMillis) {
         let Some(id) = self
+            .facts
             .jobs
             .get(job)
             .and_then(|r| r.migration.as_ref())
@@ -379,7 +380,7 @@ impl AutoManagerCore {
                     now,
                 );
             }
-            _ => self.notify(Notification::Error {
+            _ => self.outbox.notify(Notification::Error {
                 message: format!("migration {id}: {call:?} failed: {}", failure.message),
             }),
         }
@@ -389,7 +390,8 @@ impl AutoManagerCore {
     /// target (the migration completed onto it).
     fn bound_to_target_of(&self, id: &MigrationId) -> bool {
         self.migrations.get(id).is_some_and(|m| {
-            self.jobs
+            self.facts
+                .jobs
                 .get(&m.job_id)
                 .and_then(|r| r.binding.as_ref())
                 .is_some_and(|b| b.node_id == m.target_node_id && b.instance_key == m.target_key)
@@ -411,12 +413,13 @@ impl AutoManagerCore {
             return;
         };
         let moved_on = self
+            .facts
             .jobs
             .get(&job)
             .and_then(|r| r.migration.as_ref())
             .is_some_and(|claim| &claim.migration_id != id);
         if moved_on {
-            return self.notify(Notification::Error {
+            return self.outbox.notify(Notification::Error {
                 message: format!(
                     "migration {id}: the prepared target {job} was moved onto could not be started ({}); a later \
                      migration of it is moving that instance",
@@ -430,11 +433,11 @@ impl AutoManagerCore {
         if failure.kind != RpcFailureKind::NotFound {
             self.stop_target(id);
         }
-        self.end_binding(&job);
-        if let Some(mut record) = self.jobs.get_mut(&job) {
+        self.facts.end_binding(self.outbox, &job);
+        if let Some(mut record) = self.facts.jobs.get_mut(&job) {
             record.not_before = now + MIN_RECOVERY_INTERVAL_MS;
         }
-        self.notify(Notification::Error {
+        self.outbox.notify(Notification::Error {
             message: format!(
                 "migration {id}: the prepared target {job} was moved onto could not be started ({}); placed again",
                 failure.message
@@ -448,10 +451,14 @@ impl AutoManagerCore {
         let Some(job) = self.migrations.get(id).map(|m| m.job_id.clone()) else {
             return;
         };
-        let counted = self.jobs.get_mut(&job).is_some_and(|mut r| match r.migration.as_mut() {
-            Some(c) if &c.migration_id == id => std::mem::replace(&mut c.target.uncounted, false),
-            _ => false,
-        });
+        let counted = self
+            .facts
+            .jobs
+            .get_mut(&job)
+            .is_some_and(|mut r| match r.migration.as_mut() {
+                Some(c) if &c.migration_id == id => std::mem::replace(&mut c.target.uncounted, false),
+                _ => false,
+            });
         if counted {
             if ok {
                 self.counters.placements_succeeded += 1;

@@ -10,30 +10,32 @@
 //! the node the binding leaves is released as any node a job leaves.
 
 use crate::automanager::binding::{Binding, BindingPhase};
-use crate::automanager::core::AutoManagerCore;
 use crate::automanager::history::{instance_since, live_instances};
 use crate::model::{InstanceKey, JobHistoryEntry, JobId, JobStopReason, MigrationId, NodeId};
 
-use super::state::MigrationPhase;
+use super::Saga;
+use super::state::{MigrationPhase, Migrations};
 
-impl AutoManagerCore {
+impl Migrations {
     /// Whether `key` names an instance of a migration this core follows
     /// (in any phase).
-    pub(crate) fn is_migration_instance(&self, key: &InstanceKey) -> bool {
+    pub(in crate::automanager) fn is_migration_instance(&self, key: &InstanceKey) -> bool {
         key.as_str()
             .split_once('@')
-            .is_some_and(|(_, tag)| self.migrations.get(&MigrationId(tag.to_owned())).is_some())
+            .is_some_and(|(_, tag)| self.get(&MigrationId(tag.to_owned())).is_some())
     }
 
     /// `key` is the target of a migration this core (or its predecessor)
     /// rolled back: the core stops it, so it never carries the job.
-    pub(crate) fn is_rolled_back_target(&self, key: &InstanceKey) -> bool {
+    pub(in crate::automanager) fn is_rolled_back_target(&self, key: &InstanceKey) -> bool {
         key.as_str()
             .split_once('@')
-            .and_then(|(_, tag)| self.migrations.get(&MigrationId(tag.to_owned())))
+            .and_then(|(_, tag)| self.get(&MigrationId(tag.to_owned())))
             .is_some_and(|m| m.phase == MigrationPhase::Aborted)
     }
+}
 
+impl Saga<'_> {
     /// The bound instance of a job with no migration in flight stops (on
     /// request, or without a failure being reported; while hydrating, for
     /// any reason — Manager's history says the target lived on after it,
@@ -48,10 +50,10 @@ impl AutoManagerCore {
                 ..
             }
             | JobHistoryEntry::Stopped { role, node_id, .. } => (role, node_id.as_ref()),
-            JobHistoryEntry::Stopping { role, node_id, .. } if !self.hydrated => (role, node_id.as_ref()),
+            JobHistoryEntry::Stopping { role, node_id, .. } if !self.facts.hydrated => (role, node_id.as_ref()),
             _ => return false,
         };
-        let Some(record) = self.jobs.get(job).filter(|r| r.migration.is_none()) else {
+        let Some(record) = self.facts.jobs.get(job).filter(|r| r.migration.is_none()) else {
             return false;
         };
         let Some(binding) = record.binding.as_ref() else {
@@ -60,7 +62,7 @@ impl AutoManagerCore {
         if &binding.instance_key != role || node.is_some_and(|n| n != &binding.node_id) {
             return false;
         }
-        let rolled_back = |key: &InstanceKey| self.is_rolled_back_target(key);
+        let rolled_back = |key: &InstanceKey| self.migrations.is_rolled_back_target(key);
         let Some((key, node_id, phase)) = live_target(&record.job.history, role, &binding.node_id, rolled_back) else {
             return false;
         };
@@ -68,7 +70,7 @@ impl AutoManagerCore {
         // with a predecessor (its start deferred until the saga says so):
         // bound, the job would never run. It is stopped as a stray, and the
         // job placed again.
-        if !self.hydrated && phase != BindingPhase::Running {
+        if !self.facts.hydrated && phase != BindingPhase::Running {
             return false;
         }
         // While hydrating, the whole history is read at once: a target
@@ -78,15 +80,20 @@ impl AutoManagerCore {
             JobHistoryEntry::Stopping { at, .. } | JobHistoryEntry::Stopped { at, .. } => *at,
             _ => None,
         };
-        if !self.hydrated && stopped_at.is_some_and(|at| instance_since(&record.job.history, &key, &node_id) > at) {
+        if !self.facts.hydrated && stopped_at.is_some_and(|at| instance_since(&record.job.history, &key, &node_id) > at)
+        {
             return false;
         }
         let (left, single_use) = (binding.node_id.clone(), record.job.spec.single_use);
-        let usable = self.fleet.get(&node_id).is_some_and(|n| !n.is_going() && !n.terminated);
+        let usable = self
+            .facts
+            .fleet
+            .get(&node_id)
+            .is_some_and(|n| !n.is_going() && !n.terminated);
         if !usable {
             return false;
         }
-        if let Some(mut record) = self.jobs.get_mut(job) {
+        if let Some(mut record) = self.facts.jobs.get_mut(job) {
             record.binding = Some(Binding {
                 node_id,
                 instance_key: key,
@@ -95,7 +102,7 @@ impl AutoManagerCore {
                 uncounted: false,
             });
         }
-        self.release_node(&left, single_use);
+        self.facts.release_node(self.outbox, &left, single_use);
         true
     }
 }

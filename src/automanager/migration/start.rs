@@ -9,6 +9,7 @@
 //! starts its whole group's migrations, onto one target placed for the
 //! group (see [`super::group`]).
 
+use super::Saga;
 use crate::automanager::binding::{Binding, BindingPhase, MigrationClaim};
 use crate::automanager::core::{AutoManagerCore, Pending};
 use crate::automanager::dispatch::{NodeIds, PlacementView, decision_of};
@@ -78,14 +79,14 @@ impl AutoManagerCore {
         now: UnixMillis,
     ) -> Result<Vec<(JobId, MigrationId)>, MigrationRefusal> {
         let source = self.movable_source(job_id, options)?;
-        let group = self.moving_group(job_id, &source.node_id);
+        let group = self.facts().moving_group(job_id, &source.node_id);
         let refused = |reason: String| MigrationRefusal::GroupCannotMove {
             job_id: job_id.clone(),
             group: group.clone(),
             reason,
         };
         // A group moves whole: not while another move of it is unfinished.
-        if let Some((peer, id)) = self.peer_still_moving(job_id) {
+        if let Some((peer, id)) = self.facts().peer_still_moving(job_id) {
             return Err(refused(format!(
                 "its co-located peer {peer} is still moving ({id}); the group moves again once it has arrived"
             )));
@@ -158,10 +159,10 @@ impl AutoManagerCore {
             });
         }
         for (_, migration_id, _) in &started {
-            self.enter_phase(migration_id, MigrationPhase::Placing, now);
+            self.saga().enter_phase(migration_id, MigrationPhase::Placing, now);
         }
         for (_, migration_id, _) in &started {
-            self.dispatch_target_if_ready(migration_id, now);
+            self.saga().dispatch_target_if_ready(migration_id, now);
         }
         Ok(started.into_iter().map(|(job, id, _)| (job, id)).collect())
     }
@@ -407,7 +408,9 @@ impl AutoManagerCore {
             _ => self.view_cache = None,
         }
     }
+}
 
+impl Saga<'_> {
     /// The target's `StartJob`, once its node runs: created with
     /// `deferStart` for `stopThenStart` (`preparing`), started otherwise
     /// (`starting`). It wears `<slot>@<id>` and is told its slot in
@@ -418,6 +421,7 @@ impl AutoManagerCore {
         };
         let target = &claim.target;
         let node_runs = self
+            .facts
             .fleet
             .get(&target.node_id)
             .is_some_and(|n| n.phase == NodePhase::Running && !n.terminated);
@@ -439,14 +443,14 @@ impl AutoManagerCore {
         };
         let job_id = state.job_id.clone();
         self.migrations.start_pending.insert(id.clone());
-        self.call(
+        self.outbox.call(
             rpc,
             Pending::Migration {
                 migration_id: id.clone(),
                 call: MigrationCall::StartTarget,
             },
         );
-        if let Some(mut record) = self.jobs.get_mut(&job_id)
+        if let Some(mut record) = self.facts.jobs.get_mut(&job_id)
             && let Some(claim) = record.migration.as_mut()
         {
             claim.target.phase = BindingPhase::Dispatched;

@@ -7,8 +7,8 @@
 //! after it the saga fails forward" — and `close()`, which aborts what it
 //! can and marks the rest lost.
 
+use super::Saga;
 use crate::automanager::binding::{Binding, BindingPhase};
-use crate::automanager::core::AutoManagerCore;
 use crate::automanager::notification::Notification;
 use crate::automanager::protocol::Rpc;
 use crate::model::{JobId, MigrationId, MigrationStrategy, NodeId, UnixMillis};
@@ -26,7 +26,7 @@ pub(super) enum Target {
     Gone,
 }
 
-impl AutoManagerCore {
+impl Saga<'_> {
     /// `abortMigration`: a clean rollback only until the source has been
     /// told to stop; after that it is refused and the saga fails forward.
     pub(crate) fn abort_migration(
@@ -133,7 +133,7 @@ impl AutoManagerCore {
         let job_id = state.job_id.clone();
         self.release_target(&job_id);
         self.end_migration(id, MigrationPhase::Lost, reason, now);
-        self.notify(Notification::Error {
+        self.outbox.notify(Notification::Error {
             message: format!("migration {id} of {job_id} lost past its point of no return: {reason}"),
         });
     }
@@ -147,7 +147,7 @@ impl AutoManagerCore {
         };
         let (job_id, source_node) = (state.job_id.clone(), state.source_node_id.clone());
         let target = claim.target.clone();
-        let Some(mut record) = self.jobs.get_mut(&job_id) else {
+        let Some(mut record) = self.facts.jobs.get_mut(&job_id) else {
             return;
         };
         record.migration = None;
@@ -163,13 +163,13 @@ impl AutoManagerCore {
         // The node a group leaves is released once its last member has
         // gone (`release_node` keeps a node anything is bound to).
         let single_use = self.group_single_use(id);
-        self.release_node(&source_node, single_use);
+        self.facts.release_node(self.outbox, &source_node, single_use);
         // A reason given earlier (how it failed forward) is kept.
         if let Some(reason) = reason {
             self.note_reason(id, reason);
         }
         self.enter_phase(id, MigrationPhase::Done, now);
-        self.notify(Notification::MigrationCompleted {
+        self.outbox.notify(Notification::MigrationCompleted {
             migration_id: id.clone(),
             job_id,
         });
@@ -181,7 +181,7 @@ impl AutoManagerCore {
     /// The job's claim ends; its target's node, if it was provisioned for
     /// it and carries nothing else, is not left behind.
     fn release_target(&mut self, job_id: &JobId) {
-        let Some(mut record) = self.jobs.get_mut(job_id) else {
+        let Some(mut record) = self.facts.jobs.get_mut(job_id) else {
             return;
         };
         let Some(claim) = record.migration.take() else {
@@ -189,7 +189,7 @@ impl AutoManagerCore {
         };
         let single_use = record.job.spec.single_use;
         drop(record);
-        self.release_node(&claim.target.node_id, single_use);
+        self.facts.release_node(self.outbox, &claim.target.node_id, single_use);
     }
 
     fn end_migration(&mut self, id: &MigrationId, phase: MigrationPhase, reason: &str, now: UnixMillis) {
@@ -199,7 +199,7 @@ impl AutoManagerCore {
         state.reason = Some(reason.to_owned());
         let job_id = state.job_id.clone();
         self.enter_phase(id, phase, now);
-        self.notify(Notification::MigrationAborted {
+        self.outbox.notify(Notification::MigrationAborted {
             migration_id: id.clone(),
             job_id,
             reason: reason.to_owned(),
@@ -231,7 +231,7 @@ impl AutoManagerCore {
             // going has taken it along.
             let gone = self
                 .in_flight(&id)
-                .and_then(|(_, claim)| match self.fleet.get(&claim.target.node_id) {
+                .and_then(|(_, claim)| match self.facts.fleet.get(&claim.target.node_id) {
                     None => Some(Target::Gone),
                     Some(n) if n.is_going() => Some(Target::Gone),
                     Some(n) if n.terminated => Some(Target::Stop),
@@ -343,8 +343,8 @@ impl AutoManagerCore {
         now: UnixMillis,
     ) {
         self.mark_lost(id, reason, now);
-        self.end_binding(job_id);
-        if let Some(mut record) = self.jobs.get_mut(job_id) {
+        self.facts.end_binding(self.outbox, job_id);
+        if let Some(mut record) = self.facts.jobs.get_mut(job_id) {
             record.recovery = Some(RecoveryContext {
                 on_runtime_failure: None,
                 excluded_nodes: vec![source_node],
