@@ -73,8 +73,13 @@ impl AutoManagerCore {
                 }
                 self.reply(command, result.map_err(CommandError::Manager));
             }
-            Pending::Toggle(job_id) => self.toggle_result(&job_id, result, now),
-            Pending::ManualStop(job_id) => self.manual_stop_result(&job_id, result, now),
+            Pending::Toggle(job_id) => {
+                let parts = self.parts();
+                parts
+                    .manual
+                    .toggle_result(&parts.facts.read(), parts.outbox, &job_id, result, now);
+            }
+            Pending::ManualStop(job_id) => self.manual.stop_result(&mut self.outbox, &job_id, result, now),
             Pending::Complete(job_id) => self.schedules.complete_result(&job_id, result, &mut self.outbox, now),
             Pending::TerminateNode(node_id) => match result {
                 // Manager no longer knows it (it never came up, or is gone

@@ -10,7 +10,6 @@ use crate::model::{Bundle, BundleId, InstanceKey, JobId, MigrationId, NodeId, Re
 use crate::placement::Pools;
 
 use super::binding::{Binding, JobRecord};
-use super::dispatch::NodeIds;
 use super::drain::state::Drains;
 use super::fleet::{Fleet, Offering};
 use super::headroom::state::HeadroomState;
@@ -18,6 +17,7 @@ use super::jobs::Jobs;
 use super::manual::state::ManualStarts;
 use super::metrics::Counters;
 use super::migration::state::{MigrationCall, Migrations};
+use super::node_ids::NodeIds;
 use super::node_services::state::{NodeServiceState, ServiceRequest};
 use super::notification::Notification;
 use super::protocol::{Action, Command, CommandError, CommandId, Input, RequestId, Rpc, Step};
@@ -508,6 +508,7 @@ impl AutoManagerCore {
             hydrated,
             inherited,
             counters,
+            manual,
             ..
         } = self;
         Parts {
@@ -533,6 +534,7 @@ impl AutoManagerCore {
             drains,
             migrations,
             counters,
+            manual,
         }
     }
 
@@ -685,6 +687,7 @@ pub(super) struct Parts<'a> {
     pub(super) drains: &'a mut Drains,
     pub(super) migrations: &'a mut Migrations,
     pub(super) counters: &'a mut Counters,
+    pub(super) manual: &'a mut ManualStarts,
 }
 
 /// What the core sends out: Manager calls, each kept with what it was for

@@ -7,65 +7,17 @@
 //! `loss`').
 
 use crate::model::{InstanceKey, JobId, NodeId, NodePhase, ProviderKind, Slot, UnixMillis, tags};
-use crate::placement::{
-    FleetView, Outcome, PlacementRequest, ProspectiveNodeIds, Rankings, apply_placement, place_ranked, placed_job,
-};
+use crate::placement::{FleetView, Outcome, PlacementRequest, Rankings, apply_placement, place_ranked, placed_job};
 
 use super::binding::{AwaitedStop, Binding, BindingPhase, StopWait, StoppingInstance};
 use super::core::{AutoManagerCore, FactsMut, Outbox, Pending};
 use super::fleet::{Provisioned, provisioned_tags};
+use super::node_ids::NodeIds;
 use super::notification::{Decision, Notification, PlacementDecisionInfo};
 use super::protocol::Rpc;
 use super::readiness::Readiness;
 use super::recovery::{FAILED_INSTANCE_STOP_GRACE_MS, MIN_RECOVERY_INTERVAL_MS};
 use super::view_cache::ViewCache;
-
-/// Prospective node ids: `<pool>-<tier>-<process>-<serial>`. The process
-/// part is the AutoManager's start time (milliseconds) and a salt the runtime
-/// draws at random, in base 36: the same for every core one process hydrates
-/// and different for a standby promoted in its place (even one started in
-/// the same millisecond), whose serials start again: a node id is never given to two
-/// machines, so a forgotten node's `NorskNode` (its cordon, its history)
-/// never passes to a new one. The serial counts up for the process's life and
-/// skips ids the fleet holds; the same inputs always name the same nodes.
-pub(super) struct NodeIds<'a> {
-    pub(super) process: u64,
-    pub(super) serial: &'a mut u64,
-}
-
-/// The id of node `serial` of `pool`'s `tier`, named by `process`.
-fn node_id(pool: &str, tier: &str, process: u64, serial: u64) -> NodeId {
-    let mut n = process;
-    let mut process = Vec::new();
-    loop {
-        process.push(char::from_digit((n % 36) as u32, 36).unwrap_or('0'));
-        n /= 36;
-        if n == 0 {
-            break;
-        }
-    }
-    let process: String = process.iter().rev().collect();
-    NodeId(format!("{pool}-{tier}-{process}-{serial}"))
-}
-
-impl NodeIds<'_> {
-    /// The next id of a node in `pool`'s `tier` that is not `taken`.
-    pub(super) fn fresh(&mut self, pool: &str, tier: &str, taken: impl Fn(&NodeId) -> bool) -> NodeId {
-        loop {
-            *self.serial += 1;
-            let id = node_id(pool, tier, self.process, *self.serial);
-            if !taken(&id) {
-                return id;
-            }
-        }
-    }
-}
-
-impl ProspectiveNodeIds for NodeIds<'_> {
-    fn prospective_node_id(&mut self, view: &FleetView, pool: &str, tier: &str) -> NodeId {
-        self.fresh(pool, tier, |id| view.contains(id))
-    }
-}
 
 /// The view a placement round (or a migration's target) runs against.
 pub(super) enum PlacementView {

@@ -71,6 +71,7 @@ mod loss;
 mod manual;
 pub mod metrics;
 pub mod migration;
+mod node_ids;
 pub mod node_services;
 pub mod notification;
 mod offerings;

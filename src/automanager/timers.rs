@@ -38,7 +38,7 @@ impl AutoManagerCore {
             .chain(self.drains.next_deadline())
             .chain(self.migrations.next_deadline())
             .chain(self.schedules.deadlines(&facts, now))
-            .chain(self.manual_deadline(now))
+            .chain(self.manual.deadline(now))
             .chain(self.headroom.deadline())
             .min()
             .map(|at| at.max(now))

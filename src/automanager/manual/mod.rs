@@ -28,52 +28,29 @@ use std::collections::BTreeSet;
 use crate::model::{BundleId, BundleJobRef, BundleSpec, BundleState, JobId, ReplicaJob, UnixMillis};
 
 use super::binding::{BindingPhase, JobRecord};
-use super::core::{AutoManagerCore, Pending};
+use super::core::{AutoManagerCore, Facts, Outbox, Pending};
+use super::migration::Saga;
 use super::notification::Notification;
-use super::protocol::{CommandError, CommandId, Rpc, RpcFailure};
-use state::{Toggle, replica_job};
+use super::protocol::{Action, CommandError, CommandId, Rpc, RpcFailure};
+use state::{ManualStarts, Toggle, replica_job};
 
 impl AutoManagerCore {
-    /// The replicas of `bundle_id`'s manual jobs that run as this core
-    /// wants them: its wanted set, or, for a bundle it was never told
-    /// about, those Manager holds not dormant.
-    pub(super) fn started_of(&self, bundle_id: &BundleId) -> BTreeSet<ReplicaJob> {
-        if let Some(wanted) = self.manual.wanted.get(bundle_id) {
-            return wanted.clone();
-        }
-        let Some(bundle) = self.bundles.get(bundle_id) else {
-            return BTreeSet::new();
-        };
-        self.jobs
-            .values()
-            .filter(|r| &r.bundle_ref.bundle_id == bundle_id)
-            .filter(|r| bundle.spec.is_manual(&r.bundle_ref.job_name) && !r.job.dormant)
-            .map(|r| replica_job(&r.bundle_ref))
-            .collect()
-    }
-
     /// A bundle's spec as applied: Manager's spec with each manual job's
     /// `startedReplicas` as this core runs them. What a spec to apply is
     /// compared with.
     pub fn applied_spec(&self, bundle_id: &BundleId) -> Option<BundleSpec> {
         let bundle = self.bundles.get(bundle_id)?;
-        Some(bundle.spec.with_started(&self.started_of(bundle_id)))
-    }
-
-    /// Whether `record` is a manual job its bundle's wanted set keeps
-    /// stopped (never placed, whatever Manager's flag says meanwhile).
-    pub(super) fn held_stopped(&self, record: &JobRecord) -> bool {
-        let r = &record.bundle_ref;
-        self.bundles
-            .get(&r.bundle_id)
-            .is_some_and(|b| b.spec.is_manual(&r.job_name))
-            && self.manual.holds_stopped(&r.bundle_id, &replica_job(r))
+        Some(
+            bundle
+                .spec
+                .with_started(&self.manual.started_of(&self.facts(), bundle_id)),
+        )
     }
 
     /// Whether the job is a manual one that does not run: Manager holds it
     /// dormant or the wanted set keeps it stopped.
     pub fn is_dormant(&self, record: &JobRecord) -> bool {
-        record.job.dormant || self.held_stopped(record)
+        record.job.dormant || self.manual.held_stopped(&self.facts(), record)
     }
 
     /// `updateBundle` of a spec equal to the applied one but for which
@@ -86,7 +63,7 @@ impl AutoManagerCore {
         let started = spec.started();
         if stored.state != BundleState::Live
             || !stored.spec.same_revision(spec)
-            || self.started_of(bundle_id) == started
+            || self.manual.started_of(&self.facts(), bundle_id) == started
         {
             return false;
         }
@@ -104,7 +81,9 @@ impl AutoManagerCore {
         let job_id = crate::model::runtime_job_id(&job.bundle_id, job.replica_index, &job.job_name);
         let wants = (job.bundle_id.clone(), replica_job(&job));
         let Some(bundle) = self.bundles.get(&job.bundle_id) else {
-            return self.send_toggle(job_id, job, start, vec![command], Some(wants));
+            return self
+                .manual
+                .send_toggle(&mut self.outbox, job_id, job, start, vec![command], Some(wants));
         };
         let spec = &bundle.spec;
         let Some(job_spec) = spec
@@ -131,7 +110,8 @@ impl AutoManagerCore {
         }
         let holds_so = self.jobs.get(&job_id).is_some_and(|r| r.job.dormant != start);
         if holds_so && !self.manual.toggles.contains_key(&job_id) {
-            self.apply_want(&wants.0, wants.1, start);
+            let parts = self.parts();
+            parts.manual.apply_want(&parts.facts.read(), &wants.0, wants.1, start);
             return self.reply(command, Ok(()));
         }
         match self.manual.toggles.get_mut(&job_id) {
@@ -140,19 +120,66 @@ impl AutoManagerCore {
                 t.waiting.push(command);
                 t.wants = Some(wants);
             }
-            _ => self.send_toggle(job_id, job, start, vec![command], Some(wants)),
+            _ => self
+                .manual
+                .send_toggle(&mut self.outbox, job_id, job, start, vec![command], Some(wants)),
         }
+    }
+
+    /// Brings Manager to every wanted set (see [`ManualStarts::reconcile`]).
+    pub(super) fn reconcile_manual(&mut self, now: UnixMillis) {
+        let parts = self.parts();
+        let mut saga = Saga {
+            facts: parts.facts,
+            outbox: parts.outbox,
+            migrations: parts.migrations,
+            counters: parts.counters,
+        };
+        parts.manual.reconcile(&mut saga, now);
+    }
+}
+
+impl ManualStarts {
+    /// The replicas of `bundle_id`'s manual jobs that run as this core
+    /// wants them: its wanted set, or, for a bundle it was never told
+    /// about, those Manager holds not dormant.
+    fn started_of(&self, facts: &Facts, bundle_id: &BundleId) -> BTreeSet<ReplicaJob> {
+        if let Some(wanted) = self.wanted.get(bundle_id) {
+            return wanted.clone();
+        }
+        let Some(bundle) = facts.bundles.get(bundle_id) else {
+            return BTreeSet::new();
+        };
+        facts
+            .jobs
+            .values()
+            .filter(|r| &r.bundle_ref.bundle_id == bundle_id)
+            .filter(|r| bundle.spec.is_manual(&r.bundle_ref.job_name) && !r.job.dormant)
+            .map(|r| replica_job(&r.bundle_ref))
+            .collect()
+    }
+
+    /// Whether `record` is a manual job its bundle's wanted set keeps
+    /// stopped (never placed, whatever Manager's flag says meanwhile).
+    fn held_stopped(&self, facts: &Facts, record: &JobRecord) -> bool {
+        let r = &record.bundle_ref;
+        facts
+            .bundles
+            .get(&r.bundle_id)
+            .is_some_and(|b| b.spec.is_manual(&r.job_name))
+            && self.holds_stopped(&r.bundle_id, &replica_job(r))
     }
 
     fn send_toggle(
         &mut self,
+        outbox: &mut Outbox,
         job_id: JobId,
         job: BundleJobRef,
         start: bool,
         waiting: Vec<CommandId>,
         wants: Option<(BundleId, ReplicaJob)>,
     ) {
-        self.manual.toggles.insert(
+        self.toggles.insert(
             job_id.clone(),
             Toggle {
                 start,
@@ -166,22 +193,29 @@ impl AutoManagerCore {
         } else {
             Rpc::StopBundleJob(job)
         };
-        self.call(rpc, Pending::Toggle(job_id));
+        outbox.call(rpc, Pending::Toggle(job_id));
     }
 
-    fn apply_want(&mut self, bundle_id: &BundleId, replica: ReplicaJob, start: bool) {
-        let mut wanted = self.started_of(bundle_id);
+    fn apply_want(&mut self, facts: &Facts, bundle_id: &BundleId, replica: ReplicaJob, start: bool) {
+        let mut wanted = self.started_of(facts, bundle_id);
         if start {
             wanted.insert(replica);
         } else {
             wanted.remove(&replica);
         }
-        self.manual.want(bundle_id.clone(), wanted);
+        self.want(bundle_id.clone(), wanted);
     }
 
     /// What Manager answered to a `StartBundleJob` / `StopBundleJob`.
-    pub(super) fn toggle_result(&mut self, job_id: &JobId, result: Result<(), RpcFailure>, now: UnixMillis) {
-        let Some(toggle) = self.manual.toggles.get_mut(job_id) else {
+    pub(super) fn toggle_result(
+        &mut self,
+        facts: &Facts,
+        outbox: &mut Outbox,
+        job_id: &JobId,
+        result: Result<(), RpcFailure>,
+        now: UnixMillis,
+    ) {
+        let Some(toggle) = self.toggles.get_mut(job_id) else {
             return;
         };
         toggle.answered = Some(now);
@@ -189,15 +223,15 @@ impl AutoManagerCore {
         match &result {
             Ok(()) => {
                 if let Some((bundle_id, replica)) = wants {
-                    self.apply_want(&bundle_id, replica, start);
+                    self.apply_want(facts, &bundle_id, replica, start);
                 }
-                self.notify(if start {
+                outbox.notify(if start {
                     Notification::BundleJobStarted { job_id: job_id.clone() }
                 } else {
                     Notification::BundleJobStopped { job_id: job_id.clone() }
                 });
             }
-            Err(failure) => self.notify(Notification::Error {
+            Err(failure) => outbox.notify(Notification::Error {
                 message: format!(
                     "{} {job_id} failed: {}",
                     if start { "StartBundleJob" } else { "StopBundleJob" },
@@ -206,17 +240,26 @@ impl AutoManagerCore {
             }),
         }
         for command in waiting {
-            self.reply(command, result.clone().map_err(CommandError::Manager));
+            outbox.reply(Action::Reply {
+                command,
+                result: result.clone().map_err(CommandError::Manager),
+            });
         }
     }
 
     /// What Manager answered to the `StopJob` of an unwanted job.
-    pub(super) fn manual_stop_result(&mut self, job_id: &JobId, result: Result<(), RpcFailure>, now: UnixMillis) {
-        if let Some((_, answered)) = self.manual.stops.get_mut(job_id) {
+    pub(super) fn stop_result(
+        &mut self,
+        outbox: &mut Outbox,
+        job_id: &JobId,
+        result: Result<(), RpcFailure>,
+        now: UnixMillis,
+    ) {
+        if let Some((_, answered)) = self.stops.get_mut(job_id) {
             *answered = Some(now);
         }
         if let Err(failure) = result {
-            self.notify(Notification::Error {
+            outbox.notify(Notification::Error {
                 message: format!(
                     "stopping the instance of stopped manual job {job_id} failed: {}",
                     failure.message
@@ -226,18 +269,20 @@ impl AutoManagerCore {
     }
 
     /// Brings every wanted set's bundle to it: toggles Manager's dormant
-    /// flags and takes unwanted jobs off their nodes.
-    pub(super) fn reconcile_manual(&mut self, now: UnixMillis) {
+    /// flags and takes unwanted jobs off their nodes (aborting a migration
+    /// of one in flight through the saga).
+    pub(super) fn reconcile(&mut self, saga: &mut Saga, now: UnixMillis) {
         let mut mismatches = Vec::new();
         let mut stops = Vec::new();
-        for (bundle_id, wanted) in &self.manual.wanted {
-            let Some(bundle) = self.bundles.get(bundle_id).filter(|b| b.state == BundleState::Live) else {
+        let facts = saga.facts.read();
+        for (bundle_id, wanted) in &self.wanted {
+            let Some(bundle) = facts.bundles.get(bundle_id).filter(|b| b.state == BundleState::Live) else {
                 continue;
             };
             for job in bundle.spec.jobs.iter().filter(|j| bundle.spec.is_manual(&j.job_name)) {
                 for replica_index in 0..bundle.spec.replica_count() {
                     let job_id = crate::model::runtime_job_id(bundle_id, replica_index, &job.job_name);
-                    let Some(record) = self.jobs.get(&job_id) else {
+                    let Some(record) = facts.jobs.get(&job_id) else {
                         continue;
                     };
                     let want = wanted.contains(&(replica_index, job.job_name.clone()));
@@ -252,39 +297,31 @@ impl AutoManagerCore {
         }
         let mismatched: BTreeSet<&JobId> = mismatches.iter().map(|(id, _, _)| id).collect();
         // A toggle whose job reached the wanted state needs nothing more.
-        let settled: Vec<JobId> = self
-            .manual
-            .toggles
-            .iter()
-            .filter(|(id, t)| !mismatched.contains(id) && t.answered.is_some())
-            .map(|(id, _)| id.clone())
-            .collect();
-        for job_id in settled {
-            self.manual.toggles.remove(&job_id);
-        }
+        self.toggles
+            .retain(|id, t| mismatched.contains(id) || t.answered.is_none());
         for (job_id, job, start) in mismatches {
-            let due = match self.manual.toggles.get(&job_id) {
+            let due = match self.toggles.get(&job_id) {
                 None => true,
                 Some(t) => t
                     .answered
                     .is_some_and(|at| t.start != start || at + TOGGLE_RETRY_MS <= now),
             };
             if due {
-                self.send_toggle(job_id, job, start, Vec::new(), None);
+                self.send_toggle(saga.outbox, job_id, job, start, Vec::new(), None);
             }
         }
         // A stop is remembered only while its job is unwanted and still on
         // the instance it was sent for.
-        let jobs = &self.jobs;
-        self.manual.stops.retain(|job_id, (key, _)| {
+        self.stops.retain(|job_id, (key, _)| {
             stops.contains(job_id)
-                && jobs
+                && facts
+                    .jobs
                     .get(job_id)
                     .and_then(|r| r.binding.as_ref())
                     .is_some_and(|b| &b.instance_key == key)
         });
         for job_id in stops {
-            self.take_off_node(&job_id, now);
+            self.take_off_node(saga, &job_id, now);
         }
     }
 
@@ -292,8 +329,8 @@ impl AutoManagerCore {
     /// for, a migration in flight aborted (past its point of no return it
     /// is let finish), an instance still to start is unbound, and a started
     /// one stopped.
-    fn take_off_node(&mut self, job_id: &JobId, now: UnixMillis) {
-        let Some(record) = self.jobs.get(job_id) else {
+    fn take_off_node(&mut self, saga: &mut Saga, job_id: &JobId, now: UnixMillis) {
+        let Some(record) = saga.facts.jobs.get(job_id) else {
             return;
         };
         if record.in_flight.is_some() {
@@ -303,18 +340,16 @@ impl AutoManagerCore {
             let migration_id = claim.migration_id.clone();
             // Refused past the point of no return: the saga finishes, then
             // the job is stopped where it landed.
-            let _ = self
-                .saga()
-                .abort_migration(&migration_id, "the manual job was stopped", now);
+            let _ = saga.abort_migration(&migration_id, "the manual job was stopped", now);
             return;
         }
         let Some(binding) = record.binding.clone() else {
             return;
         };
         if binding.phase == BindingPhase::AwaitingNode {
-            return self.unbind(job_id, true);
+            return saga.facts.unbind(saga.outbox, job_id, true);
         }
-        let due = match self.manual.stops.get(job_id) {
+        let due = match self.stops.get(job_id) {
             Some((key, answered)) if key == &binding.instance_key => {
                 answered.is_some_and(|at| at + TOGGLE_RETRY_MS <= now)
             }
@@ -323,10 +358,8 @@ impl AutoManagerCore {
         if !due {
             return;
         }
-        self.manual
-            .stops
-            .insert(job_id.clone(), (binding.instance_key.clone(), None));
-        self.call(
+        self.stops.insert(job_id.clone(), (binding.instance_key.clone(), None));
+        saga.outbox.call(
             Rpc::StopJob {
                 job_id: job_id.clone(),
                 instance_key: binding.instance_key,
@@ -338,9 +371,9 @@ impl AutoManagerCore {
 
     /// When a toggle or a stop is due again (one held back by something
     /// else, such as a start in flight, waits for that to change instead).
-    pub(super) fn manual_deadline(&self, now: UnixMillis) -> impl Iterator<Item = UnixMillis> + '_ {
-        let toggles = self.manual.toggles.values().filter_map(|t| t.answered);
-        let stops = self.manual.stops.values().filter_map(|(_, answered)| *answered);
+    pub(super) fn deadline(&self, now: UnixMillis) -> impl Iterator<Item = UnixMillis> + '_ {
+        let toggles = self.toggles.values().filter_map(|t| t.answered);
+        let stops = self.stops.values().filter_map(|(_, answered)| *answered);
         toggles
             .chain(stops)
             .map(|at| at + TOGGLE_RETRY_MS)

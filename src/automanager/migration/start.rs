@@ -12,7 +12,8 @@
 use super::Saga;
 use crate::automanager::binding::{Binding, BindingPhase, MigrationClaim};
 use crate::automanager::core::{AutoManagerCore, Pending};
-use crate::automanager::dispatch::{NodeIds, PlacementView, decision_of};
+use crate::automanager::dispatch::{PlacementView, decision_of};
+use crate::automanager::node_ids::NodeIds;
 use crate::automanager::notification::{Notification, PlacementDecisionInfo};
 use crate::automanager::protocol::Rpc;
 use crate::model::{InstanceKey, JobId, MigrationId, MigrationStrategy, NodePhase, Slot, UnixMillis};
