@@ -509,6 +509,7 @@ impl AutoManagerCore {
             inherited,
             counters,
             manual,
+            broken,
             ..
         } = self;
         Parts {
@@ -516,6 +517,7 @@ impl AutoManagerCore {
                 fleet,
                 jobs,
                 bundles,
+                broken,
                 settings,
                 pools,
                 node_ids: NodeIds {
@@ -633,6 +635,8 @@ pub(super) struct FactsMut<'a> {
     pub(super) fleet: &'a mut Fleet,
     pub(super) jobs: &'a mut Jobs,
     pub(super) bundles: &'a BTreeMap<BundleId, Bundle>,
+    /// The broken bundles, each with its reason.
+    pub(super) broken: &'a mut BTreeMap<BundleId, String>,
     pub(super) settings: &'a AutoSettings,
     pub(super) pools: &'a Pools,
     /// How the nodes this core provisions are named.

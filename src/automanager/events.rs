@@ -85,7 +85,8 @@ impl AutoManagerCore {
                         .is_some_and(|b| b.instance_key == role && b.node_id == node_id)
                 });
                 if matches {
-                    self.lose_instance(&job_id, LossCause::Rejected { code, detail }, now);
+                    self.losses()
+                        .lose_instance(&job_id, LossCause::Rejected { code, detail }, now);
                 } else {
                     self.saga()
                         .migration_target_rejected(&job_id, &role, &node_id, &detail, now);
@@ -146,7 +147,7 @@ impl AutoManagerCore {
         for (bundle, (reason, generation)) in inherited.broken {
             if unchanged(&self.bundles, &bundle, generation) {
                 self.broken.entry(bundle.clone()).or_insert(reason);
-                self.withhold_unstarted(&bundle);
+                self.losses().withhold_unstarted(&bundle);
             }
         }
         for (job_id, carried) in inherited.jobs {
@@ -310,7 +311,8 @@ impl AutoManagerCore {
             } else {
                 LossCause::NodeLost
             };
-            self.judge_loss(&job_id, &loss.lost, &cause, loss.node_stopping, loss.at);
+            self.losses()
+                .judge_loss(&job_id, &loss.lost, &cause, loss.node_stopping, loss.at);
         }
     }
 
@@ -533,7 +535,7 @@ impl AutoManagerCore {
         self.saga().migration_node_lost(node_id, now);
         let bound = self.facts().jobs_bound_to(node_id);
         for job_id in bound {
-            self.lose_instance(&job_id, LossCause::NodeLost, now);
+            self.losses().lose_instance(&job_id, LossCause::NodeLost, now);
         }
     }
 
@@ -547,7 +549,7 @@ impl AutoManagerCore {
                 self.broken
                     .entry(bundle.bundle_id.clone())
                     .or_insert_with(|| verdict.reason.clone());
-                self.withhold_unstarted(&bundle.bundle_id);
+                self.losses().withhold_unstarted(&bundle.bundle_id);
             }
             // A newer generation without a verdict is a revival (an update
             // made elsewhere).
@@ -699,11 +701,11 @@ impl AutoManagerCore {
                 } if self.binding_matches(job_id, &role, node_id.as_ref()) => match reason {
                     JobStopReason::UserRequested => self.end_binding(job_id),
                     JobStopReason::NodeStopped | JobStopReason::NodeTerminated => {
-                        self.lose_instance(job_id, LossCause::NodeLost, now)
+                        self.losses().lose_instance(job_id, LossCause::NodeLost, now)
                     }
                     JobStopReason::JobFailed | JobStopReason::UnknownJob | JobStopReason::Unknown(_) => {
                         self.instance_stopping(job_id, role, now);
-                        self.lose_instance(job_id, LossCause::Failed, now)
+                        self.losses().lose_instance(job_id, LossCause::Failed, now)
                     }
                 },
                 // Stopped without a Stopping this core saw: it ended without
@@ -711,7 +713,7 @@ impl AutoManagerCore {
                 JobHistoryEntry::Stopped { role, node_id, .. }
                     if self.binding_matches(job_id, &role, node_id.as_ref()) =>
                 {
-                    self.lose_instance(job_id, LossCause::Failed, now)
+                    self.losses().lose_instance(job_id, LossCause::Failed, now)
                 }
                 JobHistoryEntry::Stopped { role, node_id, .. } => {
                     self.instance_stopped(job_id, &role, node_id.as_ref())

@@ -9,19 +9,44 @@ use crate::model::{JobId, NodePhase, TerminalVerdict, UnixMillis, VerdictKind};
 use crate::placement::RecoveryContext;
 
 use super::binding::{AwaitedStop, Binding, BindingPhase, StopWait, StoppingInstance, UnjudgedLoss};
-use super::core::{AutoManagerCore, Pending};
+use super::core::{AutoManagerCore, FactsMut, Outbox, Pending};
+use super::drain::state::Drains;
+use super::metrics::Counters;
 use super::notification::Notification;
 use super::protocol::Rpc;
 use super::recovery::{FailureVerdict, LossCause, judge};
 
+/// What loss and its verdicts are handed: the facts (the broken marks
+/// among them), the outbox, the counters and the drains (a node lost under
+/// an interruption notice was reclaimed).
+pub(super) struct Losses<'a> {
+    facts: FactsMut<'a>,
+    outbox: &'a mut Outbox,
+    counters: &'a mut Counters,
+    drains: &'a Drains,
+}
+
 impl AutoManagerCore {
+    /// The core taken apart for a loss.
+    pub(super) fn losses(&mut self) -> Losses<'_> {
+        let parts = self.parts();
+        Losses {
+            facts: parts.facts,
+            outbox: parts.outbox,
+            counters: parts.counters,
+            drains: parts.drains,
+        }
+    }
+}
+
+impl Losses<'_> {
     /// An instance was lost: the binding ends and the failure policy judges
     /// whether the job is re-placed or ends terminally. While hydrating,
     /// only the binding ends; a loss with a node is kept for judging once
     /// hydrated (see [`JobRecord::unjudged_loss`]).
     pub(super) fn lose_instance(&mut self, job_id: &JobId, cause: LossCause, now: UnixMillis) {
-        let hydrated = self.hydrated;
-        let Some(mut record) = self.jobs.get_mut(job_id) else {
+        let hydrated = self.facts.hydrated;
+        let Some(mut record) = self.facts.jobs.get_mut(job_id) else {
             return;
         };
         let Some(binding) = record.binding.take() else {
@@ -36,12 +61,13 @@ impl AutoManagerCore {
         let with_node = matches!(cause, LossCause::NodeLost | LossCause::Reclaimed);
         let node_stopping = with_node
             && self
+                .facts
                 .fleet
                 .get(&binding.node_id)
                 .is_some_and(|n| n.phase == NodePhase::Stopping);
         if hydrated {
             self.judge_loss(job_id, &binding, &cause, node_stopping, now);
-        } else if with_node && let Some(mut record) = self.jobs.get_mut(job_id) {
+        } else if with_node && let Some(mut record) = self.facts.jobs.get_mut(job_id) {
             record.unjudged_loss = Some(UnjudgedLoss {
                 lost: binding.clone(),
                 node_stopping,
@@ -50,7 +76,7 @@ impl AutoManagerCore {
             });
         }
         if !with_node {
-            self.release_node(&binding.node_id, single_use);
+            self.facts.release_node(self.outbox, &binding.node_id, single_use);
         }
     }
 
@@ -65,7 +91,7 @@ impl AutoManagerCore {
         node_stopping: bool,
         now: UnixMillis,
     ) {
-        let Some(mut record) = self.jobs.get_mut(job_id) else {
+        let Some(mut record) = self.facts.jobs.get_mut(job_id) else {
             return;
         };
         // A job that has ended ends no more.
@@ -73,7 +99,7 @@ impl AutoManagerCore {
             return;
         }
         let requirements = record.job.spec.requirements.clone();
-        let verdict = judge(&self.settings, &requirements, &mut record.restarts, cause, now);
+        let verdict = judge(self.facts.settings, &requirements, &mut record.restarts, cause, now);
         match verdict {
             FailureVerdict::Restart => {
                 record.recovery = Some(RecoveryContext {
@@ -110,7 +136,7 @@ impl AutoManagerCore {
     /// (verdict to Manager, `bundleBroken`, no replica placed again); a
     /// non-essential one is dropped alone.
     fn terminal(&mut self, job_id: &JobId, reason: String, ceiling: bool, now: UnixMillis) {
-        let Some(mut record) = self.jobs.get_mut(job_id) else {
+        let Some(mut record) = self.facts.jobs.get_mut(job_id) else {
             return;
         };
         record.dropped = true;
@@ -122,19 +148,19 @@ impl AutoManagerCore {
         // past its ceiling.
         if !ceiling || !essential {
             self.counters.jobs_dropped += 1;
-            self.notify(Notification::JobDropped {
+            self.outbox.notify(Notification::JobDropped {
                 job_id: job_id.clone(),
                 reason: reason.clone(),
             });
         }
         let (job, kind) = if essential {
-            if self.broken.contains_key(&bundle_id) {
+            if self.facts.broken.contains_key(&bundle_id) {
                 return;
             }
-            self.broken.insert(bundle_id.clone(), reason.clone());
+            self.facts.broken.insert(bundle_id.clone(), reason.clone());
             self.withhold_unstarted(&bundle_id);
             self.counters.bundles_broken += 1;
-            self.notify(Notification::BundleBroken {
+            self.outbox.notify(Notification::BundleBroken {
                 bundle_id: bundle_id.clone(),
                 reason: reason.clone(),
             });
@@ -142,8 +168,8 @@ impl AutoManagerCore {
         } else {
             (Some(job_id.clone()), VerdictKind::Dropped)
         };
-        let generation = self.bundles.get(&bundle_id).map_or(0, |b| b.generation);
-        self.call(
+        let generation = self.facts.bundles.get(&bundle_id).map_or(0, |b| b.generation);
+        self.outbox.call(
             Rpc::SetTerminalVerdict {
                 bundle_id,
                 job_id: job,
@@ -164,6 +190,7 @@ impl AutoManagerCore {
     /// and carrying nothing else is released with it.
     pub(super) fn withhold_unstarted(&mut self, bundle_id: &crate::model::BundleId) {
         let waiting: Vec<JobId> = self
+            .facts
             .jobs
             .values()
             .filter(|r| {
@@ -175,7 +202,7 @@ impl AutoManagerCore {
             .map(|r| r.job_id().clone())
             .collect();
         for job_id in waiting {
-            self.end_binding(&job_id);
+            self.facts.end_binding(self.outbox, &job_id);
         }
     }
 }
