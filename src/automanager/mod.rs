@@ -46,14 +46,31 @@
 //!   command errors (what goes in and out of `handle`); `history`: what
 //!   Manager's history of a job says of its instances.
 //!
+//! State owned by concern: the core's `parts()` splits it into the facts
+//! (`core::FactsMut`: fleet, job records, bundles, broken marks, settings,
+//! pools — changed only through their owners' mutators, read as
+//! `core::Facts`), the `Outbox` (calls with what each was for,
+//! notifications, replies) and each subsystem's own state. A subsystem is
+//! handed the facts and the outbox, with its own state, and nothing else
+//! of the core: hot spares (`SpareState`), drains (`Drains`, reading the
+//! migrations), node services, schedules, headroom, manual jobs
+//! (`ManualStarts`, aborting a migration through the saga); the migration
+//! saga runs on a `migration::Saga` (facts, outbox, migrations, counters)
+//! and loss and verdicts on a `loss::Losses` (facts, outbox, counters,
+//! drains). What sends a node away or releases it (`FactsMut::terminate`,
+//! `release_node`, `unbind`) is one method of the facts. The core itself
+//! keeps the coordinator's work: routing events, RPC results, commands and
+//! timers to their owners, and the placement rounds (jobs, migration
+//! targets) against the kept view.
+//!
 //! Layering: the vocabulary and the state of each subsystem sit in leaf
 //! files that never name the core (`protocol`, `settings`, `fleet`,
-//! `binding`, `jobs`, `recovery`, `history`, `notification`, `metrics`, and each
-//! subsystem folder's `state` — `drain::state` holds the interruption
-//! notices too); `core` holds them all, and the behaviour files (`impl
-//! AutoManagerCore` in `events`, `dispatch`, each subsystem's `mod.rs`, …)
-//! sit on top. Inside this folder every import names the file that defines
-//! the item, never a re-export, and no files import each other in a cycle.
+//! `binding`, `jobs`, `recovery`, `history`, `notification`, `metrics`,
+//! `node_ids`, and each subsystem folder's `state` — `drain::state` holds
+//! the interruption notices too); `core` holds them all, and the behaviour
+//! files (each subsystem's `mod.rs`, `events`, `dispatch`, …) sit on top.
+//! Inside this folder every import names the file that defines the item,
+//! never a re-export, and no files import each other in a cycle.
 
 pub mod binding;
 mod call_results;

@@ -76,9 +76,7 @@ pub enum ApplyError {
     /// Creating an object failed.
     #[error("failed to create {kind} {name}: {source}")]
     Create {
-        /// Its kind.
         kind: &'static str,
-        /// Its name.
         name: String,
         /// Why.
         #[source]
@@ -87,9 +85,7 @@ pub enum ApplyError {
     /// Deleting an object failed.
     #[error("failed to delete {kind} {name}: {source}")]
     Delete {
-        /// Its kind.
         kind: &'static str,
-        /// Its name.
         name: String,
         /// Why.
         #[source]
@@ -98,13 +94,9 @@ pub enum ApplyError {
     /// Labelling an object failed.
     #[error("failed to label {kind} {name} with {label}={value}: {source}")]
     Label {
-        /// Its kind.
         kind: &'static str,
-        /// Its name.
         name: String,
-        /// The label.
         label: &'static str,
-        /// Its value.
         value: String,
         /// Why.
         #[source]
@@ -121,7 +113,6 @@ pub enum FinalizerError {
     /// The patch adding the finalizer was refused.
     #[error("failed to add the finalizer {finalizer} to {object}: {source}")]
     Add {
-        /// The finalizer.
         finalizer: &'static str,
         /// The object, with its kind.
         object: String,
@@ -132,7 +123,6 @@ pub enum FinalizerError {
     /// The patch removing the finalizer was refused.
     #[error("failed to remove the finalizer {finalizer} from {object}: {source}")]
     Remove {
-        /// The finalizer.
         finalizer: &'static str,
         /// The object, with its kind.
         object: String,
@@ -143,7 +133,6 @@ pub enum FinalizerError {
     /// The object has no name, so no patch can name it.
     #[error("cannot hold {object} with the finalizer {finalizer}: the object has no name")]
     UnnamedObject {
-        /// The finalizer.
         finalizer: &'static str,
         /// The object, with its kind.
         object: String,
@@ -151,7 +140,6 @@ pub enum FinalizerError {
     /// The finalizer's JSON patch path was refused as invalid.
     #[error("cannot patch the finalizer {finalizer} of {object}: its patch path is invalid")]
     InvalidFinalizer {
-        /// The finalizer.
         finalizer: &'static str,
         /// The object, with its kind.
         object: String,
@@ -165,7 +153,6 @@ pub enum FinalizerError {
 pub struct WriteStatusError {
     /// The object's kind.
     pub kind: String,
-    /// Its name.
     pub name: String,
     /// Why.
     #[source]

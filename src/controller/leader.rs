@@ -29,9 +29,7 @@ pub enum LeaderError {
     /// The Lease could not be read or created.
     #[error("failed to prepare Lease {namespace}/{name}: {source}")]
     PrepareLease {
-        /// Its namespace.
         namespace: String,
-        /// Its name.
         name: String,
         /// Why.
         source: LeaseManagerError,

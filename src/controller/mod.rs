@@ -114,7 +114,6 @@ async fn with_uid(client: &Client, mut regarding: ObjectReference) -> ObjectRefe
 pub struct Context {
     /// The Kubernetes client.
     pub client: Client,
-    /// The core.
     pub core: AutoManagerHandle,
     /// Counters and gauges.
     pub metrics: Arc<OperatorMetrics>,

@@ -123,7 +123,6 @@ pub enum NodeStatusError {
     Negative {
         /// The field's path under `status.placement`.
         field: String,
-        /// Its value.
         value: f64,
     },
 }

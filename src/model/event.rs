@@ -137,7 +137,6 @@ pub enum JobHistoryEntry {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeJob {
-    /// The job id.
     pub job_id: JobId,
     /// Manager's state.
     pub state: JobState,
@@ -298,7 +297,6 @@ pub struct AuditEntry {
 pub enum ManagerEvent {
     /// A node is running (with the instances on it).
     NodeRunning {
-        /// The node.
         node: NodeInfo,
         /// Instances on it.
         instances: Vec<RunningInstance>,
@@ -332,7 +330,6 @@ pub enum ManagerEvent {
     PhysicalNodeConnected {
         /// The node.
         node_id: NodeId,
-        /// Its tags.
         tags: BTreeMap<String, String>,
         /// Instances on it.
         instances: Vec<RunningInstance>,

@@ -183,7 +183,6 @@ pub enum ProviderMetadata {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeInfo {
-    /// The node id.
     pub node_id: NodeId,
     /// Tags (pool, tier, spare, warmFor, reservedFor, exclusive, ...).
     pub tags: BTreeMap<String, String>,

@@ -400,7 +400,6 @@ pub enum PluginError {
     /// The Bundle has no job of that name.
     #[error("bundle {bundle} has no job {job:?}")]
     UnknownJob {
-        /// The bundle.
         bundle: String,
         /// The job asked for.
         job: String,
@@ -409,16 +408,10 @@ pub enum PluginError {
     #[error(
         "job {job} of bundle {bundle} is startMode auto: it runs whenever its bundle does; only manual jobs are started and stopped"
     )]
-    NotManualJob {
-        /// The bundle.
-        bundle: String,
-        /// The job.
-        job: String,
-    },
+    NotManualJob { bundle: String, job: String },
     /// `--replica` names a replica the bundle does not have.
     #[error("bundle {bundle} has no replica {replica}: {}", replicas_words(*.replicas))]
     UnknownReplica {
-        /// The bundle.
         bundle: String,
         /// The replica asked for.
         replica: u32,

@@ -23,7 +23,6 @@ use super::{BenchError, micros, peak_rss_bytes, percentile, rss, workload};
 pub struct HeadroomWorkload {
     /// The validated pools.
     pub pools: Pools,
-    /// The fleet.
     pub fleet: FleetSnapshot,
     /// A spec for every bundle the fleet carries.
     pub bundles: BTreeMap<BundleId, BundleSpec>,

@@ -99,7 +99,6 @@ pub enum StandaloneError {
     /// The config file could not be read.
     #[error("{}: {message}", file.display())]
     Config {
-        /// The file.
         file: PathBuf,
         /// What is wrong.
         message: String,

@@ -77,7 +77,6 @@ impl DomainKind {
 /// One failure domain.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct Domain {
-    /// Its kind.
     pub kind: DomainKind,
     /// The node id, zone, `pool/tier`, provider kind or pool.
     pub name: String,
@@ -115,7 +114,6 @@ pub struct Context<'a> {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DomainVerdict {
-    /// The domain.
     pub domain: Domain,
     /// Every lost job that should come back comes back, and no bundle
     /// breaks (a non-essential `drop` job may be dropped, as its policy
@@ -153,7 +151,6 @@ pub struct LostNode {
 pub struct ProvisionNeed {
     /// The prospective node's id.
     pub node_id: NodeId,
-    /// Its pool.
     pub pool: String,
     /// The tier provisioned from.
     pub tier: String,
@@ -167,7 +164,6 @@ pub struct ProvisionNeed {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BundleFate {
-    /// The bundle.
     pub bundle: BundleId,
     /// A replica stays on air: one the loss did not touch, or one whose
     /// lost essential jobs all come back.
@@ -209,9 +205,7 @@ pub enum Fate {
     Placed {
         /// The node.
         node_id: NodeId,
-        /// Its pool.
         pool: String,
-        /// Its tier.
         tier: String,
     },
     /// Re-placed onto a node to be provisioned.
@@ -219,7 +213,6 @@ pub enum Fate {
     Provision {
         /// The prospective node.
         node_id: NodeId,
-        /// Its pool.
         pool: String,
         /// The tier provisioned from.
         tier: String,
@@ -279,9 +272,7 @@ pub enum DarkReason {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TierRefusal {
-    /// The pool.
     pub pool: String,
-    /// The tier.
     pub tier: String,
     /// Why it provisions nothing (none of its nodes takes the job).
     pub why: NoProvisionReason,
