@@ -20,11 +20,11 @@ use super::migration::state::{MigrationCall, Migrations};
 use super::node_ids::NodeIds;
 use super::node_services::state::{NodeServiceState, ServiceRequest};
 use super::notification::Notification;
-use super::protocol::{Action, Command, CommandError, CommandId, Input, RequestId, Rpc, Step};
+use super::protocol::{Action, CommandError, CommandId, Input, RequestId, Rpc, Step};
 use super::schedule::state::Schedules;
 use super::settings::{AutoSettings, ValidSettings};
 use super::spares::state::{SpareRequest, SpareState};
-use super::view_cache::ViewCache;
+use super::view_cache::{FactsRevision, ViewCache};
 
 /// What an outstanding RPC was for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -416,20 +416,8 @@ impl AutoManagerCore {
     pub fn handle_all(&mut self, inputs: impl IntoIterator<Item = Input>, now: UnixMillis) -> Step {
         self.revision += 1;
         for input in inputs {
-            // Only consecutive `migrateJob`s may reuse the placement view
-            // the previous one left.
-            if !matches!(
-                &input,
-                Input::Command {
-                    command: Command::MigrateJob { .. },
-                    ..
-                }
-            ) {
-                self.migrations.forget_view_sync();
-            }
             self.apply(input, now);
         }
-        self.migrations.forget_view_sync();
         if self.hydrated && !self.closed {
             self.prepare_drains(now);
             self.expire(now);
@@ -479,6 +467,15 @@ impl AutoManagerCore {
     /// fleet is placed with — so no change can be made without it.
     pub(super) fn capacity_epoch(&self) -> u64 {
         capacity_epoch(&self.fleet, &self.jobs, self.placed_with_revision)
+    }
+
+    /// Where the facts stand now (see [`FactsRevision`]).
+    pub(super) fn facts_revision(&self) -> FactsRevision {
+        FactsRevision {
+            fleet: self.fleet.revision(),
+            jobs: self.jobs.revision(),
+            placed_with: self.placed_with_revision,
+        }
     }
 
     pub(super) fn notify(&mut self, notification: Notification) {

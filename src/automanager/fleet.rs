@@ -125,7 +125,8 @@ impl NodeState {
 #[derive(Clone, Debug, Default)]
 pub struct Fleet {
     nodes: BTreeMap<NodeId, NodeState>,
-    /// The last revision handed to a node.
+    /// The last revision handed to a node (moves on every change to the
+    /// fleet, a node forgotten included).
     revision: u64,
     /// Counts the changes that count (see above).
     changes: u64,
@@ -150,6 +151,11 @@ impl Fleet {
     /// How many changes that count the fleet has seen (see [`Fleet`]).
     pub fn changes(&self) -> u64 {
         self.changes
+    }
+
+    /// Moves on every change to the fleet, whether it counts or not.
+    pub fn revision(&self) -> u64 {
+        self.revision
     }
 
     /// The node `id`, to change: its revision moves, so the kept placement
@@ -343,13 +349,16 @@ impl Fleet {
     /// Forgets a node.
     pub fn remove(&mut self, id: &NodeId) -> Option<NodeState> {
         let node = self.nodes.remove(id)?;
+        self.revision += 1;
         self.changes += 1;
         Some(node)
     }
 
     /// Forgets a node stopped long ago: its stop was counted when it came.
     pub fn sweep(&mut self, id: &NodeId) {
-        self.nodes.remove(id);
+        if self.nodes.remove(id).is_some() {
+            self.revision += 1;
+        }
     }
 
     /// The fleet as placement sees it: each node with the jobs `placed`

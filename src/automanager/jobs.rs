@@ -24,6 +24,9 @@ pub(super) struct Jobs {
     records: BTreeMap<JobId, JobRecord>,
     /// Counts the holds that ended or moved.
     released: Cell<u64>,
+    /// Counts the times records were handed out to change, added or
+    /// removed: it moves on every change (and on some that change nothing).
+    revision: u64,
 }
 
 /// The capacity a record holds: its binding's node and GPU, and its
@@ -54,26 +57,35 @@ impl Jobs {
         self.released.get()
     }
 
+    /// Moves on every change to a record (see the field).
+    pub(super) fn revision(&self) -> u64 {
+        self.revision
+    }
+
     /// The record of `id`, to change.
     pub(super) fn get_mut(&mut self, id: &JobId) -> Option<JobMut<'_>> {
+        self.revision += 1;
         let record = self.records.get_mut(id)?;
         Some(JobMut::new(record, &self.released))
     }
 
     /// Every record, to change, in id order.
     pub(super) fn values_mut(&mut self) -> impl Iterator<Item = JobMut<'_>> {
+        self.revision += 1;
         let released = &self.released;
         self.records.values_mut().map(move |r| JobMut::new(r, released))
     }
 
     /// The record of `id`, made by `make` when there is none.
     pub(super) fn get_or_insert_with(&mut self, id: &JobId, make: impl FnOnce() -> JobRecord) -> JobMut<'_> {
+        self.revision += 1;
         let record = self.records.entry(id.clone()).or_insert_with(make);
         JobMut::new(record, &self.released)
     }
 
     /// Puts `record` in place of what `id` had.
     pub(super) fn insert(&mut self, id: JobId, record: JobRecord) -> Option<JobRecord> {
+        self.revision += 1;
         let after = holds(&record);
         let old = self.records.insert(id, record);
         if old.as_ref().is_some_and(|old| released(&holds(old), &after)) {
@@ -85,6 +97,7 @@ impl Jobs {
     /// Forgets `id`; what it held is given back.
     pub(super) fn remove(&mut self, id: &JobId) -> Option<JobRecord> {
         let old = self.records.remove(id)?;
+        self.revision += 1;
         if holds(&old).iter().any(Option::is_some) {
             self.count_release();
         }

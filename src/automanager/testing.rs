@@ -46,6 +46,11 @@ impl TestCore {
         self.core.read(self.now)
     }
 
+    /// The core itself, for the core's own unit tests.
+    pub(super) fn core_mut(&mut self) -> &mut AutoManagerCore {
+        &mut self.core
+    }
+
     /// A core on `settings` hydrated from cluster nodes `nodes` (id and
     /// vCPUs) of pool `production`.
     pub fn hydrated_with(settings: AutoSettings, nodes: &[(&str, f64)]) -> Self {

@@ -70,6 +70,20 @@ pub(super) struct ViewCache {
     targets: Reservations,
     /// Counts syncs.
     stamp: u64,
+    /// The facts as they stood when the view was last known to hold
+    /// exactly what they say (see [`ViewCache::matches`]).
+    matched: Option<FactsRevision>,
+}
+
+/// Where the facts stood: the fleet's revision, the job records' and what
+/// the fleet is placed with (settings, pools, held-back capacity). Each
+/// moves on every change its owner makes, so two equal readings mean
+/// nothing changed in between.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct FactsRevision {
+    pub(super) fleet: u64,
+    pub(super) jobs: u64,
+    pub(super) placed_with: u64,
 }
 
 impl ViewCache {
@@ -103,7 +117,29 @@ impl ViewCache {
             reserved,
             targets,
             stamp: 0,
+            matched: None,
         })
+    }
+
+    /// Notes that the view holds exactly what the facts say at `revision`
+    /// (it was just brought up to date, and what was placed on it since
+    /// has been written to the facts).
+    pub(super) fn matched_at(&mut self, revision: FactsRevision) {
+        self.matched = Some(revision);
+    }
+
+    /// How many times the view was brought up to date since it was built.
+    #[cfg(test)]
+    pub(super) fn syncs(&self) -> u64 {
+        self.stamp
+    }
+
+    /// Whether the view is known to hold what the facts say at `revision`:
+    /// nothing changed since it was noted to. Bringing it up to date would
+    /// then find nothing to do, at the cost of a pass over the fleet and
+    /// every job.
+    pub(super) fn matches(&self, revision: FactsRevision) -> bool {
+        self.matched == Some(revision)
     }
 
     /// Brings the view up to date with `fleet` and `jobs`; `None` when what

@@ -101,7 +101,7 @@ impl AutoManagerCore {
             }
         }
         let movers: Vec<JobId> = members.iter().map(|(j, _)| j.clone()).collect();
-        let targets =
+        let (targets, kept) =
             self.place_targets(&movers, &source, options, now)
                 .map_err(|refusal| match (refusal, movers.len()) {
                     (refusal, 1) => refusal,
@@ -165,6 +165,12 @@ impl AutoManagerCore {
         for (_, migration_id, _) in &started {
             self.saga().dispatch_target_if_ready(migration_id, now);
         }
+        // The kept view holds the targets just reserved and the facts now
+        // hold their claims: it matches the facts as they stand.
+        let revision = self.facts_revision();
+        if let Some(cache) = self.view_cache.as_mut().filter(|_| kept) {
+            cache.matched_at(revision);
+        }
         Ok(started.into_iter().map(|(job, id, _)| (job, id)).collect())
     }
 
@@ -223,16 +229,17 @@ impl AutoManagerCore {
     /// (the source excluded, no `onRuntimeFailure`), pinned when asked. A
     /// group's first mover is sized for the whole group; the others are
     /// pinned to its target. Nothing is provisioned or kept reserved unless
-    /// every member found its place.
+    /// every member found its place. With the targets comes whether the
+    /// kept view holds them reserved (and nothing else new).
     fn place_targets(
         &mut self,
         members: &[JobId],
         source: &Binding,
         options: &MigrationOptions,
         now: UnixMillis,
-    ) -> Result<Vec<TargetPlacement>, MigrationRefusal> {
+    ) -> Result<(Vec<TargetPlacement>, bool), MigrationRefusal> {
         let Some(first) = members.first() else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), false));
         };
         let nowhere = |reason: String| MigrationRefusal::NowhereToPlace {
             job_id: first.clone(),
@@ -269,8 +276,12 @@ impl AutoManagerCore {
             let pools = self.effective_pools(now).map_err(nowhere)?;
             PlacementView::Once(Box::new(self.view_with(pools).map_err(|e| nowhere(e.to_string()))?))
         } else {
+            // A view nothing has changed under since the last migration
+            // noted it (consecutive migrations: a drain's, a burst of
+            // `migrateJob`s) is used as it is.
+            let revision = self.facts_revision();
             let kept = match self.view_cache.take() {
-                Some(cache) if self.migrations.view_in_sync => cache,
+                Some(cache) if cache.matches(revision) => cache,
                 other => {
                     self.view_cache = other;
                     self.synced_view().map_err(|e| nowhere(e.to_string()))?
@@ -278,7 +289,6 @@ impl AutoManagerCore {
             };
             PlacementView::Kept(Box::new(kept))
         };
-        self.migrations.view_in_sync = false;
         let mut placed: Vec<Placed> = Vec::with_capacity(members.len());
         let mut target: Option<crate::model::NodeId> = None;
         for (member, name) in members.iter().zip(&names) {
@@ -384,7 +394,7 @@ impl AutoManagerCore {
         }
         // A view that gained a prospective node no longer matches what it
         // remembers of the fleet: it is built again next round.
-        match view {
+        let kept = match view {
             PlacementView::Kept(mut cache) if !provisioned => {
                 for (one, name) in placed.iter().zip(&names) {
                     if let Some(spec) = bundle.spec.job(name) {
@@ -392,12 +402,15 @@ impl AutoManagerCore {
                         cache.reserved_target(one.job_id.clone(), one.target.node_id.clone(), reserved);
                     }
                 }
-                self.migrations.view_in_sync = true;
                 self.view_cache = Some(*cache);
+                true
             }
-            _ => self.view_cache = None,
-        }
-        Ok(placed.into_iter().map(|one| one.target).collect())
+            _ => {
+                self.view_cache = None;
+                false
+            }
+        };
+        Ok((placed.into_iter().map(|one| one.target).collect(), kept))
     }
 
     /// A placement of targets that did not go through: the kept view is put
@@ -474,5 +487,67 @@ fn why_not_placed(view: &FleetView, request: PlacementRequest<'_>) -> String {
             .trace
             .map_or_else(|| "no tier placed or provisioned".to_owned(), |t| t.why_not_placed()),
         Err(e) => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::automanager::core::AutoManagerCore;
+    use crate::automanager::migration::state::MigrationOptions;
+    use crate::automanager::protocol::{Command, CommandId, Input};
+    use crate::automanager::testing::{ONE_JOB, TestCore};
+    use crate::model::{BundleId, JobId, ManagerEvent, runtime_job_id};
+
+    fn job(bundle: &str) -> JobId {
+        runtime_job_id(&BundleId::from(bundle), 0, "encode")
+    }
+
+    fn migrate(n: u64, bundle: &str) -> Input {
+        Input::Command {
+            id: CommandId(n),
+            command: Command::MigrateJob {
+                job_id: job(bundle),
+                options: MigrationOptions::default(),
+            },
+        }
+    }
+
+    /// Three running one-job bundles on three nodes.
+    fn fleet() -> TestCore {
+        let mut t = TestCore::hydrated(&[("a", 4.0), ("b", 4.0), ("c", 4.0)]);
+        for bundle in ["one", "two", "three"] {
+            t.bundle(bundle, ONE_JOB);
+        }
+        t.start_all();
+        t
+    }
+
+    fn syncs(core: &AutoManagerCore) -> u64 {
+        core.view_cache.as_ref().expect("a kept view").syncs()
+    }
+
+    #[test]
+    fn consecutive_migrations_reuse_the_kept_view_until_a_fact_changes() {
+        // Two migrations in a row: the second places on the view the first
+        // left, without bringing it up to date again.
+        let mut t = fleet();
+        let now = t.now;
+        let core = t.core_mut();
+        let before = syncs(core);
+        core.handle_all([migrate(1, "one"), migrate(2, "two")], now);
+        assert_eq!(syncs(core), before + 1, "one bring-up-to-date for both migrations");
+        assert!(core.job(&job("one")).and_then(|r| r.migration.as_ref()).is_some());
+        assert!(core.job(&job("two")).and_then(|r| r.migration.as_ref()).is_some());
+
+        // Anything that changes a fact in between (here Manager telling of
+        // a job again) makes the second bring it up to date.
+        let mut t = fleet();
+        let now = t.now;
+        let core = t.core_mut();
+        let before = syncs(core);
+        let again = core.job(&job("three")).expect("job three is known").job.clone();
+        let told = Input::Event(Box::new(ManagerEvent::JobUpdated(again)));
+        core.handle_all([migrate(1, "one"), told, migrate(2, "two")], now);
+        assert_eq!(syncs(core), before + 2, "the second migration saw the change");
     }
 }

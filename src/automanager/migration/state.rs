@@ -215,12 +215,6 @@ pub(crate) struct Migrations {
     /// would reach it. One entry per instance (node and key), however often
     /// it is told: a stop sent again counts against the same entry.
     pub(super) stopping_sources: BTreeMap<JobId, Vec<SourceStop>>,
-    /// The kept placement view is known to match the fleet and every
-    /// placement: it was brought up to date by the previous target
-    /// placement and nothing else has happened since. Consecutive
-    /// migrations (a drain's, a burst of `migrateJob`s) then skip bringing
-    /// it up to date again, which costs a pass over the fleet and every job.
-    pub(super) view_in_sync: bool,
 }
 
 /// A source told to stop.
@@ -321,12 +315,6 @@ impl Migrations {
         }
     }
 
-    /// Anything but a target placement may have changed what the kept
-    /// view must reflect.
-    pub(crate) fn forget_view_sync(&mut self) {
-        self.view_in_sync = false;
-    }
-
     /// Whether `job` waits for a migration's source to stop before it may
     /// be placed again.
     pub(crate) fn holds_placement_of(&self, job: &JobId) -> bool {
@@ -385,12 +373,9 @@ impl Migrations {
 
     /// The migrations a fresh core carries on from a disposed one (after a
     /// stream break): all of them, the sagas in flight with what each waits
-    /// for; only the kept placement view is not trusted.
+    /// for.
     pub(crate) fn carried_from(previous: &Migrations) -> Self {
-        Self {
-            view_in_sync: false,
-            ..previous.clone()
-        }
+        previous.clone()
     }
 
     /// Sources on a node that is gone are not waited for.
