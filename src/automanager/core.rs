@@ -553,9 +553,8 @@ impl AutoManagerCore {
     /// `TerminateNode`, with `nodeTerminated` fired once per node at issue
     /// time (see [`FactsMut::terminate`]).
     pub(super) fn terminate(&mut self, node_id: &NodeId) {
-        let parts = self.parts();
-        let mut facts = parts.facts;
-        facts.terminate(parts.outbox, node_id);
+        let mut parts = self.parts();
+        parts.facts.terminate(parts.outbox, node_id);
     }
 
     pub(super) fn call(&mut self, rpc: Rpc, pending: Pending) -> RequestId {
@@ -625,9 +624,9 @@ impl<'a> Facts<'a> {
 
 /// The facts with leave to change them, through their owners' mutators
 /// (which keep the capacity epoch), and the fleet actions that change them
-/// and tell Manager together. A subsystem that acts on the fleet (spares)
-/// is handed this and the outbox; [`FactsMut::read`] is what the others
-/// read.
+/// and tell Manager together (`terminate`, `release_node`, `unbind`). What
+/// changes the facts (spares, drains, manual jobs, the saga, losses) is
+/// handed this and the outbox; [`FactsMut::read`] is what the others read.
 pub(super) struct FactsMut<'a> {
     pub(super) fleet: &'a mut Fleet,
     pub(super) jobs: &'a mut Jobs,

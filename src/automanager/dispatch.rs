@@ -386,16 +386,14 @@ impl AutoManagerCore {
 
     /// Ends the binding (see [`FactsMut::unbind`]).
     pub(super) fn unbind(&mut self, job_id: &JobId, single_use_release: bool) {
-        let parts = self.parts();
-        let mut facts = parts.facts;
-        facts.unbind(parts.outbox, job_id, single_use_release);
+        let mut parts = self.parts();
+        parts.facts.unbind(parts.outbox, job_id, single_use_release);
     }
 
     /// After a job left `node_id` (see [`FactsMut::release_node`]).
     pub(super) fn release_node(&mut self, node_id: &NodeId, single_use: bool) {
-        let parts = self.parts();
-        let mut facts = parts.facts;
-        facts.release_node(parts.outbox, node_id, single_use);
+        let mut parts = self.parts();
+        parts.facts.release_node(parts.outbox, node_id, single_use);
     }
 }
 

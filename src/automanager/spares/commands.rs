@@ -105,8 +105,7 @@ impl AutoManagerCore {
         if set.is_empty() && remove.is_empty() {
             return;
         }
-        let parts = self.parts();
-        let mut facts = parts.facts;
-        super::update_tags(&mut facts, parts.outbox, node_id, set, remove);
+        let mut parts = self.parts();
+        super::update_tags(&mut parts.facts, parts.outbox, node_id, set, remove);
     }
 }
