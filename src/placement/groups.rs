@@ -21,6 +21,13 @@ pub(crate) struct JobGroups {
 
 impl JobGroups {
     pub(crate) fn of(spec: &BundleSpec) -> Self {
+        // Most bundles link no jobs: each is a group of its own.
+        let linked = spec.jobs.iter().any(|j| !j.co_locate_with.is_empty());
+        if !linked && !spec.intra_replica_placement.same_node_default {
+            return JobGroups {
+                group_of: (0..spec.jobs.len()).collect(),
+            };
+        }
         let index: HashMap<&str, usize> = spec
             .jobs
             .iter()

@@ -73,10 +73,13 @@ impl Default for Scratch {
 
 impl Scratch {
     /// Room for the classes of `view`'s largest tier; each search keeps
-    /// its `keep` best survivors.
+    /// its `keep` best survivors. With `keep` above one (a what-if, whose
+    /// placements are mostly decided without a search) the room is made
+    /// by the first search rather than up front.
     pub(super) fn for_view(view: &FleetView, keep: usize) -> Self {
+        let room = if keep > 1 { 0 } else { view.index.most_classes() };
         Scratch {
-            classes: Vec::with_capacity(view.index.most_classes()),
+            classes: Vec::with_capacity(room),
             keep: keep.max(1),
             podium: Vec::with_capacity(keep.max(1)),
         }

@@ -12,10 +12,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::model::{BundleId, BundleSpec, NodeId, NodePhase, OnRuntimeFailure, PackingStrategy, PlacedJob, ScaleOut};
 
-use super::super::engine::{
-    Outcome, SequentialNodeIds, apply_placement, place, place_ranked, placed_job, tier_refusals,
-};
-use super::super::fleet::{FleetView, NO_SLOT, NodeIdx, flag};
+use super::super::engine::{Outcome, SequentialNodeIds, place, place_ranked, placed_job, tier_refusals};
+use super::super::fleet::{FleetError, FleetView, NO_SLOT, NodeIdx, flag};
 use super::super::groups::JobGroups;
 use super::super::rankings::Rankings;
 use super::super::replay::{Podium, replace};
@@ -268,7 +266,7 @@ pub(crate) fn what_if(
                             reason: DarkReason::PlacementRefused { message: e.to_string() },
                         },
                         Ok(outcome) => {
-                            let (fate, mut step) = match &outcome {
+                            let mut step = match &outcome {
                                 Outcome::Placed {
                                     node_id, pool, tier, ..
                                 } => {
@@ -277,75 +275,33 @@ pub(crate) fn what_if(
                                         .node_index(node_id)
                                         .map(|idx| (t, view.hot(idx).fill, packing_of(view, pool, t)));
                                     let landed = (!prospective.contains(node_id)).then(|| node_id.clone());
-                                    deps.landing.insert(node_id.clone());
-                                    let fate = Fate::Placed {
-                                        node_id: node_id.clone(),
-                                        pool: pool.clone(),
-                                        tier: tier.clone(),
-                                    };
-                                    (fate, step(t, winner, landed))
-                                }
-                                Outcome::Provision {
-                                    node_id,
-                                    pool,
-                                    tier,
-                                    instance_type,
-                                    ..
-                                } => {
-                                    let t = tier_index(view, pool, tier);
-                                    prospective.push(node_id.clone());
-                                    match provisions.iter_mut().find(|p| &p.node_id == node_id) {
-                                        Some(need) => need.jobs.push(job.job_id.clone()),
-                                        None => provisions.push(ProvisionNeed {
-                                            node_id: node_id.clone(),
-                                            pool: pool.clone(),
-                                            tier: tier.clone(),
-                                            instance_type: instance_type.clone(),
-                                            jobs: vec![job.job_id.clone()],
-                                        }),
+                                    if !deps.landing.contains(node_id) {
+                                        deps.landing.insert(node_id.clone());
                                     }
-                                    let fate = Fate::Provision {
-                                        node_id: node_id.clone(),
-                                        pool: pool.clone(),
-                                        tier: tier.clone(),
-                                        instance_type: instance_type.clone(),
-                                    };
-                                    (fate, step(t, None, None))
+                                    step(t, winner, landed)
                                 }
+                                Outcome::Provision { pool, tier, .. } => step(tier_index(view, pool, tier), None, None),
                                 Outcome::NoCapacityInAnyPool => {
-                                    let tiers = tier_refusals(view, request)
-                                        .unwrap_or_default()
-                                        .into_iter()
-                                        .map(|(pool, tier, why)| TierRefusal { pool, tier, why })
-                                        .collect();
-                                    let trace = explain
-                                        .then(|| {
-                                            place(view, request.with_trace(true), &mut SequentialNodeIds::default())
-                                        })
-                                        .and_then(|p| p.ok()?.trace);
                                     let tiers_in_pool = view
                                         .pools()
                                         .get(bundle.pool_for_replica(job.replica_index))
                                         .map_or(0, |p| p.tiers.len());
-                                    let fate = Fate::Dark {
-                                        reason: DarkReason::NoCapacityInAnyPool { tiers, trace },
-                                    };
-                                    (fate, step(tiers_in_pool.saturating_sub(1), None, None))
+                                    step(tiers_in_pool.saturating_sub(1), None, None)
                                 }
                             };
                             note_elastic(view, &step, &mut deps.elastic);
-                            let applied = if fate.is_replaced() {
-                                apply_placement(view, &request, &outcome)
-                            } else {
-                                Ok(())
-                            };
-                            step.took = match &outcome {
-                                Outcome::Placed { node_id, gpu_index, .. }
-                                | Outcome::Provision { node_id, gpu_index, .. } => {
-                                    view.node_index(node_id).map(|idx| (idx, *gpu_index))
+                            // The job is reserved where it went (a provision's
+                            // prospective node added first), for the placements after.
+                            let applied = outcome.destination().map(|to| -> Result<_, FleetError> {
+                                if let Some(instance_type) = to.instance_type {
+                                    view.add_prospective_node(to.node_id.clone(), to.pool, to.tier, instance_type)?;
+                                    prospective.push(to.node_id.clone());
                                 }
-                                Outcome::NoCapacityInAnyPool => None,
-                            };
+                                let placed = placed_job(bundle_id, job.replica_index, spec, to.gpu_index);
+                                view.reserve(to.node_id, &placed)?;
+                                step.took = view.node_index(to.node_id).map(|idx| (idx, to.gpu_index));
+                                Ok((to.node_id.clone(), placed))
+                            });
                             step.podium = podium;
                             // A node that took this job where the last run's did not, or
                             // did not where it did, differs from that run from here on;
@@ -360,29 +316,62 @@ pub(crate) fn what_if(
                                 parted.insert(bundle_id);
                             }
                             deps.steps.push(step);
-                            if fate.is_replaced() {
-                                match applied {
-                                    Ok(()) => {
-                                        let gpu = match &outcome {
-                                            Outcome::Placed { gpu_index, .. }
-                                            | Outcome::Provision { gpu_index, .. } => *gpu_index,
-                                            Outcome::NoCapacityInAnyPool => None,
-                                        };
-                                        let node = match &fate {
-                                            Fate::Placed { node_id, .. } | Fate::Provision { node_id, .. } => {
-                                                node_id.clone()
-                                            }
-                                            Fate::Dark { .. } => from.clone(),
-                                        };
-                                        reserved.push((node, placed_job(bundle_id, job.replica_index, spec, gpu)));
-                                        fate
-                                    }
-                                    Err(e) => Fate::Dark {
-                                        reason: DarkReason::PlacementRefused { message: e.to_string() },
+                            match (applied, outcome) {
+                                (Some(Err(e)), _) => Fate::Dark {
+                                    reason: DarkReason::PlacementRefused { message: e.to_string() },
+                                },
+                                (
+                                    Some(Ok(reservation)),
+                                    Outcome::Placed {
+                                        node_id, pool, tier, ..
                                     },
+                                ) => {
+                                    reserved.push(reservation);
+                                    Fate::Placed { node_id, pool, tier }
                                 }
-                            } else {
-                                fate
+                                (
+                                    Some(Ok(reservation)),
+                                    Outcome::Provision {
+                                        node_id,
+                                        pool,
+                                        tier,
+                                        instance_type,
+                                        ..
+                                    },
+                                ) => {
+                                    reserved.push(reservation);
+                                    match provisions.iter_mut().find(|p| p.node_id == node_id) {
+                                        Some(need) => need.jobs.push(job.job_id.clone()),
+                                        None => provisions.push(ProvisionNeed {
+                                            node_id: node_id.clone(),
+                                            pool: pool.clone(),
+                                            tier: tier.clone(),
+                                            instance_type: instance_type.clone(),
+                                            jobs: vec![job.job_id.clone()],
+                                        }),
+                                    }
+                                    Fate::Provision {
+                                        node_id,
+                                        pool,
+                                        tier,
+                                        instance_type,
+                                    }
+                                }
+                                _ => {
+                                    let tiers = tier_refusals(view, request)
+                                        .unwrap_or_default()
+                                        .into_iter()
+                                        .map(|(pool, tier, why)| TierRefusal { pool, tier, why })
+                                        .collect();
+                                    let trace = explain
+                                        .then(|| {
+                                            place(view, request.with_trace(true), &mut SequentialNodeIds::default())
+                                        })
+                                        .and_then(|p| p.ok()?.trace);
+                                    Fate::Dark {
+                                        reason: DarkReason::NoCapacityInAnyPool { tiers, trace },
+                                    }
+                                }
                             }
                         }
                     }
