@@ -101,7 +101,7 @@ impl AutoManagerCore {
             }
         };
         let mut intact = true;
-        let mut rankings = Rankings::for_burst(view.fleet_view());
+        let mut rankings = Rankings::for_burst();
         for job_id in &ready {
             intact &= self.place_one(view.fleet_view(), &mut rankings, job_id, now);
         }

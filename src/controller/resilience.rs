@@ -177,7 +177,7 @@ mod tests {
 
     fn placed_on(node: &str) -> Fate {
         Fate::Placed {
-            node_id: NodeId::from(node),
+            node_id: Some(NodeId::from(node)),
             pool: "studio".to_owned(),
             tier: "cluster".to_owned(),
         }

@@ -281,24 +281,25 @@ fn place_with(
 
 /// Applies a placement to the view: a provision adds its prospective node,
 /// then the job is reserved where it went. Later placements see both.
+/// Returns the reservation made: none when the outcome places nowhere (or
+/// the bundle has no such job).
 pub fn apply_placement(
     view: &mut FleetView,
     request: &PlacementRequest<'_>,
     outcome: &Outcome,
-) -> Result<(), FleetError> {
+) -> Result<Option<PlacedJob>, FleetError> {
     let Some(to) = outcome.destination() else {
-        return Ok(());
+        return Ok(None);
     };
     if let Some(instance_type) = to.instance_type {
         view.add_prospective_node(to.node_id.clone(), to.pool, to.tier, instance_type)?;
     }
     let Some(job) = request.bundle.job(request.job_name) else {
-        return Ok(());
+        return Ok(None);
     };
-    view.reserve(
-        to.node_id,
-        &placed_job(request.bundle_id, request.replica_index, job, to.gpu_index),
-    )
+    let placed = placed_job(request.bundle_id, request.replica_index, job, to.gpu_index);
+    view.reserve(to.node_id, &placed)?;
+    Ok(Some(placed))
 }
 
 /// The reservation a bundle job makes on its node.

@@ -144,6 +144,31 @@ pub enum RejectionOf<N> {
 }
 
 impl<N> RejectionOf<N> {
+    /// Whether the rejection still stands once the node holds more jobs
+    /// (and none fewer): it reads the node's description, its room or its
+    /// claims, never where a peer is.
+    pub(crate) fn stands_with_more_jobs(&self) -> bool {
+        use RejectionOf::*;
+        matches!(
+            self,
+            NotTargetNode
+                | OtherPool { .. }
+                | OtherTier { .. }
+                | ExcludedByRecovery
+                | NoInventory
+                | NotRunning { .. }
+                | Unhealthy
+                | Cordoned
+                | MissingCapability { .. }
+                | InsufficientCapacity { .. }
+                | InsufficientCores { .. }
+                | HostPortTaken { .. }
+                | NoGpuFits { .. }
+                | NodeNotEmpty { .. }
+                | HeldExclusively
+        )
+    }
+
     /// The filter that produced this rejection.
     pub fn filter(&self) -> Filter {
         match self {

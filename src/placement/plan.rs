@@ -97,7 +97,7 @@ pub fn plan_bundles(
     ids: &mut dyn ProspectiveNodeIds,
 ) -> Result<Vec<PlanRow>, PlanError> {
     let mut rows = Vec::new();
-    let mut rankings = Rankings::for_burst(view);
+    let mut rankings = Rankings::for_burst();
     for (bundle_id, spec) in bundles {
         let validation = validate_bundle(view, spec);
         let order = JobGroups::of(spec).placement_order();

@@ -7,7 +7,7 @@
 //! them. [`Rankings`] keeps the search's scratch space, so a burst sets it
 //! up once rather than once per placement.
 
-use super::fleet::{FleetView, NodeIdx};
+use super::fleet::NodeIdx;
 use super::search::Scratch;
 
 /// What a burst of placements on one view keeps between them (see the
@@ -19,20 +19,20 @@ pub struct Rankings {
 }
 
 impl Rankings {
-    /// Starts a burst of placements applied to `view` in turn, with room
-    /// for its largest tier's classes.
-    pub fn for_burst(view: &mut FleetView) -> Self {
+    /// Starts a burst of placements, each applied to the view before the
+    /// next.
+    pub fn for_burst() -> Self {
         Rankings {
-            scratch: Scratch::for_view(view, 1),
+            scratch: Scratch::keeping(1),
         }
     }
 
     /// A burst that also keeps, after each placement the indexed search
     /// decided, the `keep` best survivors of the deciding tier
     /// ([`Rankings::podium`]).
-    pub(crate) fn keeping(view: &FleetView, keep: usize) -> Self {
+    pub(crate) fn keeping(keep: usize) -> Self {
         Rankings {
-            scratch: Scratch::for_view(view, keep),
+            scratch: Scratch::keeping(keep),
         }
     }
 

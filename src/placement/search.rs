@@ -72,14 +72,13 @@ impl Default for Scratch {
 }
 
 impl Scratch {
-    /// Room for the classes of `view`'s largest tier; each search keeps
-    /// its `keep` best survivors. With `keep` above one (a what-if, whose
-    /// placements are mostly decided without a search) the room is made
-    /// by the first search rather than up front.
-    pub(super) fn for_view(view: &FleetView, keep: usize) -> Self {
-        let room = if keep > 1 { 0 } else { view.index.most_classes() };
+    /// Each search keeps its `keep` best survivors. The room for the
+    /// classes is made by the first search, for the view's largest tier:
+    /// a burst that never searches (a what-if decided from its last run)
+    /// allocates none.
+    pub(super) fn keeping(keep: usize) -> Self {
         Scratch {
-            classes: Vec::with_capacity(room),
+            classes: Vec::new(),
             keep: keep.max(1),
             podium: Vec::with_capacity(keep.max(1)),
         }
@@ -169,6 +168,10 @@ pub(super) fn best_in_tier(
     let largest_gpu_ask = demand.needs.gpu_asks.iter().map(|a| a.capacity).reduce(f64::max);
     let mut classes = std::mem::take(&mut scratch.classes);
     classes.clear();
+    if classes.capacity() == 0 {
+        // The first search of a burst: room for the largest tier's classes.
+        classes.reserve(view.index.most_classes());
+    }
     for &p in &index.profiles {
         let profile = view.index.profile(p);
         let traits = &profile.traits;

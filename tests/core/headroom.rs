@@ -108,10 +108,19 @@ fn the_analysis_of_a_node_s_loss_is_what_the_core_does_when_the_node_is_lost() {
             for job in &bundle.jobs {
                 let now = running_on(&h, &job.job_id);
                 match &job.fate {
-                    Fate::Placed { node_id, .. } => assert_eq!(
+                    Fate::Placed {
+                        node_id: Some(node_id),
+                        ..
+                    } => assert_eq!(
                         now.as_ref(),
                         Some(node_id),
                         "seed {seed}: the analysis of {node}'s loss re-places {} on {node_id}; the core has it on {now:?}",
+                        job.job_id
+                    ),
+                    // Kept on its outcome: a node of the (only) tier takes it.
+                    Fate::Placed { node_id: None, .. } => assert!(
+                        now.as_ref().is_some_and(|n| n.as_str() != node),
+                        "seed {seed}: the analysis of {node}'s loss re-places {}; the core has it on {now:?}",
                         job.job_id
                     ),
                     Fate::Provision { .. } => panic!("seed {seed}: a fixed tier provisions nothing"),

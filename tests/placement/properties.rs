@@ -454,7 +454,7 @@ proptest! {
         steps in prop::collection::vec(step(), 1..40),
     ) {
         let mut view = FleetView::new(&fleet, validate_pools(pools()).unwrap()).unwrap();
-        let mut rankings = Rankings::for_burst(&mut view);
+        let mut rankings = Rankings::for_burst();
         let mut placed = Vec::new();
         let ids: Vec<BundleId> = (0..8).map(|i| BundleId(format!("default/p{i}"))).collect();
         for step in steps {

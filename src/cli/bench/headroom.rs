@@ -138,6 +138,9 @@ pub struct HeadroomReport {
     pub placements_replayed_mean: f64,
     /// Their placements an update searched for, on average.
     pub placements_searched_mean: f64,
+    /// Node verdicts an update kept on their outcome alone (a job may land
+    /// on another node of the same tier), on average.
+    pub outcome_kept_mean: f64,
     /// Zones and provider kinds recomputed after the updates
     /// ([`Tracker::refresh_wide`], on its own cadence), milliseconds.
     pub wide_refresh_millis: f64,
@@ -167,7 +170,7 @@ pub fn bench_headroom(args: &HeadroomArgs) -> Result<HeadroomReport, BenchError>
     tracker.update(&work.fleet, &work.pools, &work.bundles, &none)?;
     let mut timings: Vec<Duration> = Vec::with_capacity(args.updates);
     let mut recomputed = 0;
-    let (mut replayed, mut searched) = (0, 0);
+    let (mut replayed, mut searched, mut kept) = (0, 0, 0);
     let mut current = work.clone();
     for n in 0..args.updates {
         let (fleet, bundles) = one_more_job(&current, n);
@@ -177,6 +180,7 @@ pub fn bench_headroom(args: &HeadroomArgs) -> Result<HeadroomReport, BenchError>
         recomputed += stats.nodes_recomputed;
         replayed += stats.placements_replayed;
         searched += stats.placements_searched;
+        kept += stats.outcome_kept;
         current.view = FleetView::new(&fleet, current.pools.clone())?;
         current.fleet = fleet;
         current.bundles = bundles;
@@ -195,6 +199,7 @@ pub fn bench_headroom(args: &HeadroomArgs) -> Result<HeadroomReport, BenchError>
         nodes_recomputed_mean: recomputed as f64 / args.updates.max(1) as f64,
         placements_replayed_mean: replayed as f64 / args.updates.max(1) as f64,
         placements_searched_mean: searched as f64 / args.updates.max(1) as f64,
+        outcome_kept_mean: kept as f64 / args.updates.max(1) as f64,
         wide_refresh_millis: wide_refresh.as_secs_f64() * 1e3,
         wide_domains,
         peak_rss_bytes: peak_rss_bytes(),
@@ -204,7 +209,7 @@ pub fn bench_headroom(args: &HeadroomArgs) -> Result<HeadroomReport, BenchError>
 /// The report for people.
 pub(super) fn table(report: &HeadroomReport) -> String {
     format!(
-        "nodes          {}\njobs           {}\nevery loss     {:.1} ms ({} absorbed)\nupdate p50     {:.2} ms\nupdate p99     {:.2} ms\nrecomputed     {:.1} node verdicts per update ({:.0} placements replayed, {:.0} searched)\nwide refresh   {:.1} ms ({} zones and provider kinds)\npeak RSS       {}",
+        "nodes          {}\njobs           {}\nevery loss     {:.1} ms ({} absorbed)\nupdate p50     {:.2} ms\nupdate p99     {:.2} ms\nrecomputed     {:.1} node verdicts per update ({:.0} placements replayed, {:.0} searched; {:.1} kept on their outcome)\nwide refresh   {:.1} ms ({} zones and provider kinds)\npeak RSS       {}",
         report.nodes,
         report.jobs,
         report.full_analysis_millis,
@@ -214,6 +219,7 @@ pub(super) fn table(report: &HeadroomReport) -> String {
         report.nodes_recomputed_mean,
         report.placements_replayed_mean,
         report.placements_searched_mean,
+        report.outcome_kept_mean,
         report.wide_refresh_millis,
         report.wide_domains,
         rss(report.peak_rss_bytes)

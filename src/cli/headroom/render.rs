@@ -152,7 +152,12 @@ fn fate_name(fate: &Fate) -> &'static str {
 
 fn fate_detail(fate: &Fate) -> String {
     match fate {
-        Fate::Placed { node_id, tier, .. } => format!("{node_id} ({tier})"),
+        Fate::Placed {
+            node_id: Some(node_id),
+            tier,
+            ..
+        } => format!("{node_id} ({tier})"),
+        Fate::Placed { node_id: None, tier, .. } => format!("a node of {tier}"),
         Fate::Provision {
             node_id,
             tier,

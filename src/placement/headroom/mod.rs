@@ -203,8 +203,10 @@ pub enum Fate {
     /// earlier in the order).
     #[serde(rename_all = "camelCase")]
     Placed {
-        /// The node.
-        node_id: NodeId,
+        /// The node; absent from a verdict kept on its outcome where
+        /// another node of the tier may now take the job (see `tracker`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        node_id: Option<NodeId>,
         pool: String,
         tier: String,
     },

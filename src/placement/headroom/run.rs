@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::model::{BundleId, BundleSpec, NodeId, NodePhase, OnRuntimeFailure, PackingStrategy, PlacedJob, ScaleOut};
 
-use super::super::engine::{Outcome, SequentialNodeIds, place, place_ranked, placed_job, tier_refusals};
-use super::super::fleet::{FleetError, FleetView, NO_SLOT, NodeIdx, flag};
+use super::super::engine::{Outcome, SequentialNodeIds, apply_placement, place, place_ranked, tier_refusals};
+use super::super::fleet::{FleetView, NO_SLOT, NodeIdx, flag};
 use super::super::groups::JobGroups;
 use super::super::rankings::Rankings;
 use super::super::replay::{Podium, replace};
@@ -42,6 +42,12 @@ pub(crate) struct Deps {
     pub revision: u64,
     /// Placements decided from the last run's podium, without a search.
     pub replayed: u32,
+    /// Every lost job's fate either stands whatever the rest of the fleet
+    /// does (dropped, at its restart ceiling, its bundle broken, its spec
+    /// unknown, no bundle at all) or is a placement on a node of the fleet
+    /// that left a podium. Only then can the tracker judge a change by
+    /// the verdict's outcome alone (see `tracker::outcome_stands`).
+    pub settled: bool,
 }
 
 /// A run made again from the last one (see `placement::replay`): each
@@ -71,7 +77,7 @@ pub(crate) enum Record<'a> {
 }
 
 /// How many survivors a run's search keeps for a later replay.
-const PODIUM: usize = 4;
+const PODIUM: usize = 32;
 
 /// What one placement of a run decided, as far as other nodes could
 /// change it.
@@ -93,6 +99,9 @@ pub(crate) struct StepDep {
     pub need_max: f64,
     /// The job's place among the run's lost jobs.
     pub at: usize,
+    /// Its bundle's place among the run's bundles (the lost jobs come in
+    /// runtime job id order, so a bundle's jobs are consecutive).
+    pub bundle: u32,
     /// The view's index of the node that took the job (a provision's
     /// included), and the GPU device.
     pub took: Option<(NodeIdx, Option<u32>)>,
@@ -177,8 +186,13 @@ pub(crate) fn what_if(
         }
     }
 
-    let mut deps = Deps::default();
-    let mut rankings = Rankings::keeping(view, keep);
+    let mut deps = Deps {
+        settled: true,
+        ..Deps::default()
+    };
+    let mut bundle_seq = 0u32;
+    let mut last_bundle: Option<&BundleId> = None;
+    let mut rankings = Rankings::keeping(keep);
     // The replay's view of what differs from its last run, growing as this
     // run's placements part from that one's.
     let mut changed: Vec<NodeIdx> = replay.map(|r| r.changed.to_vec()).unwrap_or_default();
@@ -199,6 +213,10 @@ pub(crate) fn what_if(
             unmanaged.push(job.job_id.clone());
             continue;
         };
+        if last_bundle.is_some_and(|b| b != bundle_id) {
+            bundle_seq += 1;
+        }
+        last_bundle = Some(bundle_id);
         deps.bundles.insert(bundle_id.clone());
         let bundle = context.bundles.get(bundle_id);
         let spec = bundle.and_then(|b| b.job(&job.job_name));
@@ -258,6 +276,7 @@ pub(crate) fn what_if(
                         need,
                         need_max,
                         at,
+                        bundle: bundle_seq,
                         took: None,
                         podium: None,
                     };
@@ -292,15 +311,21 @@ pub(crate) fn what_if(
                             note_elastic(view, &step, &mut deps.elastic);
                             // The job is reserved where it went (a provision's
                             // prospective node added first), for the placements after.
-                            let applied = outcome.destination().map(|to| -> Result<_, FleetError> {
-                                if let Some(instance_type) = to.instance_type {
-                                    view.add_prospective_node(to.node_id.clone(), to.pool, to.tier, instance_type)?;
+                            let applied = outcome.destination().and_then(|to| {
+                                let applied = apply_placement(view, &request, &outcome);
+                                // A provision's node is in the view once added,
+                                // even when the reservation after it failed.
+                                if to.instance_type.is_some() && view.node_index(to.node_id).is_some() {
                                     prospective.push(to.node_id.clone());
                                 }
-                                let placed = placed_job(bundle_id, job.replica_index, spec, to.gpu_index);
-                                view.reserve(to.node_id, &placed)?;
-                                step.took = view.node_index(to.node_id).map(|idx| (idx, to.gpu_index));
-                                Ok((to.node_id.clone(), placed))
+                                match applied {
+                                    Ok(Some(placed)) => {
+                                        step.took = view.node_index(to.node_id).map(|idx| (idx, to.gpu_index));
+                                        Some(Ok((to.node_id.clone(), placed)))
+                                    }
+                                    Ok(None) => None,
+                                    Err(e) => Some(Err(e)),
+                                }
                             });
                             step.podium = podium;
                             // A node that took this job where the last run's did not, or
@@ -327,7 +352,11 @@ pub(crate) fn what_if(
                                     },
                                 ) => {
                                     reserved.push(reservation);
-                                    Fate::Placed { node_id, pool, tier }
+                                    Fate::Placed {
+                                        node_id: Some(node_id),
+                                        pool,
+                                        tier,
+                                    }
                                 }
                                 (
                                     Some(Ok(reservation)),
@@ -380,6 +409,17 @@ pub(crate) fn what_if(
             _ => Fate::Dark {
                 reason: DarkReason::UnknownSpec,
             },
+        };
+        deps.settled &= match &fate {
+            Fate::Placed { .. } => deps
+                .steps
+                .last()
+                .is_some_and(|s| s.at == at && s.landed.is_some() && s.podium.is_some()),
+            Fate::Provision { .. } => false,
+            Fate::Dark { reason } => matches!(
+                reason,
+                DarkReason::Dropped | DarkReason::RestartCeiling | DarkReason::BundleBroken { .. } | DarkReason::UnknownSpec
+            ),
         };
         fates.entry(bundle_id.clone()).or_default().push(JobFate {
             job_id: job.job_id.clone(),

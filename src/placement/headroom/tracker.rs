@@ -70,7 +70,9 @@ use crate::model::{BundleId, BundleSpec, FleetNode, FleetSnapshot, JobId, NodeId
 use super::super::fleet::{FleetError, FleetView, NO_SLOT, NodeIdx, fill_of, flag};
 use super::super::settings::Pools;
 use super::run::{Deps, Record, Replay, what_if};
-use super::{Context, Domain, DomainKind, DomainVerdict, HeadroomReport, domains_of, members};
+use super::super::filter::check;
+use super::super::request::{Demand, PlacementRequest, RecoveryContext};
+use super::{Context, Domain, DomainKind, DomainVerdict, Fate, HeadroomReport, JobFate, domains_of, members};
 
 /// Tolerance of the fill and capacity comparisons, wider than the
 /// engine's so a comparison here never misses a tie the engine sees.
@@ -95,6 +97,10 @@ pub struct UpdateStats {
     /// The view was built afresh (first update, new pools or images,
     /// leftovers outgrowing the fleet).
     pub rebuilt: bool,
+    /// Node verdicts kept on their outcome alone: a job may now land on
+    /// another node of the same tier, nothing else can differ (see the
+    /// module docs).
+    pub outcome_kept: usize,
 }
 
 /// The headroom of a changing fleet (see the module docs).
@@ -106,7 +112,7 @@ pub struct Tracker {
     carried: HashMap<NodeId, Vec<PlacedJob>>,
     bundles: BTreeMap<BundleId, BundleSpec>,
     ceiling: BTreeSet<JobId>,
-    runs: BTreeMap<NodeId, (DomainVerdict, Deps)>,
+    runs: BTreeMap<NodeId, Kept>,
     wide: Vec<DomainVerdict>,
     /// Something changed since the zone and provider verdicts were made.
     wide_stale: bool,
@@ -114,11 +120,105 @@ pub struct Tracker {
     revision: u64,
     /// The nodes each such update changed, oldest first: what a run made
     /// at an earlier revision must look at afresh when replayed.
-    log: Vec<(u64, NodeIdx)>,
+    log: Vec<Logged>,
     /// Runs made before this revision are not replayed: the log no longer
     /// holds what changed since.
     floor: u64,
 }
+
+/// A node's verdict and what its run read.
+#[derive(Clone, Debug)]
+struct Kept {
+    verdict: DomainVerdict,
+    deps: Deps,
+    /// `deps` describe the run on the fleet as of the last update; else
+    /// the verdict was kept on its outcome since `deps.revision`, and only
+    /// [`outcome_stands`] can judge a change.
+    exact: bool,
+    /// Where the fate of each lost job is in `verdict`, in the order the
+    /// run placed them (`StepDep::at`): bundle and job; `None` for a job
+    /// of no bundle.
+    fates: Vec<Option<(u32, u32)>>,
+}
+
+impl Kept {
+    fn new(verdict: DomainVerdict, deps: Deps) -> Self {
+        // The lost jobs in the order the run placed them (runtime job id).
+        let mut lost: Vec<(&JobId, Option<(u32, u32)>)> = verdict
+            .bundles
+            .iter()
+            .enumerate()
+            .flat_map(|(b, fate)| {
+                fate.jobs
+                    .iter()
+                    .enumerate()
+                    .map(move |(j, job)| (&job.job_id, Some((b as u32, j as u32))))
+            })
+            .chain(verdict.unmanaged.iter().map(|id| (id, None)))
+            .collect();
+        lost.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let fates = lost.into_iter().map(|(_, at)| at).collect();
+        Kept {
+            verdict,
+            deps,
+            exact: true,
+            fates,
+        }
+    }
+
+    /// The fate of the lost job the run placed `at`th, and its bundle.
+    fn fate(&self, at: usize) -> Option<(&BundleId, &JobFate)> {
+        let (b, j) = (*self.fates.get(at)?)?;
+        let bundle = self.verdict.bundles.get(b as usize)?;
+        Some((&bundle.bundle, bundle.jobs.get(j as usize)?))
+    }
+
+    /// Names the node each step's job lands on now (`None`: a node of its
+    /// tier, which one not told).
+    fn land(&mut self, view: &FleetView, landings: &[Option<NodeIdx>]) {
+        for (step, now) in self.deps.steps.iter().zip(landings) {
+            let Some(Some((b, j))) = self.fates.get(step.at) else {
+                continue;
+            };
+            let job = self
+                .verdict
+                .bundles
+                .get_mut(*b as usize)
+                .and_then(|bundle| bundle.jobs.get_mut(*j as usize));
+            if let Some(JobFate {
+                fate: Fate::Placed { node_id, .. },
+                ..
+            }) = job
+            {
+                let now = now.map(|idx| &view.node(idx).id);
+                if node_id.as_ref() != now {
+                    *node_id = now.cloned();
+                }
+            }
+        }
+    }
+}
+
+/// A node an update changed.
+#[derive(Clone, Copy, Debug)]
+struct Logged {
+    revision: u64,
+    idx: NodeIdx,
+    /// Only its jobs changed: its pool, tier, phase and description are
+    /// as they were, so no tier's node count moved.
+    jobs_only: bool,
+    /// It only took jobs, and is no spare taking its first: it takes no
+    /// placement it did not take before.
+    grew: bool,
+}
+
+/// A verdict kept on its outcome is due to be made again once its run is
+/// this many node changes old...
+const REFRESH_AFTER: usize = 16;
+
+/// ... and is, within about this many updates (a share of those due per
+/// update, oldest first).
+const REFRESH_WINDOW: usize = 32;
 
 /// The most changed nodes a replay looks at; beyond, a run is made afresh.
 const MOST_REPLAYED_CHANGES: usize = 64;
@@ -149,6 +249,8 @@ struct Change {
     slots: Vec<(usize, usize)>,
     /// The node's free capacity before the change, when it was there.
     free_before: Option<f64>,
+    /// Only its jobs changed (see [`Logged`]).
+    jobs_only: bool,
     /// Its index in the view.
     idx: Option<NodeIdx>,
 }
@@ -176,13 +278,7 @@ impl Tracker {
         if fresh {
             return self.rebuild(snapshot, pools, bundles, ceiling);
         }
-        let mut touched: BTreeSet<BundleId> = BTreeSet::new();
-        for (id, spec) in bundles {
-            if self.bundles.get(id) != Some(spec) {
-                touched.insert(id.clone());
-            }
-        }
-        touched.extend(self.bundles.keys().filter(|id| !bundles.contains_key(*id)).cloned());
+        let mut touched: BTreeSet<BundleId> = changed_specs(&self.bundles, bundles);
         for job in self.ceiling.symmetric_difference(ceiling) {
             if let Some(bundle) = bundle_of(job) {
                 touched.insert(bundle);
@@ -196,13 +292,20 @@ impl Tracker {
         if !changes.is_empty() {
             self.revision += 1;
             let revision = self.revision;
-            self.log
-                .extend(changes.iter().filter_map(|c| c.idx).map(|idx| (revision, idx)));
+            self.log.extend(changes.iter().filter_map(|c| {
+                Some(Logged {
+                    revision,
+                    idx: c.idx?,
+                    jobs_only: c.jobs_only,
+                    grew: matches!(c.kind, ChangeKind::Fuller | ChangeKind::Shrink),
+                })
+            }));
             if self.log.len() > LOG_CAPACITY {
                 // The older half goes; runs made before it are made afresh.
                 let cut = self.log.len() / 2;
-                self.floor = self.log[cut].0;
-                self.log.drain(..self.log.partition_point(|(rev, _)| *rev < self.floor));
+                self.floor = self.log[cut].revision;
+                self.log
+                    .drain(..self.log.partition_point(|l| l.revision < self.floor));
             }
         }
         // Only what changed is copied: a fleet's specs are many.
@@ -225,13 +328,66 @@ impl Tracker {
         let current: Vec<Domain> = domains_of(view, DomainKind::Node);
         let names: BTreeSet<String> = current.iter().map(|d| d.name.clone()).collect();
         self.runs.retain(|id, _| names.contains(id.as_str()));
-        let dirty: Vec<Domain> = current
-            .into_iter()
-            .filter(|d| match self.runs.get(&NodeId::from(d.name.as_str())) {
-                None => true,
-                Some((_, deps)) => affected(view, deps, &changes, &touched, &d.name),
-            })
-            .collect();
+        let mut outcome_kept = 0;
+        let mut dirty: Vec<Domain> = Vec::new();
+        // Verdicts kept on their outcome, by the revision of their run.
+        let mut aging: Vec<(u64, Domain)> = Vec::new();
+        // What changed since each revision runs were made at.
+        let mut sinces: Vec<(u64, Since)> = Vec::new();
+        for domain in current {
+            let Some(kept) = self.runs.get_mut(&NodeId::from(domain.name.as_str())) else {
+                dirty.push(domain);
+                continue;
+            };
+            let own = changes.iter().any(|c| c.node.as_str() == domain.name)
+                || kept.deps.bundles.iter().any(|b| touched.contains(b));
+            if !own && kept.exact && !affected(view, &kept.deps, &changes) {
+                continue;
+            }
+            if !own && kept.deps.revision >= self.floor {
+                let revision = kept.deps.revision;
+                let since = match sinces.iter().position(|(r, _)| *r == revision) {
+                    Some(at) => &sinces[at].1,
+                    None => {
+                        let log = &self.log[self.log.partition_point(|l| l.revision <= revision)..];
+                        sinces.push((revision, Since::of(view, log)));
+                        &sinces[sinces.len() - 1].1
+                    }
+                };
+                if let Some(landings) = outcome_stands(view, kept, since, &self.bundles) {
+                    kept.land(view, &landings);
+                    let same = kept
+                        .deps
+                        .steps
+                        .iter()
+                        .zip(&landings)
+                        .all(|(step, now)| step.took.map(|(idx, _)| idx) == *now);
+                    if same {
+                        // Every job lands where it did: the run is the one
+                        // a fresh analysis makes now.
+                        kept.exact = true;
+                        kept.deps.revision = self.revision;
+                    } else {
+                        kept.exact = false;
+                        outcome_kept += 1;
+                        if since.changes >= REFRESH_AFTER {
+                            aging.push((kept.deps.revision, domain));
+                        }
+                    }
+                    continue;
+                }
+            }
+            dirty.push(domain);
+        }
+        if !changes.is_empty() {
+            // Verdicts kept on their outcome with `REFRESH_AFTER` changes
+            // since their run are made again a share per update, oldest
+            // first, so that none reaches `MOST_REPLAYED_CHANGES` (and they
+            // do not all come due at once).
+            aging.sort_by_key(|(revision, _)| *revision);
+            let due = aging.len().div_ceil(REFRESH_WINDOW);
+            dirty.extend(aging.into_iter().take(due).map(|(_, domain)| domain));
+        }
         let context = Context {
             bundles: &self.bundles,
             at_restart_ceiling: &self.ceiling,
@@ -239,6 +395,7 @@ impl Tracker {
         let mut stats = UpdateStats {
             nodes_recomputed: dirty.len(),
             nodes: names.len(),
+            outcome_kept,
             ..UpdateStats::default()
         };
         let mut changed: Vec<NodeIdx> = Vec::new();
@@ -248,15 +405,15 @@ impl Tracker {
             // A run whose own node, bundles or restart ceilings are as they
             // were is replayed from its last run, when the log still holds
             // what changed since (see `run::Replay`).
-            let last = self.runs.remove(&id).map(|(_, deps)| deps).filter(|deps| {
+            let last = self.runs.remove(&id).map(|kept| kept.deps).filter(|deps| {
                 deps.revision >= self.floor
                     && !deps.bundles.iter().any(|b| touched.contains(b))
                     && !changes.iter().any(|c| c.node.as_str() == domain.name)
             });
             let replay = last.as_ref().and_then(|deps| {
                 changed.clear();
-                let from = self.log.partition_point(|(rev, _)| *rev <= deps.revision);
-                changed.extend(self.log[from..].iter().map(|(_, idx)| *idx));
+                let from = self.log.partition_point(|l| l.revision <= deps.revision);
+                changed.extend(self.log[from..].iter().map(|l| l.idx));
                 changed.sort_unstable();
                 changed.dedup();
                 (changed.len() <= MOST_REPLAYED_CHANGES).then_some(Replay {
@@ -265,11 +422,11 @@ impl Tracker {
                 })
             });
             let record = replay.map_or(Record::Podiums, Record::Replay);
-            let mut run = what_if(view, &self.carried, context, domain, &lost, false, record);
-            run.1.revision = self.revision;
-            stats.placements_replayed += run.1.replayed as usize;
-            stats.placements_searched += run.1.steps.len() - run.1.replayed as usize;
-            self.runs.insert(id, run);
+            let (verdict, mut deps) = what_if(view, &self.carried, context, domain, &lost, false, record);
+            deps.revision = self.revision;
+            stats.placements_replayed += deps.replayed as usize;
+            stats.placements_searched += deps.steps.len() - deps.replayed as usize;
+            self.runs.insert(id, Kept::new(verdict, deps));
         }
         if !changes.is_empty() || !touched.is_empty() {
             self.wide_stale = true;
@@ -311,14 +468,14 @@ impl Tracker {
         let domains = self
             .runs
             .values()
-            .map(|(v, _)| v.clone())
+            .map(|kept| kept.verdict.clone())
             .chain(self.wide.iter().cloned());
         HeadroomReport::of(domains.collect(), &pools)
     }
 
     /// The verdict on one node's loss.
     pub fn node(&self, node: &NodeId) -> Option<&DomainVerdict> {
-        self.runs.get(node).map(|(v, _)| v)
+        self.runs.get(node).map(|kept| &kept.verdict)
     }
 
     fn rebuild(
@@ -349,10 +506,11 @@ impl Tracker {
         for domain in domains_of(&view, DomainKind::Node) {
             let lost = members(&view, &domain);
             let id = NodeId::from(domain.name.as_str());
-            let mut run = what_if(&mut view, &self.carried, context, domain, &lost, false, Record::Podiums);
-            run.1.revision = self.revision;
-            searched += run.1.steps.len();
-            self.runs.insert(id, run);
+            let (verdict, mut deps) =
+                what_if(&mut view, &self.carried, context, domain, &lost, false, Record::Podiums);
+            deps.revision = self.revision;
+            searched += deps.steps.len();
+            self.runs.insert(id, Kept::new(verdict, deps));
         }
         let nodes = self.runs.len();
         self.view = Some(view);
@@ -365,6 +523,7 @@ impl Tracker {
             rebuilt: true,
             placements_searched: searched,
             placements_replayed: 0,
+            outcome_kept: 0,
         })
     }
 
@@ -410,6 +569,7 @@ impl Tracker {
             let free_before = old
                 .and_then(|_| view.node_index(&node.id))
                 .map(|idx| view.hot(idx).free);
+            let jobs_only = old.is_some_and(|old| same_but_jobs(old, node));
             let kind = match old {
                 None => {
                     view.add_node(node)?;
@@ -445,6 +605,7 @@ impl Tracker {
                 kind,
                 slots,
                 free_before,
+                jobs_only,
                 idx: view.node_index(&node.id),
             });
             if node.jobs.is_empty() {
@@ -469,6 +630,7 @@ impl Tracker {
                 kind: ChangeKind::Removed,
                 slots,
                 free_before: None,
+                jobs_only: false,
                 idx,
             });
         }
@@ -491,15 +653,38 @@ impl Tracker {
     }
 }
 
-/// Whether a change could alter the run of node `name` (see the module
-/// docs).
-fn affected(view: &FleetView, deps: &Deps, changes: &[Change], touched: &BTreeSet<BundleId>, name: &str) -> bool {
-    if deps.bundles.iter().any(|b| touched.contains(b)) {
-        return true;
+/// The bundles whose spec differs between `old` and `new` (added, removed
+/// or changed): one walk of both maps in key order.
+fn changed_specs(old: &BTreeMap<BundleId, BundleSpec>, new: &BTreeMap<BundleId, BundleSpec>) -> BTreeSet<BundleId> {
+    use std::cmp::Ordering;
+    let mut changed = BTreeSet::new();
+    let (mut old, mut new) = (old.iter().peekable(), new.iter().peekable());
+    loop {
+        let order = match (old.peek(), new.peek()) {
+            (None, None) => return changed,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some((a, _)), Some((b, _))) => a.cmp(b),
+        };
+        match order {
+            Ordering::Less => changed.extend(old.next().map(|(id, _)| id.clone())),
+            Ordering::Greater => changed.extend(new.next().map(|(id, _)| id.clone())),
+            Ordering::Equal => {
+                if let (Some((id, was)), Some((_, is))) = (old.next(), new.next())
+                    && was != is
+                {
+                    changed.insert(id.clone());
+                }
+            }
+        }
     }
+}
+
+/// Whether a change to another node could alter a run (see the module
+/// docs).
+fn affected(view: &FleetView, deps: &Deps, changes: &[Change]) -> bool {
     changes.iter().any(|change| {
-        change.node.as_str() == name
-            || match change.kind {
+        match change.kind {
                 ChangeKind::Fuller => fuller_could_change(view, deps, change),
                 kind => {
                     deps.landing.contains(&change.node)
@@ -508,6 +693,168 @@ fn affected(view: &FleetView, deps: &Deps, changes: &[Change], touched: &BTreeSe
                 }
             }
     })
+}
+
+/// Where the jobs of a run made at `deps.revision` land on the fleet as it
+/// is now, `since` the nodes changed after it, when every one still lands
+/// in the same pool and tier (see the module docs): per step, its node
+/// when that can be told. `None` when the outcome may differ. Never a
+/// guess: what cannot be told is "may differ".
+fn outcome_stands(
+    view: &FleetView,
+    kept: &Kept,
+    since: &Since,
+    bundles: &BTreeMap<BundleId, BundleSpec>,
+) -> Option<Vec<Option<NodeIdx>>> {
+    let deps = &kept.deps;
+    if !deps.settled || !since.jobs_only {
+        return None;
+    }
+    // Besides the nodes changed since, those an earlier step may have left
+    // or taken anew; the nodes it left may take what they did not.
+    let mut moved: Vec<Rival> = Vec::new();
+    let mut parted: Vec<u32> = Vec::new();
+    let mut landings = Vec::with_capacity(deps.steps.len());
+    for step in &deps.steps {
+        let (Some(podium), Some((took, _))) = (&step.podium, step.took) else {
+            return None;
+        };
+        // A later job of a bundle whose earlier job may have moved: its
+        // rules read where that job is.
+        if parted.contains(&step.bundle) {
+            return None;
+        }
+        let (pool, tier) = (step.pool, podium.tier);
+        // The nodes that may differ and could take the job: a node holds
+        // at least the jobs it holds now at any step of a run, so one
+        // without the room now never takes it.
+        let left = |idx: NodeIdx| moved.iter().any(|m| m.idx == idx && !m.grew);
+        let rivals = since
+            .nodes
+            .iter()
+            .chain(&moved)
+            .filter(|r| r.pool == pool && r.free + SLACK >= step.need);
+        // No node of an earlier tier survived, and node counts did not
+        // move (no tier provisions anew). One that may now have more room
+        // might survive, unless the job's own rules turn it away whatever
+        // its room.
+        let mut earlier = rivals
+            .clone()
+            .filter(|r| r.tier < tier && !(r.grew && !left(r.idx)))
+            .map(|r| (r.idx, r.tier))
+            .peekable();
+        if earlier.peek().is_some() && !turn_away(view, kept, bundles, step.at, earlier) {
+            return None;
+        }
+        // The best survivor of the tier that cannot differ ranks as it did
+        // against all the others that cannot: it still survives, and only
+        // it or a rival can win.
+        let differs = |idx: &NodeIdx| since.contains(*idx) || moved.iter().any(|m| m.idx == *idx);
+        let best = *podium.nodes.iter().find(|i| !differs(i))?;
+        let contested = rivals.clone().any(|r| r.tier == tier);
+        landings.push((!contested).then_some(best));
+        if contested || best != took {
+            for idx in [took, best] {
+                if let Some(rival) = Rival::of(view, idx, false) {
+                    moved.push(rival);
+                }
+            }
+            parted.push(step.bundle);
+        }
+    }
+    Some(landings)
+}
+
+/// A node that may differ from a run's: where it is and the room it has.
+#[derive(Clone, Copy, Debug)]
+struct Rival {
+    idx: NodeIdx,
+    pool: usize,
+    tier: usize,
+    free: f64,
+    /// It only took jobs: it takes no placement it did not take before.
+    grew: bool,
+}
+
+impl Rival {
+    fn of(view: &FleetView, idx: NodeIdx, grew: bool) -> Option<Self> {
+        let (pool, tier) = slot_at(view, idx)?;
+        Some(Rival {
+            idx,
+            pool,
+            tier,
+            free: view.hot(idx).free,
+            grew,
+        })
+    }
+}
+
+/// The nodes changed since a revision, as [`outcome_stands`] reads them.
+#[derive(Debug)]
+struct Since {
+    /// Node changes since.
+    changes: usize,
+    /// Every change since was to a node's jobs alone.
+    jobs_only: bool,
+    /// By node index.
+    nodes: Vec<Rival>,
+}
+
+impl Since {
+    fn of(view: &FleetView, log: &[Logged]) -> Self {
+        let mut nodes: Vec<Rival> = Vec::new();
+        for logged in log {
+            match nodes.iter_mut().find(|r| r.idx == logged.idx) {
+                Some(rival) => rival.grew &= logged.grew,
+                None => nodes.extend(Rival::of(view, logged.idx, logged.grew)),
+            }
+        }
+        nodes.sort_unstable_by_key(|r| r.idx);
+        Since {
+            changes: log.len(),
+            jobs_only: log.len() <= MOST_REPLAYED_CHANGES && log.iter().all(|l| l.jobs_only),
+            nodes,
+        }
+    }
+
+    fn contains(&self, idx: NodeIdx) -> bool {
+        self.nodes.binary_search_by_key(&idx, |r| r.idx).is_ok()
+    }
+}
+
+fn slot_at(view: &FleetView, idx: NodeIdx) -> Option<(usize, usize)> {
+    let slot = view.hot(idx).slot;
+    (slot != NO_SLOT).then_some(((slot >> 16) as usize, (slot & 0xffff) as usize))
+}
+
+/// Whether every one of `nodes` (node, tier) turns away the lost job the
+/// run placed `at`th, and would holding more jobs than it does now: a
+/// rejection that reads the node alone, never a peer's place.
+fn turn_away(
+    view: &FleetView,
+    kept: &Kept,
+    bundles: &BTreeMap<BundleId, BundleSpec>,
+    at: usize,
+    mut nodes: impl Iterator<Item = (NodeIdx, usize)>,
+) -> bool {
+    let Some((bundle_id, job)) = kept.fate(at) else {
+        return false;
+    };
+    let Some(bundle) = bundles.get(bundle_id) else {
+        return false;
+    };
+    let Some(spec) = bundle.job(&job.job_name) else {
+        return false;
+    };
+    let recovery = RecoveryContext {
+        on_runtime_failure: Some(spec.requirements.on_runtime_failure),
+        excluded_nodes: vec![job.lost_from.clone()],
+    };
+    let request = PlacementRequest::launch(bundle_id, bundle, job.replica_index, &job.job_name).recovering(&recovery);
+    let Ok(demand) = Demand::compile(view, request) else {
+        return false;
+    };
+    nodes.all(|(idx, tier)| check(view, idx, &demand, tier).is_err_and(|why| why.stands_with_more_jobs()))
 }
 
 /// Whether a node that only got fuller (see the module docs) could change
@@ -623,8 +970,7 @@ fn could_win(view: &FleetView, deps: &Deps, change: &Change) -> bool {
 }
 
 fn slot_of(view: &FleetView, id: &NodeId) -> Option<(usize, usize)> {
-    let slot = view.hot(view.node_index(id)?).slot;
-    (slot != NO_SLOT).then_some(((slot >> 16) as usize, (slot & 0xffff) as usize))
+    slot_at(view, view.node_index(id)?)
 }
 
 /// Whether two descriptions of a node differ in their jobs alone.
