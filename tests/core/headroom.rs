@@ -109,8 +109,7 @@ fn the_analysis_of_a_node_s_loss_is_what_the_core_does_when_the_node_is_lost() {
                 let now = running_on(&h, &job.job_id);
                 match &job.fate {
                     Fate::Placed {
-                        node_id: Some(node_id),
-                        ..
+                        node_id: Some(node_id), ..
                     } => assert_eq!(
                         now.as_ref(),
                         Some(node_id),

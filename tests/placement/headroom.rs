@@ -97,8 +97,12 @@ fn a_node_whose_jobs_fit_elsewhere_is_absorbed_and_each_job_lands_on_the_node_pl
     assert_eq!((verdict.jobs_lost, verdict.jobs_replaced), (2, 2));
     // ch1 first (job id order): binpack puts it on c, the only node with
     // room for 2; ch2 then fills b, the fuller node with room for 1.
-    assert!(matches!(fate(&verdict, "ch1/0/encode"), Fate::Placed { node_id: Some(node_id), .. } if node_id.as_str() == "c"));
-    assert!(matches!(fate(&verdict, "ch2/0/encode"), Fate::Placed { node_id: Some(node_id), .. } if node_id.as_str() == "b"));
+    assert!(
+        matches!(fate(&verdict, "ch1/0/encode"), Fate::Placed { node_id: Some(node_id), .. } if node_id.as_str() == "c")
+    );
+    assert!(
+        matches!(fate(&verdict, "ch2/0/encode"), Fate::Placed { node_id: Some(node_id), .. } if node_id.as_str() == "b")
+    );
     assert!(verdict.provisions.is_empty());
     assert_eq!(verdict.why(), None);
 }
@@ -177,7 +181,9 @@ fn a_zone_whose_loss_takes_both_replicas_of_a_bundle_takes_it_dark_while_a_node_
     assert!(node_a.absorbed);
     assert!(on_air(&node_a, "ch"));
     assert_eq!(node_a.bundles[0].untouched_replicas, [1]);
-    assert!(matches!(fate(&node_a, "ch/0/encode"), Fate::Placed { node_id: Some(node_id), .. } if node_id.as_str() == "b"));
+    assert!(
+        matches!(fate(&node_a, "ch/0/encode"), Fate::Placed { node_id: Some(node_id), .. } if node_id.as_str() == "b")
+    );
 }
 
 const SPILL: &str = "
@@ -240,7 +246,9 @@ fn max_nodes_decides_a_loss_and_a_hot_spare_absorbs_it() {
     );
     let verdict = one(SPILL, &with_spare, &bundles, DomainKind::Node, "s1");
     assert!(verdict.absorbed, "{verdict:#?}");
-    assert!(matches!(fate(&verdict, "ch/0/encode"), Fate::Placed { node_id: Some(node_id), .. } if node_id.as_str() == "spare-1"));
+    assert!(
+        matches!(fate(&verdict, "ch/0/encode"), Fate::Placed { node_id: Some(node_id), .. } if node_id.as_str() == "spare-1")
+    );
 }
 
 #[test]
@@ -623,7 +631,10 @@ fn the_tracker_s_incremental_verdicts_equal_a_fresh_analysis_after_every_change(
         counted.recomputed < counted.possible,
         "some updates recompute only part of the fleet: {counted:?}"
     );
-    assert!(counted.replayed > 0, "some recomputed verdicts are replayed, not searched: {counted:?}");
+    assert!(
+        counted.replayed > 0,
+        "some recomputed verdicts are replayed, not searched: {counted:?}"
+    );
     assert!(
         counted.outcome_kept > 0 && counted.left_out > 0,
         "some verdicts are kept on their outcome, a job's node left out: {counted:?}"
@@ -696,7 +707,10 @@ fn the_winner_keeps_its_verdicts(
         counted.recomputed < counted.possible,
         "some updates recompute only part of the fleet: {counted:?}"
     );
-    assert!(counted.replayed > 0, "some recomputed verdicts are replayed, not searched: {counted:?}");
+    assert!(
+        counted.replayed > 0,
+        "some recomputed verdicts are replayed, not searched: {counted:?}"
+    );
     for (n, recomputed) in recomputed_per_placement(pools_yaml, nodes, capacity, placements)
         .into_iter()
         .enumerate()

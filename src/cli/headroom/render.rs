@@ -157,7 +157,9 @@ fn fate_detail(fate: &Fate) -> String {
             tier,
             ..
         } => format!("{node_id} ({tier})"),
-        Fate::Placed { node_id: None, tier, .. } => format!("a node of {tier}"),
+        Fate::Placed {
+            node_id: None, tier, ..
+        } => format!("a node of {tier}"),
         Fate::Provision {
             node_id,
             tier,

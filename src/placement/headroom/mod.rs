@@ -21,7 +21,8 @@
 //! tier's reason, `drop`, the restart ceiling, ...) and the nodes it would
 //! provision. [`Headroom`] analyses a whole fleet; [`tracker::Tracker`]
 //! keeps the verdicts of a changing fleet, recomputing a node's only when a
-//! change could alter it.
+//! change could alter its outcome (where a job would land within its tier
+//! may move without one: such a verdict leaves that node out).
 //!
 //! The loss is taken as instantaneous: every node of a domain goes at once
 //! and is gone for good (it no longer counts against its tier's

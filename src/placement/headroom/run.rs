@@ -418,7 +418,10 @@ pub(crate) fn what_if(
             Fate::Provision { .. } => false,
             Fate::Dark { reason } => matches!(
                 reason,
-                DarkReason::Dropped | DarkReason::RestartCeiling | DarkReason::BundleBroken { .. } | DarkReason::UnknownSpec
+                DarkReason::Dropped
+                    | DarkReason::RestartCeiling
+                    | DarkReason::BundleBroken { .. }
+                    | DarkReason::UnknownSpec
             ),
         };
         fates.entry(bundle_id.clone()).or_default().push(JobFate {

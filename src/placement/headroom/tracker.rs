@@ -38,9 +38,46 @@
 //!   rejected before is rejected still, since it has less room and nothing
 //!   else changed.
 //!
-//! Otherwise the verdict is recomputed. Every comparison leaves a margin
-//! (`SLACK`) towards recomputing, so a rounding difference never keeps a
-//! verdict that a fresh analysis would change.
+//! Every comparison leaves a margin (`SLACK`) towards recomputing, so a
+//! rounding difference never keeps a verdict that a fresh analysis would
+//! change.
+//!
+//! ## Kept on its outcome
+//!
+//! A verdict is what a loss means: absorbed or not, each bundle on air or
+//! dark and why, the pool and tier each lost job lands in, what is
+//! provisioned. Under `binpack` the node a lost job lands on is the
+//! fullest that fits, which is where the next placement goes too; so
+//! nearly every placement moves the landing node of nearly every verdict
+//! while its outcome stays. A verdict the test above would recompute is
+//! therefore first judged on its outcome ([`outcome_stands`]), when its run
+//! placed every lost job on a node of the fleet from a podium (or its fate
+//! stands whatever the fleet does) and every change since the run was to
+//! nodes' jobs alone (no tier's node count moved). Step by step, with the
+//! nodes that may differ from the run's — those changed since, and those
+//! an earlier step may have left or taken anew:
+//!
+//! - a node that cannot differ ranks against another that cannot as it
+//!   did, so the first podium node that cannot differ still survives: the
+//!   job lands in the deciding tier, on that node unless a node that may
+//!   differ and has the room competes (then the node is not told);
+//! - no node of an earlier tier survived, and one that may differ only
+//!   might when it has the room now (a node never holds fewer jobs during
+//!   a run than it holds now), has not merely taken jobs since, and the
+//!   job's own rules do not turn it away whatever its room (a rejection
+//!   reading the node alone, checked on the fleet as it is);
+//! - a job whose landing may have moved parts its bundle: a later job of
+//!   it is not judged (its rules read where that one is).
+//!
+//! What cannot be told this way is recomputed. A verdict so kept names the
+//! node each job lands on where that was told, and leaves it out (a node
+//! of the tier) where not. When every job lands where it did, the run is
+//! the one a fresh analysis makes and the verdict is exact again; else its
+//! run stays the reference for later changes, and once it is
+//! `REFRESH_AFTER` node changes old it is made again, a share of those due
+//! per update (`REFRESH_WINDOW`), oldest first.
+//!
+//! Otherwise the verdict is recomputed.
 //!
 //! A verdict recomputed is replayed from its last run rather than made
 //! from nothing, when its own node, bundles and restart ceilings are as
@@ -67,11 +104,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::model::{BundleId, BundleSpec, FleetNode, FleetSnapshot, JobId, NodeId, PackingStrategy, PlacedJob};
 
+use super::super::filter::check;
 use super::super::fleet::{FleetError, FleetView, NO_SLOT, NodeIdx, fill_of, flag};
+use super::super::request::{Demand, PlacementRequest, RecoveryContext};
 use super::super::settings::Pools;
 use super::run::{Deps, Record, Replay, what_if};
-use super::super::filter::check;
-use super::super::request::{Demand, PlacementRequest, RecoveryContext};
 use super::{Context, Domain, DomainKind, DomainVerdict, Fate, HeadroomReport, JobFate, domains_of, members};
 
 /// Tolerance of the fill and capacity comparisons, wider than the
@@ -304,8 +341,7 @@ impl Tracker {
                 // The older half goes; runs made before it are made afresh.
                 let cut = self.log.len() / 2;
                 self.floor = self.log[cut].revision;
-                self.log
-                    .drain(..self.log.partition_point(|l| l.revision < self.floor));
+                self.log.drain(..self.log.partition_point(|l| l.revision < self.floor));
             }
         }
         // Only what changed is copied: a fleet's specs are many.
@@ -473,7 +509,8 @@ impl Tracker {
         HeadroomReport::of(domains.collect(), &pools)
     }
 
-    /// The verdict on one node's loss.
+    /// The verdict on one node's loss (a job's landing node left out where
+    /// the verdict was kept on its outcome and the node cannot be told).
     pub fn node(&self, node: &NodeId) -> Option<&DomainVerdict> {
         self.runs.get(node).map(|kept| &kept.verdict)
     }
@@ -506,8 +543,7 @@ impl Tracker {
         for domain in domains_of(&view, DomainKind::Node) {
             let lost = members(&view, &domain);
             let id = NodeId::from(domain.name.as_str());
-            let (verdict, mut deps) =
-                what_if(&mut view, &self.carried, context, domain, &lost, false, Record::Podiums);
+            let (verdict, mut deps) = what_if(&mut view, &self.carried, context, domain, &lost, false, Record::Podiums);
             deps.revision = self.revision;
             searched += deps.steps.len();
             self.runs.insert(id, Kept::new(verdict, deps));
@@ -683,15 +719,13 @@ fn changed_specs(old: &BTreeMap<BundleId, BundleSpec>, new: &BTreeMap<BundleId, 
 /// Whether a change to another node could alter a run (see the module
 /// docs).
 fn affected(view: &FleetView, deps: &Deps, changes: &[Change]) -> bool {
-    changes.iter().any(|change| {
-        match change.kind {
-                ChangeKind::Fuller => fuller_could_change(view, deps, change),
-                kind => {
-                    deps.landing.contains(&change.node)
-                        || (kind != ChangeKind::Shrink && change.slots.iter().any(|s| deps.elastic.contains(s)))
-                        || (kind != ChangeKind::Removed && could_win(view, deps, change))
-                }
-            }
+    changes.iter().any(|change| match change.kind {
+        ChangeKind::Fuller => fuller_could_change(view, deps, change),
+        kind => {
+            deps.landing.contains(&change.node)
+                || (kind != ChangeKind::Shrink && change.slots.iter().any(|s| deps.elastic.contains(s)))
+                || (kind != ChangeKind::Removed && could_win(view, deps, change))
+        }
     })
 }
 
@@ -740,7 +774,7 @@ fn outcome_stands(
         // its room.
         let mut earlier = rivals
             .clone()
-            .filter(|r| r.tier < tier && !(r.grew && !left(r.idx)))
+            .filter(|r| r.tier < tier && (!r.grew || left(r.idx)))
             .map(|r| (r.idx, r.tier))
             .peekable();
         if earlier.peek().is_some() && !turn_away(view, kept, bundles, step.at, earlier) {
