@@ -102,7 +102,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::model::{BundleId, BundleSpec, FleetNode, FleetSnapshot, JobId, NodeId, PackingStrategy, PlacedJob};
+use crate::model::{
+    BundleId, BundleSpec, FleetNode, FleetSnapshot, JobId, NodeId, NodePhase, PackingStrategy, PlacedJob,
+};
 
 use super::super::filter::check;
 use super::super::fleet::{FleetError, FleetView, NO_SLOT, NodeIdx, fill_of, flag};
@@ -176,6 +178,8 @@ struct Kept {
     /// run placed them (`StepDep::at`): bundle and job; `None` for a job
     /// of no bundle.
     fates: Vec<Option<(u32, u32)>>,
+    /// The node `verdict` names for each step's job (`None`: not told).
+    landed: Vec<Option<NodeIdx>>,
 }
 
 impl Kept {
@@ -195,11 +199,13 @@ impl Kept {
             .collect();
         lost.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let fates = lost.into_iter().map(|(_, at)| at).collect();
+        let landed = deps.steps.iter().map(|step| step.took.map(|(idx, _)| idx)).collect();
         Kept {
             verdict,
             deps,
             exact: true,
             fates,
+            landed,
         }
     }
 
@@ -213,7 +219,14 @@ impl Kept {
     /// Names the node each step's job lands on now (`None`: a node of its
     /// tier, which one not told).
     fn land(&mut self, view: &FleetView, landings: &[Option<NodeIdx>]) {
-        for (step, now) in self.deps.steps.iter().zip(landings) {
+        if self.landed == landings {
+            return;
+        }
+        for ((step, now), named) in self.deps.steps.iter().zip(landings).zip(&mut self.landed) {
+            if named == now {
+                continue;
+            }
+            *named = *now;
             let Some(Some((b, j))) = self.fates.get(step.at) else {
                 continue;
             };
@@ -361,22 +374,23 @@ impl Tracker {
         let Some(view) = self.view.as_mut() else {
             return self.rebuild(snapshot, pools, bundles, ceiling);
         };
-        let current: Vec<Domain> = domains_of(view, DomainKind::Node);
-        let names: BTreeSet<String> = current.iter().map(|d| d.name.clone()).collect();
-        self.runs.retain(|id, _| names.contains(id.as_str()));
+        // The node domains: every node that is not stopped or going.
+        let nodes: Vec<NodeIdx> = view.order.iter().copied().filter(|&idx| lives(view, idx)).collect();
+        self.runs
+            .retain(|id, _| view.node_index(id).is_some_and(|idx| lives(view, idx)));
         let mut outcome_kept = 0;
-        let mut dirty: Vec<Domain> = Vec::new();
+        let mut dirty: Vec<NodeIdx> = Vec::new();
         // Verdicts kept on their outcome, by the revision of their run.
-        let mut aging: Vec<(u64, Domain)> = Vec::new();
+        let mut aging: Vec<(u64, NodeIdx)> = Vec::new();
         // What changed since each revision runs were made at.
         let mut sinces: Vec<(u64, Since)> = Vec::new();
-        for domain in current {
-            let Some(kept) = self.runs.get_mut(&NodeId::from(domain.name.as_str())) else {
-                dirty.push(domain);
+        for &idx in &nodes {
+            let id = &view.node(idx).id;
+            let Some(kept) = self.runs.get_mut(id) else {
+                dirty.push(idx);
                 continue;
             };
-            let own = changes.iter().any(|c| c.node.as_str() == domain.name)
-                || kept.deps.bundles.iter().any(|b| touched.contains(b));
+            let own = changes.iter().any(|c| &c.node == id) || kept.deps.bundles.iter().any(|b| touched.contains(b));
             if !own && kept.exact && !affected(view, &kept.deps, &changes) {
                 continue;
             }
@@ -407,13 +421,13 @@ impl Tracker {
                         kept.exact = false;
                         outcome_kept += 1;
                         if since.changes >= REFRESH_AFTER {
-                            aging.push((kept.deps.revision, domain));
+                            aging.push((kept.deps.revision, idx));
                         }
                     }
                     continue;
                 }
             }
-            dirty.push(domain);
+            dirty.push(idx);
         }
         if !changes.is_empty() {
             // Verdicts kept on their outcome with `REFRESH_AFTER` changes
@@ -422,7 +436,7 @@ impl Tracker {
             // do not all come due at once).
             aging.sort_by_key(|(revision, _)| *revision);
             let due = aging.len().div_ceil(REFRESH_WINDOW);
-            dirty.extend(aging.into_iter().take(due).map(|(_, domain)| domain));
+            dirty.extend(aging.into_iter().take(due).map(|(_, idx)| idx));
         }
         let context = Context {
             bundles: &self.bundles,
@@ -430,14 +444,15 @@ impl Tracker {
         };
         let mut stats = UpdateStats {
             nodes_recomputed: dirty.len(),
-            nodes: names.len(),
+            nodes: nodes.len(),
             outcome_kept,
             ..UpdateStats::default()
         };
         let mut changed: Vec<NodeIdx> = Vec::new();
-        for domain in dirty {
-            let lost = members(view, &domain);
-            let id = NodeId::from(domain.name.as_str());
+        for idx in dirty {
+            let lost = [idx];
+            let id = view.node(idx).id.clone();
+            let domain = Domain::new(DomainKind::Node, id.as_str());
             // A run whose own node, bundles or restart ceilings are as they
             // were is replayed from its last run, when the log still holds
             // what changed since (see `run::Replay`).
@@ -854,6 +869,11 @@ impl Since {
     fn contains(&self, idx: NodeIdx) -> bool {
         self.nodes.binary_search_by_key(&idx, |r| r.idx).is_ok()
     }
+}
+
+/// Whether node `idx` is a domain of its own: not stopped, not going.
+fn lives(view: &FleetView, idx: NodeIdx) -> bool {
+    !view.hot(idx).has(flag::GONE) && view.node(idx).phase != NodePhase::Stopped
 }
 
 fn slot_at(view: &FleetView, idx: NodeIdx) -> Option<(usize, usize)> {
