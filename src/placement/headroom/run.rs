@@ -105,8 +105,8 @@ pub(crate) struct StepDep {
     pub need_max: f64,
     /// The job's place among the run's lost jobs.
     pub at: usize,
-    /// Its bundle's place among the run's bundles (the lost jobs come in
-    /// runtime job id order, so a bundle's jobs are consecutive).
+    /// Its bundle's place among the run's bundles, in the order the run
+    /// met them.
     pub bundle: u32,
     /// The view's index of the node that took the job (a provision's
     /// included), and the GPU device.
@@ -196,8 +196,7 @@ pub(crate) fn what_if(
         settled: true,
         ..Deps::default()
     };
-    let mut bundle_seq = 0u32;
-    let mut last_bundle: Option<&BundleId> = None;
+    let mut met: Vec<&BundleId> = Vec::new();
     let mut rankings = Rankings::keeping(keep);
     // The replay's view of what differs from its last run, growing as this
     // run's placements part from that one's.
@@ -219,10 +218,13 @@ pub(crate) fn what_if(
             unmanaged.push(job.job_id.clone());
             continue;
         };
-        if last_bundle.is_some_and(|b| b != bundle_id) {
-            bundle_seq += 1;
-        }
-        last_bundle = Some(bundle_id);
+        let bundle_seq = match met.iter().position(|b| *b == bundle_id) {
+            Some(at) => at as u32,
+            None => {
+                met.push(bundle_id);
+                met.len() as u32 - 1
+            }
+        };
         deps.bundles.insert(bundle_id.clone());
         let bundle = context.bundles.get(bundle_id);
         let spec = bundle.and_then(|b| b.job(&job.job_name));
