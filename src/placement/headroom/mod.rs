@@ -512,11 +512,23 @@ impl Headroom {
     }
 }
 
+/// Whether node `idx` is already going (stopping or stopped): no domain
+/// takes it.
+pub(crate) fn going(view: &FleetView, idx: NodeIdx) -> bool {
+    view.hot(idx).has(flag::GONE) || view.node(idx).phase == NodePhase::Stopped
+}
+
+/// Node `idx`'s pool and tier, by index, when it has them.
+pub(crate) fn slot_at(view: &FleetView, idx: NodeIdx) -> Option<(usize, usize)> {
+    let slot = view.hot(idx).slot;
+    (slot != NO_SLOT).then_some(((slot >> 16) as usize, (slot & 0xffff) as usize))
+}
+
 /// The nodes a domain takes: every node of it not already going.
 pub(crate) fn members(view: &FleetView, domain: &Domain) -> Vec<NodeIdx> {
-    let going = |idx: NodeIdx| view.hot(idx).has(flag::GONE) || view.node(idx).phase == NodePhase::Stopped;
+    let going = |idx: NodeIdx| going(view, idx);
     if domain.kind == DomainKind::Node {
-        // One lookup, not a scan: the tracker asks this of every node.
+        // One lookup, not a scan.
         return view
             .node_index(&NodeId::from(domain.name.as_str()))
             .filter(|&idx| !going(idx))
@@ -524,10 +536,7 @@ pub(crate) fn members(view: &FleetView, domain: &Domain) -> Vec<NodeIdx> {
             .collect();
     }
     let pools = view.pools();
-    let tier_of = |idx: NodeIdx| {
-        let slot = view.hot(idx).slot;
-        (slot != NO_SLOT).then_some(((slot >> 16) as usize, (slot & 0xffff) as usize))
-    };
+    let tier_of = |idx: NodeIdx| slot_at(view, idx);
     view.order
         .iter()
         .copied()
@@ -584,10 +593,10 @@ pub(crate) fn domains_of(view: &FleetView, kind: DomainKind) -> Vec<Domain> {
         DomainKind::Pool => names.extend(pools.iter().map(|p| p.name.clone())),
         _ => {
             for &idx in &view.order {
-                let hot = view.hot(idx);
-                if hot.has(flag::GONE) || view.node(idx).phase == NodePhase::Stopped {
+                if going(view, idx) {
                     continue;
                 }
+                let hot = view.hot(idx);
                 match kind {
                     DomainKind::Node => {
                         names.insert(view.node(idx).id.to_string());

@@ -102,16 +102,16 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::model::{
-    BundleId, BundleSpec, FleetNode, FleetSnapshot, JobId, NodeId, NodePhase, PackingStrategy, PlacedJob,
-};
+use crate::model::{BundleId, BundleSpec, FleetNode, FleetSnapshot, JobId, NodeId, PackingStrategy, PlacedJob};
 
 use super::super::filter::check;
-use super::super::fleet::{FleetError, FleetView, NO_SLOT, NodeIdx, fill_of, flag};
+use super::super::fleet::{FleetError, FleetView, NodeIdx, fill_of, flag};
 use super::super::request::{Demand, PlacementRequest, RecoveryContext};
 use super::super::settings::Pools;
 use super::run::{Deps, Record, Replay, what_if};
-use super::{Context, Domain, DomainKind, DomainVerdict, Fate, HeadroomReport, JobFate, domains_of, members};
+use super::{
+    Context, Domain, DomainKind, DomainVerdict, Fate, HeadroomReport, JobFate, domains_of, going, members, slot_at,
+};
 
 /// Tolerance of the fill and capacity comparisons, wider than the
 /// engine's so a comparison here never misses a tie the engine sees.
@@ -375,9 +375,9 @@ impl Tracker {
             return self.rebuild(snapshot, pools, bundles, ceiling);
         };
         // The node domains: every node that is not stopped or going.
-        let nodes: Vec<NodeIdx> = view.order.iter().copied().filter(|&idx| lives(view, idx)).collect();
+        let nodes = node_domains(view);
         self.runs
-            .retain(|id, _| view.node_index(id).is_some_and(|idx| lives(view, idx)));
+            .retain(|id, _| view.node_index(id).is_some_and(|idx| !going(view, idx)));
         let mut outcome_kept = 0;
         let mut dirty: Vec<NodeIdx> = Vec::new();
         // Verdicts kept on their outcome, by the revision of their run.
@@ -450,7 +450,6 @@ impl Tracker {
         };
         let mut changed: Vec<NodeIdx> = Vec::new();
         for idx in dirty {
-            let lost = [idx];
             let id = view.node(idx).id.clone();
             let domain = Domain::new(DomainKind::Node, id.as_str());
             // A run whose own node, bundles or restart ceilings are as they
@@ -473,7 +472,7 @@ impl Tracker {
                 })
             });
             let record = replay.map_or(Record::Podiums, Record::Replay);
-            let (verdict, mut deps) = what_if(view, &self.carried, context, domain, &lost, false, record);
+            let (verdict, mut deps) = what_if(view, &self.carried, context, domain, &[idx], false, record);
             deps.revision = self.revision;
             stats.placements_replayed += deps.replayed as usize;
             stats.placements_searched += deps.steps.len() - deps.replayed as usize;
@@ -555,10 +554,18 @@ impl Tracker {
         };
         self.runs.clear();
         let mut searched = 0;
-        for domain in domains_of(&view, DomainKind::Node) {
-            let lost = members(&view, &domain);
-            let id = NodeId::from(domain.name.as_str());
-            let (verdict, mut deps) = what_if(&mut view, &self.carried, context, domain, &lost, false, Record::Podiums);
+        for idx in node_domains(&view) {
+            let id = view.node(idx).id.clone();
+            let domain = Domain::new(DomainKind::Node, id.as_str());
+            let (verdict, mut deps) = what_if(
+                &mut view,
+                &self.carried,
+                context,
+                domain,
+                &[idx],
+                false,
+                Record::Podiums,
+            );
             deps.revision = self.revision;
             searched += deps.steps.len();
             self.runs.insert(id, Kept::new(verdict, deps));
@@ -620,11 +627,10 @@ impl Tracker {
             let free_before = old
                 .and_then(|_| view.node_index(&node.id))
                 .map(|idx| view.hot(idx).free);
-            let jobs_only = old.is_some_and(|old| same_but_jobs(old, node));
-            let kind = match old {
+            let (kind, jobs_only) = match old {
                 None => {
                     view.add_node(node)?;
-                    ChangeKind::General
+                    (ChangeKind::General, false)
                 }
                 Some(old) if same_but_jobs(old, node) => {
                     let removed: Vec<&PlacedJob> = old.jobs.iter().filter(|j| !node.jobs.contains(j)).collect();
@@ -636,18 +642,20 @@ impl Tracker {
                         view.reserve(&node.id, job)?;
                     }
                     touched.extend(removed.iter().chain(&added).filter_map(|j| j.bundle.clone()));
-                    if removed.is_empty() && !old.jobs.is_empty() && added.iter().all(|j| asks_capacity_alone(j)) {
-                        ChangeKind::Fuller
-                    } else if removed.is_empty() && !old.is_unconsumed_spare() {
-                        ChangeKind::Shrink
-                    } else {
-                        ChangeKind::General
-                    }
+                    let kind =
+                        if removed.is_empty() && !old.jobs.is_empty() && added.iter().all(|j| asks_capacity_alone(j)) {
+                            ChangeKind::Fuller
+                        } else if removed.is_empty() && !old.is_unconsumed_spare() {
+                            ChangeKind::Shrink
+                        } else {
+                            ChangeKind::General
+                        };
+                    (kind, true)
                 }
                 Some(old) => {
                     view.replace_node(node)?;
                     touched.extend(old.jobs.iter().chain(&node.jobs).filter_map(|j| j.bundle.clone()));
-                    ChangeKind::General
+                    (ChangeKind::General, false)
                 }
             };
             slots.extend(slot_of(view, &node.id));
@@ -871,14 +879,18 @@ impl Since {
     }
 }
 
-/// Whether node `idx` is a domain of its own: not stopped, not going.
-fn lives(view: &FleetView, idx: NodeIdx) -> bool {
-    !view.hot(idx).has(flag::GONE) && view.node(idx).phase != NodePhase::Stopped
+/// The node domains, by index: every node not already going.
+fn node_domains(view: &FleetView) -> Vec<NodeIdx> {
+    view.order.iter().copied().filter(|&idx| !going(view, idx)).collect()
 }
 
-fn slot_at(view: &FleetView, idx: NodeIdx) -> Option<(usize, usize)> {
-    let slot = view.hot(idx).slot;
-    (slot != NO_SLOT).then_some(((slot >> 16) as usize, (slot & 0xffff) as usize))
+/// Node `idx`'s pool and tier when placement can reach it (it advertises
+/// inventory, is not going, unhealthy or cordoned).
+fn reachable_slot(view: &FleetView, idx: NodeIdx) -> Option<(usize, usize)> {
+    let hot = view.hot(idx);
+    let reachable =
+        hot.has(flag::INVENTORY) && !hot.has(flag::GONE) && !hot.has(flag::UNHEALTHY) && !hot.has(flag::CORDONED);
+    slot_at(view, idx).filter(|_| reachable)
 }
 
 /// Whether every one of `nodes` (node, tier) turns away the lost job the
@@ -920,9 +932,7 @@ fn fuller_could_change(view: &FleetView, deps: &Deps, change: &Change) -> bool {
     };
     let hot = view.hot(idx);
     let usable = view.node(idx).usable;
-    let reachable =
-        hot.has(flag::INVENTORY) && !hot.has(flag::GONE) && !hot.has(flag::UNHEALTHY) && !hot.has(flag::CORDONED);
-    let slot = (hot.slot != NO_SLOT && reachable).then_some(((hot.slot >> 16) as usize, (hot.slot & 0xffff) as usize));
+    let slot = reachable_slot(view, idx);
     // What the run's earlier steps put on the node.
     let mut taken = 0.0;
     for (at, step) in deps.steps.iter().enumerate() {
@@ -999,12 +1009,9 @@ fn could_win(view: &FleetView, deps: &Deps, change: &Change) -> bool {
         return false;
     };
     let hot = view.hot(idx);
-    let reachable =
-        hot.has(flag::INVENTORY) && !hot.has(flag::GONE) && !hot.has(flag::UNHEALTHY) && !hot.has(flag::CORDONED);
-    if hot.slot == NO_SLOT || !reachable {
+    let Some((pool, tier)) = reachable_slot(view, idx) else {
         return false;
-    }
-    let (pool, tier) = ((hot.slot >> 16) as usize, (hot.slot & 0xffff) as usize);
+    };
     deps.steps.iter().any(|step| {
         if step.pool != pool || tier > step.upto || hot.free + SLACK < step.need {
             return false;
