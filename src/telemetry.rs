@@ -68,6 +68,15 @@ pub struct PhaseLabels {
     pub phase: String,
 }
 
+/// Labels of `manager_capability`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CapabilityLabels {
+    /// The capability (`bundleStore`, `nodeTags`, ...).
+    pub capability: String,
+    /// `served` or `published`.
+    pub mode: String,
+}
+
 /// Labels of `build_info`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
@@ -164,8 +173,9 @@ pub struct OperatorMetrics {
     pub manager_connected: Gauge,
     /// 1 while this process leads.
     pub leader: Gauge,
-    /// AutoManager extensions Manager was found not to serve.
-    pub manager_extensions_missing: Gauge,
+    /// 1 for the way each capability beyond the published Manager API is
+    /// carried out (`served` by Manager, or `published`: without it).
+    pub manager_capability: Family<CapabilityLabels, Gauge>,
 }
 
 impl Default for OperatorMetrics {
@@ -194,7 +204,7 @@ impl OperatorMetrics {
         let pool_used_capacity_ratio = Family::<PoolLabels, Gauge<f64, AtomicU64>>::default();
         let manager_connected = Gauge::default();
         let leader = Gauge::default();
-        let manager_extensions_missing = Gauge::default();
+        let manager_capability = Family::<CapabilityLabels, Gauge>::default();
         let drains = Family::<PhaseLabels, Gauge>::default();
         let drains_ended = Family::<PhaseLabels, Counter>::default();
         let pool_spare_target = Family::<PoolLabels, Gauge>::default();
@@ -272,9 +282,9 @@ impl OperatorMetrics {
         );
         registry.register("leader", "1 while this process leads", leader.clone());
         registry.register(
-            "manager_extensions_missing",
-            "AutoManager extensions of the Manager API that Manager answered as unimplemented",
-            manager_extensions_missing.clone(),
+            "manager_capability",
+            "1 for how each capability beyond the published Manager API is carried out: served by Manager, or published (without the addition)",
+            manager_capability.clone(),
         );
         registry.register(
             "pool_spare_target",
@@ -316,7 +326,7 @@ impl OperatorMetrics {
             in_flight: Mutex::default(),
             manager_connected,
             leader,
-            manager_extensions_missing,
+            manager_capability,
         }
     }
 
@@ -654,18 +664,13 @@ pub struct Health {
     pub connected: AtomicBool,
     /// This process holds the Lease.
     pub leading: AtomicBool,
-    /// Manager lacks an AutoManager extension this process needed.
-    pub manager_lacks_extensions: AtomicBool,
 }
 
 impl Health {
-    /// Ready: hydrated and, when leading, connected to a Manager that
-    /// serves the AutoManager extensions.
+    /// Ready: hydrated and, when leading, connected to Manager.
     pub fn is_ready(&self) -> bool {
         let leading = self.leading.load(Ordering::Relaxed);
-        self.hydrated.load(Ordering::Relaxed)
-            && (!leading
-                || self.connected.load(Ordering::Relaxed) && !self.manager_lacks_extensions.load(Ordering::Relaxed))
+        self.hydrated.load(Ordering::Relaxed) && (!leading || self.connected.load(Ordering::Relaxed))
     }
 }
 

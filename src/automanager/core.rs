@@ -212,6 +212,10 @@ pub struct AutoManagerCore {
     pub(super) inherited: Inheritance,
     /// What steps send out, and the calls awaiting their answers.
     pub(super) outbox: Outbox,
+    /// What the Manager at hand serves beyond the published API (every
+    /// addition until the runtime says otherwise): a handover runs as
+    /// overlap where Manager relays no migration signals.
+    pub(super) manager: crate::model::manager::Capabilities,
 }
 
 impl AutoManagerCore {
@@ -255,6 +259,7 @@ impl AutoManagerCore {
             headroom: Default::default(),
             inherited: Inheritance::default(),
             outbox: Outbox::default(),
+            manager: crate::model::manager::Capabilities::all_served(),
         }
     }
 
@@ -274,6 +279,7 @@ impl AutoManagerCore {
         let mut core = Self::new(valid, previous.started_at);
         core.process = previous.process;
         core.counters = previous.counters.clone();
+        core.manager = previous.manager.clone();
         // `updateHotSpareSpecs` replaced the list without a reconnect; a
         // reconnect keeps it.
         core.settings.hot_spares = previous.settings.hot_spares.clone();
@@ -454,6 +460,7 @@ impl AutoManagerCore {
             }
             Input::Command { id, command } => self.command(id, command, now),
             Input::RpcResult { id, result } => self.rpc_result(id, result, now),
+            Input::ManagerCapabilities(capabilities) => self.manager = capabilities,
             Input::Timer => {}
             Input::Close => self.close(now),
         }

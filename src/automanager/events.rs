@@ -601,6 +601,13 @@ impl AutoManagerCore {
         if stale {
             return;
         }
+        // A job first heard of now, hydrated or not, is read as a snapshot
+        // is: an instance its history shows live is adopted where it runs
+        // and its restarts are counted from it. Live, that is a job stored
+        // on Manager before this core heard of it — on a Manager without a
+        // bundle store, a Bundle applied after the snapshot whose jobs
+        // already run.
+        let first_heard = self.jobs.get(&job_id).is_none() && !self.inherited.migrating.contains_key(&job_id);
         // A predecessor's job with a migration in flight carries on from
         // the record it left.
         let mut record = self.jobs.get_or_insert_with(&job_id, || {
@@ -618,7 +625,7 @@ impl AutoManagerCore {
             record.window_over = true;
         }
         drop(record);
-        self.apply_history(&job_id, now);
+        self.apply_history(&job_id, first_heard, now);
         if verdict_landed {
             self.stop_dropped(&job_id, now);
         }
@@ -670,7 +677,8 @@ impl AutoManagerCore {
 
     /// Applies history entries not seen before: where instances were
     /// provisioned, reached running, stopped.
-    fn apply_history(&mut self, job_id: &JobId, now: UnixMillis) {
+    fn apply_history(&mut self, job_id: &JobId, first_heard: bool, now: UnixMillis) {
+        let replaying = !self.hydrated || first_heard;
         let Some(mut record) = self.jobs.get_mut(job_id) else {
             return;
         };
@@ -678,7 +686,7 @@ impl AutoManagerCore {
         record.history_seen = record.job.history.len();
         drop(record);
         for entry in fresh {
-            if !self.hydrated {
+            if replaying {
                 self.replay_restart(job_id, &entry);
             }
             // An instance of a migration in flight is the saga's to follow.
@@ -690,12 +698,12 @@ impl AutoManagerCore {
                     role,
                     node_id: Some(node),
                     ..
-                } => self.instance_seen(job_id, role, node, BindingPhase::Dispatched),
+                } => self.instance_seen(job_id, role, node, BindingPhase::Dispatched, replaying),
                 JobHistoryEntry::Running {
                     role,
                     node_id: Some(node),
                     ..
-                } => self.instance_seen(job_id, role, node, BindingPhase::Running),
+                } => self.instance_seen(job_id, role, node, BindingPhase::Running, replaying),
                 JobHistoryEntry::Stopping {
                     role, node_id, reason, ..
                 } if self.binding_matches(job_id, &role, node_id.as_ref()) => match reason {
@@ -772,8 +780,16 @@ impl AutoManagerCore {
     }
 
     /// An instance provisioned or running: confirms the binding, or (while
-    /// hydrating) rebuilds it from Manager's history.
-    fn instance_seen(&mut self, job_id: &JobId, role: crate::model::InstanceKey, node_id: NodeId, phase: BindingPhase) {
+    /// `replaying` a history: hydrating, or a job first heard of) rebuilds
+    /// it from Manager's history.
+    fn instance_seen(
+        &mut self,
+        job_id: &JobId,
+        role: crate::model::InstanceKey,
+        node_id: NodeId,
+        phase: BindingPhase,
+        replaying: bool,
+    ) {
         let hydrated = self.hydrated;
         // A rolled-back migration's target, or an instance a timed-out
         // start made, is being stopped: not the job's. Nor is a migration
@@ -816,7 +832,7 @@ impl AutoManagerCore {
             }
             // A job that has ended (dropped: its verdict is on Manager) is
             // not placed anywhere: an instance of it still live is a stray.
-            None if !hydrated && adoptable && !ended => {
+            None if replaying && adoptable && !ended => {
                 // Placed again: whoever placed it judged the loss.
                 record.unjudged_loss = None;
                 record.binding = Some(Binding {

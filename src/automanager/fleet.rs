@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::model::{
     FleetNode, FleetSnapshot, InstanceShape, JobId, LaunchMode, NodeId, NodeInfo, NodeInventory, NodePhase,
-    NodeStopReason, PlacedJob, ProviderKind, SpareSpec, UnixMillis, tags,
+    NodeStopReason, PlacedJob, ProviderKind, ScaleOut, SpareSpec, UnixMillis, tags,
 };
 use crate::placement::Pools;
 
@@ -101,13 +101,33 @@ impl NodeState {
         matches!(self.phase, NodePhase::Stopping | NodePhase::Stopped)
     }
 
-    /// What a provisioned node with no inventory yet advertises to
-    /// placement: its shape, so later placements can plan on it while it
-    /// launches.
+    /// What placement plans on for a node that advertises no inventory:
+    /// the shape it was provisioned with — this core's record of the
+    /// provision, else the pool, tier and instance type it was tagged with
+    /// (a node a predecessor provisioned, or any node of a Manager without
+    /// the inventory addition) — or, for a cluster server of a pool's fixed
+    /// tier, that tier's first candidate shape (what a person declared its
+    /// servers to be). None: its capacity is unknown and nothing is placed
+    /// on it.
     pub fn placement_inventory(&self, pools: &Pools) -> Option<NodeInventory> {
-        let p = self.provisioned.as_ref()?;
-        let shape = shape_of(pools, p)?;
-        Some(shape.prospective_inventory(p.kind, p.region.clone()))
+        if let Some(p) = &self.provisioned {
+            let shape = shape_of(pools, &p.pool, &p.tier, Some(&p.instance_type))?;
+            return Some(shape.prospective_inventory(p.kind, p.region.clone()));
+        }
+        let pool = pools.get(self.tags.get(tags::POOL)?)?;
+        let tier = match self.tags.get(tags::TIER) {
+            Some(name) => pool.tiers.iter().find(|t| &t.name == name)?,
+            None => pool.fixed_tier()?,
+        };
+        let shape = match self.tags.get(tags::INSTANCE_TYPE) {
+            Some(instance_type) => tier
+                .candidate_instance_types
+                .iter()
+                .find(|s| &s.instance_type == instance_type)?,
+            None if tier.scale_out == ScaleOut::Fixed => tier.candidate_instance_types.first()?,
+            None => return None,
+        };
+        Some(shape.prospective_inventory(tier.kind, tier.region.clone().unwrap_or_default()))
     }
 }
 
@@ -396,12 +416,14 @@ impl Fleet {
     }
 }
 
-/// The tags a provisioned node carries: its pool, tier and the job it was
+/// The tags a provisioned node carries: its pool, tier and shape (what it
+/// can hold, known without Manager's inventory addition) and the job it was
 /// provisioned for.
 pub fn provisioned_tags(p: &Provisioned) -> BTreeMap<String, String> {
     let mut node_tags = BTreeMap::from([
         (tags::POOL.to_owned(), p.pool.clone()),
         (tags::TIER.to_owned(), p.tier.clone()),
+        (tags::INSTANCE_TYPE.to_owned(), p.instance_type.clone()),
     ]);
     if let Some(job) = &p.for_job {
         node_tags.insert(tags::PROVISIONED_FOR.to_owned(), job.0.clone());
@@ -409,15 +431,15 @@ pub fn provisioned_tags(p: &Provisioned) -> BTreeMap<String, String> {
     node_tags
 }
 
-fn shape_of<'p>(pools: &'p Pools, p: &Provisioned) -> Option<&'p InstanceShape> {
+fn shape_of<'p>(pools: &'p Pools, pool: &str, tier: &str, instance_type: Option<&str>) -> Option<&'p InstanceShape> {
     pools
-        .get(&p.pool)?
+        .get(pool)?
         .tiers
         .iter()
-        .find(|t| t.name == p.tier)?
+        .find(|t| t.name == tier)?
         .candidate_instance_types
         .iter()
-        .find(|s| s.instance_type == p.instance_type)
+        .find(|s| Some(s.instance_type.as_str()) == instance_type)
 }
 
 /// One thing a provider sells: a shape, in a region, bought one way.

@@ -243,17 +243,13 @@ pub enum Notification {
     },
     /// `onAuditAppended`: pass-through of Manager's audit log.
     AuditAppended { entry: AuditEntry },
-    /// Manager answered an AutoManager extension with `UNIMPLEMENTED`: it
-    /// speaks only the published API. Said once per RPC (the call is then
-    /// retried every few minutes, see `MISSING_EXTENSION_RETRY`).
-    #[serde(rename_all = "camelCase")]
-    ManagerLacksExtension {
-        /// The RPC Manager does not serve.
-        rpc: String,
-        /// What the operator cannot do without it.
-        needed_for: String,
-        /// The whole of it in words.
-        message: String,
+    /// Manager was found to serve other additions to the published API
+    /// than before (on a connection, or an addition answered
+    /// `UNIMPLEMENTED`): each capability with how it is carried out now,
+    /// `served` (with the addition) or `published` (without it).
+    ManagerCapabilities {
+        /// Capability name -> `served` | `published`.
+        capabilities: std::collections::BTreeMap<String, String>,
     },
     /// `onDrainProgress`: every phase transition of a node drain and every
     /// change to a job's status within it.

@@ -166,6 +166,9 @@ pub enum Input {
         /// Its outcome.
         result: Result<(), RpcFailure>,
     },
+    /// What the Manager at hand serves beyond the published API: told on
+    /// each connection and whenever an addition is found missing.
+    ManagerCapabilities(crate::model::manager::Capabilities),
     /// The timer deadline of the previous step was reached.
     Timer,
     /// `close()`: no timer runs and nothing is hydrated or placed any more.

@@ -32,10 +32,6 @@ pub const FINALIZER: &str = "automanager.norsk.video/bundle";
 /// Re-read even without a change: "restarts in the trailing hour" decays.
 const RESYNC: Duration = Duration::from_secs(300);
 
-/// The `Ready` reason of a bundle Manager cannot store: it serves only the
-/// published API, without the AutoManager extensions.
-const LACKS_EXTENSIONS: &str = "ManagerLacksExtensions";
-
 /// Runs the controller until `shutdown` resolves, over the bundles of
 /// `namespace` (all when `None`). `notified` carries the bundles
 /// notifications were about.
@@ -150,17 +146,6 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
             "InvalidBundle",
             errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
         )),
-        // A Manager without the AutoManager extensions cannot store bundles:
-        // said in the runtime's words, and tried again on its slow backoff.
-        Some((action, Err(CommandError::Manager(failure))))
-            if ctx.core.lacking_extensions().borrow().contains(if action == "create" {
-                "CreateBundle"
-            } else {
-                "UpdateBundle"
-            }) =>
-        {
-            Some((LACKS_EXTENSIONS, failure.message))
-        }
         Some((_, Err(CommandError::Manager(failure)))) if failure.kind == RpcFailureKind::Rejected => {
             Some(("RejectedByManager", failure.message))
         }
@@ -177,11 +162,7 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
     let writer = writer(ctx, api);
     if let Some((reason, message)) = refused {
         write_status(bundle, &writer, bundle_status::refused(reason, message)).await?;
-        // A Manager without the extensions is asked again on its slow
-        // backoff; an invalid bundle waits for its spec to change.
-        if reason == LACKS_EXTENSIONS {
-            return Ok(Action::requeue(crate::automanager::MISSING_EXTENSION_RETRY));
-        }
+        // An invalid bundle waits for its spec to change.
         return Ok(Action::await_change());
     }
     let observed = observe_bundle(bundle, &writer, ctx).await?;

@@ -38,6 +38,8 @@ pub fn status_of(state: &MigrationState) -> JobMigrationStatus {
         target_instance_key: Some(state.target_key.to_string()),
         point_of_no_return_passed: state.past_point_of_no_return,
         reason: state.reason.clone(),
+        strategy: Some(crate::model::wire_name(&state.strategy)),
+        note: state.note.clone(),
         group: state
             .group
             .iter()
@@ -204,6 +206,7 @@ mod tests {
             migration_id: MigrationId::of_tag(1),
             job_id: "ns/b/0/enc".into(),
             strategy: MigrationStrategy::Overlap,
+            note: None,
             phase,
             transitions: vec![
                 CoreTransition {

@@ -169,8 +169,8 @@ fn log(notification: &Notification, manager_url: &str) {
         } => {
             tracing::warn!(pool, effective, target, "hot spares under target")
         }
-        // Logged where it is found (the runtime), once per RPC.
-        Notification::ManagerLacksExtension { .. } => {}
+        // Logged where it is found (the port), once per connection.
+        Notification::ManagerCapabilities { .. } => {}
         Notification::NodeStopping { node_id, reason } => {
             tracing::info!(node = %node_id, reason = wire_name(&reason), "node stopping")
         }

@@ -12,8 +12,9 @@ use kube::Client;
 use tokio::sync::watch;
 
 use crate::automanager::{AutoManager, AutoManagerHandle, RunError};
+use crate::manager::port::Mode;
 use crate::manager::stream::ConnectionState;
-use crate::telemetry::{Health, OperatorMetrics};
+use crate::telemetry::{CapabilityLabels, Health, OperatorMetrics};
 
 use super::leader::{LeaderError, LeaseSettings, elect, watch_predecessor};
 use super::session::{SessionSettings, lead};
@@ -126,18 +127,25 @@ async fn fence(timeout: std::time::Duration, stop: &mut watch::Receiver<bool>) -
 async fn track_connection(core: AutoManagerHandle, health: Arc<Health>, metrics: Arc<OperatorMetrics>) {
     crate::telemetry::set(&health.hydrated, false);
     crate::telemetry::set(&health.connected, false);
-    crate::telemetry::set(&health.manager_lacks_extensions, false);
-    let mut lacking = core.lacking_extensions();
-    let (lacking_health, lacking_metrics) = (health.clone(), metrics.clone());
+    let mut capabilities = core.capabilities();
+    let capability_metrics = metrics.clone();
     // Ends with the core (its sender dropped), like the loop below.
     tokio::spawn(async move {
         loop {
-            let missing = lacking.borrow_and_update().len();
-            crate::telemetry::set(&lacking_health.manager_lacks_extensions, missing > 0);
-            lacking_metrics
-                .manager_extensions_missing
-                .set(i64::try_from(missing).unwrap_or(i64::MAX));
-            if lacking.changed().await.is_err() {
+            let now = capabilities.borrow_and_update().clone();
+            for (capability, mode) in now.iter() {
+                for other in [Mode::Served, Mode::Published] {
+                    let labels = CapabilityLabels {
+                        capability: capability.as_str().to_owned(),
+                        mode: other.as_str().to_owned(),
+                    };
+                    capability_metrics
+                        .manager_capability
+                        .get_or_create(&labels)
+                        .set(i64::from(other == mode));
+                }
+            }
+            if capabilities.changed().await.is_err() {
                 return;
             }
         }

@@ -122,6 +122,14 @@ pub struct JobMigrationStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["jobId"]))]
     pub group: Vec<GroupMemberStatus>,
+    /// How the job moves: the strategy asked for, or what the Manager at
+    /// hand can carry out instead (see `note`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<String>,
+    /// Why `strategy` differs from the one asked for (a handover run as
+    /// overlap on a Manager that relays no migration signals).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     /// Why it was aborted or failed forward; after a restart, whether it
     /// was resumed or failed forward from its recorded phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -334,6 +334,65 @@ impl ManagerClient {
         unit("CreateJob", self.inner.clone().create_job(req)).await
     }
 
+    /// `CreateJob` of a job as given (the port's expansion of a bundle on a
+    /// Manager without a bundle store).
+    pub async fn create_job_as(&self, job: pb::Job) -> Result<(), RpcError> {
+        unit("CreateJob", self.inner.clone().create_job(self.request(job))).await
+    }
+
+    /// `UpdateJob` (published): replaces a stored job.
+    pub async fn update_job(&self, job: pb::Job) -> Result<(), RpcError> {
+        unit("UpdateJob", self.inner.clone().update_job(self.request(job))).await
+    }
+
+    /// `DeleteJob` (published).
+    pub async fn delete_job(&self, job: &JobId) -> Result<(), RpcError> {
+        let req = self.request(wire::job_id_to_pb(job));
+        unit("DeleteJob", self.inner.clone().delete_job(req)).await
+    }
+
+    /// Whether Manager serves the addition `method`: it is called with an
+    /// empty request, which a Manager serving it refuses without effect and
+    /// one without it answers `UNIMPLEMENTED`. An error is a Manager that
+    /// did not answer at all.
+    pub async fn probe(&self, method: &'static str) -> Result<bool, RpcError> {
+        let mut inner = self.inner.clone();
+        let answer = match method {
+            "DeleteBundle" => inner
+                .delete_bundle(self.request(pb::BundleId::default()))
+                .await
+                .map(drop),
+            "UpdateNodeTags" => inner
+                .update_node_tags(self.request(pb::UpdateNodeTagsRequest::default()))
+                .await
+                .map(drop),
+            "StartPreparedJob" => inner
+                .start_prepared_job(self.request(pb::StartPreparedJobRequest::default()))
+                .await
+                .map(drop),
+            "SendMigrationSignal" => inner
+                .send_migration_signal(self.request(pb::MigrationSignalRequest::default()))
+                .await
+                .map(drop),
+            "PrefetchImages" => inner
+                .prefetch_images(self.request(pb::PrefetchImagesRequest::default()))
+                .await
+                .map(drop),
+            "SetTerminalVerdict" => inner
+                .set_terminal_verdict(self.request(pb::SetTerminalVerdictRequest::default()))
+                .await
+                .map(drop),
+            _ => return Ok(super::extensions::is_published(method)),
+        };
+        match answer {
+            Err(status) if status.code() == tonic::Code::Unimplemented => Ok(false),
+            Err(status) if RpcError::from_status(method, status.clone()).kind() == RpcErrorKind::Transient => {
+                Err(RpcError::from_status(method, status))
+            }
+            _ => Ok(true),
+        }
+    }
+
     /// Activates a dormant (`startMode: manual`) job.
     pub async fn start_bundle_job(&self, job: &BundleJobRef) -> Result<(), RpcError> {
         let req = self.request(job_ref_to_pb(job));

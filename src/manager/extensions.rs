@@ -1,9 +1,10 @@
 //! Which of Manager's RPCs are the published Norsk Manager API
 //! (`proto/published-api.txt`, @norskvideo/norsk-api 1.0.384) and which are
-//! the additions this operator needs, with what each addition is for. A
-//! Manager that serves only the published API answers an addition with
-//! `UNIMPLEMENTED`; the runtime then says once, in these words, what is
-//! missing and what it means, instead of failing every call alike.
+//! additions. A Manager that serves only the published API answers an
+//! addition with `UNIMPLEMENTED`; such an answer is said in these words
+//! (what the addition is and what the operator does without it).
+
+use crate::model::manager::Capability;
 
 const PUBLISHED: &str = include_str!("../../proto/published-api.txt");
 
@@ -16,30 +17,11 @@ pub fn is_published(method: &str) -> bool {
     })
 }
 
-/// What the operator cannot do without the addition `method`.
-pub fn needed_for(method: &str) -> &'static str {
-    match method {
-        "CreateBundle" | "UpdateBundle" | "DeleteBundle" => {
-            "storing bundles: no Bundle can be submitted, changed or deleted"
-        }
-        "StartBundleJob" | "StopBundleJob" => "starting and stopping manual jobs",
-        "SetTerminalVerdict" => "recording that a bundle broke or a job was dropped",
-        "StartPreparedJob" => "overlap and handover migrations (a prepared target is started at the cut-over)",
-        "SendMigrationSignal" => "handover migrations (the cut-over signals between source and target)",
-        "UpdateNodeTags" => "hot spares and cordons (they are node tags)",
-        "PrefetchImages" => "warming hot spares with the templates' images",
-        _ => "an AutoManager feature",
-    }
-}
-
-/// What a person reads when Manager lacks `method`.
+/// What a person reads when Manager answers the addition `method`
+/// `UNIMPLEMENTED`: what it is and what the operator does without it.
 pub fn missing_message(method: &str) -> String {
-    format!(
-        "Manager does not serve {method}: it speaks the published Norsk Manager API without the \
-         AutoManager extensions, which the operator needs for {}. Upgrade Norsk Manager to a \
-         release that serves the AutoManager extensions",
-        needed_for(method)
-    )
+    let without = Capability::of_rpc(method).map_or("it is not used", |c| c.without().0);
+    format!("Manager does not serve {method}, an addition to the published Norsk Manager API; without it {without}")
 }
 
 #[cfg(test)]
@@ -67,6 +49,6 @@ mod tests {
         ] {
             assert!(!is_published(addition), "{addition}");
         }
-        assert!(missing_message("CreateBundle").contains("no Bundle can be submitted"));
+        assert!(missing_message("CreateBundle").contains("expanded by the operator"));
     }
 }

@@ -3,8 +3,10 @@
 //! and a mirror of Manager's state built from the stream.
 
 pub mod client;
+pub mod expansion;
 pub mod extensions;
 pub mod mirror;
+pub mod port;
 pub mod proto;
 pub mod stream;
 pub mod wire;

@@ -6,6 +6,12 @@
 //!
 //! Messages that cannot be read are reported as [`StreamItem::Rejected`]
 //! and the stream goes on; normalised values are logged.
+//!
+//! Through a [`Port`] ([`StreamSession::through`]) each connection first
+//! asks Manager which additions it serves, every event passes the port
+//! (which adds what it keeps for a Manager without them), a snapshot is
+//! completed with what the port stores, and what the port tells in
+//! Manager's place is delivered in order with Manager's own events.
 
 use std::time::Duration;
 
@@ -15,6 +21,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::client::{ManagerClient, RpcError};
+use super::port::{Port, Told};
+use super::proto::manager as pb;
 use super::wire::{self, WireError};
 use crate::backoff::Backoff;
 use crate::model::ManagerEvent;
@@ -81,15 +89,24 @@ pub struct StreamSession {
 }
 
 impl StreamSession {
-    /// Starts the session on a client.
+    /// Starts the session on a client: Manager's events as it sends them.
     pub fn start(client: ManagerClient, settings: StreamSettings) -> Self {
+        Self::spawn(client, None, settings)
+    }
+
+    /// Starts the session through `port`, delivering what it tells.
+    pub fn through(port: Port, told: Told, settings: StreamSettings) -> Self {
+        Self::spawn(port.client().clone(), Some((port, told)), settings)
+    }
+
+    fn spawn(client: ManagerClient, port: Option<(Port, Told)>, settings: StreamSettings) -> Self {
         let (items_tx, items) = mpsc::channel(4096);
         let (state_tx, state) = watch::channel(ConnectionState::Idle);
         let (shutdown, shutdown_rx) = watch::channel(false);
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        let task = tokio::spawn(run(client, settings, items_tx, state_tx, shutdown_rx, seed));
+        let task = tokio::spawn(run(client, port, settings, items_tx, state_tx, shutdown_rx, seed));
         Self {
             items,
             state,
@@ -117,6 +134,7 @@ enum Ended {
 
 async fn run(
     client: ManagerClient,
+    mut port: Option<(Port, Told)>,
     settings: StreamSettings,
     items: mpsc::Sender<StreamItem>,
     state: watch::Sender<ConnectionState>,
@@ -127,7 +145,7 @@ async fn run(
     loop {
         state.send_replace(ConnectionState::Connecting);
         let ended = tokio::select! {
-            ended = session(&client, &settings, &items, &state, &mut backoff) => ended,
+            ended = session(&client, port.as_mut(), &settings, &items, &state, &mut backoff) => ended,
             _ = shutdown.wait_for(|s| *s) => Ended::Closed,
         };
         match ended {
@@ -154,60 +172,117 @@ async fn run(
 
 async fn session(
     client: &ManagerClient,
+    mut port: Option<&mut (Port, Told)>,
     settings: &StreamSettings,
     items: &mpsc::Sender<StreamItem>,
     state: &watch::Sender<ConnectionState>,
     backoff: &mut Backoff,
 ) -> Ended {
+    if let Some((port, _)) = port.as_deref() {
+        port.probe().await;
+        port.reconnecting();
+    }
     let mut stream = match client.event_stream(settings.pending_window_s).await {
         Ok(s) => s,
         Err(RpcError { code, message, .. }) => return Ended::Unreachable(format!("{code:?}: {message}")),
     };
     let mut snapshot = Some(Vec::new());
-    while let Some(msg) = stream.next().await {
+    // What the port told while the snapshot was being read: delivered
+    // after it, as live events.
+    let mut told_meanwhile = Vec::new();
+    loop {
+        let told = async {
+            match port.as_deref_mut() {
+                Some((_, told)) => told.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        let msg = tokio::select! {
+            biased;
+            Some(event) = told => {
+                if snapshot.is_some() {
+                    told_meanwhile.push(event);
+                    continue;
+                }
+                if let Some(ended) = deliver(items, decode(&event)).await {
+                    return ended;
+                }
+                continue;
+            }
+            msg = stream.next() => msg,
+        };
+        let Some(msg) = msg else {
+            break;
+        };
         let msg = match msg {
             Ok(m) => m,
             Err(status) => return Ended::Broken(format!("{:?}: {}", status.code(), status.message())),
         };
-        let mut notes = wire::Notes::new();
-        let converted = wire::event_from_pb(&msg, &mut notes);
-        for n in &notes {
-            tracing::warn!(detail = n.message, field = n.field, what = %n.what, "normalised a value from Manager");
-        }
-        let item = match converted {
-            Ok(ManagerEvent::InitialDataComplete) => match snapshot.take() {
-                Some(batch) => {
-                    backoff.reset();
-                    tracing::info!(
-                        manager = client.url(),
-                        snapshot_events = batch.len(),
-                        "Manager event stream open, snapshot received"
-                    );
-                    let sent = items.send(StreamItem::Snapshot(batch)).await;
-                    state.send_replace(ConnectionState::Ready);
-                    if sent.is_err() {
-                        return Ended::Closed;
-                    }
-                    continue;
-                }
-                // A second completion marker carries nothing new.
-                None => continue,
-            },
-            Ok(event) => match snapshot.as_mut() {
-                Some(batch) => {
-                    batch.push(event);
-                    continue;
-                }
-                None => StreamItem::Event(Box::new(event)),
-            },
-            Err(e) => {
-                tracing::warn!(error = %e, reason = e.reason(), "skipped an unreadable Manager event");
-                StreamItem::Rejected(e)
-            }
+        let passed = match port.as_deref() {
+            Some((port, _)) => port.incoming(msg),
+            None => vec![msg],
         };
-        if items.send(item).await.is_err() {
-            return Ended::Closed;
+        for msg in passed {
+            let converted = decode(&msg);
+            if matches!(converted, Ok(ManagerEvent::InitialDataComplete)) {
+                // A second completion marker carries nothing new.
+                let Some(mut batch) = snapshot.take() else {
+                    continue;
+                };
+                if let Some((port, _)) = port.as_deref() {
+                    let kept: Vec<ManagerEvent> = port.snapshot().iter().filter_map(|e| decode(e).ok()).collect();
+                    batch.splice(0..0, kept);
+                }
+                backoff.reset();
+                tracing::info!(
+                    manager = client.url(),
+                    snapshot_events = batch.len(),
+                    "Manager event stream open, snapshot received"
+                );
+                let sent = items.send(StreamItem::Snapshot(batch)).await;
+                state.send_replace(ConnectionState::Ready);
+                if sent.is_err() {
+                    return Ended::Closed;
+                }
+                for event in std::mem::take(&mut told_meanwhile) {
+                    if let Some(ended) = deliver(items, decode(&event)).await {
+                        return ended;
+                    }
+                }
+                continue;
+            }
+            match (converted, snapshot.as_mut()) {
+                (Ok(event), Some(batch)) => batch.push(event),
+                (converted, _) => {
+                    if let Some(ended) = deliver(items, converted).await {
+                        return ended;
+                    }
+                }
+            }
         }
     }
     Ended::Broken("stream ended".into())
+}
+
+/// A Manager event in domain form; normalised values are logged.
+fn decode(msg: &pb::EventStreamEvent) -> Result<ManagerEvent, WireError> {
+    let mut notes = wire::Notes::new();
+    let converted = wire::event_from_pb(msg, &mut notes);
+    for n in &notes {
+        tracing::warn!(detail = n.message, field = n.field, what = %n.what, "normalised a value from Manager");
+    }
+    converted
+}
+
+/// Delivers a live event (or the word that one could not be read); `Some`
+/// when nobody listens any more.
+async fn deliver(items: &mpsc::Sender<StreamItem>, converted: Result<ManagerEvent, WireError>) -> Option<Ended> {
+    let item = match converted {
+        Ok(event) => StreamItem::Event(Box::new(event)),
+        Err(e) => {
+            tracing::warn!(error = %e, reason = e.reason(), "skipped an unreadable Manager event");
+            StreamItem::Rejected(e)
+        }
+    };
+    items.send(item).await.is_err().then_some(Ended::Closed)
 }

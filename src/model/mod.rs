@@ -12,6 +12,7 @@ mod event;
 mod fleet;
 mod ids;
 mod job;
+pub mod manager;
 mod node;
 mod pool;
 mod schedule;

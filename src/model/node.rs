@@ -206,6 +206,9 @@ pub mod tags {
     pub const RESERVED_FOR: &str = "reservedFor";
     /// `true` when the reservation is a guarantee.
     pub const EXCLUSIVE: &str = "exclusive";
+    /// The instance type or shape a node was provisioned as: with its pool
+    /// and tier, what it can hold when Manager sends no inventory.
+    pub const INSTANCE_TYPE: &str = "instanceType";
     /// Set by Manager when a provider interruption notice arrived.
     pub const INTERRUPTION: &str = "interruption";
     /// The bundle job a node was provisioned for (restart history clears

@@ -13,6 +13,7 @@ mod migration;
 mod migration_aborts;
 mod migration_sim;
 mod pools;
+mod published;
 mod runtime;
 mod scenarios;
 mod simulation;

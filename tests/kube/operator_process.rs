@@ -616,57 +616,49 @@ async fn a_real_prometheus_scrapes_the_operator_and_every_alert_and_dashboard_qu
 }
 
 #[tokio::test]
-async fn a_manager_without_the_extensions_is_named_once_and_the_operator_is_not_ready() {
+async fn on_a_published_manager_bundles_become_ready_and_the_operator_says_how_it_works() {
     let cp = control_plane::shared().await;
     let (ns, sim) = setup_with(cp, "published", true).await;
     let mut operator = Process::spawn(cp, &ns, &sim, "published-0");
     operator.ready().await;
-    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
-    let lacking = |b: Option<&Bundle>| {
-        b.and_then(|b| b.status.as_ref()).is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == "ManagerLacksExtensions")
-        })
-    };
     for name in ["first", "second"] {
         cp.kubectl_apply(&ns, &bundle(name)).expect("bundle applies");
-        let refused = tokio::time::timeout(WAIT, await_condition(bundles.clone(), name, lacking))
-            .await
-            .expect("the bundle says Manager lacks the extensions")
-            .expect("watch")
-            .expect("bundle exists");
-        let ready = refused
-            .status
-            .unwrap()
-            .conditions
-            .into_iter()
-            .find(|c| c.type_ == "Ready")
-            .unwrap();
-        assert!(
-            ready.message.starts_with("Manager does not serve CreateBundle")
-                && ready.message.contains("Upgrade Norsk Manager"),
-            "{}",
-            ready.message
-        );
     }
-    // Not ready while leading a Manager that cannot store bundles.
-    let unready = operator.readyz_becomes("503").await;
-    assert!(unready, "/readyz stayed 200 with Manager lacking CreateBundle");
+    for name in ["first", "second"] {
+        until_ready(cp, &ns, name).await;
+    }
+    // Manager stores no bundle: each is a job of its own, tagged with the
+    // bundle, replica and job it is.
+    let snapshot = sim.snapshot().await;
+    assert!(snapshot.bundles.is_empty());
+    let tagged: Vec<_> = snapshot
+        .jobs
+        .iter()
+        .filter_map(|j| j.tags.get("automanager.norsk.video/bundle"))
+        .collect();
+    assert_eq!(tagged.len(), 2, "{:?}", snapshot.jobs);
+    // Ready, and it says which way each capability is carried out.
+    assert!(
+        operator.readyz_becomes("200").await,
+        "/readyz is 200 on a published Manager"
+    );
     let (_, metrics) = http_get(operator.port, "/metrics", "*/*")
         .await
         .expect("/metrics answers");
     assert!(
-        metrics.contains("norsk_automanager_manager_extensions_missing 1"),
+        metrics.contains(r#"norsk_automanager_manager_capability{capability="bundleStore",mode="published"} 1"#),
         "{metrics}"
     );
-    // Said once, however many bundles hit it.
     let said: Vec<_> = operator
         .log_lines()
         .into_iter()
-        .filter(|l| l["fields"]["rpc"] == "CreateBundle" && l["level"] == "ERROR")
+        .filter(|l| l["fields"]["message"] == "Manager capabilities")
         .collect();
-    assert_eq!(said.len(), 1, "{said:#?}");
-    assert!(sim.snapshot().await.bundles.is_empty());
+    assert!(
+        said.iter().any(|l| l["fields"]["capabilities"]
+            .as_str()
+            .is_some_and(|c| c.contains("bundleStore=published"))),
+        "{said:#?}"
+    );
     sim.shutdown().await;
 }

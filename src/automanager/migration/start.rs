@@ -16,6 +16,7 @@ use crate::automanager::dispatch::{PlacementView, decision_of};
 use crate::automanager::node_ids::NodeIds;
 use crate::automanager::notification::{Notification, PlacementDecisionInfo};
 use crate::automanager::protocol::Rpc;
+use crate::model::manager::Capability;
 use crate::model::{InstanceKey, JobId, MigrationId, MigrationStrategy, NodePhase, Slot, UnixMillis};
 use crate::placement::{
     FleetView, Outcome, PlacementRequest, RecoveryContext, SequentialNodeIds, apply_placement, place, placed_job,
@@ -143,10 +144,12 @@ impl AutoManagerCore {
                     migration_id: id.clone(),
                 })
                 .collect();
+            let (strategy, note) = self.strategy_for(member, strategy_of(member));
             self.migrations.insert(MigrationState {
                 migration_id: migration_id.clone(),
                 job_id: member.clone(),
-                strategy: self.strategy_for(member, strategy_of(member)),
+                strategy,
+                note,
                 phase: MigrationPhase::Placing,
                 transitions: Vec::new(),
                 source_node_id: binding.node_id.clone(),
@@ -176,12 +179,21 @@ impl AutoManagerCore {
 
     /// The strategy `job_id` moves with when its caller gives `given`: the
     /// caller's, else the one the job declares
-    /// (`requirements.migrationStrategy`), else `stopThenStart`.
-    fn strategy_for(&self, job_id: &JobId, given: Option<MigrationStrategy>) -> MigrationStrategy {
-        match self.jobs.get(job_id) {
+    /// (`requirements.migrationStrategy`), else `stopThenStart` — and, when
+    /// the Manager at hand cannot carry that out, what is done instead and
+    /// why: a handover needs Manager to relay migration signals, and runs
+    /// as overlap (target started, then the source stopped) without them.
+    fn strategy_for(&self, job_id: &JobId, given: Option<MigrationStrategy>) -> (MigrationStrategy, Option<String>) {
+        let asked = match self.jobs.get(job_id) {
             Some(record) => record.job.requirements().migration_strategy_or(given),
             None => given.unwrap_or_default(),
+        };
+        if asked == MigrationStrategy::Handover && !self.manager.serves(Capability::MigrationSignals) {
+            let note = "handover runs as overlap: Manager does not relay migration signals (the target starts, \
+                        then the source stops, without a cooperative cut-over)";
+            return (MigrationStrategy::Overlap, Some(note.to_owned()));
         }
+        (asked, None)
     }
 
     /// The running instance `job_id` would move from, or why it cannot

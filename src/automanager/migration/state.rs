@@ -130,8 +130,12 @@ pub struct MigrationState {
     pub migration_id: MigrationId,
     /// The job moved.
     pub job_id: JobId,
-    /// How.
+    /// How it is carried out.
     pub strategy: MigrationStrategy,
+    /// Why `strategy` is not the one asked for, when it is not (a handover
+    /// run as overlap on a Manager that relays no migration signals).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     /// Where it is.
     pub phase: MigrationPhase,
     /// Every phase entered, with when, in order (the first is `placing`).

@@ -1,12 +1,13 @@
-//! Carrying out the core's RPCs on the Manager client, and mapping the
+//! Carrying out the core's RPCs through the Manager port, and mapping the
 //! client's errors back to the failures the core judges.
 
 use crate::automanager::migration::state::MigrationStep;
 use crate::automanager::protocol::{Rpc, RpcFailure, RpcFailureKind};
-use crate::manager::client::{CreateNode, ManagerClient, RpcError, RpcErrorKind, StartJob};
+use crate::manager::client::{CreateNode, RpcError, RpcErrorKind, StartJob};
+use crate::manager::port::Port;
 use crate::manager::proto::manager as pb;
 use crate::manager::wire;
-use crate::model::{JobId, MigrationId, ProviderKind};
+use crate::model::{JobId, MigrationId, ProviderKind, UnixMillis};
 
 pub(super) fn failure(e: RpcError) -> RpcFailure {
     let kind = match e.kind() {
@@ -22,33 +23,8 @@ pub(super) fn failure(e: RpcError) -> RpcFailure {
     }
 }
 
-/// The Manager RPC that carries out `rpc`.
-pub(super) fn method(rpc: &Rpc) -> &'static str {
-    match rpc {
-        Rpc::StartJob { .. } | Rpc::StartMigrationTarget { .. } => "StartJob",
-        Rpc::CreateNode {
-            provider: ProviderKind::Oci,
-            ..
-        } => "CreateOciNode",
-        Rpc::CreateNode { .. } => "CreateAwsNode",
-        Rpc::TerminateNode { .. } => "TerminateNode",
-        Rpc::SetTerminalVerdict { .. } => "SetTerminalVerdict",
-        Rpc::CreateBundle(_) => "CreateBundle",
-        Rpc::UpdateBundle(_) => "UpdateBundle",
-        Rpc::DeleteBundle(_) => "DeleteBundle",
-        Rpc::StartBundleJob(_) => "StartBundleJob",
-        Rpc::StopBundleJob(_) => "StopBundleJob",
-        Rpc::UpdateNodeTags { .. } => "UpdateNodeTags",
-        Rpc::PrefetchImages { .. } => "PrefetchImages",
-        Rpc::CreateJob { .. } => "CreateJob",
-        Rpc::CompleteJob { .. } => "CompleteJob",
-        Rpc::StartPreparedJob { .. } => "StartPreparedJob",
-        Rpc::StopJob { .. } => "StopJob",
-        Rpc::SendMigrationSignal { .. } => "SendMigrationSignal",
-    }
-}
-
-pub(super) async fn execute(client: &ManagerClient, rpc: Rpc) -> Result<(), RpcError> {
+/// Carries out `rpc` through the port, which decides how on this Manager.
+pub(super) async fn execute(port: &Port, rpc: Rpc, now: UnixMillis) -> Result<(), RpcError> {
     match rpc {
         Rpc::StartJob {
             job_id,
@@ -57,17 +33,16 @@ pub(super) async fn execute(client: &ManagerClient, rpc: Rpc) -> Result<(), RpcE
             gpu_index,
             runtime_role,
         } => {
-            client
-                .start_job(&StartJob {
-                    job_id,
-                    instance_key,
-                    node_id,
-                    gpu_index,
-                    defer_start: false,
-                    runtime_role,
-                    migration_id: None,
-                })
-                .await
+            port.start_job(&StartJob {
+                job_id,
+                instance_key,
+                node_id,
+                gpu_index,
+                defer_start: false,
+                runtime_role,
+                migration_id: None,
+            })
+            .await
         }
         Rpc::CreateNode {
             provider,
@@ -84,34 +59,30 @@ pub(super) async fn execute(client: &ManagerClient, rpc: Rpc) -> Result<(), RpcE
                 instance_type,
                 launch_mode: launch_mode.map(|m| m.as_str().to_owned()).unwrap_or_default(),
             };
-            match provider {
-                ProviderKind::Oci => client.create_oci_node(&node).await,
-                // Placement provisions only from elastic tiers; a
-                // `local-servers` elastic tier is provisioned like AWS and
-                // Manager refuses it if it has no such provider.
-                ProviderKind::Aws | ProviderKind::LocalServers => client.create_aws_node(&node).await,
-            }
+            // Placement provisions only from elastic tiers; a
+            // `local-servers` elastic tier is provisioned like AWS and
+            // Manager refuses it if it has no such provider.
+            port.create_node(provider == ProviderKind::Oci, &node).await
         }
-        Rpc::TerminateNode { node_id } => client.terminate_node(&node_id).await,
+        Rpc::TerminateNode { node_id } => port.client().terminate_node(&node_id).await,
         Rpc::SetTerminalVerdict {
             bundle_id,
             job_id,
             verdict,
             generation,
         } => {
-            client
-                .set_terminal_verdict(&bundle_id, job_id.as_ref(), &verdict, generation)
+            port.set_terminal_verdict(&bundle_id, job_id.as_ref(), &verdict, generation)
                 .await
         }
-        Rpc::CreateBundle(bundle) => client.create_bundle(&bundle).await.map(drop),
-        Rpc::UpdateBundle(bundle) => client.update_bundle(&bundle).await.map(drop),
-        Rpc::DeleteBundle(bundle_id) => client.delete_bundle(&bundle_id).await,
-        Rpc::StartBundleJob(job) => client.start_bundle_job(&job).await,
-        Rpc::StopBundleJob(job) => client.stop_bundle_job(&job).await,
-        Rpc::CompleteJob { job_id } => client.complete_job(&job_id).await,
-        Rpc::UpdateNodeTags { node_id, set, remove } => client.update_node_tags(&node_id, &set, &remove).await,
-        Rpc::PrefetchImages { node_id, images } => client.prefetch_images(&node_id, &images).await,
-        Rpc::CreateJob { job_id, template, tags } => client.create_job(&job_id, &template, &tags).await,
+        Rpc::CreateBundle(bundle) => port.create_bundle(&bundle, now).await,
+        Rpc::UpdateBundle(bundle) => port.update_bundle(&bundle, now).await,
+        Rpc::DeleteBundle(bundle_id) => port.delete_bundle(&bundle_id).await,
+        Rpc::StartBundleJob(job) => port.toggle_bundle_job(&job, true).await,
+        Rpc::StopBundleJob(job) => port.toggle_bundle_job(&job, false).await,
+        Rpc::CompleteJob { job_id } => port.client().complete_job(&job_id).await,
+        Rpc::UpdateNodeTags { node_id, set, remove } => port.update_node_tags(&node_id, &set, &remove).await,
+        Rpc::PrefetchImages { node_id, images } => port.prefetch_images(&node_id, &images).await,
+        Rpc::CreateJob { job_id, template, tags } => port.client().create_job(&job_id, &template, &tags).await,
         Rpc::StartMigrationTarget {
             job_id,
             instance_key,
@@ -121,28 +92,27 @@ pub(super) async fn execute(client: &ManagerClient, rpc: Rpc) -> Result<(), RpcE
             defer_start,
             migration_id,
         } => {
-            client
-                .start_job(&StartJob {
-                    job_id,
-                    instance_key,
-                    node_id,
-                    gpu_index,
-                    defer_start,
-                    runtime_role,
-                    migration_id: Some(migration_id.0),
-                })
-                .await
+            port.start_job(&StartJob {
+                job_id,
+                instance_key,
+                node_id,
+                gpu_index,
+                defer_start,
+                runtime_role,
+                migration_id: Some(migration_id.0),
+            })
+            .await
         }
         Rpc::StartPreparedJob {
             job_id,
             instance_key,
             node_id,
-        } => client.start_prepared_job(&job_id, &instance_key, &node_id).await,
+        } => port.start_prepared_job(&job_id, &instance_key, &node_id).await,
         Rpc::StopJob {
             job_id,
             instance_key,
             node_id,
-        } => client.stop_job(&job_id, &instance_key, &node_id).await,
+        } => port.stop_job(&job_id, &instance_key, &node_id).await,
         Rpc::SendMigrationSignal {
             migration_id,
             job_id,
@@ -150,8 +120,7 @@ pub(super) async fn execute(client: &ManagerClient, rpc: Rpc) -> Result<(), RpcE
             target_key,
             signal,
         } => {
-            client
-                .send_migration_signal(migration_signal(migration_id, &job_id, source_key, target_key, signal))
+            port.send_migration_signal(migration_signal(migration_id, &job_id, source_key, target_key, signal))
                 .await
         }
     }

@@ -32,7 +32,7 @@ pub struct AutoManagerHandle {
     pub(super) requests: mpsc::Sender<Request>,
     pub(super) notifications: broadcast::Sender<Notification>,
     pub(super) connection: watch::Receiver<ConnectionState>,
-    pub(super) lacking: watch::Receiver<std::collections::BTreeSet<String>>,
+    pub(super) capabilities: watch::Receiver<crate::manager::port::Capabilities>,
     pub(super) revision: watch::Receiver<u64>,
 }
 
@@ -323,10 +323,10 @@ impl AutoManagerHandle {
         self.revision.clone()
     }
 
-    /// The AutoManager extensions Manager was found not to serve (by RPC
-    /// name); empty while everything asked for was served.
-    pub fn lacking_extensions(&self) -> watch::Receiver<std::collections::BTreeSet<String>> {
-        self.lacking.clone()
+    /// How each capability beyond the published Manager API is carried
+    /// out on the Manager at hand (see [`crate::manager::port`]).
+    pub fn capabilities(&self) -> watch::Receiver<crate::manager::port::Capabilities> {
+        self.capabilities.clone()
     }
 
     /// Promotes a standby: its core leaves the hydration phase and decides

@@ -17,7 +17,6 @@
 mod calls;
 mod clock;
 mod handle;
-mod lacking;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -26,6 +25,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::manager::client::{ClientSettings, ConnectError, ManagerClient};
+use crate::manager::port::{Capabilities, Port, Told};
 use crate::manager::stream::{ConnectionState, StreamItem, StreamSession, StreamSettings};
 use crate::model::{ManagerEvent, UnixMillis};
 use crate::placement::FleetError;
@@ -35,11 +35,9 @@ use super::migration::state::CLOSE_ABORT_GRACE_MS;
 use super::notification::Notification;
 use super::protocol::{Action, Answer, Command, CommandError, CommandId, Input, RequestId, RpcFailure, Step};
 use super::settings::{AutoSettings, AutoSettingsValidationError, ValidSettings, validate_auto_settings};
-use calls::{execute, failure, method};
+use calls::{execute, failure};
 use clock::Clock;
 pub use handle::AutoManagerHandle;
-use lacking::Lacking;
-pub use lacking::MISSING_EXTENSION_RETRY;
 
 /// How many notifications a subscriber may fall behind before it lags.
 const NOTIFICATION_BUFFER: usize = 4096;
@@ -175,10 +173,11 @@ impl AutoManager {
     ) -> Result<(AutoManagerHandle, broadcast::Receiver<Notification>, JoinHandle<()>), RunError> {
         let valid = validate_auto_settings(settings)?;
         let client = ManagerClient::connect_lazy(&client)?;
+        let (port, told) = Port::new(client);
+        let capabilities = port.capabilities();
         let (requests, requests_rx) = mpsc::channel(256);
         let (notifications, first) = broadcast::channel(NOTIFICATION_BUFFER);
         let (connection, connection_rx) = watch::channel(ConnectionState::Idle);
-        let (lacking, lacking_rx) = Lacking::new();
         let (revision, revision_rx) = watch::channel(0);
         let clock = Clock::new(options.time_scale);
         let shell = Shell {
@@ -188,7 +187,7 @@ impl AutoManager {
                 .salted(std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), 0u8) as u16),
             clock,
             valid,
-            client,
+            port,
             notifications: notifications.clone(),
             replies: HashMap::new(),
             next_command: 0,
@@ -196,16 +195,15 @@ impl AutoManager {
             role,
             held: Vec::new(),
             connection,
-            lacking,
             revision,
         };
-        let join = tokio::spawn(shell.run(requests_rx));
+        let join = tokio::spawn(shell.run(requests_rx, told));
         Ok((
             AutoManagerHandle {
                 requests,
                 notifications,
                 connection: connection_rx,
-                lacking: lacking_rx,
+                capabilities,
                 revision: revision_rx,
             },
             first,
@@ -234,7 +232,8 @@ struct Shell {
     clock: Clock,
     core: AutoManagerCore,
     valid: ValidSettings,
-    client: ManagerClient,
+    /// How each call is carried out on this Manager.
+    port: Port,
     notifications: broadcast::Sender<Notification>,
     replies: HashMap<CommandId, Replier>,
     next_command: u64,
@@ -244,22 +243,22 @@ struct Shell {
     held: Vec<Request>,
     /// What [`AutoManagerHandle::connection`] reads.
     connection: watch::Sender<ConnectionState>,
-    /// The extensions Manager does not serve.
-    lacking: Lacking,
     /// What [`AutoManagerHandle::changes`] reads.
     revision: watch::Sender<u64>,
 }
 
 impl Shell {
-    async fn run(mut self, mut requests: mpsc::Receiver<Request>) {
-        let mut session = StreamSession::start(
-            self.client.clone(),
+    async fn run(mut self, mut requests: mpsc::Receiver<Request>, told: Told) {
+        let mut session = StreamSession::through(
+            self.port.clone(),
+            told,
             StreamSettings {
                 pending_window_s: pending_window_s(&self.valid),
                 ..StreamSettings::default()
             },
         );
         let mut state = session.state.clone();
+        let mut capabilities = self.port.capabilities();
         let (results_tx, mut results) = mpsc::unbounded_channel::<(RequestId, Result<(), RpcFailure>)>();
         loop {
             let wake = self.deadline.map(|at| self.clock.instant_of(at));
@@ -330,6 +329,11 @@ impl Shell {
                         .unwrap_or_default();
                     self.publish(Notification::ConnectionStateChange { state: name });
                 }
+                Ok(()) = capabilities.changed() => {
+                    let now = capabilities.borrow_and_update().clone();
+                    self.capabilities_changed(&now);
+                    self.feed(Input::ManagerCapabilities(now), &results_tx);
+                }
                 () = timer => self.feed(Input::Timer, &results_tx),
             }
         }
@@ -372,10 +376,14 @@ impl Shell {
                 None
             }
         };
-        let inputs = events
-            .into_iter()
-            .chain(complete)
-            .map(|event| Input::Event(Box::new(event)));
+        // What this connection found Manager to serve, before its events.
+        let capabilities = Input::ManagerCapabilities(self.port.capabilities().borrow().clone());
+        let inputs = std::iter::once(capabilities).chain(
+            events
+                .into_iter()
+                .chain(complete)
+                .map(|event| Input::Event(Box::new(event))),
+        );
         let step = self.core.handle_all(inputs, self.clock.now());
         self.carry_out(step, results);
         self.connection.send_replace(ConnectionState::Ready);
@@ -488,23 +496,11 @@ impl Shell {
                 // leader.
                 Action::Notify(_) if self.role != Role::Active => {}
                 Action::Call { id, rpc } => {
-                    let client = self.client.clone();
+                    let port = self.port.clone();
                     let results = results.clone();
-                    let lacking = self.lacking.clone();
-                    let notifications = self.notifications.clone();
+                    let now = self.clock.now();
                     calls.push(tokio::spawn(async move {
-                        let name = method(&rpc);
-                        let result = match lacking.held_back(name) {
-                            Some(missing) => Err(missing),
-                            None => {
-                                let result = execute(&client, rpc).await;
-                                if let Some(notice) = lacking.observe(name, &result) {
-                                    let _ = notifications.send(notice);
-                                }
-                                result
-                            }
-                        };
-                        let result = result.map_err(failure);
+                        let result = execute(&port, rpc, now).await.map_err(failure);
                         // The loop may have ended; the result is moot then.
                         let _ = results.send((id, result));
                     }));
@@ -522,6 +518,17 @@ impl Shell {
             // The caller may have stopped waiting.
             let _ = reply.send(result);
         }
+    }
+
+    /// Manager was found to serve other additions than before: said once,
+    /// in the log and as a `managerCapabilities` notification.
+    fn capabilities_changed(&self, capabilities: &Capabilities) {
+        self.publish(Notification::ManagerCapabilities {
+            capabilities: capabilities
+                .iter()
+                .map(|(c, m)| (c.as_str().to_owned(), m.as_str().to_owned()))
+                .collect(),
+        });
     }
 
     fn publish(&self, notification: Notification) {

@@ -94,7 +94,14 @@ pub fn describe(notification: &Notification) -> String {
             format!("prefetched   {node_id}: {} image(s)", results.len())
         }
         Notification::AuditAppended { entry } => format!("audit        {} {}", entry.action, entry.subject),
-        Notification::ManagerLacksExtension { message, .. } => format!("MANAGER      {message}"),
+        Notification::ManagerCapabilities { capabilities } => format!(
+            "MANAGER      {}",
+            capabilities
+                .iter()
+                .map(|(c, m)| format!("{c}={m}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
         Notification::DrainProgress(state) => format!(
             "drain        {} {:?} ({} job(s))",
             state.node_id,

@@ -10,7 +10,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{World, job_id_of, job_ref, millis, required, timestamp};
+use super::{World, job_id_of, job_ref, required, timestamp};
+use crate::manager::expansion::{expand, replica_count};
 use crate::manager::proto::manager::{self as pb, event_stream_event::Event, job::JobState};
 use crate::model::{BundleId, runtime_job_id};
 use crate::sim::RequestError;
@@ -263,171 +264,18 @@ fn ack(bundle: &pb::Bundle) -> pb::BundleAck {
     }
 }
 
-fn replica_count(bundle: &pb::Bundle) -> u32 {
-    if bundle.resilience_policy.is_some() { 2 } else { 1 }
-}
-
-/// One runtime job per (replica, job name): replica 0 always, replica 1
-/// only with a resilience policy, `backupParameterOverrides` applied on
-/// replica 1, `startMode: manual` jobs dormant, dated with the schedule's
-/// start (`PRE` while it is after `now`).
-pub(crate) fn expand(bundle: &pb::Bundle, now: i64) -> Vec<pb::Job> {
-    let replicas = replica_count(bundle);
-    let start = bundle.schedule.as_ref().and_then(|s| s.start);
-    let state = match start.as_ref().map(millis) {
-        Some(start) if start > now => JobState::Pre,
-        _ => JobState::Active,
-    };
-    let mut jobs = Vec::new();
-    for replica_index in 0..replicas {
-        let pool = match &bundle.resilience_policy {
-            Some(policy) if replica_index > 0 && !policy.pool.is_empty() => policy.pool.clone(),
-            _ => bundle.pool.clone(),
-        };
-        for spec in &bundle.jobs {
-            let mut parameters = spec.parameters.clone();
-            if replica_index > 0
-                && let Some(overrides) = bundle.backup_parameter_overrides.get(&spec.job_name)
-            {
-                parameters.extend(overrides.values.clone());
-            }
-            let job_id = runtime_job_id(
-                &BundleId::from(bundle.bundle_id.as_str()),
-                replica_index,
-                &spec.job_name,
-            );
-            jobs.push(pb::Job {
-                job_id: job_ref(job_id.as_str()),
-                description: format!(
-                    "{} of bundle {} (replica {replica_index})",
-                    spec.job_name, bundle.bundle_id
-                ),
-                state: state as i32,
-                start_date_time: start,
-                bundle_ref: Some(pb::BundleJobRef {
-                    bundle_id: bundle.bundle_id.clone(),
-                    replica_index,
-                    job_name: spec.job_name.clone(),
-                }),
-                requirements: spec.requirements.clone(),
-                template: spec.template.clone(),
-                dormant: spec.start_mode == pb::StartMode::Manual as i32,
-                terminal_verdict: None,
-                intra_replica: Some(pb::IntraReplicaRules {
-                    co_locate_with: spec.co_locate_with.clone(),
-                    separate_from: spec.separate_from.clone(),
-                    exclusive: spec.exclusive,
-                    single_use: spec.single_use,
-                    placement: bundle.intra_replica_placement,
-                    on_launch: bundle.on_launch,
-                    override_reservation: bundle.override_reservation,
-                    pool: pool.clone(),
-                    resilience_policy: bundle.resilience_policy.clone(),
-                }),
-                parameters,
-                ..Default::default()
-            });
-        }
-    }
-    jobs
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn bundle(resilient: bool) -> pb::Bundle {
-        pb::Bundle {
-            bundle_id: "ns/ch1".into(),
-            pool: "production".into(),
-            resilience_policy: resilient.then(|| pb::ResiliencePolicy {
-                pool: "oci-fra".into(),
-                ..Default::default()
-            }),
-            jobs: vec![
-                pb::BundleJobSpec {
-                    job_name: "encode".into(),
-                    parameters: [("bitrate".to_owned(), "5000".to_owned())].into(),
-                    ..Default::default()
-                },
-                pb::BundleJobSpec {
-                    job_name: "package".into(),
-                    start_mode: pb::StartMode::Manual as i32,
-                    ..Default::default()
-                },
-            ],
-            backup_parameter_overrides: [(
-                "encode".to_owned(),
-                pb::ParameterOverrides {
-                    values: [("bitrate".to_owned(), "3000".to_owned())].into(),
-                },
-            )]
-            .into(),
-            ..Default::default()
-        }
-    }
-
-    fn ids(jobs: &[pb::Job]) -> Vec<&str> {
-        jobs.iter().map(|j| job_id_of(&j.job_id)).collect()
-    }
-
-    #[test]
-    fn a_bundle_without_resilience_policy_expands_to_the_primary_only() {
-        assert_eq!(ids(&expand(&bundle(false), 0)), ["ns/ch1/0/encode", "ns/ch1/0/package"]);
-    }
-
-    #[test]
-    fn a_resilient_bundle_expands_a_backup_placed_from_the_resilience_pool() {
-        let jobs = expand(&bundle(true), 0);
-        assert_eq!(
-            ids(&jobs),
-            [
-                "ns/ch1/0/encode",
-                "ns/ch1/0/package",
-                "ns/ch1/1/encode",
-                "ns/ch1/1/package"
-            ]
-        );
-        let pool = |j: &pb::Job| j.intra_replica.as_ref().unwrap().pool.clone();
-        assert_eq!(pool(&jobs[0]), "production");
-        assert_eq!(pool(&jobs[2]), "oci-fra");
-    }
-
-    #[test]
-    fn backup_parameter_overrides_apply_on_replica_one_only() {
-        let jobs = expand(&bundle(true), 0);
-        assert_eq!(jobs[0].parameters["bitrate"], "5000");
-        assert_eq!(jobs[2].parameters["bitrate"], "3000");
-    }
-
-    #[test]
-    fn manual_start_mode_jobs_are_dormant() {
-        let jobs = expand(&bundle(false), 0);
-        assert!(!jobs[0].dormant);
-        assert!(jobs[1].dormant);
-        assert_eq!(jobs[1].bundle_ref.as_ref().unwrap().job_name, "package");
-    }
-
-    #[test]
-    fn a_scheduled_bundles_jobs_are_dated_and_pre_until_the_start() {
-        let scheduled = pb::Bundle {
-            schedule: Some(pb::BundleSchedule {
-                start: Some(timestamp(60_000)),
-                end: None,
-            }),
-            ..bundle(true)
-        };
-        let before = expand(&scheduled, 59_999);
-        assert!(before.iter().all(|j| j.state == JobState::Pre as i32));
-        assert!(before.iter().all(|j| j.start_date_time == Some(timestamp(60_000))));
-        let after = expand(&scheduled, 60_000);
-        assert!(after.iter().all(|j| j.state == JobState::Active as i32));
-        assert!(expand(&bundle(false), 0).iter().all(|j| j.start_date_time.is_none()));
-    }
-
     #[test]
     fn state_verdict_and_generation_do_not_make_a_spec_different() {
-        let a = bundle(true);
+        let a = pb::Bundle {
+            bundle_id: "ns/ch1".into(),
+            pool: "production".into(),
+            resilience_policy: Some(pb::ResiliencePolicy::default()),
+            ..Default::default()
+        };
         let b = pb::Bundle {
             generation: 7,
             state: pb::BundleState::Deleting as i32,

@@ -1,0 +1,316 @@
+//! The AutoManager runtime against the simulator as a published Norsk
+//! Manager (1.0.384, no additions): the operator stores and expands bundles
+//! itself, knows nodes by the shape they were created or declared with,
+//! keeps spare marks and deferred starts, and the core's policy runs
+//! unchanged on top. Each test asserts what a user sees: which job runs
+//! where, once, and what Manager holds.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use norsk_auto_manager::automanager::{AutoManager, MigrationOptions, MigrationPhase, Notification, RunOptions};
+use norsk_auto_manager::manager::port::{Capability, Mode};
+use norsk_auto_manager::manager::proto::sim_admin;
+use norsk_auto_manager::model::{
+    Bundle, BundleId, JobHistoryEntry, JobId, MigrationId, MigrationStrategy, NodeId, runtime_job_id,
+};
+use norsk_auto_manager::sim::SimConfig;
+use tokio::sync::broadcast;
+
+use crate::sim_support::Sim;
+use crate::support::runtime::{Setup, cluster_node, stop};
+
+const TIME_SCALE: f64 = 1000.0;
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Pool `production`: cluster servers declared as 8-vCPU machines on its
+/// fixed tier (a published Manager says nothing of their size).
+const POOLS: &str = "- name: production\n  tiers:\n    - name: cluster\n      kind: local-servers\n      scaleOut: fixed\n      candidateInstanceTypes: [{instanceType: server, totalCapacity: 8, totalCores: 8}]\n";
+
+async fn published_sim(nodes: &[&str]) -> Sim {
+    Sim::start_with(SimConfig {
+        seed: 5,
+        time_scale: TIME_SCALE,
+        published_api_only: true,
+        cluster_nodes: nodes.iter().map(|id| cluster_node(id, 8.0)).collect(),
+        ..SimConfig::default()
+    })
+    .await
+}
+
+fn run(sim: Sim) -> Setup {
+    let settings = norsk_auto_manager::automanager::AutoSettings {
+        url: sim.handle.url(),
+        placement_pools: yaml_serde::from_str(POOLS).expect("pools parse"),
+        trace_placements: false,
+        ..Default::default()
+    };
+    let (am, join) = AutoManager::run_with(settings, RunOptions { time_scale: TIME_SCALE }).expect("runs");
+    let events = am.subscribe();
+    Setup { sim, am, join, events }
+}
+
+fn bundle(i: usize, vcpus: f64) -> Bundle {
+    Bundle {
+        bundle_id: BundleId(format!("ns/b{i}")),
+        spec: yaml_serde::from_str(&format!(
+            "pool: production\njobs:\n  - {{jobName: encode, requirements: {{requiredCapacity: {vcpus}}}}}\n"
+        ))
+        .expect("bundle parses"),
+        ..Bundle::default()
+    }
+}
+
+fn job(i: usize) -> JobId {
+    runtime_job_id(&BundleId(format!("ns/b{i}")), 0, "encode")
+}
+
+/// Running instances per job in the simulator: (instance key, node).
+async fn instances(sim: &Sim) -> BTreeMap<JobId, Vec<(String, NodeId)>> {
+    let mut running: BTreeMap<JobId, Vec<(String, NodeId)>> = BTreeMap::new();
+    for node in sim.snapshot().await.nodes {
+        for instance in node.instances {
+            running
+                .entry(instance.job_id)
+                .or_default()
+                .push((instance.role, node.id.clone()));
+        }
+    }
+    running
+}
+
+/// Polls the simulator until `holds` of its running instances.
+async fn until_instances(sim: &Sim, what: &str, holds: impl Fn(&BTreeMap<JobId, Vec<(String, NodeId)>>) -> bool) {
+    let poll = async {
+        loop {
+            let running = instances(sim).await;
+            if holds(&running) {
+                return running;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    if tokio::time::timeout(WAIT, poll).await.is_err() {
+        panic!("timed out waiting until {what}; running: {:?}", instances(sim).await);
+    }
+}
+
+fn each_once(running: &BTreeMap<JobId, Vec<(String, NodeId)>>, n: usize) -> bool {
+    running.len() == n && running.values().all(|i| i.len() == 1)
+}
+
+async fn until_notified(
+    events: &mut broadcast::Receiver<Notification>,
+    what: &str,
+    holds: impl Fn(&Notification) -> bool,
+) {
+    let follow = async {
+        loop {
+            match events.recv().await {
+                Ok(n) if holds(&n) => return,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => panic!("the AutoManager stopped"),
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, follow)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_published_manager_bundles_run_as_tagged_jobs_and_a_lost_node_is_recovered() {
+    let s = run(published_sim(&["n1", "n2", "n3"]).await);
+    for i in 0..6 {
+        s.am.create_bundle(bundle(i, 2.0)).await.expect("bundle accepted");
+    }
+    until_instances(&s.sim, "six jobs run once each", |r| each_once(r, 6)).await;
+    let caps = s.am.capabilities().borrow().clone();
+    assert!(
+        Capability::ALL.iter().all(|c| caps.mode(*c) == Mode::Published),
+        "every addition is done without Manager: {}",
+        caps.summary()
+    );
+    // Manager holds plain jobs whose tags say which bundle, replica and job
+    // each is.
+    let snapshot = s.sim.snapshot().await;
+    assert!(snapshot.bundles.is_empty(), "a published Manager stores no bundle");
+    let stored = snapshot
+        .jobs
+        .iter()
+        .find(|j| j.job_id == job(3))
+        .expect("the job is stored");
+    assert_eq!(stored.tags["automanager.norsk.video/bundle"], "ns/b3");
+    assert_eq!(stored.tags["automanager.norsk.video/replica"], "0");
+    assert_eq!(stored.tags["automanager.norsk.video/job"], "encode");
+    assert_eq!(stored.tags["automanager.norsk.video/revision"], "1");
+
+    let running = instances(&s.sim).await;
+    let victim = running[&job(0)][0].1.clone();
+    s.sim
+        .admin
+        .clone()
+        .kill_node(sim_admin::NodeRef {
+            node_id: victim.0.clone(),
+        })
+        .await
+        .expect("node killed");
+    until_instances(&s.sim, "every job runs once, none on the killed node", |r| {
+        each_once(r, 6) && r.values().all(|i| i[0].1 != victim)
+    })
+    .await;
+    stop(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_operator_adopts_what_a_published_manager_runs_and_moves_nothing() {
+    let s = run(published_sim(&["n1", "n2"]).await);
+    for i in 0..4 {
+        s.am.create_bundle(bundle(i, 2.0)).await.expect("bundle accepted");
+    }
+    until_instances(&s.sim, "four jobs run", |r| each_once(r, 4)).await;
+    let before = instances(&s.sim).await;
+    s.am.close().await;
+    s.join.await.expect("the loop ends cleanly");
+
+    // A new process knows nothing but Manager's jobs and the resources.
+    let mut s = run(s.sim);
+    until_notified(
+        &mut s.events,
+        "the new stream",
+        |n| matches!(n, Notification::ConnectionStateChange { state } if state == "ready"),
+    )
+    .await;
+    for i in 0..4 {
+        s.am.create_bundle(bundle(i, 2.0)).await.expect("bundle accepted again");
+    }
+    for i in 0..4 {
+        let adopted = async {
+            while s.am.node_of(job(i)).await.expect("query").is_none() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(WAIT, adopted)
+            .await
+            .expect("the job is known where it runs");
+    }
+    assert_eq!(
+        instances(&s.sim).await,
+        before,
+        "every instance kept running where it was"
+    );
+    let metrics = s.am.metrics().await.expect("metrics");
+    assert_eq!(metrics.counters.placements_attempted, 0, "nothing was placed again");
+    let stored = s.sim.snapshot().await.jobs;
+    assert!(
+        stored
+            .iter()
+            .all(|j| j.tags.get("automanager.norsk.video/revision").map(String::as_str) == Some("1")),
+        "an unchanged bundle is not rewritten"
+    );
+    stop(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_updated_and_deleted_on_a_published_manager() {
+    let mut s = run(published_sim(&["n1", "n2"]).await);
+    s.am.create_bundle(bundle(0, 2.0)).await.expect("bundle accepted");
+    until_instances(&s.sim, "the job runs", |r| each_once(r, 1)).await;
+    s.am.update_bundle(bundle(0, 3.0)).await.expect("update accepted");
+    let revised = async {
+        loop {
+            let jobs = s.sim.snapshot().await.jobs;
+            if jobs
+                .iter()
+                .any(|j| j.tags.get("automanager.norsk.video/revision").map(String::as_str) == Some("2"))
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, revised)
+        .await
+        .expect("Manager's job is at revision 2");
+
+    s.am.delete_bundle(BundleId("ns/b0".into()))
+        .await
+        .expect("delete accepted");
+    until_notified(
+        &mut s.events,
+        "the bundle deleted",
+        |n| matches!(n, Notification::BundleDeleted { bundle_id } if bundle_id.0 == "ns/b0"),
+    )
+    .await;
+    until_instances(&s.sim, "nothing runs", BTreeMap::is_empty).await;
+    let gone = async {
+        while !s.sim.snapshot().await.jobs.is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, gone)
+        .await
+        .expect("Manager holds no job of it");
+    stop(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrations_on_a_published_manager_stop_then_start_overlap_and_handover_as_overlap() {
+    let mut s = run(published_sim(&["n1", "n2"]).await);
+    for i in 0..3 {
+        s.am.create_bundle(bundle(i, 2.0)).await.expect("bundle accepted");
+    }
+    until_instances(&s.sim, "three jobs run", |r| each_once(r, 3)).await;
+    for (i, strategy) in [
+        (0, MigrationStrategy::StopThenStart),
+        (1, MigrationStrategy::Overlap),
+        (2, MigrationStrategy::Handover),
+    ] {
+        let from = instances(&s.sim).await[&job(i)][0].1.clone();
+        let id: MigrationId =
+            s.am.migrate_job(
+                job(i),
+                MigrationOptions {
+                    strategy: Some(strategy),
+                    ..MigrationOptions::default()
+                },
+            )
+            .await
+            .expect("migration starts");
+        until_notified(&mut s.events, "the migration done", |n| {
+            matches!(n, Notification::MigrationPhase(m) if m.migration_id == id
+                && matches!(m.phase, MigrationPhase::Done | MigrationPhase::Aborted | MigrationPhase::Lost))
+        })
+        .await;
+        let state = s.am.migration_by_id(id.clone()).await.expect("query").expect("known");
+        assert_eq!(state.phase, MigrationPhase::Done, "{strategy:?}: {state:?}");
+        // Without migration signals a handover is carried out as overlap,
+        // and says so.
+        if strategy == MigrationStrategy::Handover {
+            assert_eq!(state.strategy, MigrationStrategy::Overlap);
+            assert!(
+                state
+                    .note
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("handover runs as overlap")),
+                "{state:?}"
+            );
+        } else {
+            assert_eq!((state.strategy, state.note.as_deref()), (strategy, None));
+        }
+        until_instances(&s.sim, "the job runs once, elsewhere", |r| {
+            r.get(&job(i)).is_some_and(|i| i.len() == 1 && i[0].1 != from)
+        })
+        .await;
+    }
+    let history = s.sim.snapshot().await.jobs;
+    let moved = history.iter().find(|j| j.job_id == job(0)).expect("stored");
+    assert!(
+        moved
+            .history
+            .iter()
+            .any(|e| matches!(e, JobHistoryEntry::Running { role, .. } if role.0.contains('@'))),
+        "the target ran under its own key"
+    );
+    stop(s).await;
+}
