@@ -33,6 +33,10 @@ readme_step() {
         "helm uninstall "*) cmd+=" --wait --timeout ${TIMEOUT}s" ;;
         "helm install "*) cmd+=" --timeout ${TIMEOUT}s" ;;
     esac
+    # MANAGER=published: the simulator is a published Manager, without the additions.
+    if [[ "$cmd" == "helm install "* && "${MANAGER:-full}" == published ]]; then
+        cmd+=" --set simulator.publishedApiOnly=true"
+    fi
     echo "\$ $cmd" >&2
     (cd "$ROOT" && export NODE_WD="$ROOT" && eval "$cmd")
 }

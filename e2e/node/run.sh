@@ -9,6 +9,9 @@
 #
 #   bash e2e/node/run.sh          # KEEP=1 keeps the node running afterwards (for debugging;
 #                                 # then `bash e2e/node/run.sh down RUN_DIR` stops it)
+#   MANAGER=published bash e2e/node/run.sh
+#                                 # the same against a published Manager (the simulator
+#                                 # without the AutoManager additions)
 #
 # The last line is `e2e node: N/M steps passed`; the exit code is 0 only when N = M.
 set -euo pipefail
@@ -118,7 +121,7 @@ finish() {
     else
         echo "run directory kept: $RUN" >&2
     fi
-    echo "e2e node: $PASSED/$total steps passed"
+    echo "e2e node: $PASSED/$total steps passed (${MANAGER:-full} Manager)"
     exit "$code"
 }
 trap finish EXIT

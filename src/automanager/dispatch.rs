@@ -313,6 +313,7 @@ impl AutoManagerCore {
             node_id: node_id.clone(),
             tags: provisioned_tags(&provisioned),
             region: provisioned.region.clone(),
+            availability_domain: tier_spec.availability_domain.clone(),
             instance_type: provisioned.instance_type.clone(),
             launch_mode: tier_spec.launch_mode,
         };

@@ -201,6 +201,8 @@ pub enum Rpc {
         tags: BTreeMap<String, String>,
         /// Region.
         region: String,
+        /// The tier's OCI availability domain, when it names one.
+        availability_domain: Option<String>,
         /// Instance type or shape.
         instance_type: String,
         /// The tier's launch mode.

@@ -38,8 +38,10 @@ pub struct Args {
     /// Require `authorization: Bearer <token>` on Manager calls.
     #[arg(long, env = "NORSK_SIM_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// Serve only the published Norsk Manager API (1.0.384): every
-    /// AutoManager extension answers UNIMPLEMENTED, as an older Manager does.
+    /// Serve only the published Norsk Manager API (1.0.384), as an older
+    /// Manager does: every AutoManager extension answers UNIMPLEMENTED, no
+    /// message carries an added field or event, added request fields are
+    /// ignored, and a worker's rejection shows as the job failing.
     #[arg(long)]
     pub published_api_only: bool,
 }

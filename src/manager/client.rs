@@ -177,6 +177,9 @@ pub struct CreateNode {
     pub tags: std::collections::BTreeMap<String, String>,
     /// Region.
     pub region: String,
+    /// OCI: the availability domain (empty: Manager chooses one of the
+    /// region's, which only a Manager with the additions can).
+    pub availability_domain: String,
     /// Instance type (AWS) or shape (OCI).
     pub instance_type: String,
     /// `on-demand`, `spot`, `reserved` (empty: on-demand).
@@ -465,6 +468,7 @@ impl ManagerClient {
             node_id: Some(wire::node_id_to_pb(&node.node_id)),
             tags: node.tags.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             shape: node.instance_type.clone(),
+            availability_domain: node.availability_domain.clone(),
             region: node.region.clone(),
             launch_mode: node.launch_mode.clone(),
             ..Default::default()

@@ -137,6 +137,13 @@ pub struct PlacementTier {
     /// Region (cloud tiers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
+    /// OCI: the availability domain nodes are created in (for example
+    /// `EU-FRANKFURT-1-AD-1`). A Manager that speaks only the published API
+    /// needs it: its `CreateOciNode` names a domain, not a region. Without
+    /// it, a Manager with the AutoManager additions chooses a domain of
+    /// `region`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub availability_domain: Option<String>,
     /// `binpack` or `spread`.
     #[serde(default)]
     pub packing_strategy: PackingStrategy,
@@ -166,7 +173,10 @@ pub struct PlacementTier {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1_000, max = 86_400_000))]
     pub provision_timeout_ms: Option<u64>,
-    /// Shapes to provision, first fitting wins.
+    /// Shapes to provision, first fitting wins. On a fixed tier nothing is
+    /// provisioned: its first shape is what the tier's cluster servers are
+    /// taken to be when Manager reports no inventory for them (the
+    /// published Manager API does not).
     #[serde(default)]
     pub candidate_instance_types: Vec<InstanceShape>,
 }
@@ -228,6 +238,7 @@ mod tests {
             name: "t".into(),
             kind,
             region: None,
+            availability_domain: None,
             packing_strategy: PackingStrategy::Binpack,
             scale_out: ScaleOut::Elastic,
             launch_mode: None,

@@ -1,12 +1,16 @@
 //! The `norsk.api.manager.Manager` gRPC service over the simulated world.
 //! Each call applies any injected RPC fault, then runs one world operation
-//! under the lock; the rules live in the world, not here.
+//! under the lock; the rules live in the world, not here. When the simulator
+//! serves the published API only, the requests and answers of the published
+//! RPCs pass through [`Api::carry`] on their way in and out, so the world
+//! never sees an added field and a client never receives one.
 
 use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
 use super::RequestError;
+use super::published::{Api, Published};
 use super::server::Shared;
 use super::stream::{self, EventStream, StatusStream};
 use super::world::World;
@@ -16,11 +20,12 @@ use crate::manager::proto::manager::{self as pb, manager_server::Manager};
 /// The Manager service.
 pub(crate) struct ManagerService {
     shared: Arc<Shared>,
+    api: Api,
 }
 
 impl ManagerService {
-    pub fn new(shared: Arc<Shared>) -> Self {
-        Self { shared }
+    pub fn new(shared: Arc<Shared>, api: Api) -> Self {
+        Self { shared, api }
     }
 
     async fn call<T>(
@@ -31,6 +36,18 @@ impl ManagerService {
         self.shared.fault(rpc).await?;
         let result = op(&mut self.shared.lock());
         result.map(Response::new).map_err(Status::from)
+    }
+
+    /// A request of a published RPC as the world sees it. A Manager without
+    /// the additions ignores the fields it does not know, as any protobuf
+    /// server ignores unknown fields.
+    fn request<M: Published>(&self, req: Request<M>) -> Result<M, Status> {
+        Ok(self.api.carry(req.into_inner())?)
+    }
+
+    /// An answer of a published RPC as it leaves.
+    fn answer<M: Published>(&self, answer: Response<M>) -> Result<Response<M>, Status> {
+        Ok(Response::new(self.api.carry(answer.into_inner())?))
     }
 }
 
@@ -44,67 +61,73 @@ impl Manager for ManagerService {
 
     async fn create_status_channel(&self, _: Request<()>) -> Result<Response<StatusStream>, Status> {
         self.shared.fault("CreateStatusChannel").await?;
-        Ok(Response::new(stream::open_status_channel(&self.shared)))
+        Ok(Response::new(stream::open_status_channel(&self.shared, self.api)))
     }
 
     async fn create_job(&self, req: Request<pb::Job>) -> Result<Response<pb::JobHash>, Status> {
-        self.call("CreateJob", |w| w.create_job(req.into_inner())).await
+        let job = self.request(req)?;
+        self.answer(self.call("CreateJob", |w| w.create_job(job)).await?)
     }
 
     async fn update_job(&self, req: Request<pb::Job>) -> Result<Response<pb::JobHash>, Status> {
-        self.call("UpdateJob", |w| w.update_job(req.into_inner())).await
+        let job = self.request(req)?;
+        self.answer(self.call("UpdateJob", |w| w.update_job(job)).await?)
     }
 
     async fn delete_job(&self, req: Request<common::JobId>) -> Result<Response<()>, Status> {
-        self.call("DeleteJob", |w| w.delete_job(&req.into_inner().job_id)).await
+        let job = self.request(req)?;
+        self.call("DeleteJob", |w| w.delete_job(&job.job_id)).await
     }
 
     async fn job_search(&self, req: Request<pb::JobSearchRequest>) -> Result<Response<JobSearchStream>, Status> {
-        let found = self
-            .call("JobSearch", |w| w.job_search(req.get_ref()))
-            .await?
-            .into_inner();
-        Ok(Response::new(tokio_stream::iter(
-            found.into_iter().map(Ok).collect::<Vec<_>>(),
-        )))
+        let search = self.request(req)?;
+        let found = self.call("JobSearch", |w| w.job_search(&search)).await?.into_inner();
+        let found = found
+            .into_iter()
+            .map(|job| self.api.carry(job).map_err(Status::from))
+            .collect::<Vec<_>>();
+        Ok(Response::new(tokio_stream::iter(found)))
     }
 
     async fn create_aws_node(&self, req: Request<pb::CreateAwsNodeRequest>) -> Result<Response<()>, Status> {
-        self.call("CreateAwsNode", |w| w.create_aws_node(req.into_inner()))
-            .await
+        let node = self.request(req)?;
+        self.call("CreateAwsNode", |w| w.create_aws_node(node)).await
     }
 
     async fn create_oci_node(&self, req: Request<pb::CreateOciNodeRequest>) -> Result<Response<()>, Status> {
-        self.call("CreateOciNode", |w| w.create_oci_node(req.into_inner()))
-            .await
+        let node = self.request(req)?;
+        self.call("CreateOciNode", |w| w.create_oci_node(node)).await
     }
 
     async fn update_physical_node(&self, req: Request<pb::UpdatePhysicalNodeRequest>) -> Result<Response<()>, Status> {
-        self.call("UpdatePhysicalNode", |w| w.update_physical_node(&req.get_ref().id))
+        let node = self.request(req)?;
+        self.call("UpdatePhysicalNode", |w| w.update_physical_node(&node.id))
             .await
     }
 
     async fn terminate_node(&self, req: Request<common::NodeId>) -> Result<Response<()>, Status> {
-        self.call("TerminateNode", |w| w.terminate_node(&req.get_ref().node_id))
-            .await
+        let node = self.request(req)?;
+        self.call("TerminateNode", |w| w.terminate_node(&node.node_id)).await
     }
 
     async fn start_job(&self, req: Request<pb::StartJobRequest>) -> Result<Response<()>, Status> {
-        self.call("StartJob", |w| w.start_job(req.into_inner())).await
+        let start = self.request(req)?;
+        self.call("StartJob", |w| w.start_job(start)).await
     }
 
     async fn stop_job(&self, req: Request<pb::StopJobRequest>) -> Result<Response<()>, Status> {
-        self.call("StopJob", |w| w.stop_job(req.into_inner())).await
+        let stop = self.request(req)?;
+        self.call("StopJob", |w| w.stop_job(stop)).await
     }
 
     async fn complete_job(&self, req: Request<common::JobId>) -> Result<Response<()>, Status> {
-        self.call("CompleteJob", |w| w.complete_job(&req.get_ref().job_id))
-            .await
+        let job = self.request(req)?;
+        self.call("CompleteJob", |w| w.complete_job(&job.job_id)).await
     }
 
     async fn event_stream(&self, _: Request<pb::EventStreamRequest>) -> Result<Response<EventStream>, Status> {
         self.shared.fault("EventStream").await?;
-        Ok(Response::new(stream::open_event_stream(&self.shared)))
+        Ok(Response::new(stream::open_event_stream(&self.shared, self.api)))
     }
 
     async fn create_bundle(&self, req: Request<pb::Bundle>) -> Result<Response<pb::BundleAck>, Status> {

@@ -1,12 +1,43 @@
 //! `--published-api-only`: the simulator as a Manager that serves only the
-//! published Norsk Manager API (1.0.384). A call of an AutoManager extension
-//! is answered `UNIMPLEMENTED`, as a gRPC server built from the published
-//! service definition answers a method it does not have, before it reaches
-//! the simulated Manager; the published methods are served as usual.
+//! published Norsk Manager API (1.0.384), which a client built from the
+//! published proto cannot tell from a real 1.0.384 Manager. Three things make
+//! it so:
+//!
+//! - here, a call of an added RPC is answered `UNIMPLEMENTED`, as a gRPC
+//!   server built from the published service definition answers a method it
+//!   does not have, before it reaches the simulated Manager;
+//! - `additions` removes the added fields and event variants from every
+//!   message a published RPC receives or sends (the Manager service and its
+//!   streams apply it);
+//! - the simulated world shows what only an added event would have told (a
+//!   worker's rejection, an interruption notice) the published way.
+
+mod additions;
 
 use std::task::{Context, Poll};
 
+pub(crate) use additions::{Published, StripError};
+
 use crate::manager::extensions;
+
+/// Which Manager API the simulator speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Api {
+    /// The published API with the AutoManager additions.
+    Full,
+    /// The published API alone (`--published-api-only`).
+    Published,
+}
+
+impl Api {
+    /// `message` as this API carries it: whole, or without the additions.
+    pub fn carry<M: Published>(self, message: M) -> Result<M, StripError> {
+        match self {
+            Api::Full => Ok(message),
+            Api::Published => additions::strip(&message),
+        }
+    }
+}
 
 /// Wraps the Manager service so that only the published methods reach it.
 #[derive(Clone, Debug)]

@@ -22,6 +22,7 @@ use super::admin_service::AdminService;
 use super::catalog::{Catalog, CatalogError};
 use super::clock::valid_scale;
 use super::manager_service::ManagerService;
+use super::published::Api;
 use super::world::World;
 use crate::manager::proto::manager::manager_server::ManagerServer;
 use crate::manager::proto::sim_admin::{self, sim_admin_server::SimAdminServer};
@@ -46,8 +47,10 @@ pub struct SimConfig {
     /// Require `authorization: Bearer <token>` on every Manager call (the
     /// admin service stays open: it is a test tool).
     pub bearer_token: Option<String>,
-    /// Serve only the published Manager API: every AutoManager extension
-    /// answers `UNIMPLEMENTED` (see [`super::published`]).
+    /// Serve only the published Manager API (1.0.384): every AutoManager
+    /// extension answers `UNIMPLEMENTED`, no message carries an added field
+    /// or event, and the world shows a worker's rejection or a provider's
+    /// notice as a published Manager does (see [`super::published`]).
     pub published_api_only: bool,
 }
 
@@ -238,7 +241,12 @@ impl Simulator {
         }
         config.catalog.validate()?;
         let wake = Arc::new(Notify::new());
-        let mut world = World::new(config.catalog, config.seed, config.time_scale, wake.clone());
+        let api = if config.published_api_only {
+            Api::Published
+        } else {
+            Api::Full
+        };
+        let mut world = World::new(config.catalog, config.seed, config.time_scale, wake.clone(), api);
         for node in &config.cluster_nodes {
             world
                 .register_node(node.to_request())
@@ -293,7 +301,7 @@ impl Simulator {
                 enabled: config.published_api_only,
             })
             .add_service(ManagerServer::with_interceptor(
-                ManagerService::new(shared.clone()),
+                ManagerService::new(shared.clone(), api),
                 check_token,
             ))
             .add_service(SimAdminServer::new(AdminService::new(shared)))

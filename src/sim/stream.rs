@@ -4,12 +4,15 @@
 //! events. A stream ends with UNAVAILABLE when `drop-stream` is called or
 //! when it falls too far behind (the client reconnects and gets a fresh
 //! snapshot: an event is never silently skipped); it ends quietly when the
-//! client goes away or the simulator shuts down.
+//! client goes away or the simulator shuts down. Serving the published API
+//! only, every event leaves without its additions, and an event that is an
+//! addition itself is not sent at all.
 
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
+use super::published::Api;
 use super::server::Shared;
 use crate::manager::proto::common;
 use crate::manager::proto::manager::{self as pb, norsk_status_event};
@@ -24,7 +27,7 @@ pub type EventStream = ReceiverStream<Result<pb::EventStreamEvent, Status>>;
 pub type StatusStream = ReceiverStream<Result<pb::NorskStatusEvent, Status>>;
 
 /// Opens an event stream: snapshot, `initial_data_complete`, live events.
-pub(crate) fn open_event_stream(shared: &Shared) -> EventStream {
+pub(crate) fn open_event_stream(shared: &Shared, api: Api) -> EventStream {
     let (snapshot, mut live, mut dropped) = {
         let world = shared.lock();
         (world.snapshot_events(), world.subscribe(), shared.drop_signal())
@@ -33,7 +36,7 @@ pub(crate) fn open_event_stream(shared: &Shared) -> EventStream {
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     tokio::spawn(async move {
         for event in snapshot {
-            if tx.send(Ok(event)).await.is_err() {
+            if !send(&tx, api, event).await {
                 return;
             }
         }
@@ -41,7 +44,7 @@ pub(crate) fn open_event_stream(shared: &Shared) -> EventStream {
             tokio::select! {
                 received = live.recv() => match received {
                     Ok(event) => {
-                        if tx.send(Ok(pb::EventStreamEvent::clone(&event))).await.is_err() {
+                        if !send(&tx, api, pb::EventStreamEvent::clone(&event)).await {
                             return;
                         }
                     }
@@ -67,9 +70,25 @@ pub(crate) fn open_event_stream(shared: &Shared) -> EventStream {
     ReceiverStream::new(rx)
 }
 
+/// Sends `event` as `api` carries it; an added event stripped to nothing is
+/// skipped, as a Manager without it never had it to send. False when the
+/// stream is over: the client left, or the event could not be stripped (the
+/// stream then ends with that error rather than send an addition).
+async fn send(tx: &mpsc::Sender<Result<pb::EventStreamEvent, Status>>, api: Api, event: pb::EventStreamEvent) -> bool {
+    let had_event = event.event.is_some();
+    match api.carry(event) {
+        Ok(pb::EventStreamEvent { event: None }) if had_event => true,
+        Ok(event) => tx.send(Ok(event)).await.is_ok(),
+        Err(e) => {
+            let _ = tx.send(Err(e.into())).await;
+            false
+        }
+    }
+}
+
 /// Opens a status channel: `Hello` with the simulator's version, then
 /// nothing until the client leaves or the simulator stops.
-pub(crate) fn open_status_channel(shared: &Shared) -> StatusStream {
+pub(crate) fn open_status_channel(shared: &Shared, api: Api) -> StatusStream {
     let mut shutdown = shared.shutdown_signal();
     let (tx, rx) = mpsc::channel(1);
     tokio::spawn(async move {
@@ -84,7 +103,7 @@ pub(crate) fn open_status_channel(shared: &Shared) -> StatusStream {
                 }),
             })),
         };
-        if tx.send(Ok(hello)).await.is_err() {
+        if tx.send(api.carry(hello).map_err(Status::from)).await.is_err() {
             return;
         }
         tokio::select! {

@@ -133,9 +133,9 @@ async fn simctl(sim: &Sim, args: &[String]) {
 }
 
 /// The operator's client: the chart's ServiceAccount with the chart's RBAC.
-async fn chart_identity(cp: &control_plane::ControlPlane, ns: &str) -> kube::Client {
+async fn chart_identity(cp: &control_plane::ControlPlane, ns: &str, release: &str) -> kube::Client {
     let mut helm = cp.helm();
-    helm.args(["template", "e2e"])
+    helm.args(["template", release])
         .arg(repo().join("charts/norsk-auto-manager"))
         .args(["-n", ns, "--values"])
         .arg(repo().join("e2e/values.yaml"))
@@ -144,19 +144,33 @@ async fn chart_identity(cp: &control_plane::ControlPlane, ns: &str) -> kube::Cli
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     cp.kubectl_apply(ns, &String::from_utf8_lossy(&out.stdout))
         .expect("RBAC applies");
-    cp.service_account_client(ns, "e2e-norsk-auto-manager").await
+    cp.service_account_client(ns, &format!("{release}-norsk-auto-manager"))
+        .await
 }
 
 #[tokio::test]
 async fn kind_scenario_passes_against_the_real_api_server() {
+    run_scenario("e2e", "default", false).await;
+}
+
+/// The same scenario against a published Manager (no AutoManager
+/// additions), in a fleet of its own so the two runs' NorskNodes differ.
+#[tokio::test]
+async fn kind_scenario_passes_against_a_published_manager() {
+    run_scenario("e2e-published", "published", true).await;
+}
+
+async fn run_scenario(prefix: &str, fleet: &str, published_api_only: bool) {
     let cp = control_plane::shared().await;
     cp.install_definitions().await;
-    let ns = cp.namespace("e2e").await;
-    let client = chart_identity(cp, &ns).await;
+    let ns = cp.namespace(prefix).await;
+    // A release of its own: the chart's cluster-wide RBAC is named after it.
+    let client = chart_identity(cp, &ns, prefix).await;
     let sim = Sim::start_with(SimConfig {
         seed: 11,
         time_scale: TIME_SCALE,
         cluster_nodes: kind_fleet(),
+        published_api_only,
         ..SimConfig::default()
     })
     .await;
@@ -179,7 +193,7 @@ async fn kind_scenario_passes_against_the_real_api_server() {
             options: RunOptions { time_scale: TIME_SCALE },
             instance: Some("e2e-0".to_owned()),
             bundle_namespace: Some(ns.clone()),
-            fleet: "default".to_owned(),
+            fleet: fleet.to_owned(),
         },
         Arc::new(OperatorMetrics::new()),
         Arc::new(Health::default()),
@@ -194,8 +208,13 @@ async fn kind_scenario_passes_against_the_real_api_server() {
     for step in steps {
         match &step {
             Step::Apply(file) => {
-                cp.kubectl_apply(&ns, &manifest(file))
-                    .unwrap_or_else(|e| panic!("{step:?}: {e}"));
+                // The other scenario may create the same cluster-wide pool at
+                // the same moment: the loser of that race applies again.
+                let mut applied = cp.kubectl_apply(&ns, &manifest(file));
+                if applied.as_ref().is_err_and(|e| e.contains("AlreadyExists")) {
+                    applied = cp.kubectl_apply(&ns, &manifest(file));
+                }
+                applied.unwrap_or_else(|e| panic!("{step:?}: {e}"));
             }
             Step::Ready(kind, name) => {
                 wait_for(&api(cp.client(), &ns, kind), name, "Ready", is_ready).await;

@@ -396,6 +396,7 @@ async fn faults_change_what_the_client_observes() {
         node_id: NodeId("aws-1".into()),
         tags: Default::default(),
         region: "eu-west-1".into(),
+        availability_domain: String::new(),
         instance_type: "m5.xlarge".into(),
         launch_mode: String::new(),
     };

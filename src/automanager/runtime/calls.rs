@@ -49,6 +49,7 @@ pub(super) async fn execute(port: &Port, rpc: Rpc, now: UnixMillis) -> Result<()
             node_id,
             tags,
             region,
+            availability_domain,
             instance_type,
             launch_mode,
         } => {
@@ -56,6 +57,7 @@ pub(super) async fn execute(port: &Port, rpc: Rpc, now: UnixMillis) -> Result<()
                 node_id,
                 tags,
                 region,
+                availability_domain: availability_domain.unwrap_or_default(),
                 instance_type,
                 launch_mode: launch_mode.map(|m| m.as_str().to_owned()).unwrap_or_default(),
             };

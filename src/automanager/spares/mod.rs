@@ -369,6 +369,7 @@ impl SpareState {
             node_id: node_id.clone(),
             tags: node_tags.clone(),
             region: provisioned.region.clone(),
+            availability_domain: tier.availability_domain.clone(),
             instance_type: provisioned.instance_type.clone(),
             launch_mode: tier.launch_mode,
         };

@@ -12,6 +12,7 @@ use crate::manager::proto::manager::{
 };
 use crate::manager::proto::{common, sim_admin};
 use crate::sim::RequestError;
+use crate::sim::published::Api;
 
 /// Where an instance is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -285,6 +286,9 @@ impl World {
 
     /// Answers a start with an armed rejection, if one is armed: the worker
     /// refuses with its code, words and inventory, and the instance is gone.
+    /// The published API has no rejection: there the refusal shows as the
+    /// job failing on the node (stopping with `JOB_STOPPED_JOB_FAILED`, then
+    /// stopped), as a 1.0.384 Manager reports a job its worker gave up on.
     fn take_rejection(&mut self, job_id: &str, role: &str, node_id: &str) -> bool {
         let Some(armed) = self.rejections.get_mut(job_id) else {
             return false;
@@ -293,6 +297,10 @@ impl World {
         armed.remaining = armed.remaining.saturating_sub(1);
         if armed.remaining == 0 {
             self.rejections.remove(job_id);
+        }
+        if self.api == Api::Published {
+            self.stop_instance(job_id, role, StopReason::JobStoppedJobFailed);
+            return true;
         }
         let inventory = self.nodes.get(node_id).and_then(|n| n.inventory.clone());
         self.emit(Event::JobRejected(pb::JobRejected {

@@ -29,6 +29,7 @@ use tokio::sync::{Notify, broadcast};
 use super::catalog::Catalog;
 use super::clock::SimClock;
 use super::faults::RpcFaults;
+use super::published::Api;
 use crate::manager::proto::manager::{self as pb, event_stream_event::Event};
 use crate::manager::proto::{common, sim_admin};
 use crate::model::{NodePhase, ProviderKind};
@@ -178,6 +179,9 @@ pub(crate) struct World {
     behaviours: BTreeMap<String, sim_admin::JobBehaviour>,
     audit: VecDeque<pb::AuditEntry>,
     faults: RpcFaults,
+    /// The API the Manager speaks: with the published API alone, what only
+    /// an added event would tell is shown the published way, or not at all.
+    api: Api,
 }
 
 /// Launch accounting for one (region, instance type).
@@ -191,7 +195,7 @@ pub(crate) struct Launches {
 
 impl World {
     /// An empty Manager over `catalog`.
-    pub fn new(catalog: Catalog, seed: u64, time_scale: f64, wake: Arc<Notify>) -> Self {
+    pub fn new(catalog: Catalog, seed: u64, time_scale: f64, wake: Arc<Notify>, api: Api) -> Self {
         let (events, _) = broadcast::channel(LIVE_EVENT_BUFFER);
         Self {
             catalog,
@@ -213,6 +217,7 @@ impl World {
             behaviours: BTreeMap::new(),
             audit: VecDeque::new(),
             faults: RpcFaults::default(),
+            api,
         }
     }
 
@@ -289,8 +294,12 @@ impl World {
         self.incarnations
     }
 
-    /// Appends to Manager's audit log and streams the entry.
+    /// Appends to Manager's audit log and streams the entry. The published
+    /// API has no audit log, so a Manager serving only it keeps none.
     fn audit(&mut self, action: &str, subject: &str, details: &[(&str, String)]) {
+        if self.api == Api::Published {
+            return;
+        }
         let entry = pb::AuditEntry {
             timestamp: Some(timestamp(self.now())),
             actor: "manager".to_owned(),

@@ -11,6 +11,7 @@ use crate::manager::proto::manager::{self as pb, event_stream_event::Event, node
 use crate::manager::proto::sim_admin;
 use crate::model::{NodePhase, tags};
 use crate::sim::RequestError;
+use crate::sim::published::Api;
 
 impl World {
     /// `kill-node`: the worker dies without a word. Manager only notices
@@ -73,6 +74,24 @@ impl World {
             // A rebalance recommendation carries no deadline.
             None
         };
+        // The published API relays no notice: a 1.0.384 Manager only sees
+        // the node go when the provider takes it.
+        if self.api == Api::Full {
+            self.relay_interruption(node_id, kind, in_ms)?;
+        }
+        if let Some(ms) = in_ms {
+            self.schedule(ms, Action::Reclaim(node_id.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// The notice, the node tagged `interruption=<kind>`, the audit entry.
+    fn relay_interruption(
+        &mut self,
+        node_id: &str,
+        kind: pb::InterruptionKind,
+        in_ms: Option<i64>,
+    ) -> Result<(), RequestError> {
         let now = self.now();
         let notice = pb::NodeInterruptionNotice {
             node_id: node_ref(node_id),
@@ -100,9 +119,6 @@ impl World {
             details.push(("deadlineMs", (now.saturating_add(ms)).to_string()));
         }
         self.audit("node.interruption", node_id, &details);
-        if let Some(ms) = in_ms {
-            self.schedule(ms, Action::Reclaim(node_id.to_owned()));
-        }
         Ok(())
     }
 
