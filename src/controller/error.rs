@@ -50,6 +50,14 @@ pub enum DecideError {
     /// or policy naming a pool would be refused for nothing.
     #[error("waiting for the PlacementPools to be handed to the core")]
     PoolsNotSynced,
+    /// The job's Bundle exists but the core has not been handed it yet this
+    /// term: on a Manager without a bundle store, a new leader knows a job
+    /// only once its Bundle is applied.
+    #[error("bundle {bundle} is not yet applied to the AutoManager core this term")]
+    BundleNotApplied {
+        /// The bundle id.
+        bundle: String,
+    },
     /// Manager is still running the stop-then-delete saga of the bundle.
     #[error("bundle {bundle} is still being deleted on Manager")]
     StillDeleting {
@@ -198,6 +206,7 @@ impl ReconcileError {
             Self::Decide(DecideError::NotHydrated) => "NotHydrated",
             Self::Decide(DecideError::PoolsNotSynced) => "PoolsNotSynced",
             Self::Decide(DecideError::StillDeleting { .. }) => "StillDeleting",
+            Self::Decide(DecideError::BundleNotApplied { .. }) => "BundleNotApplied",
             Self::Apply(ApplyError::Command { .. }) => "ManagerCommand",
             Self::Apply(ApplyError::Create { .. }) => "Create",
             Self::Apply(ApplyError::Delete { .. }) => "Delete",

@@ -137,6 +137,7 @@ async fn apply(migration: &JobMigration, shared: &DrainContext) -> Result<Action
         .or_else(|| shared.started(&key));
     let next = match id {
         Some(id) => {
+            awaiting_bundle(migration, shared).await?;
             shared.follows(id.clone(), ObjectRef::from_obj(migration));
             follow(migration, shared, id, &recorded).await?
         }
@@ -146,6 +147,37 @@ async fn apply(migration: &JobMigration, shared: &DrainContext) -> Result<Action
     let ended = next.phase.as_deref().is_none_or(is_ended_name);
     write_status(migration, shared, &recorded, next).await?;
     Ok(after_status(ended))
+}
+
+/// Waits while the core does not know the migrating job's bundle although
+/// the Bundle exists: a new term on a Manager without a bundle store hears
+/// of a job only once its Bundle is applied, and judging the migration
+/// before that would take a job that runs for one that is lost.
+async fn awaiting_bundle(migration: &JobMigration, shared: &DrainContext) -> Result<(), ReconcileError> {
+    let namespace = namespace(migration);
+    let bundle = BundleId(format!("{namespace}/{}", migration.spec.bundle));
+    let id = bundle.clone();
+    let known = shared.ctx.core.read(move |core| core.bundle(&id).is_some()).await?;
+    if known {
+        return Ok(());
+    }
+    let api: Api<crd::Bundle> = Api::namespaced(shared.ctx.client.clone(), &namespace);
+    let exists = api
+        .get_opt(&migration.spec.bundle)
+        .await
+        .map_err(|source| ReadError::List {
+            kind: "Bundle",
+            selector: None,
+            source,
+        })?
+        .is_some();
+    if exists {
+        return Err(DecideError::BundleNotApplied {
+            bundle: bundle.to_string(),
+        }
+        .into());
+    }
+    Ok(())
 }
 
 /// `migrateJob`; a refusal (the job not running, already migrating,
@@ -165,6 +197,20 @@ async fn start(
             shared.start(key, id.clone());
             shared.follows(id.clone(), ObjectRef::from_obj(migration));
             let state = shared.ctx.core.migration_by_id(id.clone()).await?;
+            // The Manager at hand cannot carry the strategy out: said once,
+            // as the migration starts.
+            if let Some(note) = state.as_ref().and_then(|s| s.note.clone()) {
+                shared.ctx.publish(
+                    Event {
+                        type_: EventType::Normal,
+                        reason: "StrategyChanged".to_owned(),
+                        note: Some(note),
+                        action: "Migrate".to_owned(),
+                        secondary: None,
+                    },
+                    ObjectRef::from_obj(migration).into(),
+                );
+            }
             Ok(state.map_or_else(
                 || JobMigrationStatus {
                     migration_id: Some(id.to_string()),

@@ -18,7 +18,7 @@ use norsk_auto_manager::sim::SimConfig;
 use tokio::sync::broadcast;
 
 use crate::sim_support::Sim;
-use crate::support::runtime::{Setup, cluster_node, stop};
+use crate::support::runtime::{Setup, cluster_node, one_job_bundle, stop};
 
 const TIME_SCALE: f64 = 1000.0;
 const WAIT: Duration = Duration::from_secs(60);
@@ -51,14 +51,7 @@ fn run(sim: Sim) -> Setup {
 }
 
 fn bundle(i: usize, vcpus: f64) -> Bundle {
-    Bundle {
-        bundle_id: BundleId(format!("ns/b{i}")),
-        spec: yaml_serde::from_str(&format!(
-            "pool: production\njobs:\n  - {{jobName: encode, requirements: {{requiredCapacity: {vcpus}}}}}\n"
-        ))
-        .expect("bundle parses"),
-        ..Bundle::default()
-    }
+    one_job_bundle(&format!("ns/b{i}"), vcpus)
 }
 
 fn job(i: usize) -> JobId {

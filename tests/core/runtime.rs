@@ -14,7 +14,7 @@ use norsk_auto_manager::model::{Bundle, BundleId, JobHistoryEntry, JobId, NodeId
 use tokio::sync::broadcast;
 
 use crate::sim_support::Sim;
-use crate::support::runtime::{self, Setup, settings, stop};
+use crate::support::runtime::{self, Setup, one_job_bundle, settings, stop};
 
 const TIME_SCALE: f64 = 1000.0;
 const WAIT: Duration = Duration::from_secs(60);
@@ -24,14 +24,7 @@ async fn start(nodes: &[(&str, f64)]) -> Setup {
 }
 
 fn bundle(i: usize, vcpus: f64) -> Bundle {
-    Bundle {
-        bundle_id: BundleId(format!("b{i}")),
-        spec: yaml_serde::from_str(&format!(
-            "pool: production\njobs:\n  - {{jobName: encode, requirements: {{requiredCapacity: {vcpus}}}}}\n"
-        ))
-        .expect("bundle parses"),
-        ..Bundle::default()
-    }
+    one_job_bundle(&format!("b{i}"), vcpus)
 }
 
 /// Follows notifications until `done` holds for the jobs currently running

@@ -103,17 +103,25 @@ impl Port {
     /// stream opens). A probe Manager cannot answer (unreachable) leaves
     /// its capability as it was.
     pub async fn probe(&self) {
+        let mut answered = 0;
         for capability in Capability::ALL {
             match self.client.probe(capability.probe()).await {
-                Ok(served) => self.set_mode(capability, if served { Mode::Served } else { Mode::Published }),
+                Ok(served) => {
+                    answered += 1;
+                    self.set_mode(capability, if served { Mode::Served } else { Mode::Published });
+                }
                 Err(e) => tracing::debug!(%capability, error = %e, "could not ask Manager about a capability"),
             }
         }
-        tracing::info!(
-            manager = self.client.url(),
-            capabilities = %self.capabilities.borrow().summary(),
-            "Manager capabilities"
-        );
+        // Said only when Manager answered: an unreachable Manager is the
+        // stream's to report.
+        if answered > 0 {
+            tracing::info!(
+                manager = self.client.url(),
+                capabilities = %self.capabilities.borrow().summary(),
+                "Manager capabilities"
+            );
+        }
     }
 
     /// A new stream is opening: Manager's snapshot tells every job again.

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use norsk_auto_manager::automanager::{AutoManager, AutoManagerHandle, AutoSettings, Notification, RunOptions};
-use norsk_auto_manager::model::{NodeInventory, tags};
+use norsk_auto_manager::model::{Bundle, BundleId, NodeInventory, tags};
 use norsk_auto_manager::sim::{ClusterNode, SimConfig};
 use tokio::sync::broadcast;
 
@@ -31,6 +31,18 @@ pub fn settings(sim: &Sim) -> AutoSettings {
         .expect("pools parse"),
         trace_placements: false,
         ..AutoSettings::default()
+    }
+}
+
+/// A bundle `id` of one job `encode` asking `vcpus` in pool `production`.
+pub fn one_job_bundle(id: &str, vcpus: f64) -> Bundle {
+    Bundle {
+        bundle_id: BundleId(id.to_owned()),
+        spec: yaml_serde::from_str(&format!(
+            "pool: production\njobs:\n  - {{jobName: encode, requirements: {{requiredCapacity: {vcpus}}}}}\n"
+        ))
+        .expect("bundle parses"),
+        ..Bundle::default()
     }
 }
 
