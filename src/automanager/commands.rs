@@ -60,6 +60,10 @@ impl AutoManagerCore {
                 let changed = self.update_hot_spare_specs(specs);
                 return self.answer(id, changed.map(Answer::HotSpares));
             }
+            Command::DeclareInventory { node_id, inventory } => {
+                self.fleet.declare(&node_id, inventory);
+                return self.reply(id, Ok(()));
+            }
             Command::UpdateHotSpareNode { node_id, spec } => {
                 return self.reply_with(id, |core| core.update_hot_spare_node(&node_id, &spec));
             }

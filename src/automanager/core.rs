@@ -280,6 +280,7 @@ impl AutoManagerCore {
         core.process = previous.process;
         core.counters = previous.counters.clone();
         core.manager = previous.manager.clone();
+        core.fleet.carry_declarations(&previous.fleet);
         // `updateHotSpareSpecs` replaced the list without a reconnect; a
         // reconnect keeps it.
         core.settings.hot_spares = previous.settings.hot_spares.clone();

@@ -43,6 +43,10 @@ pub struct NodeState {
     pub phase: NodePhase,
     /// What the worker advertises.
     pub inventory: Option<NodeInventory>,
+    /// What a person declared the node to be (a NorskNode's
+    /// `spec.inventory`): placement reads it where Manager reports no
+    /// inventory.
+    pub declared: Option<NodeInventory>,
     /// Set when this core provisioned it.
     pub provisioned: Option<Provisioned>,
     /// This core issued a terminate for it (once per node).
@@ -70,6 +74,7 @@ impl NodeState {
             tags: BTreeMap::new(),
             phase,
             inventory: None,
+            declared: None,
             provisioned: None,
             terminated: false,
             cordoned: false,
@@ -102,7 +107,8 @@ impl NodeState {
     }
 
     /// What placement plans on for a node that advertises no inventory:
-    /// the shape it was provisioned with — this core's record of the
+    /// what a person declared it to be, else the shape it was provisioned
+    /// with — this core's record of the
     /// provision, else the pool, tier and instance type it was tagged with
     /// (a node a predecessor provisioned, or any node of a Manager without
     /// the inventory addition) — or, for a cluster server of a pool's fixed
@@ -110,6 +116,9 @@ impl NodeState {
     /// servers to be). None: its capacity is unknown and nothing is placed
     /// on it.
     pub fn placement_inventory(&self, pools: &Pools) -> Option<NodeInventory> {
+        if let Some(declared) = &self.declared {
+            return Some(declared.clone());
+        }
         if let Some(p) = &self.provisioned {
             let shape = shape_of(pools, &p.pool, &p.tier, Some(&p.instance_type))?;
             return Some(shape.prospective_inventory(p.kind, p.region.clone()));
@@ -150,6 +159,10 @@ pub struct Fleet {
     revision: u64,
     /// Counts the changes that count (see above).
     changes: u64,
+    /// Every declaration people made (see [`NodeState::declared`]), whether
+    /// or not Manager has told of the node yet: a node told of later is
+    /// created with its declaration.
+    declared: BTreeMap<NodeId, NodeInventory>,
 }
 
 impl Fleet {
@@ -191,10 +204,11 @@ impl Fleet {
     /// The node `id`, to change, created in `phase` when unknown.
     fn entry(&mut self, id: &NodeId, phase: NodePhase) -> &mut NodeState {
         self.revision += 1;
-        let node = self
-            .nodes
-            .entry(id.clone())
-            .or_insert_with(|| NodeState::new(id.clone(), phase));
+        let declared = &self.declared;
+        let node = self.nodes.entry(id.clone()).or_insert_with(|| NodeState {
+            declared: declared.get(id).cloned(),
+            ..NodeState::new(id.clone(), phase)
+        });
         node.revision = self.revision;
         node
     }
@@ -222,6 +236,28 @@ impl Fleet {
         let node = self.entry(id, NodePhase::Running);
         node.tags = tags;
         node.phase = NodePhase::Running;
+    }
+
+    /// What a person declares node `id` to be (`None`: nothing any more);
+    /// true when that changed. A declaration can only give placement room,
+    /// so it counts.
+    pub fn declare(&mut self, id: &NodeId, inventory: Option<NodeInventory>) -> bool {
+        let changed = match &inventory {
+            Some(i) => self.declared.insert(id.clone(), i.clone()).as_ref() != Some(i),
+            None => self.declared.remove(id).is_some(),
+        };
+        if changed {
+            self.changes += 1;
+            if let Some(node) = self.get_mut(id) {
+                node.declared = inventory;
+            }
+        }
+        changed
+    }
+
+    /// The declarations of `previous`, carried to a successor's fleet.
+    pub fn carry_declarations(&mut self, previous: &Fleet) {
+        self.declared = previous.declared.clone();
     }
 
     /// `NodeInventory`.
@@ -359,6 +395,7 @@ impl Fleet {
     /// Adds a node this core is about to provision.
     pub fn add_provisioned(&mut self, id: NodeId, provisioned: Provisioned) {
         let mut node = NodeState::new(id.clone(), NodePhase::Prospective);
+        node.declared = self.declared.get(&id).cloned();
         node.tags = provisioned_tags(&provisioned);
         node.provisioned = Some(provisioned);
         self.revision += 1;

@@ -97,6 +97,16 @@ pub enum Command {
         /// Its new spec.
         spec: SpareSpec,
     },
+    /// What a person declares a node to be (a NorskNode's
+    /// `spec.inventory`; `None` withdraws it): placement reads it where
+    /// Manager reports no inventory — a cluster server on a Manager
+    /// without the inventory addition.
+    DeclareInventory {
+        /// The node (it need not be known yet).
+        node_id: NodeId,
+        /// What it holds.
+        inventory: Option<crate::model::NodeInventory>,
+    },
 }
 
 impl Command {
@@ -105,7 +115,10 @@ impl Command {
     pub fn is_live_setting(&self) -> bool {
         matches!(
             self,
-            Self::SetPlacementPools(_) | Self::SetTemplateImages(_) | Self::UpdateHotSpareSpecs(_)
+            Self::SetPlacementPools(_)
+                | Self::SetTemplateImages(_)
+                | Self::UpdateHotSpareSpecs(_)
+                | Self::DeclareInventory { .. }
         )
     }
 }

@@ -87,6 +87,14 @@ impl TestCore {
         self.input(Input::Event(Box::new(event)));
     }
 
+    /// Hands the core a command (its answer is not kept).
+    pub fn command(&mut self, command: super::protocol::Command) {
+        self.input(Input::Command {
+            id: super::protocol::CommandId(0),
+            command,
+        });
+    }
+
     fn input(&mut self, input: Input) {
         let step = self.core.handle(input, self.now);
         self.calls.extend(step.actions.into_iter().filter_map(|a| match a {

@@ -5,9 +5,10 @@
 //! round writes only what changed, at most `MAX_WRITES_PER_ROUND` objects
 //! with `CONCURRENT_WRITES` in flight; the rest follows in the next round.
 //!
-//! People edit `spec.cordoned` and `spec.spare`; a second controller hands
-//! those to the core (`cordonNode` / `uncordonNode`, `updateHotSpareNode`)
-//! and reports them as conditions under its own field manager.
+//! People edit `spec.cordoned`, `spec.spare` and `spec.inventory`; a second
+//! controller hands those to the core (`cordonNode` / `uncordonNode`,
+//! `updateHotSpareNode`, a declared inventory) and reports the first two as
+//! conditions under its own field manager.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::automanager::{AutoManagerHandle, CommandError, QueryError};
 use crate::crd::{NorskNode, NorskNodeStatus};
-use crate::model::{NodeId, SpareSpec};
+use crate::model::{NodeId, NodeInventory, SpareSpec};
 
 use super::conditions::{self, Observed};
 use super::error::{ApplyError, ReadError};
@@ -335,10 +336,30 @@ pub async fn apply_spare_spec(
     }))
 }
 
+/// `spec.inventory` -> what the core takes the node to be where Manager
+/// reports no inventory (a declaration withdrawn when the field is).
+pub async fn apply_inventory(
+    core: &AutoManagerHandle,
+    node_id: NodeId,
+    declared: Option<NodeInventory>,
+) -> Result<(), QueryError> {
+    match core.declare_inventory(node_id, declared).await {
+        Err(CommandError::Closed) => Err(QueryError::Closed),
+        // A declaration needs nothing of the fleet: nothing else refuses it.
+        _ => Ok(()),
+    }
+}
+
 #[tracing::instrument(skip_all, fields(node = %node.spec.node_id))]
 async fn reconcile_spec(node: Arc<NorskNode>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let started = Instant::now();
     let name = node.name_any();
+    apply_inventory(
+        &ctx.core,
+        NodeId(node.spec.node_id.clone()),
+        node.spec.inventory.clone(),
+    )
+    .await?;
     let mut observed = vec![apply_cordon(&ctx, &node).await?];
     observed.extend(apply_spare_spec(&ctx.core, NodeId(node.spec.node_id.clone()), node.spec.spare.clone()).await?);
     let types: Vec<&str> = observed.iter().map(|o| o.type_).collect();

@@ -112,7 +112,15 @@ fn mirror(node: NodeView, template_images: &BTreeMap<String, Vec<String>>) -> Mi
             .as_ref()
             .map(|fleet_node| NodePlacementStatus::of(fleet_node, template_images)),
     };
+    let capacity_known = node.placement.as_ref().is_some_and(|n| n.inventory.is_some());
     let ready = match (node.phase, unhealthy) {
+        // Nothing is placed on a node whose size nobody knows.
+        (NodePhase::Running, false) if !capacity_known => Observed::no(
+            READY,
+            "CapacityUnknown",
+            "Manager reports no inventory for this node and none is declared: set spec.inventory, or give its \
+             pool's fixed tier a candidateInstanceTypes entry; nothing is placed here until then",
+        ),
         (NodePhase::Running, false) => Observed::yes(READY, "Running", ""),
         (NodePhase::Running, true) => Observed::no(
             READY,
@@ -180,6 +188,26 @@ mod tests {
         );
         assert!(status.placement.is_some());
         assert_eq!(a.conditions, [Observed::yes(READY, "Running", "")]);
+    }
+
+    #[test]
+    fn a_running_node_nobody_knows_the_size_of_is_not_ready_until_one_is_declared() {
+        // A cluster server on a Manager that reports no inventory.
+        let mut test = TestCore::hydrated(&[("a", 4.0)]);
+        test.node_started("b");
+        let b = &mirrored_nodes(test.read(), DEFAULT_FLEET)["b"];
+        assert_eq!(b.conditions[0].reason, "CapacityUnknown");
+        assert!(!b.conditions[0].status);
+        test.command(crate::automanager::Command::DeclareInventory {
+            node_id: NodeId::from("b"),
+            inventory: Some(crate::model::NodeInventory::local_server(
+                "studio", "rack-2", "r640", 8.0,
+            )),
+        });
+        let b = &mirrored_nodes(test.read(), DEFAULT_FLEET)["b"];
+        assert_eq!(b.conditions, [Observed::yes(READY, "Running", "")]);
+        let placement = b.status.placement.as_ref().expect("placement reads the node");
+        assert_eq!(placement.inventory.as_ref().map(|i| i.total_capacity), Some(8.0));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::node_placement::NodePlacementStatus;
-use crate::model::SpareSpec;
+use crate::model::{NodeInventory, SpareSpec};
 
 /// What people may change about a node: whether placement may use it, and
 /// (for a live spare) what it is warmed and reserved for.
@@ -47,6 +47,12 @@ pub struct NorskNodeSpec {
     /// (`updateHotSpareNode`). Ignored on a node that is not a spare.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spare: Option<SpareSpec>,
+    /// What the node is, declared by a person: placement reads it when
+    /// Manager reports no inventory for the node (a cluster server on a
+    /// Manager that speaks only the published API). What Manager reports
+    /// wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<NodeInventory>,
 }
 
 /// The node as Manager and the AutoManager core see it.

@@ -54,8 +54,9 @@ pub struct NodePlacementStatus {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
     /// What placement takes the node to offer: the worker's advertised
-    /// inventory or, for a node still launching, its instance type's shape.
-    /// Absent: the node is invisible to placement.
+    /// inventory or, where Manager reports none, what `spec.inventory`
+    /// declares, else the shape it was provisioned as (or its fixed tier's
+    /// first candidate). Absent: the node is invisible to placement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inventory: Option<NodeInventory>,
     /// For each template of the operator's `templateImages`, the images of

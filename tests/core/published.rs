@@ -12,7 +12,7 @@ use norsk_auto_manager::automanager::{AutoManager, MigrationOptions, MigrationPh
 use norsk_auto_manager::manager::port::{Capability, Mode};
 use norsk_auto_manager::manager::proto::sim_admin;
 use norsk_auto_manager::model::{
-    Bundle, BundleId, JobHistoryEntry, JobId, MigrationId, MigrationStrategy, NodeId, runtime_job_id,
+    Bundle, BundleId, JobHistoryEntry, JobId, MigrationId, MigrationStrategy, NodeId, NodeInventory, runtime_job_id,
 };
 use norsk_auto_manager::sim::SimConfig;
 use tokio::sync::broadcast;
@@ -304,6 +304,50 @@ async fn migrations_on_a_published_manager_stop_then_start_overlap_and_handover_
             .iter()
             .any(|e| matches!(e, JobHistoryEntry::Running { role, .. } if role.0.contains('@'))),
         "the target ran under its own key"
+    );
+    stop(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_server_is_placed_on_only_once_its_size_is_declared() {
+    // A pool whose fixed tier says nothing of its servers: on a published
+    // Manager their size is unknown until a person declares it.
+    let sim = published_sim(&["small", "big"]).await;
+    let settings = norsk_auto_manager::automanager::AutoSettings {
+        url: sim.handle.url(),
+        placement_pools: yaml_serde::from_str(
+            "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed}\n",
+        )
+        .expect("pools parse"),
+        trace_placements: false,
+        ..Default::default()
+    };
+    let (am, join) = AutoManager::run_with(settings, RunOptions { time_scale: TIME_SCALE }).expect("runs");
+    let mut s = Setup {
+        events: am.subscribe(),
+        sim,
+        am,
+        join,
+    };
+    until_notified(
+        &mut s.events,
+        "the stream",
+        |n| matches!(n, Notification::ConnectionStateChange { state } if state == "ready"),
+    )
+    .await;
+    // Declared before anything asks for room; "small" stays unknown.
+    let declared = NodeInventory::local_server("studio", "rack-1", "r640", 8.0);
+    s.am.declare_inventory(NodeId("big".into()), Some(declared))
+        .await
+        .expect("declared");
+    for i in 0..3 {
+        s.am.create_bundle(bundle(i, 2.0)).await.expect("bundle accepted");
+    }
+    until_instances(&s.sim, "three jobs run", |r| each_once(r, 3)).await;
+    let running = instances(&s.sim).await;
+    assert!(
+        running.values().all(|i| i[0].1 == NodeId("big".into())),
+        "only the declared server takes jobs: {running:?}"
     );
     stop(s).await;
 }

@@ -18,8 +18,8 @@ use crate::automanager::spares::state::HotSpareStatus;
 use crate::automanager::views::ReadModel;
 use crate::manager::stream::ConnectionState;
 use crate::model::{
-    Bundle, BundleId, BundleJobRef, BundleSpec, HotSpareSpec, JobId, MigrationId, NodeId, PlacementPool, SpareSpec,
-    UnixMillis,
+    Bundle, BundleId, BundleJobRef, BundleSpec, HotSpareSpec, JobId, MigrationId, NodeId, NodeInventory, PlacementPool,
+    SpareSpec, UnixMillis,
 };
 use crate::placement::{Admission, BundleValidation, Placement, PlacementError};
 
@@ -81,6 +81,16 @@ impl AutoManagerHandle {
     /// `updateHotSpareNode`: edits one live spare's `SpareSpec`.
     pub async fn update_hot_spare_node(&self, node_id: NodeId, spec: SpareSpec) -> Result<(), CommandError> {
         self.command(Command::UpdateHotSpareNode { node_id, spec }).await
+    }
+
+    /// What a person declares node `node_id` to be (`None` withdraws it):
+    /// placement reads it where Manager reports no inventory.
+    pub async fn declare_inventory(
+        &self,
+        node_id: NodeId,
+        inventory: Option<NodeInventory>,
+    ) -> Result<(), CommandError> {
+        self.command(Command::DeclareInventory { node_id, inventory }).await
     }
 
     /// `spareSpec(nodeId)`: a live spare's `SpareSpec`; `None` for a node

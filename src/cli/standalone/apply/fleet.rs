@@ -1,4 +1,5 @@
-//! What the documents ask of nodes: `NorskNode` (cordon, spare spec) and
+//! What the documents ask of nodes: `NorskNode` (cordon, spare spec,
+//! declared inventory) and
 //! `NodeDrain`.
 
 use std::collections::BTreeSet;
@@ -9,7 +10,9 @@ use crate::cli::documents::{Kind, Resource};
 use crate::cli::standalone::follow::Files;
 use crate::controller::conditions::Observed;
 use crate::controller::drain::start_drain;
-use crate::controller::node::{BY_SPEC, CORDONED, CordonStep, apply_spare_spec, cordon_done, cordon_step};
+use crate::controller::node::{
+    BY_SPEC, CORDONED, CordonStep, apply_inventory, apply_spare_spec, cordon_done, cordon_step,
+};
 use crate::model::NodeId;
 
 impl Applier {
@@ -22,6 +25,8 @@ impl Applier {
             let name = wanted.resource.key().name;
             names.insert(name.clone());
             let node_id = NodeId(node.spec.node_id.clone());
+            // A declaration needs no node yet: one told of later has it.
+            apply_inventory(&self.core, node_id.clone(), node.spec.inventory.clone()).await?;
             let asked = node_id.clone();
             let (known, cordoned) = self
                 .core
@@ -81,13 +86,15 @@ impl Applier {
             let message = (!refused.is_empty()).then(|| format!("{}: {}", wanted.origin(), refused.join("; ")));
             self.report(&subject, message, "applied");
         }
-        // Documents gone: what they cordoned is uncordoned.
+        // Documents gone: what they cordoned is uncordoned, what they
+        // declared withdrawn.
         let gone: Vec<String> = self.nodes.keys().filter(|n| !names.contains(*n)).cloned().collect();
         for name in gone {
             let Some(record) = self.nodes.remove(&name) else {
                 continue;
             };
             self.report(&format!("NorskNode {name}"), None, "removed");
+            apply_inventory(&self.core, record.node_id.clone(), None).await?;
             if record.by_spec {
                 match self.core.uncordon_node(record.node_id.clone()).await {
                     Ok(()) | Err(CommandError::UnknownNode(_) | CommandError::NodeGone(_)) => {}
