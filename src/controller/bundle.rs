@@ -124,6 +124,7 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
     let wanted = model::Bundle {
         bundle_id: bundle_id.clone(),
         spec: bundle.spec.0.clone(),
+        terminal_verdict: recorded_verdict(bundle),
         ..model::Bundle::default()
     };
     let sent = match &found.bundle {
@@ -168,6 +169,21 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
     let observed = observe_bundle(bundle, &writer, ctx).await?;
     write_status(bundle, &writer, observed).await?;
     Ok(Action::requeue(RESYNC))
+}
+
+/// The broken verdict the Bundle's status records for its spec as it
+/// stands (none once the spec changed since: an update revives). Handed
+/// with the bundle when a new term creates it, so a Manager that keeps no
+/// verdicts of its own (the published API) does not revive a bundle that
+/// broke under the previous leader; a Manager that keeps them ignores it.
+fn recorded_verdict(bundle: &crd::Bundle) -> Option<model::TerminalVerdict> {
+    let status = bundle.status.as_ref()?;
+    let reason = status.broken.clone()?;
+    (status.observed_generation == bundle.meta().generation).then_some(model::TerminalVerdict {
+        kind: model::VerdictKind::Broken,
+        reason,
+        at: None,
+    })
 }
 
 async fn observe_bundle(

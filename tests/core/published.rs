@@ -12,7 +12,8 @@ use norsk_auto_manager::automanager::{AutoManager, MigrationOptions, MigrationPh
 use norsk_auto_manager::manager::port::{Capability, Mode};
 use norsk_auto_manager::manager::proto::sim_admin;
 use norsk_auto_manager::model::{
-    Bundle, BundleId, JobHistoryEntry, JobId, MigrationId, MigrationStrategy, NodeId, NodeInventory, runtime_job_id,
+    Bundle, BundleId, JobHistoryEntry, JobId, MigrationId, MigrationStrategy, NodeId, NodeInventory, TerminalVerdict,
+    VerdictKind, runtime_job_id,
 };
 use norsk_auto_manager::sim::SimConfig;
 use tokio::sync::broadcast;
@@ -350,4 +351,94 @@ async fn a_cluster_server_is_placed_on_only_once_its_size_is_declared() {
         "only the declared server takes jobs: {running:?}"
     );
     stop(s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_broken_under_one_operator_stays_broken_under_the_next() {
+    let sim = published_sim(&["n1"]).await;
+    let settings = |sim: &Sim| norsk_auto_manager::automanager::AutoSettings {
+        url: sim.handle.url(),
+        placement_pools: yaml_serde::from_str(POOLS).expect("pools parse"),
+        trace_placements: false,
+        max_restarts_per_hour: Some(1),
+        ..Default::default()
+    };
+    let (am, join) = AutoManager::run_with(settings(&sim), RunOptions { time_scale: TIME_SCALE }).expect("runs");
+    let mut s = Setup {
+        events: am.subscribe(),
+        sim,
+        am,
+        join,
+    };
+    s.am.create_bundle(bundle(0, 2.0)).await.expect("bundle accepted");
+    // The job crashes until its restart ceiling breaks the bundle.
+    let crash = async {
+        loop {
+            until_instances(&s.sim, "the job runs", |r| each_once(r, 1)).await;
+            let _ = s
+                .sim
+                .admin
+                .clone()
+                .fail_job(sim_admin::JobRef {
+                    job_id: job(0).0,
+                    ..Default::default()
+                })
+                .await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        () = crash => {}
+        () = until_notified(&mut s.events, "the bundle broken", |n| matches!(n, Notification::BundleBroken { .. })) => {}
+    }
+    let reason =
+        s.am.read(|core| core.broken(&BundleId("ns/b0".into())).map(str::to_owned))
+            .await
+            .expect("read")
+            .expect("broken");
+    s.am.close().await;
+    s.join.await.expect("the loop ends cleanly");
+
+    // The next operator applies the Bundle with the verdict its status
+    // records: on a Manager that keeps no verdicts, it stays broken.
+    let (am, join) = AutoManager::run_with(settings(&s.sim), RunOptions { time_scale: TIME_SCALE }).expect("runs");
+    let mut next = Setup {
+        events: am.subscribe(),
+        sim: s.sim,
+        am,
+        join,
+    };
+    until_notified(
+        &mut next.events,
+        "the stream",
+        |n| matches!(n, Notification::ConnectionStateChange { state } if state == "ready"),
+    )
+    .await;
+    let recorded = Bundle {
+        terminal_verdict: Some(TerminalVerdict {
+            kind: VerdictKind::Broken,
+            reason: reason.clone(),
+            at: None,
+        }),
+        ..bundle(0, 2.0)
+    };
+    next.am.create_bundle(recorded).await.expect("bundle accepted");
+    let id = BundleId("ns/b0".into());
+    let still = next
+        .am
+        .read(move |core| core.broken(&id).map(str::to_owned))
+        .await
+        .expect("read");
+    assert_eq!(still.as_deref(), Some(reason.as_str()), "the bundle is still broken");
+    // Nothing starts it again.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        instances(&next.sim).await.is_empty(),
+        "a broken bundle's job was started again"
+    );
+    assert_eq!(
+        next.am.metrics().await.expect("metrics").counters.placements_attempted,
+        0
+    );
+    stop(next).await;
 }

@@ -21,7 +21,7 @@ use crate::manager::expansion::expand;
 use crate::manager::proto::common;
 use crate::manager::proto::manager::{self as pb, event_stream_event::Event, job_history_entry::HistoryEntry};
 use crate::manager::wire;
-use crate::model::{Bundle, BundleJobRef, JobId, TerminalVerdict, UnixMillis};
+use crate::model::{Bundle, BundleJobRef, JobId, TerminalVerdict, UnixMillis, VerdictKind};
 
 /// The bundle a Manager job was expanded from.
 pub const TAG_BUNDLE: &str = "automanager.norsk.video/bundle";
@@ -121,8 +121,9 @@ pub struct BundleStore {
 impl BundleStore {
     /// `CreateBundle`: stored and expanded. The jobs Manager already holds
     /// for it (a restart, a leader change) are kept as they are when their
-    /// spec digest matches, brought to the new revision when it does not;
-    /// the missing ones are created.
+    /// spec digest matches — and a broken verdict the bundle comes with
+    /// stands then — brought to the new revision when it does not; the
+    /// missing ones are created.
     pub fn create(&mut self, bundle: &Bundle, now: UnixMillis) -> Result<Plan, Refusal> {
         let id = bundle.bundle_id.0.clone();
         let digest = spec_digest(bundle);
@@ -146,7 +147,17 @@ impl BundleStore {
             Some(r) => r + 1,
             None => 1,
         };
-        let stored = self.store(bundle, digest, generation, now);
+        let mut stored = self.store(bundle, digest, generation, now);
+        // A verdict the caller recorded for this very spec stands: the
+        // jobs Manager holds were written for it (a new term re-applying a
+        // bundle that broke under the previous one).
+        if same {
+            stored.bundle.terminal_verdict = bundle
+                .terminal_verdict
+                .as_ref()
+                .filter(|v| v.kind == VerdictKind::Broken)
+                .map(wire::verdict_to_pb);
+        }
         let mut plan = Plan {
             events: vec![bundle_updated(&stored.bundle)],
             calls: Vec::new(),
@@ -561,4 +572,149 @@ fn bundle_deleted(bundle_id: &str) -> pb::EventStreamEvent {
     wrap(Event::BundleDeleted(pb::BundleDeleted {
         bundle_id: bundle_id.to_owned(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manager::wire::{job_id_to_pb, millis_to_pb};
+
+    fn bundle(bitrate: &str, verdict: Option<&str>) -> Bundle {
+        Bundle {
+            bundle_id: "ns/ch1".into(),
+            spec: yaml_serde::from_str(&format!(
+                "pool: p\njobs:\n  - {{jobName: encode, parameters: {{bitrate: '{bitrate}'}}}}\n"
+            ))
+            .expect("spec parses"),
+            terminal_verdict: verdict.map(|reason| TerminalVerdict {
+                kind: VerdictKind::Broken,
+                reason: reason.to_owned(),
+                at: None,
+            }),
+            ..Bundle::default()
+        }
+    }
+
+    /// Manager's word on a job the store wrote: what `call` created, as a
+    /// published Manager holds it, running on `node`.
+    fn held(call: &Call, node: &str) -> Event {
+        let Call::Create(job) = call else {
+            panic!("not a create: {call:?}");
+        };
+        let running = pb::JobHistoryEntry {
+            history_entry: Some(HistoryEntry::JobRunning(pb::JobHistoryJobRunning {
+                timestamp: Some(millis_to_pb(1)),
+                role: "primary".into(),
+                node_metadata: Some(common::NodeMetadata {
+                    node_id: Some(common::NodeId { node_id: node.into() }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })),
+        };
+        Event::JobActive(pb::JobActive {
+            job_with_history: Some(pb::JobWithHistory {
+                job: Some(job.clone()),
+                history_entry: vec![running],
+            }),
+        })
+    }
+
+    fn told_bundle(events: &[pb::EventStreamEvent]) -> pb::Bundle {
+        events
+            .iter()
+            .find_map(|e| match &e.event {
+                Some(Event::BundleUpdated(b)) => b.bundle.clone(),
+                _ => None,
+            })
+            .expect("bundle_updated told")
+    }
+
+    #[test]
+    fn a_new_term_keeps_what_runs_and_a_recorded_verdict_only_for_an_unchanged_spec() {
+        // The first term writes the job.
+        let mut first = BundleStore::default();
+        let plan = first.create(&bundle("5000", None), 0).expect("created");
+        assert_eq!(plan.calls.len(), 1);
+        let job = held(&plan.calls[0], "n1");
+        let Call::Create(written) = &plan.calls[0] else {
+            unreachable!()
+        };
+        assert!(
+            written.bundle_ref.is_none() && written.requirements.is_none(),
+            "published fields only"
+        );
+        assert_eq!(written.tags[TAG_REVISION], "1");
+
+        // A new term hears the job before its Bundle: kept back.
+        let mut next = BundleStore::default();
+        assert!(next.seen(job.clone()).is_empty());
+        // The Bundle applied with the verdict its status records, for the
+        // same spec: nothing is written, the verdict stands, the job is told
+        // with its spec.
+        let plan = next
+            .create(&bundle("5000", Some("restart ceiling")), 0)
+            .expect("created");
+        assert!(plan.calls.is_empty(), "{:?}", plan.calls);
+        let told = told_bundle(&plan.events);
+        assert_eq!(told.generation, 1);
+        assert_eq!(
+            told.terminal_verdict.map(|v| v.reason),
+            Some("restart ceiling".to_owned())
+        );
+        let Some(Event::JobUpdated(pb::JobUpdated {
+            job_with_history: Some(j),
+        })) = &plan.events[1].event
+        else {
+            panic!("the kept-back job is told: {:?}", plan.events);
+        };
+        assert!(
+            j.job.as_ref().is_some_and(|j| j.bundle_ref.is_some()),
+            "told with its spec"
+        );
+        assert_eq!(j.history_entry.len(), 1, "and Manager's history");
+
+        // A spec changed while no operator ran: a new revision, the verdict
+        // void (an update revives).
+        let mut changed = BundleStore::default();
+        changed.seen(job);
+        let plan = changed
+            .create(&bundle("3000", Some("restart ceiling")), 0)
+            .expect("created");
+        assert!(told_bundle(&plan.events).terminal_verdict.is_none());
+        assert_eq!(told_bundle(&plan.events).generation, 2);
+        let [Call::Update(rewritten)] = plan.calls.as_slice() else {
+            panic!("one update: {:?}", plan.calls);
+        };
+        assert_eq!(rewritten.tags[TAG_REVISION], "2");
+        assert_eq!(rewritten.job_id, Some(job_id_to_pb(&"ns/ch1/0/encode".into())));
+    }
+
+    #[test]
+    fn a_delete_stops_what_runs_deletes_the_jobs_and_ends_when_manager_has() {
+        let mut store = BundleStore::default();
+        let plan = store.create(&bundle("5000", None), 0).expect("created");
+        store.seen(held(&plan.calls[0], "n1"));
+        let plan = store.delete("ns/ch1").expect("deleting");
+        assert_eq!(told_bundle(&plan.events).state, pb::BundleState::Deleting as i32);
+        assert_eq!(
+            plan.calls,
+            [
+                Call::Stop {
+                    job_id: "ns/ch1/0/encode".into(),
+                    role: "primary".into(),
+                    node_id: "n1".into(),
+                },
+                Call::Delete("ns/ch1/0/encode".into()),
+            ]
+        );
+        let ended = store.seen(Event::JobDeleted(pb::JobDeleted {
+            job_id: Some(job_id_to_pb(&"ns/ch1/0/encode".into())),
+        }));
+        assert!(
+            matches!(ended.as_slice(), [Event::JobDeleted(_), Event::BundleDeleted(b)] if b.bundle_id == "ns/ch1"),
+            "{ended:?}"
+        );
+        assert!(store.is_empty());
+    }
 }
