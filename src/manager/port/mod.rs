@@ -41,10 +41,10 @@ pub type Told = mpsc::UnboundedReceiver<pb::EventStreamEvent>;
 struct Kept {
     bundles: BundleStore,
     nodes: NodeTags,
-    /// Deferred starts not yet started, (job, instance key) -> node: a
-    /// Manager without deferred start is asked to start them only at
-    /// `StartPreparedJob`.
-    prepared: BTreeMap<(String, String), String>,
+    /// Deferred starts not yet made, by (job, instance key): a Manager
+    /// without deferred start is asked to start them, as they were asked
+    /// for, only at `StartPreparedJob`.
+    prepared: BTreeMap<(String, String), StartJob>,
 }
 
 /// The port. Cheap to clone; clones share what is kept.
@@ -350,10 +350,13 @@ impl Port {
             return self.client.start_job(start).await;
         }
         self.either(Capability::DeferredStart, self.client.start_job(start), async {
-            self.kept().prepared.insert(
-                (start.job_id.0.clone(), start.instance_key.0.clone()),
-                start.node_id.0.clone(),
-            );
+            let deferred = StartJob {
+                defer_start: false,
+                ..start.clone()
+            };
+            self.kept()
+                .prepared
+                .insert((start.job_id.0.clone(), start.instance_key.0.clone()), deferred);
             self.tell([prepared(&start.job_id, &start.instance_key, &start.node_id)]);
             Ok(())
         })
@@ -372,23 +375,14 @@ impl Port {
             self.client.start_prepared_job(job_id, key, node_id),
             async {
                 let kept = self.kept().prepared.remove(&(job_id.0.clone(), key.0.clone()));
-                if kept.is_none() {
-                    return Err(RpcError {
+                match kept {
+                    Some(start) if &start.node_id == node_id => self.client.start_job(&start).await,
+                    _ => Err(RpcError {
                         rpc: "StartPreparedJob",
                         code: tonic::Code::NotFound,
-                        message: format!("no prepared instance {key} of job {job_id}"),
-                    });
+                        message: format!("no prepared instance {key} of job {job_id} on {node_id}"),
+                    }),
                 }
-                let start = StartJob {
-                    job_id: job_id.clone(),
-                    instance_key: key.clone(),
-                    node_id: node_id.clone(),
-                    gpu_index: None,
-                    defer_start: false,
-                    runtime_role: String::new(),
-                    migration_id: None,
-                };
-                self.client.start_job(&start).await
             },
         )
         .await
