@@ -351,16 +351,6 @@ impl BundleStore {
         self.jobs.clear();
     }
 
-    /// Which bundles are stored (for the read-out).
-    pub fn len(&self) -> usize {
-        self.bundles.len()
-    }
-
-    /// Whether none is.
-    pub fn is_empty(&self) -> bool {
-        self.bundles.is_empty()
-    }
-
     fn store(&self, bundle: &Bundle, digest: String, generation: u64, now: UnixMillis) -> Stored {
         let mut pb_bundle = wire::bundle_to_pb(bundle);
         pb_bundle.state = pb::BundleState::Live as i32;
@@ -715,6 +705,6 @@ mod tests {
             matches!(ended.as_slice(), [Event::JobDeleted(_), Event::BundleDeleted(b)] if b.bundle_id == "ns/ch1"),
             "{ended:?}"
         );
-        assert!(store.is_empty());
+        assert!(store.snapshot().is_empty(), "the bundle is no longer stored");
     }
 }

@@ -98,11 +98,9 @@ impl NodeTags {
     }
 
     fn overlaid(&mut self, node_id: String, tags: &mut std::collections::HashMap<String, String>) {
+        self.reported.insert(node_id.clone(), tags.clone());
         if let Some(overlay) = self.overlays.get(&node_id) {
-            self.reported.insert(node_id, tags.clone());
             overlay.apply(tags);
-        } else {
-            self.reported.insert(node_id, tags.clone());
         }
     }
 }
