@@ -357,7 +357,7 @@ impl ManagerClient {
     /// Whether Manager serves the addition `method`: it is called with an
     /// empty request, which a Manager serving it refuses without effect and
     /// one without it answers `UNIMPLEMENTED`. An error is a Manager that
-    /// did not answer at all.
+    /// did not answer the question: unreachable, or refusing the caller.
     pub async fn probe(&self, method: &'static str) -> Result<bool, RpcError> {
         let mut inner = self.inner.clone();
         let answer = match method {
@@ -389,7 +389,15 @@ impl ManagerClient {
         };
         match answer {
             Err(status) if status.code() == tonic::Code::Unimplemented => Ok(false),
-            Err(status) if RpcError::from_status(method, status.clone()).kind() == RpcErrorKind::Transient => {
+            // Unreachable, or refused before the method was looked at (a
+            // wrong token): Manager has not said whether it serves it.
+            Err(status)
+                if RpcError::from_status(method, status.clone()).kind() == RpcErrorKind::Transient
+                    || matches!(
+                        status.code(),
+                        tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+                    ) =>
+            {
                 Err(RpcError::from_status(method, status))
             }
             _ => Ok(true),

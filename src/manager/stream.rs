@@ -179,7 +179,9 @@ async fn session(
     backoff: &mut Backoff,
 ) -> Ended {
     if let Some((port, _)) = port.as_deref() {
-        port.probe().await;
+        if let Err(RpcError { code, message, .. }) = port.probe().await {
+            return Ended::Unreachable(format!("{code:?}: {message}"));
+        }
         port.reconnecting();
     }
     let mut stream = match client.event_stream(settings.pending_window_s).await {

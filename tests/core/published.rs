@@ -156,6 +156,64 @@ async fn on_a_published_manager_bundles_run_as_tagged_jobs_and_a_lost_node_is_re
     stop(s).await;
 }
 
+/// A Manager that cannot say whether it serves an addition (it is starting,
+/// or a proxy in front of it is failing) is not streamed from: an addition
+/// that is only a field would be dropped by a published Manager without a
+/// word, so the operator waits for every answer before it acts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_stream_opens_until_manager_has_answered_every_capability() {
+    let sim = Sim::start_with(SimConfig {
+        seed: 5,
+        time_scale: TIME_SCALE,
+        cluster_nodes: vec![cluster_node("n1", 8.0)],
+        ..SimConfig::default()
+    })
+    .await;
+    let fault = sim_admin::RpcFaultRequest {
+        rpc: "StartPreparedJob".into(),
+        failure_rate: 1.0,
+        ..Default::default()
+    };
+    sim.admin.clone().rpc_fault(fault.clone()).await.expect("fault set");
+    let mut s = run(sim);
+    let follow = async {
+        loop {
+            match s.events.recv().await {
+                Ok(Notification::ConnectionStateChange { state }) if state == "transientFailure" => return,
+                Ok(Notification::ConnectionStateChange { state }) => {
+                    assert_ne!(state, "ready", "the stream opened with a capability unanswered")
+                }
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => panic!("the AutoManager stopped"),
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, follow)
+        .await
+        .expect("the connection is retried");
+    s.sim
+        .admin
+        .clone()
+        .rpc_fault(sim_admin::RpcFaultRequest { clear: true, ..fault })
+        .await
+        .expect("fault cleared");
+    until_notified(
+        &mut s.events,
+        "the stream once Manager answers",
+        |n| matches!(n, Notification::ConnectionStateChange { state } if state == "ready"),
+    )
+    .await;
+    let caps = s.am.capabilities().borrow().clone();
+    assert!(
+        Capability::ALL.iter().all(|c| caps.mode(*c) == Mode::Served),
+        "a full Manager serves every addition: {}",
+        caps.summary()
+    );
+    s.am.create_bundle(bundle(0, 2.0)).await.expect("bundle accepted");
+    until_instances(&s.sim, "the job runs", |r| each_once(r, 1)).await;
+    stop(s).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_operator_adopts_what_a_published_manager_runs_and_moves_nothing() {
     let s = run(published_sim(&["n1", "n2"]).await);

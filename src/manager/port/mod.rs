@@ -100,28 +100,31 @@ impl Port {
     }
 
     /// Asks Manager which additions it serves (each connection, before its
-    /// stream opens). A probe Manager cannot answer (unreachable) leaves
-    /// its capability as it was.
-    pub async fn probe(&self) {
-        let mut answered = 0;
+    /// stream opens). Every capability must be answered: an addition that
+    /// is only a field (a deferred start's flag) would be dropped without a
+    /// word by a published Manager, so a connection whose probes Manager
+    /// could not all answer (it is still starting, or went away) is not
+    /// opened; the stream session retries it. What was answered is kept.
+    pub async fn probe(&self) -> Result<(), RpcError> {
+        let mut unanswered = None;
         for capability in Capability::ALL {
             match self.client.probe(capability.probe()).await {
-                Ok(served) => {
-                    answered += 1;
-                    self.set_mode(capability, if served { Mode::Served } else { Mode::Published });
+                Ok(served) => self.set_mode(capability, if served { Mode::Served } else { Mode::Published }),
+                Err(e) => {
+                    tracing::debug!(%capability, error = %e, "could not ask Manager about a capability");
+                    unanswered.get_or_insert(e);
                 }
-                Err(e) => tracing::debug!(%capability, error = %e, "could not ask Manager about a capability"),
             }
         }
-        // Said only when Manager answered: an unreachable Manager is the
-        // stream's to report.
-        if answered > 0 {
-            tracing::info!(
-                manager = self.client.url(),
-                capabilities = %self.capabilities.borrow().summary(),
-                "Manager capabilities"
-            );
+        if let Some(e) = unanswered {
+            return Err(e);
         }
+        tracing::info!(
+            manager = self.client.url(),
+            capabilities = %self.capabilities.borrow().summary(),
+            "Manager capabilities"
+        );
+        Ok(())
     }
 
     /// A new stream is opening: Manager's snapshot tells every job again.
