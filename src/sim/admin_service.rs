@@ -8,6 +8,7 @@ use tonic::{Request, Response, Status};
 
 use super::RequestError;
 use super::inspect;
+use super::published::Api;
 use super::server::Shared;
 use super::world::World;
 use crate::manager::proto::sim_admin::{self, sim_admin_server::SimAdmin};
@@ -67,6 +68,18 @@ impl SimAdmin for AdminService {
 
     async fn rpc_fault(&self, req: Request<sim_admin::RpcFaultRequest>) -> Result<Response<()>, Status> {
         self.call(|w| w.set_rpc_fault(req.into_inner()))
+    }
+
+    async fn set_api(&self, req: Request<sim_admin::SetApiRequest>) -> Result<Response<()>, Status> {
+        let api = if req.get_ref().published_api_only {
+            Api::Published
+        } else {
+            Api::Full
+        };
+        self.shared.lock().set_api(api);
+        // A new Manager version: its clients reconnect.
+        self.shared.drop_streams();
+        Ok(Response::new(()))
     }
 
     async fn drop_stream(&self, _: Request<()>) -> Result<Response<()>, Status> {

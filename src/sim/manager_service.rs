@@ -20,12 +20,16 @@ use crate::manager::proto::manager::{self as pb, manager_server::Manager};
 /// The Manager service.
 pub(crate) struct ManagerService {
     shared: Arc<Shared>,
-    api: Api,
 }
 
 impl ManagerService {
-    pub fn new(shared: Arc<Shared>, api: Api) -> Self {
-        Self { shared, api }
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+
+    /// The API spoken now (the world's; `SetApi` changes it).
+    fn api(&self) -> Api {
+        self.shared.lock().api()
     }
 
     async fn call<T>(
@@ -42,12 +46,12 @@ impl ManagerService {
     /// the additions ignores the fields it does not know, as any protobuf
     /// server ignores unknown fields.
     fn request<M: Published>(&self, req: Request<M>) -> Result<M, Status> {
-        Ok(self.api.carry(req.into_inner())?)
+        Ok(self.api().carry(req.into_inner())?)
     }
 
     /// An answer of a published RPC as it leaves.
     fn answer<M: Published>(&self, answer: Response<M>) -> Result<Response<M>, Status> {
-        Ok(Response::new(self.api.carry(answer.into_inner())?))
+        Ok(Response::new(self.api().carry(answer.into_inner())?))
     }
 }
 
@@ -61,7 +65,7 @@ impl Manager for ManagerService {
 
     async fn create_status_channel(&self, _: Request<()>) -> Result<Response<StatusStream>, Status> {
         self.shared.fault("CreateStatusChannel").await?;
-        Ok(Response::new(stream::open_status_channel(&self.shared, self.api)))
+        Ok(Response::new(stream::open_status_channel(&self.shared, self.api())))
     }
 
     async fn create_job(&self, req: Request<pb::Job>) -> Result<Response<pb::JobHash>, Status> {
@@ -82,9 +86,10 @@ impl Manager for ManagerService {
     async fn job_search(&self, req: Request<pb::JobSearchRequest>) -> Result<Response<JobSearchStream>, Status> {
         let search = self.request(req)?;
         let found = self.call("JobSearch", |w| w.job_search(&search)).await?.into_inner();
+        let api = self.api();
         let found = found
             .into_iter()
-            .map(|job| self.api.carry(job).map_err(Status::from))
+            .map(|job| api.carry(job).map_err(Status::from))
             .collect::<Vec<_>>();
         Ok(Response::new(tokio_stream::iter(found)))
     }
@@ -127,7 +132,7 @@ impl Manager for ManagerService {
 
     async fn event_stream(&self, _: Request<pb::EventStreamRequest>) -> Result<Response<EventStream>, Status> {
         self.shared.fault("EventStream").await?;
-        Ok(Response::new(stream::open_event_stream(&self.shared, self.api)))
+        Ok(Response::new(stream::open_event_stream(&self.shared, self.api())))
     }
 
     async fn create_bundle(&self, req: Request<pb::Bundle>) -> Result<Response<pb::BundleAck>, Status> {

@@ -14,10 +14,12 @@
 
 mod additions;
 
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 pub(crate) use additions::{Published, StripError};
 
+use super::server::Shared;
 use crate::manager::extensions;
 
 /// Which Manager API the simulator speaks.
@@ -39,18 +41,19 @@ impl Api {
     }
 }
 
-/// Wraps the Manager service so that only the published methods reach it.
-#[derive(Clone, Debug)]
+/// Wraps the Manager service so that only the published methods reach it
+/// while the simulator speaks the published API alone.
+#[derive(Clone)]
 pub struct PublishedOnly<S> {
     inner: S,
-    enabled: bool,
+    shared: Arc<Shared>,
 }
 
 /// The [`tower::Layer`] of [`PublishedOnly`].
-#[derive(Clone, Copy, Debug)]
-pub struct PublishedOnlyLayer {
-    /// Off: every method is served.
-    pub enabled: bool,
+#[derive(Clone)]
+pub(crate) struct PublishedOnlyLayer {
+    /// The world whose API decides.
+    pub shared: Arc<Shared>,
 }
 
 impl<S> tower::Layer<S> for PublishedOnlyLayer {
@@ -59,7 +62,7 @@ impl<S> tower::Layer<S> for PublishedOnlyLayer {
     fn layer(&self, inner: S) -> Self::Service {
         PublishedOnly {
             inner,
-            enabled: self.enabled,
+            shared: self.shared.clone(),
         }
     }
 }
@@ -85,7 +88,7 @@ where
 
     fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
         match manager_method(request.uri().path()) {
-            Some(method) if self.enabled && !extensions::is_published(method) => {
+            Some(method) if self.shared.lock().api() == Api::Published && !extensions::is_published(method) => {
                 let status = tonic::Status::unimplemented(format!(
                     "unknown method {method} for service norsk.api.manager.Manager"
                 ));

@@ -297,11 +297,9 @@ impl Simulator {
             _ => Ok(req),
         };
         let server = builder
-            .layer(super::published::PublishedOnlyLayer {
-                enabled: config.published_api_only,
-            })
+            .layer(super::published::PublishedOnlyLayer { shared: shared.clone() })
             .add_service(ManagerServer::with_interceptor(
-                ManagerService::new(shared.clone(), api),
+                ManagerService::new(shared.clone()),
                 check_token,
             ))
             .add_service(SimAdminServer::new(AdminService::new(shared)))

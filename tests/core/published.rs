@@ -500,3 +500,191 @@ async fn a_bundle_broken_under_one_operator_stays_broken_under_the_next() {
     );
     stop(next).await;
 }
+
+/// Forgets the notifications received so far.
+fn drain(events: &mut broadcast::Receiver<Notification>) {
+    while !matches!(
+        events.try_recv(),
+        Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed)
+    ) {}
+}
+
+/// Waits until Manager is heard with every capability in `mode` and the
+/// stream that follows is open (the events drained before the switch).
+async fn until_every_capability(s: &mut Setup, mode: Mode) {
+    let mut caps = s.am.capabilities();
+    tokio::time::timeout(
+        WAIT,
+        caps.wait_for(|c| Capability::ALL.iter().all(|cap| c.mode(*cap) == mode)),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("timed out waiting for every capability {mode:?}"))
+    .expect("the AutoManager runs");
+    until_notified(
+        &mut s.events,
+        "the stream to the changed Manager",
+        |n| matches!(n, Notification::ConnectionStateChange { state } if state == "ready"),
+    )
+    .await;
+}
+
+/// Manager upgraded and downgraded under a running operator (a new
+/// Manager version on the same database): no running job is lost or
+/// moved, nothing is placed again, and what a person does next — a new
+/// Bundle, a deleted one, a lost node — is carried out the way the Manager
+/// at hand allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manager_switched_between_full_and_published_keeps_every_job_where_it_runs() {
+    let sim = Sim::start_with(SimConfig {
+        seed: 5,
+        time_scale: TIME_SCALE,
+        cluster_nodes: ["n1", "n2", "n3"].iter().map(|id| cluster_node(id, 8.0)).collect(),
+        ..SimConfig::default()
+    })
+    .await;
+    let mut s = run(sim);
+    for i in 0..4 {
+        s.am.create_bundle(bundle(i, 2.0)).await.expect("bundle accepted");
+    }
+    until_instances(&s.sim, "four jobs run once each", |r| each_once(r, 4)).await;
+    let before = instances(&s.sim).await;
+    let placed = s.am.metrics().await.expect("metrics").counters.placements_attempted;
+    let admin = s.sim.admin.clone();
+    let set_api = |published_api_only| {
+        let mut admin = admin.clone();
+        async move {
+            admin
+                .set_api(sim_admin::SetApiRequest { published_api_only })
+                .await
+                .expect("Manager switched");
+        }
+    };
+
+    // Downgraded: Manager keeps the jobs, not the bundles.
+    drain(&mut s.events);
+    set_api(true).await;
+    until_every_capability(&mut s, Mode::Published).await;
+    assert!(
+        s.sim.snapshot().await.bundles.is_empty(),
+        "a published Manager stores no bundle"
+    );
+    for i in 0..4 {
+        assert!(
+            s.am.node_of(job(i)).await.expect("query").is_some(),
+            "b{i} is known where it runs"
+        );
+    }
+    assert_eq!(
+        instances(&s.sim).await,
+        before,
+        "every instance kept running where it was"
+    );
+    // The operator carries on with its own store.
+    s.am.create_bundle(bundle(4, 2.0)).await.expect("bundle accepted");
+    s.am.delete_bundle(BundleId("ns/b0".into()))
+        .await
+        .expect("bundle deleted");
+    until_instances(&s.sim, "b4 runs and b0 is gone", |r| {
+        r.contains_key(&job(4)) && !r.contains_key(&job(0)) && each_once(r, 4)
+    })
+    .await;
+    let after_downgrade = instances(&s.sim).await;
+    assert!(
+        (1..4).all(|i| after_downgrade[&job(i)] == before[&job(i)]),
+        "b1..b3 never moved: {after_downgrade:?}"
+    );
+
+    // Upgraded: the bundles are handed to Manager's store, which adopts
+    // the jobs as they run.
+    drain(&mut s.events);
+    set_api(false).await;
+    until_every_capability(&mut s, Mode::Served).await;
+    let stored: Vec<String> = s
+        .sim
+        .snapshot()
+        .await
+        .bundles
+        .iter()
+        .map(|b| b.bundle_id.0.clone())
+        .collect();
+    assert_eq!(
+        stored,
+        ["ns/b1", "ns/b2", "ns/b3", "ns/b4"],
+        "Manager stores every live bundle"
+    );
+    assert_eq!(
+        instances(&s.sim).await,
+        after_downgrade,
+        "every instance kept running where it was"
+    );
+    assert_eq!(
+        s.am.metrics().await.expect("metrics").counters.placements_attempted,
+        placed + 1,
+        "only the new bundle was placed"
+    );
+
+    // And the core still drives: a lost node's job is recovered.
+    let victim = after_downgrade[&job(1)][0].1.clone();
+    s.sim
+        .admin
+        .clone()
+        .kill_node(sim_admin::NodeRef {
+            node_id: victim.0.clone(),
+        })
+        .await
+        .expect("node killed");
+    until_instances(&s.sim, "b1 runs again, not on the killed node", |r| {
+        each_once(r, 4) && r[&job(1)][0].1 != victim
+    })
+    .await;
+    stop(s).await;
+}
+
+/// Manager upgraded while no operator ran (both restarted in one
+/// maintenance): the new operator finds Manager's store empty and the jobs
+/// it expanded itself running; applying the Bundles hands them to Manager,
+/// which adopts the jobs where they run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_started_on_an_upgraded_manager_adopts_the_jobs_it_expanded_before() {
+    let s = run(published_sim(&["n1", "n2"]).await);
+    for i in 0..4 {
+        s.am.create_bundle(bundle(i, 2.0)).await.expect("bundle accepted");
+    }
+    until_instances(&s.sim, "four jobs run", |r| each_once(r, 4)).await;
+    let before = instances(&s.sim).await;
+    s.am.close().await;
+    s.join.await.expect("the loop ends cleanly");
+    s.sim
+        .admin
+        .clone()
+        .set_api(sim_admin::SetApiRequest {
+            published_api_only: false,
+        })
+        .await
+        .expect("Manager upgraded");
+
+    let mut s = run(s.sim);
+    until_every_capability(&mut s, Mode::Served).await;
+    for i in 0..4 {
+        s.am.create_bundle(bundle(i, 2.0)).await.expect("bundle accepted again");
+    }
+    for i in 0..4 {
+        let adopted = async {
+            while s.am.node_of(job(i)).await.expect("query").is_none() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(WAIT, adopted)
+            .await
+            .expect("the job is known where it runs");
+    }
+    assert_eq!(s.sim.snapshot().await.bundles.len(), 4, "Manager stores every bundle");
+    assert_eq!(
+        instances(&s.sim).await,
+        before,
+        "every instance kept running where it was"
+    );
+    let metrics = s.am.metrics().await.expect("metrics");
+    assert_eq!(metrics.counters.placements_attempted, 0, "nothing was placed again");
+    stop(s).await;
+}

@@ -11,7 +11,16 @@
 //!
 //! A job event for a bundle this store does not hold (yet: a new leader
 //! hears Manager's snapshot before its Bundles are applied) is kept back,
-//! and told once the bundle is applied. Everything here is plain state:
+//! and told once the bundle is applied.
+//!
+//! The store also follows the bundles of a Manager that has its own store
+//! ([`BundleStore::mirror`]), so that Manager can be changed under a running
+//! operator without a gap: downgraded to the published API, it still holds
+//! every job the bundles expanded into (under the same ids, without the
+//! tags), and the store carries on from what it followed; upgraded, the
+//! bundles stored here are handed to Manager's store
+//! ([`BundleStore::to_hand_over`]), which adopts the jobs as they run.
+//! Everything here is plain state:
 //! it decides which calls to make and which events to tell, and
 //! `super::Port` makes the calls.
 
@@ -93,9 +102,30 @@ impl Refusal {
     }
 }
 
+/// A bundle to hand to Manager's own store, with what the operator kept of
+/// it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Handover {
+    /// The bundle as applied.
+    pub bundle: Bundle,
+    /// Its verdict (broken), if any.
+    pub verdict: Option<TerminalVerdict>,
+    /// Its manual jobs started.
+    pub started: Vec<BundleJobRef>,
+    /// Its dropped jobs' verdicts.
+    pub dropped: Vec<(JobId, TerminalVerdict)>,
+    /// It is being deleted: Manager is to finish the deletion.
+    pub deleting: bool,
+}
+
 /// One bundle as the store holds it.
 #[derive(Clone, Debug)]
 struct Stored {
+    /// The bundle as it was applied.
+    applied: Bundle,
+    /// Whether Manager's own bundle store holds it too: a bundle created
+    /// while Manager had none is handed to Manager when it gains one.
+    on_manager: bool,
     /// As Manager's store would hold it: generation, state and verdict
     /// included.
     bundle: pb::Bundle,
@@ -315,12 +345,7 @@ impl BundleStore {
                 let Some(gone) = self.jobs.remove(&job_id) else {
                     return vec![Event::JobDeleted(deleted)];
                 };
-                let bundle_id = gone
-                    .job
-                    .as_ref()
-                    .and_then(|j| j.tags.get(TAG_BUNDLE))
-                    .cloned()
-                    .unwrap_or_default();
+                let bundle_id = gone.job.as_ref().and_then(bundle_of).unwrap_or_default();
                 let mut events = Vec::new();
                 if self.bundles.contains_key(&bundle_id) {
                     events.push(Event::JobDeleted(deleted));
@@ -336,6 +361,120 @@ impl BundleStore {
                 events
             }
             other => vec![other],
+        }
+    }
+
+    /// A Manager event, on a Manager with its own bundle store: what it says
+    /// of its bundles is followed here (the spec, generation, state and
+    /// verdict of each; which manual jobs are started and which jobs are
+    /// dropped), so the store holds them should Manager lose its store.
+    pub fn mirror(&mut self, event: &Event) {
+        match event {
+            Event::BundleUpdated(pb::BundleUpdated { bundle: Some(b) }) => {
+                let Ok(bundle) = wire::bundle_from_pb(b, &mut wire::Notes::new()) else {
+                    return;
+                };
+                let digest = spec_digest(&bundle);
+                let kept = self.bundles.remove(&b.bundle_id).filter(|s| s.digest == digest);
+                // Expanded as of no particular time: a job of a scheduled
+                // bundle that has to be written again is written `PRE` with
+                // its date, and Manager opens its window at that date, or
+                // at once when it has passed.
+                let mut stored = self.store(&bundle, digest, b.generation, 0);
+                if let Some(kept) = kept {
+                    stored.started = kept.started;
+                    stored.dropped = kept.dropped;
+                }
+                stored.on_manager = true;
+                stored.bundle.state = b.state;
+                stored.bundle.terminal_verdict = b.terminal_verdict.clone();
+                self.bundles.insert(b.bundle_id.clone(), stored);
+            }
+            Event::BundleDeleted(deleted) => {
+                self.bundles.remove(&deleted.bundle_id);
+            }
+            Event::JobActive(pb::JobActive {
+                job_with_history: Some(j),
+            })
+            | Event::JobPending(pb::JobPending {
+                job_with_history: Some(j),
+            })
+            | Event::JobUpdated(pb::JobUpdated {
+                job_with_history: Some(j),
+            })
+            | Event::JobOutOfWindow(pb::JobOutOfWindow {
+                job_with_history: Some(j),
+            }) => {
+                let Some(job) = j.job.as_ref() else { return };
+                let Some(stored) = bundle_of(job).and_then(|b| self.bundles.get_mut(&b)) else {
+                    return;
+                };
+                let id = job_id_of(j).to_owned();
+                let Some(expanded) = stored.expanded.get(&id) else {
+                    return;
+                };
+                if expanded.dormant && !job.dormant {
+                    stored.started.insert(id.clone());
+                } else {
+                    stored.started.remove(&id);
+                }
+                match &job.terminal_verdict {
+                    Some(v) => stored.dropped.insert(id, v.clone()),
+                    None => stored.dropped.remove(&id),
+                };
+            }
+            _ => {}
+        }
+    }
+
+    /// Manager no longer has a bundle store (it was downgraded): every
+    /// bundle is the operator's alone from now on.
+    pub fn manager_forgot(&mut self) {
+        for stored in self.bundles.values_mut() {
+            stored.on_manager = false;
+        }
+    }
+
+    /// The bundles to hand to a Manager that now has a bundle store: every
+    /// live one held only here, with its verdict, started manual jobs and
+    /// dropped jobs, and whether it is being deleted (Manager's store then
+    /// finishes the deletion).
+    pub fn to_hand_over(&self) -> Vec<Handover> {
+        let mut notes = wire::Notes::new();
+        self.bundles
+            .values()
+            .filter(|s| !s.on_manager)
+            .map(|s| Handover {
+                deleting: s.bundle.state == pb::BundleState::Deleting as i32,
+                bundle: s.applied.clone(),
+                verdict: s
+                    .bundle
+                    .terminal_verdict
+                    .as_ref()
+                    .map(|v| wire::verdict_from_pb(v, &mut notes)),
+                started: s
+                    .started
+                    .iter()
+                    .filter_map(|id| s.expanded.get(id)?.bundle_ref.as_ref())
+                    .map(|r| BundleJobRef {
+                        bundle_id: s.applied.bundle_id.clone(),
+                        replica_index: r.replica_index,
+                        job_name: r.job_name.clone(),
+                    })
+                    .collect(),
+                dropped: s
+                    .dropped
+                    .iter()
+                    .map(|(id, v)| (JobId(id.clone()), wire::verdict_from_pb(v, &mut notes)))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Manager's store holds `bundle_id` now.
+    pub fn handed_over(&mut self, bundle_id: &str) {
+        if let Some(stored) = self.bundles.get_mut(bundle_id) {
+            stored.on_manager = true;
         }
     }
 
@@ -365,6 +504,8 @@ impl BundleStore {
             })
             .collect();
         Stored {
+            applied: bundle.clone(),
+            on_manager: false,
             bundle: pb_bundle,
             digest,
             expanded,
@@ -430,7 +571,7 @@ impl BundleStore {
     fn enriched(&self, job_id: &str) -> Option<pb::JobWithHistory> {
         let held = self.jobs.get(job_id)?;
         let job = held.job.as_ref()?;
-        let stored = self.bundles.get(job.tags.get(TAG_BUNDLE)?)?;
+        let stored = self.bundles.get(&bundle_of(job)?)?;
         let expanded = stored.expanded.get(job_id)?;
         let mut job = job.clone();
         job.bundle_ref = expanded.bundle_ref.clone();
@@ -447,12 +588,9 @@ impl BundleStore {
     }
 
     fn jobs_of<'a>(&'a self, bundle_id: &'a str) -> impl Iterator<Item = &'a pb::JobWithHistory> + 'a {
-        self.jobs.values().filter(move |j| {
-            j.job
-                .as_ref()
-                .and_then(|j| j.tags.get(TAG_BUNDLE))
-                .is_some_and(|b| b == bundle_id)
-        })
+        self.jobs
+            .values()
+            .filter(move |j| j.job.as_ref().and_then(bundle_of).is_some_and(|b| b == bundle_id))
     }
 }
 
@@ -498,7 +636,27 @@ fn same_date(a: &pb::Job, b: &pb::Job) -> bool {
 }
 
 fn is_bundle_job(job: &pb::JobWithHistory) -> bool {
-    job.job.as_ref().is_some_and(|j| j.tags.contains_key(TAG_BUNDLE))
+    job.job.as_ref().and_then(bundle_of).is_some()
+}
+
+/// The bundle a Manager job was expanded from: its tag says, or — a job
+/// written by a Manager's own bundle store, which tags nothing, and kept
+/// by that Manager downgraded to the published API — its id does, which
+/// is always `<namespace>/<name>/<replica index>/<job name>`.
+fn bundle_of(job: &pb::Job) -> Option<String> {
+    if let Some(bundle) = job.tags.get(TAG_BUNDLE) {
+        return Some(bundle.clone());
+    }
+    let id = job.job_id.as_ref()?.job_id.as_str();
+    let parts: Vec<&str> = id.split('/').collect();
+    match parts.as_slice() {
+        [namespace, name, replica, job_name]
+            if !namespace.is_empty() && !name.is_empty() && !job_name.is_empty() && replica.parse::<u32>().is_ok() =>
+        {
+            Some(format!("{namespace}/{name}"))
+        }
+        _ => None,
+    }
 }
 
 fn tag_u64(job: &pb::Job, name: &str) -> Option<u64> {
@@ -706,5 +864,55 @@ mod tests {
             "{ended:?}"
         );
         assert!(store.snapshot().is_empty(), "the bundle is no longer stored");
+    }
+
+    #[test]
+    fn a_bundle_followed_on_a_full_manager_is_carried_on_after_a_downgrade_and_handed_back_after_an_upgrade() {
+        let mut store = BundleStore::default();
+        let applied = bundle("5000", None);
+        let mut on_manager = wire::bundle_to_pb(&applied);
+        on_manager.generation = 3;
+        store.mirror(&Event::BundleUpdated(pb::BundleUpdated {
+            bundle: Some(on_manager),
+        }));
+        assert!(store.to_hand_over().is_empty(), "Manager's store holds it");
+
+        // Downgraded: the job Manager kept, untagged, is known by its id and
+        // told with its bundle's additions.
+        store.manager_forgot();
+        assert_eq!(told_bundle(&store.snapshot()).generation, 3, "the revision carries on");
+        let kept = pb::Job {
+            job_id: Some(job_id_to_pb(&"ns/ch1/0/encode".into())),
+            ..Default::default()
+        };
+        let told = store.seen(held(&Call::Create(kept), "n1"));
+        let [Event::JobActive(active)] = told.as_slice() else {
+            panic!("the job is told: {told:?}");
+        };
+        let job = active
+            .job_with_history
+            .as_ref()
+            .and_then(|j| j.job.as_ref())
+            .expect("job");
+        assert_eq!(job.bundle_ref.as_ref().map(|r| r.bundle_id.as_str()), Some("ns/ch1"));
+
+        // Upgraded: handed back once.
+        let handover = store.to_hand_over();
+        assert_eq!(handover.len(), 1);
+        assert_eq!(handover[0].bundle.bundle_id, applied.bundle_id);
+        store.handed_over("ns/ch1");
+        assert!(store.to_hand_over().is_empty(), "handed over once");
+    }
+
+    #[test]
+    fn a_job_id_names_its_bundle_only_in_the_bundle_job_form() {
+        let job = |id: &str| pb::Job {
+            job_id: Some(job_id_to_pb(&id.into())),
+            ..Default::default()
+        };
+        assert_eq!(bundle_of(&job("ns/ch1/1/encode")).as_deref(), Some("ns/ch1"));
+        assert_eq!(bundle_of(&job("ns/ch1/x/encode")), None, "the replica is a number");
+        assert_eq!(bundle_of(&job("plain-job")), None);
+        assert_eq!(bundle_of(&job("a/b/0/c/d")), None);
     }
 }

@@ -124,6 +124,49 @@ impl Port {
             capabilities = %self.capabilities.borrow().summary(),
             "Manager capabilities"
         );
+        if self.mode(Capability::BundleStore) == Mode::Published {
+            self.kept().bundles.manager_forgot();
+        } else {
+            self.hand_over().await?;
+        }
+        Ok(())
+    }
+
+    /// Manager has a bundle store now (it was upgraded under a running
+    /// operator): the bundles the operator stored are created in it —
+    /// Manager adopts the jobs they run as, where they run — with the
+    /// verdicts, started manual jobs and dropped jobs kept for them, and a
+    /// deletion under way is finished by Manager's store. Done
+    /// before the stream opens, so its snapshot tells them as Manager's.
+    /// Every call is idempotent: a hand-over cut short is made again on the
+    /// next connection.
+    async fn hand_over(&self) -> Result<(), RpcError> {
+        let pending = self.kept().bundles.to_hand_over();
+        let verdicts = self.mode(Capability::TerminalVerdicts) == Mode::Served;
+        for handover in pending {
+            let bundle_id = handover.bundle.bundle_id.clone();
+            self.client.create_bundle(&handover.bundle).await?;
+            if handover.deleting {
+                self.client.delete_bundle(&bundle_id).await?;
+                self.kept().bundles.handed_over(&bundle_id.0);
+                continue;
+            }
+            for job in &handover.started {
+                self.client.start_bundle_job(job).await?;
+            }
+            if verdicts {
+                if let Some(verdict) = &handover.verdict {
+                    self.client.set_terminal_verdict(&bundle_id, None, verdict, 0).await?;
+                }
+                for (job, verdict) in &handover.dropped {
+                    self.client
+                        .set_terminal_verdict(&bundle_id, Some(job), verdict, 0)
+                        .await?;
+                }
+            }
+            tracing::info!(bundle = %bundle_id, "bundle handed to Manager's bundle store");
+            self.kept().bundles.handed_over(&bundle_id.0);
+        }
         Ok(())
     }
 
@@ -144,6 +187,7 @@ impl Port {
             kept.nodes.seen(&mut event);
         }
         let events = if self.capabilities.borrow().serves(Capability::BundleStore) {
+            kept.bundles.mirror(&event);
             vec![event]
         } else {
             kept.bundles.seen(event)
@@ -373,11 +417,16 @@ impl Port {
         key: &InstanceKey,
         node_id: &NodeId,
     ) -> Result<(), RpcError> {
+        // A start kept here is made here, whatever Manager serves now (it
+        // gained deferred start since, and never prepared this one).
+        let kept = self.kept().prepared.remove(&(job_id.0.clone(), key.0.clone()));
+        if let Some(start) = kept.clone().filter(|s| &s.node_id == node_id) {
+            return self.client.start_job(&start).await;
+        }
         self.either(
             Capability::DeferredStart,
             self.client.start_prepared_job(job_id, key, node_id),
             async {
-                let kept = self.kept().prepared.remove(&(job_id.0.clone(), key.0.clone()));
                 match kept {
                     Some(start) if &start.node_id == node_id => self.client.start_job(&start).await,
                     _ => Err(RpcError {

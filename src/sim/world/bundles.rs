@@ -12,14 +12,24 @@ use std::collections::BTreeMap;
 
 use super::{World, job_id_of, job_ref, required, timestamp};
 use crate::manager::expansion::{expand, replica_count};
+use crate::manager::port::bundles::TAG_REVISION;
 use crate::manager::proto::manager::{self as pb, event_stream_event::Event, job::JobState};
 use crate::model::{BundleId, runtime_job_id};
 use crate::sim::RequestError;
 
 impl World {
-    /// `CreateBundle`: stores the bundle (state live, generation 1) and
-    /// expands it. Idempotent for an identical spec; a different spec under
-    /// the same id is ALREADY_EXISTS.
+    /// `CreateBundle`: stores the bundle (state live) and expands it.
+    /// Idempotent for an identical spec; a different spec under the same id
+    /// is ALREADY_EXISTS.
+    ///
+    /// Jobs already stored under the expansion's ids (an operator expanded
+    /// the bundle itself while this Manager spoke only the published API)
+    /// are adopted, not recreated: each keeps its history — so its running
+    /// instances stay where they run — and its window, and is brought to
+    /// the bundle's spec. The bundle continues the revision those jobs were
+    /// written for (their `automanager.norsk.video/revision` tag), so a
+    /// verdict judged for that revision still stands; a bundle with none is
+    /// at generation 1.
     pub fn create_bundle(&mut self, bundle: pb::Bundle) -> Result<pb::BundleAck, RequestError> {
         validate(&bundle)?;
         let bundle_id = bundle.bundle_id.clone();
@@ -38,20 +48,29 @@ impl World {
                 why: "it was created with a different spec (use UpdateBundle)".to_owned(),
             });
         }
+        let now = self.now();
+        let adopted: Vec<&pb::Job> = expand(&bundle, now)
+            .iter()
+            .filter_map(|j| self.jobs.get(job_id_of(&j.job_id)))
+            .map(|j| &j.job)
+            .collect();
+        let generation = adopted
+            .iter()
+            .filter_map(|j| j.tags.get(TAG_REVISION)?.parse::<u64>().ok())
+            .max()
+            .unwrap_or(1);
         let stored = pb::Bundle {
             state: pb::BundleState::Live as i32,
             terminal_verdict: None,
-            generation: 1,
+            generation,
             ..bundle
         };
         self.bundles.insert(bundle_id.clone(), stored.clone());
         self.emit(Event::BundleUpdated(pb::BundleUpdated {
             bundle: Some(stored.clone()),
         }));
-        for job in expand(&stored, self.now()) {
-            self.insert_job(job);
-        }
-        self.audit("bundle.create", &bundle_id, &[("generation", "1".to_owned())]);
+        self.write_expansion(&stored, false, true);
+        self.audit("bundle.create", &bundle_id, &[("generation", generation.to_string())]);
         Ok(ack(&stored))
     }
 
@@ -83,12 +102,28 @@ impl World {
         self.emit(Event::BundleUpdated(pb::BundleUpdated {
             bundle: Some(stored.clone()),
         }));
-        let expanded: BTreeMap<String, pb::Job> = expand(&stored, self.now())
+        self.write_expansion(&stored, rescheduled, false);
+        self.audit(
+            "bundle.update",
+            &bundle_id,
+            &[("generation", stored.generation.to_string())],
+        );
+        Ok(ack(&stored))
+    }
+
+    /// Brings the stored jobs to `bundle`'s expansion: missing jobs are
+    /// created, changed ones replaced (their history, and so their
+    /// instances, kept), and jobs the bundle no longer has stopped then
+    /// deleted. `rescheduled`: the bundle's schedule changed, so a job
+    /// whose window is over is re-dated rather than kept over. `adopting`:
+    /// the bundle is being created over jobs stored without it.
+    fn write_expansion(&mut self, bundle: &pb::Bundle, rescheduled: bool, adopting: bool) {
+        let expanded: BTreeMap<String, pb::Job> = expand(bundle, self.now())
             .into_iter()
             .map(|j| (job_id_of(&j.job_id).to_owned(), j))
             .collect();
         let removed: Vec<String> = self
-            .bundle_job_ids(&bundle_id)
+            .bundle_job_ids(&bundle.bundle_id)
             .filter(|id| !expanded.contains_key(*id))
             .cloned()
             .collect();
@@ -98,8 +133,11 @@ impl World {
                 continue;
             };
             // A manual job keeps its runtime toggle (StartBundleJob); an auto
-            // job is never dormant.
-            job.dormant = job.dormant && current.job.dormant;
+            // job is never dormant. A job being adopted had no toggle here:
+            // it is dormant as the bundle says until started.
+            if !adopting {
+                job.dormant = job.dormant && current.job.dormant;
+            }
             // A completed job's window is over until a new schedule opens
             // another.
             if !rescheduled && current.job.state == JobState::Post as i32 {
@@ -115,12 +153,6 @@ impl World {
             self.doom_job(&job_id);
         }
         self.reap();
-        self.audit(
-            "bundle.update",
-            &bundle_id,
-            &[("generation", stored.generation.to_string())],
-        );
-        Ok(ack(&stored))
     }
 
     /// `DeleteBundle`: the stop-then-delete saga. The bundle goes to

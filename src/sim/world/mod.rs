@@ -221,6 +221,31 @@ impl World {
         }
     }
 
+    /// The API this Manager speaks.
+    pub fn api(&self) -> Api {
+        self.api
+    }
+
+    /// A new Manager version on the same database (`SetApi`). Downgraded to
+    /// the published API, what only the additions store is gone: the bundle
+    /// store (with its verdicts and deletions under way) and the added
+    /// fields of every stored job. Nodes, jobs and instances stay as they
+    /// are. The caller ends the open streams.
+    pub fn set_api(&mut self, api: Api) {
+        if api == Api::Published && self.api == Api::Full {
+            self.bundles.clear();
+            self.deleting.clear();
+            for job in self.jobs.values_mut() {
+                // A message that cannot be stripped (it cannot happen for a
+                // job the world stored) is kept whole.
+                if let Ok(stripped) = Api::Published.carry(job.job.clone()) {
+                    job.job = stripped;
+                }
+            }
+        }
+        self.api = api;
+    }
+
     /// Simulated now, in Unix milliseconds.
     pub fn now(&self) -> i64 {
         self.firing_at.unwrap_or_else(|| self.clock.now_ms())
