@@ -124,9 +124,10 @@ pub struct NodeDrainSpec {
     /// What becomes of the node once every job moved: `terminate` (the
     /// spec's drain) or `keep` (a maintenance drain: the node stays
     /// cordoned and running for planned work; the drain ends `done`, and
-    /// uncordoning the NorskNode returns it to service). Default: `keep`
-    /// for a registered cluster server (a node of a `local-servers` tier),
-    /// `terminate` for any other. `force` still terminates at the timeout.
+    /// uncordoning the NorskNode returns it to service). Default:
+    /// `terminate`, for every node (a registered cluster server too: ask for
+    /// `keep` to do maintenance on it). `force` still terminates at the
+    /// timeout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<DrainAfter>,
     /// The provider notice this drain answers (a forced drain sized to the

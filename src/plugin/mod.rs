@@ -186,12 +186,10 @@ pub enum Command {
         #[arg(long, value_enum)]
         strategy: Option<Strategy>,
         /// A maintenance drain: keep the emptied node, cordoned and running, for planned
-        /// work (`uncordon` returns it to service). The default for registered cluster
-        /// servers.
+        /// work (`uncordon` returns it to service).
         #[arg(long, conflicts_with = "terminate")]
         keep: bool,
-        /// Terminate the emptied node, even a registered cluster server (the default for
-        /// any other node).
+        /// Terminate the emptied node (the default, for every node).
         #[arg(long)]
         terminate: bool,
         /// Create the drain and return.

@@ -82,16 +82,29 @@ fn cloud_node_beside_a_cluster_server() -> Harness {
     h
 }
 
+/// The spec's drain: "terminates the node once it is empty — through the
+/// same path as `terminateNode`, so `onNodeTerminated` fires once", for a
+/// registered cluster server as for any node.
+#[test]
+fn a_cluster_server_drained_without_after_is_terminated_as_the_spec_says() {
+    let mut h = Harness::hydrated();
+    three_jobs_on(&mut h, "a", &["b"]);
+    drain(&mut h, "a", overlap(None));
+    assert_eq!(status(&h, "a").after, DrainAfter::Terminate);
+    run_overlaps(&mut h);
+    assert_eq!(status(&h, "a").phase, DrainPhase::Done);
+    assert!(
+        h.core.fleet().get(&node("a")).is_none_or(|n| n.terminated),
+        "the cluster server was terminated"
+    );
+    assert_eq!(terminated_notices(&h.take_notifications()), 1, "onNodeTerminated fires once");
+}
+
 #[test]
 fn a_maintenance_drain_of_a_cluster_server_ends_done_with_nothing_terminated_and_the_node_cordoned() {
     let mut h = Harness::hydrated();
     let jobs = three_jobs_on(&mut h, "a", &["b"]);
-    drain(&mut h, "a", overlap(None));
-    assert_eq!(
-        status(&h, "a").after,
-        DrainAfter::Keep,
-        "keep is a cluster server's default"
-    );
+    drain(&mut h, "a", overlap(Some(DrainAfter::Keep)));
     run_overlaps(&mut h);
     let done = status(&h, "a");
     assert_eq!(done.phase, DrainPhase::Done);
@@ -172,7 +185,7 @@ fn a_cloud_node_drained_with_after_keep_is_kept() {
 fn an_interruption_during_a_maintenance_drain_terminates_the_node() {
     let mut h = Harness::hydrated();
     three_jobs_on(&mut h, "a", &["b"]);
-    drain(&mut h, "a", overlap(None));
+    drain(&mut h, "a", overlap(Some(DrainAfter::Keep)));
     assert_eq!(status(&h, "a").after, DrainAfter::Keep);
     let deadline = h.now + 120_000;
     h.command(Command::HandleNodeInterruption {

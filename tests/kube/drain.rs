@@ -78,11 +78,11 @@ async fn set_behaviour(sim: &Sim, job: &str, behaviour: sim_admin::JobBehaviour)
         .expect("behaviour set");
 }
 
-/// The spec's drain-then-terminate of `node` (a simulator cluster server,
-/// whose drain would otherwise keep it: a maintenance drain).
+/// The spec's drain-then-terminate of `node` (a simulator cluster server:
+/// no `after` terminates it too).
 fn node_drain(name: &str, node: &str, extra: &str) -> String {
     format!(
-        "apiVersion: automanager.norsk.video/v1alpha1\nkind: NodeDrain\nmetadata: {{name: {name}}}\nspec:\n  nodeId: {node}\n  strategy: overlap\n  after: terminate\n{extra}"
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: NodeDrain\nmetadata: {{name: {name}}}\nspec:\n  nodeId: {node}\n  strategy: overlap\n{extra}"
     )
 }
 

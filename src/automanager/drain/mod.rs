@@ -25,10 +25,10 @@
 //! Maintenance drains extend the spec: a drain with `after: keep` empties
 //! its node the same way but keeps it (cordoned, running) for planned work
 //! instead of terminating it; it ends `done` once every job moved, and
-//! `uncordonNode` returns the node to service. `keep` is the default for
-//! registered cluster servers (nodes of a `local-servers` tier), where a
-//! terminate takes a studio server away; elsewhere `terminate` stays the
-//! default. A forced drain still terminates at its timeout, and an
+//! `uncordonNode` returns the node to service. `keep` is asked for, never
+//! assumed: a drain given none terminates its node as the spec's drain
+//! does, a registered cluster server included (`onNodeTerminated` fires
+//! once). A forced drain still terminates at its timeout, and an
 //! interruption always terminates (the provider takes the node anyway).
 //!
 //! This module owns the drains and the cordon flag's meaning; it never
@@ -120,11 +120,7 @@ impl AutoManagerCore {
         if node.terminated || node.is_going() {
             return Err(CommandError::NodeGone(node_id.clone()));
         }
-        let after = options.after.unwrap_or(if is_cluster_server(node) {
-            DrainAfter::Keep
-        } else {
-            DrainAfter::Terminate
-        });
+        let after = options.after.unwrap_or_default();
         self.cordon_node(node_id)?;
         let bound = self.facts().jobs_bound_to(node_id);
         let mut jobs: Vec<DrainJob> = Vec::with_capacity(bound.len());
@@ -474,17 +470,6 @@ impl Drains {
             outbox.notify(Notification::DrainProgress(Box::new(state)));
         }
     }
-}
-
-/// A registered cluster server: a node of a `local-servers` tier, not one
-/// this or another AutoManager provisioned from a cloud.
-fn is_cluster_server(node: &super::fleet::NodeState) -> bool {
-    node.provisioned.is_none()
-        && !node.tags.contains_key(crate::model::tags::PROVISIONED_FOR)
-        && node
-            .inventory
-            .as_ref()
-            .is_none_or(|i| i.kind == crate::model::ProviderKind::LocalServers)
 }
 
 /// Jobs still migrating or stuck when the node's terminate was issued (or

@@ -166,9 +166,9 @@ pub struct DrainOptions {
     /// Per-job migration strategy (a job given none moves with its own).
     #[serde(default)]
     pub strategy_for: StrategyFor,
-    /// What becomes of the emptied node. When absent: kept for a
-    /// registered cluster server (a node of a `local-servers` tier, where
-    /// terminating takes a studio server away), terminated otherwise.
+    /// What becomes of the emptied node. When absent it is terminated, as
+    /// the spec's drain does, whatever the node; `keep` is a person's
+    /// choice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<DrainAfter>,
 }
