@@ -302,11 +302,11 @@ impl ManagerClient {
 
     /// Replaces a bundle's spec; always `state: live`.
     pub async fn update_bundle(&self, bundle: &Bundle) -> Result<Vec<JobId>, RpcError> {
-        let mut pb = wire::bundle_to_pb(bundle);
-        // A spec update is a revival by definition.
-        pb.state = pb::BundleState::Live as i32;
-        pb.terminal_verdict = None;
-        let ack = self.inner.clone().update_bundle(self.request(pb)).await;
+        let ack = self
+            .inner
+            .clone()
+            .update_bundle(self.request(update_request(bundle)))
+            .await;
         let ack = ack.map_err(|s| RpcError::from_status("UpdateBundle", s))?.into_inner();
         Ok(ack.job_ids.into_iter().map(|j| JobId(j.job_id)).collect())
     }
@@ -553,5 +553,39 @@ fn job_ref_to_pb(job: &BundleJobRef) -> pb::BundleJobRef {
         bundle_id: job.bundle_id.0.clone(),
         replica_index: job.replica_index,
         job_name: job.job_name.clone(),
+    }
+}
+
+/// What `UpdateBundle` sends: the spec with `state: live` and no verdict,
+/// whatever the bundle was — a spec update is a revival by definition.
+fn update_request(bundle: &Bundle) -> pb::Bundle {
+    pb::Bundle {
+        state: pb::BundleState::Live as i32,
+        terminal_verdict: None,
+        ..wire::bundle_to_pb(bundle)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{BundleState, TerminalVerdict, VerdictKind};
+
+    #[test]
+    fn an_update_sends_state_live_and_no_verdict_whatever_the_bundle_was() {
+        let bundle = Bundle {
+            bundle_id: "ns/ch1".into(),
+            state: BundleState::Deleting,
+            terminal_verdict: Some(TerminalVerdict {
+                kind: VerdictKind::Broken,
+                reason: "crash loop".into(),
+                at: None,
+            }),
+            ..Bundle::default()
+        };
+        let sent = update_request(&bundle);
+        assert_eq!(sent.state, pb::BundleState::Live as i32, "state: live");
+        assert_eq!(sent.terminal_verdict, None);
+        assert_eq!(sent.bundle_id, "ns/ch1");
     }
 }

@@ -12,6 +12,7 @@ mod maintenance_drain;
 mod migration;
 mod migration_aborts;
 mod migration_sim;
+mod pass_through;
 mod pools;
 mod published;
 mod runtime;

@@ -97,7 +97,11 @@ fn a_cluster_server_drained_without_after_is_terminated_as_the_spec_says() {
         h.core.fleet().get(&node("a")).is_none_or(|n| n.terminated),
         "the cluster server was terminated"
     );
-    assert_eq!(terminated_notices(&h.take_notifications()), 1, "onNodeTerminated fires once");
+    assert_eq!(
+        terminated_notices(&h.take_notifications()),
+        1,
+        "onNodeTerminated fires once"
+    );
 }
 
 #[test]
