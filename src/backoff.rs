@@ -1,9 +1,11 @@
 //! The one exponential backoff: `base × 2^attempt`, capped, optionally with
 //! jitter in [50 %, 100 %] of that (seeded, so tests are deterministic). The
-//! Manager stream reconnects on it with jitter, so a fleet of operators does
-//! not reconnect in lock-step; a controller requeues a failing object on it
-//! without.
+//! Manager stream reconnects on it, every watch of the API server retries on
+//! it, the Lease is renewed and read on it, and a controller requeues a
+//! failing object on it — all with jitter, so a fleet of operators (or the
+//! many objects one outage failed at once) does not retry in lock-step.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -53,6 +55,36 @@ impl Backoff {
     }
 }
 
+/// An endless series of delays: how kube-runtime's watch streams take a
+/// backoff (`WatchStreamExt::backoff`, `Controller::trigger_backoff`).
+impl Iterator for Backoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(self.next_delay())
+    }
+}
+
+/// kube-runtime resets a watch's backoff on every event it delivers, so a
+/// watch that came back retries from the base delay the next time.
+impl kube::runtime::utils::Backoff for Backoff {
+    fn reset(&mut self) {
+        Backoff::reset(self);
+    }
+}
+
+/// A seed for a jittered backoff that differs per call and per process:
+/// two watches (or two operators) that failed together retry apart.
+pub fn seed() -> u64 {
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    // Spread consecutive calls over the whole range (a Weyl sequence step).
+    nanos ^ u64::from(std::process::id()).rotate_left(32) ^ call.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,5 +115,20 @@ mod tests {
         assert_eq!(delays, again, "the same seed, the same delays");
         b.reset();
         assert!(b.next_delay() <= Duration::from_millis(100));
+    }
+
+    #[test]
+    fn as_a_watch_backoff_it_never_ends_and_a_delivered_event_starts_it_over() {
+        let mut b = Backoff::new(Duration::from_millis(250), Duration::from_secs(4));
+        let delays: Vec<_> = b.by_ref().take(10).collect();
+        assert_eq!(delays[0], Duration::from_millis(250));
+        assert_eq!(delays[9], Duration::from_secs(4), "capped, never given up on");
+        kube::runtime::utils::Backoff::reset(&mut b);
+        assert_eq!(b.next(), Some(Duration::from_millis(250)));
+    }
+
+    #[test]
+    fn seeds_differ_from_call_to_call() {
+        assert_ne!(seed(), seed());
     }
 }

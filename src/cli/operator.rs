@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use super::documents;
 use crate::automanager::{AutoSettings, RunOptions, validate_auto_settings};
+use crate::controller::api_server;
 use crate::controller::leader::LeaseSettings;
 use crate::controller::node_status::DEFAULT_FLEET;
 use crate::controller::process;
@@ -251,9 +252,22 @@ pub fn resolve(args: &Args, read: impl Fn(&Path) -> std::io::Result<String>) -> 
     })
 }
 
+/// kube's client logs every request that fails as an error of its own (an
+/// API server outage became thousands of lines a second), and each watch
+/// the API server drops as a warning: the operator says an outage once
+/// instead (`controller::api_server`), and the watches resume by
+/// themselves. `RUST_LOG` naming `kube_client` brings kube's lines back.
+const KUBE_CLIENT_QUIET: [&str; 2] = ["kube_client::client::builder=off", "kube_client::client=error"];
+
 fn init_logs(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let asked = std::env::var(tracing_subscriber::EnvFilter::DEFAULT_ENV).unwrap_or_default();
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    if !asked.contains("kube_client") {
+        for directive in KUBE_CLIENT_QUIET.iter().filter_map(|d| d.parse().ok()) {
+            filter = filter.add_directive(directive);
+        }
+    }
     // Logs go to stderr, as Kubernetes components write them; colour only
     // on a terminal: a file or a log collector gets plain text.
     let builder = tracing_subscriber::fmt()
@@ -288,7 +302,11 @@ pub async fn run(args: Args) -> ExitCode {
         metrics = %config.metrics_addr,
         "norsk-auto-manager operator starting"
     );
-    let client = match kube::Client::try_default().await {
+    let client = match kube::Config::infer().await {
+        Ok(kube_config) => api_server::client(kube_config),
+        Err(e) => Err(kube::Error::InferConfig(e)),
+    };
+    let client = match client {
         Ok(client) => client,
         Err(e) => {
             eprintln!("error: no Kubernetes client: {e}");

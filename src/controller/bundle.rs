@@ -20,6 +20,7 @@ use crate::automanager::{CommandError, RpcFailureKind};
 use crate::crd;
 use crate::model::{self, BundleState};
 
+use super::api_server::watch_backoff;
 use super::bundle_status::{self, AdmissionCheck, ObservedBundle, observe};
 use super::error::{ApplyError, DecideError, ReadError, WriteStatusError};
 use super::status::StatusWriter;
@@ -49,6 +50,7 @@ pub async fn run(
     // pools change.
     let pool_changes = ctx.pool_changes();
     Controller::new(api, watcher::Config::default())
+        .trigger_backoff(watch_backoff())
         .with_config(Config::default().debounce(Duration::from_millis(100)))
         .reconcile_on(notified)
         .reconcile_all_on(pool_changes)

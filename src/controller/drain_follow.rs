@@ -169,6 +169,7 @@ pub(super) async fn run_controller<K, F>(
     F: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
 {
     Controller::new(api, watcher::Config::default())
+        .trigger_backoff(super::api_server::watch_backoff())
         .with_config(Config::default().debounce(Duration::from_millis(100)))
         .reconcile_on(notified)
         .graceful_shutdown_on(shutdown)

@@ -21,6 +21,7 @@ use crate::automanager::{CommandError, ReadModel};
 use crate::crd::{HotSparePolicy, HotSparePolicyStatus};
 use crate::model::HotSpareSpec;
 
+use super::api_server::watch_backoff;
 use super::conditions::{self, Observed, READY, STALLED};
 use super::error::DecideError;
 use super::status::StatusWriter;
@@ -53,9 +54,20 @@ pub async fn run(
         refused: Mutex::new(None),
     });
     let (policies, writer) = reflector::store();
-    let policy_events = reflector::reflector(writer, watcher(api.clone(), watcher::Config::default()))
-        .touched_objects()
-        .filter_map(|e| async move { e.ok().map(|_| ()) });
+    // The watch backs off after a failure: without it, it retried at once,
+    // forever, and an API server outage spun a core.
+    let policy_events = reflector::reflector(
+        writer,
+        watcher(api.clone(), watcher::Config::default()).backoff(watch_backoff()),
+    )
+    .touched_objects()
+    .filter_map(|e| async move {
+        // Failures are retried by the watch; the API server's outage is said
+        // by the client (see `api_server`).
+        e.map_err(|e| tracing::debug!(error = %e, "watching hot-spare policies"))
+            .ok()
+            .map(|_| ())
+    });
     let (applied_tx, applied_rx) = tokio::sync::mpsc::channel::<()>(1);
     let sync = sync(
         spares.clone(),
@@ -64,6 +76,7 @@ pub async fn run(
         applied_tx,
     );
     let controller = Controller::new(api, watcher::Config::default())
+        .trigger_backoff(watch_backoff())
         .with_config(Config::default().debounce(Duration::from_millis(200)))
         .reconcile_all_on(futures::stream::select(
             futures::stream::select(fleet_changed, ctx.pool_changes()),

@@ -21,12 +21,16 @@
 //!   writer of every kind's status (server-side apply, only when it
 //!   changed); [`error`]: why a reconcile failed, per step.
 //! - [`leader`]: the `coordination.k8s.io` Lease; only the leader runs the
-//!   core and the controllers.
+//!   core and the controllers; [`lease`]: what a Lease record means — who
+//!   holds it, when a holder stops acting, when another may take over.
+//! - [`api_server`]: how every watch retries when the API server fails it,
+//!   and the client that says an outage once, not per request.
 //!
 //! Errors: an invalid object waits for a change (its status says why); a
-//! transient failure requeues with exponential backoff, counted under the
-//! step that failed (see [`error`]).
+//! transient failure requeues with jittered exponential backoff, counted
+//! under the step that failed (see [`error`]).
 
+pub mod api_server;
 pub mod bundle;
 pub mod bundle_status;
 pub mod conditions;
@@ -39,6 +43,7 @@ pub mod events;
 mod fixture;
 pub mod hot_spare;
 pub mod leader;
+pub mod lease;
 pub mod migration;
 pub mod migration_status;
 pub mod node;
@@ -143,7 +148,11 @@ impl Context {
             while let Some((event, regarding)) = queue.recv().await {
                 let regarding = with_uid(&lookup, regarding).await;
                 if let Err(e) = recorder.publish(&event, &regarding).await {
-                    tracing::warn!(error = %e, reason = %event.reason, "failed to publish an Event");
+                    if api_server::unreachable(&e) {
+                        tracing::debug!(error = %e, reason = %event.reason, "failed to publish an Event");
+                    } else {
+                        tracing::warn!(error = %e, reason = %event.reason, "failed to publish an Event");
+                    }
                 }
             }
         });
@@ -201,7 +210,8 @@ impl Context {
     }
 
     /// A reconcile of `key` failed: requeue after the next delay of its
-    /// backoff (doubling from `FIRST_RETRY` up to `MAX_RETRY`).
+    /// backoff (doubling from `FIRST_RETRY` up to `MAX_RETRY`, jittered: the
+    /// objects one API server outage failed together retry apart).
     pub fn failed(&self, controller: &str, key: &str, error: &ReconcileError) -> Action {
         self.metrics
             .reconcile_errors
@@ -213,9 +223,13 @@ impl Context {
         let delay = self
             .failures()
             .entry(format!("{controller}/{key}"))
-            .or_insert_with(|| Backoff::new(FIRST_RETRY, MAX_RETRY))
+            .or_insert_with(|| Backoff::new(FIRST_RETRY, MAX_RETRY).with_jitter(crate::backoff::seed()))
             .next_delay();
-        if !error.is_waiting() {
+        // A reconcile that only waits, or failed for an API server outage the
+        // client has said already, is not worth a warning each retry.
+        if error.is_waiting() || api_server::unreachable(error) {
+            tracing::debug!(controller, object = key, error = %error, retry_in = ?delay, "reconcile failed");
+        } else {
             tracing::warn!(controller, object = key, error = %error, retry_in = ?delay, "reconcile failed");
         }
         Action::requeue(delay)

@@ -230,6 +230,7 @@ impl Write {
 pub async fn run_spec(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let api: Api<NorskNode> = Api::all(ctx.client.clone());
     Controller::new(api, watcher::Config::default())
+        .trigger_backoff(super::api_server::watch_backoff())
         .with_config(Config::default().debounce(Duration::from_millis(200)))
         .graceful_shutdown_on(shutdown)
         .run(reconcile_spec, spec_error_policy, ctx)

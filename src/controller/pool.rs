@@ -15,7 +15,7 @@ use futures::{Stream, StreamExt};
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
 use crate::automanager::{CommandError, ReadModel};
@@ -24,6 +24,7 @@ use crate::model;
 use crate::placement::headroom::PoolHeadroom;
 use crate::placement::validate_pools;
 
+use super::api_server::watch_backoff;
 use super::conditions::{self, Observed, READY, STALLED};
 use super::status::StatusWriter;
 use super::{Context, ReconcileError, listed};
@@ -54,8 +55,19 @@ pub async fn run_pools(
     // Every watch event, deletes and the end of the initial list included
     // (so no pools at all is a set too).
     let (pools, writer) = reflector::store();
-    let pool_events = reflector::reflector(writer, watcher(api.clone(), watcher::Config::default()))
-        .filter_map(|e| async move { e.ok().map(|_| ()) });
+    // The watch backs off after a failure: without it, it retried at once,
+    // forever, and an API server outage spun a core.
+    let pool_events = reflector::reflector(
+        writer,
+        watcher(api.clone(), watcher::Config::default()).backoff(watch_backoff()),
+    )
+    .filter_map(|e| async move {
+        // Failures are retried by the watch; the API server's outage is said
+        // by the client (see `api_server`).
+        e.map_err(|e| tracing::debug!(error = %e, "watching placement pools"))
+            .ok()
+            .map(|_| ())
+    });
     let pools_ctx = Arc::new(PoolContext {
         shared: ctx.clone(),
         pools,
@@ -64,6 +76,7 @@ pub async fn run_pools(
     let (wake_tx, wake_rx) = tokio::sync::mpsc::channel::<()>(1);
     let sync = sync(pools_ctx.clone(), pool_events, wake_tx);
     let controller = Controller::new(api, watcher::Config::default())
+        .trigger_backoff(watch_backoff())
         .with_config(Config::default().debounce(Duration::from_millis(200)))
         .reconcile_all_on(futures::stream::select_all([
             fleet_changed.boxed(),

@@ -16,16 +16,14 @@ use crate::manager::port::Mode;
 use crate::manager::stream::ConnectionState;
 use crate::telemetry::{CapabilityLabels, Health, OperatorMetrics};
 
-use super::leader::{LeaderError, LeaseSettings, elect, watch_predecessor};
+use super::leader::{LeaseSettings, elect};
+use super::lease::Predecessor;
 use super::session::{SessionSettings, lead};
 use super::standby::keep_settings;
 
 /// Why the operator stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
-    /// The election could not start.
-    #[error(transparent)]
-    Leader(#[from] LeaderError),
     /// The core refused to start.
     #[error(transparent)]
     Core(#[from] RunError),
@@ -41,7 +39,7 @@ pub async fn run(
     health: Arc<Health>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), ProcessError> {
-    let mut election = elect(client.clone(), &lease).await?;
+    let mut election = elect(client.clone(), &lease);
     loop {
         let (core, core_task) = AutoManager::standby_with_client(
             session.settings.clone(),
@@ -51,8 +49,6 @@ pub async fn run(
         let readiness = tokio::spawn(track_connection(core.clone(), health.clone(), metrics.clone()));
         let (synced_tx, mut synced) = watch::channel(false);
         let settings = tokio::spawn(keep_settings(client.clone(), core.clone(), synced_tx));
-        let (predecessor_tx, predecessor) = watch::channel(false);
-        let predecessor_watch = tokio::spawn(watch_predecessor(client.clone(), lease.clone(), predecessor_tx));
         // Leads once the Lease is won and the standby has the cluster's
         // pools and policies (a core promoted without them would place
         // nothing and take every live spare for an orphan).
@@ -63,11 +59,15 @@ pub async fn run(
             _ = stop.wait_for(|s| *s) => false,
         };
         settings.abort();
-        predecessor_watch.abort();
         // The fence: a predecessor's calls may still take effect at
         // Manager until their timeout has passed, and the standby, still
         // following, sees what they did before it decides anything.
-        let won = won && (!*predecessor.borrow() || fence(session.manager.request_timeout, &mut stop).await);
+        let predecessor = election.took_over.borrow().clone();
+        let won = won
+            && match predecessor {
+                Some(predecessor) => fence(&predecessor, session.manager.request_timeout, &mut stop).await,
+                None => true,
+            };
         if !won {
             core.close().await;
             let _ = core_task.await;
@@ -80,19 +80,23 @@ pub async fn run(
         let (end, ended) = watch::channel(false);
         let mut leading = election.leading.clone();
         let mut stopping = stop.clone();
+        let (term_metrics, term_health, identity) = (metrics.clone(), health.clone(), lease.identity.clone());
         let watcher = tokio::spawn(async move {
             tokio::select! {
                 _ = leading.wait_for(|l| !*l) => {}
                 _ = stopping.wait_for(|s| *s) => {}
             }
+            // Said and shown the moment the term ends, when the core stops
+            // driving Manager: the controllers wind down after.
+            term_metrics.leader.set(0);
+            crate::telemetry::set(&term_health.leading, false);
+            tracing::info!(%identity, "no longer leading");
             let _ = end.send(true);
         });
         lead(client.clone(), session.clone(), core, core_task, metrics.clone(), ended).await;
-        watcher.abort();
+        // The term ended by the watcher's word (it has finished).
+        let _ = watcher.await;
         readiness.abort();
-        metrics.leader.set(0);
-        crate::telemetry::set(&health.leading, false);
-        tracing::info!(identity = %lease.identity, "no longer leading");
         if *stop.borrow() {
             break;
         }
@@ -103,20 +107,26 @@ pub async fn run(
     Ok(())
 }
 
-/// Waits out `timeout` (Manager's request timeout) before a promotion
-/// that follows another leader: the predecessor's last calls may still be
-/// carried out by Manager until then, and a leader deciding before they
-/// land would place beside starts it cannot see (over-committing a node),
-/// re-place a job Manager is about to start, or miss a verdict on its way.
-/// The standby keeps following Manager's stream meanwhile, so what those
-/// calls did is in its state when it acts. False when told to stop first.
-async fn fence(timeout: std::time::Duration, stop: &mut watch::Receiver<bool>) -> bool {
+/// Waits out `timeout` (Manager's request timeout) past the moment the
+/// predecessor stopped acting, before a promotion that follows it without
+/// the Lease being released: its last calls may still be carried out by
+/// Manager until then, and a leader deciding before they land would place
+/// beside starts it cannot see (over-committing a node), re-place a job
+/// Manager is about to start, or miss a verdict on its way. The standby
+/// keeps following Manager's stream meanwhile, so what those calls did is
+/// in its state when it acts. A predecessor long gone (an API server
+/// outage outlasted its Lease) is waited for no longer than that. False
+/// when told to stop first.
+async fn fence(predecessor: &Predecessor, timeout: std::time::Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    let until = predecessor.acting_until + timeout;
+    let wait = until.saturating_duration_since(tokio::time::Instant::now());
     tracing::info!(
-        wait_s = timeout.as_secs_f64(),
+        wait_s = (wait.as_secs_f64() * 10.0).round() / 10.0,
+        predecessor = %predecessor.holder,
         "won the Lease from another leader: waiting out its calls to Manager before acting"
     );
     tokio::select! {
-        () = tokio::time::sleep(timeout) => true,
+        () = tokio::time::sleep_until(until) => true,
         _ = stop.wait_for(|s| *s) => false,
     }
 }

@@ -23,6 +23,9 @@ use super::node_status::node_resource_name;
 use super::notes::{bundle_event, bundle_of, node_event, pool_event};
 use super::{Context, bundle, drain_follow, hot_spare, node, notification_log, pool};
 
+/// How long the controllers have to stop once a term has ended.
+const WIND_DOWN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What a term runs with.
 #[derive(Clone, Debug)]
 pub struct SessionSettings {
@@ -87,31 +90,66 @@ pub async fn lead(
             let _ = ended.wait_for(|e| *e).await;
         }
     };
-    tokio::join!(
-        bundle::run(
-            ctx.clone(),
-            session.bundle_namespace.as_deref(),
-            UnboundedReceiverStream::new(bundles_rx),
-            stop()
-        ),
-        pool::run_pools(ctx.clone(), ReceiverStream::new(pools_rx), stop()),
-        hot_spare::run(ctx.clone(), ReceiverStream::new(spares_rx), stop()),
-        node::mirror(ctx.clone(), session.fleet.clone(), nodes_rx, stop()),
-        node::run_spec(ctx.clone(), stop()),
-        drain_follow::run(
-            ctx.clone(),
-            session.fleet.clone(),
-            session.bundle_namespace.clone(),
-            &stop
-        ),
-    );
+    // The core is closed the moment the term ends: it is what drives
+    // Manager, and a leader whose Lease is running out must stop at once,
+    // not once its reconciles in flight have wound down (one waiting on an
+    // unreachable API server can take a while). Their commands meanwhile
+    // are answered `Closed`.
+    let closing = {
+        let core = core.clone();
+        let term = stop();
+        async move {
+            term.await;
+            core.close().await;
+        }
+    };
+    let controllers = async {
+        tokio::join!(
+            bundle::run(
+                ctx.clone(),
+                session.bundle_namespace.as_deref(),
+                UnboundedReceiverStream::new(bundles_rx),
+                stop()
+            ),
+            pool::run_pools(ctx.clone(), ReceiverStream::new(pools_rx), stop()),
+            hot_spare::run(ctx.clone(), ReceiverStream::new(spares_rx), stop()),
+            node::mirror(ctx.clone(), session.fleet.clone(), nodes_rx, stop()),
+            node::run_spec(ctx.clone(), stop()),
+            drain_follow::run(
+                ctx.clone(),
+                session.fleet.clone(),
+                session.bundle_namespace.clone(),
+                &stop
+            ),
+        );
+    };
+    // A reconcile in flight waits for the API server as long as its request
+    // does (kube sets no read deadline): a leader cut off from it would
+    // never get back to following. Past `WIND_DOWN` they are dropped; the
+    // core is closed by then, so they could no longer act anyway.
+    let wound_down = async {
+        let mut controllers = std::pin::pin!(controllers);
+        tokio::select! {
+            () = &mut controllers => {}
+            () = async { stop().await; tokio::time::sleep(WIND_DOWN).await } => {
+                tracing::warn!(
+                    wait_s = WIND_DOWN.as_secs_f64(),
+                    "the controllers did not stop after the term ended (requests to the API server hang): dropped"
+                );
+            }
+        }
+    };
+    tokio::join!(closing, wound_down);
     let _ = ended.wait_for(|e| *e).await;
     follower.abort();
-    core.close().await;
     // The loop answers every waiting command before it ends.
     let _ = core_task.await;
     drop(ctx);
-    let _ = publisher.await;
+    // Queued Events are published, unless the API server does not answer.
+    let mut publisher = publisher;
+    if tokio::time::timeout(WIND_DOWN, &mut publisher).await.is_err() {
+        publisher.abort();
+    }
 }
 
 /// Follows the core's notifications for the rest of the term.

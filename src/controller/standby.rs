@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use crate::automanager::{AutoManagerHandle, CommandError};
 use crate::crd::{HotSparePolicy, PlacementPool};
 
+use super::api_server::watch_backoff;
 use super::hot_spare::wanted;
 use super::listed;
 use super::pool::valid_pools;
@@ -28,12 +29,12 @@ pub async fn keep_settings(client: Client, core: AutoManagerHandle, synced: watc
     let (policies, policy_writer) = reflector::store();
     let pool_events = reflector::reflector(
         pool_writer,
-        watcher(Api::<PlacementPool>::all(client.clone()), watcher::Config::default()).default_backoff(),
+        watcher(Api::<PlacementPool>::all(client.clone()), watcher::Config::default()).backoff(watch_backoff()),
     )
     .map(|e| e.map(drop));
     let policy_events = reflector::reflector(
         policy_writer,
-        watcher(Api::<HotSparePolicy>::all(client), watcher::Config::default()).default_backoff(),
+        watcher(Api::<HotSparePolicy>::all(client), watcher::Config::default()).backoff(watch_backoff()),
     )
     .map(|e| e.map(drop));
     let mut events = std::pin::pin!(futures::stream::select(pool_events, policy_events));

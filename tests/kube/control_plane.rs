@@ -111,6 +111,11 @@ pub struct ControlPlane {
     ca_pem: String,
     config: Config,
     processes: Mutex<Vec<Process>>,
+    /// How the API server was started, to start it again after
+    /// [`ControlPlane::kill_api_server`].
+    apiserver_args: Vec<String>,
+    /// How many times the API server was started again.
+    restarts: AtomicU32,
     /// What [`ControlPlane::once`] has installed.
     installed: tokio::sync::Mutex<BTreeSet<&'static str>>,
 }
@@ -160,6 +165,8 @@ impl ControlPlane {
             ca_pem: String::new(),
             config: Config::new("https://127.0.0.1".parse().expect("static URL")),
             processes: Mutex::new(Vec::new()),
+            apiserver_args: Vec::new(),
+            restarts: AtomicU32::new(0),
             installed: tokio::sync::Mutex::new(BTreeSet::new()),
         };
         control_plane.launch(timeout).await?;
@@ -210,8 +217,7 @@ impl ControlPlane {
         self.spawn("etcd", etcd)?;
 
         let pki_path = |name: &str| pki_dir.join(name).display().to_string();
-        let mut apiserver = Command::new(self.bin_dir.join("kube-apiserver"));
-        apiserver.args([
+        self.apiserver_args = [
             &format!("--etcd-servers={etcd_url}"),
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
@@ -235,7 +241,11 @@ impl ControlPlane {
             "--endpoint-reconciler-type=none",
             "--profiling=false",
             "--allow-privileged=true",
-        ]);
+        ]
+        .map(|a| a.to_string())
+        .to_vec();
+        let mut apiserver = Command::new(self.bin_dir.join("kube-apiserver"));
+        apiserver.args(&self.apiserver_args);
         self.spawn("kube-apiserver", apiserver)?;
 
         let kubeconfig = format!(
@@ -264,7 +274,10 @@ impl ControlPlane {
     }
 
     fn spawn(&self, name: &'static str, command: Command) -> Result<(), StartFailure> {
-        let log = self.dir.join(format!("{name}.log"));
+        self.spawn_logged(name, command, self.dir.join(format!("{name}.log")))
+    }
+
+    fn spawn_logged(&self, name: &'static str, command: Command, log: PathBuf) -> Result<(), StartFailure> {
         let child = spawn_tied_to_process(command, &log)
             .map_err(|e| StartFailure::plain(format!("cannot start {name}: {e}")))?;
         self.processes
@@ -383,6 +396,48 @@ impl ControlPlane {
             .unwrap_or_else(|_| panic!("{name} not established in time"))
             .expect("watch the definition");
         }
+    }
+
+    /// Kills the API server as an outage would (SIGKILL; etcd keeps running and keeps the
+    /// data). [`ControlPlane::restart_api_server`] brings it back on the same address. Only
+    /// for a control plane no other test shares at the same time.
+    pub fn kill_api_server(&self) {
+        let mut processes = self.processes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(at) = processes.iter().position(|p| p.name == "kube-apiserver") {
+            let mut server = processes.remove(at);
+            kill_group(server.child.id());
+            let _ = server.child.wait();
+            forget_pid(server.child.id());
+        }
+    }
+
+    /// Starts the API server again with the same settings, on the same address, and waits
+    /// until it serves. Panics (failing the test) when it does not come back.
+    pub async fn restart_api_server(&self) {
+        let restart = self.restarts.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut apiserver = Command::new(self.bin_dir.join("kube-apiserver"));
+        apiserver.args(&self.apiserver_args);
+        let log = self.dir.join(format!("kube-apiserver-{restart}.log"));
+        let ready = match self.spawn_logged("kube-apiserver", apiserver, log) {
+            Ok(()) => self.wait_ready(Duration::from_secs(120)).await,
+            Err(e) => Err(e),
+        };
+        if let Err(failure) = ready {
+            panic!("the API server did not come back: {}", failure.message);
+        }
+    }
+
+    /// The API server's address (`127.0.0.1:<port>`).
+    pub fn server_address(&self) -> &str {
+        self.server.trim_start_matches("https://")
+    }
+
+    /// A kubeconfig for the admin that reaches the API server at `address` (a proxy in front
+    /// of it, say) instead; the server's certificate is valid for any port of 127.0.0.1.
+    pub fn kubeconfig_via(&self, address: &str, path: &Path) {
+        let text = fs::read_to_string(&self.kubeconfig).expect("the kubeconfig is readable");
+        let text = text.replace(&self.server, &format!("https://{address}"));
+        fs::write(path, text).expect("the kubeconfig is written");
     }
 
     /// Path of a kubeconfig for the admin, valid while the control plane runs.

@@ -5,6 +5,7 @@
 //! The tests of each file share one control plane ([`control_plane::shared`]),
 //! each test in a namespace of its own; files do not share one.
 
+mod api_outage;
 mod chart;
 mod chart_crds;
 mod crds;

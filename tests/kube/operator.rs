@@ -740,8 +740,7 @@ async fn two_candidates_racing_for_a_free_lease_never_both_lead() {
             grace_s: 5,
         };
         let (first, second) = (settings("a"), settings("b"));
-        let (a, b) = tokio::join!(elect(cp.client(), &first), elect(cp.client(), &second));
-        let (mut a, mut b) = (a.expect("a campaigns"), b.expect("b campaigns"));
+        let (mut a, mut b) = (elect(cp.client(), &first), elect(cp.client(), &second));
         let holder = until(&leases, &format!("race-{round}"), "held", |l: Option<&Lease>| {
             l.and_then(|l| l.spec.as_ref()?.holder_identity.as_ref()).is_some()
         })

@@ -26,7 +26,7 @@ use crate::control_plane;
 use crate::sim_support::{Sim, TIME_SCALE};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_norsk-auto-manager");
-const WAIT: Duration = Duration::from_secs(90);
+pub(crate) const WAIT: Duration = Duration::from_secs(90);
 /// What a new leader logs as it waits out its predecessor's calls.
 const FENCE_MESSAGE: &str = "won the Lease from another leader: waiting out its calls to Manager before acting";
 
@@ -61,7 +61,7 @@ fn invalid_settings_are_all_listed_and_the_process_exits() {
     }
 }
 
-async fn http_status(port: u16, path: &str) -> Option<String> {
+pub(crate) async fn http_status(port: u16, path: &str) -> Option<String> {
     let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
     let request = format!("GET {path} HTTP/1.1\r\nHost: operator\r\nConnection: close\r\n\r\n");
     socket.write_all(request.as_bytes()).await.ok()?;
@@ -73,7 +73,7 @@ async fn http_status(port: u16, path: &str) -> Option<String> {
 /// Installs the definitions and the pool `studio` (its cluster servers,
 /// then elastic AWS); returns a fresh namespace and a simulator with one
 /// cluster server `<ns>-a`.
-async fn setup(cp: &control_plane::ControlPlane, prefix: &str) -> (String, Sim) {
+pub(crate) async fn setup(cp: &control_plane::ControlPlane, prefix: &str) -> (String, Sim) {
     setup_with(cp, prefix, false).await
 }
 
@@ -111,14 +111,19 @@ async fn setup_with(cp: &control_plane::ControlPlane, prefix: &str, published_ap
 }
 
 /// One operator process with its telemetry port.
-struct Process {
-    child: Child,
+pub(crate) struct Process {
+    pub(crate) child: Child,
     port: u16,
     _dir: tempfile::TempDir,
 }
 
 impl Process {
-    fn spawn(cp: &control_plane::ControlPlane, ns: &str, sim: &Sim, identity: &str) -> Process {
+    pub(crate) fn spawn(cp: &control_plane::ControlPlane, ns: &str, sim: &Sim, identity: &str) -> Process {
+        Self::spawn_with(ns, sim, identity, cp.kubeconfig())
+    }
+
+    /// [`Process::spawn`], reaching the API server as `kubeconfig` says.
+    pub(crate) fn spawn_with(ns: &str, sim: &Sim, identity: &str, kubeconfig: &std::path::Path) -> Process {
         // A free port for the telemetry endpoint.
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -140,7 +145,9 @@ impl Process {
             .args(["--manager-url", &sim.handle.url()])
             .args(["--identity", identity, "--lease-namespace", ns])
             .args(["--bundle-namespace", ns, "--fleet", ns, "--log-format", "json"])
-            .env("KUBECONFIG", cp.kubeconfig())
+            .env("KUBECONFIG", kubeconfig)
+            // What an operator logs by default, whatever the test runs with.
+            .env_remove("RUST_LOG")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join("operator.log")).unwrap())
             .spawn()
@@ -148,8 +155,41 @@ impl Process {
         Process { child, port, _dir: dir }
     }
 
+    /// How many lines it has logged so far.
+    pub(crate) fn log_line_count(&self) -> usize {
+        std::fs::read_to_string(self._dir.path().join("operator.log"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    }
+
+    /// The CPU time it has used so far (user and system, from
+    /// `/proc/<pid>/stat`).
+    pub(crate) fn cpu_time(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).expect("the process runs");
+        // The command name may hold spaces: the fields follow its `)`.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        // utime and stime are fields 14 and 15 of the line, 12 and 13 after `)`.
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        // SAFETY: sysconf has no preconditions.
+        let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        Duration::from_secs_f64(ticks as f64 / per_second)
+    }
+
+    /// Whether it says it leads (`norsk_automanager_leader`), read from its
+    /// own telemetry endpoint (which needs no API server).
+    pub(crate) async fn says_it_leads(&self) -> Option<bool> {
+        let (_, body) = http_get(self.port, "/metrics", "*/*").await?;
+        body.lines()
+            .find(|l| l.starts_with("norsk_automanager_leader "))
+            .map(|l| l.ends_with(" 1"))
+    }
+
     /// Its JSON log lines so far.
-    fn log_lines(&self) -> Vec<serde_json::Value> {
+    pub(crate) fn log_lines(&self) -> Vec<serde_json::Value> {
         std::fs::read_to_string(self._dir.path().join("operator.log"))
             .unwrap_or_default()
             .lines()
@@ -158,7 +198,7 @@ impl Process {
     }
 
     /// The first log line whose message is `message`.
-    fn logged(&self, message: &str) -> serde_json::Value {
+    pub(crate) fn logged(&self, message: &str) -> serde_json::Value {
         let lines = self.log_lines();
         lines
             .iter()
@@ -187,7 +227,7 @@ impl Process {
     }
 
     /// Waits until `/readyz` answers 200.
-    async fn ready(&mut self) {
+    pub(crate) async fn ready(&mut self) {
         if !self.readyz_becomes("200").await {
             let _ = self.child.kill();
             panic!("the operator never became ready");
@@ -208,13 +248,13 @@ impl Drop for Process {
     }
 }
 
-fn bundle(name: &str) -> String {
+pub(crate) fn bundle(name: &str) -> String {
     format!(
         "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {{name: {name}}}\nspec:\n  pool: studio\n  jobs: [{{jobName: encode, requirements: {{requiredCapacity: 2}}}}]\n"
     )
 }
 
-async fn until_ready(cp: &control_plane::ControlPlane, ns: &str, name: &str) -> Bundle {
+pub(crate) async fn until_ready(cp: &control_plane::ControlPlane, ns: &str, name: &str) -> Bundle {
     let bundles: Api<Bundle> = Api::namespaced(cp.client(), ns);
     tokio::time::timeout(
         WAIT,
@@ -296,6 +336,7 @@ async fn a_killed_leader_is_replaced_and_nothing_is_created_twice() {
     let leases: Api<Lease> = Api::namespaced(cp.client(), &ns);
     let holder = |lease: Lease| lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
     let leader = holder(leases.get("norsk-auto-manager").await.expect("the Lease exists"));
+    let killed_identity = leader.clone();
     let (killed, follower, survivor) = match leader.as_str() {
         "handover-0" => (&mut first, &second, "handover-1"),
         "handover-1" => (&mut second, &first, "handover-0"),
@@ -314,8 +355,13 @@ async fn a_killed_leader_is_replaced_and_nothing_is_created_twice() {
     until_ready(cp, &ns, "after").await;
     assert_eq!(holder(leases.get("norsk-auto-manager").await.unwrap()), survivor);
     // The survivor waited out the killed leader's calls before it acted.
+    // It waited out the Manager request timeout (15 s) from when the killed
+    // leader stopped acting, which it could tell to within its look at the
+    // Lease (every second).
     let fence = follower.logged(FENCE_MESSAGE);
-    assert_eq!(fence["fields"]["wait_s"], 15.0, "{fence}");
+    let waited = fence["fields"]["wait_s"].as_f64().unwrap_or_default();
+    assert!((13.0..=15.0).contains(&waited), "{fence}");
+    assert_eq!(fence["fields"]["predecessor"], killed_identity, "{fence}");
     let snapshot = sim.snapshot().await;
     let mut bundles: Vec<_> = snapshot.bundles.iter().map(|b| b.bundle_id.0.clone()).collect();
     bundles.sort();
@@ -331,6 +377,145 @@ async fn a_killed_leader_is_replaced_and_nothing_is_created_twice() {
     ];
     kept.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(nodes, kept, "the fleet changed over the handover");
+    sim.shutdown().await;
+}
+
+/// A TCP proxy in front of the API server that cuts off whoever reaches it
+/// through the proxy, as a network partition does: from the cut on nothing
+/// passes either way, and connections hang rather than fail.
+struct Partition {
+    address: String,
+    cut: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Partition {
+    async fn start(upstream: &str) -> Partition {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let (cut, cut_rx) = tokio::sync::watch::channel(false);
+        let upstream = upstream.to_owned();
+        let task = tokio::spawn(async move {
+            // Dropped with the proxy: every connection goes with it.
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let mut cut = cut_rx.clone();
+                let upstream = upstream.clone();
+                connections.spawn(async move {
+                    if !*cut.borrow()
+                        && let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await
+                    {
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => return,
+                            _ = cut.wait_for(|c| *c) => {}
+                        }
+                    }
+                    // Silence: the sockets stay open, nothing more passes.
+                    std::future::pending::<()>().await;
+                    drop(inbound);
+                });
+            }
+        });
+        Partition { address, cut, task }
+    }
+
+    fn cut(&self) {
+        self.cut.send_replace(true);
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn log_time(line: &serde_json::Value) -> k8s_openapi::jiff::Timestamp {
+    line["timestamp"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("a log line without a timestamp: {line}"))
+}
+
+#[tokio::test]
+async fn a_leader_cut_off_from_the_api_server_stops_acting_before_its_lease_can_pass_to_another() {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+
+    let cp = control_plane::shared().await;
+    let (ns, sim) = setup(cp, "partition").await;
+    let partition = Partition::start(cp.server_address()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let through_partition = dir.path().join("kubeconfig");
+    cp.kubeconfig_via(&partition.address, &through_partition);
+    let mut cut_off = Process::spawn_with(&ns, &sim, "partition-0", &through_partition);
+    cut_off.ready().await;
+    cp.kubectl_apply(&ns, &bundle("before")).expect("bundle applies");
+    until_ready(cp, &ns, "before").await;
+    let mut other = Process::spawn(cp, &ns, &sim, "partition-1");
+    other.ready().await;
+    let leases: Api<Lease> = Api::namespaced(cp.client(), &ns);
+    let holder = |lease: &Lease| lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
+    assert_eq!(
+        holder(&leases.get("norsk-auto-manager").await.expect("the Lease exists")).as_deref(),
+        Some("partition-0")
+    );
+    // Every version of the Lease from now on, until the other holds it.
+    let versions = watcher(
+        leases.clone(),
+        watcher::Config::default().fields("metadata.name=norsk-auto-manager"),
+    )
+    .default_backoff()
+    .applied_objects();
+    let mut versions = std::pin::pin!(versions);
+    let first = versions.next().await.expect("the watch runs").expect("the Lease");
+    let renewed = |lease: &Lease| lease.spec.as_ref().and_then(|s| s.renew_time.clone()).map(|t| t.0);
+    let mut last_renewal = renewed(&first).expect("a renewal");
+    partition.cut();
+    let taken = tokio::time::timeout(WAIT, async {
+        while let Some(lease) = versions.next().await {
+            let Ok(lease) = lease else { continue };
+            match holder(&lease).as_deref() {
+                Some("partition-0") => last_renewal = renewed(&lease).unwrap_or(last_renewal),
+                Some("partition-1") => return lease,
+                _ => {}
+            }
+        }
+        panic!("the Lease watch ended")
+    })
+    .await
+    .expect("the other process takes the Lease");
+    let expiry = last_renewal + k8s_openapi::jiff::SignedDuration::from_secs(3);
+    let acquired = taken
+        .spec
+        .as_ref()
+        .and_then(|s| s.acquire_time.clone())
+        .expect("an acquire time")
+        .0;
+    // The cut-off leader stopped acting before its Lease could expire, and
+    // said why; the other took over only after.
+    let gave_up = cut_off.logged("could not renew the Lease in time: stopped leading before it expires; leading again once a renewal gets through and no one else took it");
+    let stopped = log_time(&cut_off.logged("no longer leading"));
+    assert!(
+        stopped < expiry,
+        "the cut-off leader stopped at {stopped}, after its Lease expired at {expiry}"
+    );
+    assert!(log_time(&gave_up) <= stopped);
+    assert!(
+        stopped < acquired,
+        "stopped at {stopped}, the Lease was taken at {acquired}"
+    );
+    assert_eq!(cut_off.says_it_leads().await, Some(false));
+    // The new leader waits out the old one's calls to Manager, then acts.
+    cp.kubectl_apply(&ns, &bundle("after")).expect("bundle applies");
+    until_ready(cp, &ns, "after").await;
+    let fence = other.logged(FENCE_MESSAGE);
+    assert_eq!(fence["fields"]["predecessor"], "partition-0", "{fence}");
+    assert!(log_time(&other.logged("leading: promoting the standby core and starting the controllers")) > stopped);
+    assert_eq!(other.says_it_leads().await, Some(true));
+    let snapshot = sim.snapshot().await;
+    assert_eq!(snapshot.jobs.len(), 2, "a job was created twice: {:?}", snapshot.jobs);
+    drop(partition);
     sim.shutdown().await;
 }
 
@@ -374,7 +559,7 @@ fn repo_path(relative: &str) -> std::path::PathBuf {
 }
 
 /// GET over HTTP/1.0 (no chunked answers): the status line and the body.
-async fn http_get(port: u16, path_and_query: &str, accept: &str) -> Option<(String, String)> {
+pub(crate) async fn http_get(port: u16, path_and_query: &str, accept: &str) -> Option<(String, String)> {
     let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
     let request = format!("GET {path_and_query} HTTP/1.0\r\nHost: localhost\r\nAccept: {accept}\r\n\r\n");
     socket.write_all(request.as_bytes()).await.ok()?;
