@@ -87,9 +87,8 @@ pub(super) enum Pending {
 /// the starts still on their way.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Inheritance {
-    /// Starts (and the stops undoing timed-out ones) with the binding each
-    /// was for.
-    pub(super) starts: Vec<(RequestId, JobId, Option<Binding>)>,
+    /// Starts (and the stops undoing timed-out ones) still on their way.
+    pub(super) starts: Vec<InheritedStart>,
     /// Its own marks on the nodes it knew.
     pub(super) nodes: BTreeMap<NodeId, NodeMarks>,
     /// The records of its jobs with a migration in flight: the saga
@@ -114,6 +113,23 @@ pub(super) struct Inheritance {
     /// verdict's write reached Manager before the snapshot, until the
     /// bundle is updated or deleted.
     pub(super) broken: BTreeMap<BundleId, (String, u64)>,
+}
+
+/// A start (or a stop undoing one) a successor inherits on its way.
+#[derive(Clone, Debug)]
+pub(super) struct InheritedStart {
+    pub(super) id: RequestId,
+    pub(super) job_id: JobId,
+    /// It held its job's in-flight gate. A job has one gate, naming the
+    /// call its predecessor awaited; a call issued before it (a stray's
+    /// stop at hydration, then the shedding of an over-committed node's
+    /// instance of the same job) lost the gate to the later one, and its
+    /// answer is handled without opening the gate. Handing the gate to
+    /// whichever call comes first instead would leave the start the
+    /// predecessor awaited unbound, its instance nobody's placement.
+    pub(super) holds_gate: bool,
+    /// The binding a start holding the gate was for.
+    pub(super) binding: Option<Binding>,
 }
 
 /// What a successor takes up of one of its predecessor's jobs, while the
@@ -309,6 +325,21 @@ impl AutoManagerCore {
         // each start holds its job's gate shut and its room reserved until
         // answered; left unknown, a start landing late would put the job
         // beside its new placement, or over the room given to another.
+        // The gate each job's calls held: the predecessor's records name it
+        // once it has taken up its own inheritance; before that (disposed
+        // while still hydrating) its inheritance does.
+        let gate_of = |id: RequestId, job_id: &JobId| -> (bool, Option<Binding>) {
+            if previous.hydrated {
+                let record = previous.jobs.get(job_id).filter(|r| r.in_flight == Some(id));
+                return (record.is_some(), record.and_then(|r| r.binding.clone()));
+            }
+            previous
+                .inherited
+                .starts
+                .iter()
+                .find(|s| s.id == id)
+                .map_or((false, None), |s| (s.holds_gate, s.binding.clone()))
+        };
         for (id, pending) in &previous.outbox.pending {
             match pending {
                 Pending::Command { .. }
@@ -335,19 +366,25 @@ impl AutoManagerCore {
                     }
                 }
                 Pending::StartJob { job_id, .. } => {
-                    let binding = previous
-                        .jobs
-                        .get(job_id)
-                        .filter(|r| r.in_flight == Some(*id))
-                        .and_then(|r| r.binding.clone());
-                    core.inherited.starts.push((*id, job_id.clone(), binding));
+                    let (holds_gate, binding) = gate_of(*id, job_id);
+                    core.inherited.starts.push(InheritedStart {
+                        id: *id,
+                        job_id: job_id.clone(),
+                        holds_gate,
+                        binding,
+                    });
                 }
                 Pending::UndoStart {
                     job_id,
                     instance_key,
                     node_id,
                 } => {
-                    core.inherited.starts.push((*id, job_id.clone(), None));
+                    core.inherited.starts.push(InheritedStart {
+                        id: *id,
+                        job_id: job_id.clone(),
+                        holds_gate: gate_of(*id, job_id).0,
+                        binding: None,
+                    });
                     core.inherited
                         .undoing
                         .insert((job_id.clone(), instance_key.clone(), node_id.clone()));

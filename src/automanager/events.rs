@@ -11,9 +11,10 @@ use crate::model::{
 };
 
 use super::binding::{AwaitedStop, Binding, BindingPhase, JobRecord, StopWait, StoppingInstance};
-use super::core::AutoManagerCore;
+use super::core::{AutoManagerCore, Pending};
 use super::fleet::Provisioned;
 use super::history::{instance_since, live_instances, open_instances};
+use super::migration::{MigrationCall, MigrationPhase};
 use super::notification::Notification;
 use super::recovery::{LossCause, counts_for_restarts, replay_restart};
 
@@ -150,6 +151,27 @@ impl AutoManagerCore {
                 self.losses().withhold_unstarted(&bundle);
             }
         }
+        // Prepared targets whose start is still on its way, of migrations
+        // that moved their job onto them (a deadline passed first). A
+        // Manager without deferred start records such a target only once
+        // the start lands: until then its history cannot show it, and the
+        // job stands bound to it as to any start on its way.
+        let starting: std::collections::BTreeSet<(JobId, InstanceKey, NodeId)> = self
+            .outbox
+            .pending
+            .values()
+            .filter_map(|pending| match pending {
+                Pending::Migration {
+                    migration_id,
+                    call: MigrationCall::StartPrepared,
+                } => self
+                    .migrations
+                    .get(migration_id)
+                    .filter(|m| m.phase == MigrationPhase::Done)
+                    .map(|m| (m.job_id.clone(), m.target_key.clone(), m.target_node_id.clone())),
+                _ => None,
+            })
+            .collect();
         for (job_id, carried) in inherited.jobs {
             let usable = |node: &NodeId| self.fleet.get(node).is_some_and(|n| !n.is_going() && !n.terminated);
             let binding = carried.binding.filter(|b| usable(&b.node_id));
@@ -166,9 +188,15 @@ impl AutoManagerCore {
                 && !record.dropped
                 && record.job.terminal_verdict.is_none()
                 && record.binding.as_ref() != Some(&binding)
-                && let Some((_, _, phase)) = live_instances(&record.job.history)
+                && let Some(phase) = live_instances(&record.job.history)
                     .into_iter()
                     .find(|(key, node, _)| key == &binding.instance_key && node == &binding.node_id)
+                    .map(|(_, _, phase)| phase)
+                    .or_else(|| {
+                        starting
+                            .contains(&(job_id.clone(), binding.instance_key.clone(), binding.node_id.clone()))
+                            .then_some(BindingPhase::Dispatched)
+                    })
             {
                 record.binding = Some(Binding { phase, ..binding });
             }
@@ -193,14 +221,17 @@ impl AutoManagerCore {
             self.fleet
                 .inherit(&node_id, marks.terminated, marks.release_when_empty, marks.provisioned);
         }
-        for (id, job_id, binding) in inherited.starts {
+        // Each job's gate is the one its predecessor held; the other calls'
+        // answers are handled without it, as they would have been there.
+        for start in inherited.starts.into_iter().filter(|s| s.holds_gate) {
+            let binding = start.binding;
             let node_up = binding
                 .as_ref()
                 .is_some_and(|b| self.fleet.get(&b.node_id).is_some_and(|n| !n.is_going()));
-            let Some(mut record) = self.jobs.get_mut(&job_id).filter(|r| r.in_flight.is_none()) else {
+            let Some(mut record) = self.jobs.get_mut(&start.job_id).filter(|r| r.in_flight.is_none()) else {
                 continue;
             };
-            record.in_flight = Some(id);
+            record.in_flight = Some(start.id);
             if record.binding.is_none()
                 && node_up
                 && let Some(mut binding) = binding
@@ -457,9 +488,12 @@ impl AutoManagerCore {
         let provisioned = Provisioned {
             pool: pool.clone(),
             tier: tier.clone(),
-            // Manager's node metadata does not name the shape; the worker's
-            // inventory will.
-            instance_type: String::new(),
+            // The shape it was created as, from its tags (every node this
+            // AutoManager provisions names it): where Manager reports no
+            // inventory placement plans on that shape. An empty one names
+            // none: the node's size would be unknown, nothing placed there,
+            // and what runs there stopped as more than it holds.
+            instance_type: info.tags.get(tags::INSTANCE_TYPE).cloned().unwrap_or_default(),
             kind: tier_spec.kind,
             region: tier_spec.region.clone().unwrap_or_default(),
             for_job: info.tags.get(tags::PROVISIONED_FOR).map(|j| JobId(j.clone())),

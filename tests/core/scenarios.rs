@@ -2,7 +2,7 @@
 //! the test plays Manager (events in, RPC results back) and asserts what the
 //! core asks Manager to do and what it notifies.
 
-use norsk_auto_manager::automanager::{Command, CommandError, Input, Notification, Rpc, RpcFailureKind};
+use norsk_auto_manager::automanager::{Command, CommandError, Input, Notification, RequestId, Rpc, RpcFailureKind};
 use norsk_auto_manager::model::{
     InstanceKey, JobHistoryEntry, JobId, JobState, ManagerEvent, NodeId, NodeStopReason, ProviderKind, RejectionCode,
     SchedulePhase, Slot, VerdictKind, tags,
@@ -3190,6 +3190,96 @@ fn a_node_running_more_than_it_holds_at_hydration_keeps_its_oldest_instance_and_
         h.core.job(&new_job).is_some_and(|r| r.restarts.count(h.now) == 0),
         "not counted against the restart ceiling"
     );
+}
+
+#[test]
+fn a_start_awaited_when_the_stream_breaks_binds_its_job_in_the_successor_while_an_earlier_stop_of_the_job_is_on_its_way()
+ {
+    // A new leader found two instances of `new` it must stop: a migration
+    // target a predecessor's late call made on `b`, and its instance on
+    // `a`, a node running more than it holds. The stop on `a` landed and
+    // `new` was started on `b`; the stream broke with that start and the
+    // stop of the stray target still on their way. The start is what the
+    // successor awaits for the job: when it lands the job runs on `b`, once,
+    // as the core says.
+    let primary = InstanceKey::slot(Slot::Primary);
+    let target = InstanceKey(format!("{}@0ld7a29e", primary.as_str()));
+    let (a, b) = (NodeId::from("a"), NodeId::from("b"));
+    let mut h = Harness::new();
+    h.cluster_node("a", 2.0);
+    h.cluster_node("b", 2.0);
+    let old = bundle("old", ONE_JOB);
+    let new = bundle("new", ONE_JOB);
+    for (bundle, at) in [(&old, h.now - 60_000), (&new, h.now)] {
+        h.event(ManagerEvent::BundleUpdated(bundle.clone()));
+        let mut runtime = jobs_of(bundle).remove(0);
+        runtime.history.push(JobHistoryEntry::Running {
+            at: Some(at),
+            role: primary.clone(),
+            node_id: Some(a.clone()),
+        });
+        h.event(ManagerEvent::JobActive(runtime));
+    }
+    let new_job = job_id("new", 0, "encode");
+    let mut runtime = h.core.job(&new_job).expect("job known").job.clone();
+    runtime.history.push(JobHistoryEntry::Provisioned {
+        at: Some(h.now),
+        role: target.clone(),
+        node_id: Some(b.clone()),
+    });
+    h.event(ManagerEvent::JobActive(runtime));
+    h.event(ManagerEvent::InitialDataComplete);
+    let stop_on = |calls: &[(RequestId, Rpc)], key: &InstanceKey, node: &NodeId| {
+        calls.iter().find_map(|(id, rpc)| match rpc {
+            Rpc::StopJob {
+                job_id,
+                instance_key,
+                node_id,
+            } if *job_id == new_job && instance_key == key && node_id == node => Some(*id),
+            _ => None,
+        })
+    };
+    let calls = h.take_calls();
+    let stray_stop = stop_on(&calls, &target, &b).expect("the stray target is stopped");
+    let shed = stop_on(&calls, &primary, &a).expect("the newest instance on the over-committed node is stopped");
+    h.ok(shed);
+    h.stopped(&new_job, &a, primary.clone());
+    let calls = h.take_calls();
+    let start = calls
+        .iter()
+        .find_map(|(id, rpc)| {
+            matches!(rpc, Rpc::StartJob { job_id, node_id, .. } if *job_id == new_job && *node_id == b).then_some(*id)
+        })
+        .unwrap_or_else(|| panic!("placed again where there is room: {calls:?}"));
+    h.reconnect();
+    h.ok(start);
+    h.history(
+        &new_job,
+        JobHistoryEntry::Running {
+            at: Some(h.now),
+            role: primary.clone(),
+            node_id: Some(b.clone()),
+        },
+    );
+    assert_eq!(
+        h.bound_node(&new_job),
+        Some(b.clone()),
+        "the start that landed is the job's placement"
+    );
+    h.ok(stray_stop);
+    h.stopped(&new_job, &b, target);
+    let calls = h.take_calls();
+    assert!(
+        !calls
+            .iter()
+            .any(|(_, rpc)| matches!(rpc, Rpc::StartJob { job_id, .. } if *job_id == new_job)),
+        "the job runs once, not started again: {calls:?}"
+    );
+    assert!(
+        stop_on(&calls, &primary, &b).is_none(),
+        "its instance is not stopped as an orphan: {calls:?}"
+    );
+    assert_eq!(h.bound_node(&new_job), Some(b));
 }
 
 #[test]

@@ -128,12 +128,14 @@ impl AutoManagerCore {
 
     /// Brings Manager to every wanted set (see [`ManualStarts::reconcile`]).
     pub(super) fn reconcile_manual(&mut self, now: UnixMillis) {
+        let relays_signals = self.manager.serves(crate::model::manager::Capability::MigrationSignals);
         let parts = self.parts();
         let mut saga = Saga {
             facts: parts.facts,
             outbox: parts.outbox,
             migrations: parts.migrations,
             counters: parts.counters,
+            relays_signals,
         };
         parts.manual.reconcile(&mut saga, now);
     }

@@ -15,8 +15,8 @@
 //! as long as both exist, and moved into the binding at `done`.
 //!
 //! The saga runs on a [`Saga`]: the facts (changed through their owners'
-//! mutators), the outbox, the migrations' own state and the counters —
-//! nothing else of the core. Placing a target is a placement round, so
+//! mutators), the outbox, the migrations' own state, the counters and
+//! whether Manager relays migration signals — nothing else of the core. Placing a target is a placement round, so
 //! `start` runs on the core and hands the placed target to the saga.
 
 pub mod group;
@@ -41,6 +41,7 @@ pub use state::{
     MigrationState, MigrationStep, PhaseTransition,
 };
 
+use crate::model::manager::Capability;
 use crate::model::{JobId, UnixMillis};
 
 use super::binding::MigrationClaim;
@@ -51,23 +52,27 @@ use super::protocol::Rpc;
 use state::{Migrations, SourceStop};
 
 /// What the saga is handed: the facts, the outbox, the migrations' own
-/// state and the counters.
+/// state, the counters and whether Manager relays migration signals.
 pub(super) struct Saga<'a> {
     pub(super) facts: FactsMut<'a>,
     pub(super) outbox: &'a mut Outbox,
     pub(super) migrations: &'a mut Migrations,
     pub(super) counters: &'a mut Counters,
+    /// The Manager at hand relays migration signals to instances.
+    pub(super) relays_signals: bool,
 }
 
 impl AutoManagerCore {
     /// The core taken apart for the saga.
     pub(super) fn saga(&mut self) -> Saga<'_> {
+        let relays_signals = self.manager.serves(Capability::MigrationSignals);
         let parts = self.parts();
         Saga {
             facts: parts.facts,
             outbox: parts.outbox,
             migrations: parts.migrations,
             counters: parts.counters,
+            relays_signals,
         }
     }
 }
@@ -124,6 +129,15 @@ impl Saga<'_> {
 
     /// A relayed step to both of a migration's instances.
     fn signal(&mut self, id: &MigrationId, step: MigrationStep) {
+        // An abort tells a handover's instances that it is off. A Manager
+        // that relays no signals runs no handover (it runs as overlap, see
+        // `strategy_for`) and has no instance to tell: asking it would
+        // only fail, and report an error where nothing went wrong. Any
+        // other step is sent, so that a Manager that stopped relaying
+        // mid-handover refuses it and the migration rolls back at once.
+        if !self.relays_signals && matches!(step, MigrationStep::Abort(_)) {
+            return;
+        }
         let Some(state) = self.migrations.get(id) else {
             return;
         };

@@ -324,12 +324,21 @@ impl Saga<'_> {
         let Err(failure) = result else {
             return;
         };
+        if call == MigrationCall::StartPrepared && failure.kind == RpcFailureKind::Transient {
+            self.migrations.prepared_start_unheard.insert(id.clone());
+        }
+        // `NotFound` says nothing is prepared there: the target is gone —
+        // unless an earlier try went unanswered and may have made it.
+        let target_gone =
+            failure.kind == RpcFailureKind::NotFound && !self.migrations.prepared_start_unheard.contains(id);
         let in_flight = self.in_flight(id).is_some();
         // The saga failed forward onto a prepared target whose start had not
         // been answered: the job lives there now, and must still start.
         let moved_onto_target = !in_flight && self.bound_to_target_of(id);
         match call {
-            MigrationCall::StartPrepared if moved_onto_target => self.start_prepared_after_done(id, &failure, now),
+            MigrationCall::StartPrepared if moved_onto_target => {
+                self.start_prepared_after_done(id, &failure, target_gone, now)
+            }
             // Not heard — or heard, the answer lost: the target Manager may
             // hold is stopped with the migration.
             MigrationCall::StartTarget if in_flight => {
@@ -349,11 +358,7 @@ impl Saga<'_> {
             // Refused: the prepared target, if Manager still holds it, is
             // stopped rather than left beside the job placed afresh.
             MigrationCall::StartPrepared if in_flight => {
-                let target = if failure.kind == RpcFailureKind::NotFound {
-                    Target::Gone
-                } else {
-                    Target::Stop
-                };
+                let target = if target_gone { Target::Gone } else { Target::Stop };
                 let reason = format!("StartPreparedJob failed: {}", failure.message);
                 self.target_lost(id, &reason, target, now);
             }
@@ -408,10 +413,23 @@ impl Saga<'_> {
     /// now: the late answer is left to it (its source's stop and its own
     /// target decide), never ending the binding under it — which would
     /// place the job afresh beside that migration's target.
-    fn start_prepared_after_done(&mut self, id: &MigrationId, failure: &RpcFailure, now: UnixMillis) {
+    ///
+    /// A start answered after Manager reported the target running (a try
+    /// sent again after an answer was lost, which finds nothing prepared
+    /// any more) changes nothing: the job runs there.
+    fn start_prepared_after_done(&mut self, id: &MigrationId, failure: &RpcFailure, gone: bool, now: UnixMillis) {
         let Some(job) = self.migrations.get(id).map(|m| m.job_id.clone()) else {
             return;
         };
+        let running = self
+            .facts
+            .jobs
+            .get(&job)
+            .and_then(|r| r.binding.as_ref())
+            .is_some_and(|b| b.phase == BindingPhase::Running);
+        if running {
+            return;
+        }
         let moved_on = self
             .facts
             .jobs
@@ -430,7 +448,7 @@ impl Saga<'_> {
         if failure.kind == RpcFailureKind::Transient {
             return self.start_prepared(id);
         }
-        if failure.kind != RpcFailureKind::NotFound {
+        if !gone {
             self.stop_target(id);
         }
         self.facts.end_binding(self.outbox, &job);

@@ -207,6 +207,12 @@ pub(crate) struct Migrations {
     /// Aborted migrations whose target is stopped once its `StartJob` is
     /// answered (so the stop cannot overtake the start).
     pub(super) stop_when_started: std::collections::BTreeSet<MigrationId>,
+    /// Migrations a `StartPreparedJob` of which went unanswered: Manager
+    /// may have made the target although a later try is answered
+    /// `NotFound` (a Manager without deferred start holds nothing prepared
+    /// to start again: the operator's port made the start with the first
+    /// try).
+    pub(super) prepared_start_unheard: std::collections::BTreeSet<MigrationId>,
     /// Migrations whose source has been seen stopped.
     pub(super) source_stopped: std::collections::BTreeSet<MigrationId>,
     /// Members of a group waiting at its cut-over, with the step each takes
@@ -403,6 +409,7 @@ impl Migrations {
         while self.ended.len() > ENDED_MIGRATIONS_KEPT {
             if let Some(old) = self.ended.pop_front() {
                 self.by_id.remove(&old);
+                self.prepared_start_unheard.remove(&old);
             }
         }
     }

@@ -95,6 +95,9 @@ pub(super) struct ManagerView<'a> {
     pub(super) spares_untagged: u64,
     /// The `aws` tier's `maxNodes` as last commanded.
     pub(super) aws_max_nodes: usize,
+    /// A published Manager: nodes are known by what people declared and
+    /// what they were created as (see `super::published`).
+    pub(super) published: bool,
 }
 
 impl ManagerView<'_> {
@@ -224,6 +227,9 @@ enum Policy {
 pub(super) struct Reference {
     /// Each judged loss is traced (`CORE_SIM_TRACE`).
     pub(super) trace: bool,
+    /// The Manager is a published one: it relays no migration signal, so
+    /// none is sent and no handover runs.
+    pub(super) published: bool,
     ceilings: Ceilings,
     /// Migrations in flight as the core announced them (`migrationPhase`).
     migrations: BTreeMap<MigrationId, MigrationState>,
@@ -293,6 +299,7 @@ impl Reference {
     pub(super) fn new(ceilings: &str) -> Self {
         Self {
             trace: false,
+            published: false,
             ceilings: Ceilings::parse(ceilings),
             migrations: BTreeMap::new(),
             ended_targets: BTreeSet::new(),
@@ -773,6 +780,12 @@ impl Reference {
             Rpc::TerminateNode { node_id } => {
                 self.terminated.insert(node_id.clone(), at);
             }
+            // The core knows the Manager at hand relays none.
+            Rpc::SendMigrationSignal { migration_id, .. } if self.published => {
+                return Err(format!(
+                    "migration {migration_id} signals a Manager that relays no migration signals"
+                ));
+            }
             Rpc::StartJob { job_id, .. } => {
                 if self.dropped.contains(job_id) {
                     return Err(format!("StartJob for {job_id}, which the spec has dropped"));
@@ -795,6 +808,17 @@ impl Reference {
     ) -> Result<(), String> {
         match notification {
             Notification::MigrationPhase(state) => {
+                // "A `handover` migration runs as `overlap`", and says so.
+                if self.published
+                    && (state.strategy == norsk_auto_manager::model::MigrationStrategy::Handover
+                        || state.note.is_some()
+                            && state.strategy != norsk_auto_manager::model::MigrationStrategy::Overlap)
+                {
+                    return Err(format!(
+                        "migration {} runs as {:?} ({:?}) on a Manager that relays no migration signals",
+                        state.migration_id, state.strategy, state.note
+                    ));
+                }
                 // A lost migration's job is placed afresh away from its
                 // source.
                 if state.phase == norsk_auto_manager::automanager::MigrationPhase::Lost {
@@ -1137,12 +1161,14 @@ fn room_for(job: &JobId, excluded: Option<&NodeId>, core: &AutoManagerCore, mana
             .find(|((j, _), i)| *j == peer && i.running && !i.held)
             .map(|(_, i)| i.node.clone())
     });
+    // A deferred start the port keeps (a published Manager) is none of
+    // Manager's instances: it may be kept for a node long gone.
     let movers: Vec<&JobSpec> = group
         .iter()
         .copied()
         .filter(|s| {
             let peer = peer_id(&s.job_name);
-            !manager.instances.keys().any(|(j, _)| *j == peer)
+            !manager.instances.iter().any(|((j, _), i)| *j == peer && !i.kept)
         })
         .collect();
     let need: f64 = movers.iter().map(|s| s.requirements.required_capacity).sum();
@@ -1198,10 +1224,13 @@ fn room_for(job: &JobId, excluded: Option<&NodeId>, core: &AutoManagerCore, mana
             .collect();
         // An exclusive job keeps a node to itself (its group excepted).
         let held = company.iter().any(|j| manager.spec_of(j).is_some_and(|s| s.exclusive));
-        used.capacity + need <= n.capacity + 1e-9
-            && used.cores + need_cores <= n.cores
-            && used.gpu + need_gpu <= n.gpu + 1e-9
-            && capabilities.iter().all(|c| n.capabilities.contains(c))
+        // Placement can count only on what the operator knows the node
+        // holds.
+        let known = n.known(manager.published);
+        used.capacity + need <= known.capacity + 1e-9
+            && used.cores + need_cores <= known.cores
+            && used.gpu + need_gpu <= known.gpu + 1e-9
+            && capabilities.iter().all(|c| known.capabilities.contains(c))
             && !here.iter().any(|j| apart.contains(*j))
             && !ports.iter().any(|p| taken.contains(p))
             && (!exclusive || company.is_empty())
@@ -1318,7 +1347,13 @@ fn core_views(core: &AutoManagerCore, manager: &ManagerView) -> Result<(), Strin
         if (node.terminated && !node.cordoned && !drained) || node.is_going() {
             return Err(format!("job bound to a node that is gone: {node_id}"));
         }
-        let usable = node.inventory.as_ref().map_or(4.0, |i| i.usable_capacity());
+        // Without the worker's inventory (a node launching, or any node of
+        // a published Manager), what the operator knows it holds.
+        let known = manager
+            .nodes
+            .get(node_id)
+            .map_or(4.0, |n| n.known(manager.published).capacity);
+        let usable = node.inventory.as_ref().map_or(known, |i| i.usable_capacity());
         if *capacity > usable + 1e-9 {
             let bound: Vec<String> = core
                 .jobs()

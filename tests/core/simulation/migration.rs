@@ -10,6 +10,7 @@ use norsk_auto_manager::model::{JobHistoryEntry, JobId, JobStopReason, ManagerEv
 use rand::Rng;
 
 use super::Model;
+use super::published::Api;
 
 impl Model {
     /// The worker side of a migration: targets created (deferred or
@@ -46,6 +47,12 @@ impl Model {
                     },
                 );
             }
+            // The port makes the start it kept on a published Manager now.
+            Rpc::StartPreparedJob {
+                job_id,
+                instance_key,
+                node_id,
+            } if self.api == Api::Published => self.start_kept(id, &job_id, instance_key, node_id),
             Rpc::StartPreparedJob {
                 job_id,
                 instance_key,
@@ -84,6 +91,8 @@ impl Model {
                     self.h.history(&job_id, entry);
                 }
             }
+            // A published Manager has no such method (`UNIMPLEMENTED`).
+            Rpc::SendMigrationSignal { .. } if self.api == Api::Published => self.fail(id, RpcFailureKind::Rejected),
             Rpc::SendMigrationSignal {
                 migration_id,
                 job_id,
