@@ -9,7 +9,12 @@
 //! Restarts and leader changes lose nothing: a drain whose status says it
 //! is in flight but which the (new) core does not run is started again —
 //! the core's drain is idempotent per node — and an Event says it was
-//! resumed; a drain that ended stays as its status says.
+//! resumed; a drain that ended stays as its status says. A drain that ends
+//! with its node still cordoned (`done` with `after: keep`, or `partial`)
+//! hands the cordon to the node's `NorskNode` (`spec.cordoned: true`, as
+//! `kubectl drain` sets a Node's `unschedulable`) before it records the
+//! end: the cordon is then a person's to lift, and every later term, a
+//! standby included, reads it from there rather than from a core's memory.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -26,7 +31,7 @@ use kube::{Resource, ResourceExt};
 use crate::automanager::{
     AutoManagerHandle, CommandError, DrainOptions, DrainPhase, DrainState, InterruptionNotice, MigrationId, StrategyFor,
 };
-use crate::crd::{JobMigration, JobMigrationSpec, NodeDrain, NodeDrainSpec, NodeDrainStatus};
+use crate::crd::{DrainAfter, JobMigration, JobMigrationSpec, NodeDrain, NodeDrainSpec, NodeDrainStatus, NorskNode};
 use crate::model::NodeId;
 
 use super::drain_follow::{DrainContext, after_status, run_controller};
@@ -34,7 +39,7 @@ use super::drain_status::{conditions_of, is_final_name, millis, rfc3339, status_
 use super::error::{ApplyError, DecideError, ReadError, WriteStatusError};
 use super::migration::{DRAIN, MIGRATION_ID};
 use super::node::{FLEET, MANAGED_BY};
-use super::node_status::resource_name;
+use super::node_status::{node_resource_name, resource_name};
 use super::status::StatusWriter;
 use super::{Context, ReconcileError};
 
@@ -143,8 +148,51 @@ async fn apply(drain: &NodeDrain, shared: &DrainContext) -> Result<Action, Recon
     };
     create_migrations(drain, &next, shared).await;
     let ended = next.phase.as_deref().is_none_or(is_final_name);
+    if leaves_node_cordoned(drain, &recorded, &next) {
+        keep_cordon(drain, shared, &node).await?;
+    }
     write_status(drain, shared, &recorded, next).await?;
     Ok(after_status(ended))
+}
+
+/// The drain ends now (it had not ended as `recorded`) with its node
+/// running and cordoned: every job moved off a node it keeps, or jobs stuck
+/// at a timeout that terminates nothing.
+fn leaves_node_cordoned(drain: &NodeDrain, recorded: &NodeDrainStatus, next: &NodeDrainStatus) -> bool {
+    let ends_now = !recorded.phase.as_deref().is_some_and(is_final_name);
+    let kept = match next.phase.as_deref() {
+        Some("done") => drain.spec.after == Some(DrainAfter::Keep),
+        Some("partial") => true,
+        _ => false,
+    };
+    ends_now && kept
+}
+
+/// Sets `spec.cordoned` of the drained node's `NorskNode`, so the cordon
+/// outlives this term's core. Done once, as the drain ends: a person who
+/// uncordons the node afterwards is not overruled.
+async fn keep_cordon(drain: &NodeDrain, shared: &DrainContext, node: &NodeId) -> Result<(), ReconcileError> {
+    let name = node_resource_name(&shared.fleet, node.as_str());
+    let api: Api<NorskNode> = Api::all(shared.ctx.client.clone());
+    let patch = serde_json::json!({"spec": {"cordoned": true}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|source| ApplyError::SetField {
+            kind: "NorskNode",
+            name: name.clone(),
+            field: "spec.cordoned",
+            source,
+        })?;
+    publish(
+        drain,
+        shared,
+        EventType::Normal,
+        "NodeKeptCordoned",
+        format!(
+            "{node} stays cordoned: NorskNode {name} has spec.cordoned set; uncordoning it returns the node to service"
+        ),
+    );
+    Ok(())
 }
 
 /// The status `state` becomes, each migrating job with its migration's

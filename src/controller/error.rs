@@ -110,6 +110,17 @@ pub enum ApplyError {
         #[source]
         source: kube::Error,
     },
+    /// Setting a field of an object's spec failed.
+    #[error("failed to set {field} of {kind} {name}: {source}")]
+    SetField {
+        kind: &'static str,
+        name: String,
+        /// The field, as a path (`spec.cordoned`).
+        field: &'static str,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
     /// Adding or removing a finalizer failed.
     #[error(transparent)]
     Finalizer(#[from] FinalizerError),
@@ -211,6 +222,7 @@ impl ReconcileError {
             Self::Apply(ApplyError::Create { .. }) => "Create",
             Self::Apply(ApplyError::Delete { .. }) => "Delete",
             Self::Apply(ApplyError::Label { .. }) => "Label",
+            Self::Apply(ApplyError::SetField { .. }) => "SetField",
             Self::Apply(ApplyError::Finalizer(_)) => "Finalizer",
             Self::WriteStatus(_) => "WriteStatus",
         }

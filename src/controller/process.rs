@@ -48,10 +48,16 @@ pub async fn run(
         )?;
         let readiness = tokio::spawn(track_connection(core.clone(), health.clone(), metrics.clone()));
         let (synced_tx, mut synced) = watch::channel(false);
-        let settings = tokio::spawn(keep_settings(client.clone(), core.clone(), synced_tx));
+        let settings = tokio::spawn(keep_settings(
+            client.clone(),
+            core.clone(),
+            session.fleet.clone(),
+            synced_tx,
+        ));
         // Leads once the Lease is won and the standby has the cluster's
         // pools and policies (a core promoted without them would place
-        // nothing and take every live spare for an orphan).
+        // nothing and take every live spare for an orphan) and the cordons
+        // and inventories people declared on its nodes.
         let won = tokio::select! {
             won = async {
                 election.leading.wait_for(|l| *l).await.is_ok() && synced.wait_for(|s| *s).await.is_ok()

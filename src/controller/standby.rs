@@ -3,8 +3,15 @@
 //! every change, so that when this process wins the Lease the promoted
 //! core's first round already places with the real pools and reconciles
 //! spares against the real targets (a core without the policies would take
-//! every live spare for an orphan). Nothing is written to the cluster: the
-//! leader's controllers report on the resources.
+//! every live spare for an orphan); and what people said of the fleet's
+//! nodes on their `NorskNode`s — a cordon (`spec.cordoned`, which a drain
+//! that keeps its node sets too) and a declared inventory — so that the
+//! first round places nothing on a node someone took out of service, and
+//! sheds nothing from a server whose size only its declaration tells.
+//! Nothing is written to the cluster: the leader's controllers report on
+//! the resources.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use futures::StreamExt;
 use kube::Client;
@@ -14,19 +21,25 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
 use crate::automanager::{AutoManagerHandle, CommandError};
-use crate::crd::{HotSparePolicy, PlacementPool};
+use crate::crd::{HotSparePolicy, NorskNode, PlacementPool};
+use crate::model::{NodeId, NodeInventory};
 
 use super::api_server::watch_backoff;
 use super::hot_spare::wanted;
 use super::listed;
+use super::node::FLEET;
 use super::pool::valid_pools;
 
-/// Keeps `core`'s pools and hot-spare specs in line with the resources
-/// until aborted or the core closes. `synced` turns true once both kinds
-/// have been listed and applied: a standby is promoted only then.
-pub async fn keep_settings(client: Client, core: AutoManagerHandle, synced: watch::Sender<bool>) {
+/// Keeps `core`'s pools, hot-spare specs and the intents people wrote on
+/// the `NorskNode`s of `fleet` in line with the resources until aborted or
+/// the core closes. `synced` turns true once all three kinds have been
+/// listed and applied: a standby is promoted only then. The node intents
+/// are applied again whenever the core's fleet changes, since a cordon
+/// takes only on a node the core knows.
+pub async fn keep_settings(client: Client, core: AutoManagerHandle, fleet: String, synced: watch::Sender<bool>) {
     let (pools, pool_writer) = reflector::store();
     let (policies, policy_writer) = reflector::store();
+    let (nodes, node_writer) = reflector::store();
     let pool_events = reflector::reflector(
         pool_writer,
         watcher(Api::<PlacementPool>::all(client.clone()), watcher::Config::default()).backoff(watch_backoff()),
@@ -34,25 +47,92 @@ pub async fn keep_settings(client: Client, core: AutoManagerHandle, synced: watc
     .map(|e| e.map(drop));
     let policy_events = reflector::reflector(
         policy_writer,
-        watcher(Api::<HotSparePolicy>::all(client), watcher::Config::default()).backoff(watch_backoff()),
+        watcher(Api::<HotSparePolicy>::all(client.clone()), watcher::Config::default()).backoff(watch_backoff()),
     )
     .map(|e| e.map(drop));
-    let mut events = std::pin::pin!(futures::stream::select(pool_events, policy_events));
+    let of_fleet = watcher::Config::default().labels(&format!("{FLEET}={fleet}"));
+    let node_events = reflector::reflector(
+        node_writer,
+        watcher(Api::<NorskNode>::all(client), of_fleet).backoff(watch_backoff()),
+    )
+    .map(|e| e.map(drop));
+    // The core's fleet changing is one more reason to look at the nodes.
+    let fleet_changes = tokio_stream::wrappers::WatchStream::new(core.changes()).map(|_| Ok(()));
+    let mut events = std::pin::pin!(futures::stream::select(
+        futures::stream::select(pool_events, policy_events),
+        futures::stream::select(node_events, fleet_changes),
+    ));
+    let mut held = NodeIntents::default();
     while let Some(event) = events.next().await {
         if let Err(e) = event {
             // The watchers retry by themselves; what is in force stands.
-            tracing::debug!(error = %e, "watching pools and hot-spare policies while following");
+            tracing::debug!(error = %e, "watching pools, hot-spare policies and nodes while following");
             continue;
         }
-        // Until both lists are in, a partial set would drop pools (and
-        // spares with them).
-        if !(listed(&pools) && listed(&policies)) {
+        // Until every list is in, a partial set would drop pools (and
+        // spares with them) or miss a cordon.
+        if !(listed(&pools) && listed(&policies) && listed(&nodes)) {
             continue;
         }
         if !apply(&core, &pools, &policies).await {
             return;
         }
+        let intents: Vec<(NodeId, bool, Option<NodeInventory>)> = nodes
+            .state()
+            .iter()
+            .map(|n| {
+                (
+                    NodeId(n.spec.node_id.clone()),
+                    n.spec.cordoned,
+                    n.spec.inventory.clone(),
+                )
+            })
+            .collect();
+        if !held.apply(&core, intents).await {
+            return;
+        }
         synced.send_replace(true);
+    }
+}
+
+/// What this standby has applied of the `NorskNode` specs: the cordons it
+/// set and the inventories it declared. Only its own cordons are lifted
+/// when a spec clears them (as the leader's spec controller does).
+#[derive(Default)]
+struct NodeIntents {
+    cordoned: BTreeSet<NodeId>,
+    declared: BTreeMap<NodeId, Option<NodeInventory>>,
+}
+
+impl NodeIntents {
+    /// Brings the core to `intents` (node, `spec.cordoned`,
+    /// `spec.inventory`); false once the core is closed. A node the core
+    /// does not know yet is cordoned once it does (the next fleet change).
+    async fn apply(&mut self, core: &AutoManagerHandle, intents: Vec<(NodeId, bool, Option<NodeInventory>)>) -> bool {
+        for (node_id, cordoned, inventory) in intents {
+            if self.declared.get(&node_id) != Some(&inventory) {
+                if matches!(
+                    core.declare_inventory(node_id.clone(), inventory.clone()).await,
+                    Err(CommandError::Closed)
+                ) {
+                    return false;
+                }
+                self.declared.insert(node_id.clone(), inventory);
+            }
+            let result = match (cordoned, self.cordoned.contains(&node_id)) {
+                (true, false) => core.cordon_node(node_id.clone()).await.map(|()| {
+                    self.cordoned.insert(node_id);
+                }),
+                (false, true) => core.uncordon_node(node_id.clone()).await.map(|()| {
+                    self.cordoned.remove(&node_id);
+                }),
+                _ => Ok(()),
+            };
+            if matches!(result, Err(CommandError::Closed)) {
+                return false;
+            }
+        }
+        true
     }
 }
 

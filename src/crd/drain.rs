@@ -123,8 +123,10 @@ pub struct NodeDrainSpec {
     pub strategy: Option<MigrationStrategy>,
     /// What becomes of the node once every job moved: `terminate` (the
     /// spec's drain) or `keep` (a maintenance drain: the node stays
-    /// cordoned and running for planned work; the drain ends `done`, and
-    /// uncordoning the NorskNode returns it to service). Default:
+    /// cordoned and running for planned work; the drain ends `done` and
+    /// sets the NorskNode's spec.cordoned, so the cordon outlives leader
+    /// changes and restarts; setting it back to false returns the node to
+    /// service). A `partial` drain hands its cordon over the same way. Default:
     /// `terminate`, for every node (a registered cluster server too: ask for
     /// `keep` to do maintenance on it). `force` still terminates at the
     /// timeout.

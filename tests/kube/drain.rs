@@ -5,7 +5,8 @@
 //! moves a job and records each phase, and `spec.abort` rolls it back; a
 //! provider's interruption notice makes the operator create a `NodeDrain`
 //! itself; a migration in flight when the operator stops is accounted for
-//! by the next term.
+//! by the next term; a node a maintenance drain kept cordoned stays so
+//! under the next leader.
 //!
 //! Every test takes a namespace and a simulator of its own (its nodes are
 //! `<ns>-a` and `<ns>-b`) and runs its own operator.
@@ -464,6 +465,95 @@ async fn a_drain_in_flight_when_the_operator_stops_is_resumed_by_the_next_term()
     );
     let both = drain_migrations(&migrations, &drain_name, 2).await;
     assert!(both.iter().any(|m| m.name_any() != old));
+    drains
+        .delete(&drain_name, &DeleteParams::default())
+        .await
+        .expect("delete");
+    second.stop().await;
+    sim.shutdown().await;
+}
+
+/// A one-job bundle on the cluster tier of `production` asking `capacity`.
+fn sized_bundle(name: &str, capacity: u32) -> String {
+    format!(
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {{name: {name}}}\nspec:\n  pool: production\n  jobs:\n    - {{jobName: encode, template: encoder, requirements: {{requiredCapacity: {capacity}}}}}\n"
+    )
+}
+
+#[tokio::test]
+async fn a_node_a_maintenance_drain_kept_cordoned_takes_no_job_under_the_next_leader_until_uncordoned() {
+    let cp = installed().await;
+    let ns = cp.namespace("kept").await;
+    let sim = simulator(&ns).await;
+    let first = Operator::start(cp, &ns, &sim, "kept-0").await;
+    let kept = running_bundle(cp, &ns, "one").await;
+    // A standby follows from the start: it is the next term's core.
+    let second = Operator::start(cp, &ns, &sim, "kept-1").await;
+    let drain_name = format!("{ns}-kept");
+    cp.kubectl_apply("default", &node_drain(&drain_name, &kept, "  after: keep\n"))
+        .expect("drain applies");
+    let drains: Api<NodeDrain> = Api::all(cp.client());
+    until(&drains, &drain_name, "done", |d: Option<&NodeDrain>| {
+        drain_phase(d).as_deref() == Some("done")
+    })
+    .await;
+    // The cordon is handed to the NorskNode, where a person lifts it.
+    let name = node_resource_name(&ns, &kept);
+    let nodes: Api<norsk_auto_manager::crd::NorskNode> = Api::all(cp.client());
+    let node = nodes.get(&name).await.expect("the kept node is mirrored");
+    assert!(node.spec.cordoned, "the kept drain set spec.cordoned: {:?}", node.spec);
+    event_about(cp, "default", &drain_name, "NodeKeptCordoned").await;
+
+    // A new term: the standby takes the Lease the first leader lets go.
+    first.stop().await;
+    tokio::time::timeout(WAIT, async {
+        while !second.is_leading() {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the standby leads once the leader has stopped");
+    let cordoned = |n: Option<&norsk_auto_manager::crd::NorskNode>| {
+        n.and_then(|n| n.status.as_ref())
+            .and_then(|s| condition_of(&s.conditions, "Cordoned"))
+            .is_some_and(|(status, _)| status == "True")
+    };
+    until(&nodes, &name, "Cordoned under the new leader", cordoned).await;
+    for bundle in ["two", "three"] {
+        let placed = running_bundle(cp, &ns, bundle).await;
+        assert_ne!(
+            placed, kept,
+            "{bundle} was placed on the node kept cordoned for maintenance"
+        );
+    }
+    let still = nodes.get(&name).await.expect("node");
+    assert!(
+        cordoned(Some(&still)),
+        "the new leader shows the node cordoned: {:?}",
+        still.status
+    );
+
+    // Uncordoned, the node is in service again: a job the other server has
+    // no room left for lands there.
+    nodes
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"spec": {"cordoned": false}})),
+        )
+        .await
+        .expect("uncordon");
+    until(
+        &nodes,
+        &name,
+        "uncordoned",
+        |n: Option<&norsk_auto_manager::crd::NorskNode>| !cordoned(n),
+    )
+    .await;
+    cp.kubectl_apply(&ns, &sized_bundle("big", 3)).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let big = until(&bundles, "big", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    assert_eq!(big.status.and_then(|s| s.primary_node), Some(kept));
     drains
         .delete(&drain_name, &DeleteParams::default())
         .await
