@@ -38,6 +38,10 @@ pub struct SimSnapshot {
     pub fleet: FleetSnapshot,
     /// Manager's audit log (most recent entries), oldest first.
     pub audit: Vec<AuditEntry>,
+    /// The pending window (seconds) each event stream asked for, oldest
+    /// first: how far ahead Manager is to announce a scheduled job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_windows_s: Vec<i32>,
     /// Stored records the domain model cannot represent, with why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unreadable: Vec<String>,
@@ -223,6 +227,7 @@ pub(crate) fn snapshot(world: &World) -> SimSnapshot {
         })
         .collect();
     SimSnapshot {
+        pending_windows_s: world.pending_windows().to_vec(),
         time: world.now(),
         time_scale: world.time_scale(),
         nodes,

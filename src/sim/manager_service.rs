@@ -130,8 +130,9 @@ impl Manager for ManagerService {
         self.call("CompleteJob", |w| w.complete_job(&job.job_id)).await
     }
 
-    async fn event_stream(&self, _: Request<pb::EventStreamRequest>) -> Result<Response<EventStream>, Status> {
+    async fn event_stream(&self, req: Request<pb::EventStreamRequest>) -> Result<Response<EventStream>, Status> {
         self.shared.fault("EventStream").await?;
+        self.shared.lock().stream_opened(req.get_ref().pending_window_s);
         Ok(Response::new(stream::open_event_stream(&self.shared, self.api())))
     }
 

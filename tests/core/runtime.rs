@@ -300,3 +300,32 @@ async fn a_spec_applied_through_the_handle_starts_and_stops_its_manual_jobs_acro
     assert_eq!(instances(&s.sim).await.get(&JobId("show/0/encode".into())), Some(&1));
     stop(s).await;
 }
+
+/// The pending window each event stream the runtime opened asked for.
+async fn pending_windows(setup: &Setup) -> Vec<i32> {
+    until("an event stream is opened", || async {
+        !setup.sim.snapshot().await.pending_windows_s.is_empty()
+    })
+    .await;
+    setup.sim.snapshot().await.pending_windows_s
+}
+
+#[tokio::test]
+async fn the_event_stream_asks_manager_for_the_pending_window_widened_to_the_longest_placement_lead() {
+    // A fixed tier places with no lead: `pendingWindow` as given.
+    let setup = runtime::start(3, TIME_SCALE, &[("n1", 8.0)], |s| s.pending_window = 600).await;
+    assert_eq!(pending_windows(&setup).await, vec![600]);
+    stop(setup).await;
+    // A tier placing 15 minutes ahead of a scheduled start: Manager must
+    // announce the job at least that early, whatever `pendingWindow` says.
+    let setup = runtime::start(3, TIME_SCALE, &[("n1", 8.0)], |s| {
+        s.pending_window = 60;
+        s.placement_pools = yaml_serde::from_str(
+            "- name: production\n  tiers:\n    - {name: cluster, kind: local-servers, scaleOut: fixed, placementLeadMs: 900000}\n",
+        )
+        .expect("pools parse");
+    })
+    .await;
+    assert_eq!(pending_windows(&setup).await, vec![900]);
+    stop(setup).await;
+}

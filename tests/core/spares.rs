@@ -1103,3 +1103,51 @@ fn no_spare_underflow_repeats_while_the_spares_are_intact() {
     assert!((6..=8).contains(&refusals), "{refusals} refusals in three minutes");
     assert!(spares.iter().all(|s| h.core.spare_spec(s).is_some()));
 }
+
+#[test]
+fn a_migration_pinned_to_an_exclusively_reserved_spare_takes_it_only_with_override_reservation() {
+    let mut h = aws_only(vec![entry(1, &[], &["xyz"], true)]);
+    let spare = running_spares(&mut h, &[&[]]).remove(0);
+    // A job of another template runs on a node provisioned for it.
+    let b = h.bundle(
+        "ch",
+        "pool: production\njobs: [{jobName: encode, template: other, requirements: {requiredCapacity: 2}}]",
+    );
+    let job = job_id(b.bundle_id.as_str(), 0, "encode");
+    let (id, node, node_tags) = creates(&mut h).remove(0);
+    h.ok(id);
+    let t: Vec<(&str, &str)> = node_tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    h.provisioned_node_starts(node.as_str(), ProviderKind::Aws, &t);
+    h.event(ManagerEvent::NodeInventory {
+        node_id: node.clone(),
+        inventory: inventory(ProviderKind::Aws, 4.0),
+    });
+    assert_eq!(h.start_all(), vec![(job.clone(), node.clone())]);
+
+    let migrate = |h: &mut Harness, override_reservation: bool| {
+        crate::support::migration::try_migrate(
+            h,
+            &job,
+            norsk_auto_manager::automanager::MigrationOptions {
+                strategy: Some(norsk_auto_manager::automanager::MigrationStrategy::Overlap),
+                target_node_id: Some(spare.clone()),
+                override_reservation,
+                ..Default::default()
+            },
+        )
+    };
+    // The reservation is a guarantee: a pin alone does not break it.
+    let refused = migrate(&mut h, false);
+    assert!(
+        refused.is_err(),
+        "a pin without overrideReservation took the reserved spare: {refused:?}"
+    );
+    assert_eq!(h.bound_node(&job), Some(node.clone()), "the job stays where it runs");
+    // The operator's explicit yes: the target starts on the spare.
+    let accepted = migrate(&mut h, true).expect("overrideReservation takes the spare");
+    let state = crate::support::migration::state(&h, &accepted);
+    assert_eq!(
+        state.target_node_id, spare,
+        "the migration's target is the reserved spare"
+    );
+}

@@ -178,6 +178,9 @@ pub(crate) struct World {
     rejections: BTreeMap<String, ArmedRejection>,
     behaviours: BTreeMap<String, sim_admin::JobBehaviour>,
     audit: VecDeque<pb::AuditEntry>,
+    /// The pending window (seconds) each event stream asked for, in the
+    /// order they were opened.
+    pending_windows: Vec<i32>,
     faults: RpcFaults,
     /// The API the Manager speaks: with the published API alone, what only
     /// an added event would tell is shown the published way, or not at all.
@@ -216,6 +219,7 @@ impl World {
             rejections: BTreeMap::new(),
             behaviours: BTreeMap::new(),
             audit: VecDeque::new(),
+            pending_windows: Vec::new(),
             faults: RpcFaults::default(),
             api,
         }
@@ -371,6 +375,16 @@ impl World {
     /// Launch accounting per (region, instance type).
     pub fn launches(&self) -> &BTreeMap<(String, String), Launches> {
         &self.launches
+    }
+
+    /// An event stream was opened asking for `pending_window_s`.
+    pub(crate) fn stream_opened(&mut self, pending_window_s: i32) {
+        self.pending_windows.push(pending_window_s);
+    }
+
+    /// The pending window each event stream asked for, oldest first.
+    pub fn pending_windows(&self) -> &[i32] {
+        &self.pending_windows
     }
 
     /// The audit log, oldest first.
