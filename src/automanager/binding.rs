@@ -36,6 +36,14 @@ pub struct Binding {
     /// The placement has not yet been counted as succeeded or
     /// dispatch-failed (its first wire call is still to come or pending).
     pub uncounted: bool,
+    /// Moved onto a prepared migration target whose `StartPreparedJob` is
+    /// not yet answered (a phase deadline, or the source's end, completed
+    /// the migration first), nor the instance reported by Manager: Manager
+    /// may yet never make it. On a published Manager the start was only
+    /// kept by the operator's port, which gives it up at the first try,
+    /// heard or not; a try that went unheard may have made nothing. Until
+    /// then the job is not accepted there (a spare there stays a spare).
+    pub prepared_start_awaited: bool,
 }
 
 /// One bundle job.
@@ -191,7 +199,8 @@ impl JobRecord {
 
     /// The node Manager accepted this job's instance on: its `StartJob`
     /// succeeded, or Manager reported the instance provisioned or running
-    /// there. A binding still awaiting its node, or whose `StartJob` result
+    /// there. A binding still awaiting its node, or whose `StartJob` (or,
+    /// moved onto a prepared migration target, `StartPreparedJob`) result
     /// is still to come, is not accepted: Manager may yet refuse it. This
     /// is what consumes a hot spare ("a spare that picks up a job is no
     /// longer a spare").
@@ -200,7 +209,7 @@ impl JobRecord {
             .as_ref()
             .filter(|b| match b.phase {
                 BindingPhase::AwaitingNode => false,
-                BindingPhase::Dispatched => self.in_flight.is_none(),
+                BindingPhase::Dispatched => self.in_flight.is_none() && !b.prepared_start_awaited,
                 BindingPhase::Running => true,
             })
             .map(|b| &b.node_id)

@@ -248,6 +248,7 @@ impl AutoManagerCore {
                 gpu_index,
                 phase: BindingPhase::AwaitingNode,
                 uncounted: true,
+                prepared_start_awaited: false,
             });
             record.awaiting_capacity_since = None;
         }

@@ -14,7 +14,7 @@ use super::binding::{AwaitedStop, Binding, BindingPhase, JobRecord, StopWait, St
 use super::core::{AutoManagerCore, Pending};
 use super::fleet::Provisioned;
 use super::history::{instance_since, live_instances, open_instances};
-use super::migration::{MigrationCall, MigrationPhase};
+use super::migration::state::{MigrationCall, MigrationPhase};
 use super::notification::Notification;
 use super::recovery::{LossCause, counts_for_restarts, replay_restart};
 
@@ -295,12 +295,14 @@ impl AutoManagerCore {
                     gpu_index: None,
                     phase: BindingPhase::AwaitingNode,
                     uncounted: false,
+                    prepared_start_awaited: false,
                 });
             }
         }
         self.stop_strays();
         self.shed_over_commitment();
         self.reunite_split_groups();
+        self.part_separated_jobs();
         // Every job read and bound: a node a job left while replaying is
         // released only if it is empty now.
         for (node_id, single_use) in releases {
@@ -456,6 +458,72 @@ impl AutoManagerCore {
                 });
                 self.undo_start(&member, key, node_id);
             }
+        }
+    }
+
+    /// Once hydrated: jobs of one replica kept apart (`separateFrom`, a
+    /// hard rule) that Manager runs on one node, with no migration of
+    /// either in flight — a predecessor's stop that never landed (of a
+    /// migration's source it had moved the job off, say) left the instance
+    /// it gave up running beside the peer it placed there since — are
+    /// parted: the longest-running instance stays, the newer is stopped and
+    /// its job placed again. Nothing failed: nothing is counted against the
+    /// restart ceiling.
+    fn part_separated_jobs(&mut self) {
+        // (since, job, node, key, bundle, replica, name), oldest first.
+        let mut placed: Vec<(UnixMillis, JobId, NodeId, InstanceKey, BundleId, u32, String)> = self
+            .jobs
+            .values()
+            .filter(|r| r.migration.is_none())
+            .filter_map(|r| {
+                let b = r.binding.as_ref().filter(|b| b.phase != BindingPhase::AwaitingNode)?;
+                let since = instance_since(&r.job.history, &b.instance_key, &b.node_id);
+                let job = &r.bundle_ref;
+                Some((
+                    since,
+                    r.job_id().clone(),
+                    b.node_id.clone(),
+                    b.instance_key.clone(),
+                    job.bundle_id.clone(),
+                    job.replica_index,
+                    job.job_name.clone(),
+                ))
+            })
+            .collect();
+        placed.sort();
+        let spec_of = |bundle: &BundleId, name: &str| {
+            self.bundles
+                .get(bundle)
+                .and_then(|b| b.spec.jobs.iter().find(|j| j.job_name == name))
+        };
+        let apart = |a: (&BundleId, &str), b: (&BundleId, &str)| {
+            a.0 == b.0
+                && spec_of(a.0, a.1).zip(spec_of(b.0, b.1)).is_some_and(|(x, y)| {
+                    x.separate_from.contains(&y.job_name) || y.separate_from.contains(&x.job_name)
+                })
+        };
+        let mut kept: Vec<&(UnixMillis, JobId, NodeId, InstanceKey, BundleId, u32, String)> = Vec::new();
+        let mut parted: Vec<(JobId, NodeId, InstanceKey, JobId)> = Vec::new();
+        for p in &placed {
+            let beside = kept
+                .iter()
+                .find(|k| k.2 == p.2 && k.5 == p.5 && apart((&k.4, k.6.as_str()), (&p.4, p.6.as_str())));
+            match beside {
+                Some(k) => parted.push((p.1.clone(), p.2.clone(), p.3.clone(), k.1.clone())),
+                None => kept.push(p),
+            }
+        }
+        for (job_id, node_id, key, peer) in parted {
+            if let Some(mut record) = self.jobs.get_mut(&job_id) {
+                record.binding = None;
+            }
+            self.notify(Notification::Error {
+                message: format!(
+                    "{job_id} runs on {node_id} beside {peer}, which it is kept apart from (a predecessor's stop \
+                     did not land): stopping it there to place it again"
+                ),
+            });
+            self.undo_start(&job_id, key, node_id);
         }
     }
 
@@ -850,6 +918,14 @@ impl AutoManagerCore {
             self.inherited.releases.push((node_id.clone(), true));
         }
         let ended = record.dropped || record.job.terminal_verdict.is_some();
+        // Manager reports the instance a job was moved onto before its
+        // prepared start was answered: it made it.
+        if let Some(binding) = record.binding.as_mut()
+            && binding.instance_key == role
+            && binding.node_id == node_id
+        {
+            binding.prepared_start_awaited = false;
+        }
         match &mut record.binding {
             Some(binding)
                 if binding.instance_key == role
@@ -875,6 +951,7 @@ impl AutoManagerCore {
                     gpu_index: None,
                     phase,
                     uncounted: false,
+                    prepared_start_awaited: false,
                 });
             }
             _ => {}

@@ -191,6 +191,7 @@ mod tests {
             gpu_index: None,
             phase: BindingPhase::Dispatched,
             uncounted: false,
+            prepared_start_awaited: false,
         });
     }
 

@@ -3144,6 +3144,68 @@ fn a_node_launching_for_a_job_does_not_take_it_back_at_hydration_when_its_co_loc
 }
 
 #[test]
+fn jobs_kept_apart_found_on_one_node_at_hydration_are_parted_the_newest_placed_again() {
+    // The old leader migrated `j0` off `a` (`stopThenStart`): its stop of
+    // the source was never confirmed when the phase deadlines moved the job
+    // onto its target, and it placed `j1` — kept apart from `j0` — on `a`,
+    // then died. Manager gave the stop up and the target's late start is a
+    // stray: the new leader finds `j0` and `j1` running side by side on
+    // `a`, against a hard rule. The newest is stopped and placed again,
+    // nothing counted as a failure; `j0` keeps running.
+    let mut h = Harness::new();
+    h.cluster_node("a", 8.0);
+    h.cluster_node("b", 8.0);
+    let b = bundle(
+        "b",
+        "pool: production\njobs:\n  - {jobName: j0, requirements: {requiredCapacity: 2}}\n  - {jobName: j1, separateFrom: [j0], requirements: {requiredCapacity: 2}}\n",
+    );
+    h.event(ManagerEvent::BundleUpdated(b.clone()));
+    let a = NodeId::from("a");
+    for (mut runtime, at) in jobs_of(&b).into_iter().zip([h.now - 60_000, h.now]) {
+        runtime.history.push(JobHistoryEntry::Running {
+            at: Some(at),
+            role: InstanceKey::slot(Slot::Primary),
+            node_id: Some(a.clone()),
+        });
+        h.event(ManagerEvent::JobActive(runtime));
+    }
+    h.event(ManagerEvent::InitialDataComplete);
+    let (j0, j1) = (job_id("b", 0, "j0"), job_id("b", 0, "j1"));
+    assert_eq!(h.bound_node(&j0), Some(a.clone()), "the oldest stays");
+    let calls = h.take_calls();
+    let stop = calls
+        .iter()
+        .find(|(_, r)| matches!(r, Rpc::StopJob { job_id, node_id, .. } if *job_id == j1 && *node_id == a));
+    let Some((stop, _)) = stop else {
+        panic!("the newest is stopped on the node it shares with the job it is kept apart from: {calls:?}");
+    };
+    assert!(
+        !calls
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::StopJob { job_id, .. } if *job_id == j0)),
+        "the oldest keeps running"
+    );
+    let notes = h.take_notifications();
+    assert!(
+        notes
+            .iter()
+            .any(|n| matches!(n, Notification::Error { message } if message.contains("kept apart"))),
+        "the operator is told why: {notes:?}"
+    );
+    h.ok(*stop);
+    h.stopped(&j1, &a, InstanceKey::slot(Slot::Primary));
+    assert_eq!(
+        start_jobs(&h.take_calls()),
+        vec![(j1.0.clone(), "b".to_owned())],
+        "placed again apart from j0"
+    );
+    assert!(
+        h.core.job(&j1).is_some_and(|r| r.restarts.count(h.now) == 0),
+        "not counted against the restart ceiling"
+    );
+}
+
+#[test]
 fn a_node_running_more_than_it_holds_at_hydration_keeps_its_oldest_instance_and_places_the_newest_again() {
     // The old leader stopped `old` on `a` and placed `new` in its room; the
     // stop never landed. Both run on a node that holds one: the newest is

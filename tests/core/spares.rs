@@ -1132,7 +1132,6 @@ fn a_migration_pinned_to_an_exclusively_reserved_spare_takes_it_only_with_overri
                 strategy: Some(norsk_auto_manager::automanager::MigrationStrategy::Overlap),
                 target_node_id: Some(spare.clone()),
                 override_reservation,
-                ..Default::default()
             },
         )
     };
@@ -1150,4 +1149,93 @@ fn a_migration_pinned_to_an_exclusively_reserved_spare_takes_it_only_with_overri
         state.target_node_id, spare,
         "the migration's target is the reserved spare"
     );
+}
+
+/// A `stopThenStart` migration of the job on `node-s1` pinned to the spare,
+/// on a published Manager: the port keeps the deferred start and tells it
+/// prepared, the source stops, and the first `StartPreparedJob` goes
+/// unheard (the port gave its kept start up with it; Manager may have made
+/// nothing). The try sent again is still unanswered when the
+/// `startingTarget` deadline completes the migration onto the target.
+/// Returns the core, the job, the spare and the unanswered try.
+fn moved_onto_a_spare_before_its_start_is_answered() -> (Harness, JobId, NodeId, RequestId) {
+    let (mut h, job, spares) = job_on_a_node_beside_spares(1);
+    let spare = spares[0].clone();
+    h.input(norsk_auto_manager::automanager::Input::ManagerCapabilities(
+        norsk_auto_manager::model::manager::Capabilities::default(),
+    ));
+    h.take_calls();
+    let id = crate::support::migration::try_migrate(
+        &mut h,
+        &job,
+        norsk_auto_manager::automanager::MigrationOptions {
+            strategy: Some(norsk_auto_manager::automanager::MigrationStrategy::StopThenStart),
+            target_node_id: Some(spare.clone()),
+            ..Default::default()
+        },
+    )
+    .expect("the migration starts");
+    let target = h
+        .take_calls()
+        .into_iter()
+        .find_map(|(call, rpc)| matches!(rpc, Rpc::StartMigrationTarget { .. }).then_some(call))
+        .expect("the target is started deferred");
+    h.ok(target);
+    crate::support::migration::prepared(&mut h, &id);
+    for (call, _) in h.take_calls() {
+        h.ok(call);
+    }
+    crate::support::migration::source_stops(&mut h, &id);
+    let start_prepared = |h: &mut Harness| {
+        h.take_calls()
+            .into_iter()
+            .find_map(|(call, rpc)| matches!(rpc, Rpc::StartPreparedJob { .. }).then_some(call))
+            .expect("the prepared target is started")
+    };
+    let first = start_prepared(&mut h);
+    h.fail(first, RpcFailureKind::Transient);
+    let again = start_prepared(&mut h);
+    h.take_notifications();
+    h.advance(norsk_auto_manager::automanager::migration::DEFAULT_MIGRATION_START_TIMEOUT_MS as i64);
+    assert_eq!(
+        crate::support::migration::state(&h, &id).phase,
+        norsk_auto_manager::automanager::MigrationPhase::Done,
+        "failed forward onto the target"
+    );
+    assert_eq!(h.bound_node(&job), Some(spare.clone()));
+    (h, job, spare, again)
+}
+
+#[test]
+fn a_spare_a_migration_completes_onto_before_its_prepared_start_is_answered_stays_a_spare() {
+    let (mut h, job, spare, again) = moved_onto_a_spare_before_its_start_is_answered();
+    let calls = h.take_calls();
+    assert!(untagged(&calls).is_empty(), "no job accepted on it yet: {calls:?}");
+    assert!(!calls.iter().any(|(_, rpc)| matches!(rpc, Rpc::CreateNode { .. })));
+    assert!(h.core.spare_spec(&spare).is_some(), "it keeps its spare tags");
+    assert_eq!(spare_counts(&h), (1, 0, 0));
+
+    // Nothing was prepared any more: the job is placed again, the spare
+    // still a spare.
+    h.fail(again, RpcFailureKind::NotFound);
+    assert_ne!(h.bound_node(&job), Some(spare.clone()));
+    let calls = h.take_calls();
+    assert!(untagged(&calls).is_empty(), "{calls:?}");
+    assert!(h.core.spare_spec(&spare).is_some());
+    assert_eq!(spare_counts(&h).2, 0, "no spare consumed");
+}
+
+#[test]
+fn a_spare_a_migration_completed_onto_is_consumed_once_its_prepared_start_is_accepted() {
+    let (mut h, job, spare, again) = moved_onto_a_spare_before_its_start_is_answered();
+    h.take_calls();
+    h.ok(again);
+    assert_eq!(
+        untagged(&h.take_calls()),
+        vec![spare.clone()],
+        "accepted: the spare tags go"
+    );
+    assert_eq!(h.core.spare_spec(&spare), None);
+    assert_eq!(h.bound_node(&job), Some(spare));
+    assert_eq!(spare_counts(&h).2, 1);
 }

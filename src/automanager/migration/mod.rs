@@ -191,6 +191,7 @@ impl Saga<'_> {
             instance_key: state.target_key.clone(),
             node_id: state.target_node_id.clone(),
         };
+        self.migrations.prepared_start_awaited.insert(id.clone());
         self.call_for(id, rpc, MigrationCall::StartPrepared);
     }
 

@@ -321,6 +321,9 @@ impl Saga<'_> {
             }
             self.count_target_start(id, result.is_ok());
         }
+        if call == MigrationCall::StartPrepared {
+            self.prepared_start_answered(id, &result);
+        }
         let Err(failure) = result else {
             return;
         };
@@ -388,6 +391,35 @@ impl Saga<'_> {
             _ => self.outbox.notify(Notification::Error {
                 message: format!("migration {id}: {call:?} failed: {}", failure.message),
             }),
+        }
+    }
+
+    /// A `StartPreparedJob` of `id`'s target was answered. Ok: Manager
+    /// made the instance, and a job already moved onto it is accepted
+    /// there now. Unheard: it is still awaited (it is told again). Refused:
+    /// no longer awaited (the target is lost, or the job placed again).
+    fn prepared_start_answered(&mut self, id: &MigrationId, result: &Result<(), RpcFailure>) {
+        match result {
+            Err(f) if f.kind == RpcFailureKind::Transient => return,
+            Err(_) => {
+                self.migrations.prepared_start_awaited.remove(id);
+                return;
+            }
+            Ok(()) => {
+                self.migrations.prepared_start_awaited.remove(id);
+            }
+        }
+        let Some(m) = self.migrations.get(id) else {
+            return;
+        };
+        let (job, node, key) = (m.job_id.clone(), m.target_node_id.clone(), m.target_key.clone());
+        if let Some(mut record) = self.facts.jobs.get_mut(&job)
+            && let Some(binding) = record.binding.as_mut()
+            && binding.node_id == node
+            && binding.instance_key == key
+            && binding.prepared_start_awaited
+        {
+            binding.prepared_start_awaited = false;
         }
     }
 

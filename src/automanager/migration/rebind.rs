@@ -100,6 +100,7 @@ impl Saga<'_> {
                 gpu_index: None,
                 phase,
                 uncounted: false,
+                prepared_start_awaited: false,
             });
         }
         self.facts.release_node(self.outbox, &left, single_use);

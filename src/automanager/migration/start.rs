@@ -130,6 +130,7 @@ impl AutoManagerCore {
                         gpu_index: target.gpu_index,
                         phase: BindingPhase::AwaitingNode,
                         uncounted: true,
+                        prepared_start_awaited: false,
                     },
                 });
             }

@@ -213,6 +213,13 @@ pub(crate) struct Migrations {
     /// to start again: the operator's port made the start with the first
     /// try).
     pub(super) prepared_start_unheard: std::collections::BTreeSet<MigrationId>,
+    /// Migrations whose target's `StartPreparedJob` was sent and not yet
+    /// answered ok. A migration that completes meanwhile (its phase
+    /// deadline, its source's end) moves the job onto a target Manager may
+    /// yet never make: the binding says so
+    /// ([`super::super::binding::Binding::prepared_start_awaited`]) until
+    /// the start is answered ok or Manager reports the instance.
+    pub(super) prepared_start_awaited: std::collections::BTreeSet<MigrationId>,
     /// Migrations whose source has been seen stopped.
     pub(super) source_stopped: std::collections::BTreeSet<MigrationId>,
     /// Members of a group waiting at its cut-over, with the step each takes
@@ -410,6 +417,7 @@ impl Migrations {
             if let Some(old) = self.ended.pop_front() {
                 self.by_id.remove(&old);
                 self.prepared_start_unheard.remove(&old);
+                self.prepared_start_awaited.remove(&old);
             }
         }
     }

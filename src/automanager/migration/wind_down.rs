@@ -151,12 +151,17 @@ impl Saga<'_> {
             return;
         };
         record.migration = None;
+        // A target not seen running whose start is still to be answered is
+        // not yet accepted on its node (a spare there is not consumed).
+        let prepared_start_awaited =
+            target.phase != BindingPhase::Running && self.migrations.prepared_start_awaited.contains(id);
         record.binding = Some(Binding {
             uncounted: false,
             phase: match target.phase {
                 BindingPhase::Running => BindingPhase::Running,
                 _ => BindingPhase::Dispatched,
             },
+            prepared_start_awaited,
             ..target
         });
         drop(record);
