@@ -41,6 +41,10 @@ pub const CORDONED: &str = "Cordoned";
 pub const BY_SPEC: &str = "Spec";
 /// `Cordoned` reason: a drain or an interruption notice cordoned the node.
 const DRAIN_REASON: &str = "Drain";
+/// `Cordoned` reason: the core refused the cordon (it holds no such node).
+pub const CORDON_REFUSED: &str = "CordonRefused";
+/// How soon a refused cordon is tried again.
+const CORDON_RETRY: Duration = Duration::from_secs(2);
 /// Condition: `spec.spare` is the live spare's spec.
 pub const SPARE_SPEC_APPLIED: &str = "SpareSpecApplied";
 /// Label on every `NorskNode` the operator mirrors.
@@ -225,11 +229,12 @@ impl Write {
     }
 }
 
-/// Runs the controller of what people edit on a `NorskNode` until
-/// `shutdown` resolves.
-pub async fn run_spec(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+/// Runs the controller of what people edit on the `NorskNode`s of `fleet`
+/// until `shutdown` resolves. Only this fleet's: operators of several
+/// fleets share a cluster, and another's core holds none of these nodes.
+pub async fn run_spec(ctx: Arc<Context>, fleet: String, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let api: Api<NorskNode> = Api::all(ctx.client.clone());
-    Controller::new(api, watcher::Config::default())
+    Controller::new(api, watcher::Config::default().labels(&format!("{FLEET}={fleet}")))
         .trigger_backoff(super::api_server::watch_backoff())
         .with_config(Config::default().debounce(Duration::from_millis(200)))
         .graceful_shutdown_on(shutdown)
@@ -272,7 +277,7 @@ async fn apply_cordon(ctx: &Context, node: &NorskNode) -> Result<Observed, Recon
             .into());
         }
         // An unknown node, ...: nothing to cordon until Manager has it.
-        Err(e) => Observed::no(CORDONED, "CordonRefused", e.to_string()),
+        Err(e) => Observed::no(CORDONED, CORDON_REFUSED, e.to_string()),
     })
 }
 
@@ -362,6 +367,10 @@ async fn reconcile_spec(node: Arc<NorskNode>, ctx: Arc<Context>) -> Result<Actio
     )
     .await?;
     let mut observed = vec![apply_cordon(&ctx, &node).await?];
+    // A cordon refused because the core does not hold the node yet (a term
+    // whose stream is still coming up) is tried again: nothing else would
+    // wake this object.
+    let retry = observed.iter().any(|o| o.reason == CORDON_REFUSED);
     observed.extend(apply_spare_spec(&ctx.core, NodeId(node.spec.node_id.clone()), node.spec.spare.clone()).await?);
     let types: Vec<&str> = observed.iter().map(|o| o.type_).collect();
     let previous: Vec<_> = node
@@ -385,7 +394,11 @@ async fn reconcile_spec(node: Arc<NorskNode>, ctx: Arc<Context>) -> Result<Actio
     }
     ctx.timed(SPEC_CONTROLLER, started);
     ctx.succeeded(SPEC_CONTROLLER, &name);
-    Ok(Action::await_change())
+    Ok(if retry {
+        Action::requeue(CORDON_RETRY)
+    } else {
+        Action::await_change()
+    })
 }
 
 #[cfg(test)]

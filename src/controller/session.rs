@@ -114,7 +114,7 @@ pub async fn lead(
             pool::run_pools(ctx.clone(), ReceiverStream::new(pools_rx), stop()),
             hot_spare::run(ctx.clone(), ReceiverStream::new(spares_rx), stop()),
             node::mirror(ctx.clone(), session.fleet.clone(), nodes_rx, stop()),
-            node::run_spec(ctx.clone(), stop()),
+            node::run_spec(ctx.clone(), session.fleet.clone(), stop()),
             drain_follow::run(
                 ctx.clone(),
                 session.fleet.clone(),

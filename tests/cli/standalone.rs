@@ -373,11 +373,11 @@ async fn standalone_drives_a_migration_and_a_drain_from_files() {
         Some(target.as_str())
     );
 
-    // A NodeDrain document empties the job's node (a cluster server: kept,
-    // cordoned, by default).
+    // A NodeDrain document empties the job's node and keeps it, cordoned,
+    // for maintenance (`after: keep`; without it the node is terminated).
     std::fs::write(
         resources.join("drain.yaml"),
-        format!("apiVersion: automanager.norsk.video/v1alpha1\nkind: NodeDrain\nmetadata: {{name: drain-{target}}}\nspec: {{nodeId: {target}}}\n"),
+        format!("apiVersion: automanager.norsk.video/v1alpha1\nkind: NodeDrain\nmetadata: {{name: drain-{target}}}\nspec: {{nodeId: {target}, after: keep}}\n"),
     )
     .unwrap();
     let drain_name = format!("drain-{target}");

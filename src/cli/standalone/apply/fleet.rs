@@ -11,7 +11,7 @@ use crate::cli::standalone::follow::Files;
 use crate::controller::conditions::Observed;
 use crate::controller::drain::start_drain;
 use crate::controller::node::{
-    BY_SPEC, CORDONED, CordonStep, apply_inventory, apply_spare_spec, cordon_done, cordon_step,
+    BY_SPEC, CORDON_REFUSED, CORDONED, CordonStep, apply_inventory, apply_spare_spec, cordon_done, cordon_step,
 };
 use crate::model::NodeId;
 
@@ -65,7 +65,7 @@ impl Applier {
             let cordon = match outcome {
                 Ok(observed) => observed,
                 Err(CommandError::Closed) => return Err(QueryError::Closed),
-                Err(e) => Observed::no(CORDONED, "CordonRefused", e.to_string()),
+                Err(e) => Observed::no(CORDONED, CORDON_REFUSED, e.to_string()),
             };
             let spare = apply_spare_spec(&self.core, node_id.clone(), node.spec.spare.clone()).await?;
             let record = self.nodes.entry(name).or_insert_with(|| NodeApplied {
@@ -78,7 +78,7 @@ impl Applier {
             let refused: Vec<String> = [&cordon]
                 .into_iter()
                 .chain(spare.as_ref())
-                .filter(|o| o.reason == "CordonRefused" || o.reason == "NotASpare")
+                .filter(|o| o.reason == CORDON_REFUSED || o.reason == "NotASpare")
                 .map(|o| o.message.clone())
                 .collect();
             record.cordon = Some(cordon);
