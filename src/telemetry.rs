@@ -30,6 +30,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::automanager::metrics::Counters;
 use crate::automanager::{Decision, Metrics as CoreMetrics, Notification};
 
 /// Labels naming a controller.
@@ -140,6 +141,20 @@ pub struct OperatorMetrics {
     pub notifications: Family<KindLabels, Counter>,
     /// Placement decisions by result.
     pub placements: Family<ResultLabels, Counter>,
+    /// Placement runs (the core's `placementsAttempted`).
+    pub placement_attempts: Counter,
+    /// How placement runs ended (`placementsSucceeded`, `placementsFailed`,
+    /// `placementsDispatchFailed`), by result.
+    pub placement_results: Family<ResultLabels, Counter>,
+    /// Worker rejections (`jobsRejected`).
+    pub jobs_rejected: Counter,
+    /// Bundles marked broken (`bundlesBroken`).
+    pub bundle_breaks: Counter,
+    /// Jobs dropped (`jobsDropped`).
+    pub jobs_dropped: Counter,
+    /// The core counters last carried over, with the start of the core
+    /// they were read from.
+    core_counters: Mutex<Option<(i64, Counters)>>,
     /// Events not published because the queue was full.
     pub events_dropped: Counter,
     /// Nodes per pool.
@@ -198,6 +213,11 @@ impl OperatorMetrics {
         let status_writes = Family::<ControllerLabels, Counter>::default();
         let notifications = Family::<KindLabels, Counter>::default();
         let placements = Family::<ResultLabels, Counter>::default();
+        let placement_attempts = Counter::default();
+        let placement_results = Family::<ResultLabels, Counter>::default();
+        let jobs_rejected = Counter::default();
+        let bundle_breaks = Counter::default();
+        let jobs_dropped = Counter::default();
         let events_dropped = Counter::default();
         let pool_nodes = Family::<PoolLabels, Gauge>::default();
         let pool_live_spares = Family::<PoolLabels, Gauge>::default();
@@ -232,6 +252,19 @@ impl OperatorMetrics {
             notifications.clone(),
         );
         registry.register("placements", "Placement decisions by result", placements.clone());
+        registry.register(
+            "placement_attempts",
+            "Placement runs of the core",
+            placement_attempts.clone(),
+        );
+        registry.register(
+            "placement_results",
+            "Placement runs by how they ended: succeeded (first wire call accepted), failed (nowhere found), dispatch_failed (first wire call refused)",
+            placement_results.clone(),
+        );
+        registry.register("jobs_rejected", "Jobs a worker rejected", jobs_rejected.clone());
+        registry.register("bundle_breaks", "Bundles marked broken", bundle_breaks.clone());
+        registry.register("jobs_dropped", "Jobs dropped", jobs_dropped.clone());
         registry.register(
             "events_dropped",
             "Kubernetes Events not published (queue full)",
@@ -311,6 +344,12 @@ impl OperatorMetrics {
             status_writes,
             notifications,
             placements,
+            placement_attempts,
+            placement_results,
+            jobs_rejected,
+            bundle_breaks,
+            jobs_dropped,
+            core_counters: Mutex::default(),
             events_dropped,
             pool_nodes,
             pool_live_spares,
@@ -451,6 +490,46 @@ impl OperatorMetrics {
                     .set(1);
             }
         }
+    }
+
+    /// Carries the core's cumulative counters (`metrics()`) over to the
+    /// operator's: each grows by what the core counted since the last
+    /// reading. A core counts from zero from its start (a new session or
+    /// term starts a new core), so a reading from another core than the
+    /// last is counted whole, and the operator's counters never go back.
+    pub fn core_counters(&self, metrics: &CoreMetrics) {
+        let Ok(mut last) = self.core_counters.lock() else {
+            return;
+        };
+        let now = &metrics.counters;
+        let before = match last.as_ref() {
+            Some((started_at, counters)) if *started_at == metrics.started_at => counters.clone(),
+            _ => Counters::default(),
+        };
+        let grown = |now: u64, before: u64| now.saturating_sub(before);
+        self.placement_attempts
+            .inc_by(grown(now.placements_attempted, before.placements_attempted));
+        for (result, now, before) in [
+            ("succeeded", now.placements_succeeded, before.placements_succeeded),
+            ("failed", now.placements_failed, before.placements_failed),
+            (
+                "dispatch_failed",
+                now.placements_dispatch_failed,
+                before.placements_dispatch_failed,
+            ),
+        ] {
+            self.placement_results
+                .get_or_create(&ResultLabels {
+                    result: result.to_owned(),
+                })
+                .inc_by(grown(now, before));
+        }
+        self.jobs_rejected
+            .inc_by(grown(now.jobs_rejected, before.jobs_rejected));
+        self.bundle_breaks
+            .inc_by(grown(now.bundles_broken, before.bundles_broken));
+        self.jobs_dropped.inc_by(grown(now.jobs_dropped, before.jobs_dropped));
+        *last = Some((metrics.started_at, now.clone()));
     }
 
     /// How many status writes `controller` made.
@@ -747,6 +826,47 @@ mod tests {
         let mut answer = String::new();
         socket.read_to_string(&mut answer).await.unwrap();
         answer
+    }
+
+    fn core_metrics(started_at: i64, succeeded: u64) -> CoreMetrics {
+        CoreMetrics {
+            started_at,
+            uptime_ms: 0,
+            counters: Counters {
+                placements_attempted: succeeded + 1,
+                placements_succeeded: succeeded,
+                placements_failed: 1,
+                ..Counters::default()
+            },
+            pools: Vec::new(),
+            broken_bundle_ids: Vec::new(),
+            headroom: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_core_counters_only_grow_across_readings_and_a_new_core() {
+        let metrics = OperatorMetrics::new();
+        let succeeded = |m: &OperatorMetrics| {
+            m.placement_results
+                .get_or_create(&ResultLabels {
+                    result: "succeeded".to_owned(),
+                })
+                .get()
+        };
+        metrics.core_counters(&core_metrics(1, 2));
+        metrics.core_counters(&core_metrics(1, 2));
+        assert_eq!((succeeded(&metrics), metrics.placement_attempts.get()), (2, 3));
+        metrics.core_counters(&core_metrics(1, 5));
+        assert_eq!(succeeded(&metrics), 5);
+        // The next term's core counts from zero: what it counted is added.
+        metrics.core_counters(&core_metrics(9, 1));
+        assert_eq!((succeeded(&metrics), metrics.placement_attempts.get()), (6, 8));
+        let text = metrics.encode_prometheus_text();
+        assert!(
+            text.contains("norsk_automanager_placement_results_total{result=\"succeeded\"} 6"),
+            "{text}"
+        );
     }
 
     #[tokio::test]

@@ -15,6 +15,8 @@
 //! `kubectl drain` sets a Node's `unschedulable`) before it records the
 //! end: the cordon is then a person's to lift, and every later term, a
 //! standby included, reads it from there rather than from a core's memory.
+//! A `NodeDrain` with `mode: evict` or `terminate` acts at once instead
+//! (see [`super::drain_at_once`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -31,7 +33,9 @@ use kube::{Resource, ResourceExt};
 use crate::automanager::{
     AutoManagerHandle, CommandError, DrainOptions, DrainPhase, DrainState, InterruptionNotice, MigrationId, StrategyFor,
 };
-use crate::crd::{DrainAfter, JobMigration, JobMigrationSpec, NodeDrain, NodeDrainSpec, NodeDrainStatus, NorskNode};
+use crate::crd::{
+    DrainAfter, DrainMode, JobMigration, JobMigrationSpec, NodeDrain, NodeDrainSpec, NodeDrainStatus, NorskNode,
+};
 use crate::model::NodeId;
 
 use super::drain_follow::{DrainContext, after_status, run_controller};
@@ -99,7 +103,10 @@ async fn reconcile(drain: Arc<NodeDrain>, shared: Arc<DrainContext>) -> Result<A
     }
     let result = finalizer(&api, FINALIZER, drain, |event| async {
         match event {
-            FinalizerEvent::Apply(drain) => apply(&drain, &shared).await,
+            FinalizerEvent::Apply(drain) => match drain.spec.mode.unwrap_or_default() {
+                DrainMode::Drain => apply(&drain, &shared).await,
+                at_once => super::drain_at_once::apply(&drain, &shared, at_once).await,
+            },
             FinalizerEvent::Cleanup(drain) => cleanup(&drain, &shared).await,
         }
     })
@@ -117,12 +124,12 @@ fn error_policy(drain: Arc<NodeDrain>, error: &ReconcileError, shared: Arc<Drain
 }
 
 /// The controller's status writer.
-fn writer(ctx: &Context) -> StatusWriter<'_, NodeDrain> {
+pub(super) fn writer(ctx: &Context) -> StatusWriter<'_, NodeDrain> {
     StatusWriter::new(ctx, Api::all(ctx.client.clone()), CONTROLLER)
 }
 
 /// The status this controller last wrote (or the resource's).
-fn recorded(drain: &NodeDrain, shared: &DrainContext) -> NodeDrainStatus {
+pub(super) fn recorded(drain: &NodeDrain, shared: &DrainContext) -> NodeDrainStatus {
     writer(&shared.ctx).known(drain).unwrap_or_default()
 }
 
@@ -309,7 +316,8 @@ async fn start(
     }
 }
 
-fn publish(drain: &NodeDrain, shared: &DrainContext, type_: EventType, reason: &str, note: String) {
+/// Publishes an Event about `drain`.
+pub(super) fn publish(drain: &NodeDrain, shared: &DrainContext, type_: EventType, reason: &str, note: String) {
     shared.ctx.publish(
         Event {
             type_,
@@ -409,10 +417,17 @@ async fn write_status(
 
 /// The finalizer: a drain deleted before its terminate is cancelled
 /// (`uncordonNode` ends it `failed` and the node takes placements again).
+/// An evict or terminate cancels nothing: it acts at once, and the core's
+/// drain of its node, should one run, is another `NodeDrain`'s.
 async fn cleanup(drain: &NodeDrain, shared: &DrainContext) -> Result<Action, ReconcileError> {
     let ctx = &shared.ctx;
     let name = drain.name_any();
     let node = NodeId::from(drain.spec.node_id.as_str());
+    if drain.spec.mode.is_some_and(DrainMode::is_at_once) {
+        writer(ctx).forget(&name);
+        shared.drain_gone(&node);
+        return Ok(Action::await_change());
+    }
     let recorded = recorded(drain, shared);
     let core_drain = ours(ctx.core.drain_status(node.clone()).await?, drain, &recorded);
     let phase = core_drain.as_ref().map(|s| s.phase);

@@ -57,6 +57,9 @@ pub struct DrainContext {
     started: Mutex<HashMap<String, MigrationId>>,
     /// `JobMigration`s made for a drain's migrations this term.
     created: Mutex<HashSet<String>>,
+    /// Why Manager refused the last terminate of each node, as the core
+    /// reported it (an evict or terminate `NodeDrain` ends `failed` on it).
+    refused_terminates: Mutex<HashMap<NodeId, String>>,
     drains: mpsc::UnboundedSender<ObjectRef<NodeDrain>>,
     migrations: mpsc::UnboundedSender<ObjectRef<JobMigration>>,
 }
@@ -111,6 +114,25 @@ impl DrainContext {
         locked(&self.created).remove(key);
     }
 
+    /// Why Manager refused the last terminate of `node`, if it did.
+    pub fn refused_terminate(&self, node: &NodeId) -> Option<String> {
+        locked(&self.refused_terminates).get(node).cloned()
+    }
+
+    /// A terminate of `node` is about to be issued: an earlier refusal is
+    /// not its answer.
+    pub fn forget_refused_terminate(&self, node: &NodeId) {
+        locked(&self.refused_terminates).remove(node);
+    }
+
+    /// Reconciles the `NodeDrain` of `node`, if one was reconciled this term.
+    fn reconcile_named(&self, node: &NodeId) {
+        let named = locked(&self.drain_names).get(node).cloned();
+        if let Some(name) = named {
+            let _ = self.drains.send(ObjectRef::new(&name));
+        }
+    }
+
     fn reconcile_drain(&self, node: &NodeId) {
         // The controllers outlive the follower within a term.
         let _ = self.drains.send(ObjectRef::new(&self.drain_of(node)));
@@ -144,6 +166,7 @@ where
         followers: Mutex::new(HashMap::new()),
         started: Mutex::new(HashMap::new()),
         created: Mutex::new(HashSet::new()),
+        refused_terminates: Mutex::new(HashMap::new()),
         drains,
         migrations,
     });
@@ -208,6 +231,16 @@ async fn follow(shared: Arc<DrainContext>, mut notifications: broadcast::Receive
                 shared.reconcile_drain(&state.node_id);
                 last.insert(state.node_id.clone(), *state);
             }
+            // What an evict or terminate `NodeDrain` waits for.
+            Notification::NodeStopping { node_id, .. } | Notification::NodeStopped { node_id } => {
+                shared.reconcile_named(&node_id);
+            }
+            Notification::Error { message } => {
+                if let Some((node_id, why)) = refused_terminate(&message) {
+                    locked(&shared.refused_terminates).insert(node_id.clone(), why);
+                    shared.reconcile_named(&node_id);
+                }
+            }
             Notification::NodeInterrupted(state) => {
                 publish(&shared, &state.node_id, interrupted_event(&state));
                 let shared = shared.clone();
@@ -263,6 +296,15 @@ async fn follow(shared: Arc<DrainContext>, mut notifications: broadcast::Receive
             _ => {}
         }
     }
+}
+
+/// The node and Manager's reason of a terminate Manager refused, read from
+/// the core's `error` notification (`terminating {node} failed: {why}`, see
+/// `automanager/call_results.rs`): the core reports a refused terminate of
+/// a node no drain waits on in no other way.
+fn refused_terminate(message: &str) -> Option<(NodeId, String)> {
+    let (node, why) = message.strip_prefix("terminating ")?.split_once(" failed: ")?;
+    Some((NodeId::from(node), why.to_owned()))
 }
 
 /// Publishes `event` on the `JobMigration` following migration `id` and
@@ -390,6 +432,7 @@ async fn ensure_drain(shared: &DrainContext, state: &NodeInterruptionState) -> R
         },
         spec: NodeDrainSpec {
             node_id: state.node_id.to_string(),
+            mode: None,
             timeout_seconds: None,
             // An interruption's drain is forced: the provider takes the
             // node at the deadline regardless.
@@ -457,6 +500,15 @@ mod tests {
         let note = event.note.unwrap_or_default();
         assert!(note.contains("drain of node-a is partial"), "{note}");
         assert!(note.contains("1 job(s) still on it"), "{note}");
+    }
+
+    #[test]
+    fn a_refused_terminate_is_read_from_the_cores_error_with_its_node() {
+        assert_eq!(
+            refused_terminate("terminating aws/i-1 failed: permission denied"),
+            Some((NodeId::from("aws/i-1"), "permission denied".to_owned()))
+        );
+        assert_eq!(refused_terminate("creating n1 failed: no"), None);
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! included) or the pools do. The controller writes each policy's status
 //! from the core's `hot_spare_status`: live / provisioning / consumed
 //! spares and the last underflow; `Stalled` when the policy names a pool
-//! the core does not run with; `Applied` once its spec is in force.
+//! the core does not run with; `Applied` once its spec is in force. What a
+//! live change did (the core's `HotSpareSpecsDiff`) is a Normal Event on
+//! each policy whose pool it touched (see [`super::hot_spare_events`]).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -13,10 +15,12 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
+use crate::automanager::spares::HotSpareSpecsDiff;
 use crate::automanager::{CommandError, ReadModel};
 use crate::crd::{HotSparePolicy, HotSparePolicyStatus};
 use crate::model::HotSpareSpec;
@@ -138,13 +142,37 @@ async fn sync(
             continue;
         }
         let refusal = match shared.core.update_hot_spare_specs(specs).await {
-            Ok(_) => None,
+            Ok(diff) => {
+                tell_changes(shared, &policies, &diff);
+                None
+            }
             Err(CommandError::Closed) => return,
             Err(e) => Some(e.to_string()),
         };
         *ctx.refused.lock().unwrap_or_else(PoisonError::into_inner) = refusal;
         // A full channel already holds the wake-up.
         let _ = applied.try_send(());
+    }
+}
+
+/// A Normal Event on each live policy whose pool `diff` touched, saying
+/// what changed (a removed entry's policy is usually gone: then nobody is
+/// told).
+fn tell_changes(shared: &Context, policies: &Store<HotSparePolicy>, diff: &HotSpareSpecsDiff) {
+    for (pool, change) in diff {
+        let note = super::hot_spare_events::change_note(pool, change);
+        for policy in policies.state().iter().filter(|p| &p.spec.0.pool == pool) {
+            shared.publish(
+                Event {
+                    type_: EventType::Normal,
+                    reason: super::hot_spare_events::reason(change).to_owned(),
+                    note: Some(note.chars().take(1000).collect()),
+                    action: "UpdateSpares".to_owned(),
+                    secondary: None,
+                },
+                reflector::ObjectRef::from_obj(policy.as_ref()).into(),
+            );
+        }
     }
 }
 

@@ -35,6 +35,7 @@ pub mod bundle;
 pub mod bundle_status;
 pub mod conditions;
 pub mod drain;
+mod drain_at_once;
 pub mod drain_follow;
 pub mod drain_status;
 pub mod error;
@@ -42,6 +43,7 @@ pub mod events;
 #[cfg(test)]
 mod fixture;
 pub mod hot_spare;
+mod hot_spare_events;
 pub mod leader;
 pub mod lease;
 pub mod migration;

@@ -180,6 +180,7 @@ async fn reconcile_pool(pool: Arc<PlacementPool>, ctx: Arc<PoolContext>) -> Resu
         })
         .await?;
     shared.metrics.pools(&metrics);
+    shared.metrics.core_counters(&metrics);
     let conditions = pool_conditions(invalid.get(&name).or(set_refused.as_ref()), in_force);
     let writer = StatusWriter::<PlacementPool>::new(shared, Api::all(shared.client.clone()), POOL_CONTROLLER);
     let previous = writer.known(&pool).unwrap_or_default();

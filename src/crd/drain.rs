@@ -1,6 +1,8 @@
 //! `NodeDrain`: take one node out of service gracefully (`drainNode`), or
-//! ahead of a provider's reclaim (`handleNodeInterruption`), cluster-scoped.
-//! Deleting it before its terminate cancels the drain (`uncordonNode`).
+//! ahead of a provider's reclaim (`handleNodeInterruption`), or at once
+//! (`mode: evict` is `evictNode`, `mode: terminate` is `terminateNode`),
+//! cluster-scoped. Deleting it before its terminate cancels a drain
+//! (`uncordonNode`); an evict or terminate has nothing to cancel.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
@@ -48,6 +50,44 @@ impl From<DrainAfter> for crate::automanager::DrainAfter {
     }
 }
 
+/// How the node is taken out of service.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DrainMode {
+    /// Migrate every job elsewhere, then terminate or keep the node
+    /// (`drainNode`).
+    #[default]
+    Drain,
+    /// Cordon, then terminate at once (`evictNode`): nothing migrates.
+    Evict,
+    /// Terminate at once without cordoning (`terminateNode`).
+    Terminate,
+}
+
+impl DrainMode {
+    /// Whether the node is terminated at once, without migrating its jobs.
+    pub fn is_at_once(self) -> bool {
+        self != Self::Drain
+    }
+}
+
+/// Without a description of its own, like [`DrainAfter`]'s.
+impl JsonSchema for DrainMode {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "DrainMode".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "oneOf": [
+                {"type": "string", "const": "drain"},
+                {"type": "string", "const": "evict"},
+                {"type": "string", "const": "terminate"}
+            ]
+        })
+    }
+}
+
 /// A provider's notice that it takes the node back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
@@ -84,12 +124,13 @@ pub struct Interruption {
 #[kube(
     group = "automanager.norsk.video",
     version = "v1alpha1",
-    doc = "A drain of one node: its jobs migrated elsewhere, then the node terminated (or, with after: keep, kept cordoned for maintenance).",
+    doc = "A drain of one node: its jobs migrated elsewhere, then the node terminated (or, with after: keep, kept cordoned for maintenance); with mode: evict or terminate, the node terminated at once.",
     kind = "NodeDrain",
     category = "norsk",
     shortname = "ndrain",
     status = "NodeDrainStatus",
     printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.nodeId"}"#,
+    printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode","description":"drain (when empty), evict or terminate"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Force","type":"boolean","jsonPath":".spec.force"}"#,
     printcolumn = r#"{"name":"After","type":"string","jsonPath":".status.after","description":"terminate, or keep (a maintenance drain)"}"#,
@@ -99,12 +140,27 @@ pub struct Interruption {
 #[schemars(extend("x-kubernetes-validations" = [
     {"rule": "self.nodeId == oldSelf.nodeId", "message": "nodeId cannot change: delete this drain and create another"},
     {"rule": "!has(self.interruption) || !has(self.after) || self.after == 'terminate'",
-     "message": "a drain answering an interruption cannot keep its node: the provider takes it at the deadline"}
+     "message": "a drain answering an interruption cannot keep its node: the provider takes it at the deadline"},
+    {"rule": "(has(self.mode) ? self.mode : 'drain') == (has(oldSelf.mode) ? oldSelf.mode : 'drain')",
+     "message": "mode cannot change: delete this NodeDrain and create another"},
+    {"rule": "!has(self.mode) || self.mode == 'drain' || (!has(self.timeoutSeconds) && !(has(self.force) && self.force) && !has(self.strategy) && !has(self.after) && !has(self.interruption))",
+     "message": "evict and terminate act at once: timeoutSeconds, force, strategy, after and interruption only apply to mode drain"}
 ]))]
 pub struct NodeDrainSpec {
     /// The Manager node to drain.
     #[schemars(length(min = 1, max = 253))]
     pub node_id: String,
+    /// How the node leaves service: `drain` (every job migrated elsewhere
+    /// first, then the node terminated or kept as `after` says), `evict`
+    /// (cordoned, then terminated at once: its jobs go down with it and
+    /// recover per their `onRuntimeFailure`, like `kubectl delete node`
+    /// rather than `kubectl drain`) or `terminate` (terminated at once
+    /// without cordoning). Default `drain`. `evict` and `terminate` take
+    /// none of the drain's options, end `done` once Manager stops the node
+    /// (or `failed` with the reason) and are never issued twice: deleting
+    /// the resource afterwards cancels nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<DrainMode>,
     /// Seconds before a drain with stuck jobs ends `partial` (or, with
     /// `force`, terminates the node anyway). Default 600
     /// (`DEFAULT_DRAIN_TIMEOUT_MS`).
@@ -174,7 +230,9 @@ pub struct NodeDrainStatus {
     /// the node terminated, or kept cordoned with `after: keep`), `partial` (jobs stuck at the timeout; nothing
     /// terminated, the node still cordoned) or `failed` (jobs `terminated`
     /// with the node by a forced drain, the node stopped under the drain, or
-    /// its terminate refused).
+    /// its terminate refused). An `evict` or `terminate` is `terminating`
+    /// from the moment its terminate is issued (it is never issued again)
+    /// until Manager stops the node (`done`) or it is refused (`failed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
     /// What becomes of the node once every job moved: `terminate` or
@@ -210,6 +268,23 @@ mod tests {
         let named: Vec<String> = [DrainAfter::Terminate, DrainAfter::Keep]
             .iter()
             .map(|a| serde_json::to_value(a).unwrap().as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(listed, named);
+    }
+
+    #[test]
+    fn the_drain_mode_schema_lists_every_serde_name() {
+        let schema = schemars::schema_for!(DrainMode);
+        let listed: Vec<String> = schema
+            .get("oneOf")
+            .and_then(|v| v.as_array())
+            .unwrap()
+            .iter()
+            .map(|v| v["const"].as_str().unwrap().to_owned())
+            .collect();
+        let named: Vec<String> = [DrainMode::Drain, DrainMode::Evict, DrainMode::Terminate]
+            .iter()
+            .map(|m| serde_json::to_value(m).unwrap().as_str().unwrap().to_owned())
             .collect();
         assert_eq!(listed, named);
     }

@@ -20,7 +20,7 @@ pub use bundle::{
     Bundle, BundleResourceSpec, BundleStatus, DEFAULT_NAMESPACE, JobStatus, ReplicaStatus, ScheduleStatus,
 };
 pub use drain::{
-    DrainAfter, DrainJobStatus, Interruption, InterruptionKind, MigrationStrategy, NodeDrain, NodeDrainSpec,
+    DrainAfter, DrainJobStatus, DrainMode, Interruption, InterruptionKind, MigrationStrategy, NodeDrain, NodeDrainSpec,
     NodeDrainStatus,
 };
 pub use hot_spare::{HotSparePolicy, HotSparePolicySpec, HotSparePolicyStatus};

@@ -1,5 +1,7 @@
 //! `drain` and `interrupt`: create a `NodeDrain` and follow it until it ends, with a progress
-//! bar of the node's jobs (moved off / all). The drain's end is its phase: `done`, `partial`
+//! bar of the node's jobs (moved off / all); `evict` and `terminate`: create one that acts at
+//! once (`mode: evict` / `terminate`) and follow it until Manager stopped the node (exit 0) or
+//! the terminate was refused (exit 1). The drain's end is its phase: `done`, `partial`
 //! or `failed` (the seed's `DrainState`) — and `done` is reported (exit 0) only when every job
 //! moved off: a job that went down with the node is named, and the exit code is 1, whatever
 //! the phase says.
@@ -16,7 +18,7 @@ use kube::{Api, Client, ResourceExt};
 
 use crate::controller::drain_status::{every_job_moved, lost_jobs};
 use crate::crd::{
-    DrainAfter, Interruption, InterruptionKind, MigrationStrategy, NodeDrain, NodeDrainSpec, NodeDrainStatus,
+    DrainAfter, DrainMode, Interruption, InterruptionKind, MigrationStrategy, NodeDrain, NodeDrainSpec, NodeDrainStatus,
 };
 
 use super::{PluginError, watch_named};
@@ -50,6 +52,7 @@ pub fn drain_resource(
         "",
         NodeDrainSpec {
             node_id: node_id.to_owned(),
+            mode: None,
             timeout_seconds,
             force,
             strategy,
@@ -71,12 +74,30 @@ pub fn interruption_resource(
         "",
         NodeDrainSpec {
             node_id: node_id.to_owned(),
+            mode: None,
             timeout_seconds: None,
             force: true,
             strategy,
             // The provider takes the node: the operator terminates it.
             after: None,
             interruption: Some(Interruption { kind, deadline }),
+        },
+    ))
+}
+
+/// An `evict` (cordon, then terminate at once) or `terminate` (at once, without cordoning) of
+/// `node_id`: no migration, none of a drain's options.
+pub fn at_once_resource(node_id: &str, mode: DrainMode) -> NodeDrain {
+    named(NodeDrain::new(
+        "",
+        NodeDrainSpec {
+            node_id: node_id.to_owned(),
+            mode: Some(mode),
+            timeout_seconds: None,
+            force: false,
+            strategy: None,
+            after: None,
+            interruption: None,
         },
     ))
 }
@@ -164,11 +185,50 @@ pub fn end(status: &NodeDrainStatus) -> Option<DrainEnd> {
     }
 }
 
-/// Creates `drain`; unless `no_wait`, follows it to its end.
-pub async fn create_and_follow(client: Client, drain: NodeDrain, no_wait: bool) -> Result<ExitCode, PluginError> {
+/// Creates `drain` (an evict or terminate); unless `no_wait`, follows it until Manager
+/// stopped the node (exit 0) or the terminate was refused (exit 1), a line per phase.
+pub async fn create_and_follow_at_once(
+    client: Client,
+    drain: NodeDrain,
+    no_wait: bool,
+) -> Result<ExitCode, PluginError> {
     let api: Api<NodeDrain> = Api::all(client.clone());
+    let name = create(&api, &drain).await?;
+    if no_wait {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut phase = None;
+    let mut reason = String::new();
+    let ended = follow_drain(&api, &name, |status| {
+        if status.phase != phase {
+            phase.clone_from(&status.phase);
+            println!("nodedrain/{name} {}", status.phase.as_deref().unwrap_or("pending"));
+        }
+        reason = status.reason.clone().unwrap_or_default();
+    })
+    .await?;
+    match ended {
+        DrainEnd::Done => {
+            println!("nodedrain/{name} done: {reason}");
+            Ok(ExitCode::SUCCESS)
+        }
+        DrainEnd::Kept | DrainEnd::JobsLost(_) | DrainEnd::Partial(_) => {
+            // An evict or terminate migrates nothing and keeps nothing: any other end is
+            // not one the operator gives it.
+            eprintln!("nodedrain/{name} ended unexpectedly: {reason}");
+            Ok(ExitCode::FAILURE)
+        }
+        DrainEnd::Failed(reason) => {
+            eprintln!("nodedrain/{name} failed: {reason}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// Creates `drain`; its name.
+async fn create(api: &Api<NodeDrain>, drain: &NodeDrain) -> Result<String, PluginError> {
     let created = api
-        .create(&PostParams::default(), &drain)
+        .create(&PostParams::default(), drain)
         .await
         .map_err(PluginError::request(format!(
             "create a nodedrain of {}",
@@ -176,6 +236,13 @@ pub async fn create_and_follow(client: Client, drain: NodeDrain, no_wait: bool) 
         )))?;
     let name = created.name_any();
     println!("nodedrain/{name} created");
+    Ok(name)
+}
+
+/// Creates `drain`; unless `no_wait`, follows it to its end.
+pub async fn create_and_follow(client: Client, drain: NodeDrain, no_wait: bool) -> Result<ExitCode, PluginError> {
+    let api: Api<NodeDrain> = Api::all(client.clone());
+    let name = create(&api, &drain).await?;
     if no_wait {
         return Ok(ExitCode::SUCCESS);
     }

@@ -1,6 +1,7 @@
 //! `kubectl-norsk`, the kubectl plugin: day-two commands on the operator's resources through
 //! the API server, as the person running kubectl (their kubeconfig, their RBAC). It owns no
-//! policy: `cordon` edits a `NorskNode`, `drain` / `interrupt` create a `NodeDrain`, `migrate`
+//! policy: `cordon` edits a `NorskNode`, `drain` / `interrupt` / `evict` / `terminate` create
+//! a `NodeDrain`, `migrate`
 //! a `JobMigration`, `start` / `stop` a manual job's `startedReplicas` on its `Bundle`, and
 //! the operator does the rest; `plan` / `explain` run the placement
 //! engine on the cluster's pools and bundles and the live fleet the operator mirrors into
@@ -24,9 +25,9 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::controller::node_status::DEFAULT_FLEET;
-use crate::crd::{DrainAfter, InterruptionKind, MigrationStrategy};
+use crate::crd::{DrainAfter, DrainMode, InterruptionKind, MigrationStrategy};
 
-pub use drain::{DrainEnd, drain_resource, follow_drain, interruption_resource};
+pub use drain::{DrainEnd, at_once_resource, drain_resource, follow_drain, interruption_resource};
 pub use migrate::{MigrationAnswer, migration_resource};
 pub use nodes::set_cordoned;
 pub use plan::{FleetSource, PlanWarning, Planned};
@@ -196,6 +197,25 @@ pub enum Command {
         #[arg(long)]
         no_wait: bool,
     },
+    /// Evict a node: cordon it, then terminate it at once, without migrating its jobs (they
+    /// go down with it and recover per their onRuntimeFailure). Waits until Manager stopped
+    /// the node (exit 0) or the terminate was refused (exit 1).
+    Evict {
+        /// The NorskNode (resource name or Manager node id).
+        node: String,
+        /// Create the NodeDrain and return.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Terminate a node at once, without cordoning it or migrating its jobs (they go down
+    /// with it and recover per their onRuntimeFailure). Waits like `evict`.
+    Terminate {
+        /// The NorskNode (resource name or Manager node id).
+        node: String,
+        /// Create the NodeDrain and return.
+        #[arg(long)]
+        no_wait: bool,
+    },
     /// Move one running job of a bundle to another node (with its co-located group). Waits
     /// until the operator accepts (exit 0) or refuses (exit 1) the migration.
     Migrate {
@@ -287,6 +307,8 @@ impl Command {
             Command::Cordon { .. } => "cordon",
             Command::Uncordon { .. } => "uncordon",
             Command::Drain { .. } => "drain",
+            Command::Evict { .. } => "evict",
+            Command::Terminate { .. } => "terminate",
             Command::Migrate { .. } => "migrate",
             Command::Start { .. } => "start",
             Command::Stop { .. } => "stop",
@@ -579,6 +601,14 @@ pub async fn run_in(client: Client, scope: &Scope, command: Command) -> Result<E
             };
             let drain = drain_resource(&node_id, timeout, force, strategy.map(Into::into), after);
             drain::create_and_follow(client, drain, no_wait).await
+        }
+        Command::Evict { node, no_wait } => {
+            let node_id = nodes::node_id(client.clone(), &node).await?;
+            drain::create_and_follow_at_once(client, at_once_resource(&node_id, DrainMode::Evict), no_wait).await
+        }
+        Command::Terminate { node, no_wait } => {
+            let node_id = nodes::node_id(client.clone(), &node).await?;
+            drain::create_and_follow_at_once(client, at_once_resource(&node_id, DrainMode::Terminate), no_wait).await
         }
         Command::Interrupt {
             node,

@@ -561,3 +561,155 @@ async fn a_node_a_maintenance_drain_kept_cordoned_takes_no_job_under_the_next_le
     second.stop().await;
     sim.shutdown().await;
 }
+
+/// A `NodeDrain` that acts at once on `node`: `mode` is `evict` or
+/// `terminate`.
+fn node_drain_at_once(name: &str, node: &str, mode: &str) -> String {
+    format!(
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: NodeDrain\nmetadata: {{name: {name}}}\nspec:\n  nodeId: {node}\n  mode: {mode}\n"
+    )
+}
+
+#[tokio::test]
+async fn an_evict_node_drain_terminates_the_node_at_once_and_its_job_recovers_on_another() {
+    let cp = installed().await;
+    let ns = cp.namespace("evict").await;
+    let sim = simulator(&ns).await;
+    let first = Operator::start(cp, &ns, &sim, "evict-0").await;
+    let node = running_bundle(cp, &ns, "one").await;
+    let drain_name = format!("{ns}-evict");
+    cp.kubectl_apply("default", &node_drain_at_once(&drain_name, &node, "evict"))
+        .expect("evict applies");
+    let drains: Api<NodeDrain> = Api::all(cp.client());
+    let done = until(&drains, &drain_name, "done", |d: Option<&NodeDrain>| {
+        drain_phase(d).as_deref() == Some("done")
+    })
+    .await;
+    let status = done.status.clone().expect("status");
+    assert_eq!(
+        condition_of(&status.conditions, "Ready"),
+        Some(("True".to_owned(), "Terminated".to_owned()))
+    );
+    let reason = status.reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains(&job_of(&ns, "one")),
+        "the reason names the job: {reason}"
+    );
+    assert!(status.jobs.is_empty(), "nothing migrated: {status:#?}");
+    let issued = event_about(cp, "default", &drain_name, "NodeEvicted").await;
+    assert!(
+        issued
+            .note
+            .unwrap_or_default()
+            .contains("cordoned and terminated at once")
+    );
+    event_about(cp, "default", &drain_name, "DrainDone").await;
+    // No JobMigration: the job went down with the node...
+    let migrations: Api<JobMigration> = Api::namespaced(cp.client(), &ns);
+    assert!(
+        migrations
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .is_empty()
+    );
+    // ...and recovered per its onRuntimeFailure, on the other server.
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let moved = until(&bundles, "one", "Ready elsewhere", |b: Option<&Bundle>| {
+        is_ready(b)
+            && b.and_then(|b| b.status.as_ref())
+                .and_then(|s| s.primary_node.as_ref())
+                .is_some_and(|n| *n != node)
+    })
+    .await;
+    assert_ne!(moved.status.and_then(|s| s.primary_node), Some(node.clone()));
+    let snapshot = sim.snapshot().await;
+    let left = snapshot.nodes.iter().find(|n| n.id.as_str() == node);
+    assert!(left.is_none_or(|n| format!("{:?}", n.phase) != "Running"), "{left:?}");
+
+    // The next term reads `done` and issues nothing again: a new core that
+    // no longer knows the node would have ended a second terminate `failed`.
+    first.stop().await;
+    let second = Operator::start(cp, &ns, &sim, "evict-1").await;
+    tokio::time::timeout(WAIT, async {
+        while second.metrics.reconciles_of("nodedrain") == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the next term reconciles the drain");
+    let after = drains.get(&drain_name).await.expect("drain");
+    assert_eq!(drain_phase(Some(&after)).as_deref(), Some("done"));
+    let terminates = sim
+        .snapshot()
+        .await
+        .audit
+        .iter()
+        .filter(|e| e.action == "node.terminate" && e.subject == node)
+        .count();
+    assert_eq!(terminates, 1, "one terminate of {node}");
+
+    // Deleting it cancels nothing: no DrainCancelled, the node stays gone.
+    let uid = after.metadata.uid.clone().expect("uid");
+    drains
+        .delete(&drain_name, &DeleteParams::default())
+        .await
+        .expect("delete");
+    tokio::time::timeout(
+        WAIT,
+        await_condition(drains.clone(), &drain_name, conditions::is_deleted(&uid)),
+    )
+    .await
+    .expect("the finalizer lets the evict go")
+    .expect("watch the drain");
+    let events: Api<Event> = Api::namespaced(cp.client(), "default");
+    let cancelled = events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .any(|e| {
+            e.reason.as_deref() == Some("DrainCancelled")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(drain_name.as_str())
+        });
+    assert!(!cancelled, "an evict has nothing to cancel");
+    second.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_terminate_node_drain_terminates_an_idle_node_without_cordoning_it_first() {
+    let cp = installed().await;
+    let ns = cp.namespace("terminate").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "terminate-0").await;
+    let busy = running_bundle(cp, &ns, "one").await;
+    let idle = if busy.ends_with("-a") {
+        format!("{ns}-b")
+    } else {
+        format!("{ns}-a")
+    };
+    let drain_name = format!("{ns}-terminate");
+    cp.kubectl_apply("default", &node_drain_at_once(&drain_name, &idle, "terminate"))
+        .expect("terminate applies");
+    let drains: Api<NodeDrain> = Api::all(cp.client());
+    let done = until(&drains, &drain_name, "done", |d: Option<&NodeDrain>| {
+        drain_phase(d).as_deref() == Some("done")
+    })
+    .await;
+    let reason = done.status.and_then(|s| s.reason).unwrap_or_default();
+    assert!(reason.contains("terminated at once, with no job on it"), "{reason}");
+    event_about(cp, "default", &drain_name, "NodeTerminated").await;
+    // The busy node and its job are untouched.
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let one = bundles.get("one").await.expect("bundle");
+    assert_eq!(one.status.and_then(|s| s.primary_node), Some(busy));
+    drains
+        .delete(&drain_name, &DeleteParams::default())
+        .await
+        .expect("delete");
+    operator.stop().await;
+    sim.shutdown().await;
+}

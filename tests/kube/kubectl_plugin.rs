@@ -195,6 +195,79 @@ async fn drain_that_ends_partial_exits_with_failure() {
     assert_eq!(code, ExitCode::FAILURE);
 }
 
+/// Runs `command` (an evict or terminate of `node_id`); once its NodeDrain appears, the
+/// operator's part is played by writing `phases` into its status; the NodeDrain and the exit
+/// code.
+async fn at_once_answered(
+    cp: &control_plane::ControlPlane,
+    node_id: &str,
+    command: Command,
+    phases: &[(&str, &str)],
+) -> (NodeDrain, ExitCode) {
+    norsk_node(cp, node_id, node_id).await;
+    let client = cp.client();
+    let running = tokio::spawn(async move { plugin::run(client, "default", command).await });
+    let drain = drain_of(cp, node_id).await;
+    let drains: Api<NodeDrain> = Api::all(cp.client());
+    for (phase, reason) in phases {
+        assert!(!running.is_finished(), "followed until it ends");
+        drains
+            .patch_status(
+                &drain.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": phase, "reason": reason}})),
+            )
+            .await
+            .expect("status patch");
+    }
+    let code = tokio::time::timeout(WAIT, running)
+        .await
+        .expect("returns once ended")
+        .expect("task")
+        .expect("command");
+    (drain, code)
+}
+
+#[tokio::test]
+async fn evict_creates_an_evict_node_drain_and_exits_with_success_once_done() {
+    let cp = installed().await;
+    let command = Command::Evict {
+        node: "evict-done".to_owned(),
+        no_wait: false,
+    };
+    let (drain, code) = at_once_answered(
+        cp,
+        "evict-done",
+        command,
+        &[
+            ("terminating", "cordoned and terminated at once"),
+            ("done", "Manager stopped the node"),
+        ],
+    )
+    .await;
+    assert_eq!(drain.spec.mode, Some(crd::DrainMode::Evict));
+    assert!(!drain.spec.force && drain.spec.strategy.is_none() && drain.spec.after.is_none());
+    assert_eq!(code, ExitCode::SUCCESS);
+}
+
+#[tokio::test]
+async fn terminate_that_fails_exits_with_failure() {
+    let cp = installed().await;
+    let command = Command::Terminate {
+        node: "terminate-refused".to_owned(),
+        no_wait: false,
+    };
+    let (drain, code) = at_once_answered(
+        cp,
+        "terminate-refused",
+        command,
+        &[("failed", "Manager refused the terminate: permission denied")],
+    )
+    .await;
+    assert_eq!(drain.spec.mode, Some(crd::DrainMode::Terminate));
+    assert_eq!(code, ExitCode::FAILURE);
+}
+
 #[tokio::test]
 async fn interrupt_creates_a_forced_drain_carrying_the_notice() {
     let cp = installed().await;

@@ -25,7 +25,9 @@ use norsk_auto_manager::controller::node_status::node_resource_name;
 use norsk_auto_manager::crd::{self, Bundle, HotSparePolicy, NorskNode};
 use norsk_auto_manager::manager::proto::sim_admin;
 use norsk_auto_manager::model::{JobState, SchedulePhase};
+use norsk_auto_manager::telemetry::ResultLabels;
 
+use crate::control_plane;
 use crate::operator_support::{
     Operator, WAIT, cluster_pool, condition, example, installed, instances_of, is_ready, manual_bundle, primary_job,
     simulator, simulator_in, small_bundle, until,
@@ -1009,6 +1011,118 @@ async fn headroom_marks_each_bundle_resilient_or_not_and_the_pool_s_lost_headroo
         "{note}"
     );
     pools.delete(&pool, &Default::default()).await.expect("pool deleted");
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+/// Waits for an Event with `reason` about cluster-scoped `name` whose note
+/// contains `says`; its note.
+async fn event_saying(cp: &control_plane::ControlPlane, name: &str, reason: &str, says: &str) -> String {
+    let events = watcher(
+        Api::<Event>::namespaced(cp.client(), "default"),
+        watcher::Config::default(),
+    )
+    .applied_objects();
+    tokio::time::timeout(WAIT, async {
+        let mut events = pin!(events);
+        while let Some(e) = events.try_next().await.expect("watch events") {
+            let note = e.note.clone().unwrap_or_default();
+            if e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && note.contains(says)
+            {
+                return note;
+            }
+        }
+        panic!("the event watch ended")
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {reason} Event about {name} saying {says:?}"))
+}
+
+#[tokio::test]
+async fn a_live_change_of_a_hot_spare_policy_says_what_changed_on_the_policy() {
+    let cp = installed().await;
+    let ns = cp.namespace("spare-diff").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "spare-diff-0").await;
+    // Leading first: a standby applies a policy silently before it leads,
+    // and the leader then has nothing left to change.
+    tokio::time::timeout(WAIT, async {
+        while !operator.is_leading() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the operator leads");
+    // A pool and policy of this test's own, cluster-wide like every policy:
+    // a target of none provisions nothing in any operator's fleet.
+    let pool = format!("{ns}-cloud");
+    cp.kubectl_apply(
+        &ns,
+        &format!(
+            "apiVersion: automanager.norsk.video/v1alpha1\nkind: PlacementPool\nmetadata: {{name: {pool}}}\nspec:\n  tiers:\n    - {{name: cloud, kind: aws, region: eu-west-1, scaleOut: elastic, candidateInstanceTypes: [{{instanceType: m5.xlarge, totalCapacity: 4, totalCores: 4, capabilities: []}}]}}\n"
+        ),
+    )
+    .expect("pool applies");
+    let policy = |warm_for: &str, exclusive: bool| {
+        format!(
+            "apiVersion: automanager.norsk.video/v1alpha1\nkind: HotSparePolicy\nmetadata: {{name: {pool}}}\nspec:\n  pool: {pool}\n  targetCount: 0\n  spec: {{instanceType: m5.xlarge, region: eu-west-1}}\n  warmFor: {warm_for}\n  reservedFor: [encoder]\n  exclusive: {exclusive}\n"
+        )
+    };
+    cp.kubectl_apply(&ns, &policy("[]", false)).expect("policy applies");
+    let added = event_saying(cp, &pool, "SparePolicyInForce", "are kept from now on").await;
+    assert!(added.contains("reservedFor [encoder]"), "{added}");
+    cp.kubectl_apply(&ns, &policy("[encoder]", true))
+        .expect("policy changes");
+    let changed = event_saying(cp, &pool, "SparePolicyChanged", "changed live").await;
+    assert_eq!(
+        changed,
+        format!("spares of pool {pool} changed live: warmFor [] -> [encoder], exclusive false -> true")
+    );
+    let policies: Api<HotSparePolicy> = Api::all(cp.client());
+    policies
+        .delete(&pool, &Default::default())
+        .await
+        .expect("policy deleted");
+    let pools: Api<crd::PlacementPool> = Api::all(cp.client());
+    pools.delete(&pool, &Default::default()).await.expect("pool deleted");
+    operator.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_placed_bundle_moves_the_dispatched_placements_counter() {
+    let cp = installed().await;
+    let ns = cp.namespace("counters").await;
+    let sim = simulator(&ns).await;
+    let operator = Operator::start(cp, &ns, &sim, "counters-0").await;
+    let succeeded = |operator: &Operator| {
+        operator
+            .metrics
+            .placement_results
+            .get_or_create(&ResultLabels {
+                result: "succeeded".to_owned(),
+            })
+            .get()
+    };
+    let before = succeeded(&operator);
+    cp.kubectl_apply(&ns, &small_bundle("counted")).expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    until(&bundles, "counted", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    tokio::time::timeout(WAIT, async {
+        while succeeded(&operator) <= before {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("placement_results_total{result=\"succeeded\"} moved");
+    assert!(operator.metrics.placement_attempts.get() >= succeeded(&operator));
+    let text = operator.metrics.encode_prometheus_text();
+    assert!(
+        text.contains("norsk_automanager_placement_results_total{result=\"succeeded\"}"),
+        "{text}"
+    );
     operator.stop().await;
     sim.shutdown().await;
 }

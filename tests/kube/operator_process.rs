@@ -685,6 +685,7 @@ async fn a_real_prometheus_scrapes_the_operator_and_every_alert_and_dashboard_qu
         "norsk_automanager_pool_used_capacity_ratio{pool=\"studio\"}",
         "norsk_automanager_leader 1",
         "norsk_automanager_manager_connected 1",
+        "norsk_automanager_placement_results_total{result=\"succeeded\"}",
     ];
     let deadline = tokio::time::Instant::now() + WAIT;
     let (head, body) = loop {

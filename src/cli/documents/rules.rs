@@ -13,7 +13,7 @@ use kube::api::ObjectMeta;
 
 use super::resource::{Kind, Resource};
 use super::strict::FieldPath;
-use crate::crd::{DrainAfter, NodeDrainSpec};
+use crate::crd::{DrainAfter, DrainMode, NodeDrainSpec};
 
 /// Every CEL rule of the CRDs and where it is checked outside the API
 /// server.
@@ -72,6 +72,14 @@ pub const COVERED: &[(&str, &str)] = &[
         "rules::of: NodeDrain",
     ),
     ("self.nodeId == oldSelf.nodeId", "rules::update: NodeDrain"),
+    (
+        "!has(self.mode) || self.mode == 'drain' || (!has(self.timeoutSeconds) && !(has(self.force) && self.force) && !has(self.strategy) && !has(self.after) && !has(self.interruption))",
+        "rules::of: NodeDrain",
+    ),
+    (
+        "(has(self.mode) ? self.mode : 'drain') == (has(oldSelf.mode) ? oldSelf.mode : 'drain')",
+        "rules::update: NodeDrain",
+    ),
     (
         "self.bundle == oldSelf.bundle && self.replicaIndex == oldSelf.replicaIndex && self.jobName == oldSelf.jobName && has(self.strategy) == has(oldSelf.strategy) && (!has(self.strategy) || self.strategy == oldSelf.strategy)",
         "rules::update: JobMigration",
@@ -144,8 +152,23 @@ pub fn of(resource: &Resource) -> Vec<(FieldPath, String)> {
             FieldPath::of(&["spec", "after"]),
             "a drain answering an interruption cannot keep its node: the provider takes it at the deadline".to_owned(),
         )],
+        // `!has(self.mode) || self.mode == 'drain' || (no drain option)`
+        Resource::NodeDrain(drain) if at_once_with_drain_options(&drain.spec) => vec![(
+            FieldPath::of(&["spec", "mode"]),
+            "evict and terminate act at once: timeoutSeconds, force, strategy, after and interruption only apply to mode drain"
+                .to_owned(),
+        )],
         _ => Vec::new(),
     }
+}
+
+fn at_once_with_drain_options(spec: &NodeDrainSpec) -> bool {
+    spec.mode.is_some_and(DrainMode::is_at_once)
+        && (spec.timeout_seconds.is_some()
+            || spec.force
+            || spec.strategy.is_some()
+            || spec.after.is_some()
+            || spec.interruption.is_some())
 }
 
 fn keeps_an_interrupted_node(spec: &NodeDrainSpec) -> bool {
@@ -161,6 +184,15 @@ pub fn update(old: &Resource, new: &Resource) -> Vec<(FieldPath, String)> {
             FieldPath::of(&["spec", "nodeId"]),
             "nodeId cannot change: delete this drain and create another".to_owned(),
         )],
+        // `(has(self.mode) ? self.mode : 'drain') == (has(oldSelf.mode) ? oldSelf.mode : 'drain')`
+        (Resource::NodeDrain(old), Resource::NodeDrain(new))
+            if old.spec.mode.unwrap_or_default() != new.spec.mode.unwrap_or_default() =>
+        {
+            vec![(
+                FieldPath::of(&["spec", "mode"]),
+                "mode cannot change: delete this NodeDrain and create another".to_owned(),
+            )]
+        }
         (Resource::JobMigration(old), Resource::JobMigration(new)) => {
             let (was, now) = (&old.spec, &new.spec);
             let mut found = Vec::new();
