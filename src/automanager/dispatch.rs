@@ -278,6 +278,10 @@ impl AutoManagerCore {
                 record.not_before = now + MIN_RECOVERY_INTERVAL_MS;
             }
         }
+        // "A typed failure callback (also surfaces via onError)".
+        self.notify(Notification::Error {
+            message: format!("placement of {job_id} failed: {reason}"),
+        });
         self.notify(Notification::PlacementFailed {
             job_id: job_id.clone(),
             reason,

@@ -65,7 +65,7 @@ impl AutoManagerCore {
                 node_id,
                 code,
                 detail,
-                ..
+                inventory,
             } => {
                 self.counters.jobs_rejected += 1;
                 self.notify(Notification::JobRejected {
@@ -74,6 +74,7 @@ impl AutoManagerCore {
                     node_id: node_id.clone(),
                     code,
                     detail: detail.clone(),
+                    inventory,
                 });
                 if self.fleet.record_rejection(&node_id, &self.settings, now) {
                     self.notify(Notification::NodeUnhealthy {

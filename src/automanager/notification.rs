@@ -108,6 +108,10 @@ pub enum Notification {
         code: RejectionCode,
         /// The worker's words.
         detail: String,
+        /// The inventory the worker sent with its refusal (what it holds
+        /// now), when it sent one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        inventory: Option<crate::model::NodeInventory>,
     },
     /// `onJobDropped`: a failed job is not restarted.
     #[serde(rename_all = "camelCase")]
@@ -180,7 +184,8 @@ pub enum Notification {
     BundleJobStopped { job_id: JobId },
     /// `onPlacementDecision`: every time placement runs.
     PlacementDecision(Box<PlacementDecisionInfo>),
-    /// `onPlacementFailed`: no tier could place or provision.
+    /// `onPlacementFailed`: no tier could place or provision. Also said as
+    /// an [`Notification::Error`], as the spec has it.
     #[serde(rename_all = "camelCase")]
     PlacementFailed {
         job_id: JobId,

@@ -222,12 +222,24 @@ pub fn bundle_event(notification: &Notification) -> Option<Event> {
             node_id,
             code,
             detail,
-        } => event(
-            Warning,
-            "JobRejected",
-            "Start",
-            format!("{node_id} refused {job_id} ({role}): {code:?}: {detail}"),
-        ),
+            inventory,
+        } => {
+            // What the worker said it holds, beside why it refused.
+            let holds = inventory.as_ref().map_or(String::new(), |i| {
+                format!(
+                    " (it holds {} capacity, {} cores, {} GPUs)",
+                    i.total_capacity,
+                    i.total_cores,
+                    i.gpus.len()
+                )
+            });
+            event(
+                Warning,
+                "JobRejected",
+                "Start",
+                format!("{node_id} refused {job_id} ({role}): {code:?}: {detail}{holds}"),
+            )
+        }
         Notification::JobDropped { job_id, reason } => {
             event(Warning, "JobDropped", "Recover", format!("{job_id}: {reason}"))
         }

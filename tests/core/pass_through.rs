@@ -155,3 +155,51 @@ async fn a_subscriber_that_never_reads_never_holds_the_loop_and_close_twice_is_h
         .expect("the loop ends")
         .expect("cleanly");
 }
+
+#[test]
+fn a_rejection_reaches_the_subscriber_with_the_inventory_the_worker_sent() {
+    let mut h = Harness::hydrated();
+    h.bundle("b", JOB);
+    h.ok_all();
+    h.take_notifications();
+    let job = crate::support::job_id("b", 0, "encode");
+    let node = h.bound_node(&job).expect("placed");
+    let holds = crate::support::inventory(norsk_auto_manager::model::ProviderKind::LocalServers, 6.0);
+    h.event(ManagerEvent::JobRejected {
+        job_id: job.clone(),
+        role: InstanceKey("primary".into()),
+        node_id: node.clone(),
+        code: norsk_auto_manager::model::RejectionCode::InsufficientCapacity,
+        detail: "no room left".into(),
+        inventory: Some(holds.clone()),
+    });
+    let told = h.take_notifications().into_iter().find_map(|n| match n {
+        Notification::JobRejected { job_id, inventory, .. } if job_id == job => Some(inventory),
+        _ => None,
+    });
+    assert_eq!(told, Some(Some(holds)), "onJobRejected carries what the worker holds");
+}
+
+#[test]
+fn a_failed_placement_is_also_said_as_an_error() {
+    let mut h = Harness::hydrated();
+    h.bundle(
+        "big",
+        "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1000}}\n",
+    );
+    let notes = h.take_notifications();
+    let job = crate::support::job_id("big", 0, "encode");
+    assert!(
+        notes
+            .iter()
+            .any(|n| matches!(n, Notification::PlacementFailed { job_id, .. } if *job_id == job)),
+        "onPlacementFailed: {notes:?}"
+    );
+    assert!(
+        notes.iter().any(|n| matches!(
+            n,
+            Notification::Error { message } if message.contains(job.as_str()) && message.contains("placement")
+        )),
+        "the failure also surfaces via onError: {notes:?}"
+    );
+}

@@ -352,6 +352,10 @@ impl AutoManagerCore {
                     self.abandon_view(view, !placed.is_empty());
                     self.counters.placements_failed += 1;
                     let reason = format!("noCapacityInAnyPool ({why})");
+                    // "A typed failure callback (also surfaces via onError)".
+                    self.notify(Notification::Error {
+                        message: format!("placement of {member} failed: {reason}"),
+                    });
                     self.notify(Notification::PlacementFailed {
                         job_id: member.clone(),
                         reason: reason.clone(),
