@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use norsk_auto_manager::automanager::{
-    AutoSettings, MigrationEnd, MigrationId, MigrationOptions, MigrationPhase, MigrationState, MigrationStrategy,
-    Notification,
+    AutoSettings, CommandError, MigrationEnd, MigrationId, MigrationOptions, MigrationPhase, MigrationRefusal,
+    MigrationState, MigrationStrategy, Notification,
 };
 use norsk_auto_manager::manager::proto::sim_admin;
 use norsk_auto_manager::model::{Bundle, BundleId, JobHistoryEntry, JobId, NodeId};
@@ -139,6 +139,27 @@ fn patient(settings: &mut AutoSettings) {
     }
 }
 
+/// Starts a migration of `job`. The core refuses one (`NotRunning`) while
+/// the answer to the job's `StartJob` is still on its way, although Manager
+/// already reports the instance running: on a loaded machine the answer can
+/// trail the event, so the refusal is waited out (bounded by `WAIT`).
+async fn migrate_once_running(s: &Setup, job: &JobId, options: MigrationOptions) -> MigrationId {
+    let attempt = async {
+        loop {
+            match s.am.migrate_job(job.clone(), options.clone()).await {
+                Ok(id) => return id,
+                Err(CommandError::Migration(MigrationRefusal::NotRunning { .. })) => {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err(e) => panic!("migration of {job} refused: {e:?}"),
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, attempt)
+        .await
+        .unwrap_or_else(|_| panic!("{job} was never running for the core"))
+}
+
 async fn migrate_all(s: &mut Setup, jobs: usize, strategy: MigrationStrategy) {
     let sources = running_jobs(s, jobs).await;
     let mut ids = Vec::new();
@@ -147,7 +168,7 @@ async fn migrate_all(s: &mut Setup, jobs: usize, strategy: MigrationStrategy) {
             strategy: Some(strategy),
             ..MigrationOptions::default()
         };
-        ids.push(s.am.migrate_job(job.clone(), options).await.expect("migration starts"));
+        ids.push(migrate_once_running(s, job, options).await);
     }
     let ended = until_ended(s, &ids).await;
     let mut targets = BTreeMap::new();
@@ -215,7 +236,7 @@ async fn a_job_that_refuses_the_handover_keeps_running_on_its_source() {
         strategy: Some(MigrationStrategy::Handover),
         ..MigrationOptions::default()
     };
-    let id = s.am.migrate_job(job(0), options).await.expect("starts");
+    let id = migrate_once_running(&s, &job(0), options).await;
     let ended = until_ended(&mut s, std::slice::from_ref(&id)).await;
     assert_eq!(ended[&id].phase, MigrationPhase::Aborted);
     assert!(!ended[&id].past_point_of_no_return);
@@ -246,7 +267,7 @@ async fn a_target_that_never_starts_is_aborted_at_its_deadline() {
         strategy: Some(MigrationStrategy::Overlap),
         ..MigrationOptions::default()
     };
-    let id = s.am.migrate_job(job(0), options).await.expect("starts");
+    let id = migrate_once_running(&s, &job(0), options).await;
     let ended = until_ended(&mut s, std::slice::from_ref(&id)).await;
     assert_eq!(ended[&id].reason.as_deref(), Some("starting deadline passed"));
     settled(&s.sim, |_, list| list.len() == 1).await;
@@ -271,7 +292,7 @@ async fn close_rolls_back_a_migration_in_flight() {
         strategy: Some(MigrationStrategy::Overlap),
         ..MigrationOptions::default()
     };
-    s.am.migrate_job(job(0), options).await.expect("starts");
+    migrate_once_running(&s, &job(0), options).await;
     settled(&s.sim, |_, list| list.len() == 2).await;
     let Setup { sim, am, join, .. } = s;
     am.close().await;
@@ -300,7 +321,7 @@ async fn close_holds_the_channel_open_only_for_its_grace() {
         strategy: Some(MigrationStrategy::Overlap),
         ..MigrationOptions::default()
     };
-    s.am.migrate_job(job(0), options).await.expect("starts");
+    migrate_once_running(&s, &job(0), options).await;
     settled(&s.sim, |_, list| list.len() == 2).await;
     // Manager takes 3 s (wall clock) to handle the rollback's calls; the
     // grace is CLOSE_ABORT_GRACE_MS of the compressed clock (5 ms here).
