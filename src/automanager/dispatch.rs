@@ -321,6 +321,7 @@ impl AutoManagerCore {
             availability_domain: tier_spec.availability_domain.clone(),
             instance_type: provisioned.instance_type.clone(),
             launch_mode: tier_spec.launch_mode,
+            root_volume: tier_spec.root_volume.clone(),
         };
         self.fleet.add_provisioned(node_id.clone(), provisioned);
         self.call(

@@ -220,6 +220,8 @@ pub enum Rpc {
         instance_type: String,
         /// The tier's launch mode.
         launch_mode: Option<LaunchMode>,
+        /// The tier's root volume (aws tiers only).
+        root_volume: Option<crate::model::RootVolume>,
     },
     /// `TerminateNode`.
     TerminateNode { node_id: NodeId },

@@ -184,6 +184,9 @@ pub struct CreateNode {
     pub instance_type: String,
     /// `on-demand`, `spot`, `reserved` (empty: on-demand).
     pub launch_mode: String,
+    /// AWS: the root volume to launch with (an addition; a published
+    /// Manager ignores it and the launch template sizes the volume).
+    pub root_volume: Option<crate::model::RootVolume>,
 }
 
 /// A start of one job instance.
@@ -465,6 +468,12 @@ impl ManagerClient {
             region: node.region.clone(),
             instance_type: node.instance_type.clone(),
             launch_mode: node.launch_mode.clone(),
+            root_volume_gib: node.root_volume.as_ref().map_or(0, |v| v.size_gib),
+            root_volume_type: node
+                .root_volume
+                .as_ref()
+                .and_then(|v| v.volume_type.clone())
+                .unwrap_or_default(),
             ..Default::default()
         });
         unit("CreateAwsNode", self.inner.clone().create_aws_node(req)).await

@@ -64,6 +64,9 @@ pub struct NodeView {
     /// `on-demand`, `spot` or `reserved` (cloud nodes; empty is on-demand).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub launch_mode: String,
+    /// The root volume it was launched with, when the request named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_volume: Option<crate::model::RootVolume>,
     /// Phase as Manager reports it.
     pub phase: NodePhase,
     /// The worker is gone and Manager has not noticed yet (keepalive).
@@ -190,6 +193,13 @@ pub(crate) fn snapshot(world: &World) -> SimSnapshot {
             zone: node.zone.clone(),
             instance_type: node.instance_type.clone(),
             launch_mode: node.launch_mode.clone(),
+            root_volume: node
+                .root_volume
+                .as_ref()
+                .map(|(size_gib, kind)| crate::model::RootVolume {
+                    size_gib: *size_gib,
+                    volume_type: (!kind.is_empty()).then(|| kind.clone()),
+                }),
             phase: node.phase,
             worker_gone: node.silent,
             stopping_reason: node.stopping_reason.map(|r| r.as_str_name().to_owned()),

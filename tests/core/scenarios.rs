@@ -3573,3 +3573,27 @@ fn a_successor_stops_the_newest_instance_a_gpu_cannot_hold_and_places_it_again()
         "placed again where a GPU is free"
     );
 }
+
+#[test]
+fn a_node_provisioned_for_an_aws_tier_asks_for_the_tiers_root_volume() {
+    let mut settings = crate::support::settings();
+    settings.placement_pools = yaml_serde::from_str(
+        "- name: production\n  tiers:\n    - name: aws\n      kind: aws\n      region: eu-west-1\n      rootVolume: {sizeGib: 200, volumeType: gp3}\n      candidateInstanceTypes: [{instanceType: m5.xlarge, totalCapacity: 4, totalCores: 4}]\n",
+    )
+    .unwrap();
+    let mut h = Harness::with(settings);
+    h.event(ManagerEvent::InitialDataComplete);
+    h.bundle("b", ONE_JOB);
+    let asked = h.take_calls().into_iter().find_map(|(_, rpc)| match rpc {
+        Rpc::CreateNode { root_volume, .. } => Some(root_volume),
+        _ => None,
+    });
+    assert_eq!(
+        asked,
+        Some(Some(norsk_auto_manager::model::RootVolume {
+            size_gib: 200,
+            volume_type: Some("gp3".into()),
+        })),
+        "the tier's rootVolume is sent with the node's creation"
+    );
+}

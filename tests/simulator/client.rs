@@ -399,6 +399,7 @@ async fn faults_change_what_the_client_observes() {
         availability_domain: String::new(),
         instance_type: "m5.xlarge".into(),
         launch_mode: String::new(),
+        root_volume: None,
     };
     let err = h.client.create_aws_node(&node).await.unwrap_err();
     assert_eq!(err.kind(), RpcErrorKind::InsufficientCapacity, "{err}");
@@ -598,4 +599,40 @@ async fn tls_with_client_certificate_and_bearer_token() {
     let plain = ManagerClient::connect_lazy(&ClientSettings::plaintext(sim.url().replace("https", "http"))).unwrap();
     assert!(plain.terminate_node(&NodeId("n".into())).await.is_err());
     sim.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_aws_node_is_launched_with_the_root_volume_the_client_asks_for() {
+    let h = harness().await;
+    let node = |id: &str, root_volume: Option<norsk_auto_manager::model::RootVolume>| CreateNode {
+        node_id: NodeId(id.into()),
+        tags: Default::default(),
+        region: "eu-west-1".into(),
+        availability_domain: String::new(),
+        instance_type: "m5.xlarge".into(),
+        launch_mode: String::new(),
+        root_volume,
+    };
+    let asked = norsk_auto_manager::model::RootVolume {
+        size_gib: 200,
+        volume_type: Some("gp3".into()),
+    };
+    h.client
+        .create_aws_node(&node("with-volume", Some(asked.clone())))
+        .await
+        .unwrap();
+    h.client.create_aws_node(&node("plain", None)).await.unwrap();
+    let json = h.admin.clone().snapshot(()).await.unwrap().into_inner().json;
+    let snapshot: norsk_auto_manager::sim::SimSnapshot = serde_json::from_str(&json).unwrap();
+    let volume = |id: &str| {
+        snapshot
+            .nodes
+            .iter()
+            .find(|n| n.id.as_str() == id)
+            .map(|n| n.root_volume.clone())
+            .expect("the node was created")
+    };
+    assert_eq!(volume("with-volume"), Some(asked));
+    assert_eq!(volume("plain"), None, "no volume asked for: the launch template's");
+    h.sim.shutdown().await.unwrap();
 }

@@ -52,6 +52,7 @@ pub(super) async fn execute(port: &Port, rpc: Rpc, now: UnixMillis) -> Result<()
             availability_domain,
             instance_type,
             launch_mode,
+            root_volume,
         } => {
             let node = CreateNode {
                 node_id,
@@ -60,6 +61,7 @@ pub(super) async fn execute(port: &Port, rpc: Rpc, now: UnixMillis) -> Result<()
                 availability_domain: availability_domain.unwrap_or_default(),
                 instance_type,
                 launch_mode: launch_mode.map(|m| m.as_str().to_owned()).unwrap_or_default(),
+                root_volume,
             };
             // Placement provisions only from elastic tiers; a
             // `local-servers` elastic tier is provisioned like AWS and

@@ -372,6 +372,7 @@ impl SpareState {
             availability_domain: tier.availability_domain.clone(),
             instance_type: provisioned.instance_type.clone(),
             launch_mode: tier.launch_mode,
+            root_volume: tier.root_volume.clone(),
         };
         facts.fleet.add_provisioned(node_id.clone(), provisioned);
         facts.fleet.set_tags(&node_id, node_tags);

@@ -89,6 +89,9 @@ pub(crate) struct SimNode {
     pub instance_type: String,
     /// `on-demand`, `spot`, `reserved` (cloud nodes).
     pub launch_mode: String,
+    /// The root volume it was launched with (GiB, EBS type), when the
+    /// request named one (an addition).
+    pub root_volume: Option<(u32, String)>,
     /// The provider's pending interruption notice.
     pub interruption: Option<pb::NodeInterruptionNotice>,
 }
@@ -115,6 +118,7 @@ impl SimNode {
             zone,
             instance_type,
             launch_mode,
+            root_volume: None,
             interruption: None,
         }
     }

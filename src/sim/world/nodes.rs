@@ -23,6 +23,8 @@ struct Launch {
     zone: Option<String>,
     instance_type: InstanceType,
     launch_mode: String,
+    /// The root volume asked for (size in GiB, type), when one was.
+    root_volume: Option<(u32, String)>,
 }
 
 impl World {
@@ -49,6 +51,8 @@ impl World {
             zone: None,
             instance_type,
             launch_mode: req.launch_mode,
+            root_volume: (req.root_volume_gib > 0 || !req.root_volume_type.is_empty())
+                .then_some((req.root_volume_gib, req.root_volume_type)),
         })
     }
 
@@ -101,6 +105,7 @@ impl World {
             zone,
             instance_type,
             launch_mode: req.launch_mode,
+            root_volume: None,
         })
     }
 
@@ -166,6 +171,10 @@ impl World {
             launch.instance_type.name.clone(),
             launch.launch_mode,
         );
+        let node = SimNode {
+            root_volume: launch.root_volume,
+            ..node
+        };
         self.nodes.insert(launch.node_id.clone(), node);
         self.emit(Event::NodeStarting(pb::NodeStarting {
             node_metadata: Some(metadata),
