@@ -255,37 +255,38 @@ pub struct NodeDrainStatus {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_drain_after_schema_lists_every_serde_name() {
-        let schema = schemars::schema_for!(DrainAfter);
-        let listed: Vec<String> = schema
+    /// The `const` of each `oneOf` entry of `T`'s schema, in order.
+    fn schema_names<T: JsonSchema>() -> Vec<String> {
+        schemars::schema_for!(T)
             .get("oneOf")
             .and_then(|v| v.as_array())
             .unwrap()
             .iter()
             .map(|v| v["const"].as_str().unwrap().to_owned())
-            .collect();
-        let named: Vec<String> = [DrainAfter::Terminate, DrainAfter::Keep]
+            .collect()
+    }
+
+    /// What serde names each of `values`.
+    fn serde_names<T: Serialize>(values: &[T]) -> Vec<String> {
+        values
             .iter()
-            .map(|a| serde_json::to_value(a).unwrap().as_str().unwrap().to_owned())
-            .collect();
-        assert_eq!(listed, named);
+            .map(|v| serde_json::to_value(v).unwrap().as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn the_drain_after_schema_lists_every_serde_name() {
+        assert_eq!(
+            schema_names::<DrainAfter>(),
+            serde_names(&[DrainAfter::Terminate, DrainAfter::Keep])
+        );
     }
 
     #[test]
     fn the_drain_mode_schema_lists_every_serde_name() {
-        let schema = schemars::schema_for!(DrainMode);
-        let listed: Vec<String> = schema
-            .get("oneOf")
-            .and_then(|v| v.as_array())
-            .unwrap()
-            .iter()
-            .map(|v| v["const"].as_str().unwrap().to_owned())
-            .collect();
-        let named: Vec<String> = [DrainMode::Drain, DrainMode::Evict, DrainMode::Terminate]
-            .iter()
-            .map(|m| serde_json::to_value(m).unwrap().as_str().unwrap().to_owned())
-            .collect();
-        assert_eq!(listed, named);
+        assert_eq!(
+            schema_names::<DrainMode>(),
+            serde_names(&[DrainMode::Drain, DrainMode::Evict, DrainMode::Terminate])
+        );
     }
 }

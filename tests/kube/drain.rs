@@ -11,13 +11,9 @@
 //! Every test takes a namespace and a simulator of its own (its nodes are
 //! `<ns>-a` and `<ns>-b`) and runs its own operator.
 
-use std::pin::pin;
-
-use futures::TryStreamExt;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use norsk_auto_manager::automanager::{AutoSettings, MigrationSettings};
 use norsk_auto_manager::controller::node_status::node_resource_name;
@@ -25,7 +21,7 @@ use norsk_auto_manager::crd::{Bundle, InterruptionKind, JobMigration, NodeDrain}
 use norsk_auto_manager::manager::proto::{manager as pb, sim_admin};
 
 use crate::control_plane;
-use crate::operator_support::{Operator, WAIT, installed, is_ready, simulator, small_bundle, until};
+use crate::operator_support::{Operator, WAIT, event_where, installed, is_ready, simulator, small_bundle, until};
 use crate::sim_support::Sim;
 
 /// A simulated day: on the compressed clock, about 86 real seconds.
@@ -113,23 +109,10 @@ fn condition_of(
 
 /// Waits for an Event with `reason` about `name` in `namespace`.
 async fn event_about(cp: &control_plane::ControlPlane, namespace: &str, name: &str, reason: &str) -> Event {
-    let events = watcher(
-        Api::<Event>::namespaced(cp.client(), namespace),
-        watcher::Config::default(),
-    )
-    .applied_objects();
-    tokio::time::timeout(WAIT, async {
-        let mut events = pin!(events);
-        while let Some(e) = events.try_next().await.expect("watch events") {
-            if e.reason.as_deref() == Some(reason) && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-            {
-                return e;
-            }
-        }
-        panic!("the event watch ended")
+    event_where(cp, namespace, &format!("{reason} Event about {name}"), |e| {
+        e.reason.as_deref() == Some(reason) && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
     })
     .await
-    .unwrap_or_else(|_| panic!("no {reason} Event about {name}"))
 }
 
 #[tokio::test]

@@ -29,8 +29,8 @@ use norsk_auto_manager::telemetry::ResultLabels;
 
 use crate::control_plane;
 use crate::operator_support::{
-    Operator, WAIT, cluster_pool, condition, example, installed, instances_of, is_ready, manual_bundle, primary_job,
-    simulator, simulator_in, small_bundle, until,
+    Operator, WAIT, cluster_pool, condition, event_where, example, installed, instances_of, is_ready, manual_bundle,
+    primary_job, simulator, simulator_in, small_bundle, until,
 };
 
 #[tokio::test]
@@ -1018,26 +1018,18 @@ async fn headroom_marks_each_bundle_resilient_or_not_and_the_pool_s_lost_headroo
 /// Waits for an Event with `reason` about cluster-scoped `name` whose note
 /// contains `says`; its note.
 async fn event_saying(cp: &control_plane::ControlPlane, name: &str, reason: &str, says: &str) -> String {
-    let events = watcher(
-        Api::<Event>::namespaced(cp.client(), "default"),
-        watcher::Config::default(),
-    )
-    .applied_objects();
-    tokio::time::timeout(WAIT, async {
-        let mut events = pin!(events);
-        while let Some(e) = events.try_next().await.expect("watch events") {
-            let note = e.note.clone().unwrap_or_default();
-            if e.reason.as_deref() == Some(reason)
+    let event = event_where(
+        cp,
+        "default",
+        &format!("{reason} Event about {name} saying {says:?}"),
+        |e| {
+            e.reason.as_deref() == Some(reason)
                 && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                && note.contains(says)
-            {
-                return note;
-            }
-        }
-        panic!("the event watch ended")
-    })
-    .await
-    .unwrap_or_else(|_| panic!("no {reason} Event about {name} saying {says:?}"))
+                && e.note.as_deref().is_some_and(|n| n.contains(says))
+        },
+    )
+    .await;
+    event.note.unwrap_or_default()
 }
 
 #[tokio::test]

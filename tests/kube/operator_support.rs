@@ -9,7 +9,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::TryStreamExt;
+use k8s_openapi::api::events::v1::Event;
 use kube::runtime::wait::{Condition, await_condition};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
 use norsk_auto_manager::automanager::{AutoSettings, RunOptions};
 use norsk_auto_manager::controller::leader::LeaseSettings;
@@ -140,6 +143,32 @@ impl Operator {
         let _ = self.stop.send(true);
         self.task.await.expect("operator stops cleanly");
     }
+}
+
+/// Waits for an Event in `namespace` that `matches` (a watch, bounded by
+/// `WAIT`); `what` names it in the failure.
+pub async fn event_where(
+    cp: &control_plane::ControlPlane,
+    namespace: &str,
+    what: &str,
+    matches: impl Fn(&Event) -> bool,
+) -> Event {
+    let events = watcher(
+        Api::<Event>::namespaced(cp.client(), namespace),
+        watcher::Config::default(),
+    )
+    .applied_objects();
+    tokio::time::timeout(WAIT, async {
+        let mut events = std::pin::pin!(events);
+        while let Some(e) = events.try_next().await.expect("watch events") {
+            if matches(&e) {
+                return e;
+            }
+        }
+        panic!("the event watch ended")
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {what}"))
 }
 
 /// Waits until `cond` holds for `name` (a watch, bounded by `WAIT`).
