@@ -103,9 +103,15 @@ impl AutoManagerCore {
                         Pending::TerminateNode(node_id),
                     );
                 }
-                Err(failure) => self.notify(Notification::Error {
-                    message: format!("terminating {node_id} failed: {}", failure.message),
-                }),
+                Err(failure) => {
+                    self.notify(Notification::Error {
+                        message: format!("terminating {node_id} failed: {}", failure.message),
+                    });
+                    self.notify(Notification::TerminateRefused {
+                        node_id,
+                        reason: failure.message,
+                    });
+                }
                 Ok(()) => {}
             },
             Pending::StartJob {

@@ -138,6 +138,15 @@ pub enum Notification {
     /// issue time).
     #[serde(rename_all = "camelCase")]
     NodeTerminated { node_id: NodeId },
+    /// Manager refused a terminate this core issued (also said as an
+    /// [`Notification::Error`], the spec's catch-all): what an evict or
+    /// terminate `NodeDrain` ends `failed` on.
+    #[serde(rename_all = "camelCase")]
+    TerminateRefused {
+        node_id: NodeId,
+        /// Manager's reason.
+        reason: String,
+    },
     /// `onNodeUnhealthy`: excluded from placement after repeated rejections.
     #[serde(rename_all = "camelCase")]
     NodeUnhealthy { node_id: NodeId },

@@ -235,11 +235,9 @@ async fn follow(shared: Arc<DrainContext>, mut notifications: broadcast::Receive
             Notification::NodeStopping { node_id, .. } | Notification::NodeStopped { node_id } => {
                 shared.reconcile_named(&node_id);
             }
-            Notification::Error { message } => {
-                if let Some((node_id, why)) = refused_terminate(&message) {
-                    locked(&shared.refused_terminates).insert(node_id.clone(), why);
-                    shared.reconcile_named(&node_id);
-                }
+            Notification::TerminateRefused { node_id, reason } => {
+                locked(&shared.refused_terminates).insert(node_id.clone(), reason);
+                shared.reconcile_named(&node_id);
             }
             Notification::NodeInterrupted(state) => {
                 publish(&shared, &state.node_id, interrupted_event(&state));
@@ -296,15 +294,6 @@ async fn follow(shared: Arc<DrainContext>, mut notifications: broadcast::Receive
             _ => {}
         }
     }
-}
-
-/// The node and Manager's reason of a terminate Manager refused, read from
-/// the core's `error` notification (`terminating {node} failed: {why}`, see
-/// `automanager/call_results.rs`): the core reports a refused terminate of
-/// a node no drain waits on in no other way.
-fn refused_terminate(message: &str) -> Option<(NodeId, String)> {
-    let (node, why) = message.strip_prefix("terminating ")?.split_once(" failed: ")?;
-    Some((NodeId::from(node), why.to_owned()))
 }
 
 /// Publishes `event` on the `JobMigration` following migration `id` and
@@ -500,15 +489,6 @@ mod tests {
         let note = event.note.unwrap_or_default();
         assert!(note.contains("drain of node-a is partial"), "{note}");
         assert!(note.contains("1 job(s) still on it"), "{note}");
-    }
-
-    #[test]
-    fn a_refused_terminate_is_read_from_the_cores_error_with_its_node() {
-        assert_eq!(
-            refused_terminate("terminating aws/i-1 failed: permission denied"),
-            Some((NodeId::from("aws/i-1"), "permission denied".to_owned()))
-        );
-        assert_eq!(refused_terminate("creating n1 failed: no"), None);
     }
 
     #[test]

@@ -24,6 +24,9 @@ pub fn describe(notification: &Notification) -> String {
         Notification::NodeStopping { node_id, reason } => format!("node         {node_id} stopping ({reason:?})"),
         Notification::NodeStopped { node_id } => format!("node         {node_id} stopped"),
         Notification::NodeTerminated { node_id } => format!("node         {node_id} terminated"),
+        Notification::TerminateRefused { node_id, reason } => {
+            format!("node         {node_id} terminate refused: {reason}")
+        }
         Notification::NodeUnhealthy { node_id } => format!("node         {node_id} unhealthy"),
         Notification::NodeHealthy { node_id } => format!("node         {node_id} healthy"),
         Notification::BundleUpdated { bundle } => format!("bundle       {} updated", bundle.bundle_id),
