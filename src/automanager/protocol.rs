@@ -110,15 +110,22 @@ pub enum Command {
 }
 
 impl Command {
-    /// A live settings change: a standby applies it at once rather than
-    /// holding it for its promotion.
-    pub fn is_live_setting(&self) -> bool {
+    /// What a standby applies at once rather than holding for its
+    /// promotion: the live settings, and what people declared of a node (a
+    /// cordon, an inventory). The standby's first round as leader must
+    /// already place with them; and its caller, which waits for each
+    /// answer before it calls the standby ready to lead, would otherwise
+    /// wait for a promotion that waits for it. None of them calls Manager:
+    /// a core that is not hydrated takes no step.
+    pub fn applies_in_standby(&self) -> bool {
         matches!(
             self,
             Self::SetPlacementPools(_)
                 | Self::SetTemplateImages(_)
                 | Self::UpdateHotSpareSpecs(_)
                 | Self::DeclareInventory { .. }
+                | Self::CordonNode(_)
+                | Self::UncordonNode(_)
         )
     }
 }

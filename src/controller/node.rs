@@ -69,9 +69,12 @@ pub async fn mirror(
     shutdown: impl Future<Output = ()>,
 ) {
     let mut shutdown = std::pin::pin!(shutdown);
+    let mut kept_tags = ctx.core.kept_node_tags();
     loop {
         tokio::select! {
             _ = changed.recv() => {}
+            // Recorded at once: the next leader starts from them.
+            Ok(()) = kept_tags.changed() => {}
             () = tokio::time::sleep(RESYNC) => {}
             () = &mut shutdown => return,
         }
@@ -107,7 +110,7 @@ fn mirror_writer(ctx: &Context) -> StatusWriter<'_, NorskNode> {
 /// One round: create, update and delete what differs. Whether writes were
 /// left for the next round.
 async fn round(ctx: &Context, fleet: &str) -> Result<bool, ReconcileError> {
-    let Some(desired) = ctx
+    let Some(mut desired) = ctx
         .core
         .read({
             let fleet = fleet.to_owned();
@@ -117,6 +120,10 @@ async fn round(ctx: &Context, fleet: &str) -> Result<bool, ReconcileError> {
     else {
         return Ok(false);
     };
+    let kept_tags = ctx.core.kept_node_tags().borrow().clone();
+    for node in desired.values_mut() {
+        node.status.kept_tags = kept_tags.get(&node.node_id).cloned();
+    }
     let api: Api<NorskNode> = Api::all(ctx.client.clone());
     let writer = mirror_writer(ctx);
     let selector = format!("{MANAGED_BY}={},{FLEET}={fleet}", super::OPERATOR_NAME);

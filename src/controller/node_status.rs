@@ -111,6 +111,8 @@ fn mirror(node: NodeView, template_images: &BTreeMap<String, Vec<String>>) -> Mi
             .placement
             .as_ref()
             .map(|fleet_node| NodePlacementStatus::of(fleet_node, template_images)),
+        // Kept by the Manager port, not the core: the mirror adds them.
+        kept_tags: None,
     };
     let capacity_known = node.placement.as_ref().is_some_and(|n| n.inventory.is_some());
     let ready = match (node.phase, unhealthy) {

@@ -7,7 +7,10 @@
 //! nodes on their `NorskNode`s — a cordon (`spec.cordoned`, which a drain
 //! that keeps its node sets too) and a declared inventory — so that the
 //! first round places nothing on a node someone took out of service, and
-//! sheds nothing from a server whose size only its declaration tells.
+//! sheds nothing from a server whose size only its declaration tells; and
+//! the node tag changes the previous leader kept for a Manager that cannot
+//! store them (`status.keptTags`: a consumed spare), so that a spare that
+//! took a job is never taken for a live one again.
 //! Nothing is written to the cluster: the leader's controllers report on
 //! the resources.
 
@@ -91,6 +94,15 @@ pub async fn keep_settings(client: Client, core: AutoManagerHandle, fleet: Strin
         if !held.apply(&core, intents).await {
             return;
         }
+        let kept_tags = nodes
+            .state()
+            .iter()
+            .filter_map(|n| {
+                let kept = n.status.as_ref()?.kept_tags.clone()?;
+                Some((NodeId(n.spec.node_id.clone()), kept))
+            })
+            .collect();
+        core.keep_node_tags(kept_tags);
         synced.send_replace(true);
     }
 }

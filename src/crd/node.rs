@@ -10,6 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::node_placement::NodePlacementStatus;
+use crate::model::manager::KeptTags;
 use crate::model::{NodeInventory, SpareSpec};
 
 /// What people may change about a node: whether placement may use it, and
@@ -106,6 +107,12 @@ pub struct NorskNodeStatus {
     /// placement sees it: `kubectl norsk plan` rebuilds the fleet from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<NodePlacementStatus>,
+    /// Tag changes the operator keeps for this node because Manager cannot
+    /// store them (a Manager without `UpdateNodeTags`): a spare that took a
+    /// job has its `spare` tags removed here. The next leader reads them
+    /// back, so a consumed spare is never taken for a live one again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_tags: Option<KeptTags>,
 }
 
 /// A node's advertised inventory.

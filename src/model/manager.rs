@@ -5,10 +5,11 @@
 //! the core runs a handover as overlap by it, and the startup log,
 //! `/metrics` and `docs/manager-compatibility.md` read it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// A group of additions Manager serves together or not at all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -187,6 +188,50 @@ impl Capabilities {
             .map(|(c, m)| format!("{c}={}", m.as_str()))
             .collect::<Vec<_>>()
             .join(" ")
+    }
+}
+
+/// Tag changes the operator keeps for one node because Manager cannot
+/// store them (no `UpdateNodeTags`): a spare that took a job has its spare
+/// tags removed, a spare's reservation is set. Shown on the node with
+/// Manager's own tags underneath; recorded in the `NorskNode`'s status so
+/// that a new leader, after a restart or a leader change, shows the node as
+/// the operator left it rather than as it was created.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeptTags {
+    /// Tags set (name -> value).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub set: BTreeMap<String, String>,
+    /// Tags removed.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub removed: BTreeSet<String>,
+}
+
+impl KeptTags {
+    /// Whether the changes leave Manager's tags as they are.
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.removed.is_empty()
+    }
+
+    /// Manager's `tags` with the changes made.
+    pub fn apply(&self, tags: &mut std::collections::HashMap<String, String>) {
+        for name in &self.removed {
+            tags.remove(name);
+        }
+        tags.extend(self.set.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+
+    /// Adds one change: `set` then `remove`d names, as `UpdateNodeTags`.
+    pub fn change(&mut self, set: &BTreeMap<String, String>, remove: &[String]) {
+        for name in remove {
+            self.set.remove(name);
+            self.removed.insert(name.clone());
+        }
+        for (name, value) in set {
+            self.removed.remove(name);
+            self.set.insert(name.clone(), value.clone());
+        }
     }
 }
 

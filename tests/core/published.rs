@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use norsk_auto_manager::automanager::{AutoManager, MigrationOptions, MigrationPhase, Notification, RunOptions};
-use norsk_auto_manager::manager::port::{Capability, Mode};
+use norsk_auto_manager::manager::port::{Capability, KeptTags, Mode};
 use norsk_auto_manager::manager::proto::sim_admin;
 use norsk_auto_manager::model::{
     Bundle, BundleId, JobHistoryEntry, JobId, MigrationId, MigrationStrategy, NodeId, NodeInventory, TerminalVerdict,
@@ -687,4 +687,75 @@ async fn an_operator_started_on_an_upgraded_manager_adopts_the_jobs_it_expanded_
     let metrics = s.am.metrics().await.expect("metrics");
     assert_eq!(metrics.counters.placements_attempted, 0, "nothing was placed again");
     stop(s).await;
+}
+
+/// Node tag changes a predecessor kept (read back from the `NorskNode`s)
+/// show on the node at once, and are written to Manager once it can store
+/// them; from then on the operator keeps nothing of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_node_tags_show_on_the_node_and_are_handed_to_a_manager_that_stores_tags() {
+    let mut s = run(published_sim(&["n1", "n2"]).await);
+    until_every_capability(&mut s, Mode::Published).await;
+    let tags_of = |am: norsk_auto_manager::automanager::AutoManagerHandle, node: &'static str| async move {
+        am.read(move |core| {
+            core.nodes()
+                .into_iter()
+                .find(|n| n.id.as_str() == node)
+                .map(|n| n.tags.clone())
+        })
+        .await
+        .expect("query")
+    };
+    let kept = KeptTags {
+        set: BTreeMap::from([("rack-note".to_owned(), "swap-psu".to_owned())]),
+        ..KeptTags::default()
+    };
+    s.am.keep_node_tags(BTreeMap::from([(NodeId("n1".into()), kept.clone())]));
+    let shown = async {
+        while !tags_of(s.am.clone(), "n1")
+            .await
+            .is_some_and(|t| t.get("rack-note").is_some_and(|v| v == "swap-psu"))
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, shown)
+        .await
+        .expect("the kept tag shows on the node");
+    assert_eq!(
+        s.am.kept_node_tags().borrow().get(&NodeId("n1".into())),
+        Some(&kept),
+        "kept, to be recorded for the next leader"
+    );
+    assert_eq!(note_on_manager(&s.sim).await, None, "a published Manager stores no tag");
+
+    s.sim
+        .admin
+        .clone()
+        .set_api(sim_admin::SetApiRequest {
+            published_api_only: false,
+        })
+        .await
+        .expect("Manager upgraded");
+    until_every_capability(&mut s, Mode::Served).await;
+    let handed = async {
+        while note_on_manager(&s.sim).await.is_none() || !s.am.kept_node_tags().borrow().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, handed)
+        .await
+        .expect("the kept tag is written to Manager and no longer kept");
+    assert_eq!(note_on_manager(&s.sim).await.as_deref(), Some("swap-psu"));
+    stop(s).await;
+}
+
+/// Manager's own `rack-note` tag of node n1.
+async fn note_on_manager(sim: &Sim) -> Option<String> {
+    sim.snapshot()
+        .await
+        .nodes
+        .iter()
+        .find(|n| n.id.as_str() == "n1")
+        .and_then(|n| n.tags.get("rack-note").cloned())
 }

@@ -516,6 +516,20 @@ async fn a_node_a_maintenance_drain_kept_cordoned_takes_no_job_under_the_next_le
         still.status
     );
 
+    // Every process restarted: a fresh operator reads the cordon from the
+    // NorskNode before it leads, and its first round already honours it.
+    second.stop().await;
+    let third = Operator::start(cp, &ns, &sim, "kept-2").await;
+    tokio::time::timeout(WAIT, async {
+        while !third.is_leading() {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("a fresh operator leads with a cordoned node in its fleet");
+    let placed = running_bundle(cp, &ns, "four").await;
+    assert_ne!(placed, kept, "four was placed on the cordoned node after a restart");
+
     // Uncordoned, the node is in service again: a job the other server has
     // no room left for lands there.
     nodes
@@ -541,7 +555,7 @@ async fn a_node_a_maintenance_drain_kept_cordoned_takes_no_job_under_the_next_le
         .delete(&drain_name, &DeleteParams::default())
         .await
         .expect("delete");
-    second.stop().await;
+    third.stop().await;
     sim.shutdown().await;
 }
 

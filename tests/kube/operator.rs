@@ -1118,3 +1118,114 @@ async fn a_placed_bundle_moves_the_dispatched_placements_counter() {
     operator.stop().await;
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn on_a_published_manager_a_consumed_spare_stays_consumed_under_the_next_leader() {
+    let cp = installed().await;
+    let ns = cp.namespace("kept-tags").await;
+    // A published Manager cannot untag a spare that took a job: the
+    // operator keeps that, and records it on the NorskNode.
+    let sim = crate::sim_support::Sim::start_with(norsk_auto_manager::sim::SimConfig {
+        seed: 7,
+        time_scale: crate::sim_support::TIME_SCALE,
+        published_api_only: true,
+        ..norsk_auto_manager::sim::SimConfig::default()
+    })
+    .await;
+    let first = Operator::start(cp, &ns, &sim, "kept-tags-0").await;
+    tokio::time::timeout(WAIT, async {
+        while !first.is_leading() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the operator leads");
+    // A pool and policy of this test's own (cluster-wide, like every pool).
+    let pool = format!("{ns}-cloud");
+    cp.kubectl_apply(
+        &ns,
+        &format!(
+            "apiVersion: automanager.norsk.video/v1alpha1\nkind: PlacementPool\nmetadata: {{name: {pool}}}\nspec:\n  tiers:\n    - {{name: cloud, kind: aws, region: eu-west-1, scaleOut: elastic, candidateInstanceTypes: [{{instanceType: m5.xlarge, totalCapacity: 4, totalCores: 4, capabilities: []}}]}}\n"
+        ),
+    )
+    .expect("pool applies");
+    cp.kubectl_apply(
+        &ns,
+        &format!(
+            "apiVersion: automanager.norsk.video/v1alpha1\nkind: HotSparePolicy\nmetadata: {{name: {pool}}}\nspec:\n  pool: {pool}\n  targetCount: 1\n  spec: {{instanceType: m5.xlarge, region: eu-west-1}}\n"
+        ),
+    )
+    .expect("policy applies");
+    let policies: Api<HotSparePolicy> = Api::all(cp.client());
+    let one_live = |p: Option<&HotSparePolicy>| {
+        p.and_then(|p| p.status.as_ref())
+            .is_some_and(|s| s.live_spares == 1 && s.provisioning_spares == 0)
+    };
+    until(&policies, &pool, "one live spare", one_live).await;
+    // A bundle that may launch on a spare takes it.
+    cp.kubectl_apply(
+        &ns,
+        &format!(
+            "apiVersion: automanager.norsk.video/v1alpha1\nkind: Bundle\nmetadata: {{name: live}}\nspec:\n  pool: {pool}\n  onLaunch: allowSpare\n  jobs:\n    - {{jobName: encode, template: encoder, requirements: {{requiredCapacity: 2}}}}\n"
+        ),
+    )
+    .expect("bundle applies");
+    let bundles: Api<Bundle> = Api::namespaced(cp.client(), &ns);
+    let placed = until(&bundles, "live", "Ready", |b: Option<&Bundle>| is_ready(b)).await;
+    let consumed = placed.status.and_then(|s| s.primary_node).expect("placed");
+    let nodes: Api<NorskNode> = Api::all(cp.client());
+    let name = node_resource_name(&ns, &consumed);
+    let recorded = |n: Option<&NorskNode>| {
+        n.and_then(|n| n.status.as_ref())
+            .is_some_and(|s| !s.spare && s.kept_tags.as_ref().is_some_and(|k| k.removed.contains("spare")))
+    };
+    until(&nodes, &name, "the consumed spare recorded", recorded).await;
+    // The policy keeps its one live spare: a new one replaced the consumed.
+    until(&policies, &pool, "a replacement spare", one_live).await;
+
+    // A new term, then the job leaves the consumed spare: the node is an
+    // ordinary empty node to the new leader, not a second live spare.
+    let second = Operator::start(cp, &ns, &sim, "kept-tags-1").await;
+    first.stop().await;
+    tokio::time::timeout(WAIT, async {
+        while !second.is_leading() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the standby leads once the leader has stopped");
+    bundles
+        .delete("live", &Default::default())
+        .await
+        .expect("bundle deleted");
+    await_condition(bundles.clone(), "live", conditions::is_deleted(""))
+        .await
+        .expect("the bundle goes");
+    let empty = until(&nodes, &name, "the consumed spare emptied", |n: Option<&NorskNode>| {
+        n.and_then(|n| n.status.as_ref()).is_some_and(|s| s.job_count == 0)
+    })
+    .await;
+    let status = empty.status.expect("status");
+    assert!(
+        !status.spare,
+        "the new leader took the consumed spare for a live one: {status:?}"
+    );
+    assert!(
+        status.kept_tags.is_some_and(|k| k.removed.contains("spare")),
+        "the new leader records the node as it found it"
+    );
+    let policy = policies.get(&pool).await.expect("policy");
+    assert_eq!(
+        policy.status.map(|s| s.live_spares),
+        Some(1),
+        "the emptied node is not counted as a spare"
+    );
+    policies
+        .delete(&pool, &Default::default())
+        .await
+        .expect("policy deleted");
+    let pools: Api<crd::PlacementPool> = Api::all(cp.client());
+    pools.delete(&pool, &Default::default()).await.expect("pool deleted");
+    second.stop().await;
+    sim.shutdown().await;
+}

@@ -34,6 +34,9 @@ pub struct AutoManagerHandle {
     pub(super) connection: watch::Receiver<ConnectionState>,
     pub(super) capabilities: watch::Receiver<crate::manager::port::Capabilities>,
     pub(super) revision: watch::Receiver<u64>,
+    /// The loop's Manager port, for what it keeps beside the core (node
+    /// tags a Manager cannot store).
+    pub(super) port: crate::manager::port::Port,
 }
 
 impl AutoManagerHandle {
@@ -337,6 +340,21 @@ impl AutoManagerHandle {
     /// out on the Manager at hand (see [`crate::manager::port`]).
     pub fn capabilities(&self) -> watch::Receiver<crate::manager::port::Capabilities> {
         self.capabilities.clone()
+    }
+
+    /// The node tag changes kept by the operator because Manager cannot
+    /// store them (a published Manager): what a `NorskNode` records so that
+    /// the next leader starts from them.
+    pub fn kept_node_tags(&self) -> watch::Receiver<BTreeMap<NodeId, crate::manager::port::KeptTags>> {
+        self.port.kept_tags()
+    }
+
+    /// Node tag changes a predecessor kept, read back from the `NorskNode`s:
+    /// the core sees its nodes as they were left (a consumed spare stays
+    /// consumed). Applied at once, by a standby too; ignored when Manager
+    /// stores tags itself.
+    pub fn keep_node_tags(&self, kept: BTreeMap<NodeId, crate::manager::port::KeptTags>) {
+        self.port.keep_node_tags(kept);
     }
 
     /// Promotes a standby: its core leaves the hydration phase and decides

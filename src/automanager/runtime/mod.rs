@@ -154,8 +154,9 @@ impl AutoManager {
     /// and answers queries, but places, recovers and calls nothing until
     /// [`AutoManagerHandle::promote`]. Commands other than the live
     /// settings changes (`set_placement_pools`, `set_template_images`,
-    /// `update_hot_spare_specs`) wait for the promotion and are then served
-    /// in order.
+    /// `update_hot_spare_specs`) and node intents (`declare_inventory`,
+    /// `cordon_node`, `uncordon_node`) wait for the promotion and are then
+    /// served in order.
     pub fn standby_with_client(
         settings: AutoSettings,
         options: RunOptions,
@@ -175,6 +176,7 @@ impl AutoManager {
         let client = ManagerClient::connect_lazy(&client)?;
         let (port, told) = Port::new(client);
         let capabilities = port.capabilities();
+        let handle_port = port.clone();
         let (requests, requests_rx) = mpsc::channel(256);
         let (notifications, first) = broadcast::channel(NOTIFICATION_BUFFER);
         let (connection, connection_rx) = watch::channel(ConnectionState::Idle);
@@ -205,6 +207,7 @@ impl AutoManager {
                 connection: connection_rx,
                 capabilities,
                 revision: revision_rx,
+                port: handle_port,
             },
             first,
             join,
@@ -430,12 +433,12 @@ impl Shell {
     }
 
     /// A request to a standby: queries are answered, live settings changes
-    /// (pools, template images, hot-spare specs) applied, other commands
-    /// held for the promotion.
+    /// (pools, template images, hot-spare specs) and node intents (cordons,
+    /// inventories) applied, other commands held for the promotion.
     fn standby_request(&mut self, request: Request, results: &Results) {
         match request {
             Request::Query(ask) => ask(&self.core, self.clock.now()),
-            Request::Command(command, reply) if command.is_live_setting() => {
+            Request::Command(command, reply) if command.applies_in_standby() => {
                 let input = self.command_input(*command, reply);
                 self.feed(input, results);
             }

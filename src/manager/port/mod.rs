@@ -28,7 +28,7 @@ use super::client::{CreateNode, ManagerClient, RpcError, StartJob};
 use super::proto::common;
 use super::proto::manager::{self as pb, event_stream_event::Event};
 use super::wire;
-pub use crate::model::manager::{Capabilities, Capability, Mode};
+pub use crate::model::manager::{Capabilities, Capability, KeptTags, Mode};
 use crate::model::{Bundle, BundleId, BundleJobRef, InstanceKey, JobId, NodeId, TerminalVerdict, UnixMillis};
 use bundles::{BundleStore, Call, Plan, Refusal};
 use nodes::NodeTags;
@@ -53,6 +53,8 @@ pub struct Port {
     client: ManagerClient,
     kept: Arc<Mutex<Kept>>,
     capabilities: Arc<watch::Sender<Capabilities>>,
+    /// The node tag changes kept here, for the `NorskNode`s' status.
+    kept_tags: Arc<watch::Sender<BTreeMap<NodeId, KeptTags>>>,
     tell: mpsc::UnboundedSender<pb::EventStreamEvent>,
 }
 
@@ -64,10 +66,12 @@ impl Port {
     pub fn new(client: ManagerClient) -> (Self, Told) {
         let (tell, told) = mpsc::unbounded_channel();
         let (capabilities, _) = watch::channel(Capabilities::all_served());
+        let (kept_tags, _) = watch::channel(BTreeMap::new());
         let port = Self {
             client,
             kept: Arc::default(),
             capabilities: Arc::new(capabilities),
+            kept_tags: Arc::new(kept_tags),
             tell,
         };
         (port, told)
@@ -87,6 +91,37 @@ impl Port {
     /// Follows the mode of every capability.
     pub fn capabilities(&self) -> watch::Receiver<Capabilities> {
         self.capabilities.subscribe()
+    }
+
+    /// Follows the node tag changes the port keeps for a Manager that
+    /// cannot store them.
+    pub fn kept_tags(&self) -> watch::Receiver<BTreeMap<NodeId, KeptTags>> {
+        self.kept_tags.subscribe()
+    }
+
+    /// Node tag changes a predecessor kept, read back from the resources
+    /// it recorded them in: shown on their nodes as this port's own. A
+    /// Manager that stores tags holds them itself, and is not overridden.
+    pub fn keep_node_tags(&self, kept: BTreeMap<NodeId, KeptTags>) {
+        if self.capabilities.borrow().serves(Capability::NodeTags) {
+            return;
+        }
+        let told = {
+            let mut kept_here = self.kept();
+            let told = kept_here.nodes.keep(kept);
+            self.publish_kept_tags(&kept_here);
+            told
+        };
+        self.tell(told);
+    }
+
+    fn publish_kept_tags(&self, kept: &Kept) {
+        let now = kept.nodes.kept();
+        self.kept_tags.send_if_modified(|shown| {
+            let changed = *shown != now;
+            *shown = now;
+            changed
+        });
     }
 
     fn kept(&self) -> MutexGuard<'_, Kept> {
@@ -129,7 +164,34 @@ impl Port {
         } else {
             self.hand_over().await?;
         }
+        if self.mode(Capability::NodeTags) == Mode::Served {
+            self.hand_over_tags().await?;
+        }
         Ok(())
+    }
+
+    /// Manager stores node tags now: the changes kept here are written to
+    /// it, and no longer kept (a change whose write fails stays kept, and
+    /// is written on the next connection).
+    async fn hand_over_tags(&self) -> Result<(), RpcError> {
+        let kept = self.kept().nodes.kept();
+        let mut result = Ok(());
+        for (node_id, tags) in kept {
+            let removed: Vec<String> = tags.removed.iter().cloned().collect();
+            match self.client.update_node_tags(&node_id, &tags.set, &removed).await {
+                // A node gone meanwhile has nothing left to tag.
+                Ok(()) => {}
+                Err(e) if e.code == tonic::Code::NotFound => {}
+                Err(e) => {
+                    result = Err(e);
+                    continue;
+                }
+            }
+            let mut kept_here = self.kept();
+            kept_here.nodes.forget(&node_id);
+            self.publish_kept_tags(&kept_here);
+        }
+        result
     }
 
     /// Manager has a bundle store now (it was upgraded under a running
@@ -183,8 +245,8 @@ impl Port {
             return vec![event];
         };
         let mut kept = self.kept();
-        if !self.capabilities.borrow().serves(Capability::NodeTags) {
-            kept.nodes.seen(&mut event);
+        if !self.capabilities.borrow().serves(Capability::NodeTags) && kept.nodes.seen(&mut event) {
+            self.publish_kept_tags(&kept);
         }
         let events = if self.capabilities.borrow().serves(Capability::BundleStore) {
             kept.bundles.mirror(&event);
@@ -362,7 +424,12 @@ impl Port {
             Capability::NodeTags,
             self.client.update_node_tags(node_id, set, remove),
             async {
-                let told = self.kept().nodes.update(&node_id.0, set, remove);
+                let told = {
+                    let mut kept = self.kept();
+                    let told = kept.nodes.update(&node_id.0, set, remove);
+                    self.publish_kept_tags(&kept);
+                    told
+                };
                 match told {
                     Some(event) => {
                         self.tell([event]);
