@@ -211,6 +211,23 @@ step_metrics() {
     grep -c '^norsk_automanager_' <<<"$body" | sed 's/^/series: /'
 }
 
+# `kubectl norsk manager`: the leader publishes how each capability beyond the published Manager
+# API is carried out, and bundleStore's mode is the run's Manager's (published with
+# MANAGER=published, else served).
+step_manager() {
+    local want=served
+    if [[ "${MANAGER:-full}" == published ]]; then want=published; fi
+    poll 60 "bundleStore $want in kubectl norsk manager" manager_mode bundleStore "$want"
+    knorsk manager
+}
+
+# manager_mode CAPABILITY MODE: `kubectl norsk manager` says CAPABILITY is carried out in MODE.
+manager_mode() {
+    local mode
+    mode="$(knorsk manager | awk -v c="$1" '$1 == c { print $2 }')"
+    [[ "$mode" == "$2" ]] || { echo "$1 is ${mode:-not listed}, not $2" >&2; return 1; }
+}
+
 add_step step_node_ready
 mapfile -t README_INSTALL < <(readme_commands "Quick start: the chart with a simulated Manager" 2 4)
 ((${#README_INSTALL[@]})) || { echo "the README's quick start has no commands" >&2; exit 1; }
@@ -219,6 +236,7 @@ for cmd in "${README_INSTALL[@]}"; do
 done
 add_step step_leader
 add_step step_metrics
+add_step step_manager
 while read -r line; do
     add_step scenario_step "$line"
 done < <(scenario_lines scenario.txt day-two.txt)

@@ -12,6 +12,7 @@ pub mod documents;
 pub mod headroom;
 pub mod operator;
 pub mod plan;
+pub mod settings_file;
 pub mod sim;
 pub mod simctl;
 pub mod standalone;

@@ -38,7 +38,7 @@ pub enum LogFormat {
 }
 
 /// Arguments of `operator`; each flag also reads an environment variable.
-#[derive(Debug, Default, clap::Args)]
+#[derive(Clone, Debug, Default, clap::Args)]
 pub struct Args {
     /// The settings file (YAML): `settings` (AutoSettings without pools and
     /// hot spares), optional `lease` and `metricsAddr`.
@@ -62,7 +62,8 @@ pub struct Args {
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     #[arg(long, env = "NORSK_METRICS_ADDR")]
     pub metrics_addr: Option<String>,
-    /// The Lease's namespace.
+    /// The Lease's namespace, where the leader also publishes its Manager
+    /// status (a ConfigMap).
     #[arg(long, env = "POD_NAMESPACE")]
     pub lease_namespace: Option<String>,
     /// This process's identity in the election (the pod name).
@@ -228,13 +229,15 @@ pub fn resolve(args: &Args, read: impl Fn(&Path) -> std::io::Result<String>) -> 
         bearer_token: args.manager_token.clone(),
         ..ClientSettings::plaintext(settings.url.clone())
     };
+    // The operator's own namespace: its Lease and its Manager status.
+    let namespace = args
+        .lease_namespace
+        .clone()
+        .or(lease.namespace)
+        .unwrap_or_else(|| "default".to_owned());
     Ok(OperatorConfig {
         lease: LeaseSettings {
-            namespace: args
-                .lease_namespace
-                .clone()
-                .or(lease.namespace)
-                .unwrap_or_else(|| "default".to_owned()),
+            namespace: namespace.clone(),
             name: lease.name,
             identity: identity.clone(),
             duration_s: lease.duration_seconds,
@@ -247,6 +250,9 @@ pub fn resolve(args: &Args, read: impl Fn(&Path) -> std::io::Result<String>) -> 
             instance: Some(identity),
             bundle_namespace: args.bundle_namespace.clone(),
             fleet: args.fleet.clone().unwrap_or_else(|| DEFAULT_FLEET.to_owned()),
+            status_namespace: namespace,
+            // Set by `run`, which follows the file.
+            template_images: None,
         },
         metrics_addr,
     })
@@ -328,7 +334,13 @@ pub async fn run(args: Args) -> ExitCode {
         shutdown_signal().await;
         let _ = stop.send(true);
     });
+    // `settings.templateImages` follows the file while the process runs.
+    let mut config = config;
+    let (images, images_rx) = watch::channel(config.session.settings.template_images.clone());
+    config.session.template_images = Some(images_rx);
+    let file = tokio::spawn(super::settings_file::follow(args.clone(), config.clone(), images));
     let result = process::run(client, config.lease, config.session, metrics, health, stopped).await;
+    file.abort();
     server.abort();
     super::exit_code(result)
 }

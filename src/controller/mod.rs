@@ -20,6 +20,9 @@
 //! - [`conditions`]: `metav1.Condition` bookkeeping; [`status`]: one
 //!   writer of every kind's status (server-side apply, only when it
 //!   changed); [`error`]: why a reconcile failed, per step.
+//! - [`manager_status`]: the ConfigMap that tells people (and `kubectl
+//!   norsk manager`) which Manager the leader drives, how it is connected
+//!   and how each capability beyond the published API is carried out.
 //! - [`leader`]: the `coordination.k8s.io` Lease; only the leader runs the
 //!   core and the controllers; [`lease`]: what a Lease record means — who
 //!   holds it, when a holder stops acting, when another may take over.
@@ -46,6 +49,7 @@ pub mod hot_spare;
 mod hot_spare_events;
 pub mod leader;
 pub mod lease;
+pub mod manager_status;
 pub mod migration;
 pub mod migration_status;
 pub mod node;
@@ -215,6 +219,13 @@ impl Context {
     /// backoff (doubling from `FIRST_RETRY` up to `MAX_RETRY`, jittered: the
     /// objects one API server outage failed together retry apart).
     pub fn failed(&self, controller: &str, key: &str, error: &ReconcileError) -> Action {
+        Action::requeue(self.retry_after(controller, key, error))
+    }
+
+    /// A failure of `key` outside a kube-runtime controller (a task that
+    /// retries by itself): counted and said as [`failed`](Self::failed)
+    /// does, and the delay before the retry, from the same backoff.
+    pub fn retry_after(&self, controller: &str, key: &str, error: &ReconcileError) -> Duration {
         self.metrics
             .reconcile_errors
             .get_or_create(&crate::telemetry::ErrorLabels {
@@ -234,7 +245,7 @@ impl Context {
         } else {
             tracing::warn!(controller, object = key, error = %error, retry_in = ?delay, "reconcile failed");
         }
-        Action::requeue(delay)
+        delay
     }
 
     /// Counts a reconcile and its duration.

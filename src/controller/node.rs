@@ -19,7 +19,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::automanager::{AutoManagerHandle, CommandError, QueryError};
 use crate::crd::{NorskNode, NorskNodeStatus};
@@ -61,20 +61,25 @@ const MAX_WRITES_PER_ROUND: usize = 200;
 const CONCURRENT_WRITES: usize = 8;
 
 /// Mirrors the fleet named `fleet` until `shutdown` resolves; a round
-/// follows every burst on `changed`.
+/// follows every burst on `changed`, and every change of the settings
+/// file's `template_images` (which `status.placement` shows per node).
 pub async fn mirror(
     ctx: Arc<Context>,
     fleet: String,
     mut changed: mpsc::Receiver<()>,
+    template_images: Option<watch::Receiver<BTreeMap<String, Vec<String>>>>,
     shutdown: impl Future<Output = ()>,
 ) {
     let mut shutdown = std::pin::pin!(shutdown);
     let mut kept_tags = ctx.core.kept_node_tags();
+    let (_fixed, unchanging) = watch::channel(BTreeMap::new());
+    let mut template_images = template_images.unwrap_or(unchanging);
     loop {
         tokio::select! {
             _ = changed.recv() => {}
             // Recorded at once: the next leader starts from them.
             Ok(()) = kept_tags.changed() => {}
+            Ok(()) = template_images.changed() => {}
             () = tokio::time::sleep(RESYNC) => {}
             () = &mut shutdown => return,
         }

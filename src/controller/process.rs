@@ -6,12 +6,13 @@
 //! is lost or the process is told to stop. After a term the core is closed
 //! and a fresh standby follows again.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kube::Client;
 use tokio::sync::watch;
 
-use crate::automanager::{AutoManager, AutoManagerHandle, RunError};
+use crate::automanager::{AutoManager, AutoManagerHandle, CommandError, RunError};
 use crate::manager::port::Mode;
 use crate::manager::stream::ConnectionState;
 use crate::telemetry::{CapabilityLabels, Health, OperatorMetrics};
@@ -47,6 +48,10 @@ pub async fn run(
             session.manager.clone(),
         )?;
         let readiness = tokio::spawn(track_connection(core.clone(), health.clone(), metrics.clone()));
+        let images = session
+            .template_images
+            .clone()
+            .map(|images| tokio::spawn(keep_template_images(core.clone(), images)));
         let (synced_tx, mut synced) = watch::channel(false);
         let settings = tokio::spawn(keep_settings(
             client.clone(),
@@ -78,6 +83,9 @@ pub async fn run(
             core.close().await;
             let _ = core_task.await;
             readiness.abort();
+            if let Some(images) = &images {
+                images.abort();
+            }
             break;
         }
         tracing::info!(identity = %lease.identity, "leading: promoting the standby core and starting the controllers");
@@ -103,6 +111,9 @@ pub async fn run(
         // The term ended by the watcher's word (it has finished).
         let _ = watcher.await;
         readiness.abort();
+        if let Some(images) = &images {
+            images.abort();
+        }
         if *stop.borrow() {
             break;
         }
@@ -134,6 +145,23 @@ async fn fence(predecessor: &Predecessor, timeout: std::time::Duration, stop: &m
     tokio::select! {
         () = tokio::time::sleep_until(until) => true,
         _ = stop.wait_for(|s| *s) => false,
+    }
+}
+
+/// Keeps `core`'s template images those of the settings file as it
+/// changes (a live setting: a standby takes it too). Ends with the core.
+async fn keep_template_images(core: AutoManagerHandle, mut images: watch::Receiver<BTreeMap<String, Vec<String>>>) {
+    loop {
+        let wanted = images.borrow_and_update().clone();
+        let Ok(in_force) = core.template_images().await else {
+            return;
+        };
+        if in_force != wanted && matches!(core.set_template_images(wanted).await, Err(CommandError::Closed)) {
+            return;
+        }
+        if images.changed().await.is_err() {
+            return;
+        }
     }
 }
 

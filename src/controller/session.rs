@@ -3,7 +3,8 @@
 //! followed — each becomes a metric, notes for status, an Event on the
 //! `Bundle` it concerns and a reconcile of it — until the term ends; then
 //! the controllers stop and the core is closed. The controllers rebuild
-//! what they own from the resources at every term's start.
+//! what they own from the resources at every term's start, and the leader
+//! publishes its Manager status for the term.
 
 use std::sync::Arc;
 
@@ -21,7 +22,7 @@ use crate::telemetry::OperatorMetrics;
 
 use super::node_status::node_resource_name;
 use super::notes::{bundle_event, bundle_of, node_event, pool_event};
-use super::{Context, bundle, drain_follow, hot_spare, node, notification_log, pool};
+use super::{Context, bundle, drain_follow, hot_spare, manager_status, node, notification_log, pool};
 
 /// How long the controllers have to stop once a term has ended.
 const WIND_DOWN: std::time::Duration = std::time::Duration::from_secs(10);
@@ -44,6 +45,13 @@ pub struct SessionSettings {
     /// Only `Bundle`s of this namespace (all namespaces when absent);
     /// pools and hot-spare policies are cluster-wide either way.
     pub bundle_namespace: Option<String>,
+    /// Where the leader publishes its Manager status (see
+    /// [`manager_status`]): the operator's own namespace, the Lease's.
+    pub status_namespace: String,
+    /// `settings.templateImages` as the settings file changes them, applied
+    /// live to every core (see `cli::settings_file`); `None`: they stay as
+    /// `settings` has them.
+    pub template_images: Option<watch::Receiver<std::collections::BTreeMap<String, Vec<String>>>>,
 }
 
 /// Runs one term with `core` (a standby, started with `session`'s
@@ -113,7 +121,13 @@ pub async fn lead(
             ),
             pool::run_pools(ctx.clone(), ReceiverStream::new(pools_rx), stop()),
             hot_spare::run(ctx.clone(), ReceiverStream::new(spares_rx), stop()),
-            node::mirror(ctx.clone(), session.fleet.clone(), nodes_rx, stop()),
+            node::mirror(
+                ctx.clone(),
+                session.fleet.clone(),
+                nodes_rx,
+                session.template_images.clone(),
+                stop()
+            ),
             node::run_spec(ctx.clone(), session.fleet.clone(), stop()),
             drain_follow::run(
                 ctx.clone(),
@@ -121,6 +135,7 @@ pub async fn lead(
                 session.bundle_namespace.clone(),
                 &stop
             ),
+            manager_status::run(ctx.clone(), status_publisher(&session), stop()),
         );
     };
     // A reconcile in flight waits for the API server as long as its request
@@ -149,6 +164,16 @@ pub async fn lead(
     let mut publisher = publisher;
     if tokio::time::timeout(WIND_DOWN, &mut publisher).await.is_err() {
         publisher.abort();
+    }
+}
+
+/// Who publishes the term's Manager status, of which Manager.
+fn status_publisher(session: &SessionSettings) -> manager_status::Publisher {
+    manager_status::Publisher {
+        namespace: session.status_namespace.clone(),
+        fleet: session.fleet.clone(),
+        leader: session.instance.clone().unwrap_or_default(),
+        manager: session.manager.url.clone(),
     }
 }
 

@@ -5,9 +5,11 @@
 //! a `JobMigration`, `start` / `stop` a manual job's `startedReplicas` on its `Bundle`, and
 //! the operator does the rest; `plan` / `explain` run the placement
 //! engine on the cluster's pools and bundles and the live fleet the operator mirrors into
-//! `NorskNode`s (or a fleet snapshot file), as `norsk-auto-manager plan` does offline.
+//! `NorskNode`s (or a fleet snapshot file), as `norsk-auto-manager plan` does offline;
+//! `manager` prints the Manager status the leading operator publishes.
 
 mod drain;
+pub mod manager;
 mod migrate;
 mod nodes;
 pub mod plan;
@@ -160,6 +162,24 @@ pub enum Command {
         #[command(flatten)]
         fleet: FleetArgs,
     },
+    /// Which Manager each fleet's leading operator drives, whether its stream is up, and how
+    /// each capability beyond the published Manager API is carried out: `served` by Manager, or
+    /// `published` (the operator does the same with the published API) and what you lose then.
+    /// Read from the status ConfigMap the leader publishes in its namespace. Exit 0 when one is
+    /// found, 1 when no leader has published one.
+    Manager {
+        /// Only this fleet (the operator's `--fleet`, the chart's `fleet`).
+        #[arg(long, visible_alias = "fleet-name")]
+        fleet: Option<String>,
+        /// Look in this namespace only (the operator's) rather than in every namespace: for
+        /// those who may list ConfigMaps there only.
+        #[arg(long)]
+        operator_namespace: Option<String>,
+        /// `table`, `wide` (adds what the operator does instead of each capability taken the
+        /// published way), `json` or `yaml`.
+        #[arg(short, long, value_enum, default_value_t = crate::cli::plan::Output::Table)]
+        output: crate::cli::plan::Output,
+    },
     /// No new placement on the node; its jobs stay.
     Cordon {
         /// The NorskNode (resource name or Manager node id).
@@ -304,6 +324,7 @@ impl Command {
             Command::Plan { .. } => "plan",
             Command::Explain { .. } => "explain",
             Command::Headroom { .. } => "headroom",
+            Command::Manager { .. } => "manager",
             Command::Cordon { .. } => "cordon",
             Command::Uncordon { .. } => "uncordon",
             Command::Drain { .. } => "drain",
@@ -447,6 +468,44 @@ pub enum PluginError {
     /// Planning failed.
     #[error(transparent)]
     Plan(#[from] plan::PlanError),
+    /// No leader has published its Manager status (where and for the fleet asked).
+    #[error(
+        "no norsk-auto-manager leader has published its Manager status{}{}: is the operator running and leading?",
+        .fleet.as_ref().map(|f| format!(" for fleet {f:?}")).unwrap_or_default(),
+        .namespace.as_ref().map(|n| format!(" in namespace {n}")).unwrap_or_default()
+    )]
+    NoManagerStatus {
+        /// The fleet asked for (every fleet when absent).
+        fleet: Option<String>,
+        /// The namespace looked in (every namespace when absent).
+        namespace: Option<String>,
+    },
+    /// Listing the ConfigMaps the Manager status is published in was refused.
+    #[error("{}", manager_status_forbidden(.namespace.as_deref()))]
+    ManagerStatusForbidden {
+        /// The namespace listed (every namespace when absent).
+        namespace: Option<String>,
+    },
+    /// The Manager status could not be printed as asked.
+    #[error("cannot print the Manager status: {0}")]
+    PrintManagerStatus(serde_json::Error),
+}
+
+/// What `manager` needs, when it was refused the list of ConfigMaps in `namespace` (every
+/// namespace when absent), and where else it could look.
+fn manager_status_forbidden(namespace: Option<&str>) -> String {
+    match namespace {
+        None => "you may not list configmaps in every namespace, which `kubectl norsk manager` \
+                 needs to find the Manager status (the permission: list configmaps, cluster-wide; \
+                 `kubectl auth can-i list configmaps -A`); name the operator's namespace with \
+                 --operator-namespace if you may list configmaps there"
+            .to_owned(),
+        Some(namespace) => format!(
+            "you may not list configmaps in namespace {namespace}, which `kubectl norsk manager \
+             --operator-namespace {namespace}` needs to read the Manager status (the permission: \
+             list configmaps in {namespace}; `kubectl auth can-i list configmaps -n {namespace}`)"
+        ),
+    }
 }
 
 /// What replicas a bundle with `count` of them has, in words.
@@ -544,8 +603,9 @@ pub async fn run_in(client: Client, scope: &Scope, command: Command) -> Result<E
             let planned = plan::plan(client, None, &fleet.clone().source(), bundles, *output).await?;
             return Ok(print_planned(&planned));
         }
-        // Cluster-wide whatever the namespace: a node carries every namespace's jobs.
-        (_, Command::Headroom { .. }) => "",
+        // Cluster-wide whatever the namespace: a node carries every namespace's jobs, and
+        // the operator's namespace is not the user's.
+        (_, Command::Headroom { .. } | Command::Manager { .. }) => "",
         (Scope::All, other) => return Err(PluginError::AllNamespaces(other.name())),
         (Scope::Namespace(namespace), _) => namespace.as_str(),
     };
@@ -569,6 +629,17 @@ pub async fn run_in(client: Client, scope: &Scope, command: Command) -> Result<E
             } else {
                 ExitCode::from(1)
             })
+        }
+        Command::Manager {
+            fleet,
+            operator_namespace,
+            output,
+        } => {
+            let found = manager::find(client, fleet.as_deref(), operator_namespace.as_deref()).await?;
+            let text = manager::render(&found, output, k8s_openapi::jiff::Timestamp::now())
+                .map_err(PluginError::PrintManagerStatus)?;
+            print!("{text}");
+            Ok(ExitCode::SUCCESS)
         }
         Command::Explain { bundle, job, fleet } => {
             let planned = plan::explain(client, namespace, &fleet.source(), &bundle, job.as_deref()).await?;
@@ -695,6 +766,31 @@ mod tests {
             Cli::try_parse_from(["kubectl-norsk", "start", "match-final"]).is_err(),
             "the job is required"
         );
+    }
+
+    #[test]
+    fn manager_looks_everywhere_for_every_fleet_unless_one_is_named() {
+        let cli = Cli::try_parse_from(["kubectl-norsk", "manager"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Manager {
+                fleet: None,
+                operator_namespace: None,
+                output: crate::cli::plan::Output::Table
+            }
+        ));
+        for flag in ["--fleet", "--fleet-name"] {
+            let cli = Cli::try_parse_from(["kubectl-norsk", "manager", flag, "eu", "-o", "json"]).unwrap();
+            assert!(matches!(
+                cli.command,
+                Command::Manager { fleet: Some(ref f), output: crate::cli::plan::Output::Json, .. } if f == "eu"
+            ));
+        }
+        let cli = Cli::try_parse_from(["kubectl-norsk", "manager", "--operator-namespace", "norsk-system"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Manager { operator_namespace: Some(ref n), .. } if n == "norsk-system"
+        ));
     }
 
     #[test]

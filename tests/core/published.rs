@@ -712,10 +712,11 @@ async fn kept_node_tags_show_on_the_node_and_are_handed_to_a_manager_that_stores
     };
     s.am.keep_node_tags(BTreeMap::from([(NodeId("n1".into()), kept.clone())]));
     let shown = async {
-        while !tags_of(s.am.clone(), "n1")
-            .await
-            .is_some_and(|t| t.get("rack-note").is_some_and(|v| v == "swap-psu"))
-        {
+        loop {
+            let tags = tags_of(s.am.clone(), "n1").await.unwrap_or_default();
+            if tags.get("rack-note").is_some_and(|v| v == "swap-psu") {
+                break;
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };

@@ -2,7 +2,7 @@
 //! kube-apiserver, see `support/control_plane.rs`): it lints, renders into objects the API
 //! server accepts, refuses a typo in values, installs, ships the repository's CRDs, renders a
 //! settings file the operator accepts — and its RBAC, bound to the operator's ServiceAccount,
-//! is enough for the operator to run (and nothing more).
+//! is enough for the operator to run and publish its Manager status (and nothing more).
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::wait::{await_condition, conditions};
@@ -22,6 +22,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use norsk_auto_manager::automanager::{AutoSettings, RunOptions};
 use norsk_auto_manager::cli::operator::{self, OperatorFile};
 use norsk_auto_manager::controller::leader::LeaseSettings;
+use norsk_auto_manager::controller::manager_status::config_map_name;
 use norsk_auto_manager::controller::process;
 use norsk_auto_manager::controller::session::SessionSettings;
 use norsk_auto_manager::crd::{self, Bundle, HotSparePolicy, JobMigration, NodeDrain, NorskNode, PlacementPool};
@@ -350,9 +351,10 @@ async fn rendered_settings_file_is_one_the_operator_accepts() {
     assert_eq!(config.lease.name, "norsk-auto-manager");
 }
 
-/// Applies the chart's ServiceAccount and RBAC (release `release` in `ns`) and returns a
-/// client with the ServiceAccount's token.
+/// Applies the chart's ServiceAccount and RBAC (release `release` in `ns`, the operator of the
+/// fleet `ns`) and returns a client with the ServiceAccount's token.
 async fn operator_identity(cp: &control_plane::ControlPlane, release: &str, ns: &str) -> Client {
+    let fleet = format!("fleet={ns}");
     let rbac = template(
         cp,
         release,
@@ -360,6 +362,8 @@ async fn operator_identity(cp: &control_plane::ControlPlane, release: &str, ns: 
         &[
             "--set",
             URL,
+            "--set",
+            &fleet,
             "-s",
             "templates/rbac.yaml",
             "-s",
@@ -412,6 +416,8 @@ async fn operator_runs_as_the_charts_service_account() {
         options: RunOptions { time_scale: TIME_SCALE },
         instance: Some("rbac-0".to_owned()),
         bundle_namespace: Some(ns.clone()),
+        status_namespace: ns.clone(),
+        template_images: None,
         fleet: ns.clone(),
     };
     let task = tokio::spawn(process::run(
@@ -464,6 +470,20 @@ async fn operator_runs_as_the_charts_service_account() {
     })
     .await;
     assert_eq!(with_status, Ok(true), "no NorskNode of fleet {ns} got a status");
+    // The leader published its Manager status (ConfigMap create + patch, by name).
+    let config_maps: Api<ConfigMap> = Api::namespaced(cp.client(), &ns);
+    let published = tokio::time::timeout(
+        WAIT,
+        await_condition(config_maps, &config_map_name(&ns), |c: Option<&ConfigMap>| {
+            c.and_then(|c| c.data.as_ref())
+                .is_some_and(|d| d.get("connection").is_some_and(|c| c == "ready"))
+        }),
+    )
+    .await;
+    assert!(
+        matches!(published, Ok(Ok(Some(_)))),
+        "no Manager status published under the chart's RBAC: {published:?}"
+    );
     bundles.delete("rbac", &DeleteParams::default()).await.expect("delete");
     let uid = ready.uid().unwrap_or_default();
     tokio::time::timeout(WAIT, await_condition(bundles, "rbac", conditions::is_deleted(&uid)))
@@ -593,6 +613,32 @@ async fn charts_rbac_covers_every_kinds_status_and_events_and_nothing_else() {
     forbidden(own_secrets.get("manager-token").await, "reading a Secret");
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
     forbidden(leases.get("someone-else").await, "reading another Lease");
+    // The Manager status: its own ConfigMap, created and patched by server-side apply, and no
+    // other (not another fleet's, not one of the release's).
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let status = |name: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name}, "data": {"fleet": ns},
+        })
+    };
+    let own = config_map_name(&ns);
+    for _ in 0..2 {
+        config_maps
+            .patch(&own, &apply, &Patch::Apply(&status(&own)))
+            .await
+            .expect("the leader applies its Manager status");
+    }
+    let other = config_map_name("another-fleet");
+    forbidden(
+        config_maps.patch(&other, &apply, &Patch::Apply(&status(&other))).await,
+        "writing another fleet's Manager status",
+    );
+    forbidden(config_maps.get(&own).await, "reading the Manager status back");
+    forbidden(
+        config_maps.list(&ListParams::default()).await,
+        "listing the release namespace's ConfigMaps",
+    );
     let elsewhere: Api<Lease> = Api::namespaced(client.clone(), "default");
     forbidden(
         elsewhere.create(&PostParams::default(), &Lease::default()).await,

@@ -12,6 +12,7 @@ mod crds;
 mod drain;
 mod gitops_health;
 mod kubectl_plugin;
+mod manager_status;
 mod operator;
 mod operator_process;
 mod operator_scale;

@@ -1211,8 +1211,8 @@ async fn on_a_published_manager_a_consumed_spare_stays_consumed_under_the_next_l
         "the new leader took the consumed spare for a live one: {status:?}"
     );
     assert!(
-        status.kept_tags.is_some_and(|k| k.removed.contains("spare")),
-        "the new leader records the node as it found it"
+        status.kept_tags.as_ref().is_some_and(|k| k.removed.contains("spare")),
+        "the new leader records the node as it found it: {status:?}"
     );
     let policy = policies.get(&pool).await.expect("policy");
     assert_eq!(

@@ -17,7 +17,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::wait::await_condition;
-use norsk_auto_manager::crd::{Bundle, PlacementPool};
+use norsk_auto_manager::controller::node_status::node_resource_name;
+use norsk_auto_manager::crd::{Bundle, NorskNode, PlacementPool};
 use norsk_auto_manager::model::{NodeId, NodeInventory, NodePhase, tags};
 use norsk_auto_manager::sim::{ClusterNode, SimConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -74,12 +75,16 @@ pub(crate) async fn http_status(port: u16, path: &str) -> Option<String> {
 /// then elastic AWS); returns a fresh namespace and a simulator with one
 /// cluster server `<ns>-a`.
 pub(crate) async fn setup(cp: &control_plane::ControlPlane, prefix: &str) -> (String, Sim) {
-    setup_with(cp, prefix, false).await
+    setup_with(cp, prefix, |_| {}).await
 }
 
-/// [`setup`], the simulator serving only the published Manager API when
-/// `published_api_only`.
-async fn setup_with(cp: &control_plane::ControlPlane, prefix: &str, published_api_only: bool) -> (String, Sim) {
+/// [`setup`], the simulator's config changed by `configure` (a published
+/// Manager, images on the server).
+async fn setup_with(
+    cp: &control_plane::ControlPlane,
+    prefix: &str,
+    configure: impl FnOnce(&mut SimConfig),
+) -> (String, Sim) {
     cp.install_definitions().await;
     let ns = cp.namespace(prefix).await;
     // Server-side apply: tests running at once may both make the pool.
@@ -95,7 +100,7 @@ async fn setup_with(cp: &control_plane::ControlPlane, prefix: &str, published_ap
         )
         .await
         .expect("pool applies");
-    let sim = Sim::start_with(SimConfig {
+    let mut config = SimConfig {
         seed: 9,
         time_scale: TIME_SCALE,
         cluster_nodes: vec![ClusterNode {
@@ -103,10 +108,10 @@ async fn setup_with(cp: &control_plane::ControlPlane, prefix: &str, published_ap
             tags: BTreeMap::from([(tags::POOL.to_owned(), "studio".to_owned())]),
             inventory: NodeInventory::local_server("studio", "rack-1", "r640", 8.0),
         }],
-        published_api_only,
         ..SimConfig::default()
-    })
-    .await;
+    };
+    configure(&mut config);
+    let sim = Sim::start_with(config).await;
     (ns, sim)
 }
 
@@ -153,6 +158,17 @@ impl Process {
             .spawn()
             .expect("the operator starts");
         Process { child, port, _dir: dir }
+    }
+
+    /// Rewrites its settings file with `edit`, as the kubelet updates a
+    /// mounted ConfigMap after an edit.
+    pub(crate) fn edit_config(&self, edit: impl FnOnce(&str) -> String) {
+        let path = self._dir.path().join("operator.yaml");
+        let text = std::fs::read_to_string(&path).expect("the settings file");
+        // Written beside and renamed over, as the kubelet swaps its files.
+        let next = self._dir.path().join("operator.yaml.next");
+        std::fs::write(&next, edit(&text)).expect("written");
+        std::fs::rename(&next, &path).expect("renamed");
     }
 
     /// How many lines it has logged so far.
@@ -804,7 +820,7 @@ async fn a_real_prometheus_scrapes_the_operator_and_every_alert_and_dashboard_qu
 #[tokio::test]
 async fn on_a_published_manager_bundles_become_ready_and_the_operator_says_how_it_works() {
     let cp = control_plane::shared().await;
-    let (ns, sim) = setup_with(cp, "published", true).await;
+    let (ns, sim) = setup_with(cp, "published", |c| c.published_api_only = true).await;
     let mut operator = Process::spawn(cp, &ns, &sim, "published-0");
     operator.ready().await;
     for name in ["first", "second"] {
@@ -846,5 +862,87 @@ async fn on_a_published_manager_bundles_become_ready_and_the_operator_says_how_i
             .is_some_and(|c| c.contains("bundleStore=published"))),
         "{said:#?}"
     );
+    sim.shutdown().await;
+}
+
+/// `settings.templateImages` edited in the settings file (a ConfigMap
+/// update) takes effect without a restart: the node that holds the new
+/// image shows it as warmth on its NorskNode; an invalid edit is reported
+/// and changes nothing.
+#[tokio::test]
+async fn template_images_edited_in_the_settings_file_apply_without_a_restart() {
+    let cp = control_plane::shared().await;
+    let (ns, sim) = setup_with(cp, "images", |c| {
+        c.cluster_nodes[0].inventory.images = vec!["reg/encoder:2".to_owned()];
+    })
+    .await;
+    let mut operator = Process::spawn(cp, &ns, &sim, "images-0");
+    operator.ready().await;
+    let nodes: Api<NorskNode> = Api::all(cp.client());
+    let name = node_resource_name(&ns, &format!("{ns}-a"));
+    let warm_for = |n: &NorskNode| {
+        n.status
+            .as_ref()
+            .and_then(|s| s.placement.as_ref())
+            .map(|p| p.template_images.clone())
+            .unwrap_or_default()
+    };
+    let mirrored = tokio::time::timeout(
+        WAIT,
+        await_condition(nodes.clone(), &name, |n: Option<&NorskNode>| {
+            n.is_some_and(|n| n.status.as_ref().is_some_and(|s| s.placement.is_some()))
+        }),
+    )
+    .await
+    .expect("the server is mirrored")
+    .expect("watch")
+    .expect("node");
+    assert!(warm_for(&mirrored).is_empty(), "no template images yet");
+
+    operator.edit_config(|text| {
+        text.replace(
+            "settings:\n",
+            "settings:\n  templateImages: {encoder: [\"reg/encoder:2\", \"reg/sidecar:1\"]}\n",
+        )
+    });
+    let warm = tokio::time::timeout(
+        WAIT,
+        await_condition(nodes.clone(), &name, |n: Option<&NorskNode>| {
+            n.is_some_and(|n| !warm_for(n).is_empty())
+        }),
+    )
+    .await
+    .expect("the new template images show on the node")
+    .expect("watch")
+    .expect("node");
+    assert_eq!(
+        warm_for(&warm),
+        BTreeMap::from([("encoder".to_owned(), vec!["reg/encoder:2".to_owned()])]),
+        "the node holds the encoder image it has of the template's two"
+    );
+    operator.logged("settings.templateImages changed: applied live");
+
+    // A typo: reported once, nothing of it applied.
+    operator.edit_config(|text| text.replace("templateImages:", "templateImage:"));
+    let invalid =
+        "the settings file changed and is invalid: nothing of the change is applied; the settings in force stay";
+    tokio::time::timeout(WAIT, async {
+        while !operator.log_lines().iter().any(|l| l["fields"]["message"] == invalid) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("the invalid file is reported");
+    let error = operator.logged(invalid);
+    assert!(
+        error["fields"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("templateImage")),
+        "the report names what is wrong: {error}"
+    );
+    let still = nodes.get(&name).await.expect("node");
+    assert_eq!(warm_for(&still), warm_for(&warm), "the images in force stay");
+    operator.signal(libc::SIGTERM);
+    let _ = operator.child.wait();
     sim.shutdown().await;
 }

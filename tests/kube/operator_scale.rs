@@ -78,6 +78,8 @@ async fn a_thousand_bundles_applied_at_once_become_ready() {
             options: RunOptions { time_scale: TIME_SCALE },
             instance: Some("scale-0".to_owned()),
             bundle_namespace: Some(ns.clone()),
+            status_namespace: ns.clone(),
+            template_images: None,
             fleet: ns.clone(),
         },
         metrics.clone(),

@@ -123,6 +123,8 @@ impl Operator {
             options: RunOptions { time_scale: TIME_SCALE },
             instance: Some(identity.to_owned()),
             bundle_namespace: Some(ns.to_owned()),
+            status_namespace: ns.to_owned(),
+            template_images: None,
             fleet: ns.to_owned(),
         };
         let client = cp.client();

@@ -132,13 +132,15 @@ async fn simctl(sim: &Sim, args: &[String]) {
     );
 }
 
-/// The operator's client: the chart's ServiceAccount with the chart's RBAC.
-async fn chart_identity(cp: &control_plane::ControlPlane, ns: &str, release: &str) -> kube::Client {
+/// The operator's client: the chart's ServiceAccount with the chart's RBAC, for an operator of
+/// `fleet` (its Manager status is named after it).
+async fn chart_identity(cp: &control_plane::ControlPlane, ns: &str, release: &str, fleet: &str) -> kube::Client {
     let mut helm = cp.helm();
     helm.args(["template", release])
         .arg(repo().join("charts/norsk-auto-manager"))
         .args(["-n", ns, "--values"])
         .arg(repo().join("e2e/values.yaml"))
+        .args(["--set", &format!("fleet={fleet}")])
         .args(["-s", "templates/rbac.yaml", "-s", "templates/serviceaccount.yaml"]);
     let out = helm.output().expect("helm runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -165,7 +167,7 @@ async fn run_scenario(prefix: &str, fleet: &str, published_api_only: bool) {
     cp.install_definitions().await;
     let ns = cp.namespace(prefix).await;
     // A release of its own: the chart's cluster-wide RBAC is named after it.
-    let client = chart_identity(cp, &ns, prefix).await;
+    let client = chart_identity(cp, &ns, prefix, fleet).await;
     let sim = Sim::start_with(SimConfig {
         seed: 11,
         time_scale: TIME_SCALE,
@@ -193,6 +195,8 @@ async fn run_scenario(prefix: &str, fleet: &str, published_api_only: bool) {
             options: RunOptions { time_scale: TIME_SCALE },
             instance: Some("e2e-0".to_owned()),
             bundle_namespace: Some(ns.clone()),
+            status_namespace: ns.clone(),
+            template_images: None,
             fleet: fleet.to_owned(),
         },
         Arc::new(OperatorMetrics::new()),

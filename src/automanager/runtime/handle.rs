@@ -351,8 +351,8 @@ impl AutoManagerHandle {
 
     /// Node tag changes a predecessor kept, read back from the `NorskNode`s:
     /// the core sees its nodes as they were left (a consumed spare stays
-    /// consumed). Applied at once, by a standby too; ignored when Manager
-    /// stores tags itself.
+    /// consumed). Applied at once, by a standby too; a Manager that stores
+    /// tags itself is given them on its next connection.
     pub fn keep_node_tags(&self, kept: BTreeMap<NodeId, crate::manager::port::KeptTags>) {
         self.port.keep_node_tags(kept);
     }

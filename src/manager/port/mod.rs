@@ -100,12 +100,12 @@ impl Port {
     }
 
     /// Node tag changes a predecessor kept, read back from the resources
-    /// it recorded them in: shown on their nodes as this port's own. A
-    /// Manager that stores tags holds them itself, and is not overridden.
+    /// it recorded them in: shown on their nodes as this port's own. Taken
+    /// whatever Manager is found to serve (a standby may read them before
+    /// it has asked): on a Manager that stores tags they are written to it
+    /// on the next connection, as a predecessor's changes would be after
+    /// an upgrade.
     pub fn keep_node_tags(&self, kept: BTreeMap<NodeId, KeptTags>) {
-        if self.capabilities.borrow().serves(Capability::NodeTags) {
-            return;
-        }
         let told = {
             let mut kept_here = self.kept();
             let told = kept_here.nodes.keep(kept);
