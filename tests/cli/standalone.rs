@@ -180,9 +180,15 @@ impl Standalone {
         let deadline = Instant::now() + WAIT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let value = self
-                .next_line(left)
-                .unwrap_or_else(|| panic!("no {what} within {WAIT:?}"));
+            let Some(value) = self.next_line(left) else {
+                self.drain_stderr();
+                let seen = self.seen.borrow();
+                let last: Vec<&Value> = seen.iter().rev().take(10).collect();
+                panic!(
+                    "no {what} within {WAIT:?}; the last lines, newest first: {last:#?}\nstderr: {:#?}",
+                    self.stderr.borrow()
+                );
+            };
             if found(&value) {
                 return value;
             }
@@ -605,6 +611,95 @@ async fn a_restart_does_not_start_a_finished_migration_again() {
     assert_eq!(status["jobMigrations"]["default/move-ch1"]["phase"], "done");
     assert_eq!(node_of(&status, "default/ch1").as_deref(), target.as_str());
     drop(second);
+    sim.shutdown().await;
+}
+
+/// On a published Manager (no bundle store, no inventories) `standalone`
+/// expands each Bundle document into tagged Manager jobs itself, places on
+/// the servers its pool declares, and a new process rebuilds from
+/// Manager's jobs and the directory: the running job is adopted, not
+/// started again, and removing the document deletes the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_published_manager_standalone_expands_bundles_and_a_restart_adopts_them() {
+    let sim = Sim::start_with(SimConfig {
+        seed: 3,
+        time_scale: 1000.0,
+        published_api_only: true,
+        cluster_nodes: ["n1", "n2"].iter().map(|id| cluster_node(id)).collect(),
+        ..SimConfig::default()
+    })
+    .await;
+    let dir = workspace(&sim, "resources: resources\n");
+    let resources = dir.path().join("resources");
+    // A published Manager says nothing of a server's size: the pool's
+    // fixed tier declares it.
+    std::fs::write(
+        resources.join("pools.yaml"),
+        POOLS.replace(
+            "scaleOut: fixed}",
+            "scaleOut: fixed, candidateInstanceTypes: [{instanceType: server, totalCapacity: 8, totalCores: 8}]}",
+        ),
+    )
+    .unwrap();
+    std::fs::write(resources.join("ch1.yaml"), bundle_doc("ch1")).unwrap();
+    let first = Standalone::start(dir.path());
+    first.until("ch1 running", |v| running_on_a_node(v, "default/ch1/0/encode"));
+    let snapshot = sim.snapshot().await;
+    assert!(snapshot.bundles.is_empty(), "a published Manager stores no bundle");
+    let job = snapshot
+        .jobs
+        .iter()
+        .find(|j| j.job_id.0 == "default/ch1/0/encode")
+        .expect("the bundle's job is a Manager job");
+    assert_eq!(
+        job.tags.get("automanager.norsk.video/bundle").map(String::as_str),
+        Some("default/ch1"),
+        "tagged with its bundle: {:?}",
+        job.tags
+    );
+    let node = running_node(&sim, "default/ch1/0/encode").await.expect("runs");
+    // A start again would add to the job's history.
+    let history = |snapshot: &norsk_auto_manager::sim::SimSnapshot| {
+        let json = serde_json::to_value(snapshot).unwrap();
+        json["jobs"]
+            .as_array()
+            .and_then(|jobs| jobs.iter().find(|j| j["jobId"] == "default/ch1/0/encode"))
+            .and_then(|j| j["history"].as_array().cloned())
+            .unwrap_or_default()
+    };
+    let before = history(&sim.snapshot().await);
+    drop(first);
+
+    let second = Standalone::start(dir.path());
+    second.until("ch1 running again under the new process", |v| {
+        running_on_a_node(v, "default/ch1/0/encode")
+    });
+    assert_eq!(
+        running_node(&sim, "default/ch1/0/encode").await.as_deref(),
+        Some(node.as_str())
+    );
+    assert_eq!(history(&sim.snapshot().await), before, "nothing was started again");
+    drop(second);
+
+    // The document removed while no standalone ran: the next one finds
+    // Manager running a job of a bundle nobody wants, and deletes it.
+    std::fs::remove_file(resources.join("ch1.yaml")).unwrap();
+    let third = Standalone::start(dir.path());
+    let gone = async {
+        while sim
+            .snapshot()
+            .await
+            .jobs
+            .iter()
+            .any(|j| j.job_id.0 == "default/ch1/0/encode")
+        {
+            tokio::time::sleep(RECHECK).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), gone)
+        .await
+        .expect("the Manager job of the removed document is deleted");
+    drop(third);
     sim.shutdown().await;
 }
 

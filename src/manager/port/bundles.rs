@@ -226,7 +226,22 @@ impl BundleStore {
     /// `bundle_deleted` then), or at once when Manager holds none.
     pub fn delete(&mut self, bundle_id: &str) -> Result<Plan, Refusal> {
         let Some(stored) = self.bundles.get_mut(bundle_id) else {
-            return Err(Refusal::UnknownBundle(bundle_id.to_owned()));
+            // Jobs Manager runs of a bundle no longer stored anywhere (its
+            // resource or document went while no operator ran): stopped
+            // and deleted, or they would run unowned for ever.
+            let held: Vec<&pb::JobWithHistory> = self.jobs_of(bundle_id).collect();
+            if held.is_empty() {
+                return Err(Refusal::UnknownBundle(bundle_id.to_owned()));
+            }
+            let mut plan = Plan {
+                events: vec![bundle_deleted(bundle_id)],
+                calls: Vec::new(),
+            };
+            for job in held {
+                plan.calls.extend(stops(job));
+                plan.calls.push(Call::Delete(job_id_of(job).to_owned()));
+            }
+            return Ok(plan);
         };
         stored.bundle.state = pb::BundleState::Deleting as i32;
         let mut plan = Plan {

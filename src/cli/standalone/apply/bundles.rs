@@ -116,15 +116,22 @@ impl Applier {
             }
             let subject = format!("Bundle {id}");
             match stored.get(&id) {
-                None => {
-                    self.bundles.remove(&id);
-                    self.report(&subject, None, "deleted");
-                }
                 Some((_, BundleState::Deleting)) => {}
-                Some((_, BundleState::Live)) => match self.core.delete_bundle(id.clone()).await {
+                // Not held by the core: Manager may still run its jobs (a
+                // published Manager, the document removed while standalone
+                // was stopped), which the delete stops; Manager answers
+                // `NOT_FOUND` when nothing is left of it.
+                None | Some((_, BundleState::Live)) => match self.core.delete_bundle(id.clone()).await {
+                    Ok(()) if !stored.contains_key(&id) => {
+                        self.bundles.remove(&id);
+                        self.report(&subject, None, "deleted");
+                    }
                     Ok(()) => {}
                     Err(CommandError::Manager(f)) if f.kind == RpcFailureKind::NotFound => {
                         self.bundles.remove(&id);
+                        if !stored.contains_key(&id) {
+                            self.report(&subject, None, "deleted");
+                        }
                     }
                     Err(CommandError::Closed) => return Err(QueryError::Closed),
                     Err(e) => self.report(&subject, Some(format!("{subject}: not deleted yet: {e}")), "deleted"),
