@@ -6,15 +6,15 @@
 use std::collections::BTreeMap;
 
 use crate::model::{
-    Bundle, BundleId, InstanceKey, JobHistoryEntry, JobId, JobState, JobStopReason, ManagerEvent, NodeId, NodeInfo,
-    NodePhase, RuntimeJob, Slot, UnixMillis, VerdictKind, tags,
+    Bundle, BundleId, InstanceKey, JobHistoryEntry, JobId, JobState, JobStopReason, ManagerEvent, MigrationPhase,
+    NodeId, NodeInfo, NodePhase, RuntimeJob, Slot, UnixMillis, VerdictKind, tags,
 };
 
 use super::binding::{AwaitedStop, Binding, BindingPhase, JobRecord, StopWait, StoppingInstance};
 use super::core::{AutoManagerCore, Pending};
 use super::fleet::Provisioned;
 use super::history::{instance_since, live_instances, open_instances};
-use super::migration::state::{MigrationCall, MigrationPhase};
+use super::migration::state::MigrationCall;
 use super::notification::Notification;
 use super::recovery::{LossCause, counts_for_restarts, replay_restart};
 

@@ -18,10 +18,10 @@ pub use super::drain::state::{
     SPOT_INTERRUPTION_DRAIN_MARGIN_MS,
 };
 
-use crate::model::{InterruptionKind, NodeId, UnixMillis};
+use crate::model::{DrainAfter, InterruptionKind, NodeId, UnixMillis};
 
 use super::core::AutoManagerCore;
-use super::drain::state::{DrainAfter, DrainOptions, Notice, StrategyFor};
+use super::drain::state::{DrainOptions, Notice, StrategyFor};
 use super::notification::Notification;
 use super::protocol::CommandError;
 

@@ -118,7 +118,7 @@ pub use notification::{Decision, Notification, PlacementDecisionInfo};
 pub use protocol::{
     Action, Answer, Command, CommandError, CommandId, Input, RequestId, Rpc, RpcFailure, RpcFailureKind, Step,
 };
-pub use queries::{JobPhase, JobView, NodeView};
+pub use queries::{JobView, NodeView};
 pub use runtime::{AutoManager, AutoManagerHandle, QueryError, RunError, RunOptions};
 pub use settings::{AutoSettings, AutoSettingsValidationError, chart_settings_schema, validate_auto_settings};
 pub use views::{BundleView, ReadModel};

@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::model::{
-    Bundle, BundleId, BundleSpec, BundleState, FleetNode, FleetSnapshot, InstanceKey, JobId, JobState, NodeId,
-    NodeInventory, NodePhase, PlacedJob, ProviderKind, SchedulePhase, UnixMillis, tags,
+    Bundle, BundleId, BundleSpec, BundleState, FleetNode, FleetSnapshot, InstanceKey, JobId, JobPhase, JobState,
+    NodeId, NodeInventory, NodePhase, PlacedJob, ProviderKind, SchedulePhase, UnixMillis, tags,
 };
 use crate::placement::{
     Admission, BundleValidation, FleetError, FleetView, Placement, PlacementError, Pools, place_dry_run,
@@ -236,67 +236,6 @@ impl AutoManagerCore {
                 })
                 .collect(),
         }
-    }
-}
-
-/// Where a job stands, in the words a Bundle's status uses (`jobs[].state`),
-/// decided by the core's own rules: its bundle's schedule and deletion, its
-/// binding's phase, its failure outcome, a manual job's desired state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum JobPhase {
-    /// Its bundle is being deleted on Manager.
-    Deleting,
-    /// Dropped by the failure policy (`onRuntimeFailure: drop`, or a
-    /// non-essential job past its ceiling).
-    Dropped,
-    /// Its bundle is broken.
-    Broken,
-    /// Placed, but its window ended or it was stopped by request.
-    Stopping,
-    /// Placed on a node still launching.
-    AwaitingNode,
-    /// Its start was sent.
-    Starting,
-    /// Running.
-    Running,
-    /// Its window (or Manager's `post` state) is over.
-    Ended,
-    /// A `startMode: manual` job kept stopped.
-    Dormant,
-    /// Its bundle's schedule has not reached its placement lead.
-    Scheduled,
-    /// No tier can take it now; waiting for capacity.
-    AwaitingCapacity,
-    /// Not placed yet.
-    Pending,
-}
-
-impl JobPhase {
-    /// The name a status shows.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Deleting => "deleting",
-            Self::Dropped => "dropped",
-            Self::Broken => "broken",
-            Self::Stopping => "stopping",
-            Self::AwaitingNode => "awaitingNode",
-            Self::Starting => "starting",
-            Self::Running => "running",
-            Self::Ended => "ended",
-            Self::Dormant => "dormant",
-            Self::Scheduled => "scheduled",
-            Self::AwaitingCapacity => "awaitingCapacity",
-            Self::Pending => "pending",
-        }
-    }
-
-    /// Whether the job is meant to run now (so counts towards a bundle's
-    /// readiness).
-    pub fn is_wanted(self) -> bool {
-        !matches!(
-            self,
-            Self::Dormant | Self::Dropped | Self::Stopping | Self::Ended | Self::Scheduled
-        )
     }
 }
 

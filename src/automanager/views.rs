@@ -201,7 +201,7 @@ impl<'a> ReadModel<'a> {
 #[cfg(test)]
 mod tests {
     use crate::automanager::testing::{ONE_JOB, TestCore};
-    use crate::model::{BundleId, BundleState, runtime_job_id};
+    use crate::model::{BundleId, BundleState, JobPhase, runtime_job_id};
 
     #[test]
     fn every_step_is_a_new_revision_and_a_reading_shows_what_the_step_did() {
@@ -219,9 +219,9 @@ mod tests {
         // Placed in the step that announced it, not yet running.
         let job = runtime_job_id(&id, 0, "encode");
         assert_eq!(test.read().node_of(&job).map(|n| n.as_str()), Some("a"));
-        assert_eq!(test.read().job(&id, &job).phase.as_str(), "starting");
+        assert_eq!(test.read().job(&id, &job).phase, JobPhase::Starting);
         test.start_all();
         assert!(test.read().revision() > after);
-        assert_eq!(test.read().job(&id, &job).phase.as_str(), "running");
+        assert_eq!(test.read().job(&id, &job).phase, JobPhase::Running);
     }
 }

@@ -6,7 +6,7 @@
 //! notification about its bundle.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use kube::api::Api;
@@ -71,23 +71,24 @@ fn writer<'a>(ctx: &'a Context, api: &Api<crd::Bundle>) -> StatusWriter<'a, crd:
 
 #[tracing::instrument(skip_all, fields(bundle = %key(&bundle)))]
 async fn reconcile(bundle: Arc<crd::Bundle>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
+    let key = key(&bundle);
+    ctx.reconciling(CONTROLLER, &key, reconcile_once(bundle, ctx.clone()))
+        .await
+}
+
+/// One reconcile of the object, counted by [`reconcile`].
+async fn reconcile_once(bundle: Arc<crd::Bundle>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let namespace = bundle.namespace().unwrap_or_else(|| crd::DEFAULT_NAMESPACE.to_owned());
     let api: Api<crd::Bundle> = Api::namespaced(ctx.client.clone(), &namespace);
     let object = key(&bundle);
-    let result = finalizer(&api, FINALIZER, bundle, |event| async {
+    finalizer(&api, FINALIZER, bundle, |event| async {
         match event {
             FinalizerEvent::Apply(bundle) => apply(&bundle, &api, &ctx).await,
             FinalizerEvent::Cleanup(bundle) => cleanup(&bundle, &api, &ctx).await,
         }
     })
     .await
-    .map_err(|e| ReconcileError::of_finalizer(e, FINALIZER, &format!("Bundle {object}")));
-    ctx.timed(CONTROLLER, started);
-    if result.is_ok() {
-        ctx.succeeded(CONTROLLER, &object);
-    }
-    result
+    .map_err(|e| ReconcileError::of_finalizer(e, FINALIZER, &format!("Bundle {object}")))
 }
 
 fn error_policy(bundle: Arc<crd::Bundle>, error: &ReconcileError, ctx: Arc<Context>) -> Action {

@@ -6,10 +6,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::automanager::ReadModel;
 use crate::automanager::schedule::ScheduleView;
-use crate::automanager::{JobPhase, ReadModel};
 use crate::crd::{BundleStatus, JobStatus, ReplicaStatus, ScheduleStatus};
-use crate::model::{BundleId, BundleSpec, BundleState, DateTime, JobId, SchedulePhase, runtime_job_id};
+use crate::model::{BundleId, BundleSpec, BundleState, DateTime, JobId, JobPhase, SchedulePhase, runtime_job_id};
 use crate::placement::Admission;
 
 use super::conditions::{self, Observed, READY, STALLED};
@@ -141,7 +141,7 @@ pub fn observe(
                 job_id: job_id.to_string(),
                 node,
                 instance_key: view.instance_key.as_ref().map(ToString::to_string),
-                state: view.phase.as_str().to_owned(),
+                state: view.phase,
                 restarts_in_last_hour: view.restarts_in_last_hour,
                 gpu_index: view.gpu_index,
                 last_placement: job_notes.last_placement,
@@ -415,8 +415,8 @@ mod tests {
         let bundle = observed(&test, "ns/ch1", &spec);
         let job = &bundle.replicas[0].jobs[0];
         assert_eq!(
-            (job.job_id.as_str(), job.node.as_deref(), job.state.as_str()),
-            ("ns/ch1/0/encode", Some("a"), "starting")
+            (job.job_id.as_str(), job.node.as_deref(), job.state),
+            ("ns/ch1/0/encode", Some("a"), JobPhase::Starting)
         );
         assert!(job.instance_key.is_some());
         assert_eq!(bundle.primary_node.as_deref(), Some("a"));
@@ -439,7 +439,7 @@ mod tests {
         let spec = test.bundle("ns/ch1", ONE_JOB);
         test.start_all();
         let bundle = observed(&test, "ns/ch1", &spec);
-        assert_eq!(bundle.replicas[0].jobs[0].state, "running");
+        assert_eq!(bundle.replicas[0].jobs[0].state, JobPhase::Running);
         let ready = condition(&bundle.conditions, READY);
         assert_eq!(
             (ready.status_name(), ready.reason.as_str(), ready.message.as_str()),
@@ -456,7 +456,7 @@ mod tests {
         );
         let bundle = observed(&test, "ns/big", &spec);
         let job = &bundle.replicas[0].jobs[0];
-        assert_eq!((job.node.as_deref(), job.state.as_str()), (None, "awaitingCapacity"));
+        assert_eq!((job.node.as_deref(), job.state), (None, JobPhase::AwaitingCapacity));
         let ready = condition(&bundle.conditions, READY);
         assert_eq!(
             (ready.status_name(), ready.reason.as_str(), ready.message.as_str()),
@@ -505,7 +505,7 @@ mod tests {
         let test = TestCore::hydrated(&[("a", 4.0)]);
         let spec: BundleSpec = yaml_serde::from_str(ONE_JOB).expect("a bundle");
         let bundle = observed(&test, "ns/new", &spec);
-        assert_eq!(bundle.replicas[0].jobs[0].state, "pending");
+        assert_eq!(bundle.replicas[0].jobs[0].state, JobPhase::Pending);
         let placed = condition(&bundle.conditions, PLACED);
         assert_eq!(
             (placed.status_name(), placed.reason.as_str(), placed.message.as_str()),
@@ -632,8 +632,13 @@ mod tests {
                 jobs: vec![JobStatus {
                     job_name: "encode".to_owned(),
                     job_id: "ns/ch1/0/encode".to_owned(),
+                    node: None,
+                    instance_key: None,
+                    state: JobPhase::Pending,
+                    restarts_in_last_hour: 0,
+                    gpu_index: None,
                     last_placement: Some("placed on a (pool production, tier cluster)".to_owned()),
-                    ..JobStatus::default()
+                    resilience_degraded: None,
                 }],
             }],
             ..BundleStatus::default()

@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::Stream;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
@@ -36,10 +36,10 @@ use crate::automanager::{
 use crate::crd::{
     DrainAfter, DrainMode, JobMigration, JobMigrationSpec, NodeDrain, NodeDrainSpec, NodeDrainStatus, NorskNode,
 };
-use crate::model::NodeId;
+use crate::model::{NodeId, wire_name};
 
 use super::drain_follow::{DrainContext, after_status, run_controller};
-use super::drain_status::{conditions_of, is_final_name, millis, rfc3339, status_of};
+use super::drain_status::{conditions_of, millis, rfc3339, status_of};
 use super::error::{ApplyError, DecideError, ReadError, WriteStatusError};
 use super::migration::{DRAIN, MIGRATION_ID};
 use super::node::{FLEET, MANAGED_BY};
@@ -67,7 +67,15 @@ pub async fn run(
 
 #[tracing::instrument(skip_all, fields(drain = %drain.name_any()))]
 async fn reconcile(drain: Arc<NodeDrain>, shared: Arc<DrainContext>) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
+    let key = drain.name_any();
+    shared
+        .ctx
+        .reconciling(CONTROLLER, &key, reconcile_once(drain, shared.clone()))
+        .await
+}
+
+/// One reconcile of the object, counted by [`reconcile`].
+async fn reconcile_once(drain: Arc<NodeDrain>, shared: Arc<DrainContext>) -> Result<Action, ReconcileError> {
     let ctx = &shared.ctx;
     let name = drain.name_any();
     let node = NodeId::from(drain.spec.node_id.as_str());
@@ -101,7 +109,7 @@ async fn reconcile(drain: Arc<NodeDrain>, shared: Arc<DrainContext>) -> Result<A
             })?;
         return Ok(Action::await_change());
     }
-    let result = finalizer(&api, FINALIZER, drain, |event| async {
+    finalizer(&api, FINALIZER, drain, |event| async {
         match event {
             FinalizerEvent::Apply(drain) => match drain.spec.mode.unwrap_or_default() {
                 DrainMode::Drain => apply(&drain, &shared).await,
@@ -111,12 +119,7 @@ async fn reconcile(drain: Arc<NodeDrain>, shared: Arc<DrainContext>) -> Result<A
         }
     })
     .await
-    .map_err(|e| ReconcileError::of_finalizer(e, FINALIZER, &format!("NodeDrain {name}")));
-    ctx.timed(CONTROLLER, started);
-    if result.is_ok() {
-        ctx.succeeded(CONTROLLER, &name);
-    }
-    result
+    .map_err(|e| ReconcileError::of_finalizer(e, FINALIZER, &format!("NodeDrain {name}")))
 }
 
 fn error_policy(drain: Arc<NodeDrain>, error: &ReconcileError, shared: Arc<DrainContext>) -> Action {
@@ -150,11 +153,11 @@ async fn apply(drain: &NodeDrain, shared: &DrainContext) -> Result<Action, Recon
     let recorded = recorded(drain, shared);
     let next = match ours(shared.ctx.core.drain_status(node.clone()).await?, drain, &recorded) {
         Some(state) => status_with_targets(&shared.ctx.core, &state, &recorded).await?,
-        None if recorded.phase.as_deref().is_some_and(is_final_name) => return Ok(Action::await_change()),
+        None if recorded.phase.is_some_and(DrainPhase::is_final) => return Ok(Action::await_change()),
         None => start(drain, shared, &recorded).await?,
     };
     create_migrations(drain, &next, shared).await;
-    let ended = next.phase.as_deref().is_none_or(is_final_name);
+    let ended = next.phase.is_none_or(DrainPhase::is_final);
     if leaves_node_cordoned(drain, &recorded, &next) {
         keep_cordon(drain, shared, &node).await?;
     }
@@ -166,10 +169,10 @@ async fn apply(drain: &NodeDrain, shared: &DrainContext) -> Result<Action, Recon
 /// running and cordoned: every job moved off a node it keeps, or jobs stuck
 /// at a timeout that terminates nothing.
 fn leaves_node_cordoned(drain: &NodeDrain, recorded: &NodeDrainStatus, next: &NodeDrainStatus) -> bool {
-    let ends_now = !recorded.phase.as_deref().is_some_and(is_final_name);
-    let kept = match next.phase.as_deref() {
-        Some("done") => drain.spec.after == Some(DrainAfter::Keep),
-        Some("partial") => true,
+    let ends_now = !recorded.phase.is_some_and(DrainPhase::is_final);
+    let kept = match next.phase {
+        Some(DrainPhase::Done) => drain.spec.after == Some(DrainAfter::Keep),
+        Some(DrainPhase::Partial) => true,
         _ => false,
     };
     ends_now && kept
@@ -259,7 +262,7 @@ pub async fn start_drain(core: &AutoManagerHandle, spec: &NodeDrainSpec) -> Resu
                     timeout_ms: spec.timeout_seconds.map(|s| u64::from(s) * 1000),
                     force: spec.force,
                     strategy_for,
-                    after: spec.after.map(Into::into),
+                    after: spec.after,
                 },
             )
             .await
@@ -276,7 +279,7 @@ async fn start(
 ) -> Result<NodeDrainStatus, ReconcileError> {
     let ctx = &shared.ctx;
     let result = start_drain(&ctx.core, &drain.spec).await;
-    let resumed = recorded.phase.clone();
+    let resumed = recorded.phase;
     match (result, resumed) {
         (Ok(state), resumed) => {
             if let Some(phase) = resumed {
@@ -285,7 +288,10 @@ async fn start(
                     shared,
                     EventType::Normal,
                     "DrainResumed",
-                    format!("the drain was {phase} when the operator's previous term ended: started again"),
+                    format!(
+                        "the drain was {} when the operator's previous term ended: started again",
+                        wire_name(&phase)
+                    ),
                 );
             }
             Ok(status_with_targets(&ctx.core, &state, recorded).await?)
@@ -294,13 +300,16 @@ async fn start(
             // The node went while no operator followed the drain: a
             // terminate already issued did its work; anything else did not.
             let mut next = recorded.clone();
-            let (outcome, reason) = if phase == "terminating" {
-                ("done", "the node was terminated while the operator was away")
+            let (outcome, reason) = if phase == DrainPhase::Terminating {
+                (DrainPhase::Done, "the node was terminated while the operator was away")
             } else {
-                ("failed", "the node left the fleet while the operator was away")
+                (
+                    DrainPhase::Failed,
+                    "the node left the fleet while the operator was away",
+                )
             };
-            next.phase = Some(outcome.to_owned());
-            next.reason = Some(format!("{reason} (recorded phase {phase})"));
+            next.phase = Some(outcome);
+            next.reason = Some(format!("{reason} (recorded phase {})", wire_name(&phase)));
             Ok(next)
         }
         (Err(e @ (CommandError::UnknownNode(_) | CommandError::NodeGone(_))), None) => Ok(NodeDrainStatus {
@@ -430,14 +439,8 @@ async fn cleanup(drain: &NodeDrain, shared: &DrainContext) -> Result<Action, Rec
     }
     let recorded = recorded(drain, shared);
     let core_drain = ours(ctx.core.drain_status(node.clone()).await?, drain, &recorded);
-    let phase = core_drain.as_ref().map(|s| s.phase);
-    let before_terminate = match phase {
-        Some(phase) => !phase.is_final() && phase != DrainPhase::Terminating,
-        None => recorded
-            .phase
-            .as_deref()
-            .is_some_and(|p| !is_final_name(p) && p != "terminating"),
-    };
+    let phase = core_drain.as_ref().map(|s| s.phase).or(recorded.phase);
+    let before_terminate = phase.is_some_and(|phase| !phase.is_final() && phase != DrainPhase::Terminating);
     if before_terminate {
         match ctx.core.uncordon_node(node.clone()).await {
             Ok(()) | Err(CommandError::UnknownNode(_) | CommandError::NodeGone(_)) => {}

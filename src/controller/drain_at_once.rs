@@ -18,39 +18,36 @@ use kube::runtime::events::EventType;
 
 use crate::automanager::CommandError;
 use crate::crd::{DrainMode, NodeDrain, NodeDrainStatus};
-use crate::model::{NodeId, NodePhase};
+use crate::model::{DrainPhase, NodeId, NodePhase, wire_name};
 
 use super::ReconcileError;
 use super::conditions::{Observed, READY, STALLED};
 use super::drain::{publish, recorded, writer};
 use super::drain_follow::{DrainContext, after_status};
-use super::drain_status::{RECONCILING, conditions_of, is_final_name, rfc3339};
+use super::drain_status::{RECONCILING, conditions_of, rfc3339};
 use super::error::ApplyError;
-
-/// The phase of an evict or terminate issued and not yet answered.
-const TERMINATING: &str = "terminating";
 
 /// Reconciles an `evict` or `terminate` `NodeDrain`: issues its terminate
 /// unless the status says it was, then follows it to its end.
 pub(super) async fn apply(drain: &NodeDrain, shared: &DrainContext, mode: DrainMode) -> Result<Action, ReconcileError> {
     let node = NodeId::from(drain.spec.node_id.as_str());
     let recorded = recorded(drain, shared);
-    let next = match recorded.phase.as_deref() {
-        Some(phase) if is_final_name(phase) => return Ok(Action::await_change()),
+    let next = match recorded.phase {
+        Some(phase) if phase.is_final() => return Ok(Action::await_change()),
         // Issued already, by this term or an earlier one: never again.
         Some(_) => settle(shared, &node, &recorded).await?,
         None => issue(drain, shared, mode, &node).await?,
     };
-    let ended = next.phase.as_deref().is_some_and(is_final_name);
+    let ended = next.phase.is_some_and(DrainPhase::is_final);
     if ended {
-        let (type_, reason) = match next.phase.as_deref() {
-            Some("done") => (EventType::Normal, "DrainDone"),
+        let (type_, reason) = match next.phase {
+            Some(DrainPhase::Done) => (EventType::Normal, "DrainDone"),
             _ => (EventType::Warning, "DrainFailed"),
         };
         let note = format!(
             "{} of {node} is {}: {}",
             mode_name(mode),
-            phase_of(&next),
+            next.phase.as_ref().map(wire_name).unwrap_or_default(),
             reason_of(&next)
         );
         publish(drain, shared, type_, reason, note);
@@ -101,14 +98,14 @@ async fn issue(
                 format!("{node}: {reason}"),
             );
             Ok(NodeDrainStatus {
-                phase: Some(TERMINATING.to_owned()),
+                phase: Some(DrainPhase::Terminating),
                 started,
                 reason: Some(reason),
                 ..NodeDrainStatus::default()
             })
         }
         Err(e @ (CommandError::UnknownNode(_) | CommandError::NodeGone(_))) => Ok(NodeDrainStatus {
-            phase: Some("failed".to_owned()),
+            phase: Some(DrainPhase::Failed),
             started,
             reason: Some(format!("the terminate was refused: {e}")),
             ..NodeDrainStatus::default()
@@ -143,11 +140,11 @@ async fn settle(
     let mut next = recorded.clone();
     match (phase, shared.refused_terminate(node)) {
         (None | Some(NodePhase::Stopping | NodePhase::Stopped), _) => {
-            next.phase = Some("done".to_owned());
+            next.phase = Some(DrainPhase::Done);
             next.reason = Some(format!("Manager stopped the node ({issued})"));
         }
         (_, Some(why)) => {
-            next.phase = Some("failed".to_owned());
+            next.phase = Some(DrainPhase::Failed);
             next.reason = Some(format!("Manager refused the terminate: {why}"));
         }
         _ => {}
@@ -182,10 +179,6 @@ fn mode_name(mode: DrainMode) -> &'static str {
     }
 }
 
-fn phase_of(status: &NodeDrainStatus) -> &str {
-    status.phase.as_deref().unwrap_or_default()
-}
-
 fn reason_of(status: &NodeDrainStatus) -> &str {
     status.reason.as_deref().unwrap_or_default()
 }
@@ -195,7 +188,7 @@ fn reason_of(status: &NodeDrainStatus) -> &str {
 /// it, so, unlike a drain's, this is no loss — and otherwise a drain's
 /// (`Reconciling` while terminating, `Stalled` with the reason once failed).
 fn conditions_at_once(mode: DrainMode, status: &NodeDrainStatus) -> Vec<Observed> {
-    if status.phase.as_deref() != Some("done") {
+    if status.phase != Some(DrainPhase::Done) {
         return conditions_of(status);
     }
     let message = format!("{}: {}", mode_name(mode), reason_of(status));
@@ -211,9 +204,9 @@ mod tests {
     use super::*;
     use crate::controller::fixture::said;
 
-    fn at(phase: &str, reason: &str) -> NodeDrainStatus {
+    fn at(phase: DrainPhase, reason: &str) -> NodeDrainStatus {
         NodeDrainStatus {
-            phase: Some(phase.to_owned()),
+            phase: Some(phase),
             reason: Some(reason.to_owned()),
             ..NodeDrainStatus::default()
         }
@@ -233,7 +226,10 @@ mod tests {
 
     #[test]
     fn a_done_eviction_is_ready_though_its_jobs_went_down_with_the_node() {
-        let done = at("done", "Manager stopped the node (cordoned and terminated at once)");
+        let done = at(
+            DrainPhase::Done,
+            "Manager stopped the node (cordoned and terminated at once)",
+        );
         assert_eq!(
             said(&conditions_at_once(DrainMode::Evict, &done)),
             [
@@ -251,9 +247,12 @@ mod tests {
 
     #[test]
     fn a_terminate_in_flight_reconciles_and_a_refused_one_stalls_with_why() {
-        let terminating = conditions_at_once(DrainMode::Terminate, &at(TERMINATING, "terminated at once"));
+        let terminating = conditions_at_once(DrainMode::Terminate, &at(DrainPhase::Terminating, "terminated at once"));
         assert!(terminating.iter().any(|c| c.type_ == RECONCILING && c.status));
-        let failed = conditions_at_once(DrainMode::Terminate, &at("failed", "Manager refused the terminate: no"));
+        let failed = conditions_at_once(
+            DrainMode::Terminate,
+            &at(DrainPhase::Failed, "Manager refused the terminate: no"),
+        );
         assert_eq!(
             said(&failed)[2],
             (STALLED, "True", "Failed", "Manager refused the terminate: no")

@@ -24,7 +24,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use crate::automanager::{DrainJobStatus, DrainState, MigrationId, NodeInterruptionState, Notification};
+use crate::automanager::{DrainJobStatus, DrainPhase, DrainState, MigrationId, NodeInterruptionState, Notification};
 use crate::crd::{self, Interruption, JobMigration, NodeDrain, NodeDrainSpec};
 use crate::model::{self, NodeId};
 
@@ -331,7 +331,7 @@ fn progress_event(before: Option<&DrainState>, after: &DrainState) -> Option<Eve
     }
     let phase = wire_name(&after.phase);
     let lost = after.jobs.iter().any(|j| j.status == DrainJobStatus::Terminated);
-    let warning = lost || matches!(phase.as_str(), "partial" | "failed");
+    let warning = lost || matches!(after.phase, DrainPhase::Partial | DrainPhase::Failed);
     let mut note = format!("drain of {} is {phase}", after.node_id);
     if let Some(reason) = &after.reason {
         note.push_str(&format!(" ({reason})"));
@@ -455,7 +455,7 @@ async fn ensure_drain(shared: &DrainContext, state: &NodeInterruptionState) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::automanager::{DrainJob, DrainPhase};
+    use crate::automanager::DrainJob;
 
     fn drain(phase: DrainPhase, status: DrainJobStatus, reason: Option<&str>) -> DrainState {
         DrainState {

@@ -7,9 +7,9 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::automanager::{DrainJobStatus as CoreJobStatus, DrainState, MigrationId};
+use crate::automanager::{DrainState, MigrationId};
 use crate::crd::{DrainJobStatus, NodeDrainStatus};
-use crate::model::{NodeId, UnixMillis, wire_name};
+use crate::model::{DrainAfter, DrainJobStatus as JobStatus, DrainPhase, NodeId, UnixMillis, wire_name};
 
 use super::conditions::{Observed, READY, STALLED};
 
@@ -26,25 +26,20 @@ pub fn millis(rfc3339: &str) -> Option<UnixMillis> {
     rfc3339.parse::<Timestamp>().ok().map(|t| t.as_millisecond())
 }
 
-/// Whether a phase name recorded in status is one a drain ends in.
-pub fn is_final_name(phase: &str) -> bool {
-    ["done", "partial", "failed"].contains(&phase)
-}
-
 /// The status fields (conditions aside) a drain state becomes; `target`
 /// names the target node of a job's migration, as the core reports it.
 pub fn status_of(state: &DrainState, target: impl Fn(&MigrationId) -> Option<NodeId>) -> NodeDrainStatus {
     NodeDrainStatus {
         conditions: Vec::new(),
-        phase: Some(wire_name(&state.phase)),
+        phase: Some(state.phase),
         started: rfc3339(state.started),
-        after: Some(wire_name(&state.after)),
+        after: Some(state.after),
         jobs: state
             .jobs
             .iter()
             .map(|j| DrainJobStatus {
                 job_id: j.job_id.to_string(),
-                status: job_status_name(j.status),
+                status: j.status,
                 migration_id: j.migration_id.as_ref().map(ToString::to_string),
                 target_node_id: j.migration_id.as_ref().and_then(&target).map(|n| n.to_string()),
                 reason: j.reason.clone(),
@@ -54,26 +49,19 @@ pub fn status_of(state: &DrainState, target: impl Fn(&MigrationId) -> Option<Nod
     }
 }
 
-fn job_status_name(status: CoreJobStatus) -> String {
-    wire_name(&status)
-}
-
 /// The jobs of a drain's status that went down with the node.
 pub fn lost_jobs(status: &NodeDrainStatus) -> Vec<&str> {
     status
         .jobs
         .iter()
-        .filter(|j| j.status == "terminated")
+        .filter(|j| j.status == JobStatus::Terminated)
         .map(|j| j.job_id.as_str())
         .collect()
 }
 
 /// Whether every job of a drain's status moved off the node.
 pub fn every_job_moved(status: &NodeDrainStatus) -> bool {
-    status
-        .jobs
-        .iter()
-        .all(|j| matches!(j.status.as_str(), "migrated" | "moved"))
+    status.jobs.iter().all(|j| j.status.left_the_node())
 }
 
 /// The conditions of a drain whose status is `status` (its phase none
@@ -83,9 +71,9 @@ pub fn every_job_moved(status: &NodeDrainStatus) -> bool {
 pub fn conditions_of(status: &NodeDrainStatus) -> Vec<Observed> {
     let why = status.reason.clone().unwrap_or_default();
     let lost = lost_jobs(status);
-    let ended = match status.phase.as_deref() {
-        Some("done") if every_job_moved(status) => {
-            let message = if status.after.as_deref() == Some("keep") {
+    let ended = match status.phase {
+        Some(DrainPhase::Done) if every_job_moved(status) => {
+            let message = if status.after == Some(DrainAfter::Keep) {
                 "every job left the node; the node is kept cordoned and running (uncordon returns it to service)"
             } else {
                 "every job left the node and the node was terminated"
@@ -96,9 +84,10 @@ pub fn conditions_of(status: &NodeDrainStatus) -> Vec<Observed> {
                 Observed::no(STALLED, "Drained", ""),
             ];
         }
-        Some(ended @ ("done" | "partial" | "failed")) => ended,
+        Some(ended) if ended.is_final() => ended,
         Some(running) => {
-            let reason = camel(running);
+            let running = wire_name(&running);
+            let reason = camel(&running);
             return vec![
                 Observed::no(READY, reason.clone(), format!("the drain is {running}")),
                 Observed::yes(RECONCILING, reason, format!("the drain is {running}")),
@@ -115,7 +104,7 @@ pub fn conditions_of(status: &NodeDrainStatus) -> Vec<Observed> {
     };
     let reason = if !lost.is_empty() {
         "JobsLost"
-    } else if ended == "failed" {
+    } else if ended == DrainPhase::Failed {
         "Failed"
     } else {
         "Partial"
@@ -154,10 +143,10 @@ pub fn job_changes(before: Option<&DrainState>, after: &DrainState) -> Vec<Strin
                 Some(was) => Some(format!(
                     "{}: {} -> {}",
                     job.job_id,
-                    job_status_name(was.status),
-                    job_status_name(job.status)
+                    wire_name(&was.status),
+                    wire_name(&job.status)
                 )),
-                None => Some(format!("{}: {}", job.job_id, job_status_name(job.status))),
+                None => Some(format!("{}: {}", job.job_id, wire_name(&job.status))),
             }
         })
         .collect()
@@ -166,10 +155,10 @@ pub fn job_changes(before: Option<&DrainState>, after: &DrainState) -> Vec<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::automanager::{DrainJob, DrainPhase};
+    use crate::automanager::DrainJob;
     use crate::controller::fixture::said;
 
-    fn drain(phase: DrainPhase, jobs: &[(&str, CoreJobStatus)]) -> DrainState {
+    fn drain(phase: DrainPhase, jobs: &[(&str, JobStatus)]) -> DrainState {
         DrainState {
             node_id: "n1".into(),
             phase,
@@ -193,11 +182,12 @@ mod tests {
     #[test]
     fn status_carries_the_drain_state_in_wire_names() {
         let status = status_of(
-            &drain(DrainPhase::Migrating, &[("ns/b/0/enc", CoreJobStatus::Migrating)]),
+            &drain(DrainPhase::Migrating, &[("ns/b/0/enc", JobStatus::Migrating)]),
             |_| None,
         );
-        assert_eq!(status.phase.as_deref(), Some("migrating"));
-        assert_eq!(status.jobs[0].status, "migrating");
+        let wire = serde_json::to_value(&status).unwrap();
+        assert_eq!(wire["phase"], "migrating");
+        assert_eq!(wire["jobs"][0]["status"], "migrating");
         assert_eq!(status.started.as_deref(), Some("2023-11-14T22:13:20Z"));
         assert_eq!(status.started.as_deref().and_then(millis), Some(1_700_000_000_000));
     }
@@ -206,10 +196,7 @@ mod tests {
     fn each_migrated_job_names_the_node_it_went_to() {
         let mut state = drain(
             DrainPhase::Done,
-            &[
-                ("ns/b/0/enc", CoreJobStatus::Migrated),
-                ("ns/b/0/pkg", CoreJobStatus::Stuck),
-            ],
+            &[("ns/b/0/enc", JobStatus::Migrated), ("ns/b/0/pkg", JobStatus::Stuck)],
         );
         state.jobs[0].migration_id = Some(MigrationId("m-1".to_owned()));
         let status = status_of(&state, |id| (id.as_str() == "m-1").then(|| NodeId::from("n7")));
@@ -221,11 +208,11 @@ mod tests {
     fn only_a_done_drain_is_ready_and_an_ended_one_stalls_with_its_reason() {
         let ready = |c: &[Observed]| c.iter().any(|c| c.type_ == READY && c.status);
         let stalled = |c: &[Observed]| c.iter().find(|c| c.type_ == STALLED && c.status).cloned();
-        assert!(ready(&conditions_of(&at("done", None))));
-        let partial = conditions_of(&at("partial", Some("job x stuck")));
+        assert!(ready(&conditions_of(&at(DrainPhase::Done, None))));
+        let partial = conditions_of(&at(DrainPhase::Partial, Some("job x stuck")));
         assert!(!ready(&partial));
         assert_eq!(stalled(&partial).map(|c| c.message), Some("job x stuck".to_owned()));
-        let running = conditions_of(&at("waiting", None));
+        let running = conditions_of(&at(DrainPhase::Waiting, None));
         assert!(
             running
                 .iter()
@@ -236,10 +223,10 @@ mod tests {
 
     #[test]
     fn a_kept_drain_is_ready_and_says_the_node_stays_cordoned() {
-        let mut state = drain(DrainPhase::Done, &[("ns/b/0/enc", CoreJobStatus::Migrated)]);
-        state.after = crate::automanager::DrainAfter::Keep;
+        let mut state = drain(DrainPhase::Done, &[("ns/b/0/enc", JobStatus::Migrated)]);
+        state.after = DrainAfter::Keep;
         let status = status_of(&state, |_| None);
-        assert_eq!(status.after.as_deref(), Some("keep"));
+        assert_eq!(serde_json::to_value(&status).unwrap()["after"], "keep");
         let ready = conditions_of(&status)
             .into_iter()
             .find(|c| c.type_ == READY && c.status)
@@ -247,9 +234,9 @@ mod tests {
         assert!(ready.message.contains("kept cordoned and running"), "{}", ready.message);
     }
 
-    fn at(phase: &str, reason: Option<&str>) -> NodeDrainStatus {
+    fn at(phase: DrainPhase, reason: Option<&str>) -> NodeDrainStatus {
         NodeDrainStatus {
-            phase: Some(phase.to_owned()),
+            phase: Some(phase),
             reason: reason.map(str::to_owned),
             ..NodeDrainStatus::default()
         }
@@ -261,8 +248,8 @@ mod tests {
             &drain(
                 DrainPhase::Partial,
                 &[
-                    ("ns/ch1/0/encode", CoreJobStatus::Terminated),
-                    ("ns/ch1/0/package", CoreJobStatus::Migrated),
+                    ("ns/ch1/0/encode", JobStatus::Terminated),
+                    ("ns/ch1/0/package", JobStatus::Migrated),
                 ],
             ),
             |_| None,
@@ -275,7 +262,7 @@ mod tests {
         assert_eq!(stalled.reason, "JobsLost");
         assert_eq!(lost_jobs(&lost), vec!["ns/ch1/0/encode"]);
         // Even a status that says `done` is not Ready while a job went down.
-        lost.phase = Some("done".to_owned());
+        lost.phase = Some(DrainPhase::Done);
         assert!(!conditions_of(&lost).iter().any(|c| c.type_ == READY && c.status));
     }
 
@@ -297,7 +284,7 @@ mod tests {
 
     #[test]
     fn a_failed_drain_stalls_failed_with_its_reason() {
-        let failed = at("failed", Some("uncordoned before its terminate"));
+        let failed = at(DrainPhase::Failed, Some("uncordoned before its terminate"));
         assert_eq!(
             said(&conditions_of(&failed)),
             [
@@ -311,7 +298,7 @@ mod tests {
     #[test]
     fn a_drain_in_flight_is_reconciling_in_its_phase() {
         assert_eq!(
-            said(&conditions_of(&at("migrating", None))),
+            said(&conditions_of(&at(DrainPhase::Migrating, None))),
             [
                 (READY, "False", "Migrating", "the drain is migrating"),
                 (RECONCILING, "True", "Migrating", "the drain is migrating"),
@@ -324,12 +311,9 @@ mod tests {
     fn a_done_drain_that_terminates_says_the_node_was_terminated() {
         let mut state = drain(
             DrainPhase::Done,
-            &[
-                ("ns/b/0/enc", CoreJobStatus::Migrated),
-                ("ns/b/0/pkg", CoreJobStatus::Moved),
-            ],
+            &[("ns/b/0/enc", JobStatus::Migrated), ("ns/b/0/pkg", JobStatus::Moved)],
         );
-        state.after = crate::automanager::DrainAfter::Terminate;
+        state.after = DrainAfter::Terminate;
         let status = status_of(&state, |_| None);
         assert!(every_job_moved(&status));
         assert_eq!(
@@ -345,15 +329,16 @@ mod tests {
 
     #[test]
     fn only_done_partial_and_failed_end_a_drain() {
-        assert!(["done", "partial", "failed"].into_iter().all(is_final_name));
-        assert!(!["waiting", "migrating", "terminating"].into_iter().any(is_final_name));
+        use DrainPhase::*;
+        assert!([Done, Partial, Failed].into_iter().all(DrainPhase::is_final));
+        assert!(![Waiting, Migrating, Terminating].into_iter().any(DrainPhase::is_final));
         assert_eq!(camel("terminating"), "Terminating");
     }
 
     #[test]
     fn job_changes_name_each_transition() {
-        let before = drain(DrainPhase::Migrating, &[("a", CoreJobStatus::Migrating)]);
-        let after = drain(DrainPhase::Waiting, &[("a", CoreJobStatus::Migrated)]);
+        let before = drain(DrainPhase::Migrating, &[("a", JobStatus::Migrating)]);
+        let after = drain(DrainPhase::Waiting, &[("a", JobStatus::Migrated)]);
         assert_eq!(job_changes(Some(&before), &after), vec!["a: migrating -> migrated"]);
         assert!(job_changes(Some(&after), &after).is_empty());
     }

@@ -9,7 +9,7 @@
 //! each policy whose pool it touched (see [`super::hot_spare_events`]).
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::jiff::Timestamp;
@@ -236,9 +236,15 @@ pub fn observe_policy(
 
 #[tracing::instrument(skip_all, fields(policy = %policy.name_any()))]
 async fn reconcile(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
+    let key = policy.name_any();
+    ctx.shared
+        .reconciling(CONTROLLER, &key, reconcile_once(policy, ctx.clone()))
+        .await
+}
+
+/// One reconcile of the object, counted by [`reconcile`].
+async fn reconcile_once(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Result<Action, ReconcileError> {
     let shared = &ctx.shared;
-    let name = policy.name_any();
     let spec = policy.spec.0.clone();
     if !shared.pools_synced() {
         // Every pool would look unknown before the first hand-over.
@@ -259,8 +265,6 @@ async fn reconcile(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Resul
             conditions::with_reconciling(conditions, &[]),
         )
         .await?;
-    shared.timed(CONTROLLER, started);
-    shared.succeeded(CONTROLLER, &name);
     Ok(Action::requeue(RESYNC))
 }
 

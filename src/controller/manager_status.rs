@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -242,19 +242,15 @@ pub async fn run(ctx: Arc<Context>, publisher: Publisher, shutdown: impl Future<
         };
         if written.as_ref() != Some(&now) {
             let status = ManagerStatus::of(&publisher, now.connection, &now.capabilities, Timestamp::now());
-            let started = Instant::now();
+            let writing = async { Ok(write(&ctx, &api, &name, &publisher.fleet, &status).await?) };
             let outcome = tokio::select! {
-                outcome = write(&ctx, &api, &name, &publisher.fleet, &status) => outcome,
+                outcome = ctx.reconciling(CONTROLLER, &name, writing) => outcome,
                 () = &mut shutdown => return,
             };
-            ctx.timed(CONTROLLER, started);
             match outcome {
-                Ok(()) => {
-                    ctx.succeeded(CONTROLLER, &name);
-                    written = Some(now);
-                }
+                Ok(()) => written = Some(now),
                 Err(e) => {
-                    let delay = ctx.retry_after(CONTROLLER, &name, &e.into());
+                    let delay = ctx.retry_after(CONTROLLER, &name, &e);
                     tokio::select! {
                         () = tokio::time::sleep(delay) => continue,
                         () = &mut shutdown => return,

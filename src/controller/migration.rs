@@ -17,7 +17,6 @@
 //! starts again and moves the job itself.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures::Stream;
 use kube::api::Api;
@@ -28,13 +27,11 @@ use kube::{Resource, ResourceExt};
 
 use crate::automanager::{CommandError, MigrationId, MigrationOptions};
 use crate::crd::{self, JobMigration, JobMigrationSpec, JobMigrationStatus};
-use crate::model::{BundleId, JobId, NodeId, runtime_job_id};
+use crate::model::{BundleId, JobId, MigrationPhase, NodeId, runtime_job_id, wire_name};
 
 use super::drain_follow::{DrainContext, after_status, run_controller};
 use super::error::{ApplyError, DecideError, ReadError, WriteStatusError};
-use super::migration_status::{
-    Unfollowed, conditions_of, ended_without_core, is_ended_name, is_recorded, status_of, unfollowed,
-};
+use super::migration_status::{Unfollowed, conditions_of, ended_without_core, is_recorded, status_of, unfollowed};
 use super::status::StatusWriter;
 use super::{Context, ReconcileError};
 
@@ -101,7 +98,15 @@ pub fn job_of(migration: &JobMigration) -> JobId {
 
 #[tracing::instrument(skip_all, fields(migration = %key(&migration)))]
 async fn reconcile(migration: Arc<JobMigration>, shared: Arc<DrainContext>) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
+    let key = key(&migration);
+    shared
+        .ctx
+        .reconciling(CONTROLLER, &key, reconcile_once(migration, shared.clone()))
+        .await
+}
+
+/// One reconcile of the object, counted by [`reconcile`].
+async fn reconcile_once(migration: Arc<JobMigration>, shared: Arc<DrainContext>) -> Result<Action, ReconcileError> {
     let ctx = &shared.ctx;
     if migration.meta().deletion_timestamp.is_some() {
         writer(ctx, &migration).forget(&migration.name_any());
@@ -110,12 +115,7 @@ async fn reconcile(migration: Arc<JobMigration>, shared: Arc<DrainContext>) -> R
     if !ctx.core.read(|core| core.is_hydrated()).await? {
         return Err(DecideError::NotHydrated.into());
     }
-    let result = apply(&migration, &shared).await;
-    ctx.timed(CONTROLLER, started);
-    if result.is_ok() {
-        ctx.succeeded(CONTROLLER, &key(&migration));
-    }
-    result
+    apply(&migration, &shared).await
 }
 
 fn error_policy(migration: Arc<JobMigration>, error: &ReconcileError, shared: Arc<DrainContext>) -> Action {
@@ -144,7 +144,7 @@ async fn apply(migration: &JobMigration, shared: &DrainContext) -> Result<Action
         None if migration.spec.abort => aborted_unstarted(shared).await?,
         None => start(migration, shared, &key).await?,
     };
-    let ended = next.phase.as_deref().is_none_or(is_ended_name);
+    let ended = next.phase.is_none_or(MigrationPhase::is_ended);
     write_status(migration, shared, &recorded, next).await?;
     Ok(after_status(ended))
 }
@@ -239,7 +239,7 @@ async fn aborted_unstarted(shared: &DrainContext) -> Result<JobMigrationStatus, 
     let now = shared.ctx.core.read(|core| core.now()).await?;
     Ok(ended_without_core(
         &JobMigrationStatus::default(),
-        "aborted",
+        MigrationPhase::Aborted,
         now,
         "aborted before it started: nothing was moved".to_owned(),
     ))
@@ -268,8 +268,8 @@ async fn follow(
                 if !migration.spec.abort && !migration.annotations().contains_key(MIGRATION_ID) =>
             {
                 let note = format!(
-                    "{TERM_ENDED} during {phase}, before the point of no return: the job stayed on {source}; started \
-                     again"
+                    "{TERM_ENDED} during {}, before the point of no return: the job stayed on {source}; started again",
+                    wire_name(&phase)
                 );
                 shared.ctx.publish(
                     Event {

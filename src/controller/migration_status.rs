@@ -8,27 +8,22 @@
 
 use crate::automanager::MigrationState;
 use crate::crd::{GroupMemberStatus, JobMigrationStatus, PhaseTransition};
-use crate::model::UnixMillis;
+use crate::model::{MigrationPhase, UnixMillis, wire_name};
 
 use super::conditions::{Observed, READY, STALLED};
 use super::drain_status::{RECONCILING, camel, rfc3339};
-
-/// Whether a phase name recorded in status is one a migration ends in.
-pub fn is_ended_name(phase: &str) -> bool {
-    ["done", "aborted", "lost"].contains(&phase)
-}
 
 /// The status fields (conditions aside) a migration state becomes.
 pub fn status_of(state: &MigrationState) -> JobMigrationStatus {
     JobMigrationStatus {
         conditions: Vec::new(),
         migration_id: Some(state.migration_id.to_string()),
-        phase: Some(crate::model::wire_name(&state.phase)),
+        phase: Some(state.phase),
         transitions: state
             .transitions
             .iter()
             .map(|t| PhaseTransition {
-                phase: crate::model::wire_name(&t.phase),
+                phase: t.phase,
                 at: rfc3339(t.at).unwrap_or_default(),
             })
             .collect(),
@@ -38,7 +33,7 @@ pub fn status_of(state: &MigrationState) -> JobMigrationStatus {
         target_instance_key: Some(state.target_key.to_string()),
         point_of_no_return_passed: state.past_point_of_no_return,
         reason: state.reason.clone(),
-        strategy: Some(crate::model::wire_name(&state.strategy)),
+        strategy: Some(state.strategy),
         note: state.note.clone(),
         group: state
             .group
@@ -74,14 +69,14 @@ pub fn is_recorded(state: &MigrationState, job_id: &str, recorded: &JobMigration
 /// the core (the migration was not found after a restart).
 pub fn ended_without_core(
     recorded: &JobMigrationStatus,
-    phase: &str,
+    phase: MigrationPhase,
     at: UnixMillis,
     reason: String,
 ) -> JobMigrationStatus {
     let mut next = recorded.clone();
-    next.phase = Some(phase.to_owned());
+    next.phase = Some(phase);
     next.transitions.push(PhaseTransition {
-        phase: phase.to_owned(),
+        phase,
         at: rfc3339(at).unwrap_or_default(),
     });
     next.reason = Some(reason);
@@ -99,7 +94,7 @@ pub enum Unfollowed {
     /// `aborted`; a person's JobMigration is started again instead.
     RolledBack {
         /// The phase it was in.
-        phase: String,
+        phase: MigrationPhase,
         /// The node the job stayed on.
         source: String,
         /// The status recording the rollback.
@@ -113,34 +108,35 @@ pub enum Unfollowed {
 /// rolls back what has not passed it), else `lost`; the reason says which and from what
 /// phase. A status with no phase (a drain's migration never written) is `lost`.
 pub fn unfollowed(recorded: &JobMigrationStatus, node: Option<String>, now: UnixMillis, gone: &str) -> Unfollowed {
-    let Some(phase) = recorded.phase.clone() else {
+    let Some(phase) = recorded.phase else {
         return Unfollowed::Ended(ended_without_core(
             recorded,
-            "lost",
+            MigrationPhase::Lost,
             now,
             format!("started before {gone} and not inherited: nothing of it was recorded"),
         ));
     };
-    if is_ended_name(&phase) {
+    if phase.is_ended() {
         return Unfollowed::Ended(recorded.clone());
     }
+    let during = wire_name(&phase);
     let on_target = node.is_some() && node == recorded.target_node_id;
     let on_source = node.is_some() && node == recorded.source_node_id;
     if on_target {
         Unfollowed::Ended(ended_without_core(
             recorded,
-            "done",
+            MigrationPhase::Done,
             now,
-            format!("{gone} during {phase} and the migration finished meanwhile: the job runs on its target"),
+            format!("{gone} during {during} and the migration finished meanwhile: the job runs on its target"),
         ))
     } else if on_source && !recorded.point_of_no_return_passed {
         let source = node.unwrap_or_default();
         let status = ended_without_core(
             recorded,
-            "aborted",
+            MigrationPhase::Aborted,
             now,
             format!(
-                "{gone} during {phase}, before the point of no return: rolled back, the job runs on its source {source}"
+                "{gone} during {during}, before the point of no return: rolled back, the job runs on its source {source}"
             ),
         );
         Unfollowed::RolledBack { phase, source, status }
@@ -148,10 +144,10 @@ pub fn unfollowed(recorded: &JobMigrationStatus, node: Option<String>, now: Unix
         let whereabouts = node.map_or_else(|| "no node".to_owned(), |n| format!("node {n}"));
         Unfollowed::Ended(ended_without_core(
             recorded,
-            "lost",
+            MigrationPhase::Lost,
             now,
             format!(
-                "{gone} during {phase} and the saga was not inherited: failed forward, the job is where Manager's history puts it ({whereabouts})"
+                "{gone} during {during} and the saga was not inherited: failed forward, the job is where Manager's history puts it ({whereabouts})"
             ),
         ))
     }
@@ -162,14 +158,14 @@ pub fn unfollowed(recorded: &JobMigrationStatus, node: Option<String>, now: Unix
 pub fn conditions_of(status: &JobMigrationStatus) -> Vec<Observed> {
     let why = status.reason.clone().unwrap_or_default();
     let with = group_words(&status.group);
-    match status.phase.as_deref() {
-        Some("done") => vec![
+    match status.phase {
+        Some(MigrationPhase::Done) => vec![
             Observed::yes(READY, "Migrated", format!("the job runs on the target{with}")),
             Observed::no(RECONCILING, "Migrated", ""),
             Observed::no(STALLED, "Migrated", why),
         ],
-        Some(ended @ ("aborted" | "lost")) => {
-            let reason = camel(ended);
+        Some(ended @ (MigrationPhase::Aborted | MigrationPhase::Lost)) => {
+            let reason = camel(&wire_name(&ended));
             vec![
                 Observed::no(READY, reason.clone(), why.clone()),
                 Observed::no(RECONCILING, reason.clone(), ""),
@@ -177,7 +173,8 @@ pub fn conditions_of(status: &JobMigrationStatus) -> Vec<Observed> {
             ]
         }
         Some(running) => {
-            let reason = camel(running);
+            let running = wire_name(&running);
+            let reason = camel(&running);
             let moving = format!("the migration is {running}{with}");
             vec![
                 Observed::no(READY, reason.clone(), moving.clone()),
@@ -197,7 +194,7 @@ pub fn conditions_of(status: &JobMigrationStatus) -> Vec<Observed> {
 mod tests {
     use super::*;
     use crate::automanager::migration::PhaseTransition as CoreTransition;
-    use crate::automanager::{MigrationId, MigrationPhase, MigrationStrategy};
+    use crate::automanager::{MigrationId, MigrationStrategy};
     use crate::controller::fixture::said;
     use crate::model::InstanceKey;
 
@@ -229,7 +226,7 @@ mod tests {
     #[test]
     fn status_lists_every_phase_with_its_time() {
         let status = status_of(&state(MigrationPhase::Starting));
-        let phases: Vec<_> = status.transitions.iter().map(|t| t.phase.as_str()).collect();
+        let phases: Vec<_> = status.transitions.iter().map(|t| wire_name(&t.phase)).collect();
         assert_eq!(phases, ["placing", "starting"]);
         assert_eq!(status.transitions[1].at, "1970-01-01T00:00:02Z");
         assert_eq!(status.target_instance_key.as_deref(), Some("primary@2"));
@@ -245,9 +242,9 @@ mod tests {
         assert!(!is_recorded(&state(MigrationPhase::Placing), "ns/b/0/other", &recorded));
     }
 
-    fn at(phase: &str, reason: Option<&str>) -> JobMigrationStatus {
+    fn at(phase: MigrationPhase, reason: Option<&str>) -> JobMigrationStatus {
         JobMigrationStatus {
-            phase: Some(phase.to_owned()),
+            phase: Some(phase),
             reason: reason.map(str::to_owned),
             ..JobMigrationStatus::default()
         }
@@ -256,11 +253,11 @@ mod tests {
     #[test]
     fn only_done_is_ready_and_lost_stalls_with_its_reason() {
         assert!(
-            conditions_of(&at("done", None))
+            conditions_of(&at(MigrationPhase::Done, None))
                 .iter()
                 .any(|c| c.type_ == READY && c.status)
         );
-        let lost = conditions_of(&at("lost", Some("restarted in stoppingSource")));
+        let lost = conditions_of(&at(MigrationPhase::Lost, Some("restarted in stoppingSource")));
         assert!(
             lost.iter()
                 .any(|c| c.type_ == STALLED && c.status && c.reason == "Lost")
@@ -287,7 +284,7 @@ mod tests {
     #[test]
     fn an_aborted_migration_stalls_aborted_and_one_in_flight_reconciles() {
         assert_eq!(
-            said(&conditions_of(&at("aborted", Some("spec.abort set")))),
+            said(&conditions_of(&at(MigrationPhase::Aborted, Some("spec.abort set")))),
             [
                 (READY, "False", "Aborted", "spec.abort set"),
                 (RECONCILING, "False", "Aborted", ""),
@@ -307,14 +304,14 @@ mod tests {
     #[test]
     fn a_migration_ended_without_its_core_records_the_end_as_a_transition() {
         let recorded = status_of(&state(MigrationPhase::Starting));
-        let ended = ended_without_core(&recorded, "lost", 3_000, "gone".to_owned());
-        assert_eq!(ended.phase.as_deref(), Some("lost"));
-        assert!(is_ended_name("lost"));
-        assert!(!is_ended_name("starting"));
+        let ended = ended_without_core(&recorded, MigrationPhase::Lost, 3_000, "gone".to_owned());
+        assert_eq!(ended.phase, Some(MigrationPhase::Lost));
+        assert!(MigrationPhase::Lost.is_ended());
+        assert!(!MigrationPhase::Starting.is_ended());
         let last = ended.transitions.last().expect("a transition");
         assert_eq!(
-            (last.phase.as_str(), last.at.as_str()),
-            ("lost", "1970-01-01T00:00:03Z")
+            (last.phase, last.at.as_str()),
+            (MigrationPhase::Lost, "1970-01-01T00:00:03Z")
         );
         assert_eq!(ended.transitions.len(), recorded.transitions.len() + 1);
         assert_eq!(ended.reason.as_deref(), Some("gone"));
@@ -328,7 +325,7 @@ mod tests {
         let Unfollowed::Ended(done) = ended(Some("b")) else {
             panic!("done on its target")
         };
-        assert_eq!(done.phase.as_deref(), Some("done"));
+        assert_eq!(done.phase, Some(MigrationPhase::Done));
         assert_eq!(
             done.transitions.last().map(|t| t.at.as_str()),
             Some("1970-01-01T00:00:09Z")
@@ -336,12 +333,12 @@ mod tests {
         let Unfollowed::RolledBack { phase, source, status } = ended(Some("a")) else {
             panic!("rolled back on its source")
         };
-        assert_eq!((phase.as_str(), source.as_str()), ("starting", "a"));
-        assert_eq!(status.phase.as_deref(), Some("aborted"));
+        assert_eq!((phase, source.as_str()), (MigrationPhase::Starting, "a"));
+        assert_eq!(status.phase, Some(MigrationPhase::Aborted));
         let Unfollowed::Ended(lost) = ended(None) else {
             panic!("lost")
         };
-        assert_eq!(lost.phase.as_deref(), Some("lost"));
+        assert_eq!(lost.phase, Some(MigrationPhase::Lost));
         assert!(
             lost.reason
                 .as_deref()
@@ -353,7 +350,7 @@ mod tests {
         let Unfollowed::Ended(lost) = unfollowed(&past, Some("a".to_owned()), 9_000, "the core went") else {
             panic!("lost")
         };
-        assert_eq!(lost.phase.as_deref(), Some("lost"));
+        assert_eq!(lost.phase, Some(MigrationPhase::Lost));
         // An ended record stays as it is.
         assert_eq!(
             unfollowed(&done, None, 10_000, "again"),
@@ -369,7 +366,7 @@ mod tests {
             migration_id: MigrationId::of_tag(2),
         }];
         let status = status_of(&moving);
-        assert_eq!(status.phase.as_deref(), Some("awaitingGroup"));
+        assert_eq!(status.phase, Some(MigrationPhase::AwaitingGroup));
         assert_eq!(status.group[0].job_id, "ns/b/0/package");
         assert_eq!(status.group[0].migration_id, "00000002");
         let reconciling = conditions_of(&status)

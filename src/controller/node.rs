@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{StreamExt, stream};
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -88,20 +88,14 @@ pub async fn mirror(
             () = &mut shutdown => return,
         }
         while changed.try_recv().is_ok() {}
-        let started = Instant::now();
-        match round(&ctx, &fleet).await {
-            Ok(more) => {
-                ctx.succeeded(MIRROR, "fleet");
-                if more {
-                    // Writes left over: another round soon, not a burst now.
-                    continue;
-                }
-            }
+        match ctx.reconciling(MIRROR, "fleet", round(&ctx, &fleet)).await {
+            // Writes left over: another round soon, not a burst now.
+            Ok(true) => continue,
+            Ok(false) => {}
             Err(e) => {
                 ctx.failed(MIRROR, "fleet", &e);
             }
         }
-        ctx.timed(MIRROR, started);
     }
 }
 
@@ -370,7 +364,13 @@ pub async fn apply_inventory(
 
 #[tracing::instrument(skip_all, fields(node = %node.spec.node_id))]
 async fn reconcile_spec(node: Arc<NorskNode>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
+    let key = node.name_any();
+    ctx.reconciling(SPEC_CONTROLLER, &key, reconcile_spec_once(node, ctx.clone()))
+        .await
+}
+
+/// One reconcile of the object, counted by [`reconcile_spec`].
+async fn reconcile_spec_once(node: Arc<NorskNode>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let name = node.name_any();
     apply_inventory(
         &ctx.core,
@@ -404,8 +404,6 @@ async fn reconcile_spec(node: Arc<NorskNode>, ctx: Arc<Context>) -> Result<Actio
             .apply(&name, &serde_json::json!({"conditions": next}))
             .await?;
     }
-    ctx.timed(SPEC_CONTROLLER, started);
-    ctx.succeeded(SPEC_CONTROLLER, &name);
     Ok(if retry {
         Action::requeue(CORDON_RETRY)
     } else {

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use crate::automanager::{NodeView, ReadModel};
-use crate::crd::{NodeInventoryStatus, NodePlacementStatus, NorskNodeStatus};
+use crate::crd::{NodeHealth, NodeInventoryStatus, NodePlacementStatus, NorskNodeStatus};
 use crate::model::{NodeId, NodePhase, tags};
 
 use super::conditions::{Observed, READY};
@@ -88,7 +88,7 @@ fn mirror(node: NodeView, template_images: &BTreeMap<String, Vec<String>>) -> Mi
         instance_type: node.instance_type.clone(),
         region: node.region.clone(),
         availability_zone: inventory.map(|i| i.az.clone()).filter(|az| !az.is_empty()),
-        phase: crate::model::wire_name(&node.phase),
+        phase: node.phase,
         inventory: inventory.map(|i| NodeInventoryStatus {
             total_capacity: i.total_capacity,
             total_cores: i.total_cores,
@@ -105,7 +105,11 @@ fn mirror(node: NodeView, template_images: &BTreeMap<String, Vec<String>>) -> Mi
         job_count: u32::try_from(jobs.len()).unwrap_or(u32::MAX),
         jobs: jobs.iter().take(LISTED_JOBS).map(ToString::to_string).collect(),
         spare: node.tags.get(tags::SPARE).is_some_and(|v| v == "true"),
-        health: if unhealthy { "unhealthy" } else { "healthy" }.to_owned(),
+        health: if unhealthy {
+            NodeHealth::Unhealthy
+        } else {
+            NodeHealth::Healthy
+        },
         interruption: node.tags.get(tags::INTERRUPTION).cloned(),
         placement: node
             .placement
@@ -176,12 +180,12 @@ mod tests {
         let a = &nodes["a"];
         assert_eq!(a.node_id, NodeId::from("a"));
         let status = &a.status;
-        assert_eq!(status.phase, "running");
+        assert_eq!(status.phase, NodePhase::Running);
         assert_eq!(status.pool.as_deref(), Some("production"));
         assert_eq!(status.tier.as_deref(), Some("cluster"));
         assert_eq!(status.provider.as_deref(), Some("local-servers"));
         assert_eq!(status.availability_zone.as_deref(), Some("az1"));
-        assert_eq!(status.health, "healthy");
+        assert_eq!(status.health, NodeHealth::Healthy);
         assert!(!status.spare);
         assert_eq!(status.inventory.as_ref().map(|i| i.total_capacity), Some(4.0));
         assert_eq!(
@@ -217,7 +221,7 @@ mod tests {
         let mut test = TestCore::hydrated(&[("a", 4.0)]);
         test.event(ManagerEvent::NodeStarting(node_info("b")));
         let b = &mirrored_nodes(test.read(), DEFAULT_FLEET)["b"];
-        assert_eq!(b.status.phase, "starting");
+        assert_eq!(b.status.phase, NodePhase::Starting);
         assert_eq!(b.status.job_count, 0);
         assert_eq!(b.conditions, [Observed::no(READY, "Starting", "")]);
     }

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use tracing::Span;
 
 use crate::automanager::{Decision, MigrationId, Notification};
-use crate::model::{NodeId, UnixMillis, wire_name};
+use crate::model::{DrainPhase, NodeId, UnixMillis, wire_name};
 
 /// The log of one term's notifications, with the spans of the sagas in
 /// flight.
@@ -183,9 +183,9 @@ fn log(notification: &Notification, manager_url: &str) {
             let phase = wire_name(&state.phase);
             let (node, jobs) = (state.node_id.as_str(), state.jobs.len());
             let reason = state.reason.as_deref().unwrap_or_default();
-            match phase.as_str() {
-                "partial" | "failed" => tracing::warn!(node, phase, jobs, reason, "drain ended"),
-                "done" => tracing::info!(node, phase, jobs, "drain ended"),
+            match state.phase {
+                DrainPhase::Partial | DrainPhase::Failed => tracing::warn!(node, phase, jobs, reason, "drain ended"),
+                DrainPhase::Done => tracing::info!(node, phase, jobs, "drain ended"),
                 _ => tracing::info!(node, phase, jobs, "drain"),
             }
         }

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use kube::api::Api;
@@ -164,7 +164,14 @@ pub(super) fn valid_pools(pools: &Store<PlacementPool>) -> (Vec<model::Placement
 
 #[tracing::instrument(skip_all, fields(pool = %pool.name_any()))]
 async fn reconcile_pool(pool: Arc<PlacementPool>, ctx: Arc<PoolContext>) -> Result<Action, ReconcileError> {
-    let started = Instant::now();
+    let key = pool.name_any();
+    ctx.shared
+        .reconciling(POOL_CONTROLLER, &key, reconcile_pool_once(pool, ctx.clone()))
+        .await
+}
+
+/// One reconcile of the object, counted by [`reconcile_pool`].
+async fn reconcile_pool_once(pool: Arc<PlacementPool>, ctx: Arc<PoolContext>) -> Result<Action, ReconcileError> {
     let shared = &ctx.shared;
     let name = pool.name_any();
     let model = pool.to_model();
@@ -192,8 +199,6 @@ async fn reconcile_pool(pool: Arc<PlacementPool>, ctx: Arc<PoolContext>) -> Resu
             conditions::with_reconciling(conditions, &[]),
         )
         .await?;
-    shared.timed(POOL_CONTROLLER, started);
-    shared.succeeded(POOL_CONTROLLER, &name);
     Ok(Action::requeue(RESYNC))
 }
 

@@ -250,6 +250,7 @@ mod tests {
 
     use super::*;
     use crate::controller::conditions::{READY, RECONCILING};
+    use crate::model::DrainPhase;
 
     fn pool(nodes: u32, conditions: Vec<Condition>) -> PlacementPoolStatus {
         PlacementPoolStatus {
@@ -298,13 +299,13 @@ mod tests {
         let next = merged(
             &NodeDrainStatus::default(),
             NodeDrainStatus {
-                phase: Some("migrating".to_owned()),
+                phase: Some(DrainPhase::Migrating),
                 ..NodeDrainStatus::default()
             },
             vec![Observed::no(READY, "Migrating", "the drain is migrating")],
             Some(2),
         );
-        assert_eq!(next.phase.as_deref(), Some("migrating"));
+        assert_eq!(next.phase, Some(DrainPhase::Migrating));
         assert_eq!(next.conditions[0].status, "False");
         assert_eq!(next.conditions[0].observed_generation, Some(2));
     }

@@ -5,7 +5,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{BundleId, BundleSpec, DateTime, SchedulePhase};
+use crate::model::{BundleId, BundleSpec, DateTime, JobPhase, SchedulePhase};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
@@ -106,7 +106,7 @@ pub struct ReplicaStatus {
 }
 
 /// One job of one replica, as placed and as Manager last reported it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobStatus {
     /// The job's name in the bundle.
@@ -124,7 +124,7 @@ pub struct JobStatus {
     /// `stopping` (a stopped manual job, or one of an ended schedule, still
     /// on its node), `dormant` (a manual job not started), `ended` (its
     /// schedule's end passed), `dropped`, `broken` or `deleting`.
-    pub state: String,
+    pub state: JobPhase,
     /// Restarts in the trailing hour (the restart ceiling counts these).
     #[serde(default)]
     pub restarts_in_last_hour: u32,

@@ -9,46 +9,14 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// What becomes of the node once every job has left it: the core's own
+/// word, so the spec, the status and the drain share one schema.
+pub use crate::model::DrainAfter;
 /// How a job is moved off the node: the model's strategy, so a drain, a
 /// migration and a Bundle job's declaration share one schema.
 pub use crate::model::MigrationStrategy;
 
-/// What becomes of the node once every job has left it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum DrainAfter {
-    /// Terminate the emptied node (the spec's drain-then-terminate).
-    Terminate,
-    /// Keep it, cordoned and running, for planned work (a maintenance drain).
-    Keep,
-}
-
-/// Without a description of its own, like [`MigrationStrategy`]'s: the
-/// field is optional, and the CRD form of an optional enum would take the
-/// enum's description over the field's (which says what absence means).
-impl JsonSchema for DrainAfter {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "DrainAfter".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "oneOf": [
-                {"type": "string", "const": "terminate"},
-                {"type": "string", "const": "keep"}
-            ]
-        })
-    }
-}
-
-impl From<DrainAfter> for crate::automanager::DrainAfter {
-    fn from(after: DrainAfter) -> Self {
-        match after {
-            DrainAfter::Terminate => Self::Terminate,
-            DrainAfter::Keep => Self::Keep,
-        }
-    }
-}
+use crate::model::DrainPhase;
 
 /// How the node is taken out of service.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,7 +39,7 @@ impl DrainMode {
     }
 }
 
-/// Without a description of its own, like [`DrainAfter`]'s.
+/// Without a description of its own, like [`MigrationStrategy`]'s.
 impl JsonSchema for DrainMode {
     fn schema_name() -> std::borrow::Cow<'static, str> {
         "DrainMode".into()
@@ -195,14 +163,14 @@ pub struct NodeDrainSpec {
 }
 
 /// One job of the drain.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DrainJobStatus {
     /// The runtime job.
     pub job_id: String,
     /// `migrating`, `migrated`, `moved`, `stuck` or `terminated` (it went
     /// down with the node: never counted as moved off).
-    pub status: String,
+    pub status: crate::model::DrainJobStatus,
     /// Its migration, while one runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration_id: Option<String>,
@@ -234,11 +202,11 @@ pub struct NodeDrainStatus {
     /// from the moment its terminate is issued (it is never issued again)
     /// until Manager stops the node (`done`) or it is refused (`failed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    pub phase: Option<DrainPhase>,
     /// What becomes of the node once every job moved: `terminate` or
     /// `keep` (the default resolved for the node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub after: Option<String>,
+    pub after: Option<DrainAfter>,
     /// When the drain started (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started: Option<String>,
@@ -254,33 +222,7 @@ pub struct NodeDrainStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The `const` of each `oneOf` entry of `T`'s schema, in order.
-    fn schema_names<T: JsonSchema>() -> Vec<String> {
-        schemars::schema_for!(T)
-            .get("oneOf")
-            .and_then(|v| v.as_array())
-            .unwrap()
-            .iter()
-            .map(|v| v["const"].as_str().unwrap().to_owned())
-            .collect()
-    }
-
-    /// What serde names each of `values`.
-    fn serde_names<T: Serialize>(values: &[T]) -> Vec<String> {
-        values
-            .iter()
-            .map(|v| serde_json::to_value(v).unwrap().as_str().unwrap().to_owned())
-            .collect()
-    }
-
-    #[test]
-    fn the_drain_after_schema_lists_every_serde_name() {
-        assert_eq!(
-            schema_names::<DrainAfter>(),
-            serde_names(&[DrainAfter::Terminate, DrainAfter::Keep])
-        );
-    }
+    use crate::model::{schema_names, serde_names};
 
     #[test]
     fn the_drain_mode_schema_lists_every_serde_name() {

@@ -8,6 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::drain::MigrationStrategy;
+use crate::model::MigrationPhase;
 
 /// The migration wanted.
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -64,11 +65,11 @@ pub struct JobMigrationSpec {
 }
 
 /// One phase transition.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PhaseTransition {
     /// The phase entered.
-    pub phase: String,
+    pub phase: MigrationPhase,
     /// When (RFC 3339).
     pub at: String,
 }
@@ -96,7 +97,7 @@ pub struct JobMigrationStatus {
     pub migration_id: Option<String>,
     /// The phase the saga is in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    pub phase: Option<MigrationPhase>,
     /// Every phase entered, in order, with its time.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transitions: Vec<PhaseTransition>,
@@ -125,7 +126,7 @@ pub struct JobMigrationStatus {
     /// How the job moves: the strategy asked for, or what the Manager at
     /// hand can carry out instead (see `note`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub strategy: Option<String>,
+    pub strategy: Option<MigrationStrategy>,
     /// Why `strategy` differs from the one asked for (a handover run as
     /// overlap on a Manager that relays no migration signals).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -25,7 +25,7 @@ pub use drain::{
 };
 pub use hot_spare::{HotSparePolicy, HotSparePolicySpec, HotSparePolicyStatus};
 pub use migration::{GroupMemberStatus, JobMigration, JobMigrationSpec, JobMigrationStatus, PhaseTransition};
-pub use node::{NodeInventoryStatus, NorskNode, NorskNodeSpec, NorskNodeStatus};
+pub use node::{NodeHealth, NodeInventoryStatus, NorskNode, NorskNodeSpec, NorskNodeStatus};
 pub use node_placement::{
     MAX_LISTED_RESERVATIONS, NodePlacementStatus, NodeStatusError, OmittedReservations, SkippedNode, fleet_snapshot,
 };

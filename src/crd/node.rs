@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::node_placement::NodePlacementStatus;
 use crate::model::manager::KeptTags;
-use crate::model::{NodeInventory, SpareSpec};
+use crate::model::{NodeInventory, NodePhase, SpareSpec};
 
 /// What people may change about a node: whether placement may use it, and
 /// (for a live spare) what it is warmed and reserved for.
@@ -84,7 +84,7 @@ pub struct NorskNodeStatus {
     pub availability_zone: Option<String>,
     /// `prospective`, `starting`, `running`, `stopping` or `stopped`.
     #[serde(default)]
-    pub phase: String,
+    pub phase: NodePhase,
     /// What the worker advertises.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inventory: Option<NodeInventoryStatus>,
@@ -99,7 +99,7 @@ pub struct NorskNodeStatus {
     pub spare: bool,
     /// `healthy`, or `unhealthy` after repeated rejections.
     #[serde(default)]
-    pub health: String,
+    pub health: NodeHealth,
     /// The provider's interruption notice, if any (tag `interruption`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interruption: Option<String>,
@@ -113,6 +113,17 @@ pub struct NorskNodeStatus {
     /// back, so a consumed spare is never taken for a live one again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_tags: Option<KeptTags>,
+}
+
+/// Whether placement still uses a node its jobs keep rejecting.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum NodeHealth {
+    /// Placement may use it.
+    #[default]
+    Healthy,
+    /// Excluded from placement after repeated job rejections.
+    Unhealthy,
 }
 
 /// A node's advertised inventory.

@@ -71,6 +71,77 @@ pub enum BundleState {
     Deleting,
 }
 
+/// Where a job stands, in the words a Bundle's status uses (`jobs[].state`),
+/// decided by the core's own rules: its bundle's schedule and deletion, its
+/// binding's phase, its failure outcome, a manual job's desired state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum JobPhase {
+    /// Its bundle is being deleted on Manager.
+    Deleting,
+    /// Dropped by the failure policy (`onRuntimeFailure: drop`, or a
+    /// non-essential job past its ceiling).
+    Dropped,
+    /// Its bundle is broken.
+    Broken,
+    /// Placed, but its window ended or it was stopped by request.
+    Stopping,
+    /// Placed on a node still launching.
+    AwaitingNode,
+    /// Its start was sent.
+    Starting,
+    /// Running.
+    Running,
+    /// Its window (or Manager's `post` state) is over.
+    Ended,
+    /// A `startMode: manual` job kept stopped.
+    Dormant,
+    /// Its bundle's schedule has not reached its placement lead.
+    Scheduled,
+    /// No tier can take it now; waiting for capacity.
+    AwaitingCapacity,
+    /// Not placed yet.
+    Pending,
+}
+
+impl JobPhase {
+    /// Whether the job is meant to run now (so counts towards a bundle's
+    /// readiness).
+    pub fn is_wanted(self) -> bool {
+        !matches!(
+            self,
+            Self::Dormant | Self::Dropped | Self::Stopping | Self::Ended | Self::Scheduled
+        )
+    }
+}
+
+/// Without a description of its own, like [`super::SchedulePhase`]'s: the
+/// status field that holds a job's phase says what each one means there.
+impl JsonSchema for JobPhase {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "JobPhase".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "oneOf": [
+                {"type": "string", "const": "deleting"},
+                {"type": "string", "const": "dropped"},
+                {"type": "string", "const": "broken"},
+                {"type": "string", "const": "stopping"},
+                {"type": "string", "const": "awaitingNode"},
+                {"type": "string", "const": "starting"},
+                {"type": "string", "const": "running"},
+                {"type": "string", "const": "ended"},
+                {"type": "string", "const": "dormant"},
+                {"type": "string", "const": "scheduled"},
+                {"type": "string", "const": "awaitingCapacity"},
+                {"type": "string", "const": "pending"}
+            ]
+        })
+    }
+}
+
 /// A terminal verdict's kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -334,5 +405,27 @@ mod tests {
         assert_eq!(s.intra_replica_placement.same_az, IntraReplicaAz::Soft);
         assert_eq!(s.jobs[0].start_mode, crate::model::StartMode::Auto);
         assert!(s.jobs[0].requirements.is_essential());
+    }
+
+    #[test]
+    fn the_job_phase_schema_lists_every_serde_name() {
+        use JobPhase::*;
+        assert_eq!(
+            crate::model::schema_names::<JobPhase>(),
+            crate::model::serde_names(&[
+                Deleting,
+                Dropped,
+                Broken,
+                Stopping,
+                AwaitingNode,
+                Starting,
+                Running,
+                Ended,
+                Dormant,
+                Scheduled,
+                AwaitingCapacity,
+                Pending,
+            ])
+        );
     }
 }

@@ -8,21 +8,25 @@
 //! and the simulator's snapshot all share one definition.
 
 mod bundle;
+mod drain;
 mod event;
 mod fleet;
 mod ids;
 mod job;
 pub mod manager;
+mod migration;
 mod node;
 mod pool;
 mod schedule;
 mod spare;
 
 pub use bundle::*;
+pub use drain::*;
 pub use event::*;
 pub use fleet::*;
 pub use ids::*;
 pub use job::*;
+pub use migration::*;
 pub use node::*;
 pub use pool::*;
 pub use schedule::*;
@@ -40,6 +44,26 @@ pub fn wire_name(value: &impl serde::Serialize) -> String {
         Ok(serde_json::Value::String(s)) => s,
         _ => String::new(),
     }
+}
+
+/// The `const` of each `oneOf` entry of `T`'s schema, in order: what a
+/// hand-written enum schema lists, for a test to hold against
+/// [`serde_names`].
+#[cfg(test)]
+pub(crate) fn schema_names<T: schemars::JsonSchema>() -> Vec<String> {
+    schemars::schema_for!(T)
+        .get("oneOf")
+        .and_then(|v| v.as_array())
+        .unwrap()
+        .iter()
+        .map(|v| v["const"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// What serde names each of `values`.
+#[cfg(test)]
+pub(crate) fn serde_names<T: serde::Serialize>(values: &[T]) -> Vec<String> {
+    values.iter().map(wire_name).collect()
 }
 
 #[cfg(test)]

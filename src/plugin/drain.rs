@@ -20,6 +20,7 @@ use crate::controller::drain_status::{every_job_moved, lost_jobs};
 use crate::crd::{
     DrainAfter, DrainMode, Interruption, InterruptionKind, MigrationStrategy, NodeDrain, NodeDrainSpec, NodeDrainStatus,
 };
+use crate::model::{DrainJobStatus as JobStatus, DrainPhase, wire_name};
 
 use super::{PluginError, watch_named};
 
@@ -134,19 +135,15 @@ fn kubernetes_name(node_id: &str) -> String {
 /// Jobs moved off and jobs in all, from the drain's status (a job that went down with the
 /// node did not move off).
 pub fn progress(status: &NodeDrainStatus) -> (u64, u64) {
-    let moved = status
-        .jobs
-        .iter()
-        .filter(|j| matches!(j.status.as_str(), "migrated" | "moved"))
-        .count();
+    let moved = status.jobs.iter().filter(|j| j.status.left_the_node()).count();
     (moved as u64, status.jobs.len() as u64)
 }
 
 /// The end the status reports, if the drain has ended: `done` only when every job moved off.
 pub fn end(status: &NodeDrainStatus) -> Option<DrainEnd> {
     let reason = || status.reason.clone().unwrap_or_default();
-    let phase = status.phase.as_deref()?;
-    if !matches!(phase, "done" | "partial" | "failed") {
+    let phase = status.phase?;
+    if !phase.is_final() {
         return None;
     }
     let lost = lost_jobs(status);
@@ -154,7 +151,7 @@ pub fn end(status: &NodeDrainStatus) -> Option<DrainEnd> {
         let detail = status
             .jobs
             .iter()
-            .filter(|j| j.status == "terminated")
+            .filter(|j| j.status == JobStatus::Terminated)
             .map(|j| match &j.reason {
                 Some(why) => format!("{} ({why})", j.job_id),
                 None => j.job_id.clone(),
@@ -168,19 +165,19 @@ pub fn end(status: &NodeDrainStatus) -> Option<DrainEnd> {
         return Some(DrainEnd::JobsLost(why));
     }
     match phase {
-        "done" if every_job_moved(status) && status.after.as_deref() == Some("keep") => Some(DrainEnd::Kept),
-        "done" if every_job_moved(status) => Some(DrainEnd::Done),
-        "done" => Some(DrainEnd::Partial(format!(
+        DrainPhase::Done if every_job_moved(status) && status.after == Some(DrainAfter::Keep) => Some(DrainEnd::Kept),
+        DrainPhase::Done if every_job_moved(status) => Some(DrainEnd::Done),
+        DrainPhase::Done => Some(DrainEnd::Partial(format!(
             "the node was terminated but not every job moved off: {}",
             status
                 .jobs
                 .iter()
-                .filter(|j| !matches!(j.status.as_str(), "migrated" | "moved"))
-                .map(|j| format!("{} is {}", j.job_id, j.status))
+                .filter(|j| !j.status.left_the_node())
+                .map(|j| format!("{} is {}", j.job_id, wire_name(&j.status)))
                 .collect::<Vec<_>>()
                 .join(", ")
         ))),
-        "partial" => Some(DrainEnd::Partial(reason())),
+        DrainPhase::Partial => Some(DrainEnd::Partial(reason())),
         _ => Some(DrainEnd::Failed(reason())),
     }
 }
@@ -201,8 +198,8 @@ pub async fn create_and_follow_at_once(
     let mut reason = String::new();
     let ended = follow_drain(&api, &name, |status| {
         if status.phase != phase {
-            phase.clone_from(&status.phase);
-            println!("nodedrain/{name} {}", status.phase.as_deref().unwrap_or("pending"));
+            phase = status.phase;
+            println!("nodedrain/{name} {}", phase_word(status));
         }
         reason = status.reason.clone().unwrap_or_default();
     })
@@ -298,7 +295,7 @@ async fn follow_with_bar(api: &Api<NodeDrain>, name: &str) -> Result<DrainEnd, P
         }
         bar.set_length(total);
         bar.set_position(finished);
-        bar.set_message(status.phase.clone().unwrap_or_else(|| "pending".to_owned()));
+        bar.set_message(phase_word(status));
         for line in seen.changed(status) {
             bar.println(line);
         }
@@ -318,11 +315,11 @@ async fn follow_with_lines(api: &Api<NodeDrain>, name: &str) -> Result<DrainEnd,
     let mut phase = None;
     let ended = follow_drain(api, name, |status| {
         if status.phase != phase {
-            phase.clone_from(&status.phase);
+            phase = status.phase;
             let (finished, total) = progress(status);
             println!(
                 "nodedrain/{name} {}: {finished}/{total} jobs moved off",
-                status.phase.as_deref().unwrap_or("pending")
+                phase_word(status)
             );
         }
         for line in seen.changed(status) {
@@ -336,11 +333,17 @@ async fn follow_with_lines(api: &Api<NodeDrain>, name: &str) -> Result<DrainEnd,
     ended
 }
 
+/// The drain's phase as the follower prints it: `pending` before the
+/// operator recorded one.
+fn phase_word(status: &NodeDrainStatus) -> String {
+    status.phase.as_ref().map_or_else(|| "pending".to_owned(), wire_name)
+}
+
 /// What the follower printed of each job: its last status and the node its
 /// migration moves it to.
 #[derive(Debug, Default)]
 struct JobLines {
-    last: BTreeMap<String, (String, Option<String>)>,
+    last: BTreeMap<String, (JobStatus, Option<String>)>,
 }
 
 impl JobLines {
@@ -348,12 +351,12 @@ impl JobLines {
     fn changed(&mut self, status: &NodeDrainStatus) -> Vec<String> {
         let mut lines = Vec::new();
         for job in &status.jobs {
-            let now = (job.status.clone(), job.target_node_id.clone());
+            let now = (job.status, job.target_node_id.clone());
             if self.last.get(&job.job_id) == Some(&now) {
                 continue;
             }
             self.last.insert(job.job_id.clone(), now);
-            let mut line = format!("  {} {}", job.job_id, job.status);
+            let mut line = format!("  {} {}", job.job_id, wire_name(&job.status));
             if let Some(target) = &job.target_node_id {
                 line.push_str(&format!(" -> {target}"));
             }
@@ -369,7 +372,7 @@ impl JobLines {
     fn destinations(&self) -> Vec<String> {
         self.last
             .iter()
-            .filter(|(_, (status, _))| status == "migrated")
+            .filter(|(_, (status, _))| *status == JobStatus::Migrated)
             .map(|(job, (_, target))| format!("  {job} -> {}", target.as_deref().unwrap_or("(target not recorded)")))
             .collect()
     }
@@ -399,41 +402,45 @@ mod tests {
     use super::*;
     use crate::crd::DrainJobStatus;
 
-    fn job(status: &str) -> DrainJobStatus {
+    fn job(status: JobStatus) -> DrainJobStatus {
         DrainJobStatus {
-            job_id: format!("b/{status}"),
-            status: status.to_owned(),
-            ..DrainJobStatus::default()
+            job_id: format!("b/{}", wire_name(&status)),
+            status,
+            migration_id: None,
+            target_node_id: None,
+            reason: None,
         }
     }
 
     #[test]
     fn each_change_of_a_job_is_one_line_naming_its_target_and_the_summary_says_where_each_moved_job_went() {
         let mut lines = JobLines::default();
-        let mut moving = job("migrating");
+        let mut moving = job(JobStatus::Migrating);
         moving.migration_id = Some("3f9c1e2a".to_owned());
         let status = |jobs: Vec<DrainJobStatus>| NodeDrainStatus {
             jobs,
             ..NodeDrainStatus::default()
         };
         assert_eq!(
-            lines.changed(&status(vec![moving.clone(), job("stuck")])),
+            lines.changed(&status(vec![moving.clone(), job(JobStatus::Stuck)])),
             vec!["  b/migrating migrating", "  b/stuck stuck"]
         );
         assert!(
-            lines.changed(&status(vec![moving.clone(), job("stuck")])).is_empty(),
+            lines
+                .changed(&status(vec![moving.clone(), job(JobStatus::Stuck)]))
+                .is_empty(),
             "nothing changed"
         );
         moving.target_node_id = Some("node-b".to_owned());
         assert_eq!(
-            lines.changed(&status(vec![moving.clone(), job("stuck")])),
+            lines.changed(&status(vec![moving.clone(), job(JobStatus::Stuck)])),
             vec!["  b/migrating migrating -> node-b"],
             "the target, once placed, is a change of its own"
         );
         let mut moved = moving;
-        moved.status = "migrated".to_owned();
+        moved.status = JobStatus::Migrated;
         assert_eq!(
-            lines.changed(&status(vec![moved, job("stuck"), job("migrated")])),
+            lines.changed(&status(vec![moved, job(JobStatus::Stuck), job(JobStatus::Migrated)])),
             vec!["  b/migrating migrated -> node-b", "  b/migrated migrated"]
         );
         assert_eq!(
@@ -446,11 +453,11 @@ mod tests {
     fn progress_counts_jobs_moved_off_of_all() {
         let status = NodeDrainStatus {
             jobs: vec![
-                job("migrated"),
-                job("migrating"),
-                job("moved"),
-                job("stuck"),
-                job("terminated"),
+                job(JobStatus::Migrated),
+                job(JobStatus::Migrating),
+                job(JobStatus::Moved),
+                job(JobStatus::Stuck),
+                job(JobStatus::Terminated),
             ],
             ..NodeDrainStatus::default()
         };
@@ -459,12 +466,12 @@ mod tests {
 
     #[test]
     fn a_drain_whose_node_took_a_job_down_is_never_reported_done() {
-        let mut terminated = job("terminated");
+        let mut terminated = job(JobStatus::Terminated);
         terminated.job_id = "default/ch1/0/encode".to_owned();
         terminated.reason = Some("still on the node when it was terminated".to_owned());
         let status = NodeDrainStatus {
-            phase: Some("done".to_owned()),
-            jobs: vec![job("migrated"), terminated],
+            phase: Some(DrainPhase::Done),
+            jobs: vec![job(JobStatus::Migrated), terminated],
             ..NodeDrainStatus::default()
         };
         let Some(DrainEnd::JobsLost(why)) = end(&status) else {
@@ -475,7 +482,7 @@ mod tests {
             "{why}"
         );
         let partial = NodeDrainStatus {
-            phase: Some("partial".to_owned()),
+            phase: Some(DrainPhase::Partial),
             ..status
         };
         assert!(matches!(end(&partial), Some(DrainEnd::JobsLost(_))));
@@ -483,29 +490,35 @@ mod tests {
 
     #[test]
     fn drain_ends_only_in_done_partial_or_failed() {
-        let at = |phase: &str| NodeDrainStatus {
-            phase: Some(phase.to_owned()),
+        let at = |phase: DrainPhase| NodeDrainStatus {
+            phase: Some(phase),
             reason: Some("job x stuck".to_owned()),
             ..NodeDrainStatus::default()
         };
-        assert_eq!(end(&at("migrating")), None);
-        assert_eq!(end(&at("terminating")), None);
-        assert_eq!(end(&at("done")), Some(DrainEnd::Done));
-        assert_eq!(end(&at("partial")), Some(DrainEnd::Partial("job x stuck".to_owned())));
-        assert_eq!(end(&at("failed")), Some(DrainEnd::Failed("job x stuck".to_owned())));
+        assert_eq!(end(&at(DrainPhase::Migrating)), None);
+        assert_eq!(end(&at(DrainPhase::Terminating)), None);
+        assert_eq!(end(&at(DrainPhase::Done)), Some(DrainEnd::Done));
+        assert_eq!(
+            end(&at(DrainPhase::Partial)),
+            Some(DrainEnd::Partial("job x stuck".to_owned()))
+        );
+        assert_eq!(
+            end(&at(DrainPhase::Failed)),
+            Some(DrainEnd::Failed("job x stuck".to_owned()))
+        );
     }
 
     #[test]
     fn a_kept_drain_is_done_with_its_node_kept() {
         let kept = NodeDrainStatus {
-            phase: Some("done".to_owned()),
-            after: Some("keep".to_owned()),
-            jobs: vec![job("migrated")],
+            phase: Some(DrainPhase::Done),
+            after: Some(DrainAfter::Keep),
+            jobs: vec![job(JobStatus::Migrated)],
             ..NodeDrainStatus::default()
         };
         assert_eq!(end(&kept), Some(DrainEnd::Kept));
         let terminated = NodeDrainStatus {
-            after: Some("terminate".to_owned()),
+            after: Some(DrainAfter::Terminate),
             ..kept
         };
         assert_eq!(end(&terminated), Some(DrainEnd::Done));

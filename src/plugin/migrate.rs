@@ -9,8 +9,9 @@ use futures::StreamExt;
 use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt};
 
-use crate::controller::migration_status::{group_words, is_ended_name};
+use crate::controller::migration_status::group_words;
 use crate::crd::{JobMigration, JobMigrationSpec, JobMigrationStatus, MigrationStrategy};
+use crate::model::{MigrationPhase, wire_name};
 
 use super::{PluginError, watch_named};
 
@@ -20,7 +21,7 @@ pub enum MigrationAnswer {
     /// The saga started (and is where `phase` says); `summary` says what moves where.
     Accepted {
         /// The saga's phase when seen.
-        phase: String,
+        phase: MigrationPhase,
         /// What moves where, with the co-located group moving along.
         summary: String,
     },
@@ -32,15 +33,18 @@ pub enum MigrationAnswer {
 
 /// The answer a status gives, if the operator has answered yet.
 pub fn answer(status: &JobMigrationStatus) -> Option<MigrationAnswer> {
-    let Some(phase) = status.phase.clone() else {
+    let Some(phase) = status.phase else {
         // Refused: no saga, the reason recorded.
         return status.reason.clone().map(MigrationAnswer::Refused);
     };
     let id = status.migration_id.clone().unwrap_or_default();
     let node = |n: &Option<String>| n.clone().unwrap_or_else(|| "?".to_owned());
-    if is_ended_name(&phase) && phase != "done" {
+    if phase.is_ended() && phase != MigrationPhase::Done {
         let why = status.reason.clone().unwrap_or_default();
-        return Some(MigrationAnswer::Failed(format!("migration {id} ended {phase}: {why}")));
+        return Some(MigrationAnswer::Failed(format!(
+            "migration {id} ended {}: {why}",
+            wire_name(&phase)
+        )));
     }
     Some(MigrationAnswer::Accepted {
         summary: format!(
@@ -105,7 +109,7 @@ pub async fn create_and_wait(
     let api: Api<JobMigration> = Api::namespaced(client, namespace);
     match wait_for_answer(&api, &name).await? {
         MigrationAnswer::Accepted { phase, summary } => {
-            println!("jobmigration/{name} accepted ({phase}): {summary}");
+            println!("jobmigration/{name} accepted ({}): {summary}", wire_name(&phase));
             Ok(ExitCode::SUCCESS)
         }
         MigrationAnswer::Failed(why) => {
@@ -158,7 +162,7 @@ mod tests {
     fn an_accepted_migration_says_its_group_moves_with_it() {
         let accepted = JobMigrationStatus {
             migration_id: Some("0000abcd".to_owned()),
-            phase: Some("preparing".to_owned()),
+            phase: Some(MigrationPhase::Preparing),
             source_node_id: Some("node-a".to_owned()),
             target_node_id: Some("node-s1".to_owned()),
             group: vec![GroupMemberStatus {
@@ -170,14 +174,14 @@ mod tests {
         assert_eq!(
             answer(&accepted),
             Some(MigrationAnswer::Accepted {
-                phase: "preparing".to_owned(),
+                phase: MigrationPhase::Preparing,
                 summary: "migration 0000abcd moves the job from node-a to node-s1 with its co-located group \
                           (default/ch1/0/encode)"
                     .to_owned(),
             })
         );
         let aborted = JobMigrationStatus {
-            phase: Some("aborted".to_owned()),
+            phase: Some(MigrationPhase::Aborted),
             reason: Some("preparing deadline passed".to_owned()),
             ..accepted
         };

@@ -22,7 +22,7 @@ use crate::cli::plan::{InputError, Output, PlanCommandError, Sources, input, pla
 use crate::controller::OPERATOR_NAME;
 use crate::controller::node::{FLEET, MANAGED_BY};
 use crate::crd::{Bundle, HotSparePolicy, NodeStatusError, NorskNode, PlacementPool, SkippedNode, fleet_snapshot};
-use crate::model::{BundleId, BundleSpec, FleetSnapshot};
+use crate::model::{BundleId, BundleSpec, FleetSnapshot, wire_name};
 
 /// Why no plan could be computed.
 #[derive(Debug, thiserror::Error)]
@@ -339,7 +339,7 @@ pub fn last_placements(bundle: &Bundle, job: Option<&str>) -> String {
                 index.to_string(),
                 j.job_name.clone(),
                 j.node.clone().unwrap_or_else(dash),
-                j.state.clone(),
+                wire_name(&j.state),
                 j.last_placement.clone().unwrap_or_else(dash),
                 j.resilience_degraded.clone().unwrap_or_else(dash),
             ]

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 use crate::controller::conditions::{self, STALLED};
 use crate::crd::{Bundle, BundleStatus};
-use crate::model::StartMode;
+use crate::model::{JobPhase, StartMode, wire_name};
 
 use super::{PluginError, watch_named};
 
@@ -153,7 +153,7 @@ async fn patch(client: &Client, namespace: &str, request: &StartStop) -> Result<
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StartStopAnswer {
     /// Every named replica is where it was asked to be; per replica, its state and node.
-    Done(Vec<(u32, String, Option<String>)>),
+    Done(Vec<(u32, JobPhase, Option<String>)>),
     /// The operator refused the Bundle, or the job cannot run; why.
     Refused(String),
 }
@@ -179,21 +179,22 @@ pub fn answer(
             .iter()
             .find(|r| r.index == replica)
             .and_then(|r| r.jobs.iter().find(|j| j.job_name == request.job))?;
-        let settled = match (request.start, job.state.as_str()) {
-            (true, "dormant") => false,
-            (true, cannot @ ("broken" | "dropped" | "ended" | "deleting")) => {
+        let settled = match (request.start, job.state) {
+            (true, JobPhase::Dormant) => false,
+            (true, cannot @ (JobPhase::Broken | JobPhase::Dropped | JobPhase::Ended | JobPhase::Deleting)) => {
                 return Some(StartStopAnswer::Refused(format!(
-                    "replica {replica} of {} cannot run: it is {cannot}",
-                    request.job
+                    "replica {replica} of {} cannot run: it is {}",
+                    request.job,
+                    wire_name(&cannot)
                 )));
             }
             (true, _) => true,
-            (false, state) => state != "stopping" && job.node.is_none(),
+            (false, state) => state != JobPhase::Stopping && job.node.is_none(),
         };
         if !settled {
             return None;
         }
-        done.push((replica, job.state.clone(), job.node.clone()));
+        done.push((replica, job.state, job.node.clone()));
     }
     Some(StartStopAnswer::Done(done))
 }
@@ -251,7 +252,7 @@ pub async fn start_or_stop(
         StartStopAnswer::Done(done) => {
             for (replica, state, node) in done {
                 let on = node.map(|n| format!(" on {n}")).unwrap_or_default();
-                println!("{what} replica {replica} {verb}: {state}{on}");
+                println!("{what} replica {replica} {verb}: {}{on}", wire_name(&state));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -326,7 +327,7 @@ mod tests {
         assert_eq!(jobs[1], json!({"jobName": "record", "startMode": "manual"}));
     }
 
-    fn status(generation: i64, state: &str, node: Option<&str>) -> BundleStatus {
+    fn status(generation: i64, state: JobPhase, node: Option<&str>) -> BundleStatus {
         BundleStatus {
             observed_generation: Some(generation),
             replicas: vec![ReplicaStatus {
@@ -335,8 +336,12 @@ mod tests {
                     job_name: "record".into(),
                     job_id: "default/ch1/0/record".into(),
                     node: node.map(Into::into),
-                    state: state.into(),
-                    ..JobStatus::default()
+                    state,
+                    instance_key: None,
+                    restarts_in_last_hour: 0,
+                    gpu_index: None,
+                    last_placement: None,
+                    resilience_degraded: None,
                 }],
             }],
             ..BundleStatus::default()
@@ -347,17 +352,17 @@ mod tests {
     fn a_start_is_answered_once_the_operator_took_the_job_out_of_dormant_at_the_patched_generation() {
         let start = request("record", Some(0), true);
         assert_eq!(
-            answer(&status(2, "running", Some("a")), 3, &start, &[0]),
+            answer(&status(2, JobPhase::Running, Some("a")), 3, &start, &[0]),
             None,
             "an older generation"
         );
-        assert_eq!(answer(&status(3, "dormant", None), 3, &start, &[0]), None);
+        assert_eq!(answer(&status(3, JobPhase::Dormant, None), 3, &start, &[0]), None);
         assert_eq!(
-            answer(&status(3, "starting", Some("a")), 3, &start, &[0]),
-            Some(StartStopAnswer::Done(vec![(0, "starting".into(), Some("a".into()))]))
+            answer(&status(3, JobPhase::Starting, Some("a")), 3, &start, &[0]),
+            Some(StartStopAnswer::Done(vec![(0, JobPhase::Starting, Some("a".into()))]))
         );
         assert!(matches!(
-            answer(&status(3, "ended", None), 3, &start, &[0]),
+            answer(&status(3, JobPhase::Ended, None), 3, &start, &[0]),
             Some(StartStopAnswer::Refused(_))
         ));
     }
@@ -365,10 +370,10 @@ mod tests {
     #[test]
     fn a_stop_is_answered_once_the_job_is_off_its_node() {
         let stop = request("record", Some(0), false);
-        assert_eq!(answer(&status(3, "stopping", Some("a")), 3, &stop, &[0]), None);
+        assert_eq!(answer(&status(3, JobPhase::Stopping, Some("a")), 3, &stop, &[0]), None);
         assert_eq!(
-            answer(&status(3, "dormant", None), 3, &stop, &[0]),
-            Some(StartStopAnswer::Done(vec![(0, "dormant".into(), None)]))
+            answer(&status(3, JobPhase::Dormant, None), 3, &stop, &[0]),
+            Some(StartStopAnswer::Done(vec![(0, JobPhase::Dormant, None)]))
         );
     }
 }

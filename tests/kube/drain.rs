@@ -19,6 +19,7 @@ use norsk_auto_manager::automanager::{AutoSettings, MigrationSettings};
 use norsk_auto_manager::controller::node_status::node_resource_name;
 use norsk_auto_manager::crd::{Bundle, InterruptionKind, JobMigration, NodeDrain};
 use norsk_auto_manager::manager::proto::{manager as pb, sim_admin};
+use norsk_auto_manager::model::{DrainJobStatus, DrainPhase, MigrationPhase, wire_name};
 
 use crate::control_plane;
 use crate::operator_support::{Operator, WAIT, event_where, installed, is_ready, simulator, small_bundle, until};
@@ -89,12 +90,12 @@ fn job_migration(name: &str, bundle: &str, extra: &str) -> String {
     )
 }
 
-fn drain_phase(d: Option<&NodeDrain>) -> Option<String> {
-    d?.status.as_ref()?.phase.clone()
+fn drain_phase(d: Option<&NodeDrain>) -> Option<DrainPhase> {
+    d?.status.as_ref()?.phase
 }
 
-fn migration_phase(m: Option<&JobMigration>) -> Option<String> {
-    m?.status.as_ref()?.phase.clone()
+fn migration_phase(m: Option<&JobMigration>) -> Option<MigrationPhase> {
+    m?.status.as_ref()?.phase
 }
 
 fn condition_of(
@@ -128,7 +129,7 @@ async fn an_applied_node_drain_empties_the_node_with_a_job_migration_per_job_it_
         .expect("drain applies");
     let drains: Api<NodeDrain> = Api::all(cp.client());
     let done = until(&drains, &drain_name, "done", |d: Option<&NodeDrain>| {
-        drain_phase(d).as_deref() == Some("done")
+        drain_phase(d) == Some(DrainPhase::Done)
     })
     .await;
     let status = done.status.clone().expect("status");
@@ -143,7 +144,10 @@ async fn an_applied_node_drain_empties_the_node_with_a_job_migration_per_job_it_
         .collect();
     let drained: Vec<String> = status.jobs.iter().map(|j| j.job_id.clone()).collect();
     assert_eq!(drained, on_node, "the drain covers exactly the node's jobs");
-    assert!(status.jobs.iter().all(|j| j.status == "migrated"), "{status:#?}");
+    assert!(
+        status.jobs.iter().all(|j| j.status == DrainJobStatus::Migrated),
+        "{status:#?}"
+    );
     // A JobMigration per migration, owned by the drain, each ended done.
     let migrations: Api<JobMigration> = Api::namespaced(cp.client(), &ns);
     let uid = done.meta().uid.clone().expect("uid");
@@ -162,7 +166,7 @@ async fn an_applied_node_drain_empties_the_node_with_a_job_migration_per_job_it_
                 .any(|o| o.uid == uid && o.kind == "NodeDrain")
         );
         let ended = until(&migrations, &owned.name_any(), "done", |m: Option<&JobMigration>| {
-            migration_phase(m).as_deref() == Some("done")
+            migration_phase(m) == Some(MigrationPhase::Done)
         })
         .await;
         let target = ended.status.and_then(|s| s.target_node_id);
@@ -198,7 +202,7 @@ async fn deleting_a_node_drain_before_its_terminate_cancels_it_and_uncordons_the
         .expect("drain applies");
     let drains: Api<NodeDrain> = Api::all(cp.client());
     let running = until(&drains, &drain_name, "in flight", |d: Option<&NodeDrain>| {
-        drain_phase(d).as_deref() == Some("migrating")
+        drain_phase(d) == Some(DrainPhase::Migrating)
     })
     .await;
     assert_eq!(
@@ -246,11 +250,11 @@ async fn a_job_migration_with_overlap_moves_the_job_and_records_each_phase() {
         .expect("migration applies");
     let migrations: Api<JobMigration> = Api::namespaced(cp.client(), &ns);
     let done = until(&migrations, "move-it", "done", |m: Option<&JobMigration>| {
-        migration_phase(m).as_deref() == Some("done")
+        migration_phase(m) == Some(MigrationPhase::Done)
     })
     .await;
     let status = done.status.expect("status");
-    let phases: Vec<&str> = status.transitions.iter().map(|t| t.phase.as_str()).collect();
+    let phases: Vec<String> = status.transitions.iter().map(|t| wire_name(&t.phase)).collect();
     assert_eq!(phases, ["placing", "starting", "stoppingSource", "done"], "{status:#?}");
     assert!(status.transitions.iter().all(|t| !t.at.is_empty()));
     assert_eq!(status.source_node_id.as_deref(), Some(source.as_str()));
@@ -285,7 +289,7 @@ async fn aborting_a_job_migration_before_the_point_of_no_return_rolls_it_back() 
         .expect("migration applies");
     let migrations: Api<JobMigration> = Api::namespaced(cp.client(), &ns);
     until(&migrations, "abort-it", "starting", |m: Option<&JobMigration>| {
-        migration_phase(m).as_deref() == Some("starting")
+        migration_phase(m) == Some(MigrationPhase::Starting)
     })
     .await;
     let patch = serde_json::json!({"spec": {"abort": true}});
@@ -294,7 +298,7 @@ async fn aborting_a_job_migration_before_the_point_of_no_return_rolls_it_back() 
         .await
         .expect("abort asked");
     let aborted = until(&migrations, "abort-it", "aborted", |m: Option<&JobMigration>| {
-        migration_phase(m).as_deref() == Some("aborted")
+        migration_phase(m) == Some(MigrationPhase::Aborted)
     })
     .await;
     let status = aborted.status.expect("status");
@@ -337,7 +341,7 @@ async fn an_interruption_notice_makes_the_operator_create_a_node_drain_with_it()
     assert!(interruption.deadline.is_some());
     assert_eq!(drain.spec.node_id, node);
     let done = until(&drains, &name, "done", |d: Option<&NodeDrain>| {
-        drain_phase(d).as_deref() == Some("done")
+        drain_phase(d) == Some(DrainPhase::Done)
     })
     .await;
     let status = done.status.expect("status");
@@ -361,7 +365,7 @@ async fn a_migration_in_flight_when_the_operator_stops_is_started_again_by_the_n
         .expect("migration applies");
     let migrations: Api<JobMigration> = Api::namespaced(cp.client(), &ns);
     let in_flight = until(&migrations, "in-flight", "starting", |m: Option<&JobMigration>| {
-        migration_phase(m).as_deref() == Some("starting")
+        migration_phase(m) == Some(MigrationPhase::Starting)
     })
     .await;
     let first_id = in_flight.status.and_then(|s| s.migration_id).expect("a migration id");
@@ -375,11 +379,11 @@ async fn a_migration_in_flight_when_the_operator_stops_is_started_again_by_the_n
     let note = restarted.note.unwrap_or_default();
     assert!(note.contains("starting") && note.contains(&source), "{note}");
     let done = until(&migrations, "in-flight", "done", |m: Option<&JobMigration>| {
-        migration_phase(m).is_some_and(|p| ["done", "aborted", "lost"].contains(&p.as_str()))
+        migration_phase(m).is_some_and(MigrationPhase::is_ended)
     })
     .await;
     let status = done.status.expect("status");
-    assert_eq!(status.phase.as_deref(), Some("done"), "{status:#?}");
+    assert_eq!(status.phase, Some(MigrationPhase::Done), "{status:#?}");
     assert_ne!(status.migration_id.as_deref(), Some(first_id.as_str()), "a new saga");
     assert_ne!(status.target_node_id.as_deref(), Some(source.as_str()));
     second.stop().await;
@@ -416,14 +420,14 @@ async fn a_drain_in_flight_when_the_operator_stops_is_resumed_by_the_next_term()
         .expect("drain applies");
     let drains: Api<NodeDrain> = Api::all(cp.client());
     let before = until(&drains, &drain_name, "migrating", |d: Option<&NodeDrain>| {
-        drain_phase(d).as_deref() == Some("migrating")
+        drain_phase(d) == Some(DrainPhase::Migrating)
     })
     .await;
     let first_started = before.status.and_then(|s| s.started);
     let migrations: Api<JobMigration> = Api::namespaced(cp.client(), &ns);
     let old = drain_migrations(&migrations, &drain_name, 1).await[0].name_any();
     until(&migrations, &old, "starting", |m: Option<&JobMigration>| {
-        migration_phase(m).as_deref() == Some("starting")
+        migration_phase(m) == Some(MigrationPhase::Starting)
     })
     .await;
     first.stop().await;
@@ -433,11 +437,11 @@ async fn a_drain_in_flight_when_the_operator_stops_is_resumed_by_the_next_term()
         d.and_then(|d| d.status.as_ref()?.started.clone()) != first_started
     })
     .await;
-    assert_eq!(drain_phase(Some(&resumed)).as_deref(), Some("migrating"));
+    assert_eq!(drain_phase(Some(&resumed)), Some(DrainPhase::Migrating));
     // The first term's migration is accounted for, not dropped; the
     // resumed drain's migration has a JobMigration of its own.
     let ended = until(&migrations, &old, "an end", |m: Option<&JobMigration>| {
-        migration_phase(m).is_some_and(|p| ["done", "aborted", "lost"].contains(&p.as_str()))
+        migration_phase(m).is_some_and(MigrationPhase::is_ended)
     })
     .await;
     assert!(
@@ -477,7 +481,7 @@ async fn a_node_a_maintenance_drain_kept_cordoned_takes_no_job_under_the_next_le
         .expect("drain applies");
     let drains: Api<NodeDrain> = Api::all(cp.client());
     until(&drains, &drain_name, "done", |d: Option<&NodeDrain>| {
-        drain_phase(d).as_deref() == Some("done")
+        drain_phase(d) == Some(DrainPhase::Done)
     })
     .await;
     // The cordon is handed to the NorskNode, where a person lifts it.
@@ -579,7 +583,7 @@ async fn an_evict_node_drain_terminates_the_node_at_once_and_its_job_recovers_on
         .expect("evict applies");
     let drains: Api<NodeDrain> = Api::all(cp.client());
     let done = until(&drains, &drain_name, "done", |d: Option<&NodeDrain>| {
-        drain_phase(d).as_deref() == Some("done")
+        drain_phase(d) == Some(DrainPhase::Done)
     })
     .await;
     let status = done.status.clone().expect("status");
@@ -637,7 +641,7 @@ async fn an_evict_node_drain_terminates_the_node_at_once_and_its_job_recovers_on
     .await
     .expect("the next term reconciles the drain");
     let after = drains.get(&drain_name).await.expect("drain");
-    assert_eq!(drain_phase(Some(&after)).as_deref(), Some("done"));
+    assert_eq!(drain_phase(Some(&after)), Some(DrainPhase::Done));
     let terminates = sim
         .snapshot()
         .await
@@ -693,7 +697,7 @@ async fn a_terminate_node_drain_terminates_an_idle_node_without_cordoning_it_fir
         .expect("terminate applies");
     let drains: Api<NodeDrain> = Api::all(cp.client());
     let done = until(&drains, &drain_name, "done", |d: Option<&NodeDrain>| {
-        drain_phase(d).as_deref() == Some("done")
+        drain_phase(d) == Some(DrainPhase::Done)
     })
     .await;
     let reason = done.status.and_then(|s| s.reason).unwrap_or_default();

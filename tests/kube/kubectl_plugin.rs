@@ -18,7 +18,7 @@ use norsk_auto_manager::crd::{
     self, InterruptionKind, JobMigration, MigrationStrategy, NodeDrain, NodePlacementStatus, NorskNode, NorskNodeSpec,
     NorskNodeStatus,
 };
-use norsk_auto_manager::model::{FleetNode, NodeId, NodeInventory, NodePhase};
+use norsk_auto_manager::model::{FleetNode, JobPhase, NodeId, NodeInventory, NodePhase};
 use norsk_auto_manager::plugin::{self, Command, FleetSource, PlanWarning, PluginError, Strategy};
 use serde_json::json;
 
@@ -742,9 +742,9 @@ async fn start_and_stop_change_the_bundle_and_wait_for_the_operator_to_act() {
         "the desired state is in the spec"
     );
     let (state, _) = primary_job(Some(&bundle), "record").expect("record in status");
-    assert_ne!(state, "dormant", "start returned before the operator acted");
+    assert_ne!(state, JobPhase::Dormant, "start returned before the operator acted");
     until(&bundles, "show", "record running", |b: Option<&crd::Bundle>| {
-        primary_job(b, "record").is_some_and(|(s, _)| s == "running")
+        primary_job(b, "record").is_some_and(|(s, _)| s == JobPhase::Running)
     })
     .await;
     assert_eq!(instances_of(&sim, &record).await.len(), 1);
@@ -761,7 +761,7 @@ async fn start_and_stop_change_the_bundle_and_wait_for_the_operator_to_act() {
     assert!(bundle.spec.0.jobs[1].started_replicas.is_empty());
     assert_eq!(
         primary_job(Some(&bundle), "record"),
-        Some(("dormant".to_owned(), None)),
+        Some((JobPhase::Dormant, None)),
         "stop returned before the job was off its node"
     );
     operator.stop().await;

@@ -24,7 +24,7 @@ use norsk_auto_manager::controller::leader::{LeaseSettings, elect};
 use norsk_auto_manager::controller::node_status::node_resource_name;
 use norsk_auto_manager::crd::{self, Bundle, HotSparePolicy, NorskNode};
 use norsk_auto_manager::manager::proto::sim_admin;
-use norsk_auto_manager::model::{JobState, SchedulePhase};
+use norsk_auto_manager::model::{DrainJobStatus, JobPhase, JobState, MigrationPhase, NodePhase, SchedulePhase};
 use norsk_auto_manager::telemetry::ResultLabels;
 
 use crate::control_plane;
@@ -51,7 +51,7 @@ async fn applied_examples_become_ready_with_their_nodes_in_status() {
             status.replicas[0]
                 .jobs
                 .iter()
-                .all(|j| j.state == "running" && j.node.is_some())
+                .all(|j| j.state == JobPhase::Running && j.node.is_some())
         );
         assert_eq!(status.observed_generation, ready.metadata.generation);
     }
@@ -336,7 +336,7 @@ async fn the_fleet_is_mirrored_into_norsk_nodes_and_a_swept_node_goes() {
     .await;
     let status = mirrored.status.clone().unwrap();
     assert_eq!(mirrored.spec.node_id, busy_id);
-    assert_eq!(status.phase, "running");
+    assert_eq!(status.phase, NodePhase::Running);
     assert_eq!(status.pool.as_deref(), Some("production"));
     assert_eq!(status.jobs, vec![format!("{ns}/busy/0/encode")]);
     assert_eq!(status.inventory.map(|i| i.total_capacity), Some(8.0));
@@ -478,7 +478,10 @@ async fn a_hot_spare_policy_keeps_a_live_spare_in_its_pool() {
         let events = watcher(nodes, fleet).applied_objects();
         let mut events = pin!(events);
         while let Some(n) = events.try_next().await.expect("watch nodes") {
-            if n.status.as_ref().is_some_and(|s| s.spare && s.phase == "running") {
+            if n.status
+                .as_ref()
+                .is_some_and(|s| s.spare && s.phase == NodePhase::Running)
+            {
                 return n;
             }
         }
@@ -606,7 +609,7 @@ async fn a_node_drain_migrates_the_jobs_away_and_reports_the_drain_state() {
         d.and_then(|d| d.status.as_ref()).is_some_and(|s| {
             s.jobs
                 .iter()
-                .any(|j| j.job_id == job && (j.status == "migrated" || j.status == "moved"))
+                .any(|j| j.job_id == job && (j.status == DrainJobStatus::Migrated || j.status == DrainJobStatus::Moved))
         })
     })
     .await;
@@ -624,7 +627,7 @@ async fn a_node_drain_migrates_the_jobs_away_and_reports_the_drain_state() {
         let events = watcher(migrations, watcher::Config::default()).applied_objects();
         let mut events = pin!(events);
         while let Some(m) = events.try_next().await.expect("watch migrations") {
-            if m.status.as_ref().is_some_and(|s| s.phase.as_deref() == Some("done")) {
+            if m.status.as_ref().is_some_and(|s| s.phase == Some(MigrationPhase::Done)) {
                 return m;
             }
         }
@@ -667,7 +670,7 @@ async fn a_job_migration_moves_the_job_and_records_every_phase() {
     let migrations: Api<crd::JobMigration> = Api::namespaced(cp.client(), &ns);
     let done = until(&migrations, "move-encode", "done", |m: Option<&crd::JobMigration>| {
         m.and_then(|m| m.status.as_ref())
-            .is_some_and(|s| s.phase.as_deref() == Some("done"))
+            .is_some_and(|s| s.phase == Some(MigrationPhase::Done))
     })
     .await;
     let status = done.status.unwrap();
@@ -675,7 +678,7 @@ async fn a_job_migration_moves_the_job_and_records_every_phase() {
     assert_ne!(status.target_node_id.as_deref(), Some(source.as_str()));
     assert!(status.point_of_no_return_passed);
     assert!(status.transitions.len() >= 2, "{:?}", status.transitions);
-    assert_eq!(status.transitions.last().map(|t| t.phase.as_str()), Some("done"));
+    assert_eq!(status.transitions.last().map(|t| t.phase), Some(MigrationPhase::Done));
     let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
     assert_eq!(ready.status, "True");
     until(&bundles, "mobile", "on the target", |b: Option<&Bundle>| {
@@ -774,7 +777,7 @@ async fn a_manual_job_is_started_and_stopped_from_the_bundle_resource() {
     cp.kubectl_apply(&ns, &manual_bundle("show", &[]))
         .expect("bundle applies");
     let dormant = until(&bundles, "show", "Ready with record dormant", |b: Option<&Bundle>| {
-        is_ready(b) && primary_job(b, "record").is_some_and(|(s, _)| s == "dormant")
+        is_ready(b) && primary_job(b, "record").is_some_and(|(s, _)| s == JobPhase::Dormant)
     })
     .await;
     let encode_node = primary_job(Some(&dormant), "encode")
@@ -785,7 +788,7 @@ async fn a_manual_job_is_started_and_stopped_from_the_bundle_resource() {
     cp.kubectl_apply(&ns, &manual_bundle("show", &[0]))
         .expect("started in the spec");
     let running = until(&bundles, "show", "record running", |b: Option<&Bundle>| {
-        primary_job(b, "record").is_some_and(|(s, n)| s == "running" && n.is_some())
+        primary_job(b, "record").is_some_and(|(s, n)| s == JobPhase::Running && n.is_some())
     })
     .await;
     let (_, node) = primary_job(Some(&running), "record").expect("record in status");
@@ -797,7 +800,7 @@ async fn a_manual_job_is_started_and_stopped_from_the_bundle_resource() {
         &bundles,
         "show",
         "record dormant and off its node",
-        |b: Option<&Bundle>| primary_job(b, "record").is_some_and(|(s, n)| s == "dormant" && n.is_none()),
+        |b: Option<&Bundle>| primary_job(b, "record").is_some_and(|(s, n)| s == JobPhase::Dormant && n.is_none()),
     )
     .await;
     // Its instance is stopped, not left running (Manager's StopBundleJob
@@ -812,7 +815,7 @@ async fn a_manual_job_is_started_and_stopped_from_the_bundle_resource() {
     let after = bundles.get("show").await.expect("bundle");
     assert_eq!(
         primary_job(Some(&after), "encode"),
-        Some(("running".to_owned(), Some(encode_node))),
+        Some((JobPhase::Running, Some(encode_node))),
         "the auto job was touched"
     );
     // Starting and stopping is no revision: Manager still holds the bundle
@@ -840,7 +843,7 @@ async fn a_scheduled_bundle_shows_its_schedule_and_waits_for_it_or_ends_with_it(
         |b: Option<&Bundle>| {
             b.and_then(|b| b.status.as_ref()?.schedule.as_ref())
                 .is_some_and(|s| s.phase == SchedulePhase::Waiting)
-                && primary_job(b, "record").is_some_and(|(s, _)| s == "scheduled")
+                && primary_job(b, "record").is_some_and(|(s, _)| s == JobPhase::Scheduled)
         },
     )
     .await;
@@ -876,7 +879,7 @@ async fn a_scheduled_bundle_shows_its_schedule_and_waits_for_it_or_ends_with_it(
             .is_some_and(|s| s.phase == SchedulePhase::Ended)
             && ["encode", "record"]
                 .iter()
-                .all(|j| primary_job(b, j).is_some_and(|(s, _)| s == "ended"))
+                .all(|j| primary_job(b, j).is_some_and(|(s, _)| s == JobPhase::Ended))
     })
     .await;
     assert_eq!(condition(&past, "Ready"), Some(("True".to_owned(), "Ended".to_owned())));

@@ -20,7 +20,7 @@ use norsk_auto_manager::controller::process;
 use norsk_auto_manager::controller::session::SessionSettings;
 use norsk_auto_manager::crd::Bundle;
 use norsk_auto_manager::manager::client::ClientSettings;
-use norsk_auto_manager::model::{NodeInventory, tags};
+use norsk_auto_manager::model::{JobPhase, NodeInventory, tags};
 use norsk_auto_manager::sim::{ClusterNode, SimConfig};
 use norsk_auto_manager::telemetry::{Health, OperatorMetrics};
 use tokio::sync::watch;
@@ -231,7 +231,7 @@ pub fn manual_bundle(name: &str, started: &[u32]) -> String {
 }
 
 /// The state and node the status gives `job` of the primary replica.
-pub fn primary_job(bundle: Option<&Bundle>, job: &str) -> Option<(String, Option<String>)> {
+pub fn primary_job(bundle: Option<&Bundle>, job: &str) -> Option<(JobPhase, Option<String>)> {
     bundle?
         .status
         .as_ref()?
@@ -241,7 +241,7 @@ pub fn primary_job(bundle: Option<&Bundle>, job: &str) -> Option<(String, Option
         .jobs
         .iter()
         .find(|j| j.job_name == job)
-        .map(|j| (j.state.clone(), j.node.clone()))
+        .map(|j| (j.state, j.node.clone()))
 }
 
 /// The nodes the simulator runs instances of `job_id` on.

@@ -44,9 +44,8 @@ use super::notification::Notification;
 use super::protocol::{CommandError, RpcFailure, RpcFailureKind};
 use state::{Drain, Drains};
 
-pub use state::{
-    DEFAULT_DRAIN_TIMEOUT_MS, DrainAfter, DrainJob, DrainJobStatus, DrainOptions, DrainPhase, DrainState, StrategyFor,
-};
+pub use crate::model::{DrainAfter, DrainJobStatus, DrainPhase};
+pub use state::{DEFAULT_DRAIN_TIMEOUT_MS, DrainJob, DrainOptions, DrainState, StrategyFor};
 
 impl AutoManagerCore {
     /// `cordonNode`: no new placements land on the node.

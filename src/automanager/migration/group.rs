@@ -70,10 +70,10 @@ use crate::automanager::binding::{BindingPhase, JobRecord};
 use crate::automanager::core::Facts;
 
 use super::Saga;
-use crate::model::{JobId, MigrationId, NodeId, UnixMillis, runtime_job_id};
+use crate::model::{JobId, MigrationId, MigrationPhase, NodeId, UnixMillis, runtime_job_id};
 use crate::placement::JobGroups;
 
-use super::state::{CutOver, MigrationPhase, MigrationStep};
+use super::state::{CutOver, MigrationStep};
 use super::wind_down::Target;
 
 impl Facts<'_> {

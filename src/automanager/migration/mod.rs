@@ -34,11 +34,11 @@ pub use settings::{
     DEFAULT_MIGRATION_START_TIMEOUT_MS, DEFAULT_MIGRATION_STOPPING_SOURCE_TIMEOUT_MS, MigrationSettings,
 };
 
-pub use crate::model::{MigrationId, MigrationStrategy};
+pub use crate::model::{MigrationId, MigrationPhase, MigrationStrategy};
 pub(crate) use state::MigrationCall;
 pub use state::{
-    CLOSE_ABORT_GRACE_MS, ENDED_MIGRATIONS_KEPT, GroupPeer, MigrationEnd, MigrationOptions, MigrationPhase,
-    MigrationState, MigrationStep, PhaseTransition,
+    CLOSE_ABORT_GRACE_MS, ENDED_MIGRATIONS_KEPT, GroupPeer, MigrationEnd, MigrationOptions, MigrationState,
+    MigrationStep, PhaseTransition,
 };
 
 use crate::model::manager::Capability;

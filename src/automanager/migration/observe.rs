@@ -11,11 +11,11 @@ use crate::automanager::notification::Notification;
 use crate::automanager::protocol::{RpcFailure, RpcFailureKind};
 use crate::automanager::recovery::MIN_RECOVERY_INTERVAL_MS;
 use crate::model::{
-    InstanceKey, JobHistoryEntry, JobId, JobStopReason, MigrationId, MigrationSignal, MigrationStrategy, NodeId,
-    UnixMillis,
+    InstanceKey, JobHistoryEntry, JobId, JobStopReason, MigrationId, MigrationPhase, MigrationSignal,
+    MigrationStrategy, NodeId, UnixMillis,
 };
 
-use super::state::{CutOver, MigrationCall, MigrationPhase, MigrationStep};
+use super::state::{CutOver, MigrationCall, MigrationStep};
 use super::wind_down::Target;
 
 /// Which of a migration's instances a report is about.

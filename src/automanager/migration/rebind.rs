@@ -11,10 +11,10 @@
 
 use crate::automanager::binding::{Binding, BindingPhase};
 use crate::automanager::history::{instance_since, live_instances};
-use crate::model::{InstanceKey, JobHistoryEntry, JobId, JobStopReason, MigrationId, NodeId};
+use crate::model::{InstanceKey, JobHistoryEntry, JobId, JobStopReason, MigrationId, MigrationPhase, NodeId};
 
 use super::Saga;
-use super::state::{MigrationPhase, Migrations};
+use super::state::Migrations;
 
 impl Migrations {
     /// Whether `key` names an instance of a migration this core follows

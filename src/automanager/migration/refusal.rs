@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use crate::model::{BundleId, JobId, MigrationId, NodeId};
 
-use super::state::MigrationPhase;
+use crate::model::MigrationPhase;
 
 /// Why `migrateJob` or `abortMigration` was refused.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]

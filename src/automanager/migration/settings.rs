@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::state::MigrationPhase;
+use crate::model::MigrationPhase;
 
 /// The `migration` settings: one deadline per phase, in milliseconds. A
 /// phase that outlives its deadline aborts the migration before the point

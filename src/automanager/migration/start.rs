@@ -17,13 +17,13 @@ use crate::automanager::node_ids::NodeIds;
 use crate::automanager::notification::{Notification, PlacementDecisionInfo};
 use crate::automanager::protocol::Rpc;
 use crate::model::manager::Capability;
-use crate::model::{InstanceKey, JobId, MigrationId, MigrationStrategy, NodePhase, Slot, UnixMillis};
+use crate::model::{InstanceKey, JobId, MigrationId, MigrationPhase, MigrationStrategy, NodePhase, Slot, UnixMillis};
 use crate::placement::{
     FleetView, Outcome, PlacementRequest, RecoveryContext, SequentialNodeIds, apply_placement, place, placed_job,
 };
 
 use super::refusal::MigrationRefusal;
-use super::state::{GroupPeer, MigrationCall, MigrationOptions, MigrationPhase, MigrationState};
+use super::state::{GroupPeer, MigrationCall, MigrationOptions, MigrationState};
 
 /// Where placement put a target.
 struct TargetPlacement {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{InstanceKey, JobId, MigrationId, MigrationStrategy, NodeId, UnixMillis};
+use crate::model::{InstanceKey, JobId, MigrationId, MigrationPhase, MigrationStrategy, NodeId, UnixMillis};
 
 /// `CLOSE_ABORT_GRACE_MS`: how long `close()` holds the channel open for
 /// the aborts of in-flight migrations to be sent (5 s at most; with nothing
@@ -32,72 +32,6 @@ pub struct MigrationOptions {
     /// The target may take a spare exclusively reserved for other
     /// templates.
     pub override_reservation: bool,
-}
-
-/// Where a migration is. The phases a strategy passes through:
-///
-/// - `stopThenStart`: `placing -> preparing -> stoppingSource ->
-///   startingTarget -> done`
-/// - `overlap`: `placing -> starting -> stoppingSource -> done`
-/// - `handover`: `placing -> starting -> awaitingReady -> stoppingOutput ->
-///   applying -> stoppingSource -> done`
-///
-/// A member of a co-located group moving together waits in `awaitingGroup`
-/// just before its point of no return (after `preparing`, `starting` or
-/// `awaitingReady`) until the rest of its group is ready too.
-///
-/// Any phase before the point of no return may end `aborted`; after it a
-/// migration ends `done` (failing forward) or, when its target is lost or
-/// the AutoManager closes, `lost`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum MigrationPhase {
-    /// The target is placed on a node that is still being provisioned; its
-    /// `StartJob` follows when the node starts.
-    Placing,
-    /// `stopThenStart`: the target was created with `deferStart`; waiting
-    /// for `job_prepared`.
-    Preparing,
-    /// `overlap` / `handover`: the target was started; waiting for it to
-    /// run.
-    Starting,
-    /// `handover`: both instances were told (`propose`); waiting for the
-    /// target's `target_ready`.
-    AwaitingReady,
-    /// A member of a co-located group is ready to cross its point of no
-    /// return (its target prepared, running, or ready); waiting for the
-    /// rest of its group to be, so the group cuts over together. No
-    /// deadline of its own: each member it waits for has one.
-    AwaitingGroup,
-    /// `handover`: the source was told to stop output at the target's
-    /// payload (the point of no return); waiting for `source_stopped_at`.
-    StoppingOutput,
-    /// `handover`: the target was told to apply from the source's position;
-    /// waiting for `target_applied`.
-    Applying,
-    /// The source was told to stop (for `stopThenStart` and `overlap`, the
-    /// point of no return); waiting for it to stop.
-    StoppingSource,
-    /// `stopThenStart`: the prepared target was started; waiting for it to
-    /// run.
-    StartingTarget,
-    /// The job lives on the target: binding, placement of record and
-    /// active instance key moved there.
-    Done,
-    /// Rolled back before the point of no return: both instance keys told,
-    /// the target stopped, the source still running.
-    Aborted,
-    /// Past the point of no return and could not finish (its target lost,
-    /// or the AutoManager closed): the job is left to what Manager's
-    /// history says of it.
-    Lost,
-}
-
-impl MigrationPhase {
-    /// Whether the migration has ended.
-    pub fn is_ended(self) -> bool {
-        matches!(self, Self::Done | Self::Aborted | Self::Lost)
-    }
 }
 
 /// How a migration ended, for whoever started it (a drain consults this).

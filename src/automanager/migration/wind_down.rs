@@ -11,11 +11,11 @@ use super::Saga;
 use crate::automanager::binding::{Binding, BindingPhase};
 use crate::automanager::notification::Notification;
 use crate::automanager::protocol::Rpc;
-use crate::model::{JobId, MigrationId, MigrationStrategy, NodeId, UnixMillis};
+use crate::model::{JobId, MigrationId, MigrationPhase, MigrationStrategy, NodeId, UnixMillis};
 use crate::placement::RecoveryContext;
 
 use super::refusal::MigrationRefusal;
-use super::state::{MigrationPhase, MigrationStep};
+use super::state::MigrationStep;
 
 /// Whether an abort must stop the target, or it is gone already.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

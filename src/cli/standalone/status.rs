@@ -43,7 +43,7 @@ use crate::crd::{
     BundleStatus, HotSparePolicyStatus, JobMigrationStatus, NodeDrainStatus, NorskNodeStatus, PlacementPoolStatus,
 };
 use crate::manager::stream::ConnectionState;
-use crate::model::{BundleId, BundleSpec, HotSpareSpec, JobId, NodeId, UnixMillis};
+use crate::model::{BundleId, BundleSpec, HotSpareSpec, JobId, MigrationPhase, NodeId, UnixMillis};
 use crate::placement::headroom::{DomainKind, HeadroomReport, KindSummary};
 
 use super::apply::{Applier, Refusal, namespaced_name};
@@ -556,11 +556,11 @@ fn migration_of(core: ReadModel<'_>, migration: &MigrationInput, restart: &mut V
     let previous = &migration.previous;
     let Some(id) = &migration.id else {
         return if migration.aborted_unstarted {
-            match previous.phase.as_deref() {
-                Some("aborted") => previous.clone(),
+            match previous.phase {
+                Some(MigrationPhase::Aborted) => previous.clone(),
                 _ => ended_without_core(
                     &JobMigrationStatus::default(),
-                    "aborted",
+                    MigrationPhase::Aborted,
                     now,
                     "aborted before it started: nothing was moved".to_owned(),
                 ),

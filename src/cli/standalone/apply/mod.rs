@@ -35,10 +35,10 @@ use std::collections::BTreeMap;
 use crate::automanager::{AutoManagerHandle, MigrationId, QueryError};
 use crate::cli::documents::{Kind, Resource};
 use crate::controller::conditions::Observed;
-use crate::controller::drain_status::{is_final_name, millis};
+use crate::controller::drain_status::millis;
 use crate::controller::migration::job_of;
 use crate::crd::{JobMigrationSpec, NodeDrainSpec};
-use crate::model::{BundleId, BundleSpec, JobId, NodeId, UnixMillis};
+use crate::model::{BundleId, BundleSpec, JobId, MigrationPhase, NodeId, UnixMillis, wire_name};
 
 mod bundles;
 mod fleet;
@@ -189,8 +189,8 @@ impl Applier {
             let Some(status) = recorded.node_drains.get(&name) else {
                 continue;
             };
-            match (status.phase.as_deref(), status.started.as_deref().and_then(millis)) {
-                (Some(phase), Some(started)) if is_final_name(phase) => {
+            match (status.phase, status.started.as_deref().and_then(millis)) {
+                (Some(phase), Some(started)) if phase.is_final() => {
                     self.drains.insert(
                         name,
                         DrainApplied {
@@ -203,8 +203,9 @@ impl Applier {
                     );
                 }
                 (Some(phase), _) => eprintln!(
-                    "standalone: {}: {phase} when standalone last stopped: started again",
-                    wanted.origin()
+                    "standalone: {}: {} when standalone last stopped: started again",
+                    wanted.origin(),
+                    wire_name(&phase)
                 ),
                 (None, _) => {}
             }
@@ -217,7 +218,7 @@ impl Applier {
             let Some(status) = recorded.job_migrations.get(&key) else {
                 continue;
             };
-            let aborted_unstarted = status.migration_id.is_none() && status.phase.as_deref() == Some("aborted");
+            let aborted_unstarted = status.migration_id.is_none() && status.phase == Some(MigrationPhase::Aborted);
             if status.migration_id.is_none() && !aborted_unstarted {
                 // Refused or never started: asked again.
                 continue;
