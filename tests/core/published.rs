@@ -654,14 +654,7 @@ async fn an_operator_started_on_an_upgraded_manager_adopts_the_jobs_it_expanded_
     let before = instances(&s.sim).await;
     s.am.close().await;
     s.join.await.expect("the loop ends cleanly");
-    s.sim
-        .admin
-        .clone()
-        .set_api(sim_admin::SetApiRequest {
-            published_api_only: false,
-        })
-        .await
-        .expect("Manager upgraded");
+    upgrade(&s.sim).await;
 
     let mut s = run(s.sim);
     until_every_capability(&mut s, Mode::Served).await;
@@ -730,14 +723,7 @@ async fn kept_node_tags_show_on_the_node_and_are_handed_to_a_manager_that_stores
     );
     assert_eq!(note_on_manager(&s.sim).await, None, "a published Manager stores no tag");
 
-    s.sim
-        .admin
-        .clone()
-        .set_api(sim_admin::SetApiRequest {
-            published_api_only: false,
-        })
-        .await
-        .expect("Manager upgraded");
+    upgrade(&s.sim).await;
     until_every_capability(&mut s, Mode::Served).await;
     let handed = async {
         while note_on_manager(&s.sim).await.is_none() || !s.am.kept_node_tags().borrow().is_empty() {
@@ -759,4 +745,15 @@ async fn note_on_manager(sim: &Sim) -> Option<String> {
         .iter()
         .find(|n| n.id.as_str() == "n1")
         .and_then(|n| n.tags.get("rack-note").cloned())
+}
+
+/// Manager upgraded in place: it serves every addition from now on.
+async fn upgrade(sim: &Sim) {
+    sim.admin
+        .clone()
+        .set_api(sim_admin::SetApiRequest {
+            published_api_only: false,
+        })
+        .await
+        .expect("Manager upgraded");
 }

@@ -1043,23 +1043,11 @@ async fn a_live_change_of_a_hot_spare_policy_says_what_changed_on_the_policy() {
     let operator = Operator::start(cp, &ns, &sim, "spare-diff-0").await;
     // Leading first: a standby applies a policy silently before it leads,
     // and the leader then has nothing left to change.
-    tokio::time::timeout(WAIT, async {
-        while !operator.is_leading() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .expect("the operator leads");
+    until_leading(&operator).await;
     // A pool and policy of this test's own, cluster-wide like every policy:
     // a target of none provisions nothing in any operator's fleet.
     let pool = format!("{ns}-cloud");
-    cp.kubectl_apply(
-        &ns,
-        &format!(
-            "apiVersion: automanager.norsk.video/v1alpha1\nkind: PlacementPool\nmetadata: {{name: {pool}}}\nspec:\n  tiers:\n    - {{name: cloud, kind: aws, region: eu-west-1, scaleOut: elastic, candidateInstanceTypes: [{{instanceType: m5.xlarge, totalCapacity: 4, totalCores: 4, capabilities: []}}]}}\n"
-        ),
-    )
-    .expect("pool applies");
+    cp.kubectl_apply(&ns, &elastic_pool(&pool)).expect("pool applies");
     let policy = |warm_for: &str, exclusive: bool| {
         format!(
             "apiVersion: automanager.norsk.video/v1alpha1\nkind: HotSparePolicy\nmetadata: {{name: {pool}}}\nspec:\n  pool: {pool}\n  targetCount: 0\n  spec: {{instanceType: m5.xlarge, region: eu-west-1}}\n  warmFor: {warm_for}\n  reservedFor: [encoder]\n  exclusive: {exclusive}\n"
@@ -1136,22 +1124,10 @@ async fn on_a_published_manager_a_consumed_spare_stays_consumed_under_the_next_l
     })
     .await;
     let first = Operator::start(cp, &ns, &sim, "kept-tags-0").await;
-    tokio::time::timeout(WAIT, async {
-        while !first.is_leading() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .expect("the operator leads");
+    until_leading(&first).await;
     // A pool and policy of this test's own (cluster-wide, like every pool).
     let pool = format!("{ns}-cloud");
-    cp.kubectl_apply(
-        &ns,
-        &format!(
-            "apiVersion: automanager.norsk.video/v1alpha1\nkind: PlacementPool\nmetadata: {{name: {pool}}}\nspec:\n  tiers:\n    - {{name: cloud, kind: aws, region: eu-west-1, scaleOut: elastic, candidateInstanceTypes: [{{instanceType: m5.xlarge, totalCapacity: 4, totalCores: 4, capabilities: []}}]}}\n"
-        ),
-    )
-    .expect("pool applies");
+    cp.kubectl_apply(&ns, &elastic_pool(&pool)).expect("pool applies");
     cp.kubectl_apply(
         &ns,
         &format!(
@@ -1231,4 +1207,23 @@ async fn on_a_published_manager_a_consumed_spare_stays_consumed_under_the_next_l
     pools.delete(&pool, &Default::default()).await.expect("pool deleted");
     second.stop().await;
     sim.shutdown().await;
+}
+
+/// A PlacementPool `name` of one elastic AWS tier of m5.xlarge nodes.
+fn elastic_pool(name: &str) -> String {
+    format!(
+        "apiVersion: automanager.norsk.video/v1alpha1\nkind: PlacementPool\nmetadata: {{name: {name}}}\nspec:\n  tiers:\n    - {{name: cloud, kind: aws, region: eu-west-1, scaleOut: elastic, candidateInstanceTypes: [{{instanceType: m5.xlarge, totalCapacity: 4, totalCores: 4, capabilities: []}}]}}\n"
+    )
+}
+
+/// Waits (bounded) until `operator` leads: a standby applies policies
+/// silently, so a test that watches what the leader says waits for it.
+async fn until_leading(operator: &Operator) {
+    tokio::time::timeout(WAIT, async {
+        while !operator.is_leading() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the operator leads");
 }
