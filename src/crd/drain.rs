@@ -39,22 +39,11 @@ impl DrainMode {
     }
 }
 
-/// Without a description of its own, like [`MigrationStrategy`]'s.
-impl JsonSchema for DrainMode {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "DrainMode".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "oneOf": [
-                {"type": "string", "const": "drain"},
-                {"type": "string", "const": "evict"},
-                {"type": "string", "const": "terminate"}
-            ]
-        })
-    }
-}
+crate::model::string_enum_schema!(DrainMode {
+    Drain,
+    Evict,
+    Terminate
+});
 
 /// A provider's notice that it takes the node back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -115,32 +115,20 @@ impl JobPhase {
     }
 }
 
-/// Without a description of its own, like [`super::SchedulePhase`]'s: the
-/// status field that holds a job's phase says what each one means there.
-impl JsonSchema for JobPhase {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "JobPhase".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "oneOf": [
-                {"type": "string", "const": "deleting"},
-                {"type": "string", "const": "dropped"},
-                {"type": "string", "const": "broken"},
-                {"type": "string", "const": "stopping"},
-                {"type": "string", "const": "awaitingNode"},
-                {"type": "string", "const": "starting"},
-                {"type": "string", "const": "running"},
-                {"type": "string", "const": "ended"},
-                {"type": "string", "const": "dormant"},
-                {"type": "string", "const": "scheduled"},
-                {"type": "string", "const": "awaitingCapacity"},
-                {"type": "string", "const": "pending"}
-            ]
-        })
-    }
-}
+super::string_enum_schema!(JobPhase {
+    Deleting,
+    Dropped,
+    Broken,
+    Stopping,
+    AwaitingNode,
+    Starting,
+    Running,
+    Ended,
+    Dormant,
+    Scheduled,
+    AwaitingCapacity,
+    Pending
+});
 
 /// A terminal verdict's kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]

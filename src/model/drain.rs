@@ -2,7 +2,6 @@
 //! became of each job of the node. The core's drain records them and a
 //! `NodeDrain`'s spec and status carry them, so both share these names.
 
-use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Where a drain is (`DrainState.phase`).
@@ -65,45 +64,22 @@ impl DrainJobStatus {
     }
 }
 
-/// Without a description of its own, like [`super::MigrationStrategy`]'s:
-/// the status field that holds a phase says what each one means there.
-impl JsonSchema for DrainPhase {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "DrainPhase".into()
-    }
+super::string_enum_schema!(DrainPhase {
+    Migrating,
+    Waiting,
+    Terminating,
+    Done,
+    Partial,
+    Failed
+});
 
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "oneOf": [
-                {"type": "string", "const": "migrating"},
-                {"type": "string", "const": "waiting"},
-                {"type": "string", "const": "terminating"},
-                {"type": "string", "const": "done"},
-                {"type": "string", "const": "partial"},
-                {"type": "string", "const": "failed"}
-            ]
-        })
-    }
-}
-
-/// Without a description of its own, like [`DrainPhase`]'s.
-impl JsonSchema for DrainJobStatus {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "DrainJobStatus".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "oneOf": [
-                {"type": "string", "const": "migrating"},
-                {"type": "string", "const": "migrated"},
-                {"type": "string", "const": "moved"},
-                {"type": "string", "const": "stuck"},
-                {"type": "string", "const": "terminated"}
-            ]
-        })
-    }
-}
+super::string_enum_schema!(DrainJobStatus {
+    Migrating,
+    Migrated,
+    Moved,
+    Stuck,
+    Terminated
+});
 
 /// What a drain does with its node once every job has left it. The spec's
 /// drain always terminates; keeping the node is this project's extension
@@ -120,24 +96,7 @@ pub enum DrainAfter {
     Keep,
 }
 
-/// Without a description of its own, like [`super::MigrationStrategy`]'s:
-/// the fields that hold it are optional, and the CRD form of an optional
-/// enum would take the enum's description over the field's (which says what
-/// absence means).
-impl JsonSchema for DrainAfter {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "DrainAfter".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "oneOf": [
-                {"type": "string", "const": "terminate"},
-                {"type": "string", "const": "keep"}
-            ]
-        })
-    }
-}
+super::string_enum_schema!(DrainAfter { Terminate, Keep });
 
 #[cfg(test)]
 mod tests {

@@ -66,27 +66,11 @@ pub enum MigrationStrategy {
     Handover,
 }
 
-/// The schema carries no description of its own: a strategy is always an
-/// optional field (a drain's, a migration's, a job's declaration), and the
-/// API server's form of an optional enum takes the enum's description over
-/// the field's, which says what absence means there.
-impl JsonSchema for MigrationStrategy {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "MigrationStrategy".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        // One `const` per strategy, as the derive writes a documented enum:
-        // the form the CRD generator folds into `enum` + `nullable`.
-        schemars::json_schema!({
-            "oneOf": [
-                {"type": "string", "const": "stopThenStart"},
-                {"type": "string", "const": "overlap"},
-                {"type": "string", "const": "handover"}
-            ]
-        })
-    }
-}
+super::string_enum_schema!(MigrationStrategy {
+    StopThenStart,
+    Overlap,
+    Handover
+});
 
 /// A transport protocol of a host port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

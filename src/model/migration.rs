@@ -1,7 +1,6 @@
 //! The migration saga's phases: the core's saga moves through them and a
 //! `JobMigration`'s status shows them, so both share these names.
 
-use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Where a migration is. The phases a strategy passes through:
@@ -70,33 +69,20 @@ impl MigrationPhase {
     }
 }
 
-/// Without a description of its own, like [`super::MigrationStrategy`]'s:
-/// the status field that holds a phase is optional, and the CRD form of an
-/// optional enum would take the enum's description over the field's.
-impl JsonSchema for MigrationPhase {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "MigrationPhase".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "oneOf": [
-                {"type": "string", "const": "placing"},
-                {"type": "string", "const": "preparing"},
-                {"type": "string", "const": "starting"},
-                {"type": "string", "const": "awaitingReady"},
-                {"type": "string", "const": "awaitingGroup"},
-                {"type": "string", "const": "stoppingOutput"},
-                {"type": "string", "const": "applying"},
-                {"type": "string", "const": "stoppingSource"},
-                {"type": "string", "const": "startingTarget"},
-                {"type": "string", "const": "done"},
-                {"type": "string", "const": "aborted"},
-                {"type": "string", "const": "lost"}
-            ]
-        })
-    }
-}
+super::string_enum_schema!(MigrationPhase {
+    Placing,
+    Preparing,
+    Starting,
+    AwaitingReady,
+    AwaitingGroup,
+    StoppingOutput,
+    Applying,
+    StoppingSource,
+    StartingTarget,
+    Done,
+    Aborted,
+    Lost
+});
 
 #[cfg(test)]
 mod tests {

@@ -7,6 +7,35 @@
 //! `JsonSchema`, so the custom resources, the settings file, `plan`'s input
 //! and the simulator's snapshot all share one definition.
 
+/// Implements `JsonSchema` for a unit enum: a string with one `const` per
+/// listed variant, named as serde names it — the form the CRD generator
+/// folds into `enum` (and `nullable` for an optional field). No description
+/// of its own: the API server's form of an optional enum takes the enum's
+/// description over the field's, and each field that holds one says what
+/// it means there. The list is checked exhaustive by a `match`.
+macro_rules! string_enum_schema {
+    ($ty:ident { $($variant:ident),+ $(,)? }) => {
+        impl schemars::JsonSchema for $ty {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($ty).into()
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                // A variant added and not listed does not compile.
+                let _exhaustive = |v: $ty| match v {
+                    $($ty::$variant)|+ => {}
+                };
+                let one_of: Vec<serde_json::Value> = [$($ty::$variant),+]
+                    .iter()
+                    .map(|v| serde_json::json!({"type": "string", "const": v}))
+                    .collect();
+                schemars::json_schema!({ "oneOf": one_of })
+            }
+        }
+    };
+}
+pub(crate) use string_enum_schema;
+
 mod bundle;
 mod drain;
 mod event;

@@ -179,27 +179,12 @@ pub enum SchedulePhase {
     Ended,
 }
 
-/// The schema carries no description of its own: the API server's form of
-/// an optional enum takes the enum's description over the field's, and each
-/// field that holds a phase says what it means there.
-impl JsonSchema for SchedulePhase {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "SchedulePhase".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        // One `const` per phase, as the derive writes a documented enum: the
-        // form the CRD generator folds into `enum`.
-        schemars::json_schema!({
-            "oneOf": [
-                {"type": "string", "const": "waiting"},
-                {"type": "string", "const": "placing"},
-                {"type": "string", "const": "live"},
-                {"type": "string", "const": "ended"}
-            ]
-        })
-    }
-}
+super::string_enum_schema!(SchedulePhase {
+    Waiting,
+    Placing,
+    Live,
+    Ended
+});
 
 impl SchedulePhase {
     /// The phase's name as the status and notifications spell it.
