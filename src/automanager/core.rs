@@ -770,6 +770,16 @@ impl Outbox {
         self.actions.push(action);
     }
 
+    /// Whether a stop of instance `key` of `job_id` on `node_id` that
+    /// undoes a start or a stray is on its way: the instance is going,
+    /// whatever Manager's history says of it yet.
+    pub(super) fn stopping(&self, job_id: &JobId, key: &InstanceKey, node_id: &NodeId) -> bool {
+        self.pending.values().any(|p| {
+            matches!(p, Pending::UndoStart { job_id: j, instance_key: k, node_id: n }
+                if j == job_id && k == key && n == node_id)
+        })
+    }
+
     /// What call `id` was for, now that it is answered; `None` for a call
     /// this core does not wait on.
     pub(super) fn answered(&mut self, id: RequestId) -> Option<Pending> {

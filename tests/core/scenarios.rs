@@ -2798,6 +2798,58 @@ fn a_promoted_core_stops_a_predecessors_stray_instance_at_hydration() {
     );
 }
 
+#[test]
+fn a_strays_stop_on_its_way_keeps_it_from_carrying_the_job_after_a_stream_break() {
+    // The promoted core is stopping a predecessor's stray instance on `b`
+    // when the job's own instance on `a` fails and the job is dropped.
+    // The stream then breaks before Manager carried out the stop: the
+    // successor reads a history in which the stray still runs after the
+    // job's instance stopped, the way a migration target that took over
+    // reads. It is no such target — a stop is on its way to it — so the
+    // dropped job stays unbound and the node it is going from is nobody's.
+    let mut h = Harness::new();
+    h.cluster_node("a", 4.0);
+    h.cluster_node("b", 4.0);
+    let b = bundle(
+        "b",
+        "pool: production\njobs:\n  - {jobName: encode, requirements: {requiredCapacity: 1, essential: false, onRuntimeFailure: drop}}\n",
+    );
+    h.event(ManagerEvent::BundleUpdated(b.clone()));
+    let job = job_id("b", 0, "encode");
+    let primary = InstanceKey::slot(Slot::Primary);
+    let stray = InstanceKey(format!("{}@0ld7a29e", primary.as_str()));
+    let mut runtime = jobs_of(&b).remove(0);
+    for (key, node) in [(&primary, "a"), (&stray, "b")] {
+        runtime.history.push(JobHistoryEntry::Running {
+            at: Some(h.now),
+            role: key.clone(),
+            node_id: Some(NodeId::from(node)),
+        });
+    }
+    h.event(ManagerEvent::JobActive(runtime));
+    h.event(ManagerEvent::InitialDataComplete);
+    let stops = h.take_calls();
+    assert!(
+        stops
+            .iter()
+            .any(|(_, r)| matches!(r, Rpc::StopJob { instance_key, .. } if *instance_key == stray)),
+        "the stray's stop is on its way: {stops:?}"
+    );
+    h.advance(1_000);
+    h.failed(&job, &NodeId::from("a"));
+    assert_eq!(h.bound_node(&job), None, "the job is dropped");
+    h.reconnect();
+    assert_eq!(
+        h.bound_node(&job),
+        None,
+        "the stray a stop is on its way to does not take the job over"
+    );
+    assert!(
+        start_jobs(&h.take_calls()).is_empty(),
+        "a dropped job is not started again"
+    );
+}
+
 /// A core following Manager (a standby, or a fresh process hydrating) whose
 /// job runs on `a`: node `a` goes before the core is hydrated — after its
 /// leader died, so no one judged the loss.

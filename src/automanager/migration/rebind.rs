@@ -62,8 +62,12 @@ impl Saga<'_> {
         if &binding.instance_key != role || node.is_some_and(|n| n != &binding.node_id) {
             return false;
         }
-        let rolled_back = |key: &InstanceKey| self.migrations.is_rolled_back_target(key);
-        let Some((key, node_id, phase)) = live_target(&record.job.history, role, &binding.node_id, rolled_back) else {
+        // A target this core rolled back, or one a stop is on its way to
+        // (a stray of a predecessor's, stopped at hydration), is going.
+        let going = |key: &InstanceKey, node: &NodeId| {
+            self.migrations.is_rolled_back_target(key) || self.outbox.stopping(job, key, node)
+        };
+        let Some((key, node_id, phase)) = live_target(&record.job.history, role, &binding.node_id, going) else {
             return false;
         };
         // While hydrating, a target that never ran is one whose saga went
@@ -110,18 +114,15 @@ impl Saga<'_> {
 
 /// The migration target of the job that is live at the end of `history`
 /// (provisioned or running, not stopping or stopped), other than the
-/// instance `stopping` on `node` and those `rolled_back`; the most
-/// recently started one.
+/// instance `stopping` on `node` and those `going`; the most recently
+/// started one.
 fn live_target(
     history: &[JobHistoryEntry],
     stopping: &InstanceKey,
     node: &NodeId,
-    rolled_back: impl Fn(&InstanceKey) -> bool,
+    going: impl Fn(&InstanceKey, &NodeId) -> bool,
 ) -> Option<(InstanceKey, NodeId, BindingPhase)> {
     live_instances(history).into_iter().rev().find(|(k, at, _)| {
-        (k != stopping || at != node)
-            && k.as_str().contains('@')
-            && k.slot_of() == stopping.slot_of()
-            && !rolled_back(k)
+        (k != stopping || at != node) && k.as_str().contains('@') && k.slot_of() == stopping.slot_of() && !going(k, at)
     })
 }

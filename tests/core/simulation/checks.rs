@@ -1345,7 +1345,21 @@ fn core_views(core: &AutoManagerCore, manager: &ManagerView) -> Result<(), Strin
         // keeps them until Manager reports it stopping.
         let drained = core.drain_status(node_id).is_some();
         if (node.terminated && !node.cordoned && !drained) || node.is_going() {
-            return Err(format!("job bound to a node that is gone: {node_id}"));
+            let bound: Vec<String> = core
+                .jobs()
+                .filter(|r| r.binding.as_ref().is_some_and(|b| &b.node_id == node_id))
+                .map(|r| {
+                    format!(
+                        "{} as {}",
+                        r.job.job_id,
+                        r.binding.as_ref().map_or("", |b| b.instance_key.as_str())
+                    )
+                })
+                .collect();
+            return Err(format!(
+                "job bound to a node that is gone: {node_id} ({})",
+                bound.join(", ")
+            ));
         }
         // Without the worker's inventory (a node launching, or any node of
         // a published Manager), what the operator knows it holds.
