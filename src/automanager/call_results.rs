@@ -6,7 +6,9 @@
 //! still holds the instance on a stopping node turned into a wait for that
 //! instance (never a node fault, never a spare consumed).
 
-use crate::model::{BundleState, InstanceKey, JobId, NodeId, NodePhase, UnixMillis};
+use std::collections::BTreeSet;
+
+use crate::model::{BundleId, BundleState, InstanceKey, JobId, NodeId, NodePhase, ReplicaJob, UnixMillis};
 
 use super::binding::{AwaitedStop, StopWait, StoppingInstance};
 use super::core::{AutoManagerCore, Pending};
@@ -20,36 +22,11 @@ impl AutoManagerCore {
         let Some(pending) = self.outbox.answered(id) else {
             return;
         };
-        // A node created after this core gave up on it (its provision timed
-        // out and was terminated while the create was still on its way)
-        // exists now: it is terminated again, or it would run on, leaked.
-        if let (Pending::CreateNode { node_id, .. } | Pending::Spare(SpareRequest::Provision { node_id, .. }), Ok(())) =
-            (&pending, &result)
-            && self.fleet.get(node_id).is_some_and(|n| n.terminated)
-        {
-            self.call(
-                Rpc::TerminateNode {
-                    node_id: node_id.clone(),
-                },
-                Pending::TerminateNode(node_id.clone()),
-            );
-        }
-        // A create that timed out may have been carried out: the node is
-        // forgotten like any failed provision, and terminated should it
-        // appear (see `terminate_unheard_create`).
-        if let (
-            Pending::CreateNode { node_id, .. } | Pending::Spare(SpareRequest::Provision { node_id, .. }),
-            Err(failure),
-        ) = (&pending, &result)
-            && failure.kind == RpcFailureKind::Transient
-        {
-            self.unheard_creates.insert(node_id.clone());
-        }
+        self.settle_create(&pending, &result);
         // A terminate Manager did not hear is sent again (below): a drain
         // waiting on it waits for that answer instead.
-        let unheard = matches!(&result, Err(f) if f.kind == RpcFailureKind::Transient);
         if let Pending::TerminateNode(node_id) = &pending
-            && !unheard
+            && !is_unheard(&result)
         {
             self.drain_terminate_settled(node_id, result.as_ref().err());
         }
@@ -61,15 +38,7 @@ impl AutoManagerCore {
                 deletes,
             } => {
                 if result.is_ok() {
-                    if let Some(bundle_id) = revives {
-                        if deletes && let Some(bundle) = self.bundles.get_mut(&bundle_id) {
-                            bundle.state = BundleState::Deleting;
-                        }
-                        self.revive(&bundle_id);
-                    }
-                    if let Some((bundle_id, started)) = started {
-                        self.manual.want(bundle_id, started);
-                    }
+                    self.command_carried_out(revives, started, deletes);
                 }
                 self.reply(command, result.map_err(CommandError::Manager));
             }
@@ -81,39 +50,7 @@ impl AutoManagerCore {
             }
             Pending::ManualStop(job_id) => self.manual.stop_result(&mut self.outbox, &job_id, result, now),
             Pending::Complete(job_id) => self.schedules.complete_result(&job_id, result, &mut self.outbox, now),
-            Pending::TerminateNode(node_id) => match result {
-                // Manager no longer knows it (it never came up, or is gone
-                // already): forget it, or it would count against its tier's
-                // `maxNodes` forever.
-                // — unless its create is still on its way: it may yet exist.
-                Err(failure) if failure.kind == RpcFailureKind::NotFound => {
-                    if !self.creating(&node_id) {
-                        self.fleet.remove(&node_id);
-                    }
-                }
-                // Not heard: the node would run (and cost) on, taking
-                // nothing, counted against its tier's `maxNodes`. It is told
-                // again; `nodeTerminated` fired once, when it was first
-                // issued.
-                Err(_) if unheard && self.fleet.get(&node_id).is_some_and(|n| n.phase != NodePhase::Stopped) => {
-                    self.call(
-                        Rpc::TerminateNode {
-                            node_id: node_id.clone(),
-                        },
-                        Pending::TerminateNode(node_id),
-                    );
-                }
-                Err(failure) => {
-                    self.notify(Notification::Error {
-                        message: format!("terminating {node_id} failed: {}", failure.message),
-                    });
-                    self.notify(Notification::TerminateRefused {
-                        node_id,
-                        reason: failure.message,
-                    });
-                }
-                Ok(()) => {}
-            },
+            Pending::TerminateNode(node_id) => self.terminate_result(node_id, result),
             Pending::StartJob {
                 job_id,
                 instance_key,
@@ -134,40 +71,7 @@ impl AutoManagerCore {
                 job_id,
                 instance_key,
                 node_id,
-            } => {
-                // Not heard either: told again, the gate still shut.
-                if matches!(&result, Err(f) if f.kind == RpcFailureKind::Transient)
-                    && self.fleet.get(&node_id).is_some_and(|n| !n.is_going())
-                {
-                    return self.undo_start(&job_id, instance_key, node_id);
-                }
-                if let Some(mut record) = self.jobs.get_mut(&job_id).filter(|r| r.in_flight == Some(id)) {
-                    record.in_flight = None;
-                    // It existed and is stopping: its replacement (same
-                    // key) waits for its `Stopped`, as after a failure.
-                    if result.is_ok() {
-                        record.stopping = Some(AwaitedStop {
-                            instance: StoppingInstance {
-                                node_id: node_id.clone(),
-                                instance_key: instance_key.clone(),
-                                since: now,
-                            },
-                            wait: StopWait::FailedOnLiveNode,
-                        });
-                    }
-                }
-                if let Err(failure) = result
-                    && failure.kind != RpcFailureKind::NotFound
-                {
-                    self.notify(Notification::Error {
-                        message: format!(
-                            "stopping {job_id}'s instance {instance_key} on {node_id}, which is not its placement \
-                             (a timed-out start's, or a predecessor's), failed: {}",
-                            failure.message
-                        ),
-                    });
-                }
-            }
+            } => self.undo_start_result(id, &job_id, instance_key, node_id, result, now),
             Pending::Verdict => {
                 if let Err(failure) = result
                     && failure.kind != RpcFailureKind::Rejected
@@ -177,6 +81,134 @@ impl AutoManagerCore {
                     });
                 }
             }
+        }
+    }
+
+    /// What the answer to a node's create means beyond its provision. A
+    /// node created after this core gave up on it (its provision timed out
+    /// and was terminated while the create was still on its way) exists
+    /// now: it is terminated again, or it would run on, leaked. A create
+    /// that timed out may have been carried out: the node is forgotten like
+    /// any failed provision, and terminated should it appear (see
+    /// `terminate_unheard_create`).
+    fn settle_create(&mut self, pending: &Pending, result: &Result<(), RpcFailure>) {
+        let (Pending::CreateNode { node_id, .. } | Pending::Spare(SpareRequest::Provision { node_id, .. })) = pending
+        else {
+            return;
+        };
+        match result {
+            Ok(()) if self.fleet.get(node_id).is_some_and(|n| n.terminated) => {
+                self.call(
+                    Rpc::TerminateNode {
+                        node_id: node_id.clone(),
+                    },
+                    Pending::TerminateNode(node_id.clone()),
+                );
+            }
+            Err(failure) if failure.kind == RpcFailureKind::Transient => {
+                self.unheard_creates.insert(node_id.clone());
+            }
+            _ => {}
+        }
+    }
+
+    /// A command Manager carried out: the bundle it names is revived (a
+    /// delete marks it deleting first) and the applied spec's manual jobs
+    /// are wanted as it says.
+    fn command_carried_out(
+        &mut self,
+        revives: Option<BundleId>,
+        started: Option<(BundleId, BTreeSet<ReplicaJob>)>,
+        deletes: bool,
+    ) {
+        if let Some(bundle_id) = revives {
+            if deletes && let Some(bundle) = self.bundles.get_mut(&bundle_id) {
+                bundle.state = BundleState::Deleting;
+            }
+            self.revive(&bundle_id);
+        }
+        if let Some((bundle_id, started)) = started {
+            self.manual.want(bundle_id, started);
+        }
+    }
+
+    /// The answer to a `TerminateNode`.
+    fn terminate_result(&mut self, node_id: NodeId, result: Result<(), RpcFailure>) {
+        let unheard = is_unheard(&result);
+        match result {
+            // Manager no longer knows it (it never came up, or is gone
+            // already): forget it, or it would count against its tier's
+            // `maxNodes` forever — unless its create is still on its way:
+            // it may yet exist.
+            Err(failure) if failure.kind == RpcFailureKind::NotFound => {
+                if !self.creating(&node_id) {
+                    self.fleet.remove(&node_id);
+                }
+            }
+            // Not heard: the node would run (and cost) on, taking nothing,
+            // counted against its tier's `maxNodes`. It is told again;
+            // `nodeTerminated` fired once, when it was first issued.
+            Err(_) if unheard && self.fleet.get(&node_id).is_some_and(|n| n.phase != NodePhase::Stopped) => {
+                self.call(
+                    Rpc::TerminateNode {
+                        node_id: node_id.clone(),
+                    },
+                    Pending::TerminateNode(node_id),
+                );
+            }
+            Err(failure) => {
+                self.notify(Notification::Error {
+                    message: format!("terminating {node_id} failed: {}", failure.message),
+                });
+                self.notify(Notification::TerminateRefused {
+                    node_id,
+                    reason: failure.message,
+                });
+            }
+            Ok(()) => {}
+        }
+    }
+
+    /// The answer to the stop of an instance that is not its job's
+    /// placement (a timed-out start's, or a predecessor's stray).
+    fn undo_start_result(
+        &mut self,
+        id: RequestId,
+        job_id: &JobId,
+        instance_key: InstanceKey,
+        node_id: NodeId,
+        result: Result<(), RpcFailure>,
+        now: UnixMillis,
+    ) {
+        // Not heard either: told again, the gate still shut.
+        if is_unheard(&result) && self.fleet.get(&node_id).is_some_and(|n| !n.is_going()) {
+            return self.undo_start(job_id, instance_key, node_id);
+        }
+        if let Some(mut record) = self.jobs.get_mut(job_id).filter(|r| r.in_flight == Some(id)) {
+            record.in_flight = None;
+            // It existed and is stopping: its replacement (same key) waits
+            // for its `Stopped`, as after a failure.
+            if result.is_ok() {
+                record.stopping = Some(AwaitedStop {
+                    instance: StoppingInstance {
+                        node_id: node_id.clone(),
+                        instance_key: instance_key.clone(),
+                        since: now,
+                    },
+                    wait: StopWait::FailedOnLiveNode,
+                });
+            }
+        }
+        if let Err(failure) = result
+            && failure.kind != RpcFailureKind::NotFound
+        {
+            self.notify(Notification::Error {
+                message: format!(
+                    "stopping {job_id}'s instance {instance_key} on {node_id}, which is not its placement \
+                     (a timed-out start's, or a predecessor's), failed: {}",
+                    failure.message
+                ),
+            });
         }
     }
 
@@ -413,4 +445,10 @@ impl AutoManagerCore {
             message: format!("provisioning {node_id} failed: {}", failure.message),
         });
     }
+}
+
+/// Whether a call's answer says Manager may not have heard it (it timed
+/// out, or the connection went): what it asked for may or may not be done.
+fn is_unheard(result: &Result<(), RpcFailure>) -> bool {
+    matches!(result, Err(f) if f.kind == RpcFailureKind::Transient)
 }

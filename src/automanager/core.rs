@@ -1,5 +1,5 @@
-//! The state machine itself: what it holds, how a core starts (fresh, or
-//! succeeding a disposed one) and the `handle` loop (apply the input,
+//! The state machine itself: what it holds, how a fresh core starts (a
+//! successor's start is `succession`'s) and the `handle` loop (apply the input,
 //! then — once hydrated — expire timers and run placement). What makes a
 //! job ready to place is `readiness`', the timers `timers`', commands
 //! `commands`', the read-only queries and metrics `queries`'.
@@ -9,7 +9,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::model::{Bundle, BundleId, InstanceKey, JobId, MigrationId, NodeId, ReplicaJob, UnixMillis};
 use crate::placement::Pools;
 
-use super::binding::{Binding, JobRecord};
 use super::drain::state::Drains;
 use super::fleet::{Fleet, Offering};
 use super::headroom::state::HeadroomState;
@@ -24,6 +23,7 @@ use super::protocol::{Action, CommandError, CommandId, Input, RequestId, Rpc, St
 use super::schedule::state::Schedules;
 use super::settings::{AutoSettings, ValidSettings};
 use super::spares::state::{SpareRequest, SpareState};
+use super::succession::state::Inheritance;
 use super::view_cache::{FactsRevision, ViewCache};
 
 /// What an outstanding RPC was for.
@@ -80,90 +80,6 @@ pub(super) enum Pending {
     Spare(SpareRequest),
     /// A node-service placement RPC.
     NodeService(ServiceRequest),
-}
-
-/// What a successor core takes up from its predecessor once hydrated: the
-/// AutoManager's own decisions about nodes Manager's snapshot shows, and
-/// the starts still on their way.
-#[derive(Clone, Debug, Default)]
-pub(super) struct Inheritance {
-    /// Starts (and the stops undoing timed-out ones) still on their way.
-    pub(super) starts: Vec<InheritedStart>,
-    /// Its own marks on the nodes it knew.
-    pub(super) nodes: BTreeMap<NodeId, NodeMarks>,
-    /// The records of its jobs with a migration in flight: the saga
-    /// carries on, so the job's record (binding, the target's claim, the
-    /// history it has applied) does too, and only what Manager's snapshot
-    /// adds to the job's history is applied.
-    pub(super) migrating: BTreeMap<JobId, JobRecord>,
-    /// Instances (job, key, node) a stop is on its way to (one undoing a
-    /// timed-out start, or a migration's stop of its source or target):
-    /// Manager's history may show them, but they are going, and never taken
-    /// for the job's placement while hydrating.
-    pub(super) undoing: BTreeSet<(JobId, InstanceKey, NodeId)>,
-    /// Nodes a job left while the snapshot was replayed (node, whether a
-    /// single-use job left it): whether each is empty is known only once
-    /// every job has been read, so they are released then.
-    pub(super) releases: Vec<(NodeId, bool)>,
-    /// What it knew of each job that Manager's history does not say,
-    /// for the generation of the bundle it knew.
-    pub(super) jobs: BTreeMap<JobId, CarriedJob>,
-    /// Its broken bundles, each with the generation it was decided for:
-    /// announced already (`bundleBroken`), they stand whether or not the
-    /// verdict's write reached Manager before the snapshot, until the
-    /// bundle is updated or deleted.
-    pub(super) broken: BTreeMap<BundleId, (String, u64)>,
-}
-
-/// A start (or a stop undoing one) a successor inherits on its way.
-#[derive(Clone, Debug)]
-pub(super) struct InheritedStart {
-    pub(super) id: RequestId,
-    pub(super) job_id: JobId,
-    /// It held its job's in-flight gate. A job has one gate, naming the
-    /// call its predecessor awaited; a call issued before it (a stray's
-    /// stop at hydration, then the shedding of an over-committed node's
-    /// instance of the same job) lost the gate to the later one, and its
-    /// answer is handled without opening the gate. Handing the gate to
-    /// whichever call comes first instead would leave the start the
-    /// predecessor awaited unbound, its instance nobody's placement.
-    pub(super) holds_gate: bool,
-    /// The binding a start holding the gate was for.
-    pub(super) binding: Option<Binding>,
-}
-
-/// What a successor takes up of one of its predecessor's jobs, while the
-/// job's bundle is still at `generation`.
-#[derive(Clone, Debug)]
-pub(super) struct CarriedJob {
-    pub(super) generation: u64,
-    /// Its restart history as counted (a node provisioned for the job
-    /// started, a loss Manager records as something else — history cannot
-    /// say), and how many of the history's entries that count (runtime
-    /// failures, spec changes) it had read: the count carries on, plus
-    /// those read since.
-    pub(super) restarts: super::recovery::RestartHistory,
-    pub(super) counted: usize,
-    /// Where it was bound (a dispatched or running instance): replaying
-    /// history alone cannot tell which of two live instances is the job's
-    /// (a migration that failed forward while the source's stop was on its
-    /// way leaves both), so this stands while history shows it live.
-    pub(super) binding: Option<Binding>,
-    /// Dropped (announced with `jobDropped`, whether or not its verdict
-    /// reached Manager).
-    pub(super) dropped: bool,
-}
-
-/// What an AutoManager decided about a node, which Manager's snapshot does
-/// not say.
-#[derive(Clone, Debug, Default)]
-pub(super) struct NodeMarks {
-    /// It provisioned the node, and how.
-    pub(super) provisioned: Option<super::fleet::Provisioned>,
-    /// It terminated the node.
-    pub(super) terminated: bool,
-    /// A single-use job left it: released once empty.
-    pub(super) release_when_empty: bool,
 }
 
 /// How many salts a process part of a node id tells apart (two base-36
@@ -277,175 +193,6 @@ impl AutoManagerCore {
             outbox: Outbox::default(),
             manager: crate::model::manager::Capabilities::all_served(),
         }
-    }
-
-    /// A fresh core that carries on from a disposed one: after a stream
-    /// break the runtime hydrates a new core from the new snapshot. What
-    /// Manager's snapshot cannot say is this AutoManager's own and carries
-    /// over: the counters (so `metrics()` stays cumulative), the drains,
-    /// cordons and interruption notices, the calls still on their way and
-    /// what each was for (starts hold their job's gate and room until
-    /// answered), which nodes it provisioned, terminated or is to release
-    /// once empty, and the migrations in flight with their jobs' records:
-    /// a saga carries on where it was (its calls' answers reach it, its
-    /// deadlines stand in for signals sent while the stream was down), as
-    /// neither rolling back nor failing forward blind is safe — the
-    /// disposed core may have told the source to stop, or not yet.
-    pub fn succeeding(valid: ValidSettings, previous: &AutoManagerCore) -> Self {
-        let mut core = Self::new(valid, previous.started_at);
-        core.process = previous.process;
-        core.counters = previous.counters.clone();
-        core.manager = previous.manager.clone();
-        core.fleet.carry_declarations(&previous.fleet);
-        // `updateHotSpareSpecs` replaced the list without a reconnect; a
-        // reconnect keeps it.
-        core.settings.hot_spares = previous.settings.hot_spares.clone();
-        core.outbox.next_request = previous.outbox.next_request;
-        // Revisions keep counting: a reading of the new core is never
-        // taken for one of the old.
-        core.revision = previous.revision;
-        // Node ids keep counting, so a node Manager has already forgotten is
-        // never named again by this process.
-        core.next_node_serial = previous.next_node_serial;
-        core.unheard_creates = previous.unheard_creates.clone();
-        core.drains = Drains::carried_from(&previous.drains, &previous.fleet);
-        core.schedules = Schedules::carried_from(&previous.schedules);
-        core.manual = ManualStarts::carried_from(&previous.manual);
-        core.migrations = Migrations::carried_from(&previous.migrations);
-        core.inherited.migrating = previous
-            .jobs
-            .iter()
-            .filter(|(_, record)| record.migration.is_some())
-            .map(|(id, record)| (id.clone(), record.clone()))
-            .collect();
-        // Calls still on their way are answered here: commands (a toggle
-        // in flight answers the commands that wait on it), creates and
-        // terminates, and starts with the stops undoing timed-out ones —
-        // Manager may carry those out after its snapshot was taken, so
-        // each start holds its job's gate shut and its room reserved until
-        // answered; left unknown, a start landing late would put the job
-        // beside its new placement, or over the room given to another.
-        // The gate each job's calls held: the predecessor's records name it
-        // once it has taken up its own inheritance; before that (disposed
-        // while still hydrating) its inheritance does.
-        let gate_of = |id: RequestId, job_id: &JobId| -> (bool, Option<Binding>) {
-            if previous.hydrated {
-                let record = previous.jobs.get(job_id).filter(|r| r.in_flight == Some(id));
-                return (record.is_some(), record.and_then(|r| r.binding.clone()));
-            }
-            previous
-                .inherited
-                .starts
-                .iter()
-                .find(|s| s.id == id)
-                .map_or((false, None), |s| (s.holds_gate, s.binding.clone()))
-        };
-        for (id, pending) in &previous.outbox.pending {
-            match pending {
-                Pending::Command { .. }
-                | Pending::Toggle(_)
-                | Pending::CreateNode { .. }
-                | Pending::Spare(SpareRequest::Provision { .. })
-                | Pending::TerminateNode(_) => {}
-                Pending::Migration { migration_id, call } => {
-                    // A stop of a migration's source or target still on its
-                    // way: the instance is going even when the saga ended
-                    // (a source whose stop went unanswered past its
-                    // deadline), so it is never taken back for the job.
-                    if let Some(m) = previous.migrations.get(migration_id) {
-                        let going = match call {
-                            MigrationCall::StopSource => Some((&m.source_key, &m.source_node_id)),
-                            MigrationCall::StopTarget => Some((&m.target_key, &m.target_node_id)),
-                            _ => None,
-                        };
-                        if let Some((key, node)) = going {
-                            core.inherited
-                                .undoing
-                                .insert((m.job_id.clone(), key.clone(), node.clone()));
-                        }
-                    }
-                }
-                Pending::StartJob { job_id, .. } => {
-                    let (holds_gate, binding) = gate_of(*id, job_id);
-                    core.inherited.starts.push(InheritedStart {
-                        id: *id,
-                        job_id: job_id.clone(),
-                        holds_gate,
-                        binding,
-                    });
-                }
-                Pending::UndoStart {
-                    job_id,
-                    instance_key,
-                    node_id,
-                } => {
-                    core.inherited.starts.push(InheritedStart {
-                        id: *id,
-                        job_id: job_id.clone(),
-                        holds_gate: gate_of(*id, job_id).0,
-                        binding: None,
-                    });
-                    core.inherited
-                        .undoing
-                        .insert((job_id.clone(), instance_key.clone(), node_id.clone()));
-                }
-                _ => continue,
-            }
-            core.outbox.pending.insert(*id, pending.clone());
-        }
-        for node in previous.fleet.iter() {
-            // A node it was launching keeps its provision deadline (one the
-            // snapshot shows starting would otherwise wait forever), and one
-            // Manager has not announced yet stays, so its create's answer
-            // finds it.
-            if node.is_launching()
-                && let Some(provisioned) = &node.provisioned
-            {
-                core.fleet.add_provisioned(node.id.clone(), provisioned.clone());
-            }
-            // Which nodes it provisioned (what `singleUse` may release),
-            // terminated (they take nothing new; a terminate Manager did not
-            // hear is sent again) or is to release once empty.
-            if node.provisioned.is_some() || node.terminated || node.release_when_empty {
-                core.inherited.nodes.insert(
-                    node.id.clone(),
-                    NodeMarks {
-                        provisioned: node.provisioned.clone(),
-                        terminated: node.terminated,
-                        release_when_empty: node.release_when_empty,
-                    },
-                );
-            }
-        }
-        let generation = |bundle: &BundleId| previous.bundles.get(bundle).map_or(0, |b| b.generation);
-        core.inherited.broken = previous
-            .broken
-            .iter()
-            .map(|(bundle, reason)| (bundle.clone(), (reason.clone(), generation(bundle))))
-            .collect();
-        core.inherited.jobs = previous
-            .jobs
-            .iter()
-            .map(|(id, record)| {
-                let read = &record.job.history[..record.history_seen.min(record.job.history.len())];
-                let carried = CarriedJob {
-                    generation: generation(&record.bundle_ref.bundle_id),
-                    restarts: record.restarts.clone(),
-                    counted: read
-                        .iter()
-                        .filter(|e| crate::automanager::recovery::counts_for_restarts(e))
-                        .count(),
-                    // A migrating job's record is carried whole.
-                    binding: record.binding.clone().filter(|b| {
-                        record.migration.is_none() && b.phase != super::binding::BindingPhase::AwaitingNode
-                    }),
-                    dropped: record.dropped,
-                };
-                (id.clone(), carried)
-            })
-            .collect();
-        core.spares = SpareState::carried_from(&previous.spares);
-        core
     }
 
     /// Feeds one input at `now`; returns what to do and when to wake.
@@ -758,6 +505,12 @@ impl Outbox {
         self.pending.insert(id, pending);
         self.actions.push(Action::Call { id, rpc });
         id
+    }
+
+    /// Keeps counting request ids from where `previous` stopped, so an
+    /// answer to a predecessor's call is never taken for one of this core's.
+    pub(super) fn continue_from(&mut self, previous: &Outbox) {
+        self.next_request = previous.next_request;
     }
 
     /// Sends a notification.

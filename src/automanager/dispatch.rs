@@ -7,7 +7,9 @@
 //! `loss`').
 
 use crate::model::{InstanceKey, JobId, NodeId, NodePhase, ProviderKind, Slot, UnixMillis, tags};
-use crate::placement::{FleetView, Outcome, PlacementRequest, Rankings, apply_placement, place_ranked, placed_job};
+use crate::placement::{
+    FleetView, Outcome, PlacementRequest, Rankings, ResilienceReport, apply_placement, place_ranked, placed_job,
+};
 
 use super::binding::{AwaitedStop, Binding, BindingPhase, StopWait, StoppingInstance};
 use super::core::{AutoManagerCore, FactsMut, Outbox, Pending};
@@ -142,39 +144,7 @@ impl AutoManagerCore {
         if let Some(context) = &recovery {
             request = request.recovering(context);
         }
-        // Placed while an instance of it is still awaited: the grace ran
-        // out (see `FAILED_INSTANCE_STOP_GRACE_MS`).
-        if let Some(stuck) = self.jobs.get(job_id).and_then(|r| self.awaited_stop(r)).cloned() {
-            let StoppingInstance {
-                node_id, instance_key, ..
-            } = &stuck.instance;
-            let (message, still) = match stuck.wait {
-                StopWait::HeldOnStoppingNode => (
-                    format!(
-                        "instance {} of {job_id} is still held on stopping node {node_id} after \
-                         {FAILED_INSTANCE_STOP_GRACE_MS} ms; trying its replacement again",
-                        instance_key.0
-                    ),
-                    // Should Manager refuse again, the wait starts over.
-                    Some(AwaitedStop {
-                        wait: StopWait::LostWithStoppingNode,
-                        ..stuck.clone()
-                    }),
-                ),
-                _ => (
-                    format!(
-                        "instance {} of {job_id} on {node_id} did not report Stopped within \
-                         {FAILED_INSTANCE_STOP_GRACE_MS} ms of failing; starting its replacement",
-                        instance_key.0
-                    ),
-                    None,
-                ),
-            };
-            self.notify(Notification::Error { message });
-            if let Some(mut record) = self.jobs.get_mut(job_id) {
-                record.stopping = still;
-            }
-        }
+        self.give_up_awaited_stop(job_id);
         self.counters.placements_attempted += 1;
         if recovery.is_some()
             && let Some(mut record) = self.jobs.get_mut(job_id)
@@ -227,16 +197,51 @@ impl AutoManagerCore {
                 message: format!("placement of {job_id} could not be reserved: {e}"),
             });
         }
-        if placement.resilience.is_degraded() {
-            self.notify(Notification::ResilienceDegraded {
-                job_id: job_id.clone(),
-                node_id: node_id.clone(),
-                violations: placement.resilience.violations.clone(),
-                interruptible_primary_without_durable_backup: placement
-                    .resilience
-                    .interruptible_primary_without_durable_backup,
-            });
+        self.notify_if_degraded(job_id, &node_id, &placement.resilience);
+        self.bind_placed(job_id, node_id, gpu_index, job_ref.replica_index);
+        reserved.is_ok()
+    }
+
+    /// A job placed while an instance of it is still awaited: the grace
+    /// ran out (see `FAILED_INSTANCE_STOP_GRACE_MS`), which is said; one
+    /// held on a stopping node is waited for again should Manager refuse.
+    fn give_up_awaited_stop(&mut self, job_id: &JobId) {
+        if let Some(stuck) = self.jobs.get(job_id).and_then(|r| self.awaited_stop(r)).cloned() {
+            let StoppingInstance {
+                node_id, instance_key, ..
+            } = &stuck.instance;
+            let (message, still) = match stuck.wait {
+                StopWait::HeldOnStoppingNode => (
+                    format!(
+                        "instance {} of {job_id} is still held on stopping node {node_id} after \
+                         {FAILED_INSTANCE_STOP_GRACE_MS} ms; trying its replacement again",
+                        instance_key.0
+                    ),
+                    // Should Manager refuse again, the wait starts over.
+                    Some(AwaitedStop {
+                        wait: StopWait::LostWithStoppingNode,
+                        ..stuck.clone()
+                    }),
+                ),
+                _ => (
+                    format!(
+                        "instance {} of {job_id} on {node_id} did not report Stopped within \
+                         {FAILED_INSTANCE_STOP_GRACE_MS} ms of failing; starting its replacement",
+                        instance_key.0
+                    ),
+                    None,
+                ),
+            };
+            self.notify(Notification::Error { message });
+            if let Some(mut record) = self.jobs.get_mut(job_id) {
+                record.stopping = still;
+            }
         }
+    }
+
+    /// Binds a placed job to `node_id` and starts it there if the node
+    /// runs (else its start waits for the node).
+    fn bind_placed(&mut self, job_id: &JobId, node_id: NodeId, gpu_index: Option<u32>, replica_index: u32) {
         let running = self
             .fleet
             .get(&node_id)
@@ -244,7 +249,7 @@ impl AutoManagerCore {
         if let Some(mut record) = self.jobs.get_mut(job_id) {
             record.binding = Some(Binding {
                 node_id,
-                instance_key: InstanceKey::slot(Slot::of_replica(job_ref.replica_index)),
+                instance_key: InstanceKey::slot(Slot::of_replica(replica_index)),
                 gpu_index,
                 phase: BindingPhase::AwaitingNode,
                 uncounted: true,
@@ -255,7 +260,19 @@ impl AutoManagerCore {
         if running {
             self.dispatch_start(job_id);
         }
-        reserved.is_ok()
+    }
+
+    /// Says a placement that keeps its job less resilient than its bundle
+    /// asks (`resilienceDegraded`).
+    pub(super) fn notify_if_degraded(&mut self, job_id: &JobId, node_id: &NodeId, resilience: &ResilienceReport) {
+        if resilience.is_degraded() {
+            self.notify(Notification::ResilienceDegraded {
+                job_id: job_id.clone(),
+                node_id: node_id.clone(),
+                violations: resilience.violations.clone(),
+                interruptible_primary_without_durable_backup: resilience.interruptible_primary_without_durable_backup,
+            });
+        }
     }
 
     /// A placement found nowhere: the job waits for the fleet to change.

@@ -3,20 +3,17 @@
 //! Before `InitialDataComplete` the snapshot is replayed through these same
 //! paths, as if fresh, but nothing is recovered or placed.
 
-use std::collections::BTreeMap;
-
 use crate::model::{
-    Bundle, BundleId, InstanceKey, JobHistoryEntry, JobId, JobState, JobStopReason, ManagerEvent, MigrationPhase,
-    NodeId, NodeInfo, NodePhase, RuntimeJob, Slot, UnixMillis, VerdictKind, tags,
+    Bundle, BundleId, InstanceKey, JobHistoryEntry, JobId, JobState, JobStopReason, ManagerEvent, NodeId, NodeInfo,
+    NodePhase, RuntimeJob, Slot, UnixMillis, VerdictKind, tags,
 };
 
 use super::binding::{AwaitedStop, Binding, BindingPhase, JobRecord, StopWait, StoppingInstance};
-use super::core::{AutoManagerCore, Pending};
+use super::core::AutoManagerCore;
 use super::fleet::Provisioned;
-use super::history::{instance_since, live_instances, open_instances};
-use super::migration::state::MigrationCall;
+use super::history::{instance_since, open_instances};
 use super::notification::Notification;
-use super::recovery::{LossCause, counts_for_restarts, replay_restart};
+use super::recovery::{LossCause, replay_restart};
 
 impl AutoManagerCore {
     pub(super) fn apply_event(&mut self, event: ManagerEvent, now: UnixMillis) {
@@ -125,121 +122,6 @@ impl AutoManagerCore {
                 .saga()
                 .migration_signal(&migration_id, &job_id, &from_key, signal, now),
             ManagerEvent::ProviderHealthChange | ManagerEvent::Unknown => {}
-        }
-    }
-
-    /// What a predecessor left (see [`AutoManagerCore::succeeding`]): its
-    /// marks on the nodes the snapshot shows (provisioned, terminated, to
-    /// release once empty); for each of its starts still on their way the
-    /// job's gate stays shut until the answer, and a job the snapshot shows
-    /// placed nowhere keeps the placement the start was for (its capacity
-    /// reserved), on a node that is still up.
-    ///
-    /// A migrating job the snapshot does not show was deleted meanwhile: its
-    /// migration ends as for any deleted job.
-    fn take_up_inheritance(&mut self, now: UnixMillis) {
-        let inherited = std::mem::take(&mut self.inherited);
-        for (job_id, record) in inherited.migrating {
-            self.jobs.insert(job_id.clone(), record);
-            self.job_deleted(job_id, now);
-        }
-        let unchanged = |bundles: &BTreeMap<BundleId, Bundle>, bundle: &BundleId, generation: u64| {
-            bundles.get(bundle).is_some_and(|b| b.generation == generation)
-        };
-        for (bundle, (reason, generation)) in inherited.broken {
-            if unchanged(&self.bundles, &bundle, generation) {
-                self.broken.entry(bundle.clone()).or_insert(reason);
-                self.losses().withhold_unstarted(&bundle);
-            }
-        }
-        // Prepared targets whose start is still on its way, of migrations
-        // that moved their job onto them (a deadline passed first). A
-        // Manager without deferred start records such a target only once
-        // the start lands: until then its history cannot show it, and the
-        // job stands bound to it as to any start on its way.
-        let starting: std::collections::BTreeSet<(JobId, InstanceKey, NodeId)> = self
-            .outbox
-            .pending
-            .values()
-            .filter_map(|pending| match pending {
-                Pending::Migration {
-                    migration_id,
-                    call: MigrationCall::StartPrepared,
-                } => self
-                    .migrations
-                    .get(migration_id)
-                    .filter(|m| m.phase == MigrationPhase::Done)
-                    .map(|m| (m.job_id.clone(), m.target_key.clone(), m.target_node_id.clone())),
-                _ => None,
-            })
-            .collect();
-        for (job_id, carried) in inherited.jobs {
-            let usable = |node: &NodeId| self.fleet.get(node).is_some_and(|n| !n.is_going() && !n.terminated);
-            let binding = carried.binding.filter(|b| usable(&b.node_id));
-            let Some(mut record) = self.jobs.get_mut(&job_id) else {
-                continue;
-            };
-            // The predecessor judged the losses it saw; those a snapshot
-            // replays are not news.
-            record.unjudged_loss = None;
-            // A job dropped since (its verdict is on Manager) is bound to
-            // nothing: its instance is a stray.
-            if let Some(binding) = binding
-                && record.migration.is_none()
-                && !record.dropped
-                && record.job.terminal_verdict.is_none()
-                && record.binding.as_ref() != Some(&binding)
-                && let Some(phase) = live_instances(&record.job.history)
-                    .into_iter()
-                    .find(|(key, node, _)| key == &binding.instance_key && node == &binding.node_id)
-                    .map(|(_, _, phase)| phase)
-                    .or_else(|| {
-                        starting
-                            .contains(&(job_id.clone(), binding.instance_key.clone(), binding.node_id.clone()))
-                            .then_some(BindingPhase::Dispatched)
-                    })
-            {
-                record.binding = Some(Binding { phase, ..binding });
-            }
-            // Its outcome and count are for the generation it knew.
-            if !unchanged(&self.bundles, &record.bundle_ref.bundle_id, carried.generation) {
-                continue;
-            }
-            record.dropped |= carried.dropped;
-            let mut restarts = carried.restarts;
-            let since = record
-                .job
-                .history
-                .iter()
-                .filter(|e| counts_for_restarts(e))
-                .skip(carried.counted);
-            for entry in since {
-                replay_restart(&mut restarts, entry);
-            }
-            record.restarts = restarts;
-        }
-        for (node_id, marks) in inherited.nodes {
-            self.fleet
-                .inherit(&node_id, marks.terminated, marks.release_when_empty, marks.provisioned);
-        }
-        // Each job's gate is the one its predecessor held; the other calls'
-        // answers are handled without it, as they would have been there.
-        for start in inherited.starts.into_iter().filter(|s| s.holds_gate) {
-            let binding = start.binding;
-            let node_up = binding
-                .as_ref()
-                .is_some_and(|b| self.fleet.get(&b.node_id).is_some_and(|n| !n.is_going()));
-            let Some(mut record) = self.jobs.get_mut(&start.job_id).filter(|r| r.in_flight.is_none()) else {
-                continue;
-            };
-            record.in_flight = Some(start.id);
-            if record.binding.is_none()
-                && node_up
-                && let Some(mut binding) = binding
-            {
-                binding.phase = BindingPhase::Dispatched;
-                record.binding = Some(binding);
-            }
         }
     }
 
@@ -665,7 +547,7 @@ impl AutoManagerCore {
         });
     }
 
-    fn job_deleted(&mut self, job_id: JobId, now: UnixMillis) {
+    pub(super) fn job_deleted(&mut self, job_id: JobId, now: UnixMillis) {
         self.saga().migration_job_ended(&job_id, "the job was deleted", now);
         self.node_services
             .job_changed(&self.settings, &job_id, None, &mut self.outbox, now);

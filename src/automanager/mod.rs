@@ -28,6 +28,9 @@
 //! - `events` / `dispatch` / `call_results` / `loss`: applying Manager
 //!   events; placing and dispatching; what Manager answered to each call;
 //!   a lost instance judged by the failure policy, and terminal verdicts.
+//! - `succession`: what a core hydrated after a stream break carries over
+//!   from the one it replaces, taken at the break and applied once the new
+//!   snapshot has been replayed.
 //! - `view_cache`: the placement view kept between rounds and brought up
 //!   to date instead of rebuilt.
 //! - `offerings`: what providers recently could not supply (an exhausted
@@ -100,6 +103,7 @@ pub mod runtime;
 pub mod schedule;
 pub mod settings;
 pub mod spares;
+mod succession;
 #[cfg(test)]
 pub(crate) mod testing;
 mod timers;

@@ -62,10 +62,15 @@ impl Saga<'_> {
         if &binding.instance_key != role || node.is_some_and(|n| n != &binding.node_id) {
             return false;
         }
-        // A target this core rolled back, or one a stop is on its way to
-        // (a stray of a predecessor's, stopped at hydration), is going.
+        // A target this core rolled back is going. So, while a snapshot is
+        // replayed, is one a predecessor's stop is on its way to: that
+        // predecessor had found it a stray (or a start it undid), and
+        // Manager's history cannot show the stop yet. Once hydrated, a
+        // target this core is stopping as a stray still takes the binding
+        // when its source's stop lands: it is the job's last live instance.
+        let hydrated = self.facts.hydrated;
         let going = |key: &InstanceKey, node: &NodeId| {
-            self.migrations.is_rolled_back_target(key) || self.outbox.stopping(job, key, node)
+            self.migrations.is_rolled_back_target(key) || (!hydrated && self.outbox.stopping(job, key, node))
         };
         let Some((key, node_id, phase)) = live_target(&record.job.history, role, &binding.node_id, going) else {
             return false;

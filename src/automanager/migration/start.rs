@@ -40,6 +40,24 @@ struct Placed {
     target: TargetPlacement,
 }
 
+/// The bundle a migration's movers come from, and each mover's job name.
+struct MovingBundle {
+    bundle: crate::model::Bundle,
+    replica_index: u32,
+    names: Vec<String>,
+}
+
+/// One mover of a migration, as its target is placed.
+struct MovingMember<'a> {
+    job_id: &'a JobId,
+    name: &'a str,
+    /// The node a co-located group moves from (a group's members only).
+    group_source: Option<&'a crate::model::NodeId>,
+    /// Where the target must go: the first mover's own pin, or for the
+    /// rest of a group, where the first mover went.
+    pin: Option<&'a crate::model::NodeId>,
+}
+
 impl AutoManagerCore {
     /// `migrateJob`: places the target and dispatches its `StartJob` (or
     /// provisions its node); the saga then runs on Manager's events. A job
@@ -258,14 +276,53 @@ impl AutoManagerCore {
             job_id: first.clone(),
             reason,
         };
+        let moving = self.moving_members(members)?;
+        let mut view = self.migration_view(now).map_err(nowhere)?;
+        let mut placed: Vec<Placed> = Vec::with_capacity(members.len());
+        for (member, name) in members.iter().zip(&moving.names) {
+            // The first mover goes where it is pinned (if it is); the rest
+            // of its group goes where it went.
+            let pin = placed
+                .first()
+                .map(|p| &p.target.node_id)
+                .or(options.target_node_id.as_ref())
+                .cloned();
+            let member = MovingMember {
+                job_id: member,
+                name,
+                group_source: (members.len() > 1).then_some(&source.node_id),
+                pin: pin.as_ref(),
+            };
+            match self.place_target(&mut view, &moving, &member, source, options) {
+                Ok(one) => placed.push(one),
+                Err((reason, reserved)) => {
+                    self.abandon_view(view, reserved || !placed.is_empty());
+                    self.counters.placements_failed += 1;
+                    return Err(nowhere(reason));
+                }
+            }
+        }
+        let provisioned = self.commit_targets(&placed, now);
+        let kept = self.keep_view(view, provisioned, &placed, &moving);
+        Ok((placed.into_iter().map(|one| one.target).collect(), kept))
+    }
+
+    /// The bundle and the job names of a migration's movers: refused when a
+    /// member or the bundle is not known.
+    fn moving_members(&self, members: &[JobId]) -> Result<MovingBundle, MigrationRefusal> {
+        let first = &members[0];
+        let nowhere = |reason: String| MigrationRefusal::NowhereToPlace {
+            job_id: first.clone(),
+            reason,
+        };
         let record = self
             .jobs
             .get(first)
             .ok_or_else(|| nowhere("the job is unknown".to_owned()))?;
-        let (bundle_id, replica_index) = (record.bundle_ref.bundle_id.clone(), record.bundle_ref.replica_index);
+        let replica_index = record.bundle_ref.replica_index;
         let bundle = self
             .bundles
-            .get(&bundle_id)
+            .get(&record.bundle_ref.bundle_id)
             .cloned()
             .ok_or_else(|| MigrationRefusal::NotAutoManagerPlaced { job_id: first.clone() })?;
         let mut names = Vec::with_capacity(members.len());
@@ -277,109 +334,118 @@ impl AutoManagerCore {
                 .ok_or_else(|| nowhere(format!("job {member} is unknown")))?;
             names.push(name);
         }
+        Ok(MovingBundle {
+            bundle,
+            replica_index,
+            names,
+        })
+    }
+
+    /// The view a migration's targets are placed in. Held-back tiers and
+    /// exhausted offerings shape the pools as in a placement round (a view
+    /// of its own then); otherwise the kept view, which keeps the target's
+    /// reservation.
+    fn migration_view(&mut self, now: UnixMillis) -> Result<PlacementView, String> {
+        if self.capacity_held_back(now) {
+            let pools = self.effective_pools(now)?;
+            return Ok(PlacementView::Once(Box::new(
+                self.view_with(pools).map_err(|e| e.to_string())?,
+            )));
+        }
+        // A view nothing has changed under since the last migration noted
+        // it (consecutive migrations: a drain's, a burst of `migrateJob`s)
+        // is used as it is.
+        let revision = self.facts_revision();
+        let kept = match self.view_cache.take() {
+            Some(cache) if cache.matches(revision) => cache,
+            other => {
+                self.view_cache = other;
+                self.synced_view().map_err(|e| e.to_string())?
+            }
+        };
+        Ok(PlacementView::Kept(Box::new(kept)))
+    }
+
+    /// Places one mover's target in `view` and reserves it there, saying
+    /// the decision (and a failure, as any placement's) as it goes; the
+    /// reason it found no place otherwise, and whether the view may hold
+    /// part of a reservation that did not go through.
+    fn place_target(
+        &mut self,
+        view: &mut PlacementView,
+        moving: &MovingBundle,
+        member: &MovingMember<'_>,
+        source: &Binding,
+        options: &MigrationOptions,
+    ) -> Result<Placed, (String, bool)> {
+        let bundle = &moving.bundle;
         let context = RecoveryContext {
             on_runtime_failure: None,
             excluded_nodes: vec![source.node_id.clone()],
         };
-        let grouped = members.len() > 1;
-        // Held-back tiers and exhausted offerings shape the pools as in a
-        // placement round (a view of its own then); otherwise the kept view,
-        // which keeps the target's reservation.
-        let mut view = if self.capacity_held_back(now) {
-            let pools = self.effective_pools(now).map_err(nowhere)?;
-            PlacementView::Once(Box::new(self.view_with(pools).map_err(|e| nowhere(e.to_string()))?))
-        } else {
-            // A view nothing has changed under since the last migration
-            // noted it (consecutive migrations: a drain's, a burst of
-            // `migrateJob`s) is used as it is.
-            let revision = self.facts_revision();
-            let kept = match self.view_cache.take() {
-                Some(cache) if cache.matches(revision) => cache,
-                other => {
-                    self.view_cache = other;
-                    self.synced_view().map_err(|e| nowhere(e.to_string()))?
-                }
-            };
-            PlacementView::Kept(Box::new(kept))
-        };
-        let mut placed: Vec<Placed> = Vec::with_capacity(members.len());
-        let mut target: Option<crate::model::NodeId> = None;
-        for (member, name) in members.iter().zip(&names) {
-            let mut request = PlacementRequest::launch(&bundle.bundle_id, &bundle.spec, replica_index, name)
-                .recovering(&context)
-                .with_trace(self.settings.trace_placements);
-            request.override_reservation |= options.override_reservation;
-            if grouped {
-                request = request.moving_group_from(&source.node_id);
-            }
-            // The first mover goes where it is pinned (if it is); the rest
-            // of its group goes where it went.
-            if let Some(pin) = target.as_ref().or(options.target_node_id.as_ref()) {
-                request = request.pinned_to(pin);
-            }
-            self.counters.placements_attempted += 1;
-            let mut ids = NodeIds {
-                process: self.process,
-                serial: &mut self.next_node_serial,
-            };
-            let placement = match place(view.fleet_view(), request, &mut ids) {
-                Ok(placement) => placement,
-                Err(e) => {
-                    self.abandon_view(view, !placed.is_empty());
-                    self.counters.placements_failed += 1;
-                    return Err(nowhere(e.to_string()));
-                }
-            };
-            self.notify(Notification::PlacementDecision(Box::new(PlacementDecisionInfo {
-                job_id: member.clone(),
-                bundle_id: bundle.bundle_id.clone(),
-                replica_index,
-                job_name: name.clone(),
-                // A move, not a re-placement after a loss.
-                recovery: false,
-                decision: decision_of(&placement.outcome),
-                trace: placement.trace.clone(),
-            })));
-            let (node_id, gpu_index) = match &placement.outcome {
-                Outcome::Placed { node_id, gpu_index, .. } | Outcome::Provision { node_id, gpu_index, .. } => {
-                    (node_id.clone(), *gpu_index)
-                }
-                Outcome::NoCapacityInAnyPool => {
-                    let why = match &placement.trace {
-                        Some(trace) => trace.why_not_placed(),
-                        None => why_not_placed(view.fleet_view(), request),
-                    };
-                    self.abandon_view(view, !placed.is_empty());
-                    self.counters.placements_failed += 1;
-                    let reason = format!("noCapacityInAnyPool ({why})");
-                    // "A typed failure callback (also surfaces via onError)".
-                    self.notify(Notification::Error {
-                        message: format!("placement of {member} failed: {reason}"),
-                    });
-                    self.notify(Notification::PlacementFailed {
-                        job_id: member.clone(),
-                        reason: reason.clone(),
-                    });
-                    return Err(nowhere(reason));
-                }
-            };
-            if let Err(e) = apply_placement(view.fleet_view(), &request, &placement.outcome) {
-                self.abandon_view(view, true);
-                self.counters.placements_failed += 1;
-                return Err(nowhere(format!("the target could not be reserved: {e}")));
-            }
-            target = Some(node_id.clone());
-            placed.push(Placed {
-                job_id: member.clone(),
-                outcome: placement.outcome,
-                resilience: placement.resilience,
-                target: TargetPlacement { node_id, gpu_index },
-            });
+        let mut request = PlacementRequest::launch(&bundle.bundle_id, &bundle.spec, moving.replica_index, member.name)
+            .recovering(&context)
+            .with_trace(self.settings.trace_placements);
+        request.override_reservation |= options.override_reservation;
+        if let Some(from) = member.group_source {
+            request = request.moving_group_from(from);
         }
-        // Every member has its place: the node is provisioned (for the first
-        // mover, which sized it) and the reservations kept.
+        if let Some(pin) = member.pin {
+            request = request.pinned_to(pin);
+        }
+        self.counters.placements_attempted += 1;
+        let mut ids = NodeIds {
+            process: self.process,
+            serial: &mut self.next_node_serial,
+        };
+        let placement = place(view.fleet_view(), request, &mut ids).map_err(|e| (e.to_string(), false))?;
+        self.notify(Notification::PlacementDecision(Box::new(PlacementDecisionInfo {
+            job_id: member.job_id.clone(),
+            bundle_id: bundle.bundle_id.clone(),
+            replica_index: moving.replica_index,
+            job_name: member.name.to_owned(),
+            // A move, not a re-placement after a loss.
+            recovery: false,
+            decision: decision_of(&placement.outcome),
+            trace: placement.trace.clone(),
+        })));
+        let (node_id, gpu_index) = match &placement.outcome {
+            Outcome::Placed { node_id, gpu_index, .. } | Outcome::Provision { node_id, gpu_index, .. } => {
+                (node_id.clone(), *gpu_index)
+            }
+            Outcome::NoCapacityInAnyPool => {
+                let why = match &placement.trace {
+                    Some(trace) => trace.why_not_placed(),
+                    None => why_not_placed(view.fleet_view(), request),
+                };
+                let reason = format!("noCapacityInAnyPool ({why})");
+                // "A typed failure callback (also surfaces via onError)".
+                self.notify(Notification::Error {
+                    message: format!("placement of {} failed: {reason}", member.job_id),
+                });
+                self.notify(Notification::PlacementFailed {
+                    job_id: member.job_id.clone(),
+                    reason: reason.clone(),
+                });
+                return Err((reason, false));
+            }
+        };
+        apply_placement(view.fleet_view(), &request, &placement.outcome)
+            .map_err(|e| (format!("the target could not be reserved: {e}"), true))?;
+        Ok(Placed {
+            job_id: member.job_id.clone(),
+            outcome: placement.outcome,
+            resilience: placement.resilience,
+            target: TargetPlacement { node_id, gpu_index },
+        })
+    }
+
+    /// Every member has its place: the node is provisioned (for the first
+    /// mover, which sized it) and a degraded resilience said. True when a
+    /// node was provisioned.
+    fn commit_targets(&mut self, placed: &[Placed], now: UnixMillis) -> bool {
         let mut provisioned = false;
-        for one in &placed {
+        for one in placed {
             if let Outcome::Provision {
                 node_id,
                 pool,
@@ -398,22 +464,20 @@ impl AutoManagerCore {
                 );
                 provisioned = true;
             }
-            if one.resilience.is_degraded() {
-                self.notify(Notification::ResilienceDegraded {
-                    job_id: one.job_id.clone(),
-                    node_id: one.target.node_id.clone(),
-                    violations: one.resilience.violations.clone(),
-                    interruptible_primary_without_durable_backup: one
-                        .resilience
-                        .interruptible_primary_without_durable_backup,
-                });
-            }
+            self.notify_if_degraded(&one.job_id, &one.target.node_id, &one.resilience);
         }
-        // A view that gained a prospective node no longer matches what it
-        // remembers of the fleet: it is built again next round.
-        let kept = match view {
+        provisioned
+    }
+
+    /// Keeps the view the targets were placed in, with their reservations,
+    /// for the next round: true when it was kept. A view that gained a
+    /// prospective node no longer matches what it remembers of the fleet:
+    /// it is built again next round.
+    fn keep_view(&mut self, view: PlacementView, provisioned: bool, placed: &[Placed], moving: &MovingBundle) -> bool {
+        let (bundle, replica_index) = (&moving.bundle, moving.replica_index);
+        match view {
             PlacementView::Kept(mut cache) if !provisioned => {
-                for (one, name) in placed.iter().zip(&names) {
+                for (one, name) in placed.iter().zip(&moving.names) {
                     if let Some(spec) = bundle.spec.job(name) {
                         let reserved = placed_job(&bundle.bundle_id, replica_index, spec, one.target.gpu_index);
                         cache.reserved_target(one.job_id.clone(), one.target.node_id.clone(), reserved);
@@ -426,8 +490,7 @@ impl AutoManagerCore {
                 self.view_cache = None;
                 false
             }
-        };
-        Ok((placed.into_iter().map(|one| one.target).collect(), kept))
+        }
     }
 
     /// A placement of targets that did not go through: the kept view is put
