@@ -5,6 +5,7 @@
 mod demo;
 mod krew_manifest;
 mod readme_config;
+mod rules;
 mod standalone;
 
 #[path = "../support/sim.rs"]
