@@ -10,6 +10,7 @@ pub mod backoff;
 pub mod cli;
 pub mod controller;
 pub mod crd;
+pub mod decide;
 pub mod manager;
 pub mod model;
 pub mod placement;

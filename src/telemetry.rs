@@ -193,6 +193,23 @@ pub struct OperatorMetrics {
     pub manager_capability: Family<CapabilityLabels, Gauge>,
 }
 
+/// Registers `build_info`: always 1, its labels naming the version and
+/// commit the binary was built from.
+fn register_build_info(registry: &mut Registry) {
+    let build_info = Family::<BuildLabels, Gauge>::default();
+    build_info
+        .get_or_create(&BuildLabels {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            revision: REVISION.to_owned(),
+        })
+        .set(1);
+    registry.register(
+        "build_info",
+        "Always 1; the labels name the version and commit the operator was built from",
+        build_info,
+    );
+}
+
 impl Default for OperatorMetrics {
     fn default() -> Self {
         Self::new()
@@ -204,169 +221,175 @@ impl OperatorMetrics {
     pub fn new() -> Self {
         let mut root = Registry::default();
         root.register_collector(Box::new(ProcessCollector));
+        let metrics = Self::unregistered();
+        // The order of registration is the order `/metrics` lists them in.
         let registry = root.sub_registry_with_prefix("norsk_automanager");
-        let reconciles = Family::<ControllerLabels, Counter>::default();
-        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
-        let reconcile_duration = Family::<ControllerLabels, Histogram>::new_with_constructor(
-            (|| Histogram::new(exponential_buckets(0.001, 2.0, 14))) as fn() -> Histogram,
+        metrics.register_reconciles(registry);
+        metrics.register_core(registry);
+        metrics.register_pools(registry);
+        register_build_info(registry);
+        metrics.register_connection(registry);
+        metrics.register_resources(registry);
+        Self {
+            registry: root,
+            ..metrics
+        }
+    }
+
+    /// Every metric at zero, none registered yet (the registry is empty).
+    fn unregistered() -> Self {
+        Self {
+            registry: Registry::default(),
+            reconciles: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_duration: Family::new_with_constructor(
+                (|| Histogram::new(exponential_buckets(0.001, 2.0, 14))) as fn() -> Histogram,
+            ),
+            status_writes: Family::default(),
+            notifications: Family::default(),
+            placements: Family::default(),
+            placement_attempts: Counter::default(),
+            placement_results: Family::default(),
+            jobs_rejected: Counter::default(),
+            bundle_breaks: Counter::default(),
+            jobs_dropped: Counter::default(),
+            core_counters: Mutex::default(),
+            events_dropped: Counter::default(),
+            pool_nodes: Family::default(),
+            pool_live_spares: Family::default(),
+            pool_used_capacity_ratio: Family::default(),
+            pool_spare_target: Family::default(),
+            headroom_absorbed: Family::default(),
+            headroom_unabsorbed_domains: Family::default(),
+            headroom_worst_domain: Family::default(),
+            bundles_broken: Gauge::default(),
+            drains: Family::default(),
+            drains_ended: Family::default(),
+            migrations: Family::default(),
+            in_flight: Mutex::default(),
+            manager_connected: Gauge::default(),
+            leader: Gauge::default(),
+            manager_capability: Family::default(),
+        }
+    }
+
+    /// Registers what the controllers count of their reconciles.
+    fn register_reconciles(&self, registry: &mut Registry) {
+        registry.register("reconciles", "Reconciles run", self.reconciles.clone());
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed",
+            self.reconcile_errors.clone(),
         );
-        let status_writes = Family::<ControllerLabels, Counter>::default();
-        let notifications = Family::<KindLabels, Counter>::default();
-        let placements = Family::<ResultLabels, Counter>::default();
-        let placement_attempts = Counter::default();
-        let placement_results = Family::<ResultLabels, Counter>::default();
-        let jobs_rejected = Counter::default();
-        let bundle_breaks = Counter::default();
-        let jobs_dropped = Counter::default();
-        let events_dropped = Counter::default();
-        let pool_nodes = Family::<PoolLabels, Gauge>::default();
-        let pool_live_spares = Family::<PoolLabels, Gauge>::default();
-        let pool_used_capacity_ratio = Family::<PoolLabels, Gauge<f64, AtomicU64>>::default();
-        let manager_connected = Gauge::default();
-        let leader = Gauge::default();
-        let manager_capability = Family::<CapabilityLabels, Gauge>::default();
-        let drains = Family::<PhaseLabels, Gauge>::default();
-        let drains_ended = Family::<PhaseLabels, Counter>::default();
-        let pool_spare_target = Family::<PoolLabels, Gauge>::default();
-        let headroom_absorbed = Family::<HeadroomLabels, Gauge>::default();
-        let headroom_unabsorbed_domains = Family::<HeadroomLabels, Gauge>::default();
-        let headroom_worst_domain = Family::<WorstDomainLabels, Gauge>::default();
-        let bundles_broken = Gauge::default();
-        let migrations = Family::<PhaseLabels, Gauge>::default();
-        registry.register("reconciles", "Reconciles run", reconciles.clone());
-        registry.register("reconcile_errors", "Reconciles that failed", reconcile_errors.clone());
         registry.register_with_unit(
             "reconcile_duration",
             "How long reconciles took",
             Unit::Seconds,
-            reconcile_duration.clone(),
+            self.reconcile_duration.clone(),
         );
         registry.register(
             "status_writes",
             "Status writes (only when something changed)",
-            status_writes.clone(),
+            self.status_writes.clone(),
         );
+    }
+
+    /// Registers what the core's notifications and counters count, and the
+    /// Kubernetes Events not published.
+    fn register_core(&self, registry: &mut Registry) {
         registry.register(
             "notifications",
             "Notifications of the core, per kind",
-            notifications.clone(),
+            self.notifications.clone(),
         );
-        registry.register("placements", "Placement decisions by result", placements.clone());
+        registry.register("placements", "Placement decisions by result", self.placements.clone());
         registry.register(
             "placement_attempts",
             "Placement runs of the core",
-            placement_attempts.clone(),
+            self.placement_attempts.clone(),
         );
         registry.register(
             "placement_results",
             "Placement runs by how they ended: succeeded (first wire call accepted), failed (nowhere found), dispatch_failed (first wire call refused)",
-            placement_results.clone(),
+            self.placement_results.clone(),
         );
-        registry.register("jobs_rejected", "Jobs a worker rejected", jobs_rejected.clone());
-        registry.register("bundle_breaks", "Bundles marked broken", bundle_breaks.clone());
-        registry.register("jobs_dropped", "Jobs dropped", jobs_dropped.clone());
+        registry.register("jobs_rejected", "Jobs a worker rejected", self.jobs_rejected.clone());
+        registry.register("bundle_breaks", "Bundles marked broken", self.bundle_breaks.clone());
+        registry.register("jobs_dropped", "Jobs dropped", self.jobs_dropped.clone());
         registry.register(
             "events_dropped",
             "Kubernetes Events not published (queue full)",
-            events_dropped.clone(),
+            self.events_dropped.clone(),
         );
-        registry.register("pool_nodes", "Nodes of the pool not stopped", pool_nodes.clone());
+    }
+
+    /// Registers the gauges of each pool: its nodes, its headroom, its
+    /// spares and how full it is.
+    fn register_pools(&self, registry: &mut Registry) {
+        registry.register("pool_nodes", "Nodes of the pool not stopped", self.pool_nodes.clone());
         registry.register(
             "headroom_absorbed",
             "1 when the pool absorbs the loss of any single failure domain of the kind",
-            headroom_absorbed.clone(),
+            self.headroom_absorbed.clone(),
         );
         registry.register(
             "headroom_unabsorbed_domains",
             "Failure domains of the kind whose loss the pool does not absorb",
-            headroom_unabsorbed_domains.clone(),
+            self.headroom_unabsorbed_domains.clone(),
         );
         registry.register(
             "headroom_worst_domain",
             "1 for the failure domain of the kind whose loss does the pool the most harm",
-            headroom_worst_domain.clone(),
+            self.headroom_worst_domain.clone(),
         );
         registry.register(
             "pool_live_spares",
             "Unconsumed hot spares of the pool",
-            pool_live_spares.clone(),
+            self.pool_live_spares.clone(),
         );
         registry.register(
             "pool_used_capacity_ratio",
             "Reserved over usable capacity of the pool (0 to 1)",
-            pool_used_capacity_ratio.clone(),
+            self.pool_used_capacity_ratio.clone(),
         );
-        let build_info = Family::<BuildLabels, Gauge>::default();
-        build_info
-            .get_or_create(&BuildLabels {
-                version: env!("CARGO_PKG_VERSION").to_owned(),
-                revision: REVISION.to_owned(),
-            })
-            .set(1);
-        registry.register(
-            "build_info",
-            "Always 1; the labels name the version and commit the operator was built from",
-            build_info,
-        );
+    }
+
+    /// Registers the gauges of this process's place: its stream to
+    /// Manager, its leadership and how each capability is carried out.
+    fn register_connection(&self, registry: &mut Registry) {
         registry.register(
             "manager_connected",
             "1 while the core's stream to Manager is up with its snapshot applied (followers too)",
-            manager_connected.clone(),
+            self.manager_connected.clone(),
         );
-        registry.register("leader", "1 while this process leads", leader.clone());
+        registry.register("leader", "1 while this process leads", self.leader.clone());
         registry.register(
             "manager_capability",
             "1 for how each capability beyond the published Manager API is carried out: served by Manager, or published (without the addition)",
-            manager_capability.clone(),
+            self.manager_capability.clone(),
         );
+    }
+
+    /// Registers what the resources' controllers report: spares asked
+    /// for, bundles broken, drains and migrations.
+    fn register_resources(&self, registry: &mut Registry) {
         registry.register(
             "pool_spare_target",
             "Hot spares the pool's HotSparePolicy asks for (0 without one)",
-            pool_spare_target.clone(),
+            self.pool_spare_target.clone(),
         );
         registry.register(
             "bundles_broken",
             "Bundles whose production ended (broken until updated or deleted)",
-            bundles_broken.clone(),
+            self.bundles_broken.clone(),
         );
-        registry.register("drains", "Drains in flight, per phase", drains.clone());
+        registry.register("drains", "Drains in flight, per phase", self.drains.clone());
         registry.register(
             "drains_ended",
             "Drains ended, per final phase (done, partial, failed)",
-            drains_ended.clone(),
+            self.drains_ended.clone(),
         );
-        registry.register("migrations", "Migrations in flight, per phase", migrations.clone());
-        Self {
-            registry: root,
-            reconciles,
-            reconcile_errors,
-            reconcile_duration,
-            status_writes,
-            notifications,
-            placements,
-            placement_attempts,
-            placement_results,
-            jobs_rejected,
-            bundle_breaks,
-            jobs_dropped,
-            core_counters: Mutex::default(),
-            events_dropped,
-            pool_nodes,
-            pool_live_spares,
-            pool_used_capacity_ratio,
-            pool_spare_target,
-            headroom_absorbed,
-            headroom_unabsorbed_domains,
-            headroom_worst_domain,
-            bundles_broken,
-            drains,
-            drains_ended,
-            migrations,
-            in_flight: Mutex::default(),
-            manager_connected,
-            leader,
-            manager_capability,
-        }
+        registry.register("migrations", "Migrations in flight, per phase", self.migrations.clone());
     }
 
     /// Counts one notification (every callback is countable by kind).

@@ -17,9 +17,9 @@ use super::documents;
 use crate::automanager::{AutoSettings, RunOptions, validate_auto_settings};
 use crate::controller::api_server;
 use crate::controller::leader::LeaseSettings;
-use crate::controller::node_status::DEFAULT_FLEET;
 use crate::controller::process;
 use crate::controller::session::SessionSettings;
+use crate::decide::node_status::DEFAULT_FLEET;
 use crate::manager::client::{ClientSettings, TlsSettings};
 use crate::telemetry::{self, Health, OperatorMetrics};
 

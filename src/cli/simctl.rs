@@ -272,26 +272,12 @@ pub async fn run(args: Args) -> ExitCode {
     }
 }
 
+/// A client of the simulator's admin API.
+type Client = SimAdminClient<Channel>;
+
+/// Connects to the simulator and runs the command; returns what to print.
 async fn execute(args: Args) -> Result<String, SimctlError> {
-    let channel = Channel::from_shared(args.addr.clone())
-        .map_err(|source| SimctlError::Addr {
-            addr: args.addr.clone(),
-            source,
-        })?
-        .connect()
-        .await
-        .map_err(|source| SimctlError::Connect {
-            addr: args.addr.clone(),
-            source,
-        })?;
-    let mut client = SimAdminClient::new(channel).max_decoding_message_size(MAX_SNAPSHOT_BYTES);
-    let done = |command: &str, details: serde_json::Value| {
-        let mut out = json!({ "ok": true, "command": command });
-        if let (Some(out), Some(details)) = (out.as_object_mut(), details.as_object()) {
-            out.extend(details.clone());
-        }
-        out.to_string()
-    };
+    let mut client = connect(&args.addr).await?;
     Ok(match args.command {
         Command::Snapshot => client.snapshot(()).await?.into_inner().json,
         Command::RegisterNode(a) => {
@@ -308,96 +294,25 @@ async fn execute(args: Args) -> Result<String, SimctlError> {
             client.stop_node(sim_admin::NodeRef { node_id: node.clone() }).await?;
             done("stop-node", json!({ "nodeId": node }))
         }
-        Command::InterruptNode { node, kind, deadline } => {
-            let kind = match kind {
-                Interruption::SpotInterruption => pb::InterruptionKind::SpotInterruption,
-                Interruption::Rebalance => pb::InterruptionKind::Rebalance,
-            };
-            client
-                .interrupt_node(sim_admin::InterruptNodeRequest {
-                    node_id: node.clone(),
-                    kind: kind as i32,
-                    deadline_s: deadline.unwrap_or(0.0),
-                })
-                .await?;
-            done(
-                "interrupt-node",
-                json!({ "nodeId": node, "kind": kind.as_str_name(), "deadlineS": deadline }),
-            )
-        }
-        Command::FailJob { job, role } => {
-            client
-                .fail_job(sim_admin::JobRef {
-                    job_id: job.clone(),
-                    role: role.clone().unwrap_or_default(),
-                    reason: String::new(),
-                })
-                .await?;
-            done("fail-job", json!({ "jobId": job, "role": role }))
-        }
+        Command::InterruptNode { node, kind, deadline } => interrupt_node(&mut client, node, kind, deadline).await?,
+        Command::FailJob { job, role } => fail_job(&mut client, job, role).await?,
         Command::RejectJob {
             job,
             reason,
             detail,
             times,
-        } => {
-            let code = match reason {
-                Rejection::InvalidSpec => pb::JobRejectionCode::JobRejectedInvalidSpec,
-                Rejection::InsufficientCapacity => pb::JobRejectionCode::JobRejectedInsufficientCapacity,
-                Rejection::PortInUse => pb::JobRejectionCode::JobRejectedPortInUse,
-                Rejection::GpuUnavailable => pb::JobRejectionCode::JobRejectedGpuUnavailable,
-                Rejection::ImageUnavailable => pb::JobRejectionCode::JobRejectedImageUnavailable,
-                Rejection::NodeShuttingDown => pb::JobRejectionCode::JobRejectedNodeShuttingDown,
-            };
-            client
-                .reject_job(sim_admin::RejectJobRequest {
-                    job_id: job.clone(),
-                    code: code as i32,
-                    detail: detail.unwrap_or_default(),
-                    times,
-                })
-                .await?;
-            done(
-                "reject-job",
-                json!({ "jobId": job, "code": code.as_str_name(), "times": times }),
-            )
-        }
+        } => reject_job(&mut client, job, reason, detail, times).await?,
         Command::Capacity {
             region,
             instance_type,
             available,
-        } => {
-            client
-                .set_capacity(sim_admin::SetCapacityRequest {
-                    region: region.clone(),
-                    instance_type: instance_type.clone(),
-                    available,
-                })
-                .await?;
-            done(
-                "capacity",
-                json!({ "region": region, "instanceType": instance_type, "available": (available >= 0).then_some(available) }),
-            )
-        }
+        } => set_capacity(&mut client, region, instance_type, available).await?,
         Command::RpcFault {
             rpc,
             delay_ms,
             failure_rate,
             clear,
-        } => {
-            client
-                .rpc_fault(sim_admin::RpcFaultRequest {
-                    rpc: rpc.clone(),
-                    delay_ms,
-                    failure_rate,
-                    clear,
-                })
-                .await?;
-            done(
-                "rpc-fault",
-                json!({ "rpc": rpc, "delayMs": delay_ms, "failureRate": failure_rate, "clear": clear }),
-            )
-        }
+        } => rpc_fault(&mut client, rpc, delay_ms, failure_rate, clear).await?,
         Command::DropStream => {
             client.drop_stream(()).await?;
             done("drop-stream", json!({}))
@@ -408,25 +323,163 @@ async fn execute(args: Args) -> Result<String, SimctlError> {
                 .await?;
             done("set-time-scale", json!({ "timeScale": scale }))
         }
-        Command::SetJobBehaviour { job, behaviour } => {
-            let behaviour = match behaviour {
-                Behaviour::Cooperative => sim_admin::JobBehaviour::Cooperative,
-                Behaviour::RefuseHandover => sim_admin::JobBehaviour::RefuseHandover,
-                Behaviour::HangHandover => sim_admin::JobBehaviour::HangHandover,
-                Behaviour::HangStart => sim_admin::JobBehaviour::HangStart,
-            };
-            client
-                .set_job_behaviour(sim_admin::SetJobBehaviourRequest {
-                    job_id: job.clone(),
-                    behaviour: behaviour as i32,
-                })
-                .await?;
-            done(
-                "set-job-behaviour",
-                json!({ "jobId": job, "behaviour": behaviour.as_str_name() }),
-            )
-        }
+        Command::SetJobBehaviour { job, behaviour } => set_job_behaviour(&mut client, job, behaviour).await?,
     })
+}
+
+/// A client of the simulator at `addr`, connected.
+async fn connect(addr: &str) -> Result<Client, SimctlError> {
+    let channel = Channel::from_shared(addr.to_owned())
+        .map_err(|source| SimctlError::Addr {
+            addr: addr.to_owned(),
+            source,
+        })?
+        .connect()
+        .await
+        .map_err(|source| SimctlError::Connect {
+            addr: addr.to_owned(),
+            source,
+        })?;
+    Ok(SimAdminClient::new(channel).max_decoding_message_size(MAX_SNAPSHOT_BYTES))
+}
+
+/// What a command that did its work prints: `ok`, the command, and the
+/// members of `details`.
+fn done(command: &str, details: serde_json::Value) -> String {
+    let mut out = json!({ "ok": true, "command": command });
+    if let (Some(out), Some(details)) = (out.as_object_mut(), details.as_object()) {
+        out.extend(details.clone());
+    }
+    out.to_string()
+}
+
+/// Runs `interrupt-node`: the provider announces it is taking the node
+/// back.
+async fn interrupt_node(
+    client: &mut Client,
+    node: String,
+    kind: Interruption,
+    deadline: Option<f64>,
+) -> Result<String, SimctlError> {
+    let kind = match kind {
+        Interruption::SpotInterruption => pb::InterruptionKind::SpotInterruption,
+        Interruption::Rebalance => pb::InterruptionKind::Rebalance,
+    };
+    client
+        .interrupt_node(sim_admin::InterruptNodeRequest {
+            node_id: node.clone(),
+            kind: kind as i32,
+            deadline_s: deadline.unwrap_or(0.0),
+        })
+        .await?;
+    Ok(done(
+        "interrupt-node",
+        json!({ "nodeId": node, "kind": kind.as_str_name(), "deadlineS": deadline }),
+    ))
+}
+
+/// Runs `fail-job`: the job's running instance(s) fail.
+async fn fail_job(client: &mut Client, job: String, role: Option<String>) -> Result<String, SimctlError> {
+    client
+        .fail_job(sim_admin::JobRef {
+            job_id: job.clone(),
+            role: role.clone().unwrap_or_default(),
+            reason: String::new(),
+        })
+        .await?;
+    Ok(done("fail-job", json!({ "jobId": job, "role": role })))
+}
+
+/// Runs `reject-job`: the worker refuses the job's next start(s).
+async fn reject_job(
+    client: &mut Client,
+    job: String,
+    reason: Rejection,
+    detail: Option<String>,
+    times: u32,
+) -> Result<String, SimctlError> {
+    let code = match reason {
+        Rejection::InvalidSpec => pb::JobRejectionCode::JobRejectedInvalidSpec,
+        Rejection::InsufficientCapacity => pb::JobRejectionCode::JobRejectedInsufficientCapacity,
+        Rejection::PortInUse => pb::JobRejectionCode::JobRejectedPortInUse,
+        Rejection::GpuUnavailable => pb::JobRejectionCode::JobRejectedGpuUnavailable,
+        Rejection::ImageUnavailable => pb::JobRejectionCode::JobRejectedImageUnavailable,
+        Rejection::NodeShuttingDown => pb::JobRejectionCode::JobRejectedNodeShuttingDown,
+    };
+    client
+        .reject_job(sim_admin::RejectJobRequest {
+            job_id: job.clone(),
+            code: code as i32,
+            detail: detail.unwrap_or_default(),
+            times,
+        })
+        .await?;
+    Ok(done(
+        "reject-job",
+        json!({ "jobId": job, "code": code.as_str_name(), "times": times }),
+    ))
+}
+
+/// Runs `capacity`: how many more nodes of a type the region can launch.
+async fn set_capacity(
+    client: &mut Client,
+    region: String,
+    instance_type: String,
+    available: i64,
+) -> Result<String, SimctlError> {
+    client
+        .set_capacity(sim_admin::SetCapacityRequest {
+            region: region.clone(),
+            instance_type: instance_type.clone(),
+            available,
+        })
+        .await?;
+    Ok(done(
+        "capacity",
+        json!({ "region": region, "instanceType": instance_type, "available": (available >= 0).then_some(available) }),
+    ))
+}
+
+/// Runs `rpc-fault`: a Manager RPC slowed down or failing, or no longer.
+async fn rpc_fault(
+    client: &mut Client,
+    rpc: String,
+    delay_ms: u64,
+    failure_rate: f64,
+    clear: bool,
+) -> Result<String, SimctlError> {
+    client
+        .rpc_fault(sim_admin::RpcFaultRequest {
+            rpc: rpc.clone(),
+            delay_ms,
+            failure_rate,
+            clear,
+        })
+        .await?;
+    Ok(done(
+        "rpc-fault",
+        json!({ "rpc": rpc, "delayMs": delay_ms, "failureRate": failure_rate, "clear": clear }),
+    ))
+}
+
+/// Runs `set-job-behaviour`: the job cooperates, refuses or hangs.
+async fn set_job_behaviour(client: &mut Client, job: String, behaviour: Behaviour) -> Result<String, SimctlError> {
+    let behaviour = match behaviour {
+        Behaviour::Cooperative => sim_admin::JobBehaviour::Cooperative,
+        Behaviour::RefuseHandover => sim_admin::JobBehaviour::RefuseHandover,
+        Behaviour::HangHandover => sim_admin::JobBehaviour::HangHandover,
+        Behaviour::HangStart => sim_admin::JobBehaviour::HangStart,
+    };
+    client
+        .set_job_behaviour(sim_admin::SetJobBehaviourRequest {
+            job_id: job.clone(),
+            behaviour: behaviour as i32,
+        })
+        .await?;
+    Ok(done(
+        "set-job-behaviour",
+        json!({ "jobId": job, "behaviour": behaviour.as_str_name() }),
+    ))
 }
 
 /// The admin request for `register-node`.

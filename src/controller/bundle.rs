@@ -1,8 +1,10 @@
 //! The `Bundle` controller: a resource becomes `createBundle` /
 //! `updateBundle` on the core; deleting it runs Manager's stop-then-delete
 //! saga behind the finalizer `automanager.norsk.video/bundle`; the status
-//! says where each job of each replica runs (see [`super::bundle_status`]).
-//! It is reconciled on every change of the resource and on every
+//! says where each job of each replica runs (see
+//! [`crate::decide::bundle_status`]). What a change means — which command,
+//! what a refusal is — is [`crate::decide::bundle`]'s, shared with
+//! `standalone`. It is reconciled on every change of the resource and on every
 //! notification about its bundle.
 
 use std::sync::Arc;
@@ -16,12 +18,12 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use crate::automanager::{CommandError, RpcFailureKind};
 use crate::crd;
+use crate::decide::bundle::{Applied, BundleCommand, BundleRefusal, Deleted, apply_bundle, delete_bundle};
+use crate::decide::bundle_status::{self, AdmissionCheck, ObservedBundle, observe};
 use crate::model::{self, BundleState};
 
 use super::api_server::watch_backoff;
-use super::bundle_status::{self, AdmissionCheck, ObservedBundle, observe};
 use super::error::{ApplyError, DecideError, ReadError, WriteStatusError};
 use super::status::StatusWriter;
 use super::{Context, ReconcileError};
@@ -130,38 +132,34 @@ async fn apply(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) -> R
         terminal_verdict: recorded_verdict(bundle),
         ..model::Bundle::default()
     };
-    let sent = match &found.bundle {
-        None => Some(("create", ctx.core.create_bundle(wanted).await)),
-        Some((_, BundleState::Deleting)) => {
-            // The resource was deleted and made again while Manager still
-            // runs the old one's saga: create once that has finished.
+    let held = found.bundle.as_ref().map(|(spec, state)| (spec, *state));
+    let request = &wanted;
+    let applied = apply_bundle(held, &wanted.spec, |command| async move {
+        match command {
+            BundleCommand::Create => ctx.core.create_bundle(request.clone()).await,
+            BundleCommand::Update => ctx.core.update_bundle(request.clone()).await,
+        }
+    })
+    .await;
+    let refused = match applied {
+        Applied::InForce => None,
+        // The resource was deleted and made again while Manager still
+        // runs the old one's saga: create once that has finished.
+        Applied::AwaitingDeletion => {
             return Err(DecideError::StillDeleting {
                 bundle: bundle_id.to_string(),
             }
             .into());
         }
-        Some((spec, BundleState::Live)) if !spec.same_applied(&wanted.spec) => {
-            Some(("update", ctx.core.update_bundle(wanted).await))
-        }
-        Some(_) => None,
-    };
-    let refused = match sent {
-        Some((_, Err(CommandError::InvalidBundle { errors }))) => Some((
-            "InvalidBundle",
-            errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
-        )),
-        Some((_, Err(CommandError::Manager(failure)))) if failure.kind == RpcFailureKind::Rejected => {
-            Some(("RejectedByManager", failure.message))
-        }
-        Some((action, Err(source))) => {
+        Applied::Refused(refusal) => Some((refusal.reason(), refusal_message(refusal))),
+        Applied::Failed { sent, error } => {
             return Err(ApplyError::Command {
-                action,
+                action: sent.as_str(),
                 object: format!("bundle {bundle_id}"),
-                source,
+                source: error,
             }
             .into());
         }
-        _ => None,
     };
     let writer = writer(ctx, api);
     if let Some((reason, message)) = refused {
@@ -236,24 +234,26 @@ async fn cleanup(bundle: &crd::Bundle, api: &Api<crd::Bundle>, ctx: &Context) ->
     let still_deleting = || DecideError::StillDeleting {
         bundle: bundle_id.to_string(),
     };
-    match found.bundle {
-        None => {
+    let held = found.bundle.map(|(_, state)| state);
+    match delete_bundle(held, ctx.core.delete_bundle(bundle_id.clone())).await {
+        Deleted::Gone => {
             writer(ctx, api).forget(&bundle.name_any());
             Ok(Action::await_change())
         }
-        Some((_, BundleState::Deleting)) => Err(still_deleting().into()),
-        Some((_, BundleState::Live)) => match ctx.core.delete_bundle(bundle_id.clone()).await {
-            Ok(()) => Err(still_deleting().into()),
-            Err(CommandError::Manager(f)) if f.kind == RpcFailureKind::NotFound => {
-                writer(ctx, api).forget(&bundle.name_any());
-                Ok(Action::await_change())
-            }
-            Err(source) => Err(ApplyError::Command {
-                action: "delete",
-                object: format!("bundle {bundle_id}"),
-                source,
-            }
-            .into()),
-        },
+        Deleted::Deleting => Err(still_deleting().into()),
+        Deleted::Failed(source) => Err(ApplyError::Command {
+            action: "delete",
+            object: format!("bundle {bundle_id}"),
+            source,
+        }
+        .into()),
+    }
+}
+
+/// A refusal in words for the Bundle's status.
+fn refusal_message(refusal: BundleRefusal) -> String {
+    match refusal {
+        BundleRefusal::Invalid(errors) => errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+        BundleRefusal::Rejected(message) => message,
     }
 }

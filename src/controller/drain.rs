@@ -1,6 +1,6 @@
 //! The `NodeDrain` controller: a resource starts `drainNode` on the core
 //! (`handleNodeInterruption` when it carries an interruption); its status
-//! is the core's `DrainState` (see [`super::drain_status`]), rewritten on
+//! is the core's `DrainState` (see [`crate::decide::drain_status`]), rewritten on
 //! every `drainProgress`; each migration the drain starts gets a
 //! `JobMigration` owned by the drain. Deleting it before its terminate
 //! cancels the drain (`uncordonNode`) behind the finalizer
@@ -30,22 +30,21 @@ use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use crate::automanager::{
-    AutoManagerHandle, CommandError, DrainOptions, DrainPhase, DrainState, InterruptionNotice, MigrationId, StrategyFor,
-};
+use crate::automanager::{AutoManagerHandle, CommandError, DrainPhase, DrainState, MigrationId};
 use crate::crd::{
     DrainAfter, DrainMode, JobMigration, JobMigrationSpec, NodeDrain, NodeDrainSpec, NodeDrainStatus, NorskNode,
 };
 use crate::model::{NodeId, wire_name};
 
 use super::drain_follow::{DrainContext, after_status, run_controller};
-use super::drain_status::{conditions_of, millis, rfc3339, status_of};
 use super::error::{ApplyError, DecideError, ReadError, WriteStatusError};
 use super::migration::{DRAIN, MIGRATION_ID};
-use super::node::{FLEET, MANAGED_BY};
-use super::node_status::{node_resource_name, resource_name};
 use super::status::StatusWriter;
 use super::{Context, ReconcileError};
+use crate::decide::drain::{DrainCommand, drain_command, drain_refused};
+use crate::decide::drain_status::{conditions_of, millis, rfc3339, status_of};
+use crate::decide::node::{FLEET, MANAGED_BY};
+use crate::decide::node_status::{node_resource_name, resource_name};
 
 /// The controller's name (metrics label, field manager suffix).
 pub const CONTROLLER: &str = "nodedrain";
@@ -144,7 +143,7 @@ pub(super) fn recorded(drain: &NodeDrain, shared: &DrainContext) -> NodeDrainSta
 fn ours(core_drain: Option<DrainState>, drain: &NodeDrain, recorded: &NodeDrainStatus) -> Option<DrainState> {
     let created_for_notice = recorded.phase.is_none()
         && drain.spec.interruption.is_some()
-        && drain.labels().get(MANAGED_BY).map(String::as_str) == Some(super::OPERATOR_NAME);
+        && drain.labels().get(MANAGED_BY).map(String::as_str) == Some(crate::decide::OPERATOR_NAME);
     core_drain.filter(|s| !s.phase.is_final() || created_for_notice || recorded.started == rfc3339(s.started))
 }
 
@@ -233,40 +232,12 @@ async fn status_with_targets(
     Ok(status)
 }
 
-/// Starts what a `NodeDrain`'s `spec` asks of `core` for its node: a drain
-/// (`drainNode`) or, with `spec.interruption`, the answer to a provider's
-/// notice (`handleNodeInterruption`); the drain's state.
-pub async fn start_drain(core: &AutoManagerHandle, spec: &NodeDrainSpec) -> Result<DrainState, CommandError> {
-    let node = NodeId::from(spec.node_id.as_str());
-    // No strategy in the spec: each job moves with its declared one.
-    let strategy_for = StrategyFor {
-        default: spec.strategy,
-        ..StrategyFor::default()
-    };
-    match &spec.interruption {
-        Some(interruption) => core
-            .handle_node_interruption(
-                node,
-                InterruptionNotice {
-                    kind: interruption.kind.into(),
-                    deadline: interruption.deadline.as_deref().and_then(millis),
-                    strategy_for,
-                },
-            )
-            .await
-            .map(|s| s.drain),
-        None => {
-            core.drain_node(
-                node,
-                DrainOptions {
-                    timeout_ms: spec.timeout_seconds.map(|s| u64::from(s) * 1000),
-                    force: spec.force,
-                    strategy_for,
-                    after: spec.after,
-                },
-            )
-            .await
-        }
+/// Sends the command a `NodeDrain`'s `spec` becomes (see
+/// [`drain_command`]) to `core`; the drain's state.
+async fn start_drain(core: &AutoManagerHandle, spec: &NodeDrainSpec) -> Result<DrainState, CommandError> {
+    match drain_command(spec) {
+        DrainCommand::Interruption(node, notice) => core.handle_node_interruption(node, notice).await.map(|s| s.drain),
+        DrainCommand::Drain(node, options) => core.drain_node(node, options).await,
     }
 }
 
@@ -296,7 +267,7 @@ async fn start(
             }
             Ok(status_with_targets(&ctx.core, &state, recorded).await?)
         }
-        (Err(CommandError::UnknownNode(_) | CommandError::NodeGone(_)), Some(phase)) => {
+        (Err(e), Some(phase)) if drain_refused(&e) => {
             // The node went while no operator followed the drain: a
             // terminate already issued did its work; anything else did not.
             let mut next = recorded.clone();
@@ -312,7 +283,7 @@ async fn start(
             next.reason = Some(format!("{reason} (recorded phase {})", wire_name(&phase)));
             Ok(next)
         }
-        (Err(e @ (CommandError::UnknownNode(_) | CommandError::NodeGone(_))), None) => Ok(NodeDrainStatus {
+        (Err(e), None) if drain_refused(&e) => Ok(NodeDrainStatus {
             reason: Some(e.to_string()),
             ..NodeDrainStatus::default()
         }),
@@ -379,7 +350,7 @@ async fn create_migrations(drain: &NodeDrain, next: &NodeDrainStatus, shared: &D
                 name: Some(name.clone()),
                 namespace: Some(namespace.to_owned()),
                 labels: Some(BTreeMap::from([
-                    (MANAGED_BY.to_owned(), super::OPERATOR_NAME.to_owned()),
+                    (MANAGED_BY.to_owned(), crate::decide::OPERATOR_NAME.to_owned()),
                     (DRAIN.to_owned(), drain.name_any()),
                 ])),
                 annotations: Some(BTreeMap::from([(MIGRATION_ID.to_owned(), migration_id.clone())])),

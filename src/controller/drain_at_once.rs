@@ -21,11 +21,11 @@ use crate::crd::{DrainMode, NodeDrain, NodeDrainStatus};
 use crate::model::{DrainPhase, NodeId, NodePhase, wire_name};
 
 use super::ReconcileError;
-use super::conditions::{Observed, READY, STALLED};
 use super::drain::{publish, recorded, writer};
 use super::drain_follow::{DrainContext, after_status};
-use super::drain_status::{RECONCILING, conditions_of, rfc3339};
 use super::error::ApplyError;
+use crate::decide::conditions::{Observed, READY, STALLED};
+use crate::decide::drain_status::{RECONCILING, conditions_of, rfc3339};
 
 /// Reconciles an `evict` or `terminate` `NodeDrain`: issues its terminate
 /// unless the status says it was, then follows it to its end.
@@ -202,7 +202,7 @@ fn conditions_at_once(mode: DrainMode, status: &NodeDrainStatus) -> Vec<Observed
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixture::said;
+    use crate::decide::fixture::said;
 
     fn at(phase: DrainPhase, reason: &str) -> NodeDrainStatus {
         NodeDrainStatus {

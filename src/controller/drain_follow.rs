@@ -28,11 +28,11 @@ use crate::automanager::{DrainJobStatus, DrainPhase, DrainState, MigrationId, No
 use crate::crd::{self, Interruption, JobMigration, NodeDrain, NodeDrainSpec};
 use crate::model::{self, NodeId};
 
-use super::drain_status::{camel, job_changes, rfc3339};
 use super::error::{ApplyError, ReadError};
-use super::node::{FLEET, MANAGED_BY};
-use super::node_status::node_resource_name;
 use super::{Context, ReconcileError, drain, migration};
+use crate::decide::drain_status::{camel, job_changes, rfc3339};
+use crate::decide::node::{FLEET, MANAGED_BY};
+use crate::decide::node_status::node_resource_name;
 use crate::model::wire_name;
 
 /// A drain or a migration in flight is re-read at least this often.
@@ -414,7 +414,7 @@ async fn ensure_drain(shared: &DrainContext, state: &NodeInterruptionState) -> R
         metadata: ObjectMeta {
             name: Some(name.clone()),
             labels: Some(BTreeMap::from([
-                (MANAGED_BY.to_owned(), super::OPERATOR_NAME.to_owned()),
+                (MANAGED_BY.to_owned(), crate::decide::OPERATOR_NAME.to_owned()),
                 (FLEET.to_owned(), shared.fleet.clone()),
             ])),
             ..ObjectMeta::default()

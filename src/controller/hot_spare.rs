@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::events::{Event, EventType};
@@ -20,21 +19,20 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
+use crate::automanager::CommandError;
 use crate::automanager::spares::HotSpareSpecsDiff;
-use crate::automanager::{CommandError, ReadModel};
-use crate::crd::{HotSparePolicy, HotSparePolicyStatus};
+use crate::crd::HotSparePolicy;
 use crate::model::HotSpareSpec;
 
 use super::api_server::watch_backoff;
-use super::conditions::{self, Observed, READY, STALLED};
 use super::error::DecideError;
 use super::status::StatusWriter;
 use super::{Context, ReconcileError, listed};
+use crate::decide::conditions;
+use crate::decide::hot_spare::observe_policy;
 
 /// The controller's name (metrics label, field manager suffix).
 pub const CONTROLLER: &str = "hotsparepolicy";
-/// The policy's spec is the one the core reconciles spares with.
-pub const APPLIED: &str = "Applied";
 /// Spare counts are refreshed at least this often without a change.
 const RESYNC: Duration = Duration::from_secs(60);
 
@@ -180,60 +178,6 @@ fn error_policy(policy: Arc<HotSparePolicy>, error: &ReconcileError, ctx: Arc<Sp
     ctx.shared.failed(CONTROLLER, &policy.name_any(), error)
 }
 
-fn rfc3339(at_ms: i64) -> Option<String> {
-    Timestamp::from_millisecond(at_ms).ok().map(|t| t.to_string())
-}
-
-/// A policy's status read from the core (conditions apart, without
-/// timestamps): its spare counts and last underflow; `Ready` once its spec
-/// is the one in force, `Stalled` when it names a pool the core does not
-/// run with, and why the core refused the list (`refused`) otherwise.
-pub fn observe_policy(
-    core: ReadModel<'_>,
-    spec: &HotSpareSpec,
-    refused: Option<String>,
-) -> (HotSparePolicyStatus, Vec<Observed>) {
-    let pool = &spec.pool;
-    let known = core.settings().placement_pools.iter().any(|p| &p.name == pool);
-    let in_force = core.settings().hot_spares.iter().any(|s| s == spec);
-    let spare_status = core.hot_spares().into_iter().find(|s| &s.pool == pool);
-    let conditions = if !known {
-        let why = format!("pool {pool:?} is not a PlacementPool in force; create it or fix spec.pool");
-        vec![
-            Observed::no(READY, "UnknownPool", why.clone()),
-            Observed::yes(STALLED, "UnknownPool", why),
-            Observed::no(APPLIED, "UnknownPool", ""),
-        ]
-    } else if in_force {
-        vec![
-            Observed::yes(READY, "InForce", format!("the core keeps spares for pool {pool}")),
-            Observed::no(STALLED, "InForce", ""),
-            Observed::yes(APPLIED, "InForce", ""),
-        ]
-    } else {
-        let why = refused.unwrap_or_else(|| "not yet handed to the core".to_owned());
-        vec![
-            Observed::no(READY, "NotInForce", why.clone()),
-            Observed::no(STALLED, "NotInForce", ""),
-            Observed::no(APPLIED, "NotInForce", why),
-        ]
-    };
-    let status = HotSparePolicyStatus {
-        observed_generation: None,
-        conditions: Vec::new(),
-        live_spares: spare_status.as_ref().map_or(0, |s| s.live),
-        provisioning_spares: spare_status.as_ref().map_or(0, |s| s.provisioning),
-        consumed_spares: spare_status
-            .as_ref()
-            .map_or(0, |s| u32::try_from(s.consumed).unwrap_or(u32::MAX)),
-        last_underflow: spare_status
-            .as_ref()
-            .and_then(|s| s.last_underflow_at)
-            .and_then(rfc3339),
-    };
-    (status, conditions)
-}
-
 #[tracing::instrument(skip_all, fields(policy = %policy.name_any()))]
 async fn reconcile(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> Result<Action, ReconcileError> {
     let key = policy.name_any();
@@ -266,87 +210,4 @@ async fn reconcile_once(policy: Arc<HotSparePolicy>, ctx: Arc<SpareContext>) -> 
         )
         .await?;
     Ok(Action::requeue(RESYNC))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::controller::fixture::{TestCore, said, settings};
-    use crate::model::SpareInstanceSpec;
-
-    fn spec(pool: &str) -> HotSpareSpec {
-        HotSpareSpec {
-            pool: pool.to_owned(),
-            target_count: 1,
-            spec: SpareInstanceSpec {
-                instance_type: "m5.xlarge".to_owned(),
-                region: None,
-            },
-            ..HotSpareSpec::default()
-        }
-    }
-
-    #[test]
-    fn a_policy_naming_an_unknown_pool_stalls_and_says_how_to_fix_it() {
-        let test = TestCore::hydrated(&[("a", 4.0)]);
-        let (status, conditions) = observe_policy(test.read(), &spec("studio"), None);
-        let why = "pool \"studio\" is not a PlacementPool in force; create it or fix spec.pool";
-        assert_eq!(
-            said(&conditions),
-            [
-                (READY, "False", "UnknownPool", why),
-                (STALLED, "True", "UnknownPool", why),
-                (APPLIED, "False", "UnknownPool", ""),
-            ]
-        );
-        assert_eq!(
-            (status.live_spares, status.provisioning_spares, status.consumed_spares),
-            (0, 0, 0)
-        );
-        assert_eq!(status.last_underflow, None);
-    }
-
-    #[test]
-    fn a_policy_not_yet_in_force_says_why_the_core_refused_it() {
-        let test = TestCore::hydrated(&[("a", 4.0)]);
-        let (_, waiting) = observe_policy(test.read(), &spec("production"), None);
-        assert_eq!(
-            said(&waiting),
-            [
-                (READY, "False", "NotInForce", "not yet handed to the core"),
-                (STALLED, "False", "NotInForce", ""),
-                (APPLIED, "False", "NotInForce", "not yet handed to the core"),
-            ]
-        );
-        let refusal = "hotSpares[0].spec.instanceType: a hot spare needs an instance type".to_owned();
-        let (_, refused) = observe_policy(test.read(), &spec("production"), Some(refusal.clone()));
-        assert_eq!(refused[0].message, refusal);
-        assert_eq!(refused[2].message, refusal);
-    }
-
-    #[test]
-    fn a_policy_in_force_is_ready_and_applied() {
-        let test = TestCore::hydrated_with(
-            crate::automanager::AutoSettings {
-                hot_spares: vec![spec("production")],
-                ..settings()
-            },
-            &[("a", 4.0)],
-        );
-        let (status, conditions) = observe_policy(test.read(), &spec("production"), Some("stale".to_owned()));
-        assert_eq!(
-            said(&conditions),
-            [
-                (READY, "True", "InForce", "the core keeps spares for pool production"),
-                (STALLED, "False", "InForce", ""),
-                (APPLIED, "True", "InForce", ""),
-            ]
-        );
-        assert_eq!((status.live_spares, status.consumed_spares), (0, 0));
-    }
-
-    #[test]
-    fn an_underflow_is_shown_as_an_rfc3339_time() {
-        assert_eq!(rfc3339(1_700_000_000_000).as_deref(), Some("2023-11-14T22:13:20Z"));
-    }
 }

@@ -155,7 +155,7 @@ impl LeaseStore for KubeLease {
             body["spec"]["holderIdentity"] = serde_json::Value::Null;
         }
         let params = PatchParams {
-            field_manager: Some(format!("{}/leader", super::OPERATOR_NAME)),
+            field_manager: Some(format!("{}/leader", crate::decide::OPERATOR_NAME)),
             ..PatchParams::default()
         };
         self.api

@@ -1,7 +1,7 @@
 //! The `JobMigration` controller: a resource starts `migrateJob` on the
 //! core for its job (bundle, replica and job name resolved to the runtime
 //! job id); one a drain created (annotated with its migration id) follows
-//! that migration instead. Status: see [`super::migration_status`], kept
+//! that migration instead. Status: see [`crate::decide::migration_status`], kept
 //! current on every migration notification. `spec.abort: true` aborts
 //! (`abortMigration`) — a clean rollback only before the point of no
 //! return; after it the status says the saga fails forward.
@@ -25,15 +25,18 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use crate::automanager::{CommandError, MigrationId, MigrationOptions};
-use crate::crd::{self, JobMigration, JobMigrationSpec, JobMigrationStatus};
-use crate::model::{BundleId, JobId, MigrationPhase, NodeId, runtime_job_id, wire_name};
+use crate::automanager::{CommandError, MigrationId};
+use crate::crd::{self, JobMigration, JobMigrationStatus};
+use crate::model::{BundleId, JobId, MigrationPhase, wire_name};
 
 use super::drain_follow::{DrainContext, after_status, run_controller};
 use super::error::{ApplyError, DecideError, ReadError, WriteStatusError};
-use super::migration_status::{Unfollowed, conditions_of, ended_without_core, is_recorded, status_of, unfollowed};
 use super::status::StatusWriter;
 use super::{Context, ReconcileError};
+use crate::decide::migration::{ABORT_REASON, ABORT_TOO_LATE, job_of, migration_refused, options_of};
+use crate::decide::migration_status::{
+    Unfollowed, conditions_of, ended_without_core, is_recorded, status_of, unfollowed,
+};
 
 /// The controller's name (metrics label, field manager suffix).
 pub const CONTROLLER: &str = "jobmigration";
@@ -41,8 +44,6 @@ pub const CONTROLLER: &str = "jobmigration";
 pub const MIGRATION_ID: &str = "automanager.norsk.video/migration-id";
 /// Label: the `NodeDrain` whose migration this is.
 pub const DRAIN: &str = "automanager.norsk.video/drain";
-/// The reason given to `abortMigration`.
-const ABORT_REASON: &str = "spec.abort set on the JobMigration";
 
 /// Runs the controller until `shutdown` resolves, over the migrations of
 /// the shared namespace (all when none); `notified` carries the resources
@@ -76,24 +77,6 @@ fn writer<'a>(ctx: &'a Context, migration: &JobMigration) -> StatusWriter<'a, Jo
         Api::namespaced(ctx.client.clone(), &namespace(migration)),
         CONTROLLER,
     )
-}
-
-/// What a `JobMigration`'s spec asks of `migrateJob`.
-pub fn options_of(spec: &JobMigrationSpec) -> MigrationOptions {
-    MigrationOptions {
-        strategy: spec.strategy,
-        target_node_id: spec.target_node_id.as_deref().map(NodeId::from),
-        override_reservation: spec.override_reservation,
-    }
-}
-
-/// The runtime job a migration names: `<namespace>/<bundle>/<replica>/<job>`.
-pub fn job_of(migration: &JobMigration) -> JobId {
-    let namespace = migration
-        .namespace()
-        .unwrap_or_else(|| crd::DEFAULT_NAMESPACE.to_owned());
-    let bundle = BundleId(format!("{namespace}/{}", migration.spec.bundle));
-    runtime_job_id(&bundle, migration.spec.replica_index, &migration.spec.job_name)
 }
 
 #[tracing::instrument(skip_all, fields(migration = %key(&migration)))]
@@ -219,12 +202,10 @@ async fn start(
                 |s| status_of(&s),
             ))
         }
-        Err(e @ (CommandError::Migration(_) | CommandError::UnknownNode(_) | CommandError::NodeGone(_))) => {
-            Ok(JobMigrationStatus {
-                reason: Some(e.to_string()),
-                ..JobMigrationStatus::default()
-            })
-        }
+        Err(e) if migration_refused(&e) => Ok(JobMigrationStatus {
+            reason: Some(e.to_string()),
+            ..JobMigrationStatus::default()
+        }),
         Err(source) => Err(ApplyError::Command {
             action: "migrate",
             object: format!("job {} (JobMigration {key})", job_of(migration)),
@@ -290,7 +271,7 @@ async fn follow(
     if migration.spec.abort && !state.phase.is_ended() {
         if state.past_point_of_no_return {
             let mut status = status_of(&state);
-            status.reason = Some("abort asked after the point of no return: the migration fails forward".to_owned());
+            status.reason = Some(ABORT_TOO_LATE.to_owned());
             return Ok(status);
         }
         match core.abort_migration(id.clone(), ABORT_REASON.to_owned()).await {

@@ -2,7 +2,10 @@
 //! and the AutoManager core. They turn resources into commands on the
 //! core's handle and the core's read model ([`crate::automanager::ReadModel`])
 //! into `status`; they decide nothing about placement and never see the
-//! core's records. What each owns:
+//! core's records. What a document change means, how a refusal is
+//! classified and what a status reads are [`crate::decide`]'s, shared with
+//! `standalone` and the plugin; the controllers carry them out. What each
+//! owns:
 //!
 //! - [`bundle`]: `Bundle` -> create/update on Manager, the stop-then-delete
 //!   finalizer, per replica and job status, conditions.
@@ -13,16 +16,12 @@
 //!   spare edits handed to the core.
 //! - [`drain`] / [`migration`]: `NodeDrain` and `JobMigration` -> drains
 //!   and migrations on the core, followed by [`drain_follow`].
-//! - [`notes`]: what the core's notifications say, as Events and as the
-//!   status facts the core does not keep.
-//! - [`resilience`]: a Bundle's `Resilient` condition, from the core's
-//!   headroom report.
-//! - [`conditions`]: `metav1.Condition` bookkeeping; [`status`]: one
-//!   writer of every kind's status (server-side apply, only when it
-//!   changed); [`error`]: why a reconcile failed, per step.
-//! - [`manager_status`]: the ConfigMap that tells people (and `kubectl
-//!   norsk manager`) which Manager the leader drives, how it is connected
-//!   and how each capability beyond the published API is carried out.
+//! - [`status`]: one writer of every kind's status (server-side apply,
+//!   only when it changed); [`error`]: why a reconcile failed, per step.
+//! - [`manager_status`]: writes the ConfigMap that tells people (and
+//!   `kubectl norsk manager`) which Manager the leader drives, how it is
+//!   connected and how each capability beyond the published API is carried
+//!   out.
 //! - [`leader`]: the `coordination.k8s.io` Lease; only the leader runs the
 //!   core and the controllers; [`lease`]: what a Lease record means — who
 //!   holds it, when a holder stops acting, when another may take over.
@@ -35,30 +34,21 @@
 
 pub mod api_server;
 pub mod bundle;
-pub mod bundle_status;
-pub mod conditions;
 pub mod drain;
 mod drain_at_once;
 pub mod drain_follow;
-pub mod drain_status;
 pub mod error;
 pub mod events;
-#[cfg(test)]
-mod fixture;
 pub mod hot_spare;
 mod hot_spare_events;
 pub mod leader;
 pub mod lease;
 pub mod manager_status;
 pub mod migration;
-pub mod migration_status;
 pub mod node;
-pub mod node_status;
-pub mod notes;
 mod notification_log;
 pub mod pool;
 pub mod process;
-pub mod resilience;
 pub mod session;
 pub mod standby;
 pub mod status;
@@ -79,10 +69,8 @@ use crate::backoff::Backoff;
 use crate::telemetry::OperatorMetrics;
 
 pub use self::error::ReconcileError;
-use self::notes::Notes;
+use crate::decide::notes::Notes;
 
-/// The name the operator reports Events and leases under.
-pub const OPERATOR_NAME: &str = "norsk-auto-manager";
 /// How many Events may wait to be published before new ones are dropped
 /// (counted in `norsk_automanager_events_dropped_total`): Events explain,
 /// they must never hold back the loop.
@@ -148,7 +136,7 @@ impl Context {
         instance: Option<String>,
     ) -> (Arc<Self>, tokio::task::JoinHandle<()>) {
         let (events, mut queue) = mpsc::channel::<(Event, ObjectReference)>(EVENT_QUEUE);
-        let mut recorder = events::Publisher::new(client.clone(), OPERATOR_NAME.to_owned(), instance);
+        let mut recorder = events::Publisher::new(client.clone(), crate::decide::OPERATOR_NAME.to_owned(), instance);
         let lookup = client.clone();
         let publisher = tokio::spawn(async move {
             while let Some((event, regarding)) = queue.recv().await {

@@ -25,32 +25,25 @@ use crate::automanager::{AutoManagerHandle, CommandError, QueryError};
 use crate::crd::{NorskNode, NorskNodeStatus};
 use crate::model::{NodeId, NodeInventory, SpareSpec};
 
-use super::conditions::{self, Observed};
+use crate::decide::OPERATOR_NAME;
+use crate::decide::conditions::{self, Observed};
+use crate::decide::node::{
+    BY_SPEC, CORDON_REFUSED, CORDONED, CordonStep, FLEET, MANAGED_BY, cordon_done, cordon_refused, cordon_step,
+    inventory_declared, spare_in_force, spare_unchanged, spare_updated,
+};
+use crate::decide::node_status::mirrored_nodes;
+use crate::decide::status::{differs, merged};
+
 use super::error::{ApplyError, ReadError};
-use super::node_status::mirrored_nodes;
-use super::status::{self, Recall, StatusWriter, differs, merged};
+use super::status::{self, Recall, StatusWriter};
 use super::{Context, ReconcileError};
 
 /// The mirror's name (metrics label, field manager suffix).
 pub const MIRROR: &str = "norsknode";
 /// The spec controller's name.
 pub const SPEC_CONTROLLER: &str = "norsknode-spec";
-/// Condition: the node takes no new placements.
-pub const CORDONED: &str = "Cordoned";
-/// `Cordoned` reason: the spec asked for it.
-pub const BY_SPEC: &str = "Spec";
-/// `Cordoned` reason: a drain or an interruption notice cordoned the node.
-const DRAIN_REASON: &str = "Drain";
-/// `Cordoned` reason: the core refused the cordon (it holds no such node).
-pub const CORDON_REFUSED: &str = "CordonRefused";
 /// How soon a refused cordon is tried again.
 const CORDON_RETRY: Duration = Duration::from_secs(2);
-/// Condition: `spec.spare` is the live spare's spec.
-pub const SPARE_SPEC_APPLIED: &str = "SpareSpecApplied";
-/// Label on every `NorskNode` the operator mirrors.
-pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-/// Label naming the fleet a `NorskNode` belongs to.
-pub const FLEET: &str = "automanager.norsk.video/fleet";
 /// How long fleet changes are gathered into one round.
 const COALESCE: Duration = Duration::from_millis(500);
 /// A round runs at least this often without a change.
@@ -125,7 +118,7 @@ async fn round(ctx: &Context, fleet: &str) -> Result<bool, ReconcileError> {
     }
     let api: Api<NorskNode> = Api::all(ctx.client.clone());
     let writer = mirror_writer(ctx);
-    let selector = format!("{MANAGED_BY}={},{FLEET}={fleet}", super::OPERATOR_NAME);
+    let selector = format!("{MANAGED_BY}={},{FLEET}={fleet}", OPERATOR_NAME);
     let existing: BTreeMap<String, NorskNode> = api
         .list(&ListParams::default().labels(&selector))
         .await
@@ -200,7 +193,7 @@ impl Write {
                     let object = serde_json::json!({
                         "apiVersion": NorskNode::api_version(&()),
                         "kind": NorskNode::kind(&()),
-                        "metadata": {"name": name, "labels": {MANAGED_BY: super::OPERATOR_NAME, FLEET: fleet}},
+                        "metadata": {"name": name, "labels": {MANAGED_BY: OPERATOR_NAME, FLEET: fleet}},
                         "spec": {"nodeId": node_id.as_str()},
                     });
                     let params = PatchParams::apply(&status::field_manager(MIRROR)).force();
@@ -282,53 +275,14 @@ async fn apply_cordon(ctx: &Context, node: &NorskNode) -> Result<Observed, Recon
             }
             .into());
         }
-        // An unknown node, ...: nothing to cordon until Manager has it.
-        Err(e) => Observed::no(CORDONED, CORDON_REFUSED, e.to_string()),
+        Err(e) => cordon_refused(&e),
     })
-}
-
-/// What `spec.cordoned` (`wanted`) asks of a node that is `cordoned` now,
-/// `by_spec` telling whether the spec cordoned it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CordonStep {
-    /// `cordonNode`.
-    Cordon,
-    /// `uncordonNode`.
-    Uncordon,
-    /// Nothing to do: the `Cordoned` condition as it stands.
-    Stay(Observed),
-}
-
-/// Only what the spec cordoned is uncordoned when the spec is cleared: a
-/// node a drain (or an interruption notice) cordoned stays cordoned, since
-/// uncordoning it would cancel the drain.
-pub fn cordon_step(wanted: bool, cordoned: bool, by_spec: bool) -> CordonStep {
-    match (wanted, cordoned) {
-        (true, true) => CordonStep::Stay(cordon_done(true)),
-        (true, false) => CordonStep::Cordon,
-        (false, true) if by_spec => CordonStep::Uncordon,
-        (false, true) => CordonStep::Stay(Observed::yes(
-            CORDONED,
-            DRAIN_REASON,
-            "cordoned by a drain or an interruption notice",
-        )),
-        (false, false) => CordonStep::Stay(cordon_done(false)),
-    }
-}
-
-/// The `Cordoned` condition once `cordonNode` / `uncordonNode` did its work.
-pub fn cordon_done(cordoned: bool) -> Observed {
-    if cordoned {
-        Observed::yes(CORDONED, BY_SPEC, "no new placement lands here")
-    } else {
-        Observed::no(CORDONED, "Uncordoned", "")
-    }
 }
 
 /// `spec.spare` (`wanted`) -> `updateHotSpareNode` on node `node_id`, when
 /// it differs from the live spare's spec; the `SpareSpecApplied` condition
 /// (none without a `spec.spare`).
-pub async fn apply_spare_spec(
+async fn apply_spare_spec(
     core: &AutoManagerHandle,
     node_id: NodeId,
     wanted: Option<SpareSpec>,
@@ -337,29 +291,20 @@ pub async fn apply_spare_spec(
         return Ok(None);
     };
     let live = core.spare_spec(node_id.clone()).await?;
-    if live.as_ref() == Some(&wanted) {
-        return Ok(Some(Observed::yes(SPARE_SPEC_APPLIED, "InForce", "")));
+    if spare_unchanged(live.as_ref(), &wanted) {
+        return Ok(Some(spare_in_force()));
     }
-    Ok(Some(match core.update_hot_spare_node(node_id, wanted).await {
-        Ok(()) => Observed::yes(SPARE_SPEC_APPLIED, "InForce", ""),
-        Err(CommandError::Closed) => return Err(QueryError::Closed),
-        // Not a spare (any more), or unknown: nothing to apply until it is.
-        Err(e) => Observed::no(SPARE_SPEC_APPLIED, "NotASpare", e.to_string()),
-    }))
+    spare_updated(core.update_hot_spare_node(node_id, wanted).await).map(Some)
 }
 
 /// `spec.inventory` -> what the core takes the node to be where Manager
 /// reports no inventory (a declaration withdrawn when the field is).
-pub async fn apply_inventory(
+async fn apply_inventory(
     core: &AutoManagerHandle,
     node_id: NodeId,
     declared: Option<NodeInventory>,
 ) -> Result<(), QueryError> {
-    match core.declare_inventory(node_id, declared).await {
-        Err(CommandError::Closed) => Err(QueryError::Closed),
-        // A declaration needs nothing of the fleet: nothing else refuses it.
-        _ => Ok(()),
-    }
+    inventory_declared(core.declare_inventory(node_id, declared).await)
 }
 
 #[tracing::instrument(skip_all, fields(node = %node.spec.node_id))]
@@ -409,43 +354,4 @@ async fn reconcile_spec_once(node: Arc<NorskNode>, ctx: Arc<Context>) -> Result<
     } else {
         Action::await_change()
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_spec_cordons_and_uncordons_only_what_it_cordoned() {
-        assert_eq!(cordon_step(true, false, false), CordonStep::Cordon);
-        assert_eq!(cordon_step(false, true, true), CordonStep::Uncordon);
-        assert_eq!(cordon_step(true, true, false), CordonStep::Stay(cordon_done(true)));
-        assert_eq!(cordon_step(false, false, false), CordonStep::Stay(cordon_done(false)));
-    }
-
-    #[test]
-    fn a_node_a_drain_cordoned_stays_cordoned_when_the_spec_is_cleared() {
-        let CordonStep::Stay(cordoned) = cordon_step(false, true, false) else {
-            panic!("uncordoning would cancel the drain");
-        };
-        assert_eq!(
-            (
-                cordoned.status_name(),
-                cordoned.reason.as_str(),
-                cordoned.message.as_str()
-            ),
-            ("True", "Drain", "cordoned by a drain or an interruption notice")
-        );
-    }
-
-    #[test]
-    fn the_cordoned_condition_says_whether_placements_land() {
-        let on = cordon_done(true);
-        assert_eq!(
-            (on.type_, on.status_name(), on.reason.as_str(), on.message.as_str()),
-            (CORDONED, "True", BY_SPEC, "no new placement lands here")
-        );
-        let off = cordon_done(false);
-        assert_eq!((off.status_name(), off.reason.as_str()), ("False", "Uncordoned"));
-    }
 }

@@ -20,8 +20,10 @@ use crate::crd;
 use crate::manager::client::ClientSettings;
 use crate::telemetry::OperatorMetrics;
 
-use super::node_status::node_resource_name;
-use super::notes::{bundle_event, bundle_of, node_event, pool_event};
+use crate::decide::manager_status::Publisher;
+use crate::decide::node_status::node_resource_name;
+use crate::decide::notes::{bundle_event, bundle_of, node_event, pool_event};
+
 use super::{Context, bundle, drain_follow, hot_spare, manager_status, node, notification_log, pool};
 
 /// How long the controllers have to stop once a term has ended.
@@ -168,8 +170,8 @@ pub async fn lead(
 }
 
 /// Who publishes the term's Manager status, of which Manager.
-fn status_publisher(session: &SessionSettings) -> manager_status::Publisher {
-    manager_status::Publisher {
+fn status_publisher(session: &SessionSettings) -> Publisher {
+    Publisher {
         namespace: session.status_namespace.clone(),
         fleet: session.fleet.clone(),
         leader: session.instance.clone().unwrap_or_default(),

@@ -30,8 +30,8 @@ use crate::model::{NodeId, NodeInventory};
 use super::api_server::watch_backoff;
 use super::hot_spare::wanted;
 use super::listed;
-use super::node::FLEET;
 use super::pool::valid_pools;
+use crate::decide::node::FLEET;
 
 /// Keeps `core`'s pools, hot-spare specs and the intents people wrote on
 /// the `NorskNode`s of `fleet` in line with the resources until aborted or

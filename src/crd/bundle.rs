@@ -41,21 +41,19 @@ pub struct BundleResourceSpec(pub BundleSpec);
 /// the fleet found). A scheduled bundle is `Ready` while it waits for its
 /// placement lead (reason `Scheduled`) and once it ended (`Ended`): it is
 /// where its schedule says it should be.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BundleStatus {
     /// The generation the status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Ready` and the conditions it summarises.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// The node of the primary replica's first job (what `kubectl get` shows).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary_node: Option<String>,
     /// The node of the backup replica's first job.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_node: Option<String>,
     /// Per replica (0 primary, 1 backup), its jobs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -63,16 +61,15 @@ pub struct BundleStatus {
     pub replicas: Vec<ReplicaStatus>,
     /// Why the bundle is broken (no replica is placed again until it is
     /// updated or deleted).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broken: Option<String>,
     /// A scheduled bundle's window and what comes next.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<ScheduleStatus>,
 }
 
 /// Where a scheduled bundle stands: `waiting` until `placingFrom` (its start
 /// less the pool's placement lead), `placing` until `start`, `live` until
 /// `end`, then `ended` (its jobs completed and not placed again).
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ScheduleStatus {
@@ -83,13 +80,10 @@ pub struct ScheduleStatus {
     /// When the production goes on air.
     pub start: DateTime,
     /// When it ends, if it does.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end: Option<DateTime>,
     /// The phase that comes next.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_phase: Option<SchedulePhase>,
     /// When it comes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_transition_time: Option<DateTime>,
 }
 
@@ -106,6 +100,7 @@ pub struct ReplicaStatus {
 }
 
 /// One job of one replica, as placed and as Manager last reported it.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobStatus {
@@ -114,10 +109,8 @@ pub struct JobStatus {
     /// The runtime job id on Manager (`<bundle id>/<replica>/<job name>`).
     pub job_id: String,
     /// The node it is placed on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
     /// The key its instance wears (`primary`, `backup`, `primary@3f9c1e2a`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_key: Option<String>,
     /// `pending`, `scheduled` (waiting for its schedule's placement lead),
     /// `awaitingCapacity`, `awaitingNode`, `starting`, `running`,
@@ -129,13 +122,10 @@ pub struct JobStatus {
     #[serde(default)]
     pub restarts_in_last_hour: u32,
     /// The GPU device placement chose.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_index: Option<u32>,
     /// What its last placement decided, in words.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_placement: Option<String>,
     /// Resilience rules its placement could not honour.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resilience_degraded: Option<String>,
 }
 

@@ -18,18 +18,20 @@ pub use crate::model::MigrationStrategy;
 
 use crate::model::DrainPhase;
 
-/// How the node is taken out of service.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum DrainMode {
-    /// Migrate every job elsewhere, then terminate or keep the node
-    /// (`drainNode`).
-    #[default]
-    Drain,
-    /// Cordon, then terminate at once (`evictNode`): nothing migrates.
-    Evict,
-    /// Terminate at once without cordoning (`terminateNode`).
-    Terminate,
+crate::model::string_enum! {
+    /// How the node is taken out of service.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub enum DrainMode {
+        /// Migrate every job elsewhere, then terminate or keep the node
+        /// (`drainNode`).
+        #[default]
+        Drain,
+        /// Cordon, then terminate at once (`evictNode`): nothing migrates.
+        Evict,
+        /// Terminate at once without cordoning (`terminateNode`).
+        Terminate,
+    }
 }
 
 impl DrainMode {
@@ -38,12 +40,6 @@ impl DrainMode {
         self != Self::Drain
     }
 }
-
-crate::model::string_enum_schema!(DrainMode {
-    Drain,
-    Evict,
-    Terminate
-});
 
 /// A provider's notice that it takes the node back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -77,6 +73,7 @@ pub struct Interruption {
 }
 
 /// The drain wanted.
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "automanager.norsk.video",
@@ -116,12 +113,10 @@ pub struct NodeDrainSpec {
     /// none of the drain's options, end `done` once Manager stops the node
     /// (or `failed` with the reason) and are never issued twice: deleting
     /// the resource afterwards cancels nothing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<DrainMode>,
     /// Seconds before a drain with stuck jobs ends `partial` (or, with
     /// `force`, terminates the node anyway). Default 600
     /// (`DEFAULT_DRAIN_TIMEOUT_MS`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 86400))]
     pub timeout_seconds: Option<u32>,
     /// Terminate at the timeout even with jobs still on the node.
@@ -132,7 +127,6 @@ pub struct NodeDrainSpec {
     /// a moment) or `handover` (cooperative). When absent, each job moves
     /// with the strategy it declares (`requirements.migrationStrategy` in
     /// its Bundle), else `stopThenStart`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<MigrationStrategy>,
     /// What becomes of the node once every job moved: `terminate` (the
     /// spec's drain) or `keep` (a maintenance drain: the node stays
@@ -143,15 +137,14 @@ pub struct NodeDrainSpec {
     /// `terminate`, for every node (a registered cluster server too: ask for
     /// `keep` to do maintenance on it). `force` still terminates at the
     /// timeout.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<DrainAfter>,
     /// The provider notice this drain answers (a forced drain sized to the
     /// deadline).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interruption: Option<Interruption>,
 }
 
 /// One job of the drain.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DrainJobStatus {
@@ -161,19 +154,17 @@ pub struct DrainJobStatus {
     /// down with the node: never counted as moved off).
     pub status: crate::model::DrainJobStatus,
     /// Its migration, while one runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration_id: Option<String>,
     /// The node its migration moves it to (once `migrated`, where it runs
     /// now).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_node_id: Option<String>,
     /// Why it is stuck, or how it went down with the node.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 
 /// Where the drain is: its phase, each job that was on the node and what
 /// became of it, and why it ended as it did.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeDrainStatus {
@@ -190,21 +181,17 @@ pub struct NodeDrainStatus {
     /// its terminate refused). An `evict` or `terminate` is `terminating`
     /// from the moment its terminate is issued (it is never issued again)
     /// until Manager stops the node (`done`) or it is refused (`failed`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<DrainPhase>,
     /// What becomes of the node once every job moved: `terminate` or
     /// `keep` (the default resolved for the node).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<DrainAfter>,
     /// When the drain started (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started: Option<String>,
     /// Every job that was on the node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["jobId"]))]
     pub jobs: Vec<DrainJobStatus>,
     /// Why the drain ended as it did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 
@@ -215,9 +202,6 @@ mod tests {
 
     #[test]
     fn the_drain_mode_schema_lists_every_serde_name() {
-        assert_eq!(
-            schema_names::<DrainMode>(),
-            serde_names(&[DrainMode::Drain, DrainMode::Evict, DrainMode::Terminate])
-        );
+        assert_eq!(schema_names::<DrainMode>(), serde_names(DrainMode::ALL));
     }
 }

@@ -30,11 +30,11 @@ pub struct HotSparePolicySpec(pub HotSpareSpec);
 
 /// What the operator observed: live, provisioning and consumed spares, the
 /// last underflow, and `Stalled` when the policy names an unknown pool.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HotSparePolicyStatus {
     /// The generation the status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Ready`, `Stalled` and the conditions they summarise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -50,6 +50,5 @@ pub struct HotSparePolicyStatus {
     #[serde(default)]
     pub consumed_spares: u32,
     /// When the live spares last fell below the target (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_underflow: Option<String>,
 }

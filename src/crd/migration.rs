@@ -11,6 +11,7 @@ use super::drain::MigrationStrategy;
 use crate::model::MigrationPhase;
 
 /// The migration wanted.
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "automanager.norsk.video",
@@ -49,11 +50,9 @@ pub struct JobMigrationSpec {
     /// `overlap` or `handover`. When absent, each job moves with the
     /// strategy it declares (`requirements.migrationStrategy` in its
     /// Bundle), else `stopThenStart`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<MigrationStrategy>,
     /// Pin the target node (placement chooses when absent; the job's
     /// current node is never a candidate).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_node_id: Option<String>,
     /// May take an exclusively reserved spare.
     #[serde(default)]
@@ -85,6 +84,7 @@ pub struct GroupMemberStatus {
 }
 
 /// What the migration saga reports.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JobMigrationStatus {
@@ -93,25 +93,19 @@ pub struct JobMigrationStatus {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// The saga's id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration_id: Option<String>,
     /// The phase the saga is in.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<MigrationPhase>,
     /// Every phase entered, in order, with its time.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transitions: Vec<PhaseTransition>,
     /// The node the job leaves.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_node_id: Option<String>,
     /// The node the job goes to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_node_id: Option<String>,
     /// The source instance's key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_instance_key: Option<String>,
     /// The target instance's key (`primary@3f9c1e2a`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_instance_key: Option<String>,
     /// The source has been told to stop: no clean rollback any more.
     #[serde(default)]
@@ -125,14 +119,11 @@ pub struct JobMigrationStatus {
     pub group: Vec<GroupMemberStatus>,
     /// How the job moves: the strategy asked for, or what the Manager at
     /// hand can carry out instead (see `note`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<MigrationStrategy>,
     /// Why `strategy` differs from the one asked for (a handover run as
     /// overlap on a Manager that relays no migration signals).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     /// Why it was aborted or failed forward; after a restart, whether it
     /// was resumed or failed forward from its recorded phase.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }

@@ -15,6 +15,7 @@ use crate::model::{NodeInventory, NodePhase, SpareSpec};
 
 /// What people may change about a node: whether placement may use it, and
 /// (for a live spare) what it is warmed and reserved for.
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "automanager.norsk.video",
@@ -46,17 +47,16 @@ pub struct NorskNodeSpec {
     pub cordoned: bool,
     /// A live spare's spec: what it is warmed and reserved for
     /// (`updateHotSpareNode`). Ignored on a node that is not a spare.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spare: Option<SpareSpec>,
     /// What the node is, declared by a person: placement reads it when
     /// Manager reports no inventory for the node (a cluster server on a
     /// Manager that speaks only the published API). What Manager reports
     /// wins.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inventory: Option<NodeInventory>,
 }
 
 /// The node as Manager and the AutoManager core see it.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NorskNodeStatus {
@@ -65,28 +65,21 @@ pub struct NorskNodeStatus {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// Its pool (tag `pool`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<String>,
     /// Its tier (tag `tier`; the fixed tier when absent on a cluster node).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier: Option<String>,
     /// `aws`, `oci` or `local-servers`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
     /// Instance type or shape.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_type: Option<String>,
     /// The provider region the node runs in (for example `eu-west-1`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
     /// Availability zone (or rack).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub availability_zone: Option<String>,
     /// `prospective`, `starting`, `running`, `stopping` or `stopped`.
     #[serde(default)]
     pub phase: NodePhase,
     /// What the worker advertises.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inventory: Option<NodeInventoryStatus>,
     /// How many jobs are bound to it.
     #[serde(default)]
@@ -101,17 +94,14 @@ pub struct NorskNodeStatus {
     #[serde(default)]
     pub health: NodeHealth,
     /// The provider's interruption notice, if any (tag `interruption`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interruption: Option<String>,
     /// What placement reads of the node, exactly as the operator's
     /// placement sees it: `kubectl norsk plan` rebuilds the fleet from it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<NodePlacementStatus>,
     /// Tag changes the operator keeps for this node because Manager cannot
     /// store them (a Manager without `UpdateNodeTags`): a spare that took a
     /// job has its `spare` tags removed here. The next leader reads them
     /// back, so a consumed spare is never taken for a live one again.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_tags: Option<KeptTags>,
 }
 

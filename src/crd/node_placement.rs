@@ -2,7 +2,7 @@
 //! placement reads it, so the mirrored nodes of a fleet convert back into
 //! the fleet snapshot the operator places on ([`NorskNode::fleet_node`],
 //! [`fleet_snapshot`]): what `kubectl norsk plan` plans against. Pure; the
-//! mirror (`controller::node_status`) writes it, the plugin reads it.
+//! mirror (`decide::node_status`) writes it, the plugin reads it.
 
 use std::collections::BTreeMap;
 
@@ -23,6 +23,7 @@ const OMITTED_JOB_ID: &str = "(not listed)";
 
 /// The node as the operator's placement sees it: every input of the node's
 /// entry in a fleet snapshot (`norsk-auto-manager plan --fleet`).
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodePlacementStatus {
@@ -31,11 +32,9 @@ pub struct NodePlacementStatus {
     #[serde(default)]
     pub phase: NodePhase,
     /// The pool (tag `pool`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<String>,
     /// The tier (tag `tier`); a cluster node without one belongs to its
     /// pool's fixed tier.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier: Option<String>,
     /// No new placement lands here (cordoned by `spec.cordoned`, a drain or
     /// an interruption notice).
@@ -57,7 +56,6 @@ pub struct NodePlacementStatus {
     /// inventory or, where Manager reports none, what `spec.inventory`
     /// declares, else the shape it was provisioned as (or its fixed tier's
     /// first candidate). Absent: the node is invisible to placement.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inventory: Option<NodeInventory>,
     /// For each template of the operator's `templateImages`, the images of
     /// it this node holds (what warmth is scored against); templates of
@@ -70,7 +68,6 @@ pub struct NodePlacementStatus {
     pub jobs: Vec<PlacedJob>,
     /// The summed reservations of the placed jobs past the first 500, so
     /// free capacity stays exact on however dense a node.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub omitted: Option<OmittedReservations>,
 }
 

@@ -71,37 +71,39 @@ pub enum BundleState {
     Deleting,
 }
 
-/// Where a job stands, in the words a Bundle's status uses (`jobs[].state`),
-/// decided by the core's own rules: its bundle's schedule and deletion, its
-/// binding's phase, its failure outcome, a manual job's desired state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum JobPhase {
-    /// Its bundle is being deleted on Manager.
-    Deleting,
-    /// Dropped by the failure policy (`onRuntimeFailure: drop`, or a
-    /// non-essential job past its ceiling).
-    Dropped,
-    /// Its bundle is broken.
-    Broken,
-    /// Placed, but its window ended or it was stopped by request.
-    Stopping,
-    /// Placed on a node still launching.
-    AwaitingNode,
-    /// Its start was sent.
-    Starting,
-    /// Running.
-    Running,
-    /// Its window (or Manager's `post` state) is over.
-    Ended,
-    /// A `startMode: manual` job kept stopped.
-    Dormant,
-    /// Its bundle's schedule has not reached its placement lead.
-    Scheduled,
-    /// No tier can take it now; waiting for capacity.
-    AwaitingCapacity,
-    /// Not placed yet.
-    Pending,
+super::string_enum! {
+    /// Where a job stands, in the words a Bundle's status uses (`jobs[].state`),
+    /// decided by the core's own rules: its bundle's schedule and deletion, its
+    /// binding's phase, its failure outcome, a manual job's desired state.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub enum JobPhase {
+        /// Its bundle is being deleted on Manager.
+        Deleting,
+        /// Dropped by the failure policy (`onRuntimeFailure: drop`, or a
+        /// non-essential job past its ceiling).
+        Dropped,
+        /// Its bundle is broken.
+        Broken,
+        /// Placed, but its window ended or it was stopped by request.
+        Stopping,
+        /// Placed on a node still launching.
+        AwaitingNode,
+        /// Its start was sent.
+        Starting,
+        /// Running.
+        Running,
+        /// Its window (or Manager's `post` state) is over.
+        Ended,
+        /// A `startMode: manual` job kept stopped.
+        Dormant,
+        /// Its bundle's schedule has not reached its placement lead.
+        Scheduled,
+        /// No tier can take it now; waiting for capacity.
+        AwaitingCapacity,
+        /// Not placed yet.
+        Pending,
+    }
 }
 
 impl JobPhase {
@@ -114,21 +116,6 @@ impl JobPhase {
         )
     }
 }
-
-super::string_enum_schema!(JobPhase {
-    Deleting,
-    Dropped,
-    Broken,
-    Stopping,
-    AwaitingNode,
-    Starting,
-    Running,
-    Ended,
-    Dormant,
-    Scheduled,
-    AwaitingCapacity,
-    Pending
-});
 
 /// A terminal verdict's kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -154,6 +141,7 @@ pub struct TerminalVerdict {
 }
 
 /// The bundle spec as users write it (a bundle without its id).
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 // Shape rules the API server enforces itself (CEL), each naming the field
@@ -186,7 +174,6 @@ pub struct BundleSpec {
     /// The one pool the primary is placed into.
     pub pool: String,
     /// Present: a backup replica is expanded too.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resilience_policy: Option<ResiliencePolicy>,
     /// The jobs of each replica, in order.
     // Bounds keep the CEL rules above within the API server's cost budget.
@@ -207,7 +194,6 @@ pub struct BundleSpec {
     pub backup_parameter_overrides: BTreeMap<String, BTreeMap<String, String>>,
     /// When the production runs: placed ahead of `start`, completed at
     /// `end`. Absent: it runs from its creation until it is deleted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<BundleSchedule>,
 }
 
@@ -397,23 +383,9 @@ mod tests {
 
     #[test]
     fn the_job_phase_schema_lists_every_serde_name() {
-        use JobPhase::*;
         assert_eq!(
             crate::model::schema_names::<JobPhase>(),
-            crate::model::serde_names(&[
-                Deleting,
-                Dropped,
-                Broken,
-                Stopping,
-                AwaitingNode,
-                Starting,
-                Running,
-                Ended,
-                Dormant,
-                Scheduled,
-                AwaitingCapacity,
-                Pending,
-            ])
+            crate::model::serde_names(JobPhase::ALL)
         );
     }
 }

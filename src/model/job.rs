@@ -45,32 +45,28 @@ pub enum StartMode {
     Manual,
 }
 
-/// How a job moves from one node to another (`migrateJob`'s `strategy`).
-/// A job may declare the one it supports (`requirements.migrationStrategy`);
-/// a drain or an interruption uses that declaration when its caller names
-/// no strategy for the job.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum MigrationStrategy {
-    /// The target is created without starting (`deferStart`), the source
-    /// stopped, the prepared target started. Never two running at once; a
-    /// gap of one container start. No job cooperation. The default.
-    #[default]
-    StopThenStart,
-    /// The target started, and once running the source stopped. Both run
-    /// for a moment. No job cooperation.
-    Overlap,
-    /// Cooperative: the target signals ready (with an opaque payload), the
-    /// source stops output at that point and reports where, the target
-    /// applies from there and confirms; only then is the source stopped.
-    Handover,
+super::string_enum! {
+    /// How a job moves from one node to another (`migrateJob`'s `strategy`).
+    /// A job may declare the one it supports (`requirements.migrationStrategy`);
+    /// a drain or an interruption uses that declaration when its caller names
+    /// no strategy for the job.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub enum MigrationStrategy {
+        /// The target is created without starting (`deferStart`), the source
+        /// stopped, the prepared target started. Never two running at once; a
+        /// gap of one container start. No job cooperation. The default.
+        #[default]
+        StopThenStart,
+        /// The target started, and once running the source stopped. Both run
+        /// for a moment. No job cooperation.
+        Overlap,
+        /// Cooperative: the target signals ready (with an opaque payload), the
+        /// source stops output at that point and reports where, the target
+        /// applies from there and confirms; only then is the source stopped.
+        Handover,
+    }
 }
-
-super::string_enum_schema!(MigrationStrategy {
-    StopThenStart,
-    Overlap,
-    Handover
-});
 
 /// A transport protocol of a host port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -129,18 +125,7 @@ impl fmt::Display for HostPort {
     }
 }
 
-impl Serialize for HostPort {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for HostPort {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let token = String::deserialize(d)?;
-        token.parse().map_err(serde::de::Error::custom)
-    }
-}
+super::string_serde!(HostPort);
 
 impl JsonSchema for HostPort {
     fn schema_name() -> std::borrow::Cow<'static, str> {
@@ -157,6 +142,7 @@ impl JsonSchema for HostPort {
 }
 
 /// `requirements`: what placement must honour for a job.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Requirements {
@@ -173,16 +159,13 @@ pub struct Requirements {
     #[schemars(range(min = 0))]
     pub required_gpu_capacity: f64,
     /// GPU model the device must be, when set.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub required_gpu_model: Option<String>,
     /// What happens when the job fails at runtime (default `preferSpare`).
     pub on_runtime_failure: OnRuntimeFailure,
     /// Restart ceiling per trailing hour for this job; overrides
     /// `failurePolicies` and the settings default.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_restarts_per_hour: Option<u32>,
     /// Whether losing this job ends the whole production (absent = true).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub essential: Option<bool>,
     /// The migration strategy the job supports (`handover` only for a job
     /// that cooperates, `overlap` for one that may briefly run twice).
@@ -191,7 +174,6 @@ pub struct Requirements {
     /// none; absent means `stopThenStart`, the spec's default. Precedence:
     /// the caller's per-job strategy (`strategyFor`), the caller's default,
     /// this declaration, `stopThenStart`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub migration_strategy: Option<MigrationStrategy>,
 }
 

@@ -7,25 +7,38 @@
 //! `JsonSchema`, so the custom resources, the settings file, `plan`'s input
 //! and the simulator's snapshot all share one definition.
 
-/// Implements `JsonSchema` for a unit enum: a string with one `const` per
-/// listed variant, named as serde names it — the form the CRD generator
-/// folds into `enum` (and `nullable` for an optional field). No description
-/// of its own: the API server's form of an optional enum takes the enum's
-/// description over the field's, and each field that holds one says what
-/// it means there. The list is checked exhaustive by a `match`.
-macro_rules! string_enum_schema {
-    ($ty:ident { $($variant:ident),+ $(,)? }) => {
+/// Declares a unit enum whose variants are listed once: the enum itself,
+/// `ALL` (every variant, in declaration order) and its `JsonSchema`, a
+/// string with one `const` per variant, named as serde names it — the form
+/// the CRD generator folds into `enum` (and `nullable` for an optional
+/// field). The schema has no description of its own: the API server's form
+/// of an optional enum takes the enum's description over the field's, and
+/// each field that holds one says what it means there. Declaring the enum
+/// here keeps a variant from being added without a place in the schema.
+macro_rules! string_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $ty:ident {
+            $($(#[$variant_meta:meta])* $variant:ident),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        $vis enum $ty {
+            $($(#[$variant_meta])* $variant),+
+        }
+
+        impl $ty {
+            /// Every variant, in declaration order.
+            pub const ALL: &'static [Self] = &[$(Self::$variant),+];
+        }
+
         impl schemars::JsonSchema for $ty {
             fn schema_name() -> std::borrow::Cow<'static, str> {
                 stringify!($ty).into()
             }
 
             fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-                // A variant added and not listed does not compile.
-                let _exhaustive = |v: $ty| match v {
-                    $($ty::$variant)|+ => {}
-                };
-                let one_of: Vec<serde_json::Value> = [$($ty::$variant),+]
+                let one_of: Vec<serde_json::Value> = Self::ALL
                     .iter()
                     .map(|v| serde_json::json!({"type": "string", "const": v}))
                     .collect();
@@ -34,7 +47,28 @@ macro_rules! string_enum_schema {
         }
     };
 }
-pub(crate) use string_enum_schema;
+pub(crate) use string_enum;
+
+/// Implements `Serialize` and `Deserialize` for a type written as one
+/// string: its `Display` form out, its `FromStr` parse in, the parse
+/// error's words becoming the deserialization error.
+macro_rules! string_serde {
+    ($ty:ty) => {
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = <String as serde::Deserialize>::deserialize(d)?;
+                text.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+use string_serde;
 
 mod bundle;
 mod drain;

@@ -121,6 +121,7 @@ impl InstanceShape {
 }
 
 /// `PlacementTier`: one homogeneous capacity segment.
+#[serde_with::skip_serializing_none]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -135,14 +136,12 @@ pub struct PlacementTier {
     /// `aws`, `oci` or `local-servers`.
     pub kind: ProviderKind,
     /// Region (cloud tiers).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
     /// OCI: the availability domain nodes are created in (for example
     /// `EU-FRANKFURT-1-AD-1`). A Manager that speaks only the published API
     /// needs it: its `CreateOciNode` names a domain, not a region. Without
     /// it, a Manager with the AutoManager additions chooses a domain of
     /// `region`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub availability_domain: Option<String>,
     /// `binpack` or `spread`.
     #[serde(default)]
@@ -151,26 +150,20 @@ pub struct PlacementTier {
     #[serde(default)]
     pub scale_out: ScaleOut,
     /// `on-demand`, `spot` or `reserved`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_mode: Option<LaunchMode>,
     /// `durable` or `interruptible` (default: interruptible for spot).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reliability: Option<Reliability>,
     /// A tier at its cap cannot provision; the cascade spills to the next.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_nodes: Option<u32>,
     /// AWS root volume.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_volume: Option<RootVolume>,
     /// How far ahead of a scheduled start to place (5 min cloud, 0 cluster).
     /// A scheduled job is placed the largest lead of its pool's tiers ahead,
     /// then through the whole cascade, cheapest tier first.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 86_400_000))]
     pub placement_lead_ms: Option<u64>,
     /// How long a provision may stay prospective before its jobs are
     /// re-placed (default `max(placementLeadMs, 5 min) × 2`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1_000, max = 86_400_000))]
     pub provision_timeout_ms: Option<u64>,
     /// Shapes to provision, first fitting wins. On a fixed tier nothing is

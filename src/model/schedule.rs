@@ -114,18 +114,7 @@ impl fmt::Display for DateTime {
     }
 }
 
-impl Serialize for DateTime {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for DateTime {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        text.parse().map_err(serde::de::Error::custom)
-    }
-}
+super::string_serde!(DateTime);
 
 /// The CRD's form: a `date-time` string (a timestamp to CEL) of the shape
 /// [`rfc3339_shape`] checks.
@@ -165,26 +154,21 @@ pub struct BundleSchedule {
     pub end: Option<DateTime>,
 }
 
-/// Where a schedule stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum SchedulePhase {
-    /// Before the placement lead: nothing is placed yet.
-    Waiting,
-    /// Inside the placement lead: jobs are placed so they run at the start.
-    Placing,
-    /// From the start to the end.
-    Live,
-    /// Past the end: the jobs were completed and are not placed again.
-    Ended,
+super::string_enum! {
+    /// Where a schedule stands.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub enum SchedulePhase {
+        /// Before the placement lead: nothing is placed yet.
+        Waiting,
+        /// Inside the placement lead: jobs are placed so they run at the start.
+        Placing,
+        /// From the start to the end.
+        Live,
+        /// Past the end: the jobs were completed and are not placed again.
+        Ended,
+    }
 }
-
-super::string_enum_schema!(SchedulePhase {
-    Waiting,
-    Placing,
-    Live,
-    Ended
-});
 
 impl SchedulePhase {
     /// The phase's name as the status and notifications spell it.

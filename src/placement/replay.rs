@@ -19,7 +19,7 @@
 //! could now provision, a rule naming the only candidates), the answer is
 //! "search": never a guess.
 
-use crate::model::PackingStrategy;
+use crate::model::{PackingStrategy, PlacementTier};
 
 use super::PlacementError;
 use super::engine::{Outcome, candidates, provisioning};
@@ -65,29 +65,7 @@ pub(crate) fn replace(
     let Some(deciding) = pool.tiers.get(podium.tier) else {
         return Ok(None);
     };
-    let packing = |t: usize| {
-        pool.tiers
-            .get(t)
-            .map_or(PackingStrategy::Binpack, |t| t.packing_strategy)
-    };
-    let is_changed = |idx: &NodeIdx| changed.contains(idx);
-
-    // The changed nodes that survive now, in the deciding tier or before.
-    let mut fresh: Vec<(usize, Best)> = Vec::new();
-    for &idx in changed {
-        let slot = view.hot(idx).slot;
-        if slot == NO_SLOT || (slot >> 16) as usize != demand.pool {
-            continue;
-        }
-        let t = (slot & 0xffff) as usize;
-        if t > podium.tier || fresh.iter().any(|(_, b)| b.idx == idx) {
-            continue;
-        }
-        if let Ok(gpu_index) = check(view, idx, &demand, t) {
-            let key = key(view, idx, &demand, packing(t));
-            fresh.push((t, Best { key, idx, gpu_index }));
-        }
-    }
+    let fresh = fresh_survivors(view, &demand, changed, podium.tier, &pool.tiers);
     let earliest = fresh.iter().map(|(t, _)| *t).min().unwrap_or(podium.tier);
     // An earlier tier with no survivor is where a provision would come
     // from: asked again, as its node count may have changed.
@@ -105,28 +83,9 @@ pub(crate) fn replace(
             .collect();
         (earliest, ranked, true)
     } else {
-        let mut unchanged = Vec::new();
-        for &idx in podium.nodes.iter().filter(|i| !is_changed(i)) {
-            // Unchanged, so it passes as before; if not, something this
-            // does not follow changed: search.
-            let Ok(gpu_index) = check(view, idx, &demand, podium.tier) else {
-                return Ok(None);
-            };
-            let key = key(view, idx, &demand, deciding.packing_strategy);
-            unchanged.push(Best { key, idx, gpu_index });
-        }
-        let Some(bar) = unchanged.iter().map(|b| b.key).max() else {
+        let Some(ranked) = podium_survivors(view, &demand, podium, changed, fresh, deciding.packing_strategy) else {
             return Ok(None);
         };
-        let mut ranked = unchanged;
-        // Past the last unchanged node the podium held, a changed node
-        // would rank among survivors it never recorded.
-        ranked.extend(
-            fresh
-                .into_iter()
-                .filter(|(t, b)| *t == podium.tier && (podium.complete || b.key < bar))
-                .map(|(_, b)| b),
-        );
         (podium.tier, ranked, podium.complete)
     };
     ranked.sort_by_key(|b| b.key);
@@ -148,4 +107,64 @@ pub(crate) fn replace(
         winner_fill_limit: winner_fill_limit(&ranked, complete),
     };
     Ok(Some((outcome, podium)))
+}
+
+/// The changed nodes of the request's pool that survive now, in the
+/// deciding tier `upto` or before, each with its tier.
+fn fresh_survivors(
+    view: &FleetView,
+    demand: &Demand<'_>,
+    changed: &[NodeIdx],
+    upto: usize,
+    tiers: &[PlacementTier],
+) -> Vec<(usize, Best)> {
+    let packing = |t: usize| tiers.get(t).map_or(PackingStrategy::Binpack, |t| t.packing_strategy);
+    let mut fresh: Vec<(usize, Best)> = Vec::new();
+    for &idx in changed {
+        let slot = view.hot(idx).slot;
+        if slot == NO_SLOT || (slot >> 16) as usize != demand.pool {
+            continue;
+        }
+        let t = (slot & 0xffff) as usize;
+        if t > upto || fresh.iter().any(|(_, b)| b.idx == idx) {
+            continue;
+        }
+        if let Ok(gpu_index) = check(view, idx, demand, t) {
+            let key = key(view, idx, demand, packing(t));
+            fresh.push((t, Best { key, idx, gpu_index }));
+        }
+    }
+    fresh
+}
+
+/// The survivors of the deciding tier, unranked: the podium's unchanged
+/// nodes, ranked afresh, and the `fresh` ones of the tier that rank where
+/// the podium can tell. `None` when only a search can tell: an unchanged
+/// node no longer passes, or none is left.
+fn podium_survivors(
+    view: &FleetView,
+    demand: &Demand<'_>,
+    podium: &Podium,
+    changed: &[NodeIdx],
+    fresh: Vec<(usize, Best)>,
+    packing: PackingStrategy,
+) -> Option<Vec<Best>> {
+    let mut ranked = Vec::new();
+    for &idx in podium.nodes.iter().filter(|i| !changed.contains(i)) {
+        // Unchanged, so it passes as before; if not, something this does
+        // not follow changed: search.
+        let gpu_index = check(view, idx, demand, podium.tier).ok()?;
+        let key = key(view, idx, demand, packing);
+        ranked.push(Best { key, idx, gpu_index });
+    }
+    let bar = ranked.iter().map(|b| b.key).max()?;
+    // Past the last unchanged node the podium held, a changed node would
+    // rank among survivors it never recorded.
+    ranked.extend(
+        fresh
+            .into_iter()
+            .filter(|(t, b)| *t == podium.tier && (podium.complete || b.key < bar))
+            .map(|(_, b)| b),
+    );
+    Some(ranked)
 }

@@ -16,10 +16,10 @@ use std::collections::BTreeMap;
 use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt};
 
-use crate::controller::drain_status::{every_job_moved, lost_jobs};
 use crate::crd::{
     DrainAfter, DrainMode, Interruption, InterruptionKind, MigrationStrategy, NodeDrain, NodeDrainSpec, NodeDrainStatus,
 };
+use crate::decide::drain_status::{every_job_moved, lost_jobs};
 use crate::model::{DrainJobStatus as JobStatus, DrainPhase, wire_name};
 
 use super::{PluginError, watch_named};

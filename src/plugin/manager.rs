@@ -1,7 +1,7 @@
 //! `manager`: which Manager each fleet's leading operator drives, whether its stream is up, and
 //! how each capability beyond the published Manager API is carried out — served by Manager, or
 //! the published way with what a user loses then. Read from the status ConfigMaps the leaders
-//! publish (see [`crate::controller::manager_status`], which says what the keys are), found by
+//! publish (see [`crate::decide::manager_status`], which says what the keys are), found by
 //! label in every namespace or in the operator's. The plugin only reads; it never asks Manager.
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -12,8 +12,8 @@ use serde::Serialize;
 
 use crate::cli::plan::Output;
 use crate::cli::plan::render::columns;
-use crate::controller::manager_status::{MANAGER_STATUS, ManagerStatus, STATUS};
-use crate::controller::node::FLEET;
+use crate::decide::manager_status::{MANAGER_STATUS, ManagerStatus, STATUS};
+use crate::decide::node::FLEET;
 
 use super::PluginError;
 
@@ -170,7 +170,7 @@ fn written(text: &str, now: Timestamp) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::controller::manager_status::Publisher;
+    use crate::decide::manager_status::Publisher;
     use crate::manager::stream::ConnectionState;
     use crate::model::manager::{Capabilities, Capability, Mode};
 

@@ -9,8 +9,8 @@ use futures::StreamExt;
 use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt};
 
-use crate::controller::migration_status::group_words;
 use crate::crd::{JobMigration, JobMigrationSpec, JobMigrationStatus, MigrationStrategy};
+use crate::decide::migration_status::group_words;
 use crate::model::{MigrationPhase, wire_name};
 
 use super::{PluginError, watch_named};

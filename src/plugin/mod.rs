@@ -26,8 +26,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use crate::controller::node_status::DEFAULT_FLEET;
 use crate::crd::{DrainAfter, DrainMode, InterruptionKind, MigrationStrategy};
+use crate::decide::node_status::DEFAULT_FLEET;
 
 pub use drain::{DrainEnd, at_once_resource, drain_resource, follow_drain, interruption_resource};
 pub use migrate::{MigrationAnswer, migration_resource};
@@ -645,6 +645,58 @@ pub async fn run_in(client: Client, scope: &Scope, command: Command) -> Result<E
             let planned = plan::explain(client, namespace, &fleet.source(), &bundle, job.as_deref()).await?;
             Ok(print_planned(&planned))
         }
+        command @ (Command::Cordon { .. }
+        | Command::Uncordon { .. }
+        | Command::Drain { .. }
+        | Command::Evict { .. }
+        | Command::Terminate { .. }
+        | Command::Interrupt { .. }) => run_on_node(client, command).await,
+        Command::Migrate {
+            bundle,
+            job,
+            replica,
+            to,
+            strategy,
+            override_reservation,
+            no_wait,
+        } => {
+            let migration = migration_resource(
+                &bundle,
+                &job,
+                replica,
+                to,
+                strategy.map(Into::into),
+                override_reservation,
+            );
+            migrate::create_and_wait(client, namespace, migration, no_wait).await
+        }
+        Command::Start {
+            bundle,
+            job,
+            replica,
+            no_wait,
+        }
+        | Command::Stop {
+            bundle,
+            job,
+            replica,
+            no_wait,
+        } => {
+            let request = StartStop {
+                bundle,
+                job,
+                replica,
+                start: matches!(command_name, "start"),
+            };
+            start_or_stop(client, namespace, request, no_wait).await
+        }
+    }
+}
+
+/// Runs one of the commands that act on a node (`cordon`, `uncordon`,
+/// `drain`, `evict`, `terminate`, `interrupt`), which [`run_in`] hands over.
+async fn run_on_node(client: Client, command: Command) -> Result<ExitCode, PluginError> {
+    match command {
         Command::Cordon { node } => {
             let name = set_cordoned(client, &node, true).await?;
             println!("norsknode/{name} cordoned");
@@ -692,45 +744,7 @@ pub async fn run_in(client: Client, scope: &Scope, command: Command) -> Result<E
             let drain = interruption_resource(&node_id, kind.into(), deadline, strategy.map(Into::into));
             drain::create_and_follow(client, drain, no_wait).await
         }
-        Command::Migrate {
-            bundle,
-            job,
-            replica,
-            to,
-            strategy,
-            override_reservation,
-            no_wait,
-        } => {
-            let migration = migration_resource(
-                &bundle,
-                &job,
-                replica,
-                to,
-                strategy.map(Into::into),
-                override_reservation,
-            );
-            migrate::create_and_wait(client, namespace, migration, no_wait).await
-        }
-        Command::Start {
-            bundle,
-            job,
-            replica,
-            no_wait,
-        }
-        | Command::Stop {
-            bundle,
-            job,
-            replica,
-            no_wait,
-        } => {
-            let request = StartStop {
-                bundle,
-                job,
-                replica,
-                start: matches!(command_name, "start"),
-            };
-            start_or_stop(client, namespace, request, no_wait).await
-        }
+        other => unreachable!("{} does not act on a node", other.name()),
     }
 }
 

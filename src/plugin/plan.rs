@@ -19,9 +19,9 @@ use kube::{Api, Client, ResourceExt};
 
 use crate::cli::plan::render::columns;
 use crate::cli::plan::{InputError, Output, PlanCommandError, Sources, input, plan_rows, render_rows};
-use crate::controller::OPERATOR_NAME;
-use crate::controller::node::{FLEET, MANAGED_BY};
 use crate::crd::{Bundle, HotSparePolicy, NodeStatusError, NorskNode, PlacementPool, SkippedNode, fleet_snapshot};
+use crate::decide::OPERATOR_NAME;
+use crate::decide::node::{FLEET, MANAGED_BY};
 use crate::model::{BundleId, BundleSpec, FleetSnapshot, wire_name};
 
 /// Why no plan could be computed.

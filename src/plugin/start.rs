@@ -23,8 +23,8 @@ use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::controller::conditions::{self, STALLED};
 use crate::crd::{Bundle, BundleStatus};
+use crate::decide::conditions::{self, STALLED};
 use crate::model::{JobPhase, StartMode, wire_name};
 
 use super::{PluginError, watch_named};

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::world::{Instance, World};
+use super::world::{Instance, SimNode, World};
 use crate::manager::proto::manager::{self as pb, event_stream_event::Event};
 use crate::manager::wire::{
     Notes, bundle_from_pb, event_from_pb, interruption_kind_from_pb, inventory_from_pb, millis_from_pb,
@@ -129,113 +129,20 @@ pub struct CapacityView {
 
 /// Builds the snapshot.
 pub(crate) fn snapshot(world: &World) -> SimSnapshot {
-    let mut unreadable = Vec::new();
-    let mut notes = Notes::new();
-    let mut jobs = BTreeMap::new();
-    for (job_id, stored) in world.jobs() {
-        match runtime_job_from_pb(Some(&stored.with_history()), &mut notes) {
-            Ok(job) => {
-                jobs.insert(job_id.clone(), job);
-            }
-            Err(e) => unreadable.push(format!("job {job_id:?}: {e}")),
-        }
-    }
-    let mut bundles = Vec::new();
-    for (bundle_id, stored) in world.bundles() {
-        match bundle_from_pb(stored, &mut notes) {
-            Ok(bundle) => bundles.push(bundle),
-            Err(e) => unreadable.push(format!("bundle {bundle_id:?}: {e}")),
-        }
-    }
-    let mut by_node: BTreeMap<&str, Vec<(&str, &str, &Instance)>> = BTreeMap::new();
-    for ((job_id, role), instance) in world.instances() {
-        by_node
-            .entry(instance.node_id.as_str())
-            .or_default()
-            .push((job_id, role, instance));
-    }
+    let mut reader = Reader::default();
+    let jobs = reader.jobs(world);
+    let bundles = reader.bundles(world);
+    let mut by_node = instances_by_node(world);
     let mut nodes = Vec::new();
     let mut fleet = Vec::new();
     for (node_id, node) in world.nodes() {
-        let inventory = node
-            .inventory
-            .as_ref()
-            .and_then(|inv| match inventory_from_pb(inv, &mut notes) {
-                Ok((_, inventory)) => Some(inventory),
-                Err(e) => {
-                    unreadable.push(format!("inventory of node {node_id:?}: {e}"));
-                    None
-                }
-            });
+        let inventory = reader.inventory(node_id, node);
         let tags: BTreeMap<String, String> = node.metadata.tags.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         let on_node = by_node.remove(node_id.as_str()).unwrap_or_default();
-        fleet.push(FleetNode {
-            id: NodeId(node_id.clone()),
-            pool: tags.get(tags::POOL).cloned(),
-            tier: tags.get(tags::TIER).cloned(),
-            phase: node.phase,
-            cordoned: false,
-            unhealthy: false,
-            spare: tags.get(tags::SPARE).is_some_and(|v| v == "true"),
-            spare_spec: SpareSpec::from_tags(&tags),
-            tags: tags.clone(),
-            inventory: inventory.clone(),
-            jobs: on_node
-                .iter()
-                .filter(|(_, _, i)| i.phase != super::world::InstancePhase::Stopping)
-                .filter_map(|(job_id, _, i)| jobs.get(*job_id).map(|job| placed(job, i)))
-                .collect(),
-        });
-        nodes.push(NodeView {
-            id: NodeId(node_id.clone()),
-            provider: node.provider,
-            region: node.region.clone(),
-            zone: node.zone.clone(),
-            instance_type: node.instance_type.clone(),
-            launch_mode: node.launch_mode.clone(),
-            root_volume: node
-                .root_volume
-                .as_ref()
-                .map(|(size_gib, kind)| crate::model::RootVolume {
-                    size_gib: *size_gib,
-                    volume_type: (!kind.is_empty()).then(|| kind.clone()),
-                }),
-            phase: node.phase,
-            worker_gone: node.silent,
-            stopping_reason: node.stopping_reason.map(|r| r.as_str_name().to_owned()),
-            created_at: millis_from_pb(node.metadata.created_at.as_ref()),
-            tags,
-            inventory,
-            interruption: node.interruption.as_ref().map(|n| InterruptionView {
-                kind: interruption_kind_from_pb(n.kind),
-                deadline: millis_from_pb(n.deadline.as_ref()),
-            }),
-            instances: on_node
-                .iter()
-                .map(|(job_id, role, i)| InstanceView {
-                    job_id: JobId((*job_id).to_owned()),
-                    role: (*role).to_owned(),
-                    phase: i.phase.as_str().to_owned(),
-                    gpu_index: i.gpu_index,
-                    runtime_role: i.runtime_role.clone(),
-                })
-                .collect(),
-        });
+        fleet.push(fleet_node(node_id, node, &tags, inventory.clone(), &on_node, &jobs));
+        nodes.push(node_view(node_id, node, tags, inventory, &on_node));
     }
-    let audit = world
-        .audit_log()
-        .filter_map(|entry| {
-            let event = pb::EventStreamEvent {
-                event: Some(Event::AuditAppended(pb::AuditAppended {
-                    entry: Some(entry.clone()),
-                })),
-            };
-            match event_from_pb(&event, &mut notes) {
-                Ok(ManagerEvent::AuditAppended(entry)) => Some(entry),
-                _ => None,
-            }
-        })
-        .collect();
+    let audit = reader.audit(world);
     SimSnapshot {
         pending_windows_s: world.pending_windows().to_vec(),
         time: world.now(),
@@ -243,24 +150,186 @@ pub(crate) fn snapshot(world: &World) -> SimSnapshot {
         nodes,
         jobs: jobs.into_values().collect(),
         bundles,
-        capacity: world
-            .launches()
-            .iter()
-            .map(|((region, instance_type), l)| CapacityView {
-                region: region.clone(),
-                instance_type: instance_type.clone(),
-                limit: l.limit,
-                in_use: l.in_use,
-                available: l.limit.map(|limit| (limit - l.in_use).max(0)),
-            })
-            .collect(),
+        capacity: capacity(world),
         fleet: FleetSnapshot {
             template_images: BTreeMap::new(),
             nodes: fleet,
         },
         audit,
-        unreadable,
+        unreadable: reader.unreadable,
     }
+}
+
+/// The stored records read into the domain model, with what could not be.
+#[derive(Default)]
+struct Reader {
+    /// What the conversions normalised (not reported by the snapshot).
+    notes: Notes,
+    /// Each record the model cannot represent, with why.
+    unreadable: Vec<String>,
+}
+
+impl Reader {
+    /// Every readable job, by id.
+    fn jobs(&mut self, world: &World) -> BTreeMap<String, RuntimeJob> {
+        let mut jobs = BTreeMap::new();
+        for (job_id, stored) in world.jobs() {
+            match runtime_job_from_pb(Some(&stored.with_history()), &mut self.notes) {
+                Ok(job) => {
+                    jobs.insert(job_id.clone(), job);
+                }
+                Err(e) => self.unreadable.push(format!("job {job_id:?}: {e}")),
+            }
+        }
+        jobs
+    }
+
+    /// Every readable bundle.
+    fn bundles(&mut self, world: &World) -> Vec<Bundle> {
+        let mut bundles = Vec::new();
+        for (bundle_id, stored) in world.bundles() {
+            match bundle_from_pb(stored, &mut self.notes) {
+                Ok(bundle) => bundles.push(bundle),
+                Err(e) => self.unreadable.push(format!("bundle {bundle_id:?}: {e}")),
+            }
+        }
+        bundles
+    }
+
+    /// What the node's worker advertises, when it advertises something
+    /// readable.
+    fn inventory(&mut self, node_id: &str, node: &SimNode) -> Option<NodeInventory> {
+        let inv = node.inventory.as_ref()?;
+        match inventory_from_pb(inv, &mut self.notes) {
+            Ok((_, inventory)) => Some(inventory),
+            Err(e) => {
+                self.unreadable.push(format!("inventory of node {node_id:?}: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Manager's audit log, read as the event stream carries it.
+    fn audit(&mut self, world: &World) -> Vec<AuditEntry> {
+        world
+            .audit_log()
+            .filter_map(|entry| {
+                let event = pb::EventStreamEvent {
+                    event: Some(Event::AuditAppended(pb::AuditAppended {
+                        entry: Some(entry.clone()),
+                    })),
+                };
+                match event_from_pb(&event, &mut self.notes) {
+                    Ok(ManagerEvent::AuditAppended(entry)) => Some(entry),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+}
+
+/// The job instances on a node: job id, instance key and the instance.
+type OnNode<'w> = Vec<(&'w str, &'w str, &'w Instance)>;
+
+/// Every job instance, by the node it is on.
+fn instances_by_node(world: &World) -> BTreeMap<&str, OnNode<'_>> {
+    let mut by_node: BTreeMap<&str, OnNode<'_>> = BTreeMap::new();
+    for ((job_id, role), instance) in world.instances() {
+        by_node
+            .entry(instance.node_id.as_str())
+            .or_default()
+            .push((job_id, role, instance));
+    }
+    by_node
+}
+
+/// The node as placement reads it: what it carries is every job instance
+/// on it not stopping.
+fn fleet_node(
+    node_id: &str,
+    node: &SimNode,
+    tags: &BTreeMap<String, String>,
+    inventory: Option<NodeInventory>,
+    on_node: &OnNode<'_>,
+    jobs: &BTreeMap<String, RuntimeJob>,
+) -> FleetNode {
+    FleetNode {
+        id: NodeId(node_id.to_owned()),
+        pool: tags.get(tags::POOL).cloned(),
+        tier: tags.get(tags::TIER).cloned(),
+        phase: node.phase,
+        cordoned: false,
+        unhealthy: false,
+        spare: tags.get(tags::SPARE).is_some_and(|v| v == "true"),
+        spare_spec: SpareSpec::from_tags(tags),
+        tags: tags.clone(),
+        inventory,
+        jobs: on_node
+            .iter()
+            .filter(|(_, _, i)| i.phase != super::world::InstancePhase::Stopping)
+            .filter_map(|(job_id, _, i)| jobs.get(*job_id).map(|job| placed(job, i)))
+            .collect(),
+    }
+}
+
+/// The node as Manager knows it, with every job instance on it.
+fn node_view(
+    node_id: &str,
+    node: &SimNode,
+    tags: BTreeMap<String, String>,
+    inventory: Option<NodeInventory>,
+    on_node: &OnNode<'_>,
+) -> NodeView {
+    NodeView {
+        id: NodeId(node_id.to_owned()),
+        provider: node.provider,
+        region: node.region.clone(),
+        zone: node.zone.clone(),
+        instance_type: node.instance_type.clone(),
+        launch_mode: node.launch_mode.clone(),
+        root_volume: node
+            .root_volume
+            .as_ref()
+            .map(|(size_gib, kind)| crate::model::RootVolume {
+                size_gib: *size_gib,
+                volume_type: (!kind.is_empty()).then(|| kind.clone()),
+            }),
+        phase: node.phase,
+        worker_gone: node.silent,
+        stopping_reason: node.stopping_reason.map(|r| r.as_str_name().to_owned()),
+        created_at: millis_from_pb(node.metadata.created_at.as_ref()),
+        tags,
+        inventory,
+        interruption: node.interruption.as_ref().map(|n| InterruptionView {
+            kind: interruption_kind_from_pb(n.kind),
+            deadline: millis_from_pb(n.deadline.as_ref()),
+        }),
+        instances: on_node
+            .iter()
+            .map(|(job_id, role, i)| InstanceView {
+                job_id: JobId((*job_id).to_owned()),
+                role: (*role).to_owned(),
+                phase: i.phase.as_str().to_owned(),
+                gpu_index: i.gpu_index,
+                runtime_role: i.runtime_role.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// Launch accounting per region and instance type.
+fn capacity(world: &World) -> Vec<CapacityView> {
+    world
+        .launches()
+        .iter()
+        .map(|((region, instance_type), l)| CapacityView {
+            region: region.clone(),
+            instance_type: instance_type.clone(),
+            limit: l.limit,
+            in_use: l.in_use,
+            available: l.limit.map(|limit| (limit - l.in_use).max(0)),
+        })
+        .collect()
 }
 
 /// A job instance as placement accounts for it on its node.

@@ -10,7 +10,7 @@ use norsk_auto_manager::automanager::{
     Command, CommandError, Input, MigrationId, MigrationOptions, MigrationPhase, MigrationRefusal, MigrationStep,
     MigrationStrategy, Notification, Rpc,
 };
-use norsk_auto_manager::controller::pool::observe_pool;
+use norsk_auto_manager::decide::pool::observe_pool;
 use norsk_auto_manager::model::{
     InstanceKey, JobHistoryEntry, JobId, JobStopReason, ManagerEvent, MigrationSignal, NodeId, NodeStopReason,
     ProviderKind, tags,

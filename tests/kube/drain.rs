@@ -16,8 +16,8 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Resource, ResourceExt};
 use norsk_auto_manager::automanager::{AutoSettings, MigrationSettings};
-use norsk_auto_manager::controller::node_status::node_resource_name;
 use norsk_auto_manager::crd::{Bundle, InterruptionKind, JobMigration, NodeDrain};
+use norsk_auto_manager::decide::node_status::node_resource_name;
 use norsk_auto_manager::manager::proto::{manager as pb, sim_admin};
 use norsk_auto_manager::model::{DrainJobStatus, DrainPhase, MigrationPhase, wire_name};
 

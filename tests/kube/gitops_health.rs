@@ -9,10 +9,10 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kstatus::Status;
-use norsk_auto_manager::controller::bundle_status::{BROKEN, DEGRADED, PLACED};
-use norsk_auto_manager::controller::conditions::{Observed, READY, STALLED, merge};
-use norsk_auto_manager::controller::node::CORDONED;
 use norsk_auto_manager::crd;
+use norsk_auto_manager::decide::bundle_status::{BROKEN, DEGRADED, PLACED};
+use norsk_auto_manager::decide::conditions::{Observed, READY, STALLED, merge};
+use norsk_auto_manager::decide::node::CORDONED;
 use serde_json::{Value, json};
 
 fn kind_dirs() -> Vec<std::path::PathBuf> {

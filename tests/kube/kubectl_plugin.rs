@@ -13,11 +13,11 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use norsk_auto_manager::cli::plan::{self as offline, Output};
-use norsk_auto_manager::controller::node_status::node_resource_name;
 use norsk_auto_manager::crd::{
     self, InterruptionKind, JobMigration, MigrationStrategy, NodeDrain, NodePlacementStatus, NorskNode, NorskNodeSpec,
     NorskNodeStatus,
 };
+use norsk_auto_manager::decide::node_status::node_resource_name;
 use norsk_auto_manager::model::{FleetNode, JobPhase, NodeId, NodeInventory, NodePhase};
 use norsk_auto_manager::plugin::{self, Command, FleetSource, PlanWarning, PluginError, Strategy};
 use serde_json::json;

@@ -8,7 +8,7 @@ use std::process::Output;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use norsk_auto_manager::controller::manager_status::config_map_name;
+use norsk_auto_manager::decide::manager_status::config_map_name;
 use norsk_auto_manager::manager::proto::sim_admin;
 use norsk_auto_manager::model::manager::Capability;
 use norsk_auto_manager::plugin::{self, Command, PluginError};

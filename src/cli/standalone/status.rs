@@ -2,8 +2,8 @@
 //! `status`, for every resource of the followed files, plus the fleet's
 //! nodes and each file's standing — one JSON document, rewritten whole
 //! (a temporary file renamed over it, so a reader never sees half of it)
-//! whenever anything in it changed. The statuses are the operator's own
-//! builders (`crate::controller::*_status`, `observe_pool`,
+//! whenever anything in it changed. The statuses are the builders the
+//! operator uses too (`crate::decide::*_status`, `observe_pool`,
 //! `observe_policy`), read from the core in one consistent step.
 //!
 //! Shape (every map keyed like `kubectl get`: `name`, or `namespace/name`
@@ -31,17 +31,17 @@ use serde::Serialize;
 
 use crate::automanager::{AutoManagerHandle, MigrationId, QueryError, ReadModel};
 use crate::cli::documents::{Kind, Resource};
-use crate::controller::bundle_status::{self, AdmissionCheck, observe};
-use crate::controller::conditions::{self, Observed};
-use crate::controller::drain_status;
-use crate::controller::hot_spare::observe_policy;
-use crate::controller::migration_status::{self, Unfollowed, ended_without_core, is_recorded};
-use crate::controller::node_status::{DEFAULT_FLEET, mirrored_nodes};
-use crate::controller::notes::{JobNotes, Notes};
-use crate::controller::pool::{observe_pool, pool_conditions};
 use crate::crd::{
     BundleStatus, HotSparePolicyStatus, JobMigrationStatus, NodeDrainStatus, NorskNodeStatus, PlacementPoolStatus,
 };
+use crate::decide::bundle_status::{self, AdmissionCheck, observe};
+use crate::decide::conditions::{self, Observed};
+use crate::decide::drain_status;
+use crate::decide::hot_spare::observe_policy;
+use crate::decide::migration_status::{self, Unfollowed, ended_without_core, is_recorded};
+use crate::decide::node_status::{DEFAULT_FLEET, mirrored_nodes};
+use crate::decide::notes::{JobNotes, Notes};
+use crate::decide::pool::{observe_pool, pool_conditions};
 use crate::manager::stream::ConnectionState;
 use crate::model::{BundleId, BundleSpec, HotSpareSpec, JobId, MigrationPhase, NodeId, UnixMillis};
 use crate::placement::headroom::{DomainKind, HeadroomReport, KindSummary};
@@ -518,7 +518,7 @@ fn read(core: ReadModel<'_>, inputs: Inputs) -> (StatusDocument, Vec<String>) {
     }
     // Nodes a document names that the fleet does not hold (yet).
     for (node_id, observed) in cordons {
-        let name = crate::controller::node_status::node_resource_name(DEFAULT_FLEET, node_id.as_str());
+        let name = crate::decide::node_status::node_resource_name(DEFAULT_FLEET, node_id.as_str());
         let entry = node_entry(previous, &name, &node_id, false, observed, NorskNodeStatus::default());
         document.nodes.insert(name, entry);
     }

@@ -1,10 +1,9 @@
 //! `--events text`: one readable line per notification.
 
-use crate::automanager::Notification;
+use crate::automanager::{Decision, Notification, PlacementDecisionInfo};
 
 /// A readable line for a notification.
 pub fn describe(notification: &Notification) -> String {
-    use crate::automanager::Decision;
     match notification {
         Notification::ConnectionStateChange { state } => format!("manager      {state}"),
         Notification::Error { message } => format!("error        {message}"),
@@ -48,19 +47,7 @@ pub fn describe(notification: &Notification) -> String {
         },
         Notification::BundleJobStarted { job_id } => format!("started      {job_id}"),
         Notification::BundleJobStopped { job_id } => format!("stopped      {job_id}"),
-        Notification::PlacementDecision(info) => {
-            let verb = if info.recovery { "recovered" } else { "placed" };
-            match &info.decision {
-                Decision::Placed { node_id, tier, .. } => format!("{verb:<12} {} on {node_id} ({tier})", info.job_id),
-                Decision::Provision {
-                    node_id,
-                    tier,
-                    instance_type,
-                    ..
-                } => format!("{verb:<12} {} on new {instance_type} {node_id} ({tier})", info.job_id),
-                Decision::NoCapacityInAnyPool => format!("{verb:<12} {} nowhere: no capacity", info.job_id),
-            }
-        }
+        Notification::PlacementDecision(info) => placement(info),
         Notification::PlacementFailed { job_id, reason } => format!("unplaced     {job_id}: {reason}"),
         Notification::ResilienceDegraded { job_id, violations, .. } => format!("degraded     {job_id}: {violations:?}"),
         Notification::SpareUnderflow {
@@ -79,20 +66,13 @@ pub fn describe(notification: &Notification) -> String {
             survives,
             worst,
             why,
-        } => {
-            let scope = pool
-                .as_ref()
-                .map_or_else(|| "fleet".to_owned(), |p| format!("pool {p}"));
-            let kind = domain_kind.as_str();
-            match (survives, worst, why) {
-                (true, _, _) => format!("headroom     {scope} survives the loss of any single {kind}"),
-                (false, worst, why) => format!(
-                    "HEADROOM     {scope} cannot absorb the loss of {kind} {}: {}",
-                    worst.as_deref().unwrap_or("?"),
-                    why.as_deref().unwrap_or("")
-                ),
-            }
-        }
+        } => headroom(
+            pool.as_deref(),
+            domain_kind.as_str(),
+            *survives,
+            worst.as_deref(),
+            why.as_deref(),
+        ),
         Notification::ImagesPrefetched { node_id, results } => {
             format!("prefetched   {node_id}: {} image(s)", results.len())
         }
@@ -133,5 +113,35 @@ pub fn describe(notification: &Notification) -> String {
             let verb = if *lost { "mig. lost" } else { "mig. abort" };
             format!("{verb:<12} {job_id} ({migration_id}): {reason}")
         }
+    }
+}
+
+/// A placement decision's line: where the job went, or that it found no room.
+fn placement(info: &PlacementDecisionInfo) -> String {
+    let verb = if info.recovery { "recovered" } else { "placed" };
+    match &info.decision {
+        Decision::Placed { node_id, tier, .. } => format!("{verb:<12} {} on {node_id} ({tier})", info.job_id),
+        Decision::Provision {
+            node_id,
+            tier,
+            instance_type,
+            ..
+        } => format!("{verb:<12} {} on new {instance_type} {node_id} ({tier})", info.job_id),
+        Decision::NoCapacityInAnyPool => format!("{verb:<12} {} nowhere: no capacity", info.job_id),
+    }
+}
+
+/// A headroom verdict's line, for a pool or (without one) the fleet: the
+/// loss of any single domain of `kind` absorbed, or the worst one and why not.
+fn headroom(pool: Option<&str>, kind: &str, survives: bool, worst: Option<&str>, why: Option<&str>) -> String {
+    let scope = pool.map_or_else(|| "fleet".to_owned(), |p| format!("pool {p}"));
+    if survives {
+        format!("headroom     {scope} survives the loss of any single {kind}")
+    } else {
+        format!(
+            "HEADROOM     {scope} cannot absorb the loss of {kind} {}: {}",
+            worst.unwrap_or("?"),
+            why.unwrap_or("")
+        )
     }
 }

@@ -7,7 +7,7 @@ use super::{
 use crate::manager::proto::{common as pbc, manager as pb};
 use crate::model::{
     AuditEntry, BundleId, ImagePrefetchResult, InterruptionKind, ManagerEvent, MigrationSignal, NodeId, NodeStopReason,
-    RejectionCode,
+    RejectionCode, RunningInstance,
 };
 
 /// The largest handover payload accepted (the payload is opaque and
@@ -74,17 +74,7 @@ pub fn event_from_pb(event: &pb::EventStreamEvent, notes: &mut Notes) -> Result<
         return Ok(ManagerEvent::Unknown);
     };
     Ok(match event {
-        E::NodeRunning(n) => {
-            bounded("NodeRunning", "instances", n.instances.len())?;
-            ManagerEvent::NodeRunning {
-                node: node_info_from_pb("NodeRunning", n.node_metadata.as_ref())?,
-                instances: n
-                    .instances
-                    .iter()
-                    .map(running_instance_from_pb)
-                    .collect::<Result<_, _>>()?,
-            }
-        }
+        E::NodeRunning(n) => node_running(n)?,
         E::JobActive(j) => ManagerEvent::JobActive(runtime_job_from_pb(j.job_with_history.as_ref(), notes)?),
         E::JobPending(j) => ManagerEvent::JobPending(runtime_job_from_pb(j.job_with_history.as_ref(), notes)?),
         E::JobUpdated(j) => ManagerEvent::JobUpdated(runtime_job_from_pb(j.job_with_history.as_ref(), notes)?),
@@ -98,36 +88,9 @@ pub fn event_from_pb(event: &pb::EventStreamEvent, notes: &mut Notes) -> Result<
             reason: node_stop_reason(n.reason),
         },
         E::NodeStopped(n) => ManagerEvent::NodeStopped(node_id_from_pb("NodeStopped", "node_id", n.node_id.as_ref())?),
-        E::PhysicalNodeConnected(p) => {
-            let node = required("PhysicalNodeConnected", "node", p.node.as_ref())?;
-            bounded("PhysicalNodeConnected", "instances", p.instances.len())?;
-            ManagerEvent::PhysicalNodeConnected {
-                node_id: NodeId(id("PhysicalNode", "id", &node.id)?),
-                tags: tags_from_pb("PhysicalNode", &node.tags)?,
-                instances: p
-                    .instances
-                    .iter()
-                    .map(running_instance_from_pb)
-                    .collect::<Result<_, _>>()?,
-            }
-        }
+        E::PhysicalNodeConnected(p) => physical_node_connected(p)?,
         E::ProviderHealthChange(_) => ManagerEvent::ProviderHealthChange,
-        E::JobInfo(info) => {
-            use pbc::job_info_message::Message as M;
-            let (job_id, role) = job_key("JobInfoMessage", info.job_key.as_ref())?;
-            let summary = match &info.message {
-                Some(M::ServiceStarted(s)) => format!("service {} started", s.service_name),
-                Some(M::ServiceRestarting(s)) => format!("service {} restarting", s.service_name),
-                Some(M::ContainerEvent(c)) => format!("{}: {}", c.service_name, c.text),
-                Some(M::ComposeMessage(c)) => c.text.clone(),
-                None => String::new(),
-            };
-            ManagerEvent::JobInfo {
-                job_id,
-                role,
-                text: text(notes, "JobInfoMessage", "message", &summary),
-            }
-        }
+        E::JobInfo(info) => job_info(info, notes)?,
         E::BundleUpdated(b) => {
             let bundle = required("BundleUpdated", "bundle", b.bundle.as_ref())?;
             ManagerEvent::BundleUpdated(bundle_from_pb(bundle, notes)?)
@@ -138,26 +101,7 @@ pub fn event_from_pb(event: &pb::EventStreamEvent, notes: &mut Notes) -> Result<
             let (node_id, inventory) = inventory_from_pb(inv, notes)?;
             ManagerEvent::NodeInventory { node_id, inventory }
         }
-        E::JobRejected(r) => {
-            let (job_id, role) = job_key("JobRejected", r.job_key.as_ref())?;
-            // The inventory is informational here; an unreadable one is
-            // dropped with a note rather than losing the rejection itself.
-            let inventory = match r.inventory.as_ref().map(|i| inventory_from_pb(i, notes)).transpose() {
-                Ok(inv) => inv.map(|(_, inv)| inv),
-                Err(e) => {
-                    super::note(notes, "JobRejected", "inventory", format!("dropped: {e}"));
-                    None
-                }
-            };
-            ManagerEvent::JobRejected {
-                job_id,
-                role,
-                node_id: node_id_from_pb("JobRejected", "node_id", r.node_id.as_ref())?,
-                code: rejection_code_from_pb(r.code),
-                detail: text(notes, "JobRejected", "detail", &r.detail),
-                inventory,
-            }
-        }
+        E::JobRejected(r) => job_rejected(r, notes)?,
         E::JobPrepared(p) => {
             let (job_id, role) = job_key("JobPrepared", p.job_key.as_ref())?;
             ManagerEvent::JobPrepared {
@@ -166,68 +110,146 @@ pub fn event_from_pb(event: &pb::EventStreamEvent, notes: &mut Notes) -> Result<
                 node_id: node_id_from_pb("JobPrepared", "node_id", p.node_id.as_ref())?,
             }
         }
-        E::MigrationSignal(m) => {
-            use pb::migration_signal_event::Signal as S;
-            const MSG: &str = "MigrationSignalEvent";
-            if matches!(&m.signal, Some(S::TargetReady(p)) if p.len() > MAX_PAYLOAD_BYTES) {
-                return Err(WireError::Invalid {
-                    message: MSG,
-                    field: "target_ready",
-                    reason: "payload over 1 MiB".into(),
-                });
-            }
-            ManagerEvent::MigrationSignal {
-                migration_id: id(MSG, "migration_id", &m.migration_id)?,
-                job_id: job_id_from_pb(MSG, "job_id", m.job_id.as_ref())?,
-                from_key: role_from_pb(MSG, &m.from_key)?,
-                signal: match &m.signal {
-                    Some(S::TargetReady(payload)) => MigrationSignal::TargetReady(payload.clone()),
-                    Some(S::SourceStoppedAt(position)) => {
-                        MigrationSignal::SourceStoppedAt(text(notes, MSG, "source_stopped_at", position))
-                    }
-                    Some(S::TargetApplied(_)) => MigrationSignal::TargetApplied,
-                    Some(S::Refused(why)) => MigrationSignal::Refused(text(notes, MSG, "refused", why)),
-                    None => MigrationSignal::Unknown,
-                },
-            }
-        }
+        E::MigrationSignal(m) => migration_signal(m, notes)?,
         E::NodeInterruptionNotice(n) => ManagerEvent::NodeInterruptionNotice {
             node_id: node_id_from_pb("NodeInterruptionNotice", "node_id", n.node_id.as_ref())?,
             kind: interruption_kind_from_pb(n.kind),
             deadline: millis_from_pb(n.deadline.as_ref()),
             noticed_at: millis_from_pb(n.noticed_at.as_ref()),
         },
-        E::ImagesPrefetched(p) => {
-            bounded("ImagesPrefetched", "results", p.results.len())?;
-            ManagerEvent::ImagesPrefetched {
-                node_id: node_id_from_pb("ImagesPrefetched", "node_id", p.node_id.as_ref())?,
-                results: p
-                    .results
-                    .iter()
-                    .map(|r| ImagePrefetchResult {
-                        image: r.image.clone(),
-                        ok: r.ok,
-                        error: (!r.error.is_empty()).then(|| text(notes, "ImagePrefetchResult", "error", &r.error)),
-                    })
-                    .collect(),
-            }
-        }
-        E::AuditAppended(a) => {
-            let entry = required("AuditAppended", "entry", a.entry.as_ref())?;
-            bounded("AuditEntry", "details", entry.details.len())?;
-            ManagerEvent::AuditAppended(AuditEntry {
-                at: millis_from_pb(entry.timestamp.as_ref()),
-                actor: text(notes, "AuditEntry", "actor", &entry.actor),
-                action: text(notes, "AuditEntry", "action", &entry.action),
-                subject: text(notes, "AuditEntry", "subject", &entry.subject),
-                details: entry.details.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            })
-        }
+        E::ImagesPrefetched(p) => images_prefetched(p, notes)?,
+        E::AuditAppended(a) => audit_appended(a, notes)?,
         E::NodeTagsUpdated(t) => ManagerEvent::NodeTagsUpdated {
             node_id: node_id_from_pb("NodeTagsUpdated", "node_id", t.node_id.as_ref())?,
             tags: tags_from_pb("NodeTagsUpdated", &t.tags)?,
         },
     })
+}
+
+/// The job instances a node runs, each read on its own; the caller
+/// bounds their number first.
+fn running_instances(instances: &[pb::RunningJob]) -> Result<Vec<RunningInstance>, WireError> {
+    instances.iter().map(running_instance_from_pb).collect()
+}
+
+/// A cloud node running, with the job instances it runs.
+fn node_running(n: &pb::NodeRunning) -> Result<ManagerEvent, WireError> {
+    bounded("NodeRunning", "instances", n.instances.len())?;
+    Ok(ManagerEvent::NodeRunning {
+        node: node_info_from_pb("NodeRunning", n.node_metadata.as_ref())?,
+        instances: running_instances(&n.instances)?,
+    })
+}
+
+/// A cluster (local-servers) node connected, with its tags and the job
+/// instances it runs.
+fn physical_node_connected(p: &pb::PhysicalNodeConnected) -> Result<ManagerEvent, WireError> {
+    let node = required("PhysicalNodeConnected", "node", p.node.as_ref())?;
+    bounded("PhysicalNodeConnected", "instances", p.instances.len())?;
+    Ok(ManagerEvent::PhysicalNodeConnected {
+        node_id: NodeId(id("PhysicalNode", "id", &node.id)?),
+        tags: tags_from_pb("PhysicalNode", &node.tags)?,
+        instances: running_instances(&p.instances)?,
+    })
+}
+
+/// A job's informational message, summed up in one line of text.
+fn job_info(info: &pbc::JobInfoMessage, notes: &mut Notes) -> Result<ManagerEvent, WireError> {
+    use pbc::job_info_message::Message as M;
+    let (job_id, role) = job_key("JobInfoMessage", info.job_key.as_ref())?;
+    let summary = match &info.message {
+        Some(M::ServiceStarted(s)) => format!("service {} started", s.service_name),
+        Some(M::ServiceRestarting(s)) => format!("service {} restarting", s.service_name),
+        Some(M::ContainerEvent(c)) => format!("{}: {}", c.service_name, c.text),
+        Some(M::ComposeMessage(c)) => c.text.clone(),
+        None => String::new(),
+    };
+    Ok(ManagerEvent::JobInfo {
+        job_id,
+        role,
+        text: text(notes, "JobInfoMessage", "message", &summary),
+    })
+}
+
+/// A worker's refusal of a job start, with the node's inventory when it
+/// can be read.
+fn job_rejected(r: &pb::JobRejected, notes: &mut Notes) -> Result<ManagerEvent, WireError> {
+    let (job_id, role) = job_key("JobRejected", r.job_key.as_ref())?;
+    // The inventory is informational here; an unreadable one is dropped
+    // with a note rather than losing the rejection itself.
+    let inventory = match r.inventory.as_ref().map(|i| inventory_from_pb(i, notes)).transpose() {
+        Ok(inv) => inv.map(|(_, inv)| inv),
+        Err(e) => {
+            super::note(notes, "JobRejected", "inventory", format!("dropped: {e}"));
+            None
+        }
+    };
+    Ok(ManagerEvent::JobRejected {
+        job_id,
+        role,
+        node_id: node_id_from_pb("JobRejected", "node_id", r.node_id.as_ref())?,
+        code: rejection_code_from_pb(r.code),
+        detail: text(notes, "JobRejected", "detail", &r.detail),
+        inventory,
+    })
+}
+
+/// A step of a migration's handover; a payload over
+/// [`MAX_PAYLOAD_BYTES`] is refused rather than relayed.
+fn migration_signal(m: &pb::MigrationSignalEvent, notes: &mut Notes) -> Result<ManagerEvent, WireError> {
+    use pb::migration_signal_event::Signal as S;
+    const MSG: &str = "MigrationSignalEvent";
+    if matches!(&m.signal, Some(S::TargetReady(p)) if p.len() > MAX_PAYLOAD_BYTES) {
+        return Err(WireError::Invalid {
+            message: MSG,
+            field: "target_ready",
+            reason: "payload over 1 MiB".into(),
+        });
+    }
+    Ok(ManagerEvent::MigrationSignal {
+        migration_id: id(MSG, "migration_id", &m.migration_id)?,
+        job_id: job_id_from_pb(MSG, "job_id", m.job_id.as_ref())?,
+        from_key: role_from_pb(MSG, &m.from_key)?,
+        signal: match &m.signal {
+            Some(S::TargetReady(payload)) => MigrationSignal::TargetReady(payload.clone()),
+            Some(S::SourceStoppedAt(position)) => {
+                MigrationSignal::SourceStoppedAt(text(notes, MSG, "source_stopped_at", position))
+            }
+            Some(S::TargetApplied(_)) => MigrationSignal::TargetApplied,
+            Some(S::Refused(why)) => MigrationSignal::Refused(text(notes, MSG, "refused", why)),
+            None => MigrationSignal::Unknown,
+        },
+    })
+}
+
+/// How a node's image prefetch went, image by image.
+fn images_prefetched(p: &pb::ImagesPrefetched, notes: &mut Notes) -> Result<ManagerEvent, WireError> {
+    bounded("ImagesPrefetched", "results", p.results.len())?;
+    Ok(ManagerEvent::ImagesPrefetched {
+        node_id: node_id_from_pb("ImagesPrefetched", "node_id", p.node_id.as_ref())?,
+        results: p
+            .results
+            .iter()
+            .map(|r| ImagePrefetchResult {
+                image: r.image.clone(),
+                ok: r.ok,
+                error: (!r.error.is_empty()).then(|| text(notes, "ImagePrefetchResult", "error", &r.error)),
+            })
+            .collect(),
+    })
+}
+
+/// An entry appended to Manager's audit log.
+fn audit_appended(a: &pb::AuditAppended, notes: &mut Notes) -> Result<ManagerEvent, WireError> {
+    let entry = required("AuditAppended", "entry", a.entry.as_ref())?;
+    bounded("AuditEntry", "details", entry.details.len())?;
+    Ok(ManagerEvent::AuditAppended(AuditEntry {
+        at: millis_from_pb(entry.timestamp.as_ref()),
+        actor: text(notes, "AuditEntry", "actor", &entry.actor),
+        action: text(notes, "AuditEntry", "action", &entry.action),
+        subject: text(notes, "AuditEntry", "subject", &entry.subject),
+        details: entry.details.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+    }))
 }
 
 #[cfg(test)]

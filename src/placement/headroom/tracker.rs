@@ -216,6 +216,38 @@ impl Kept {
         Some((&bundle.bundle, bundle.jobs.get(j as usize)?))
     }
 
+    /// Keeps the verdict when its outcome stands on the fleet as it is
+    /// now, `since` the nodes changed after its run (see
+    /// [`outcome_stands`]), naming where each job lands now. When every
+    /// job lands where it did, the run is exact again as of `revision`.
+    fn keep_on_outcome(
+        &mut self,
+        view: &FleetView,
+        since: &Since,
+        bundles: &BTreeMap<BundleId, BundleSpec>,
+        revision: u64,
+    ) -> bool {
+        let Some(landings) = outcome_stands(view, self, since, bundles) else {
+            return false;
+        };
+        self.land(view, &landings);
+        let same = self
+            .deps
+            .steps
+            .iter()
+            .zip(&landings)
+            .all(|(step, now)| step.took.map(|(idx, _)| idx) == *now);
+        if same {
+            // Every job lands where it did: the run is the one a fresh
+            // analysis makes now.
+            self.exact = true;
+            self.deps.revision = revision;
+        } else {
+            self.exact = false;
+        }
+        true
+    }
+
     /// Names the node each step's job lands on now (`None`: a node of its
     /// tier, which one not told).
     fn land(&mut self, view: &FleetView, landings: &[Option<NodeIdx>]) {
@@ -328,37 +360,85 @@ impl Tracker {
         if fresh {
             return self.rebuild(snapshot, pools, bundles, ceiling);
         }
-        let mut touched: BTreeSet<BundleId> = changed_specs(&self.bundles, bundles);
-        for job in self.ceiling.symmetric_difference(ceiling) {
-            if let Some(bundle) = bundle_of(job) {
-                touched.insert(bundle);
-            }
-        }
+        let mut touched = self.touched_bundles(bundles, ceiling);
         let changes = match self.apply(snapshot, &mut touched) {
             Ok(changes) => changes,
             // The view refused a change it should take: start again.
             Err(_) => return self.rebuild(snapshot, pools, bundles, ceiling),
         };
-        if !changes.is_empty() {
-            self.revision += 1;
-            let revision = self.revision;
-            self.log.extend(changes.iter().filter_map(|c| {
-                Some(Logged {
-                    revision,
-                    idx: c.idx?,
-                    jobs_only: c.jobs_only,
-                    grew: matches!(c.kind, ChangeKind::Fuller | ChangeKind::Shrink),
-                })
-            }));
-            if self.log.len() > LOG_CAPACITY {
-                // The older half goes; runs made before it are made afresh.
-                let cut = self.log.len() / 2;
-                self.floor = self.log[cut].revision;
-                self.log.drain(..self.log.partition_point(|l| l.revision < self.floor));
+        self.log_changes(&changes);
+        self.copy_specs(&touched, bundles, ceiling);
+        // The view is taken out while the verdicts are brought up to date,
+        // so that the tracker's other fields can change beside it.
+        let Some(mut view) = self.view.take() else {
+            return self.rebuild(snapshot, pools, bundles, ceiling);
+        };
+        let mut stats = self.refresh_nodes(&mut view, &changes, &touched);
+        self.view = Some(view);
+        if !changes.is_empty() || !touched.is_empty() {
+            self.wide_stale = true;
+        }
+        stats.wide_stale = self.wide_stale;
+        if self.view.as_ref().is_some_and(has_outgrown) {
+            let carried_snapshot = self.snapshot();
+            let rebuilt = FleetView::new(&carried_snapshot, pools.clone())?;
+            self.view = Some(rebuilt);
+            // The runs name nodes by the old view's indices.
+            self.forget_log();
+        }
+        Ok(stats)
+    }
+
+    /// The bundles whose spec changed since the last update, or one of
+    /// whose jobs reached or left its restart ceiling.
+    fn touched_bundles(
+        &self,
+        bundles: &BTreeMap<BundleId, BundleSpec>,
+        ceiling: &BTreeSet<JobId>,
+    ) -> BTreeSet<BundleId> {
+        let mut touched = changed_specs(&self.bundles, bundles);
+        for job in self.ceiling.symmetric_difference(ceiling) {
+            if let Some(bundle) = bundle_of(job) {
+                touched.insert(bundle);
             }
         }
-        // Only what changed is copied: a fleet's specs are many.
-        for id in &touched {
+        touched
+    }
+
+    /// Logs the nodes `changes` name at a new revision, for the replays of
+    /// runs made before it.
+    fn log_changes(&mut self, changes: &[Change]) {
+        if changes.is_empty() {
+            return;
+        }
+        self.revision += 1;
+        let revision = self.revision;
+        self.log.extend(changes.iter().filter_map(|c| {
+            Some(Logged {
+                revision,
+                idx: c.idx?,
+                jobs_only: c.jobs_only,
+                grew: matches!(c.kind, ChangeKind::Fuller | ChangeKind::Shrink),
+            })
+        }));
+        if self.log.len() > LOG_CAPACITY {
+            // The older half goes; runs made before it are made afresh.
+            let cut = self.log.len() / 2;
+            self.floor = self.log[cut].revision;
+            self.log.drain(..self.log.partition_point(|l| l.revision < self.floor));
+        }
+    }
+
+    /// Copies the specs of the `touched` bundles, and the restart ceilings
+    /// when they changed. Only what changed is copied: a fleet's specs are
+    /// many.
+    fn copy_specs(
+        &mut self,
+        touched: &BTreeSet<BundleId>,
+        bundles: &BTreeMap<BundleId, BundleSpec>,
+        ceiling: &BTreeSet<JobId>,
+    ) {
+        for id in touched {
             match bundles.get(id) {
                 Some(spec) => {
                     self.bundles.insert(id.clone(), spec.clone());
@@ -371,54 +451,74 @@ impl Tracker {
         if &self.ceiling != ceiling {
             self.ceiling = ceiling.clone();
         }
-        let Some(view) = self.view.as_mut() else {
-            return self.rebuild(snapshot, pools, bundles, ceiling);
-        };
+    }
+
+    /// Brings the node verdicts up to date with `changes` to the nodes and
+    /// the `touched` bundles: drops those of nodes gone or going, keeps
+    /// those no change can alter, and recomputes the rest.
+    fn refresh_nodes(&mut self, view: &mut FleetView, changes: &[Change], touched: &BTreeSet<BundleId>) -> UpdateStats {
         // The node domains: every node that is not stopped or going.
         let nodes = node_domains(view);
         self.runs
             .retain(|id, _| view.node_index(id).is_some_and(|idx| !going(view, idx)));
+        let (dirty, outcome_kept) = self.stale_nodes(view, &nodes, changes, touched);
+        let mut stats = UpdateStats {
+            nodes_recomputed: dirty.len(),
+            nodes: nodes.len(),
+            outcome_kept,
+            ..UpdateStats::default()
+        };
+        let mut changed: Vec<NodeIdx> = Vec::new();
+        for idx in dirty {
+            let id = view.node(idx).id.clone();
+            // A run whose own node, bundles or restart ceilings are as they
+            // were is replayed from its last run, when the log still holds
+            // what changed since (see `run::Replay`).
+            let last = self.runs.remove(&id).map(|kept| kept.deps).filter(|deps| {
+                deps.revision >= self.floor
+                    && !deps.bundles.iter().any(|b| touched.contains(b))
+                    && !changes.iter().any(|c| c.node == id)
+            });
+            let replay = last.as_ref().and_then(|deps| replay_of(&self.log, deps, &mut changed));
+            let record = replay.map_or(Record::Podiums, Record::Replay);
+            let (replayed, searched) = self.run_node(view, idx, id, record);
+            stats.placements_replayed += replayed;
+            stats.placements_searched += searched;
+        }
+        stats
+    }
+
+    /// The node verdicts to recompute, in `nodes` order (a share of those
+    /// kept on their outcome long enough last), and how many verdicts were
+    /// kept on their outcome. A verdict stands when no change could alter
+    /// it; else it is kept when its outcome stands ([`outcome_stands`]).
+    fn stale_nodes(
+        &mut self,
+        view: &FleetView,
+        nodes: &[NodeIdx],
+        changes: &[Change],
+        touched: &BTreeSet<BundleId>,
+    ) -> (Vec<NodeIdx>, usize) {
         let mut outcome_kept = 0;
         let mut dirty: Vec<NodeIdx> = Vec::new();
         // Verdicts kept on their outcome, by the revision of their run.
         let mut aging: Vec<(u64, NodeIdx)> = Vec::new();
         // What changed since each revision runs were made at.
         let mut sinces: Vec<(u64, Since)> = Vec::new();
-        for &idx in &nodes {
+        for &idx in nodes {
             let id = &view.node(idx).id;
             let Some(kept) = self.runs.get_mut(id) else {
                 dirty.push(idx);
                 continue;
             };
             let own = changes.iter().any(|c| &c.node == id) || kept.deps.bundles.iter().any(|b| touched.contains(b));
-            if !own && kept.exact && !affected(view, &kept.deps, &changes) {
+            if !own && kept.exact && !affected(view, &kept.deps, changes) {
                 continue;
             }
             if !own && kept.deps.revision >= self.floor {
-                let revision = kept.deps.revision;
-                let since = match sinces.iter().position(|(r, _)| *r == revision) {
-                    Some(at) => &sinces[at].1,
-                    None => {
-                        let log = &self.log[self.log.partition_point(|l| l.revision <= revision)..];
-                        sinces.push((revision, Since::of(view, log)));
-                        &sinces[sinces.len() - 1].1
-                    }
-                };
-                if let Some(landings) = outcome_stands(view, kept, since, &self.bundles) {
-                    kept.land(view, &landings);
-                    let same = kept
-                        .deps
-                        .steps
-                        .iter()
-                        .zip(&landings)
-                        .all(|(step, now)| step.took.map(|(idx, _)| idx) == *now);
-                    if same {
-                        // Every job lands where it did: the run is the one
-                        // a fresh analysis makes now.
-                        kept.exact = true;
-                        kept.deps.revision = self.revision;
-                    } else {
-                        kept.exact = false;
+                let since = since_of(&mut sinces, view, &self.log, kept.deps.revision);
+                if kept.keep_on_outcome(view, since, &self.bundles, self.revision) {
+                    if !kept.exact {
                         outcome_kept += 1;
                         if since.changes >= REFRESH_AFTER {
                             aging.push((kept.deps.revision, idx));
@@ -438,58 +538,23 @@ impl Tracker {
             let due = aging.len().div_ceil(REFRESH_WINDOW);
             dirty.extend(aging.into_iter().take(due).map(|(_, idx)| idx));
         }
+        (dirty, outcome_kept)
+    }
+
+    /// Makes and keeps the verdict on the loss of node `idx`, `id`; returns
+    /// how many of its placements were replayed and how many searched.
+    fn run_node(&mut self, view: &mut FleetView, idx: NodeIdx, id: NodeId, record: Record<'_>) -> (usize, usize) {
         let context = Context {
             bundles: &self.bundles,
             at_restart_ceiling: &self.ceiling,
         };
-        let mut stats = UpdateStats {
-            nodes_recomputed: dirty.len(),
-            nodes: nodes.len(),
-            outcome_kept,
-            ..UpdateStats::default()
-        };
-        let mut changed: Vec<NodeIdx> = Vec::new();
-        for idx in dirty {
-            let id = view.node(idx).id.clone();
-            let domain = Domain::new(DomainKind::Node, id.as_str());
-            // A run whose own node, bundles or restart ceilings are as they
-            // were is replayed from its last run, when the log still holds
-            // what changed since (see `run::Replay`).
-            let last = self.runs.remove(&id).map(|kept| kept.deps).filter(|deps| {
-                deps.revision >= self.floor
-                    && !deps.bundles.iter().any(|b| touched.contains(b))
-                    && !changes.iter().any(|c| c.node.as_str() == domain.name)
-            });
-            let replay = last.as_ref().and_then(|deps| {
-                changed.clear();
-                let from = self.log.partition_point(|l| l.revision <= deps.revision);
-                changed.extend(self.log[from..].iter().map(|l| l.idx));
-                changed.sort_unstable();
-                changed.dedup();
-                (changed.len() <= MOST_REPLAYED_CHANGES).then_some(Replay {
-                    last: deps,
-                    changed: &changed,
-                })
-            });
-            let record = replay.map_or(Record::Podiums, Record::Replay);
-            let (verdict, mut deps) = what_if(view, &self.carried, context, domain, &[idx], false, record);
-            deps.revision = self.revision;
-            stats.placements_replayed += deps.replayed as usize;
-            stats.placements_searched += deps.steps.len() - deps.replayed as usize;
-            self.runs.insert(id, Kept::new(verdict, deps));
-        }
-        if !changes.is_empty() || !touched.is_empty() {
-            self.wide_stale = true;
-        }
-        stats.wide_stale = self.wide_stale;
-        if self.view.as_ref().is_some_and(has_outgrown) {
-            let carried_snapshot = self.snapshot();
-            let rebuilt = FleetView::new(&carried_snapshot, pools.clone())?;
-            self.view = Some(rebuilt);
-            // The runs name nodes by the old view's indices.
-            self.forget_log();
-        }
-        Ok(stats)
+        let domain = Domain::new(DomainKind::Node, id.as_str());
+        let (verdict, mut deps) = what_if(view, &self.carried, context, domain, &[idx], false, record);
+        deps.revision = self.revision;
+        let replayed = deps.replayed as usize;
+        let searched = deps.steps.len() - replayed;
+        self.runs.insert(id, Kept::new(verdict, deps));
+        (replayed, searched)
     }
 
     /// Whether the zone and provider verdicts predate a change
@@ -548,27 +613,12 @@ impl Tracker {
         self.bundles = bundles.clone();
         self.ceiling = ceiling.clone();
         self.forget_log();
-        let context = Context {
-            bundles: &self.bundles,
-            at_restart_ceiling: &self.ceiling,
-        };
         self.runs.clear();
         let mut searched = 0;
         for idx in node_domains(&view) {
             let id = view.node(idx).id.clone();
-            let domain = Domain::new(DomainKind::Node, id.as_str());
-            let (verdict, mut deps) = what_if(
-                &mut view,
-                &self.carried,
-                context,
-                domain,
-                &[idx],
-                false,
-                Record::Podiums,
-            );
-            deps.revision = self.revision;
-            searched += deps.steps.len();
-            self.runs.insert(id, Kept::new(verdict, deps));
+            let (_, searched_here) = self.run_node(&mut view, idx, id, Record::Podiums);
+            searched += searched_here;
         }
         let nodes = self.runs.len();
         self.view = Some(view);
@@ -877,6 +927,31 @@ impl Since {
     fn contains(&self, idx: NodeIdx) -> bool {
         self.nodes.binary_search_by_key(&idx, |r| r.idx).is_ok()
     }
+}
+
+/// What changed since `revision` (see [`Since`]), read off `log` once per
+/// revision and kept in `sinces` for the other runs made at it.
+fn since_of<'s>(sinces: &'s mut Vec<(u64, Since)>, view: &FleetView, log: &[Logged], revision: u64) -> &'s Since {
+    match sinces.iter().position(|(r, _)| *r == revision) {
+        Some(at) => &sinces[at].1,
+        None => {
+            let log = &log[log.partition_point(|l| l.revision <= revision)..];
+            sinces.push((revision, Since::of(view, log)));
+            &sinces[sinces.len() - 1].1
+        }
+    }
+}
+
+/// The replay of `last` (see `run::Replay`), with `changed` filled with
+/// the nodes `log` names since it was made; `None` when they are too many
+/// to look at one by one.
+fn replay_of<'r>(log: &[Logged], last: &'r Deps, changed: &'r mut Vec<NodeIdx>) -> Option<Replay<'r>> {
+    changed.clear();
+    let from = log.partition_point(|l| l.revision <= last.revision);
+    changed.extend(log[from..].iter().map(|l| l.idx));
+    changed.sort_unstable();
+    changed.dedup();
+    (changed.len() <= MOST_REPLAYED_CHANGES).then_some(Replay { last, changed })
 }
 
 /// The node domains, by index: every node not already going.

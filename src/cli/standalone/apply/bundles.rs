@@ -1,17 +1,23 @@
 //! `Bundle` documents: created, updated, and deleted through Manager's
-//! stop-then-delete saga.
+//! stop-then-delete saga. What each change means, and what the core's
+//! answer means, is [`crate::decide::bundle`]'s, as it is the operator's.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Applier, INVALID_BUNDLE, Refusal};
-use crate::automanager::{CommandError, QueryError, RpcFailureKind};
+use super::{Applier, Refusal};
+use crate::automanager::{CommandError, QueryError};
 use crate::cli::documents::{FieldPath, Kind, Resource};
-use crate::cli::standalone::follow::Files;
+use crate::cli::standalone::follow::{Files, Wanted};
+use crate::crd;
+use crate::decide::bundle::{Applied, BundleCommand, BundleRefusal, Deleted, apply_bundle, delete_bundle};
 use crate::model::{self, BundleId, BundleSpec, BundleState};
+
+/// What the core holds, per bundle: its spec as applied and its state.
+type Stored = BTreeMap<BundleId, (BundleSpec, BundleState)>;
 
 impl Applier {
     pub(super) async fn apply_bundles(&mut self, files: &Files) -> Result<(), QueryError> {
-        let stored: BTreeMap<BundleId, (BundleSpec, BundleState)> = self
+        let stored: Stored = self
             .core
             .read(|core| {
                 // As applied: Manager's spec with the manual jobs started as
@@ -28,82 +34,83 @@ impl Applier {
             let Resource::Bundle(bundle) = &wanted.resource else {
                 continue;
             };
-            let id = bundle.bundle_id();
-            wanted_ids.insert(id.clone());
-            let spec = bundle.spec.0.clone();
-            let record = self.bundles.entry(id.clone()).or_default();
-            record.wanted = true;
-            if record.spec != spec {
-                record.changed = true;
-                record.spec = spec.clone();
-            }
-            if record.refused.as_ref().is_some_and(|r| r.spec == spec) {
-                // Refused: waits for its spec to change.
-                continue;
-            }
-            let request = model::Bundle {
-                bundle_id: id.clone(),
-                spec: spec.clone(),
-                ..model::Bundle::default()
-            };
-            let result = match stored.get(&id) {
-                None => match self.core.create_bundle(request.clone()).await {
-                    // Manager has it from an earlier run: bring it up to date.
-                    Err(CommandError::Manager(f)) if f.kind == RpcFailureKind::AlreadyExists => {
-                        self.core.update_bundle(request).await
-                    }
-                    other => other,
-                },
-                // Deleted and wanted again while Manager still runs the old
-                // one's saga: created once that has finished.
-                Some((_, BundleState::Deleting)) => continue,
-                Some((live, BundleState::Live)) if !live.same_applied(&spec) => self.core.update_bundle(request).await,
-                Some(_) => Ok(()),
-            };
-            let subject = wanted.resource.key().to_string();
-            let refusal = match result {
-                Ok(()) => None,
-                Err(CommandError::Closed) => return Err(QueryError::Closed),
-                Err(CommandError::InvalidBundle { errors }) => {
-                    let problems: Vec<String> = errors
-                        .iter()
-                        .map(|issue| {
-                            let path = FieldPath::parse(&issue.path).under(&FieldPath::of(&["spec"]));
-                            wanted.problem(path, &issue.message).to_string()
-                        })
-                        .collect();
-                    Some((INVALID_BUNDLE, problems.join("; ")))
-                }
-                Err(CommandError::Manager(f)) if f.kind == RpcFailureKind::Rejected => {
-                    Some(("RejectedByManager", f.message))
-                }
-                Err(e) => {
-                    // Manager unreachable, ...: tried again next round.
-                    self.report(
-                        &subject,
-                        Some(format!("{}: not applied yet: {e}", wanted.origin())),
-                        "applied",
-                    );
-                    continue;
-                }
-            };
-            let record = self.bundles.entry(id.clone()).or_default();
-            record.refused = refusal.map(|(reason, message)| Refusal {
-                spec: spec.clone(),
-                reason,
-                message,
-            });
-            let message = record.refused.as_ref().map(|r| {
-                let kept = if stored.contains_key(&id) {
-                    "what Manager runs of it stays as it was"
-                } else {
-                    "nothing of it runs"
-                };
-                format!("{}: refused ({}): {}; {kept}", wanted.origin(), r.reason, r.message)
-            });
-            self.report(&subject, message, "applied");
+            wanted_ids.insert(bundle.bundle_id());
+            self.apply_bundle(wanted, bundle, &stored).await?;
         }
-        // Documents gone: Manager's stop-then-delete saga, then forgotten.
+        self.delete_unwanted_bundles(&wanted_ids, &stored).await
+    }
+
+    /// Brings Manager in line with one `Bundle` document, unless the core
+    /// refused its spec as it stands; reports a refusal once.
+    async fn apply_bundle(&mut self, wanted: &Wanted, bundle: &crd::Bundle, stored: &Stored) -> Result<(), QueryError> {
+        let id = bundle.bundle_id();
+        let spec = bundle.spec.0.clone();
+        let record = self.bundles.entry(id.clone()).or_default();
+        record.wanted = true;
+        if record.spec != spec {
+            record.changed = true;
+            record.spec = spec.clone();
+        }
+        if record.refused.as_ref().is_some_and(|r| r.spec == spec) {
+            // Refused: waits for its spec to change.
+            return Ok(());
+        }
+        let request = model::Bundle {
+            bundle_id: id.clone(),
+            spec: spec.clone(),
+            ..model::Bundle::default()
+        };
+        let held = stored.get(&id).map(|(live, state)| (live, *state));
+        let (core, request) = (&self.core, &request);
+        let applied = apply_bundle(held, &spec, |command| async move {
+            match command {
+                BundleCommand::Create => core.create_bundle(request.clone()).await,
+                BundleCommand::Update => core.update_bundle(request.clone()).await,
+            }
+        })
+        .await;
+        let subject = wanted.resource.key().to_string();
+        let refusal = match applied {
+            Applied::InForce => None,
+            // Deleted and wanted again while Manager still runs the old
+            // one's saga: created once that has finished.
+            Applied::AwaitingDeletion => return Ok(()),
+            Applied::Refused(refusal) => Some((refusal.reason(), refusal_words(wanted, refusal))),
+            Applied::Failed {
+                error: CommandError::Closed,
+                ..
+            } => return Err(QueryError::Closed),
+            Applied::Failed { error, .. } => {
+                // Manager unreachable, ...: tried again next round.
+                let message = format!("{}: not applied yet: {error}", wanted.origin());
+                self.report(&subject, Some(message), "applied");
+                return Ok(());
+            }
+        };
+        let record = self.bundles.entry(id.clone()).or_default();
+        record.refused = refusal.map(|(reason, message)| Refusal {
+            spec: spec.clone(),
+            reason,
+            message,
+        });
+        let message = record.refused.as_ref().map(|r| {
+            let kept = if stored.contains_key(&id) {
+                "what Manager runs of it stays as it was"
+            } else {
+                "nothing of it runs"
+            };
+            format!("{}: refused ({}): {}; {kept}", wanted.origin(), r.reason, r.message)
+        });
+        self.report(&subject, message, "applied");
+        Ok(())
+    }
+
+    /// Documents gone: Manager's stop-then-delete saga, then forgotten.
+    async fn delete_unwanted_bundles(
+        &mut self,
+        wanted_ids: &BTreeSet<BundleId>,
+        stored: &Stored,
+    ) -> Result<(), QueryError> {
         let gone: Vec<BundleId> = self
             .bundles
             .keys()
@@ -115,29 +122,38 @@ impl Applier {
                 record.wanted = false;
             }
             let subject = format!("Bundle {id}");
-            match stored.get(&id) {
-                Some((_, BundleState::Deleting)) => {}
-                // Not held by the core: Manager may still run its jobs (a
-                // published Manager, the document removed while standalone
-                // was stopped), which the delete stops; Manager answers
-                // `NOT_FOUND` when nothing is left of it.
-                None | Some((_, BundleState::Live)) => match self.core.delete_bundle(id.clone()).await {
-                    Ok(()) if !stored.contains_key(&id) => {
-                        self.bundles.remove(&id);
+            let held = stored.get(&id).map(|(_, state)| *state);
+            match delete_bundle(held, self.core.delete_bundle(id.clone())).await {
+                Deleted::Deleting => {}
+                Deleted::Gone => {
+                    self.bundles.remove(&id);
+                    if held.is_none() {
                         self.report(&subject, None, "deleted");
                     }
-                    Ok(()) => {}
-                    Err(CommandError::Manager(f)) if f.kind == RpcFailureKind::NotFound => {
-                        self.bundles.remove(&id);
-                        if !stored.contains_key(&id) {
-                            self.report(&subject, None, "deleted");
-                        }
-                    }
-                    Err(CommandError::Closed) => return Err(QueryError::Closed),
-                    Err(e) => self.report(&subject, Some(format!("{subject}: not deleted yet: {e}")), "deleted"),
-                },
+                }
+                Deleted::Failed(CommandError::Closed) => return Err(QueryError::Closed),
+                Deleted::Failed(e) => {
+                    self.report(&subject, Some(format!("{subject}: not deleted yet: {e}")), "deleted")
+                }
             }
         }
         Ok(())
+    }
+}
+
+/// A refusal in words, each validation issue located in the document.
+fn refusal_words(wanted: &Wanted, refusal: BundleRefusal) -> String {
+    match refusal {
+        BundleRefusal::Invalid(errors) => {
+            let problems: Vec<String> = errors
+                .iter()
+                .map(|issue| {
+                    let path = FieldPath::parse(&issue.path).under(&FieldPath::of(&["spec"]));
+                    wanted.problem(path, &issue.message).to_string()
+                })
+                .collect();
+            problems.join("; ")
+        }
+        BundleRefusal::Rejected(message) => message,
     }
 }

@@ -5,15 +5,54 @@
 use std::collections::BTreeSet;
 
 use super::{Applier, DrainApplied, NodeApplied, Refusal};
-use crate::automanager::{CommandError, DrainPhase, QueryError};
+use crate::automanager::{AutoManagerHandle, CommandError, DrainPhase, DrainState, QueryError};
 use crate::cli::documents::{Kind, Resource};
 use crate::cli::standalone::follow::Files;
-use crate::controller::conditions::Observed;
-use crate::controller::drain::start_drain;
-use crate::controller::node::{
-    BY_SPEC, CORDON_REFUSED, CORDONED, CordonStep, apply_inventory, apply_spare_spec, cordon_done, cordon_step,
+use crate::crd::NodeDrainSpec;
+use crate::decide::conditions::Observed;
+use crate::decide::drain::{DrainCommand, drain_command, drain_refused};
+use crate::decide::node::{
+    BY_SPEC, CORDON_REFUSED, CORDONED, CordonStep, NOT_A_SPARE, cordon_done, cordon_refused, cordon_step,
+    inventory_declared, spare_in_force, spare_unchanged, spare_updated,
 };
-use crate::model::NodeId;
+use crate::model::{NodeId, NodeInventory, SpareSpec};
+
+/// `spec.inventory` -> what the core takes the node to be where Manager
+/// reports no inventory (a declaration withdrawn when the field is).
+async fn apply_inventory(
+    core: &AutoManagerHandle,
+    node_id: NodeId,
+    declared: Option<NodeInventory>,
+) -> Result<(), QueryError> {
+    inventory_declared(core.declare_inventory(node_id, declared).await)
+}
+
+/// `spec.spare` (`wanted`) -> `updateHotSpareNode` on node `node_id`, when
+/// it differs from the live spare's spec; the `SpareSpecApplied` condition
+/// (none without a `spec.spare`).
+async fn apply_spare_spec(
+    core: &AutoManagerHandle,
+    node_id: NodeId,
+    wanted: Option<SpareSpec>,
+) -> Result<Option<Observed>, QueryError> {
+    let Some(wanted) = wanted else {
+        return Ok(None);
+    };
+    let live = core.spare_spec(node_id.clone()).await?;
+    if spare_unchanged(live.as_ref(), &wanted) {
+        return Ok(Some(spare_in_force()));
+    }
+    spare_updated(core.update_hot_spare_node(node_id, wanted).await).map(Some)
+}
+
+/// Sends the command a `NodeDrain`'s `spec` becomes (see
+/// [`drain_command`]) to `core`; the drain's state.
+async fn start_drain(core: &AutoManagerHandle, spec: &NodeDrainSpec) -> Result<DrainState, CommandError> {
+    match drain_command(spec) {
+        DrainCommand::Interruption(node, notice) => core.handle_node_interruption(node, notice).await.map(|s| s.drain),
+        DrainCommand::Drain(node, options) => core.drain_node(node, options).await,
+    }
+}
 
 impl Applier {
     pub(super) async fn apply_nodes(&mut self, files: &Files) -> Result<(), QueryError> {
@@ -65,7 +104,7 @@ impl Applier {
             let cordon = match outcome {
                 Ok(observed) => observed,
                 Err(CommandError::Closed) => return Err(QueryError::Closed),
-                Err(e) => Observed::no(CORDONED, CORDON_REFUSED, e.to_string()),
+                Err(e) => cordon_refused(&e),
             };
             let spare = apply_spare_spec(&self.core, node_id.clone(), node.spec.spare.clone()).await?;
             let record = self.nodes.entry(name).or_insert_with(|| NodeApplied {
@@ -78,7 +117,7 @@ impl Applier {
             let refused: Vec<String> = [&cordon]
                 .into_iter()
                 .chain(spare.as_ref())
-                .filter(|o| o.reason == CORDON_REFUSED || o.reason == "NotASpare")
+                .filter(|o| o.reason == CORDON_REFUSED || o.reason == NOT_A_SPARE)
                 .map(|o| o.message.clone())
                 .collect();
             record.cordon = Some(cordon);
@@ -174,7 +213,7 @@ impl Applier {
                     None
                 }
                 Err(CommandError::Closed) => return Err(QueryError::Closed),
-                Err(e @ (CommandError::UnknownNode(_) | CommandError::NodeGone(_))) => {
+                Err(e) if drain_refused(&e) => {
                     record.refused = Some(Refusal {
                         spec: drain.spec.clone(),
                         reason: "Refused",

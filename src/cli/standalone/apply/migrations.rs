@@ -3,12 +3,12 @@
 
 use std::collections::BTreeSet;
 
-use super::{ABORT_REASON, Applier, MigrationApplied, Refusal, namespaced_name};
+use super::{Applier, MigrationApplied, Refusal, namespaced_name};
 use crate::automanager::{CommandError, QueryError};
 use crate::cli::documents::{Kind, Resource};
 use crate::cli::standalone::follow::Files;
-use crate::controller::migration::{job_of, options_of};
 use crate::crd::JobMigration;
+use crate::decide::migration::{ABORT_REASON, ABORT_TOO_LATE, job_of, migration_refused, options_of};
 
 impl Applier {
     pub(super) async fn apply_migrations(&mut self, files: &Files) -> Result<(), QueryError> {
@@ -36,9 +36,7 @@ impl Applier {
                         .await?;
                     match state {
                         Some((false, true)) => {
-                            record.abort_refused = Some(
-                                "abort asked after the point of no return: the migration fails forward".to_owned(),
-                            );
+                            record.abort_refused = Some(ABORT_TOO_LATE.to_owned());
                         }
                         Some((false, false)) => match self.core.abort_migration(id, ABORT_REASON.to_owned()).await {
                             Ok(()) => record.abort_sent = true,
@@ -65,9 +63,7 @@ impl Applier {
                             None
                         }
                         Err(CommandError::Closed) => return Err(QueryError::Closed),
-                        Err(
-                            e @ (CommandError::Migration(_) | CommandError::UnknownNode(_) | CommandError::NodeGone(_)),
-                        ) => {
+                        Err(e) if migration_refused(&e) => {
                             record.refused = Some(Refusal {
                                 spec: migration.spec.clone(),
                                 reason: "Refused",

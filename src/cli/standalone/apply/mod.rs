@@ -1,6 +1,7 @@
 //! Bringing the core in line with the followed files, kind by kind, with
-//! the operator's semantics for each (`src/controller`), through the same
-//! commands on the core's handle:
+//! the operator's semantics for each: what a document change means is
+//! decided by [`crate::decide`], which the operator's controllers call too,
+//! and carried out through the same commands on the core's handle:
 //!
 //! - `PlacementPool`: every pool that validates alone is handed to the
 //!   core as one set (`set_placement_pools`, live); one that does not is
@@ -34,10 +35,10 @@ use std::collections::BTreeMap;
 
 use crate::automanager::{AutoManagerHandle, MigrationId, QueryError};
 use crate::cli::documents::{Kind, Resource};
-use crate::controller::conditions::Observed;
-use crate::controller::drain_status::millis;
-use crate::controller::migration::job_of;
 use crate::crd::{JobMigrationSpec, NodeDrainSpec};
+use crate::decide::conditions::Observed;
+use crate::decide::drain_status::millis;
+use crate::decide::migration::job_of;
 use crate::model::{BundleId, BundleSpec, JobId, MigrationPhase, NodeId, UnixMillis, wire_name};
 
 mod bundles;
@@ -299,9 +300,3 @@ impl Applier {
         }
     }
 }
-
-/// The reason of a bundle the core's validation refused.
-const INVALID_BUNDLE: &str = "InvalidBundle";
-
-/// The reason given to `abortMigration`.
-const ABORT_REASON: &str = "spec.abort set on the JobMigration";

@@ -3,10 +3,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Applier, INVALID_BUNDLE};
+use super::Applier;
 use crate::automanager::{CommandError, QueryError};
 use crate::cli::documents::{FieldPath, Kind, Resource, Segment};
 use crate::cli::standalone::follow::Files;
+use crate::decide::bundle::INVALID_BUNDLE;
 use crate::model::{self, HotSpareSpec};
 use crate::placement::validate_pools;
 

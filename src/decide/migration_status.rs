@@ -4,7 +4,7 @@
 //! co-located group moving with it, and conditions — `Ready` once `done`,
 //! `Stalled` when `aborted` or `lost` (or refused), `Reconciling` while in
 //! flight, each saying when the job moves with its group. Pure: the
-//! controller feeds it what the core reports.
+//! operator's controller and `standalone` feed it what the core reports.
 
 use crate::automanager::MigrationState;
 use crate::crd::{GroupMemberStatus, JobMigrationStatus, PhaseTransition};
@@ -195,7 +195,7 @@ mod tests {
     use super::*;
     use crate::automanager::migration::PhaseTransition as CoreTransition;
     use crate::automanager::{MigrationId, MigrationStrategy};
-    use crate::controller::fixture::said;
+    use crate::decide::fixture::said;
     use crate::model::InstanceKey;
 
     fn state(phase: MigrationPhase) -> MigrationState {

@@ -1,4 +1,4 @@
-//! What the controllers learn from the core's notifications rather than
+//! What the front ends learn from the core's notifications rather than
 //! from its state: per job, the last placement decision in words and the
 //! resilience rules its placement could not honour ("every seed callback
 //! becomes a Kubernetes Event on the object it concerns"), and which
@@ -12,7 +12,9 @@ use kube::runtime::reflector::ObjectRef;
 
 use crate::automanager::{Decision, Notification};
 use crate::crd::Bundle;
-use crate::model::{BundleId, DateTime, JobHistoryEntry, JobId, JobStopReason, NodeId, SchedulePhase, UnixMillis};
+use crate::model::{
+    BundleId, DateTime, JobHistoryEntry, JobId, JobStopReason, NodeId, RuntimeJob, SchedulePhase, UnixMillis,
+};
 
 /// What notifications said about one job.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -180,42 +182,7 @@ pub fn bundle_event(notification: &Notification) -> Option<Event> {
         Notification::PlacementFailed { job_id, reason } => {
             event(Warning, "PlacementFailed", "Place", format!("{job_id}: {reason}"))
         }
-        Notification::JobUpdated { job } => {
-            let id = &job.job_id;
-            match job.history.last()? {
-                JobHistoryEntry::Running { role, node_id, .. } => event(
-                    Normal,
-                    "JobRunning",
-                    "Run",
-                    format!("{id} running as {role} on {}", node_or_unknown(node_id.as_ref())),
-                ),
-                JobHistoryEntry::Stopping {
-                    role, node_id, reason, ..
-                } => {
-                    let type_ = if matches!(reason, JobStopReason::UserRequested) {
-                        Normal
-                    } else {
-                        Warning
-                    };
-                    event(
-                        type_,
-                        "JobStopping",
-                        "Run",
-                        format!(
-                            "{id} ({role}) stopping on {}: {reason:?}",
-                            node_or_unknown(node_id.as_ref())
-                        ),
-                    )
-                }
-                JobHistoryEntry::Stopped { role, node_id, .. } => event(
-                    Normal,
-                    "JobStopped",
-                    "Run",
-                    format!("{id} ({role}) stopped on {}", node_or_unknown(node_id.as_ref())),
-                ),
-                _ => return None,
-            }
-        }
+        Notification::JobUpdated { job } => job_event(job)?,
         Notification::JobRejected {
             job_id,
             role,
@@ -285,6 +252,47 @@ pub fn bundle_event(notification: &Notification) -> Option<Event> {
             "ManualStop",
             "Stop",
             format!("{job_id} stopped: dormant, its instance stopped and not recovered"),
+        ),
+        _ => return None,
+    })
+}
+
+/// The Event of a job's latest history entry: running, stopping (a
+/// warning unless a person asked for the stop) or stopped; none for
+/// another entry.
+fn job_event(job: &RuntimeJob) -> Option<Event> {
+    use EventType::{Normal, Warning};
+    let id = &job.job_id;
+    Some(match job.history.last()? {
+        JobHistoryEntry::Running { role, node_id, .. } => event(
+            Normal,
+            "JobRunning",
+            "Run",
+            format!("{id} running as {role} on {}", node_or_unknown(node_id.as_ref())),
+        ),
+        JobHistoryEntry::Stopping {
+            role, node_id, reason, ..
+        } => {
+            let type_ = if matches!(reason, JobStopReason::UserRequested) {
+                Normal
+            } else {
+                Warning
+            };
+            event(
+                type_,
+                "JobStopping",
+                "Run",
+                format!(
+                    "{id} ({role}) stopping on {}: {reason:?}",
+                    node_or_unknown(node_id.as_ref())
+                ),
+            )
+        }
+        JobHistoryEntry::Stopped { role, node_id, .. } => event(
+            Normal,
+            "JobStopped",
+            "Run",
+            format!("{id} ({role}) stopped on {}", node_or_unknown(node_id.as_ref())),
         ),
         _ => return None,
     })

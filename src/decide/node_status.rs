@@ -168,7 +168,7 @@ pub fn mirrored_nodes(core: ReadModel<'_>, fleet: &str) -> BTreeMap<String, Mirr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixture::{ONE_JOB, TestCore, node_info};
+    use crate::decide::fixture::{ONE_JOB, TestCore, node_info};
     use crate::model::ManagerEvent;
 
     #[test]

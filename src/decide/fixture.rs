@@ -1,4 +1,4 @@
-//! What the controllers' unit tests share: the core of
+//! What the decision layer's and the controllers' unit tests share: the core of
 //! [`crate::automanager::testing`], and conditions as a user reads them.
 
 use super::conditions::Observed;

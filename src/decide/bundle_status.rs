@@ -89,72 +89,166 @@ pub fn observe(
         schedule: schedule.as_ref().map(schedule_status),
         ..ObservedBundle::default()
     };
-    let (mut active, mut placed, mut running, mut awaiting_capacity) = (0, 0, 0, Vec::new());
-    let mut degraded = Vec::new();
+    let mut tally = Tally::default();
     let mut placements = Vec::new();
     for index in 0..replica_count(spec) {
-        let mut jobs = Vec::new();
-        let mut placement = ReplicaPlacement {
-            index,
-            placed: true,
-            nodes: Vec::new(),
+        let (replica, placement, node) = observe_replica(core, bundle_id, spec, notes, index, &mut tally);
+        let first_node = if index == 0 {
+            &mut observed.primary_node
+        } else {
+            &mut observed.backup_node
         };
-        for job in &spec.jobs {
-            let job_id = runtime_job_id(bundle_id, index, &job.job_name);
-            let view = core.job(bundle_id, &job_id);
-            let job_notes = notes.get(&job_id).cloned().unwrap_or_default();
-            // Jobs that are not to run now do not count towards Ready.
-            if view.phase.is_wanted() {
-                active += 1;
-                placed += usize::from(view.node.is_some());
-                running += usize::from(view.phase == JobPhase::Running);
-                if view.phase == JobPhase::AwaitingCapacity {
-                    awaiting_capacity.push(format!(
-                        "{}/{} ({})",
-                        index,
-                        job.job_name,
-                        why_awaiting(core, bundle_id, spec, index, &job.job_name, &job_notes)
-                    ));
-                }
-            }
-            if let Some(why) = &job_notes.resilience_degraded {
-                degraded.push(format!("{index}/{}: {why}", job.job_name));
-            }
-            match &view.node {
-                Some((node, zone)) if !placement.nodes.iter().any(|(n, _)| n == node.as_str()) => {
-                    placement.nodes.push((node.to_string(), zone.clone()));
-                }
-                Some(_) => {}
-                None => placement.placed = false,
-            }
-            let node = view.node.as_ref().map(|(n, _)| n.to_string());
-            let first_node = if index == 0 {
-                &mut observed.primary_node
-            } else {
-                &mut observed.backup_node
-            };
-            if first_node.is_none() {
-                first_node.clone_from(&node);
-            }
-            jobs.push(JobStatus {
-                job_name: job.job_name.clone(),
-                job_id: job_id.to_string(),
-                node,
-                instance_key: view.instance_key.as_ref().map(ToString::to_string),
-                state: view.phase,
-                restarts_in_last_hour: view.restarts_in_last_hour,
-                gpu_index: view.gpu_index,
-                last_placement: job_notes.last_placement,
-                resilience_degraded: job_notes.resilience_degraded,
-            });
+        if first_node.is_none() {
+            *first_node = node;
         }
-        observed.replicas.push(ReplicaStatus { index, jobs });
+        observed.replicas.push(replica);
         placements.push(placement);
     }
+    let off_air = off_air(schedule.as_ref());
+    let on_air = off_air.is_none();
+    let conditions = &mut observed.conditions;
+    conditions.extend(tally.conditions(broken.as_deref(), deleting, off_air));
+    if !deleting && broken.is_none() && on_air {
+        conditions.push(resilient(core.headroom(), bundle_id, &placements));
+    }
+    // A bundle whose every job is placed was admitted in fact: admission
+    // against today's fleet (its own jobs on it) must not contradict Ready.
+    if tally.placed == tally.active && tally.active > 0 && on_air && !deleting {
+        conditions.push(Observed::yes(ADMITTED, "Placed", "every job is placed"));
+    } else if check == AdmissionCheck::Check && !deleting {
+        conditions.push(admission(core, bundle_id, spec));
+    }
+    observed
+}
 
-    // Waiting for its lead, or past its end, a scheduled bundle is where
-    // its schedule says it should be.
-    let off_air = match &schedule {
+/// What a bundle's jobs add up to, for its conditions.
+#[derive(Default)]
+struct Tally {
+    /// Jobs that are to run now (the others do not count towards Ready).
+    active: usize,
+    /// Of those, the placed ones.
+    placed: usize,
+    /// Of those, the running ones.
+    running: usize,
+    /// Each job waiting for capacity, with why.
+    awaiting_capacity: Vec<String>,
+    /// Each job whose placement did not honour its resilience rules, with why.
+    degraded: Vec<String>,
+}
+
+impl Tally {
+    /// `Ready`, `Placed`, `Degraded` and `Broken`, given the broken reason,
+    /// whether Manager is deleting the bundle, and why a scheduled bundle
+    /// is off air (`off_air`).
+    fn conditions(&self, broken: Option<&str>, deleting: bool, off_air: Option<(&str, String)>) -> Vec<Observed> {
+        let (active, placed, running) = (self.active, self.placed, self.running);
+        let ready = match (broken, deleting, &off_air) {
+            (Some(reason), _, _) => Observed::no(READY, "Broken", reason),
+            (None, true, _) => Observed::no(READY, "Deleting", "Manager's stop-then-delete saga is running"),
+            (None, false, Some((reason, message))) => Observed::yes(READY, *reason, message.clone()),
+            (None, false, None) if running == active => {
+                Observed::yes(READY, "Running", format!("{running} of {active} jobs running"))
+            }
+            (None, false, None) if placed == active => {
+                Observed::no(READY, "Starting", format!("{running} of {active} jobs running"))
+            }
+            (None, false, None) => Observed::no(READY, "Placing", format!("{placed} of {active} jobs placed")),
+        };
+        let placed_condition = if let Some((reason, message)) = off_air {
+            Observed::no(PLACED, reason, message)
+        } else if placed == active {
+            Observed::yes(PLACED, "Placed", format!("{placed} of {active} jobs placed"))
+        } else if !self.awaiting_capacity.is_empty() {
+            Observed::no(
+                PLACED,
+                "AwaitingCapacity",
+                format!("no tier could place or provision {}", self.awaiting_capacity.join(", ")),
+            )
+        } else {
+            Observed::no(PLACED, "Pending", format!("{placed} of {active} jobs placed"))
+        };
+        let degraded = if self.degraded.is_empty() {
+            Observed::no(DEGRADED, "ResilienceHonoured", "")
+        } else {
+            Observed::yes(DEGRADED, "ResilienceDegraded", self.degraded.join("; "))
+        };
+        let broken = match broken {
+            Some(reason) => Observed::yes(BROKEN, "BundleBroken", reason),
+            None => Observed::no(BROKEN, "NotBroken", ""),
+        };
+        vec![ready, placed_condition, degraded, broken]
+    }
+}
+
+/// Replica `index` of the bundle: its jobs' status, where it runs, and the
+/// node of its first placed job; each job counted into `tally`.
+fn observe_replica(
+    core: ReadModel<'_>,
+    bundle_id: &BundleId,
+    spec: &BundleSpec,
+    notes: &BTreeMap<JobId, JobNotes>,
+    index: u32,
+    tally: &mut Tally,
+) -> (ReplicaStatus, ReplicaPlacement, Option<String>) {
+    let mut jobs = Vec::new();
+    let mut first_node = None;
+    let mut placement = ReplicaPlacement {
+        index,
+        placed: true,
+        nodes: Vec::new(),
+    };
+    for job in &spec.jobs {
+        let job_id = runtime_job_id(bundle_id, index, &job.job_name);
+        let view = core.job(bundle_id, &job_id);
+        let job_notes = notes.get(&job_id).cloned().unwrap_or_default();
+        // Jobs that are not to run now do not count towards Ready.
+        if view.phase.is_wanted() {
+            tally.active += 1;
+            tally.placed += usize::from(view.node.is_some());
+            tally.running += usize::from(view.phase == JobPhase::Running);
+            if view.phase == JobPhase::AwaitingCapacity {
+                tally.awaiting_capacity.push(format!(
+                    "{}/{} ({})",
+                    index,
+                    job.job_name,
+                    why_awaiting(core, bundle_id, spec, index, &job.job_name, &job_notes)
+                ));
+            }
+        }
+        if let Some(why) = &job_notes.resilience_degraded {
+            tally.degraded.push(format!("{index}/{}: {why}", job.job_name));
+        }
+        match &view.node {
+            Some((node, zone)) if !placement.nodes.iter().any(|(n, _)| n == node.as_str()) => {
+                placement.nodes.push((node.to_string(), zone.clone()));
+            }
+            Some(_) => {}
+            None => placement.placed = false,
+        }
+        let node = view.node.as_ref().map(|(n, _)| n.to_string());
+        if first_node.is_none() {
+            first_node.clone_from(&node);
+        }
+        jobs.push(JobStatus {
+            job_name: job.job_name.clone(),
+            job_id: job_id.to_string(),
+            node,
+            instance_key: view.instance_key.as_ref().map(ToString::to_string),
+            state: view.phase,
+            restarts_in_last_hour: view.restarts_in_last_hour,
+            gpu_index: view.gpu_index,
+            last_placement: job_notes.last_placement,
+            resilience_degraded: job_notes.resilience_degraded,
+        });
+    }
+    (ReplicaStatus { index, jobs }, placement, first_node)
+}
+
+/// Why a scheduled bundle is off air — waiting for its placement lead, or
+/// past its end — as `Ready`'s reason and message; none while it is not
+/// (or has no schedule).
+fn off_air(schedule: Option<&ScheduleView>) -> Option<(&'static str, String)> {
+    match schedule {
         Some(s) if s.phase == SchedulePhase::Waiting => Some((
             "Scheduled",
             format!(
@@ -178,53 +272,7 @@ pub fn observe(
             ),
         )),
         _ => None,
-    };
-    let conditions = &mut observed.conditions;
-    conditions.push(match (&broken, deleting, &off_air) {
-        (Some(reason), _, _) => Observed::no(READY, "Broken", reason.clone()),
-        (None, true, _) => Observed::no(READY, "Deleting", "Manager's stop-then-delete saga is running"),
-        (None, false, Some((reason, message))) => Observed::yes(READY, *reason, message.clone()),
-        (None, false, None) if running == active => {
-            Observed::yes(READY, "Running", format!("{running} of {active} jobs running"))
-        }
-        (None, false, None) if placed == active => {
-            Observed::no(READY, "Starting", format!("{running} of {active} jobs running"))
-        }
-        (None, false, None) => Observed::no(READY, "Placing", format!("{placed} of {active} jobs placed")),
-    });
-    conditions.push(if let Some((reason, message)) = &off_air {
-        Observed::no(PLACED, *reason, message.clone())
-    } else if placed == active {
-        Observed::yes(PLACED, "Placed", format!("{placed} of {active} jobs placed"))
-    } else if !awaiting_capacity.is_empty() {
-        Observed::no(
-            PLACED,
-            "AwaitingCapacity",
-            format!("no tier could place or provision {}", awaiting_capacity.join(", ")),
-        )
-    } else {
-        Observed::no(PLACED, "Pending", format!("{placed} of {active} jobs placed"))
-    });
-    conditions.push(if degraded.is_empty() {
-        Observed::no(DEGRADED, "ResilienceHonoured", "")
-    } else {
-        Observed::yes(DEGRADED, "ResilienceDegraded", degraded.join("; "))
-    });
-    conditions.push(match &broken {
-        Some(reason) => Observed::yes(BROKEN, "BundleBroken", reason.clone()),
-        None => Observed::no(BROKEN, "NotBroken", ""),
-    });
-    if !deleting && broken.is_none() && off_air.is_none() {
-        conditions.push(resilient(core.headroom(), bundle_id, &placements));
     }
-    // A bundle whose every job is placed was admitted in fact: admission
-    // against today's fleet (its own jobs on it) must not contradict Ready.
-    if placed == active && active > 0 && off_air.is_none() && !deleting {
-        conditions.push(Observed::yes(ADMITTED, "Placed", "every job is placed"));
-    } else if check == AdmissionCheck::Check && !deleting {
-        conditions.push(admission(core, bundle_id, spec));
-    }
-    observed
 }
 
 /// What keeps a job waiting for capacity, tier by tier: from its last
@@ -387,8 +435,8 @@ mod tests {
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
-    use crate::controller::conditions::RECONCILING;
-    use crate::controller::fixture::{ONE_JOB, TestCore, said};
+    use crate::decide::conditions::RECONCILING;
+    use crate::decide::fixture::{ONE_JOB, TestCore, said};
 
     /// The conditions as `(type, status, reason, message)`.
     fn condition<'a>(conditions: &'a [Observed], type_: &str) -> &'a Observed {

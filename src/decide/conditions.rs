@@ -1,4 +1,4 @@
-//! `metav1.Condition` bookkeeping shared by every controller: conditions are
+//! `metav1.Condition` bookkeeping shared by every kind and front end: conditions are
 //! computed afresh from what the core reports, then merged with the ones
 //! already on the resource so `lastTransitionTime` only moves when a
 //! condition's status does. A status is written only when it differs from

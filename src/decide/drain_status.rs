@@ -3,7 +3,8 @@
 //! from it — `Ready` once the drain is `done` (every job moved off),
 //! `Stalled` when it ended `partial` or `failed` (with the reason; reason
 //! `JobsLost` when jobs went down with the node), `Reconciling` while it
-//! runs. Pure: the controller feeds it what the core reports.
+//! runs. Pure: the operator's controller and `standalone` feed it what the
+//! core reports.
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -156,7 +157,7 @@ pub fn job_changes(before: Option<&DrainState>, after: &DrainState) -> Vec<Strin
 mod tests {
     use super::*;
     use crate::automanager::DrainJob;
-    use crate::controller::fixture::said;
+    use crate::decide::fixture::said;
 
     fn drain(phase: DrainPhase, jobs: &[(&str, JobStatus)]) -> DrainState {
         DrainState {
