@@ -23,13 +23,13 @@ use tokio::sync::{mpsc, watch};
 
 use crate::automanager::{AutoManagerHandle, CommandError, QueryError};
 use crate::crd::{NorskNode, NorskNodeStatus};
-use crate::model::{NodeId, NodeInventory, SpareSpec};
+use crate::model::{NodeId, NodeInventory};
 
 use crate::decide::OPERATOR_NAME;
 use crate::decide::conditions::{self, Observed};
 use crate::decide::node::{
-    BY_SPEC, CORDON_REFUSED, CORDONED, CordonStep, FLEET, MANAGED_BY, cordon_done, cordon_refused, cordon_step,
-    inventory_declared, spare_in_force, spare_unchanged, spare_updated,
+    BY_SPEC, CORDON_REFUSED, CORDONED, CordonStep, FLEET, MANAGED_BY, apply_spare_spec, cordon_done, cordon_refused,
+    cordon_step, inventory_declared,
 };
 use crate::decide::node_status::mirrored_nodes;
 use crate::decide::status::{differs, merged};
@@ -277,24 +277,6 @@ async fn apply_cordon(ctx: &Context, node: &NorskNode) -> Result<Observed, Recon
         }
         Err(e) => cordon_refused(&e),
     })
-}
-
-/// `spec.spare` (`wanted`) -> `updateHotSpareNode` on node `node_id`, when
-/// it differs from the live spare's spec; the `SpareSpecApplied` condition
-/// (none without a `spec.spare`).
-async fn apply_spare_spec(
-    core: &AutoManagerHandle,
-    node_id: NodeId,
-    wanted: Option<SpareSpec>,
-) -> Result<Option<Observed>, QueryError> {
-    let Some(wanted) = wanted else {
-        return Ok(None);
-    };
-    let live = core.spare_spec(node_id.clone()).await?;
-    if spare_unchanged(live.as_ref(), &wanted) {
-        return Ok(Some(spare_in_force()));
-    }
-    spare_updated(core.update_hot_spare_node(node_id, wanted).await).map(Some)
 }
 
 /// `spec.inventory` -> what the core takes the node to be where Manager

@@ -3,10 +3,12 @@
 //! current state (only what the spec cordoned is uncordoned), and the
 //! `Cordoned` and `SpareSpecApplied` conditions each outcome of the core's
 //! commands becomes. The operator's spec controller and `standalone` send
-//! the commands; this module decides and words them.
+//! the commands; this module decides and words them. `spec.spare` is
+//! brought in line the same way for both by [`apply_spare_spec`], handed
+//! the core's handle.
 
-use crate::automanager::{CommandError, QueryError};
-use crate::model::SpareSpec;
+use crate::automanager::{AutoManagerHandle, CommandError, QueryError};
+use crate::model::{NodeId, SpareSpec};
 
 use super::conditions::Observed;
 
@@ -92,6 +94,24 @@ pub fn spare_updated(result: Result<(), CommandError>) -> Result<Observed, Query
         // Not a spare (any more), or unknown: nothing to apply until it is.
         Err(e) => Ok(Observed::no(SPARE_SPEC_APPLIED, NOT_A_SPARE, e.to_string())),
     }
+}
+
+/// `spec.spare` (`wanted`) -> `updateHotSpareNode` on node `node_id`, when
+/// it differs from the live spare's spec; the `SpareSpecApplied` condition
+/// (none without a `spec.spare`).
+pub async fn apply_spare_spec(
+    core: &AutoManagerHandle,
+    node_id: NodeId,
+    wanted: Option<SpareSpec>,
+) -> Result<Option<Observed>, QueryError> {
+    let Some(wanted) = wanted else {
+        return Ok(None);
+    };
+    let live = core.spare_spec(node_id.clone()).await?;
+    if spare_unchanged(live.as_ref(), &wanted) {
+        return Ok(Some(spare_in_force()));
+    }
+    spare_updated(core.update_hot_spare_node(node_id, wanted).await).map(Some)
 }
 
 /// What a declared inventory's answer means: only a closed core fails it,

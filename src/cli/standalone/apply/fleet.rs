@@ -12,10 +12,10 @@ use crate::crd::NodeDrainSpec;
 use crate::decide::conditions::Observed;
 use crate::decide::drain::{DrainCommand, drain_command, drain_refused};
 use crate::decide::node::{
-    BY_SPEC, CORDON_REFUSED, CORDONED, CordonStep, NOT_A_SPARE, cordon_done, cordon_refused, cordon_step,
-    inventory_declared, spare_in_force, spare_unchanged, spare_updated,
+    BY_SPEC, CORDON_REFUSED, CORDONED, CordonStep, NOT_A_SPARE, apply_spare_spec, cordon_done, cordon_refused,
+    cordon_step, inventory_declared,
 };
-use crate::model::{NodeId, NodeInventory, SpareSpec};
+use crate::model::{NodeId, NodeInventory};
 
 /// `spec.inventory` -> what the core takes the node to be where Manager
 /// reports no inventory (a declaration withdrawn when the field is).
@@ -25,24 +25,6 @@ async fn apply_inventory(
     declared: Option<NodeInventory>,
 ) -> Result<(), QueryError> {
     inventory_declared(core.declare_inventory(node_id, declared).await)
-}
-
-/// `spec.spare` (`wanted`) -> `updateHotSpareNode` on node `node_id`, when
-/// it differs from the live spare's spec; the `SpareSpecApplied` condition
-/// (none without a `spec.spare`).
-async fn apply_spare_spec(
-    core: &AutoManagerHandle,
-    node_id: NodeId,
-    wanted: Option<SpareSpec>,
-) -> Result<Option<Observed>, QueryError> {
-    let Some(wanted) = wanted else {
-        return Ok(None);
-    };
-    let live = core.spare_spec(node_id.clone()).await?;
-    if spare_unchanged(live.as_ref(), &wanted) {
-        return Ok(Some(spare_in_force()));
-    }
-    spare_updated(core.update_hot_spare_node(node_id, wanted).await).map(Some)
 }
 
 /// Sends the command a `NodeDrain`'s `spec` becomes (see
