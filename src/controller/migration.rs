@@ -25,7 +25,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use crate::automanager::{CommandError, MigrationId};
+use crate::automanager::MigrationId;
 use crate::crd::{self, JobMigration, JobMigrationStatus};
 use crate::model::{BundleId, JobId, MigrationPhase, wire_name};
 
@@ -33,7 +33,7 @@ use super::drain_follow::{DrainContext, after_status, run_controller};
 use super::error::{ApplyError, DecideError, ReadError, WriteStatusError};
 use super::status::StatusWriter;
 use super::{Context, ReconcileError};
-use crate::decide::migration::{ABORT_REASON, ABORT_TOO_LATE, job_of, migration_refused, options_of};
+use crate::decide::migration::{ABORT_REASON, ABORT_TOO_LATE, abort_refusal, job_of, migration_refused, options_of};
 use crate::decide::migration_status::{
     Unfollowed, conditions_of, ended_without_core, is_recorded, status_of, unfollowed,
 };
@@ -280,12 +280,12 @@ async fn follow(
                     state = after;
                 }
             }
-            Err(CommandError::Migration(refusal)) => {
-                let mut status = status_of(&state);
-                status.reason = Some(refusal.to_string());
-                return Ok(status);
-            }
             Err(source) => {
+                if let Some(reason) = abort_refusal(&source) {
+                    let mut status = status_of(&state);
+                    status.reason = Some(reason);
+                    return Ok(status);
+                }
                 return Err(ApplyError::Command {
                     action: "abort",
                     object: format!("migration {id} (JobMigration {})", key(migration)),

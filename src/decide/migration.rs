@@ -34,6 +34,17 @@ pub fn job_of(migration: &JobMigration) -> JobId {
     runtime_job_id(&bundle, migration.spec.replica_index, &migration.spec.job_name)
 }
 
+/// Why `abortMigration`'s error refuses the abort (the saga is past the
+/// point of no return, or already ended): recorded in the status, and not
+/// asked again until the document changes. `None` for any other error,
+/// which is transient and tried again.
+pub fn abort_refusal(error: &CommandError) -> Option<String> {
+    match error {
+        CommandError::Migration(refusal) => Some(refusal.to_string()),
+        _ => None,
+    }
+}
+
 /// Whether `migrateJob`'s error refuses the request (the job not running,
 /// already migrating, nowhere to go, an unknown or departed node): the
 /// refusal is recorded and waits for the document to change. Any other
@@ -43,4 +54,20 @@ pub fn migration_refused(error: &CommandError) -> bool {
         error,
         CommandError::Migration(_) | CommandError::UnknownNode(_) | CommandError::NodeGone(_)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::abort_refusal;
+    use crate::automanager::{CommandError, MigrationId, MigrationRefusal};
+
+    #[test]
+    fn only_the_sagas_own_refusal_of_an_abort_is_recorded_and_anything_else_is_tried_again() {
+        let refused = CommandError::Migration(MigrationRefusal::PastPointOfNoReturn {
+            migration_id: MigrationId("0badcafe".to_owned()),
+        });
+        let reason = abort_refusal(&refused).expect("a refusal is recorded");
+        assert!(reason.contains("0badcafe"), "the reason names the migration: {reason}");
+        assert_eq!(abort_refusal(&CommandError::Closed), None);
+    }
 }

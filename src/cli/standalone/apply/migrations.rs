@@ -8,7 +8,7 @@ use crate::automanager::{CommandError, QueryError};
 use crate::cli::documents::{Kind, Resource};
 use crate::cli::standalone::follow::Files;
 use crate::crd::JobMigration;
-use crate::decide::migration::{ABORT_REASON, ABORT_TOO_LATE, job_of, migration_refused, options_of};
+use crate::decide::migration::{ABORT_REASON, ABORT_TOO_LATE, abort_refusal, job_of, migration_refused, options_of};
 
 impl Applier {
     pub(super) async fn apply_migrations(&mut self, files: &Files) -> Result<(), QueryError> {
@@ -41,7 +41,9 @@ impl Applier {
                         Some((false, false)) => match self.core.abort_migration(id, ABORT_REASON.to_owned()).await {
                             Ok(()) => record.abort_sent = true,
                             Err(CommandError::Closed) => return Err(QueryError::Closed),
-                            Err(e) => record.abort_refused = Some(e.to_string()),
+                            // Any other error is transient: the next pass
+                            // asks again, as the operator does.
+                            Err(e) => record.abort_refused = abort_refusal(&e),
                         },
                         _ => {}
                     }
