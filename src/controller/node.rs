@@ -21,15 +21,15 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use tokio::sync::{mpsc, watch};
 
-use crate::automanager::{AutoManagerHandle, CommandError, QueryError};
+use crate::automanager::CommandError;
 use crate::crd::{NorskNode, NorskNodeStatus};
-use crate::model::{NodeId, NodeInventory};
+use crate::model::NodeId;
 
 use crate::decide::OPERATOR_NAME;
 use crate::decide::conditions::{self, Observed};
 use crate::decide::node::{
-    BY_SPEC, CORDON_REFUSED, CORDONED, CordonStep, FLEET, MANAGED_BY, apply_spare_spec, cordon_done, cordon_refused,
-    cordon_step, inventory_declared,
+    BY_SPEC, CORDON_REFUSED, CORDONED, CordonStep, FLEET, MANAGED_BY, apply_inventory, apply_spare_spec, cordon_done,
+    cordon_refused, cordon_step,
 };
 use crate::decide::node_status::mirrored_nodes;
 use crate::decide::status::{differs, merged};
@@ -277,16 +277,6 @@ async fn apply_cordon(ctx: &Context, node: &NorskNode) -> Result<Observed, Recon
         }
         Err(e) => cordon_refused(&e),
     })
-}
-
-/// `spec.inventory` -> what the core takes the node to be where Manager
-/// reports no inventory (a declaration withdrawn when the field is).
-async fn apply_inventory(
-    core: &AutoManagerHandle,
-    node_id: NodeId,
-    declared: Option<NodeInventory>,
-) -> Result<(), QueryError> {
-    inventory_declared(core.declare_inventory(node_id, declared).await)
 }
 
 #[tracing::instrument(skip_all, fields(node = %node.spec.node_id))]

@@ -8,7 +8,7 @@
 //! the core's handle.
 
 use crate::automanager::{AutoManagerHandle, CommandError, QueryError};
-use crate::model::{NodeId, SpareSpec};
+use crate::model::{NodeId, NodeInventory, SpareSpec};
 
 use super::conditions::Observed;
 
@@ -112,6 +112,16 @@ pub async fn apply_spare_spec(
         return Ok(Some(spare_in_force()));
     }
     spare_updated(core.update_hot_spare_node(node_id, wanted).await).map(Some)
+}
+
+/// `spec.inventory` -> what the core takes the node to be where Manager
+/// reports no inventory (a declaration withdrawn when the field is).
+pub async fn apply_inventory(
+    core: &AutoManagerHandle,
+    node_id: NodeId,
+    declared: Option<NodeInventory>,
+) -> Result<(), QueryError> {
+    inventory_declared(core.declare_inventory(node_id, declared).await)
 }
 
 /// What a declared inventory's answer means: only a closed core fails it,

@@ -12,20 +12,10 @@ use crate::crd::NodeDrainSpec;
 use crate::decide::conditions::Observed;
 use crate::decide::drain::{DrainCommand, drain_command, drain_refused};
 use crate::decide::node::{
-    BY_SPEC, CORDON_REFUSED, CORDONED, CordonStep, NOT_A_SPARE, apply_spare_spec, cordon_done, cordon_refused,
-    cordon_step, inventory_declared,
+    BY_SPEC, CORDON_REFUSED, CORDONED, CordonStep, NOT_A_SPARE, apply_inventory, apply_spare_spec, cordon_done,
+    cordon_refused, cordon_step,
 };
-use crate::model::{NodeId, NodeInventory};
-
-/// `spec.inventory` -> what the core takes the node to be where Manager
-/// reports no inventory (a declaration withdrawn when the field is).
-async fn apply_inventory(
-    core: &AutoManagerHandle,
-    node_id: NodeId,
-    declared: Option<NodeInventory>,
-) -> Result<(), QueryError> {
-    inventory_declared(core.declare_inventory(node_id, declared).await)
-}
+use crate::model::NodeId;
 
 /// Sends the command a `NodeDrain`'s `spec` becomes (see
 /// [`drain_command`]) to `core`; the drain's state.
