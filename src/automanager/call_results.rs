@@ -11,8 +11,9 @@ use std::collections::BTreeSet;
 use crate::model::{BundleId, BundleState, InstanceKey, JobId, NodeId, NodePhase, ReplicaJob, UnixMillis};
 
 use super::binding::{AwaitedStop, StopWait, StoppingInstance};
-use super::core::{AutoManagerCore, Pending};
+use super::core::AutoManagerCore;
 use super::notification::Notification;
+use super::outbox::Pending;
 use super::protocol::{CommandError, RequestId, Rpc, RpcFailure, RpcFailureKind};
 use super::recovery::MIN_RECOVERY_INTERVAL_MS;
 use super::spares::state::{SpareRequest, is_spare_tagged};
@@ -43,10 +44,8 @@ impl AutoManagerCore {
                 self.reply(command, result.map_err(CommandError::Manager));
             }
             Pending::Toggle(job_id) => {
-                let parts = self.parts();
-                parts
-                    .manual
-                    .toggle_result(&parts.facts.read(), parts.outbox, &job_id, result, now);
+                self.manual
+                    .toggle_result(&self.facts, &mut self.outbox, &job_id, result, now);
             }
             Pending::ManualStop(job_id) => self.manual.stop_result(&mut self.outbox, &job_id, result, now),
             Pending::Complete(job_id) => self.schedules.complete_result(&job_id, result, &mut self.outbox, now),
@@ -58,10 +57,8 @@ impl AutoManagerCore {
             } => self.start_result(&job_id, (instance_key, node_id), id, result, now),
             Pending::CreateNode { node_id, for_job } => self.create_result(&node_id, &for_job, result, now),
             Pending::Spare(request) => {
-                let mut parts = self.parts();
-                parts
-                    .spares
-                    .rpc_result(&mut parts.facts, parts.outbox, request, result, now);
+                self.spares
+                    .rpc_result(&mut self.facts, &mut self.outbox, request, result, now);
             }
             Pending::NodeService(request) => self.node_services.rpc_result(request, result, &mut self.outbox, now),
             Pending::Migration { migration_id, call } => {
@@ -97,7 +94,7 @@ impl AutoManagerCore {
             return;
         };
         match result {
-            Ok(()) if self.fleet.get(node_id).is_some_and(|n| n.terminated) => {
+            Ok(()) if self.facts.fleet.get(node_id).is_some_and(|n| n.terminated) => {
                 self.call(
                     Rpc::TerminateNode {
                         node_id: node_id.clone(),
@@ -122,7 +119,7 @@ impl AutoManagerCore {
         deletes: bool,
     ) {
         if let Some(bundle_id) = revives {
-            if deletes && let Some(bundle) = self.bundles.get_mut(&bundle_id) {
+            if deletes && let Some(bundle) = self.facts.bundles.get_mut(&bundle_id) {
                 bundle.state = BundleState::Deleting;
             }
             self.revive(&bundle_id);
@@ -142,13 +139,20 @@ impl AutoManagerCore {
             // it may yet exist.
             Err(failure) if failure.kind == RpcFailureKind::NotFound => {
                 if !self.creating(&node_id) {
-                    self.fleet.remove(&node_id);
+                    self.facts.fleet.remove(&node_id);
                 }
             }
             // Not heard: the node would run (and cost) on, taking nothing,
             // counted against its tier's `maxNodes`. It is told again;
             // `nodeTerminated` fired once, when it was first issued.
-            Err(_) if unheard && self.fleet.get(&node_id).is_some_and(|n| n.phase != NodePhase::Stopped) => {
+            Err(_)
+                if unheard
+                    && self
+                        .facts
+                        .fleet
+                        .get(&node_id)
+                        .is_some_and(|n| n.phase != NodePhase::Stopped) =>
+            {
                 self.call(
                     Rpc::TerminateNode {
                         node_id: node_id.clone(),
@@ -181,10 +185,10 @@ impl AutoManagerCore {
         now: UnixMillis,
     ) {
         // Not heard either: told again, the gate still shut.
-        if is_unheard(&result) && self.fleet.get(&node_id).is_some_and(|n| !n.is_going()) {
+        if is_unheard(&result) && self.facts.fleet.get(&node_id).is_some_and(|n| !n.is_going()) {
             return self.undo_start(job_id, instance_key, node_id);
         }
-        if let Some(mut record) = self.jobs.get_mut(job_id).filter(|r| r.in_flight == Some(id)) {
+        if let Some(mut record) = self.facts.jobs.get_mut(job_id).filter(|r| r.in_flight == Some(id)) {
             record.in_flight = None;
             // It existed and is stopping: its replacement (same key) waits
             // for its `Stopped`, as after a failure.
@@ -240,7 +244,7 @@ impl AutoManagerCore {
         // Not heard — or heard, the answer lost: Manager may hold the
         // instance already, where the job is no longer placed.
         let undo = matches!(&result, Err(f) if f.kind == RpcFailureKind::Transient) && self.node_still_up(job_id);
-        let Some(mut record) = self.jobs.get_mut(job_id).filter(|r| r.in_flight == Some(id)) else {
+        let Some(mut record) = self.facts.jobs.get_mut(job_id).filter(|r| r.in_flight == Some(id)) else {
             return;
         };
         record.in_flight = None;
@@ -258,12 +262,12 @@ impl AutoManagerCore {
         if !started_here {
             let node_up = self.node_up(&node_id);
             let may_exist = result.is_ok() || matches!(&result, Err(f) if f.kind == RpcFailureKind::Transient);
-            if may_exist && node_up && self.jobs.get(job_id).is_some_and(|r| r.in_flight.is_none()) {
+            if may_exist && node_up && self.facts.jobs.get(job_id).is_some_and(|r| r.in_flight.is_none()) {
                 self.undo_start(job_id, instance_key, node_id);
             }
             return;
         }
-        let Some(mut guard) = self.jobs.get_mut(job_id) else {
+        let Some(mut guard) = self.facts.jobs.get_mut(job_id) else {
             return;
         };
         let record = &mut *guard;
@@ -305,10 +309,11 @@ impl AutoManagerCore {
                 // accepted start consumes one) — a single-use job never ran
                 // there, so it does not take the spare down either.
                 let on_spare = self
+                    .facts
                     .jobs
                     .get(job_id)
                     .and_then(|r| r.binding.as_ref())
-                    .and_then(|b| self.fleet.get(&b.node_id))
+                    .and_then(|b| self.facts.fleet.get(&b.node_id))
                     .is_some_and(is_spare_tagged);
                 // A start that timed out may have run there, though: a
                 // single-use job's node is not left for reuse then.
@@ -349,7 +354,7 @@ impl AutoManagerCore {
                 node_id,
             },
         );
-        if let Some(mut record) = self.jobs.get_mut(job_id) {
+        if let Some(mut record) = self.facts.jobs.get_mut(job_id) {
             record.in_flight = Some(id);
         }
     }
@@ -357,7 +362,8 @@ impl AutoManagerCore {
     /// Whether the node `job_id` is bound to still runs and is not on its
     /// way out, terminated or not (an instance there would live on).
     fn node_still_up(&self, job_id: &JobId) -> bool {
-        self.jobs
+        self.facts
+            .jobs
             .get(job_id)
             .and_then(|r| r.binding.as_ref())
             .is_some_and(|b| self.node_up(&b.node_id))
@@ -365,7 +371,8 @@ impl AutoManagerCore {
 
     /// Whether `node_id` still runs and is not on its way out.
     fn node_up(&self, node_id: &NodeId) -> bool {
-        self.fleet
+        self.facts
+            .fleet
             .get(node_id)
             .is_some_and(|n| !n.is_going() && n.phase != NodePhase::Stopped)
     }
@@ -385,17 +392,21 @@ impl AutoManagerCore {
         if failure.kind != RpcFailureKind::AlreadyExists {
             return None;
         }
-        let record = self.jobs.get(job_id)?;
+        let record = self.facts.jobs.get(job_id)?;
         let awaited = record
             .stopping
             .as_ref()
             .filter(|s| s.wait == StopWait::LostWithStoppingNode && &s.instance.instance_key == refused_key)?;
         let old = awaited.instance.node_id.clone();
-        let stopping = self.fleet.get(&old).is_some_and(|n| n.phase == NodePhase::Stopping);
+        let stopping = self
+            .facts
+            .fleet
+            .get(&old)
+            .is_some_and(|n| n.phase == NodePhase::Stopping);
         if !stopping {
             return None;
         }
-        let mut record = self.jobs.get_mut(job_id)?;
+        let mut record = self.facts.jobs.get_mut(job_id)?;
         if let Some(awaited) = record.stopping.as_mut() {
             awaited.wait = StopWait::HeldOnStoppingNode;
             awaited.instance.since = now;
@@ -405,6 +416,7 @@ impl AutoManagerCore {
 
     fn create_result(&mut self, node_id: &NodeId, for_job: &JobId, result: Result<(), RpcFailure>, now: UnixMillis) {
         let counted = self
+            .facts
             .jobs
             .get_mut(for_job)
             .is_some_and(|mut r| match r.binding.as_mut() {
@@ -424,12 +436,12 @@ impl AutoManagerCore {
         // refused held back so the next shape or tier is tried. (The kept
         // view, should it hold it as a prospective node, sees a node the
         // fleet does not and is built again.)
-        if let Some(node) = self.fleet.remove(node_id)
+        if let Some(node) = self.facts.fleet.remove(node_id)
             && let Some(p) = node.provisioned
         {
-            self.provision_refused(&p, failure.kind, now);
+            self.facts.placed_with.provision_refused(&p, failure.kind, now);
         }
-        for mut record in self.jobs.values_mut() {
+        for mut record in self.facts.jobs.values_mut() {
             if record.is_bound_to(node_id) {
                 record.binding = None;
                 // A recovery's next attempt keeps its spacing.

@@ -4,8 +4,9 @@
 
 use crate::model::{Bundle, BundleId, PlacementPool, UnixMillis};
 
-use super::core::{AutoManagerCore, Pending};
+use super::core::AutoManagerCore;
 use super::notification::Notification;
+use super::outbox::Pending;
 use super::protocol::{Action, Answer, Command, CommandError, CommandId, Rpc};
 use super::settings::{AutoSettings, ValidSettings, validate_auto_settings};
 
@@ -33,8 +34,7 @@ impl AutoManagerCore {
             Command::StartBundleJob(job) => return self.toggle_command(id, job, true),
             Command::StopBundleJob(job) => return self.toggle_command(id, job, false),
             Command::SetTemplateImages(images) => {
-                self.settings.template_images = images;
-                self.placed_with_revision += 1;
+                self.facts.placed_with.set_template_images(images);
                 return self.reply(id, Ok(()));
             }
             Command::CordonNode(node_id) => return self.reply_with(id, |core| core.cordon_node(&node_id)),
@@ -61,7 +61,7 @@ impl AutoManagerCore {
                 return self.answer(id, changed.map(Answer::HotSpares));
             }
             Command::DeclareInventory { node_id, inventory } => {
-                self.fleet.declare(&node_id, inventory);
+                self.facts.fleet.declare(&node_id, inventory);
                 return self.reply(id, Ok(()));
             }
             Command::UpdateHotSpareNode { node_id, spec } => {
@@ -85,14 +85,11 @@ impl AutoManagerCore {
     fn set_placement_pools(&mut self, id: CommandId, pools: Vec<PlacementPool>) {
         let settings = AutoSettings {
             placement_pools: pools,
-            ..self.settings.clone()
+            ..self.facts.settings().clone()
         };
         match validate_auto_settings(settings) {
             Ok(valid) => {
-                self.settings = valid.settings;
-                self.pools = valid.pools;
-                // The kept view sees the new pools and is built again.
-                self.placed_with_revision += 1;
+                self.facts.placed_with.set(valid);
                 self.reply(id, Ok(()));
             }
             Err(e) => self.reply(id, Err(CommandError::InvalidSettings { errors: e.errors })),
@@ -102,10 +99,7 @@ impl AutoManagerCore {
     /// The settings and pools in force, as a successor core is built with
     /// (what was changed live survives a reconnect).
     pub(super) fn valid_settings(&self) -> ValidSettings {
-        ValidSettings {
-            settings: self.settings.clone(),
-            pools: self.pools.clone(),
-        }
+        self.facts.placed_with.valid_settings()
     }
 
     fn refuse_invalid(&mut self, bundle: &Bundle) -> Option<CommandError> {
@@ -141,8 +135,8 @@ impl AutoManagerCore {
     /// and their restart histories clear ("the broken mark clears when the
     /// bundle is updated or deleted").
     pub(super) fn revive(&mut self, bundle_id: &BundleId) {
-        self.broken.remove(bundle_id);
-        for mut record in self.jobs.values_mut() {
+        self.facts.broken.remove(bundle_id);
+        for mut record in self.facts.jobs.values_mut() {
             if &record.bundle_ref.bundle_id == bundle_id {
                 record.dropped = false;
                 // A new generation carries no verdict: one Manager recorded

@@ -12,10 +12,11 @@ use crate::placement::{
 };
 
 use super::binding::{AwaitedStop, Binding, BindingPhase, StopWait, StoppingInstance};
-use super::core::{AutoManagerCore, FactsMut, Outbox, Pending};
+use super::core::AutoManagerCore;
+use super::facts::Facts;
 use super::fleet::{Provisioned, provisioned_tags};
-use super::node_ids::NodeIds;
 use super::notification::{Decision, Notification, PlacementDecisionInfo};
+use super::outbox::{Outbox, Pending};
 use super::protocol::Rpc;
 use super::readiness::Readiness;
 use super::recovery::{FAILED_INSTANCE_STOP_GRACE_MS, MIN_RECOVERY_INTERVAL_MS};
@@ -73,6 +74,7 @@ impl AutoManagerCore {
     /// Places every job that is ready now.
     pub(super) fn place_ready(&mut self, now: UnixMillis) {
         let ready: Vec<JobId> = self
+            .facts
             .jobs
             .values()
             .filter(|r| matches!(self.readiness(r, now), Readiness::At(at) if at <= now))
@@ -81,12 +83,14 @@ impl AutoManagerCore {
         if ready.is_empty() {
             return;
         }
-        let view = if self.capacity_held_back(now) {
+        let view = if self.facts.placed_with.capacity_held_back(now) {
             // Held-back tiers and offerings shape this round only: a view
             // of its own. The kept one is left as it is; the next round
             // brings it up to date (or builds it again, should this one
             // have provisioned).
-            self.effective_pools(now)
+            self.facts
+                .placed_with
+                .effective_pools(&self.facts.fleet, now)
                 .and_then(|pools| self.view_with(pools).map_err(|e| e.to_string()))
                 .map(|view| PlacementView::Once(Box::new(view)))
         } else {
@@ -111,7 +115,7 @@ impl AutoManagerCore {
             // What this round reserved in the view, so the next round's
             // bring-up-to-date does not reserve it twice.
             for job_id in ready {
-                if let Some(record) = self.jobs.get(&job_id)
+                if let Some(record) = self.facts.jobs.get(&job_id)
                     && let Some(binding) = &record.binding
                 {
                     let r = &record.bundle_ref;
@@ -126,10 +130,10 @@ impl AutoManagerCore {
     /// Places one job; false when the view could not take its reservation
     /// (the view no longer matches the fleet).
     fn place_one(&mut self, view: &mut FleetView, rankings: &mut Rankings, job_id: &JobId, now: UnixMillis) -> bool {
-        let Some(record) = self.jobs.get(job_id) else {
+        let Some(record) = self.facts.jobs.get(job_id) else {
             return true;
         };
-        let Some(bundle) = self.bundles.get(&record.bundle_ref.bundle_id).cloned() else {
+        let Some(bundle) = self.facts.bundles.get(&record.bundle_ref.bundle_id).cloned() else {
             return true;
         };
         let job_ref = record.bundle_ref.clone();
@@ -140,24 +144,20 @@ impl AutoManagerCore {
             job_ref.replica_index,
             &job_ref.job_name,
         )
-        .with_trace(self.settings.trace_placements);
+        .with_trace(self.facts.settings().trace_placements);
         if let Some(context) = &recovery {
             request = request.recovering(context);
         }
         self.give_up_awaited_stop(job_id);
         self.counters.placements_attempted += 1;
         if recovery.is_some()
-            && let Some(mut record) = self.jobs.get_mut(job_id)
+            && let Some(mut record) = self.facts.jobs.get_mut(job_id)
         {
             // Every recovery attempt counts for the spacing, whatever it
             // found.
             record.last_recovery_at = Some(now);
         }
-        let mut ids = NodeIds {
-            process: self.process,
-            serial: &mut self.next_node_serial,
-        };
-        let placement = match place_ranked(view, request, &mut ids, rankings) {
+        let placement = match place_ranked(view, request, &mut self.facts.node_ids, rankings) {
             Ok(placement) => placement,
             Err(e) => {
                 self.placement_failed(job_id, e.to_string(), now);
@@ -206,7 +206,7 @@ impl AutoManagerCore {
     /// ran out (see `FAILED_INSTANCE_STOP_GRACE_MS`), which is said; one
     /// held on a stopping node is waited for again should Manager refuse.
     fn give_up_awaited_stop(&mut self, job_id: &JobId) {
-        if let Some(stuck) = self.jobs.get(job_id).and_then(|r| self.awaited_stop(r)).cloned() {
+        if let Some(stuck) = self.facts.jobs.get(job_id).and_then(|r| self.awaited_stop(r)).cloned() {
             let StoppingInstance {
                 node_id, instance_key, ..
             } = &stuck.instance;
@@ -233,7 +233,7 @@ impl AutoManagerCore {
                 ),
             };
             self.notify(Notification::Error { message });
-            if let Some(mut record) = self.jobs.get_mut(job_id) {
+            if let Some(mut record) = self.facts.jobs.get_mut(job_id) {
                 record.stopping = still;
             }
         }
@@ -243,10 +243,11 @@ impl AutoManagerCore {
     /// runs (else its start waits for the node).
     fn bind_placed(&mut self, job_id: &JobId, node_id: NodeId, gpu_index: Option<u32>, replica_index: u32) {
         let running = self
+            .facts
             .fleet
             .get(&node_id)
             .is_some_and(|n| n.phase == NodePhase::Running && !n.terminated);
-        if let Some(mut record) = self.jobs.get_mut(job_id) {
+        if let Some(mut record) = self.facts.jobs.get_mut(job_id) {
             record.binding = Some(Binding {
                 node_id,
                 instance_key: InstanceKey::slot(Slot::of_replica(replica_index)),
@@ -282,8 +283,8 @@ impl AutoManagerCore {
     /// the node it failed on could carry it.
     fn placement_failed(&mut self, job_id: &JobId, reason: String, now: UnixMillis) {
         self.counters.placements_failed += 1;
-        let epoch = self.capacity_epoch();
-        if let Some(mut record) = self.jobs.get_mut(job_id) {
+        let epoch = self.facts.capacity_epoch();
+        if let Some(mut record) = self.facts.jobs.get_mut(job_id) {
             let excluded = record
                 .recovery
                 .as_mut()
@@ -315,7 +316,8 @@ impl AutoManagerCore {
         now: UnixMillis,
     ) {
         let Some(tier_spec) = self
-            .pools
+            .facts
+            .pools()
             .get(&pool)
             .and_then(|p| p.tiers.iter().find(|t| t.name == tier))
         else {
@@ -340,7 +342,7 @@ impl AutoManagerCore {
             launch_mode: tier_spec.launch_mode,
             root_volume: tier_spec.root_volume.clone(),
         };
-        self.fleet.add_provisioned(node_id.clone(), provisioned);
+        self.facts.fleet.add_provisioned(node_id.clone(), provisioned);
         self.call(
             rpc,
             Pending::CreateNode {
@@ -353,6 +355,7 @@ impl AutoManagerCore {
     /// `StartJob` for every job waiting on a node that just started.
     pub(super) fn dispatch_awaiting(&mut self, node_id: &NodeId) {
         let waiting: Vec<JobId> = self
+            .facts
             .jobs
             .values()
             .filter(|r| {
@@ -368,7 +371,7 @@ impl AutoManagerCore {
     }
 
     fn dispatch_start(&mut self, job_id: &JobId) {
-        let Some(record) = self.jobs.get(job_id) else {
+        let Some(record) = self.facts.jobs.get(job_id) else {
             return;
         };
         let Some(binding) = &record.binding else {
@@ -394,7 +397,7 @@ impl AutoManagerCore {
             node_id: binding.node_id.clone(),
         };
         let id = self.call(rpc, pending);
-        if let Some(mut record) = self.jobs.get_mut(job_id) {
+        if let Some(mut record) = self.facts.jobs.get_mut(job_id) {
             record.in_flight = Some(id);
             if let Some(binding) = record.binding.as_mut() {
                 binding.phase = BindingPhase::Dispatched;
@@ -403,27 +406,25 @@ impl AutoManagerCore {
     }
 
     /// The job's instance ended without a failure (see
-    /// [`FactsMut::end_binding`]).
+    /// [`Facts::end_binding`]).
     pub(super) fn end_binding(&mut self, job_id: &JobId) {
         self.unbind(job_id, true);
     }
 
-    /// Ends the binding (see [`FactsMut::unbind`]).
+    /// Ends the binding (see [`Facts::unbind`]).
     pub(super) fn unbind(&mut self, job_id: &JobId, single_use_release: bool) {
-        let mut parts = self.parts();
-        parts.facts.unbind(parts.outbox, job_id, single_use_release);
+        self.facts.unbind(&mut self.outbox, job_id, single_use_release);
     }
 
-    /// After a job left `node_id` (see [`FactsMut::release_node`]).
+    /// After a job left `node_id` (see [`Facts::release_node`]).
     pub(super) fn release_node(&mut self, node_id: &NodeId, single_use: bool) {
-        let mut parts = self.parts();
-        parts.facts.release_node(parts.outbox, node_id, single_use);
+        self.facts.release_node(&mut self.outbox, node_id, single_use);
     }
 }
 
 /// The binding ends and the node is released: what the loss, the saga,
 /// the events and the placement round share.
-impl FactsMut<'_> {
+impl Facts {
     /// The job's instance ended without a failure (window over, stopped on
     /// request, deleted, dispatch refused): the binding ends, nothing is
     /// counted.
@@ -468,7 +469,7 @@ impl FactsMut<'_> {
                 .as_ref()
                 .map_or(provisioned_here, |i| i.kind != ProviderKind::LocalServers);
         let single_use = (single_use && provisioned_cloud) || node.release_when_empty;
-        if self.jobs.values().any(|r| r.is_bound_to(node_id)) || self.read().hosts_migration_target(node_id) {
+        if self.jobs.values().any(|r| r.is_bound_to(node_id)) || self.hosts_migration_target(node_id) {
             // A single-use job left company behind (its co-located peers):
             // the node goes once they have left too.
             if single_use {

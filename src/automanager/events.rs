@@ -25,7 +25,7 @@ impl AutoManagerCore {
             ManagerEvent::JobDeleted(job_id) => self.job_deleted(job_id, now),
             ManagerEvent::InitialDataComplete => self.hydrated_now(now),
             ManagerEvent::NodeStarting(info) => {
-                self.fleet.starting(&info);
+                self.facts.fleet.starting(&info);
                 self.adopt_provisioned(&info, now);
                 let node_id = info.node_id.clone();
                 self.notify(Notification::NodeStarting { node: info });
@@ -35,24 +35,24 @@ impl AutoManagerCore {
                 self.node_started(info, now)
             }
             ManagerEvent::PhysicalNodeConnected { node_id, tags, .. } => {
-                self.fleet.connected(&node_id, tags);
+                self.facts.fleet.connected(&node_id, tags);
                 self.dispatch_awaiting(&node_id);
             }
             ManagerEvent::NodeInventory { node_id, inventory } => {
-                self.fleet.set_inventory(&node_id, inventory);
+                self.facts.fleet.set_inventory(&node_id, inventory);
             }
             ManagerEvent::NodeTagsUpdated { node_id, tags } => {
-                self.fleet.set_tags(&node_id, tags);
+                self.facts.fleet.set_tags(&node_id, tags);
             }
             ManagerEvent::NodeStopping { node_id, reason } => {
-                self.fleet.stopping(&node_id, reason);
+                self.facts.fleet.stopping(&node_id, reason);
                 self.lose_node(&node_id, now);
                 self.notify(Notification::NodeStopping { node_id, reason });
             }
             ManagerEvent::NodeStopped(node_id) => {
                 // "A node's NodeStopped alone (no prior Stopping) unbinds and
                 // recovers its jobs."
-                self.fleet.stopped(&node_id, now);
+                self.facts.fleet.stopped(&node_id, now);
                 self.lose_node(&node_id, now);
                 self.notify(Notification::NodeStopped { node_id });
             }
@@ -73,12 +73,16 @@ impl AutoManagerCore {
                     detail: detail.clone(),
                     inventory,
                 });
-                if self.fleet.record_rejection(&node_id, &self.settings, now) {
+                if self
+                    .facts
+                    .fleet
+                    .record_rejection(&node_id, self.facts.placed_with.settings(), now)
+                {
                     self.notify(Notification::NodeUnhealthy {
                         node_id: node_id.clone(),
                     });
                 }
-                let matches = self.jobs.get(&job_id).is_some_and(|r| {
+                let matches = self.facts.jobs.get(&job_id).is_some_and(|r| {
                     r.binding
                         .as_ref()
                         .is_some_and(|b| b.instance_key == role && b.node_id == node_id)
@@ -96,7 +100,7 @@ impl AutoManagerCore {
                 self.revive(&bundle_id);
                 self.manual.forget(&bundle_id);
                 self.schedules.forget(&bundle_id);
-                self.bundles.remove(&bundle_id);
+                self.facts.bundles.remove(&bundle_id);
                 self.notify(Notification::BundleDeleted { bundle_id });
             }
             ManagerEvent::JobInfo { job_id, role, text } => self.notify(Notification::JobInfo { job_id, role, text }),
@@ -126,8 +130,8 @@ impl AutoManagerCore {
     }
 
     fn hydrated_now(&mut self, now: UnixMillis) {
-        let releases = std::mem::take(&mut self.inherited.releases);
-        self.hydrated = true;
+        let releases = std::mem::take(&mut self.facts.held_releases);
+        self.facts.hydrated = true;
         // Before the view is built: inherited starts hold capacity.
         self.take_up_inheritance(now);
         // The placement view is built once here and kept up to date after;
@@ -147,12 +151,13 @@ impl AutoManagerCore {
         // placed without it. Nor where a co-located peer runs (or starts)
         // elsewhere: the group stays whole, and the job is placed with it.
         let launching: Vec<(NodeId, JobId)> = self
+            .facts
             .fleet
             .iter()
             .filter(|n| n.is_launching() && !n.terminated)
             .filter_map(|n| {
                 let job = JobId(n.tags.get(tags::PROVISIONED_FOR)?.clone());
-                let record = self.jobs.get(&job)?;
+                let record = self.facts.jobs.get(&job)?;
                 let wanted = self.may_run(record, now) && !record.window_over;
                 (record.binding.is_none() && wanted).then(|| (n.id.clone(), job))
             })
@@ -160,14 +165,15 @@ impl AutoManagerCore {
         for (node_id, job_id) in launching {
             // Checked as each is bound: two nodes launching for two members
             // of one group take at most one of them.
-            let peers_elsewhere = self.facts().group_of(&job_id).iter().any(|peer| {
-                self.jobs
+            let peers_elsewhere = self.facts.group_of(&job_id).iter().any(|peer| {
+                self.facts
+                    .jobs
                     .get(peer)
                     .and_then(|p| p.binding.as_ref())
                     .is_some_and(|b| b.node_id != node_id)
             });
             // One node per job: a second launching for it stays unused.
-            if let Some(mut record) = self.jobs.get_mut(&job_id)
+            if let Some(mut record) = self.facts.jobs.get_mut(&job_id)
                 && record.binding.is_none()
                 && !peers_elsewhere
             {
@@ -201,12 +207,13 @@ impl AutoManagerCore {
     /// away from that node.
     fn judge_losses_seen_while_hydrating(&mut self, now: UnixMillis) {
         let unjudged: Vec<(JobId, super::binding::UnjudgedLoss)> = self
+            .facts
             .jobs
             .values_mut()
             .filter_map(|mut record| Some((record.job.job_id.clone(), record.unjudged_loss.take()?)))
             .collect();
         for (job_id, loss) in unjudged {
-            let Some(record) = self.jobs.get(&job_id) else {
+            let Some(record) = self.facts.jobs.get(&job_id) else {
                 continue;
             };
             // Placed again, or ended, since: judged by whoever did it. A
@@ -218,7 +225,7 @@ impl AutoManagerCore {
                 || record.dropped
                 || record.job.terminal_verdict.is_some()
                 || self.is_dormant(record)
-                || self.facts().schedule_ended(&record.bundle_ref.bundle_id, now)
+                || self.facts.schedule_ended(&record.bundle_ref.bundle_id, now)
             {
                 continue;
             }
@@ -249,13 +256,14 @@ impl AutoManagerCore {
                 .filter(|b| b.phase != BindingPhase::AwaitingNode)
                 .map(|b| b.node_id.clone())
         };
-        let nodes: std::collections::BTreeSet<NodeId> = self.jobs.values().filter_map(instances).collect();
+        let nodes: std::collections::BTreeSet<NodeId> = self.facts.jobs.values().filter_map(instances).collect();
         for node_id in nodes {
             if !cache.view_mut().over_committed(&node_id) {
                 continue;
             }
             // Oldest first; the newest are shed first.
             let mut on_node: Vec<(UnixMillis, JobId)> = self
+                .facts
                 .jobs
                 .values()
                 .filter(|r| instances(r).as_ref() == Some(&node_id))
@@ -270,7 +278,7 @@ impl AutoManagerCore {
                 let Some((_, job_id)) = on_node.pop() else {
                     break;
                 };
-                let Some(mut record) = self.jobs.get_mut(&job_id) else {
+                let Some(mut record) = self.facts.jobs.get_mut(&job_id) else {
                     continue;
                 };
                 let Some(binding) = record.binding.take() else {
@@ -306,14 +314,14 @@ impl AutoManagerCore {
     /// the group.
     fn reunite_split_groups(&mut self) {
         let mut seen = std::collections::BTreeSet::new();
-        let job_ids: Vec<JobId> = self.jobs.keys().cloned().collect();
+        let job_ids: Vec<JobId> = self.facts.jobs.keys().cloned().collect();
         for job_id in job_ids {
             if seen.contains(&job_id) {
                 continue;
             }
-            let group = self.facts().group_of(&job_id);
+            let group = self.facts.group_of(&job_id);
             seen.extend(group.iter().cloned());
-            let records: Vec<&JobRecord> = group.iter().filter_map(|m| self.jobs.get(m)).collect();
+            let records: Vec<&JobRecord> = group.iter().filter_map(|m| self.facts.jobs.get(m)).collect();
             if records.len() < 2 || records.iter().any(|r| r.migration.is_some()) {
                 continue;
             }
@@ -330,7 +338,7 @@ impl AutoManagerCore {
                 continue;
             };
             for (_, member, node_id, key) in placed.into_iter().filter(|p| p.2 != home) {
-                if let Some(mut record) = self.jobs.get_mut(&member) {
+                if let Some(mut record) = self.facts.jobs.get_mut(&member) {
                     record.binding = None;
                 }
                 self.notify(Notification::Error {
@@ -355,6 +363,7 @@ impl AutoManagerCore {
     fn part_separated_jobs(&mut self) {
         // (since, job, node, key, bundle, replica, name), oldest first.
         let mut placed: Vec<(UnixMillis, JobId, NodeId, InstanceKey, BundleId, u32, String)> = self
+            .facts
             .jobs
             .values()
             .filter(|r| r.migration.is_none())
@@ -375,7 +384,8 @@ impl AutoManagerCore {
             .collect();
         placed.sort();
         let spec_of = |bundle: &BundleId, name: &str| {
-            self.bundles
+            self.facts
+                .bundles
                 .get(bundle)
                 .and_then(|b| b.spec.jobs.iter().find(|j| j.job_name == name))
         };
@@ -397,7 +407,7 @@ impl AutoManagerCore {
             }
         }
         for (job_id, node_id, key, peer) in parted {
-            if let Some(mut record) = self.jobs.get_mut(&job_id) {
+            if let Some(mut record) = self.facts.jobs.get_mut(&job_id) {
                 record.binding = None;
             }
             self.notify(Notification::Error {
@@ -419,7 +429,7 @@ impl AutoManagerCore {
     /// should it never start, it is terminated like any provision past
     /// `provisionTimeoutMs`, not left launching (and billed) forever.
     fn adopt_provisioned(&mut self, info: &NodeInfo, now: UnixMillis) {
-        let Some(node) = self.fleet.get(&info.node_id) else {
+        let Some(node) = self.facts.fleet.get(&info.node_id) else {
             return;
         };
         if node.provisioned.is_some() || node.terminated {
@@ -429,7 +439,8 @@ impl AutoManagerCore {
             return;
         };
         let Some(tier_spec) = self
-            .pools
+            .facts
+            .pools()
             .get(pool)
             .and_then(|p| p.tiers.iter().find(|t| &t.name == tier))
             .filter(|t| t.kind.is_cloud())
@@ -450,7 +461,7 @@ impl AutoManagerCore {
             for_job: info.tags.get(tags::PROVISIONED_FOR).map(|j| JobId(j.clone())),
             start_deadline: info.created_at.unwrap_or(now) + tier_spec.effective_provision_timeout_ms() as i64,
         };
-        self.fleet.set_provisioned(&info.node_id, provisioned);
+        self.facts.fleet.set_provisioned(&info.node_id, provisioned);
     }
 
     /// Once hydrated: every instance Manager holds (open in a job's
@@ -461,6 +472,7 @@ impl AutoManagerCore {
     /// elsewhere — and left alone it would run the job on a second node.
     fn stop_strays(&mut self) {
         let strays: Vec<(JobId, InstanceKey, NodeId)> = self
+            .facts
             .jobs
             .iter()
             .filter(|(_, record)| record.in_flight.is_none())
@@ -474,7 +486,7 @@ impl AutoManagerCore {
                     .map(move |(key, node)| (job_id.clone(), key, node))
             })
             .filter(|(job_id, key, node)| {
-                self.fleet.get(node).is_some_and(|n| !n.is_going())
+                self.facts.fleet.get(node).is_some_and(|n| !n.is_going())
                     && !self.migrations.is_migration_instance(key)
                     && !self
                         .inherited
@@ -495,17 +507,18 @@ impl AutoManagerCore {
 
     fn node_started(&mut self, info: NodeInfo, now: UnixMillis) {
         let started_before = self
+            .facts
             .fleet
             .get(&info.node_id)
             .is_some_and(|n| n.phase == NodePhase::Running);
-        let node = self.fleet.running(&info);
+        let node = self.facts.fleet.running(&info);
         let provisioned_for = node.tags.get(tags::PROVISIONED_FOR).cloned();
         self.adopt_provisioned(&info, now);
         // "The history clears when a node provisioned for the job starts":
         // when it starts, not when Manager says again that it runs.
         if !started_before
             && let Some(job) = provisioned_for
-            && let Some(mut record) = self.jobs.get_mut(&JobId(job))
+            && let Some(mut record) = self.facts.jobs.get_mut(&JobId(job))
         {
             record.restarts.clear();
         }
@@ -518,7 +531,7 @@ impl AutoManagerCore {
     /// (migrations with an instance there are settled first).
     fn lose_node(&mut self, node_id: &NodeId, now: UnixMillis) {
         self.saga().migration_node_lost(node_id, now);
-        let bound = self.facts().jobs_bound_to(node_id);
+        let bound = self.facts.jobs_bound_to(node_id);
         for job_id in bound {
             self.losses().lose_instance(&job_id, LossCause::NodeLost, now);
         }
@@ -526,12 +539,14 @@ impl AutoManagerCore {
 
     fn bundle_updated(&mut self, bundle: Bundle) {
         let newer = self
+            .facts
             .bundles
             .get(&bundle.bundle_id)
             .is_some_and(|known| bundle.generation > known.generation);
         match &bundle.terminal_verdict {
             Some(verdict) if verdict.kind == VerdictKind::Broken => {
-                self.broken
+                self.facts
+                    .broken
                     .entry(bundle.bundle_id.clone())
                     .or_insert_with(|| verdict.reason.clone());
                 self.losses().withhold_unstarted(&bundle.bundle_id);
@@ -541,7 +556,7 @@ impl AutoManagerCore {
             None if newer => self.revive(&bundle.bundle_id),
             _ => {}
         }
-        self.bundles.insert(bundle.bundle_id.clone(), bundle.clone());
+        self.facts.bundles.insert(bundle.bundle_id.clone(), bundle.clone());
         self.notify(Notification::BundleUpdated {
             bundle: Box::new(bundle),
         });
@@ -550,8 +565,8 @@ impl AutoManagerCore {
     pub(super) fn job_deleted(&mut self, job_id: JobId, now: UnixMillis) {
         self.saga().migration_job_ended(&job_id, "the job was deleted", now);
         self.node_services
-            .job_changed(&self.settings, &job_id, None, &mut self.outbox, now);
-        if let Some(record) = self.jobs.remove(&job_id)
+            .job_changed(self.facts.settings(), &job_id, None, &mut self.outbox, now);
+        if let Some(record) = self.facts.jobs.remove(&job_id)
             && let Some(binding) = record.binding
         {
             self.release_node(&binding.node_id, record.job.spec.single_use);
@@ -566,9 +581,13 @@ impl AutoManagerCore {
         let Some(bundle_ref) = job.bundle_ref.clone() else {
             // Plain Manager jobs are not this core's to place, a node
             // service's excepted.
-            return self
-                .node_services
-                .job_changed(&self.settings, &job.job_id, Some(&job), &mut self.outbox, now);
+            return self.node_services.job_changed(
+                self.facts.settings(),
+                &job.job_id,
+                Some(&job),
+                &mut self.outbox,
+                now,
+            );
         };
         let job_id = job.job_id.clone();
         let post = job.state == JobState::Post;
@@ -579,7 +598,7 @@ impl AutoManagerCore {
         // update since, is an older snapshot delivered late (reordered or
         // repeated), and changes nothing. One whose history is not a prefix
         // is a new incarnation of the job, read afresh.
-        let stale = self.jobs.get(&job_id).is_some_and(|known| {
+        let stale = self.facts.jobs.get(&job_id).is_some_and(|known| {
             let older = job.history.len() < known.job.history.len() || (known.window_over && !post);
             older && known.job.history.starts_with(&job.history)
         });
@@ -592,10 +611,10 @@ impl AutoManagerCore {
         // on Manager before this core heard of it — on a Manager without a
         // bundle store, a Bundle applied after the snapshot whose jobs
         // already run.
-        let first_heard = self.jobs.get(&job_id).is_none() && !self.inherited.migrating.contains_key(&job_id);
+        let first_heard = self.facts.jobs.get(&job_id).is_none() && !self.inherited.migrating.contains_key(&job_id);
         // A predecessor's job with a migration in flight carries on from
         // the record it left.
-        let mut record = self.jobs.get_or_insert_with(&job_id, || {
+        let mut record = self.facts.jobs.get_or_insert_with(&job_id, || {
             self.inherited
                 .migrating
                 .remove(&job_id)
@@ -630,14 +649,14 @@ impl AutoManagerCore {
     /// (before `InitialDataComplete`) only the binding ends: the instance
     /// is then a stray, which is stopped once every job is read.
     fn stop_dropped(&mut self, job_id: &JobId, now: UnixMillis) {
-        if !self.hydrated {
-            if let Some(mut record) = self.jobs.get_mut(job_id) {
+        if !self.facts.hydrated {
+            if let Some(mut record) = self.facts.jobs.get_mut(job_id) {
                 record.dropped = true;
             }
             return self.end_binding(job_id);
         }
         self.saga().migration_job_ended(job_id, "the job was dropped", now);
-        let Some(mut record) = self.jobs.get_mut(job_id) else {
+        let Some(mut record) = self.facts.jobs.get_mut(job_id) else {
             return;
         };
         record.dropped = true;
@@ -649,7 +668,7 @@ impl AutoManagerCore {
         };
         drop(record);
         self.end_binding(job_id);
-        if self.fleet.get(&binding.node_id).is_some_and(|n| !n.is_going()) {
+        if self.facts.fleet.get(&binding.node_id).is_some_and(|n| !n.is_going()) {
             self.notify(Notification::Error {
                 message: format!(
                     "{job_id} is dropped (a verdict Manager holds) but its instance {} runs on {}: stopping it",
@@ -663,8 +682,8 @@ impl AutoManagerCore {
     /// Applies history entries not seen before: where instances were
     /// provisioned, reached running, stopped.
     fn apply_history(&mut self, job_id: &JobId, first_heard: bool, now: UnixMillis) {
-        let replaying = !self.hydrated || first_heard;
-        let Some(mut record) = self.jobs.get_mut(job_id) else {
+        let replaying = !self.facts.hydrated || first_heard;
+        let Some(mut record) = self.facts.jobs.get_mut(job_id) else {
             return;
         };
         let fresh: Vec<JobHistoryEntry> = record.job.history[record.history_seen..].to_vec();
@@ -721,7 +740,7 @@ impl AutoManagerCore {
     /// so a fresh core after a reconnect keeps counting against the same
     /// ceiling ("the history clears when the bundle is updated").
     fn replay_restart(&mut self, job_id: &JobId, entry: &JobHistoryEntry) {
-        if let Some(mut record) = self.jobs.get_mut(job_id) {
+        if let Some(mut record) = self.facts.jobs.get_mut(job_id) {
             replay_restart(&mut record.restarts, entry);
         }
     }
@@ -730,7 +749,7 @@ impl AutoManagerCore {
     /// until its `Stopped`, so its replacement (same instance key) is not
     /// started on top of it.
     fn instance_stopping(&mut self, job_id: &JobId, role: crate::model::InstanceKey, now: UnixMillis) {
-        if let Some(mut record) = self.jobs.get_mut(job_id)
+        if let Some(mut record) = self.facts.jobs.get_mut(job_id)
             && let Some(binding) = &record.binding
         {
             record.stopping = Some(AwaitedStop {
@@ -747,7 +766,7 @@ impl AutoManagerCore {
     /// A stopped instance: if it is the one being waited for (failed, or
     /// held on a stopping node), its replacement may now start.
     fn instance_stopped(&mut self, job_id: &JobId, role: &crate::model::InstanceKey, node: Option<&NodeId>) {
-        if let Some(mut record) = self.jobs.get_mut(job_id)
+        if let Some(mut record) = self.facts.jobs.get_mut(job_id)
             && record
                 .stopping
                 .as_ref()
@@ -758,7 +777,8 @@ impl AutoManagerCore {
     }
 
     fn binding_matches(&self, job_id: &JobId, role: &crate::model::InstanceKey, node: Option<&NodeId>) -> bool {
-        self.jobs
+        self.facts
+            .jobs
             .get(job_id)
             .and_then(|r| r.binding.as_ref())
             .is_some_and(|b| &b.instance_key == role && node.is_none_or(|n| n == &b.node_id))
@@ -775,7 +795,7 @@ impl AutoManagerCore {
         phase: BindingPhase,
         replaying: bool,
     ) {
-        let hydrated = self.hydrated;
+        let hydrated = self.facts.hydrated;
         // A rolled-back migration's target, or an instance a timed-out
         // start made, is being stopped: not the job's. Nor is a migration
         // target that never ran, of a migration this core does not follow
@@ -785,20 +805,20 @@ impl AutoManagerCore {
         // done moves the job to its target's key).
         let prepared_target = role.is_migration_target() && phase != BindingPhase::Running;
         let adoptable = !prepared_target
-            && self.fleet.get(&node_id).is_some_and(|n| !n.is_going())
+            && self.facts.fleet.get(&node_id).is_some_and(|n| !n.is_going())
             && !self.migrations.is_rolled_back_target(&role)
             && !self
                 .inherited
                 .undoing
                 .contains(&(job_id.clone(), role.clone(), node_id.clone()));
-        let Some(mut record) = self.jobs.get_mut(job_id) else {
+        let Some(mut record) = self.facts.jobs.get_mut(job_id) else {
             return;
         };
         // A node a single-use job ran on is released once empty, whether
         // or not the job is still its placement (it may have ended, or the
         // instance be a stray): decided once every job is read.
         if !hydrated && record.job.spec.single_use {
-            self.inherited.releases.push((node_id.clone(), true));
+            self.facts.held_releases.push((node_id.clone(), true));
         }
         let ended = record.dropped || record.job.terminal_verdict.is_some();
         // Manager reports the instance a job was moved onto before its
@@ -819,7 +839,7 @@ impl AutoManagerCore {
                 binding.phase = BindingPhase::Running;
                 drop(record);
                 // "Excluded until a job reaches running on it."
-                if self.fleet.job_running(&node_id) {
+                if self.facts.fleet.job_running(&node_id) {
                     self.notify(Notification::NodeHealthy { node_id });
                 }
             }

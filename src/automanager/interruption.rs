@@ -46,7 +46,7 @@ impl AutoManagerCore {
             deadline: notice.deadline,
             noticed_at,
         };
-        let previous = self.drains.interruptions.by_node.insert(node_id.clone(), taken);
+        let previous = self.drains.interruptions.take(node_id, taken);
         let running = self.drains.get(node_id).is_some_and(|d| !d.phase.is_final());
         let drained = if running {
             if self.drains.tighten(node_id, deadline)
@@ -66,10 +66,7 @@ impl AutoManagerCore {
             self.drain_node(node_id, options, now)
         };
         if let Err(e) = drained {
-            match previous {
-                Some(notice) => self.drains.interruptions.by_node.insert(node_id.clone(), notice),
-                None => self.drains.interruptions.by_node.remove(node_id),
-            };
+            self.drains.interruptions.restore(node_id, previous);
             return Err(e);
         }
         if let Some(state) = self.node_interruption(node_id) {
@@ -96,13 +93,12 @@ impl AutoManagerCore {
         };
         self.drains
             .interruptions
-            .relayed
-            .push((node_id, notice, noticed_at.unwrap_or(now)));
+            .relay(node_id, notice, noticed_at.unwrap_or(now));
     }
 
     /// The notices Manager relayed are acted on.
     pub(super) fn act_on_relayed_interruptions(&mut self, now: UnixMillis) {
-        for (node_id, notice, noticed_at) in std::mem::take(&mut self.drains.interruptions.relayed) {
+        for (node_id, notice, noticed_at) in self.drains.interruptions.take_relayed() {
             if let Err(e) = self.handle_node_interruption(&node_id, notice, noticed_at, now) {
                 self.notify(Notification::Error {
                     message: format!("interruption notice for {node_id} not acted on: {e}"),

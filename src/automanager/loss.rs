@@ -9,10 +9,12 @@ use crate::model::{JobId, NodePhase, TerminalVerdict, UnixMillis, VerdictKind};
 use crate::placement::RecoveryContext;
 
 use super::binding::{AwaitedStop, Binding, BindingPhase, StopWait, StoppingInstance, UnjudgedLoss};
-use super::core::{AutoManagerCore, FactsMut, Outbox, Pending};
+use super::core::AutoManagerCore;
 use super::drain::state::Drains;
+use super::facts::Facts;
 use super::metrics::Counters;
 use super::notification::Notification;
+use super::outbox::{Outbox, Pending};
 use super::protocol::Rpc;
 use super::recovery::{FailureVerdict, LossCause, judge};
 
@@ -20,7 +22,7 @@ use super::recovery::{FailureVerdict, LossCause, judge};
 /// among them), the outbox, the counters and the drains (a node lost under
 /// an interruption notice was reclaimed).
 pub(super) struct Losses<'a> {
-    facts: FactsMut<'a>,
+    facts: &'a mut Facts,
     outbox: &'a mut Outbox,
     counters: &'a mut Counters,
     drains: &'a Drains,
@@ -29,12 +31,11 @@ pub(super) struct Losses<'a> {
 impl AutoManagerCore {
     /// The core taken apart for a loss.
     pub(super) fn losses(&mut self) -> Losses<'_> {
-        let parts = self.parts();
         Losses {
-            facts: parts.facts,
-            outbox: parts.outbox,
-            counters: parts.counters,
-            drains: parts.drains,
+            facts: &mut self.facts,
+            outbox: &mut self.outbox,
+            counters: &mut self.counters,
+            drains: &self.drains,
         }
     }
 }
@@ -99,7 +100,13 @@ impl Losses<'_> {
             return;
         }
         let requirements = record.job.spec.requirements.clone();
-        let verdict = judge(self.facts.settings, &requirements, &mut record.restarts, cause, now);
+        let verdict = judge(
+            self.facts.placed_with.settings(),
+            &requirements,
+            &mut record.restarts,
+            cause,
+            now,
+        );
         match verdict {
             FailureVerdict::Restart => {
                 record.recovery = Some(RecoveryContext {

@@ -12,12 +12,17 @@
 //! - [`binding`]: one record per job (node, instance key, placement of
 //!   record, in-flight gate); `jobs`: the records, changed only through a
 //!   guard that counts the capacity a change gave back.
-//! - The capacity epoch (`AutoManagerCore::capacity_epoch`), which retries
-//!   jobs that found nowhere and wakes spares, node services and headroom,
-//!   is counted by what owns each change: the fleet's named mutators, the
-//!   job records' guard, the settings and held-back offerings. No call
+//! - `facts`: what every subsystem reads — the fleet, the job records, the
+//!   bundles, the broken marks, what the fleet is placed with (`placed_with`:
+//!   settings, pools, held-back offerings), how new nodes are named. The
+//!   capacity epoch (`Facts::capacity_epoch`), which retries jobs that found
+//!   nowhere and wakes spares, node services and headroom, is counted by
+//!   what owns each change: the fleet's named mutators, the job records'
+//!   guard and `PlacedWith`'s mutators (its fields are private). No call
 //!   site bumps it; the kept placement view notices changes by itself
 //!   (node revisions, bindings, pools).
+//! - `outbox`: the calls sent with what each was for (`Pending`), the
+//!   notifications and the command replies of a step.
 //! - [`recovery`]: runtime-failure policy, restart ceiling, node health.
 //! - `core`: the state and the `handle` loop; `readiness`: when a job may
 //!   be placed; `timers`: the next deadline and what falls due;
@@ -33,9 +38,6 @@
 //!   snapshot has been replayed.
 //! - `view_cache`: the placement view kept between rounds and brought up
 //!   to date instead of rebuilt.
-//! - `offerings`: what providers recently could not supply (an exhausted
-//!   shape is skipped for the tier's next one; a refusing tier is held
-//!   back).
 //! - [`spares`]: the hot-spare reconciler, warmth, reservations.
 //! - [`node_services`]: eager node-service placement (experimental).
 //! - [`drain`]: cordon, drain, evict, terminate; [`interruption`]: spot
@@ -49,18 +51,16 @@
 //!   command errors (what goes in and out of `handle`); `history`: what
 //!   Manager's history of a job says of its instances.
 //!
-//! State owned by concern: the core's `parts()` splits it into the facts
-//! (`core::FactsMut`: fleet, job records, bundles, broken marks, settings,
-//! pools — changed only through their owners' mutators, read as
-//! `core::Facts`), the `Outbox` (calls with what each was for,
-//! notifications, replies) and each subsystem's own state. A subsystem is
-//! handed the facts and the outbox, with its own state, and nothing else
-//! of the core: hot spares (`SpareState`), drains (`Drains`, reading the
+//! State owned by concern: the core holds the `Facts`, the `Outbox` and
+//! each subsystem's own state as separate fields, so a subsystem is handed
+//! the facts (`&Facts` to read, `&mut Facts` to change them through their
+//! owners' mutators) and the outbox with its own state, and nothing else of
+//! the core: hot spares (`SpareState`), drains (`Drains`, reading the
 //! migrations), node services, schedules, headroom, manual jobs
 //! (`ManualStarts`, aborting a migration through the saga); the migration
 //! saga runs on a `migration::Saga` (facts, outbox, migrations, counters)
 //! and loss and verdicts on a `loss::Losses` (facts, outbox, counters,
-//! drains). What sends a node away or releases it (`FactsMut::terminate`,
+//! drains). What sends a node away or releases it (`Facts::terminate`,
 //! `release_node`, `unbind`) is one method of the facts. The core itself
 //! keeps the coordinator's work: routing events, RPC results, commands and
 //! timers to their owners, and the placement rounds (jobs, migration
@@ -69,8 +69,9 @@
 //! Layering: the vocabulary and the state of each subsystem sit in leaf
 //! files that never name the core (`protocol`, `settings`, `fleet`,
 //! `binding`, `jobs`, `recovery`, `history`, `notification`, `metrics`,
-//! `node_ids`, and each subsystem folder's `state` — `drain::state` holds
-//! the interruption notices too); `core` holds them all, and the behaviour
+//! `node_ids`, `placed_with`, `outbox`, `facts`, and each subsystem
+//! folder's `state` — `drain::state` holds the interruption notices too);
+//! `core` holds them all, and the behaviour
 //! files (each subsystem's `mod.rs`, `events`, `dispatch`, …) sit on top.
 //! Inside this folder every import names the file that defines the item,
 //! never a re-export, and no files import each other in a cycle.
@@ -82,6 +83,7 @@ mod core;
 mod dispatch;
 pub mod drain;
 mod events;
+mod facts;
 pub mod fleet;
 pub mod headroom;
 mod history;
@@ -94,7 +96,8 @@ pub mod migration;
 mod node_ids;
 pub mod node_services;
 pub mod notification;
-mod offerings;
+mod outbox;
+mod placed_with;
 mod protocol;
 mod queries;
 mod readiness;

@@ -11,9 +11,12 @@ use crate::placement::{FleetView, ProspectiveNodeIds};
 /// machines, so a forgotten node's `NorskNode` (its cordon, its history)
 /// never passes to a new one. The serial counts up for the process's life and
 /// skips ids the fleet holds; the same inputs always name the same nodes.
-pub(super) struct NodeIds<'a> {
+#[derive(Clone, Debug)]
+pub(super) struct NodeIds {
+    /// The process part (kept by a successor).
     pub(super) process: u64,
-    pub(super) serial: &'a mut u64,
+    /// The last serial given out (kept by a successor).
+    serial: u64,
 }
 
 /// The id of node `serial` of `pool`'s `tier`, named by `process`.
@@ -31,12 +34,17 @@ fn node_id(pool: &str, tier: &str, process: u64, serial: u64) -> NodeId {
     NodeId(format!("{pool}-{tier}-{process}-{serial}"))
 }
 
-impl NodeIds<'_> {
+impl NodeIds {
+    /// Ids named by `process`, from the first serial.
+    pub(super) fn new(process: u64) -> Self {
+        Self { process, serial: 0 }
+    }
+
     /// The next id of a node in `pool`'s `tier` that is not `taken`.
     pub(super) fn fresh(&mut self, pool: &str, tier: &str, taken: impl Fn(&NodeId) -> bool) -> NodeId {
         loop {
-            *self.serial += 1;
-            let id = node_id(pool, tier, self.process, *self.serial);
+            self.serial += 1;
+            let id = node_id(pool, tier, self.process, self.serial);
             if !taken(&id) {
                 return id;
             }
@@ -44,7 +52,7 @@ impl NodeIds<'_> {
     }
 }
 
-impl ProspectiveNodeIds for NodeIds<'_> {
+impl ProspectiveNodeIds for NodeIds {
     fn prospective_node_id(&mut self, view: &FleetView, pool: &str, tier: &str) -> NodeId {
         self.fresh(pool, tier, |id| view.contains(id))
     }

@@ -15,7 +15,8 @@ use crate::placement::{
 };
 
 use super::binding::{BindingPhase, JobRecord};
-use super::core::{AutoManagerCore, Facts};
+use super::core::AutoManagerCore;
+use super::facts::Facts;
 use super::fleet::Fleet;
 use super::metrics::{Metrics, PoolGauge, PoolUsage, TierUsage};
 use super::settings::AutoSettings;
@@ -24,7 +25,7 @@ use super::view_cache::{ViewCache, placed_jobs};
 impl AutoManagerCore {
     /// Whether `InitialDataComplete` has been seen.
     pub fn is_hydrated(&self) -> bool {
-        self.hydrated
+        self.facts.hydrated
     }
 
     /// How many steps the core has taken (see [`super::views`]).
@@ -34,72 +35,81 @@ impl AutoManagerCore {
 
     /// The settings in force.
     pub fn settings(&self) -> &AutoSettings {
-        &self.settings
+        self.facts.settings()
     }
 
     /// The fleet view.
     pub fn fleet(&self) -> &Fleet {
-        &self.fleet
+        &self.facts.fleet
     }
 
     /// Whether the fleet holds node `node_id`.
     pub fn knows_node(&self, node_id: &NodeId) -> bool {
-        self.fleet.contains(node_id)
+        self.facts.fleet.contains(node_id)
     }
 
     /// The node job `job_id` is placed on, if any.
     pub fn node_of(&self, job_id: &JobId) -> Option<&NodeId> {
-        self.jobs.get(job_id)?.binding.as_ref().map(|b| &b.node_id)
+        self.facts.jobs.get(job_id)?.binding.as_ref().map(|b| &b.node_id)
     }
 
     /// Every bundle job's record.
     pub fn jobs(&self) -> impl Iterator<Item = &JobRecord> {
-        self.jobs.values()
+        self.facts.jobs.values()
     }
 
     /// One job's record.
     pub fn job(&self, id: &JobId) -> Option<&JobRecord> {
-        self.jobs.get(id)
+        self.facts.jobs.get(id)
     }
 
     /// The bundles Manager holds.
     pub fn bundles(&self) -> impl Iterator<Item = &Bundle> {
-        self.bundles.values()
+        self.facts.bundles.values()
     }
 
     /// Broken bundles with their reasons.
     pub fn broken_bundles(&self) -> &BTreeMap<BundleId, String> {
-        &self.broken
+        &self.facts.broken
     }
 
     /// `templateImages`: what warmth is scored against.
     pub fn template_images(&self) -> &BTreeMap<String, Vec<String>> {
-        &self.settings.template_images
+        &self.facts.settings().template_images
     }
 
     /// The placement view of the fleet as it stands.
     pub fn view(&self) -> Result<FleetView, FleetError> {
-        self.view_with(self.pools.clone())
+        self.view_with(self.facts.pools().clone())
     }
 
     pub(super) fn view_with(&self, pools: Pools) -> Result<FleetView, FleetError> {
         let snapshot = self
+            .facts
             .fleet
-            .snapshot(&pools, self.placed_jobs(), &self.settings.template_images);
+            .snapshot(&pools, self.placed_jobs(), &self.facts.settings().template_images);
         FleetView::new(&snapshot, pools)
     }
 
     /// The fleet as placement reads it (the `plan` format): every node
     /// with what its bound jobs and migration targets reserve.
     pub fn fleet_snapshot(&self) -> FleetSnapshot {
-        self.fleet
-            .snapshot(&self.pools, self.placed_jobs(), &self.settings.template_images)
+        self.facts.fleet.snapshot(
+            self.facts.pools(),
+            self.placed_jobs(),
+            &self.facts.settings().template_images,
+        )
     }
 
     /// The kept placement view, brought up to date (built again when it
     /// cannot be).
     pub(super) fn synced_view(&mut self) -> Result<ViewCache, FleetError> {
-        let (fleet, pools, jobs, images) = (&self.fleet, &self.pools, &self.jobs, &self.settings.template_images);
+        let (fleet, pools, jobs, images) = (
+            &self.facts.fleet,
+            self.facts.pools(),
+            &self.facts.jobs,
+            &self.facts.settings().template_images,
+        );
         match self
             .view_cache
             .take()
@@ -112,7 +122,7 @@ impl AutoManagerCore {
 
     /// What every bound job reserves, by node.
     pub(super) fn placed_jobs(&self) -> HashMap<&crate::model::NodeId, Vec<PlacedJob>> {
-        placed_jobs(&self.jobs)
+        placed_jobs(&self.facts.jobs)
     }
 
     /// `validateBundle`: static shape and satisfiability.
@@ -146,7 +156,8 @@ impl AutoManagerCore {
     pub fn metrics(&self, now: UnixMillis) -> Metrics {
         let placed = self.placed_jobs();
         let pools = self
-            .pools
+            .facts
+            .pools()
             .iter()
             .map(|pool| self.usage_with(&placed, &pool.name, &[]).gauge)
             .collect();
@@ -155,7 +166,7 @@ impl AutoManagerCore {
             uptime_ms: now - self.started_at,
             counters: self.counters.clone(),
             pools,
-            broken_bundle_ids: self.broken.keys().cloned().collect(),
+            broken_bundle_ids: self.facts.broken.keys().cloned().collect(),
             headroom: self.headroom.gauges(),
         }
     }
@@ -180,9 +191,10 @@ impl AutoManagerCore {
         let mut gauge = PoolGauge {
             pool_name: pool.to_owned(),
             node_count: 0,
-            live_spares: self.facts().spare_count(pool).live,
+            live_spares: self.facts.spare_count(pool).live,
             spare_target: self
-                .settings
+                .facts
+                .settings()
                 .hot_spares
                 .iter()
                 .find(|s| s.pool == pool)
@@ -202,7 +214,7 @@ impl AutoManagerCore {
             })
             .collect();
         let (mut used_all, mut usable_all) = (0.0, 0.0);
-        let members = self.fleet.iter().filter(|n| {
+        let members = self.facts.fleet.iter().filter(|n| {
             n.tags.get(crate::model::tags::POOL).map(String::as_str) == Some(pool) && !n.is_going() && !n.terminated
         });
         for node in members {
@@ -260,12 +272,13 @@ impl AutoManagerCore {
     /// `deleting` by its bundle).
     pub fn job_view(&self, bundle_id: &BundleId, job_id: &JobId, now: UnixMillis) -> JobView {
         let deleting = self
+            .facts
             .bundles
             .get(bundle_id)
             .is_some_and(|b| b.state == BundleState::Deleting);
-        let broken = self.broken.contains_key(bundle_id);
+        let broken = self.facts.broken.contains_key(bundle_id);
         let schedule = self.schedule_view(bundle_id, now).map(|s| s.phase);
-        let Some(record) = self.jobs.get(job_id) else {
+        let Some(record) = self.facts.jobs.get(job_id) else {
             let phase = match schedule {
                 _ if deleting => JobPhase::Deleting,
                 Some(SchedulePhase::Waiting) => JobPhase::Scheduled,
@@ -300,6 +313,7 @@ impl AutoManagerCore {
             phase,
             node: binding.map(|b| {
                 let zone = self
+                    .facts
                     .fleet
                     .get(&b.node_id)
                     .and_then(|n| n.inventory.as_ref())
@@ -344,7 +358,7 @@ impl AutoManagerCore {
     /// swept after it stopped is not here.
     pub fn node_views(&self) -> Vec<NodeView> {
         let mut jobs: BTreeMap<&NodeId, Vec<JobId>> = BTreeMap::new();
-        for record in self.jobs.values() {
+        for record in self.facts.jobs.values() {
             if let Some(binding) = &record.binding {
                 jobs.entry(&binding.node_id).or_default().push(record.job_id().clone());
             }
@@ -355,7 +369,8 @@ impl AutoManagerCore {
             .into_iter()
             .map(|n| (n.id.clone(), n))
             .collect();
-        self.fleet
+        self.facts
+            .fleet
             .iter()
             .map(|node| {
                 let inventory = node.inventory.as_ref();
@@ -392,7 +407,7 @@ impl AutoManagerCore {
     }
 }
 
-impl Facts<'_> {
+impl Facts {
     /// The jobs bound to `node_id`.
     pub(super) fn jobs_bound_to(&self, node_id: &crate::model::NodeId) -> Vec<JobId> {
         self.jobs

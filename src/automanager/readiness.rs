@@ -23,7 +23,7 @@ impl AutoManagerCore {
     pub(super) fn is_terminal(&self, record: &JobRecord) -> bool {
         record.dropped
             || record.job.terminal_verdict.is_some()
-            || self.broken.contains_key(&record.bundle_ref.bundle_id)
+            || self.facts.broken.contains_key(&record.bundle_ref.bundle_id)
     }
 
     /// Whether the job may run at all: not terminal, not a manual job kept
@@ -31,7 +31,7 @@ impl AutoManagerCore {
     pub(super) fn may_run(&self, record: &JobRecord, now: UnixMillis) -> bool {
         !self.is_terminal(record)
             && !self.is_dormant(record)
-            && !self.facts().schedule_ended(&record.bundle_ref.bundle_id, now)
+            && !self.facts.schedule_ended(&record.bundle_ref.bundle_id, now)
     }
 
     /// When a job may be placed (see the rules in `dispatch`): never while
@@ -42,9 +42,9 @@ impl AutoManagerCore {
         if record.binding.is_some()
             || record.in_flight.is_some()
             || !self.may_run(record, now)
-            || record.awaiting_capacity_since == Some(self.capacity_epoch())
+            || record.awaiting_capacity_since == Some(self.facts.capacity_epoch())
             || self.migrations.holds_placement_of(record.job_id())
-            || self.facts().waits_for_group_move(record)
+            || self.facts.waits_for_group_move(record)
         {
             return Readiness::Never;
         }
@@ -55,7 +55,7 @@ impl AutoManagerCore {
         let stop_wait = self
             .awaited_stop(record)
             .map(|s| s.instance.since + FAILED_INSTANCE_STOP_GRACE_MS);
-        let Some(bundle) = self.bundles.get(&record.bundle_ref.bundle_id) else {
+        let Some(bundle) = self.facts.bundles.get(&record.bundle_ref.bundle_id) else {
             return Readiness::Never;
         };
         if bundle.state != BundleState::Live {
@@ -72,7 +72,7 @@ impl AutoManagerCore {
             (JobState::Active, _) => not_before,
             // A scheduled start is placed `placementLeadMs` ahead.
             (JobState::Pre, Some(start)) => {
-                let lead = self.facts().placement_lead_ms(bundle, record.bundle_ref.replica_index);
+                let lead = self.facts.placement_lead_ms(bundle, record.bundle_ref.replica_index);
                 not_before.max(start.saturating_sub(i64::try_from(lead).unwrap_or(i64::MAX)))
             }
             _ => return Readiness::Never,
@@ -85,7 +85,7 @@ impl AutoManagerCore {
     /// that is stopping (until that node's `NodeStopped`).
     pub(super) fn awaited_stop<'r>(&self, record: &'r JobRecord) -> Option<&'r AwaitedStop> {
         record.stopping.as_ref().filter(|s| {
-            let node = self.fleet.get(&s.instance.node_id);
+            let node = self.facts.fleet.get(&s.instance.node_id);
             match s.wait {
                 StopWait::FailedOnLiveNode => node.is_some_and(|n| !n.is_going() && !n.terminated),
                 StopWait::LostWithStoppingNode => false,

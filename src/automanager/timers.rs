@@ -12,16 +12,16 @@ impl AutoManagerCore {
     /// The earliest instant something falls due (none while following or
     /// closed).
     pub(super) fn next_deadline(&self, now: UnixMillis) -> Option<UnixMillis> {
-        if !self.hydrated || self.closed {
+        if !self.facts.hydrated || self.closed {
             return None;
         }
-        let facts = self.facts();
-        let jobs = self.jobs.values().filter_map(|r| match self.readiness(r, now) {
+        let facts = &self.facts;
+        let jobs = self.facts.jobs.values().filter_map(|r| match self.readiness(r, now) {
             Readiness::At(at) if at > now => Some(at),
             _ => None,
         });
-        let sweep_after = self.settings.remove_stopped_nodes_after as i64 * 1_000;
-        let nodes = self.fleet.iter().flat_map(|n| {
+        let sweep_after = self.facts.settings().remove_stopped_nodes_after as i64 * 1_000;
+        let nodes = self.facts.fleet.iter().flat_map(|n| {
             let start = n
                 .provisioned
                 .as_ref()
@@ -31,13 +31,12 @@ impl AutoManagerCore {
             [start, n.health.unhealthy_until(), sweep]
         });
         jobs.chain(nodes.flatten())
-            .chain(self.tier_backoff.values().copied())
-            .chain(self.exhausted_offerings.values().copied())
-            .chain(self.spares.deadline(&self.settings))
+            .chain(self.facts.placed_with.holds())
+            .chain(self.spares.deadline(self.facts.settings()))
             .chain(self.node_services.deadline())
             .chain(self.drains.next_deadline())
             .chain(self.migrations.next_deadline())
-            .chain(self.schedules.deadlines(&facts, now))
+            .chain(self.schedules.deadlines(facts, now))
             .chain(self.manual.deadline(now))
             .chain(self.headroom.deadline())
             .min()
@@ -48,6 +47,7 @@ impl AutoManagerCore {
     /// cooldowns, the stopped-node sweep, provision backoffs.
     pub(super) fn expire(&mut self, now: UnixMillis) {
         let overdue: Vec<_> = self
+            .facts
             .fleet
             .iter()
             .filter(|n| {
@@ -58,26 +58,28 @@ impl AutoManagerCore {
         for node_id in overdue {
             // `provisionTimeoutMs`: its jobs are re-placed; the node, past
             // its startup grace, is terminated.
-            for job_id in self.facts().jobs_bound_to(&node_id) {
-                if let Some(mut record) = self.jobs.get_mut(&job_id) {
+            for job_id in self.facts.jobs_bound_to(&node_id) {
+                if let Some(mut record) = self.facts.jobs.get_mut(&job_id) {
                     record.binding = None;
                 }
             }
             self.terminate(&node_id);
         }
         let healed: Vec<_> = self
+            .facts
             .fleet
             .iter()
             .filter(|n| n.health.unhealthy_until().is_some_and(|at| at <= now))
             .map(|n| n.id.clone())
             .collect();
         for node_id in healed {
-            if self.fleet.heal(&node_id, now) {
+            if self.facts.fleet.heal(&node_id, now) {
                 self.notify(Notification::NodeHealthy { node_id });
             }
         }
-        let sweep_after = self.settings.remove_stopped_nodes_after as i64 * 1_000;
+        let sweep_after = self.facts.settings().remove_stopped_nodes_after as i64 * 1_000;
         let swept: Vec<_> = self
+            .facts
             .fleet
             .iter()
             .filter(|n| n.phase == NodePhase::Stopped && n.stopped_at.is_some_and(|at| at + sweep_after <= now))
@@ -87,15 +89,16 @@ impl AutoManagerCore {
             // A provider-stopped instance still exists (and costs); the
             // sweep terminates it. Anything else stopped is already gone.
             if self
+                .facts
                 .fleet
                 .get(&node_id)
                 .is_some_and(|n| n.stop_reason == Some(crate::model::NodeStopReason::ProviderStop) && !n.terminated)
             {
                 self.terminate(&node_id);
             }
-            self.fleet.sweep(&node_id);
+            self.facts.fleet.sweep(&node_id);
         }
         self.expire_drains(now);
-        self.expire_held_back(now);
+        self.facts.placed_with.expire_held_back(now);
     }
 }

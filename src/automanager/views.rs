@@ -82,7 +82,7 @@ impl<'a> ReadModel<'a> {
 
     /// Bundle `id` as the core holds it, if Manager has it.
     pub fn bundle(&self, id: &BundleId) -> Option<BundleView> {
-        let stored = self.core.bundles.get(id)?;
+        let stored = self.core.facts.bundles.get(id)?;
         Some(BundleView {
             applied: self.core.applied_spec(id)?,
             state: stored.state,
@@ -92,6 +92,7 @@ impl<'a> ReadModel<'a> {
     /// Every bundle Manager holds, by id.
     pub fn bundles(&self) -> BTreeMap<BundleId, BundleView> {
         self.core
+            .facts
             .bundles
             .keys()
             .filter_map(|id| Some((id.clone(), self.bundle(id)?)))

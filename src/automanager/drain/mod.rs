@@ -38,9 +38,11 @@ pub(super) mod state;
 
 use crate::model::{NodeId, UnixMillis};
 
-use super::core::{AutoManagerCore, FactsMut, Outbox};
+use super::core::AutoManagerCore;
+use super::facts::Facts;
 use super::migration::state::{MigrationEnd, MigrationOptions, Migrations};
 use super::notification::Notification;
+use super::outbox::Outbox;
 use super::protocol::{CommandError, RpcFailure, RpcFailureKind};
 use state::{Drain, Drains};
 
@@ -50,7 +52,7 @@ pub use state::{DEFAULT_DRAIN_TIMEOUT_MS, DrainJob, DrainOptions, DrainState, St
 impl AutoManagerCore {
     /// `cordonNode`: no new placements land on the node.
     pub(super) fn cordon_node(&mut self, node_id: &NodeId) -> Result<(), CommandError> {
-        if self.fleet.cordon(node_id) {
+        if self.facts.fleet.cordon(node_id) {
             Ok(())
         } else {
             Err(CommandError::UnknownNode(node_id.clone()))
@@ -61,13 +63,12 @@ impl AutoManagerCore {
     /// has not issued its terminate is cancelled (its migrations in flight
     /// run to their end) and an interruption notice is withdrawn with it.
     pub(super) fn uncordon_node(&mut self, node_id: &NodeId) -> Result<(), CommandError> {
-        let parts = self.parts();
-        parts.drains.uncordon(parts.facts, parts.outbox, node_id)
+        self.drains.uncordon(&mut self.facts, &mut self.outbox, node_id)
     }
 
     /// `isCordoned`.
     pub fn is_cordoned(&self, node_id: &NodeId) -> bool {
-        self.fleet.get(node_id).is_some_and(|n| n.cordoned)
+        self.facts.fleet.get(node_id).is_some_and(|n| n.cordoned)
     }
 
     /// `drainStatus`: the node's running drain, or its last one.
@@ -83,6 +84,7 @@ impl AutoManagerCore {
     /// `terminateNode`: terminate without cordoning.
     pub(super) fn terminate_node(&mut self, node_id: &NodeId) -> Result<(), CommandError> {
         let node = self
+            .facts
             .fleet
             .get(node_id)
             .ok_or_else(|| CommandError::UnknownNode(node_id.clone()))?;
@@ -113,6 +115,7 @@ impl AutoManagerCore {
             return Ok(());
         }
         let node = self
+            .facts
             .fleet
             .get(node_id)
             .ok_or_else(|| CommandError::UnknownNode(node_id.clone()))?;
@@ -121,7 +124,7 @@ impl AutoManagerCore {
         }
         let after = options.after.unwrap_or_default();
         self.cordon_node(node_id)?;
-        let bound = self.facts().jobs_bound_to(node_id);
+        let bound = self.facts.jobs_bound_to(node_id);
         let mut jobs: Vec<DrainJob> = Vec::with_capacity(bound.len());
         for job_id in bound {
             // Already taken with its co-located group.
@@ -129,10 +132,11 @@ impl AutoManagerCore {
                 continue;
             }
             if let Some(bundle_id) = self
+                .facts
                 .jobs
                 .get(&job_id)
                 .map(|r| &r.bundle_ref.bundle_id)
-                .filter(|b| self.broken.contains_key(*b))
+                .filter(|b| self.facts.broken.contains_key(*b))
             {
                 // "A broken bundle ... stops placing every replica of it":
                 // no target is placed for it either.
@@ -146,7 +150,7 @@ impl AutoManagerCore {
             }
             // A co-located group moves as a unit, each job with its own
             // strategy; refused, the whole group is stuck with the reason.
-            let group = self.facts().moving_group(&job_id, node_id);
+            let group = self.facts.moving_group(&job_id, node_id);
             let strategy_for = &options.strategy_for;
             match self.migrate_with_group(
                 &job_id,
@@ -197,7 +201,7 @@ impl AutoManagerCore {
         };
         self.notify(Notification::DrainProgress(Box::new(state.clone())));
         let deadline = now.saturating_add(timeout_ms.min(i64::MAX as u64) as i64);
-        self.drains.by_node.insert(node_id.clone(), Drain { state, deadline });
+        self.drains.begin(node_id, Drain { state, deadline });
         self.follow_drain(node_id);
         Ok(())
     }
@@ -206,29 +210,27 @@ impl AutoManagerCore {
     /// from a disposed core take effect, and the interruption notices Manager
     /// relayed are acted on.
     pub(super) fn prepare_drains(&mut self, now: UnixMillis) {
-        for node_id in std::mem::take(&mut self.drains.carried_cordons) {
-            let _ = self.fleet.cordon(&node_id);
+        for node_id in self.drains.take_carried_cordons() {
+            let _ = self.facts.fleet.cordon(&node_id);
         }
         self.act_on_relayed_interruptions(now);
     }
 
     /// Brings every running drain up to date (see [`Drains::follow_all`]).
     pub(super) fn follow_drains(&mut self) {
-        let parts = self.parts();
-        parts.drains.follow_all(parts.facts, parts.outbox, parts.migrations);
+        self.drains
+            .follow_all(&mut self.facts, &mut self.outbox, &self.migrations);
     }
 
     fn follow_drain(&mut self, node_id: &NodeId) {
-        let mut parts = self.parts();
-        parts
-            .drains
-            .follow(&mut parts.facts, parts.outbox, parts.migrations, node_id);
+        self.drains
+            .follow(&mut self.facts, &mut self.outbox, &self.migrations, node_id);
     }
 
     /// Drains whose timeout has passed (see [`Drains::expire`]).
     pub(super) fn expire_drains(&mut self, now: UnixMillis) {
-        let parts = self.parts();
-        parts.drains.expire(parts.facts, parts.outbox, parts.migrations, now);
+        self.drains
+            .expire(&mut self.facts, &mut self.outbox, &self.migrations, now);
     }
 
     /// Manager answered a `TerminateNode` (see [`Drains::terminate_settled`]).
@@ -241,7 +243,7 @@ impl Drains {
     /// `uncordonNode`: placements may land on the node again. A drain that
     /// has not issued its terminate is cancelled (its migrations in flight
     /// run to their end) and an interruption notice is withdrawn with it.
-    fn uncordon(&mut self, facts: FactsMut, outbox: &mut Outbox, node_id: &NodeId) -> Result<(), CommandError> {
+    fn uncordon(&mut self, facts: &mut Facts, outbox: &mut Outbox, node_id: &NodeId) -> Result<(), CommandError> {
         // Capacity coming back is counted by the fleet: a job that found
         // nowhere may fit now.
         facts
@@ -264,12 +266,12 @@ impl Drains {
 
     /// Brings every running drain up to date with its jobs and migrations;
     /// terminates the nodes that are empty. Runs at the end of every step.
-    fn follow_all(&mut self, mut facts: FactsMut, outbox: &mut Outbox, migrations: &Migrations) {
+    fn follow_all(&mut self, facts: &mut Facts, outbox: &mut Outbox, migrations: &Migrations) {
         for node_id in self.running_nodes() {
-            self.follow(&mut facts, outbox, migrations, &node_id);
+            self.follow(facts, outbox, migrations, &node_id);
         }
         // What is kept of a node goes with it: its last drain and its notice.
-        let fleet = &*facts.fleet;
+        let fleet = &facts.fleet;
         if self
             .by_node
             .iter()
@@ -283,7 +285,7 @@ impl Drains {
 
     /// Brings one drain up to date with its jobs and migrations; terminates
     /// its node once it is empty.
-    fn follow(&mut self, facts: &mut FactsMut, outbox: &mut Outbox, migrations: &Migrations, node_id: &NodeId) {
+    fn follow(&mut self, facts: &mut Facts, outbox: &mut Outbox, migrations: &Migrations, node_id: &NodeId) {
         let Some(drain) = self.by_node.get(node_id) else {
             return;
         };
@@ -349,7 +351,7 @@ impl Drains {
             .iter()
             .any(|j| matches!(j.status, DrainJobStatus::Migrating | DrainJobStatus::Stuck))
             && !facts.jobs.values().any(|r| r.is_bound_to(node_id))
-            && !facts.read().hosts_migration_target(node_id);
+            && !facts.hosts_migration_target(node_id);
         match facts.fleet.get(node_id) {
             None => {
                 mark_terminated(&mut state);
@@ -391,7 +393,7 @@ impl Drains {
 
     /// Drains whose timeout has passed: `partial`, or with `force` the node
     /// terminated with its stuck jobs on it.
-    fn expire(&mut self, mut facts: FactsMut, outbox: &mut Outbox, migrations: &Migrations, now: UnixMillis) {
+    fn expire(&mut self, facts: &mut Facts, outbox: &mut Outbox, migrations: &Migrations, now: UnixMillis) {
         let due: Vec<NodeId> = self
             .by_node
             .iter()
@@ -399,7 +401,7 @@ impl Drains {
             .map(|(n, _)| n.clone())
             .collect();
         for node_id in due {
-            self.follow(&mut facts, outbox, migrations, &node_id);
+            self.follow(facts, outbox, migrations, &node_id);
             let Some(drain) = self.by_node.get(&node_id) else {
                 continue;
             };
@@ -408,7 +410,7 @@ impl Drains {
             }
             if drain.state.force {
                 facts.terminate(outbox, &node_id);
-                self.follow(&mut facts, outbox, migrations, &node_id);
+                self.follow(facts, outbox, migrations, &node_id);
                 continue;
             }
             let mut state = drain.state.clone();

@@ -126,7 +126,7 @@ pub(in crate::automanager) struct Drains {
     pub(super) by_node: BTreeMap<NodeId, Drain>,
     pub(in crate::automanager) interruptions: Interruptions,
     /// Cordons of a disposed core, applied once this one is hydrated.
-    pub(super) carried_cordons: Vec<NodeId>,
+    carried_cordons: Vec<NodeId>,
 }
 
 impl Drains {
@@ -144,6 +144,16 @@ impl Drains {
             interruptions: previous.interruptions.clone(),
             carried_cordons: fleet.iter().filter(|n| n.cordoned).map(|n| n.id.clone()).collect(),
         }
+    }
+
+    /// Starts `drain` on `node`, in place of its last one.
+    pub(super) fn begin(&mut self, node: &NodeId, drain: Drain) {
+        self.by_node.insert(node.clone(), drain);
+    }
+
+    /// The cordons carried from a disposed core, handed over once.
+    pub(super) fn take_carried_cordons(&mut self) -> Vec<NodeId> {
+        std::mem::take(&mut self.carried_cordons)
     }
 
     /// The drain of `node` (running, or the last one).
@@ -280,12 +290,37 @@ pub(in crate::automanager) struct Notice {
 /// uncordon withdraws it.
 #[derive(Clone, Debug, Default)]
 pub(in crate::automanager) struct Interruptions {
-    pub(in crate::automanager) by_node: BTreeMap<NodeId, Notice>,
+    by_node: BTreeMap<NodeId, Notice>,
     /// Notices Manager relayed, not yet acted on.
-    pub(in crate::automanager) relayed: Vec<(NodeId, InterruptionNotice, UnixMillis)>,
+    relayed: Vec<(NodeId, InterruptionNotice, UnixMillis)>,
 }
 
 impl Interruptions {
+    /// Takes `notice` for `node`; the notice it replaces, if any.
+    pub(in crate::automanager) fn take(&mut self, node: &NodeId, notice: Notice) -> Option<Notice> {
+        self.by_node.insert(node.clone(), notice)
+    }
+
+    /// Puts back what [`Interruptions::take`] replaced (a notice not acted
+    /// on leaves nothing behind).
+    pub(in crate::automanager) fn restore(&mut self, node: &NodeId, previous: Option<Notice>) {
+        match previous {
+            Some(notice) => self.by_node.insert(node.clone(), notice),
+            None => self.by_node.remove(node),
+        };
+    }
+
+    /// Keeps a notice Manager relayed, acted on before the next placement
+    /// round.
+    pub(in crate::automanager) fn relay(&mut self, node: NodeId, notice: InterruptionNotice, noticed_at: UnixMillis) {
+        self.relayed.push((node, notice, noticed_at));
+    }
+
+    /// The relayed notices not yet acted on, handed over once.
+    pub(in crate::automanager) fn take_relayed(&mut self) -> Vec<(NodeId, InterruptionNotice, UnixMillis)> {
+        std::mem::take(&mut self.relayed)
+    }
+
     pub(in crate::automanager) fn get(
         &self,
         node: &NodeId,

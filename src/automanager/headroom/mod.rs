@@ -23,9 +23,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::model::{BundleId, BundleSpec, JobId, UnixMillis};
 use crate::placement::headroom::{DomainKind, HeadroomReport, KindSummary};
 
-use super::core::{AutoManagerCore, Facts, Outbox};
+use super::core::AutoManagerCore;
+use super::facts::Facts;
 use super::metrics::HeadroomGauge;
 use super::notification::Notification;
+use super::outbox::Outbox;
 use super::view_cache::placed_jobs;
 use state::{Fingerprint, HeadroomState};
 
@@ -43,8 +45,8 @@ impl HeadroomState {
     /// Recomputes the verdicts when what they read changed and the
     /// debounce has run out (or the zone and provider refresh is due), and
     /// notifies the verdicts that changed.
-    pub(in crate::automanager) fn step(&mut self, facts: &Facts<'_>, outbox: &mut Outbox, now: UnixMillis) {
-        if !facts.settings.experimental.headroom {
+    pub(in crate::automanager) fn step(&mut self, facts: &Facts, outbox: &mut Outbox, now: UnixMillis) {
+        if !facts.settings().experimental.headroom {
             return;
         }
         let fingerprint = fingerprint(facts);
@@ -62,9 +64,11 @@ impl HeadroomState {
             return;
         }
         let nodes_due = self.pending.take().is_some();
-        let snapshot = facts
-            .fleet
-            .snapshot(facts.pools, placed_jobs(facts.jobs), &facts.settings.template_images);
+        let snapshot = facts.fleet.snapshot(
+            facts.pools(),
+            placed_jobs(&facts.jobs),
+            &facts.settings().template_images,
+        );
         let bundles: BTreeMap<BundleId, BundleSpec> = facts
             .bundles
             .values()
@@ -75,14 +79,14 @@ impl HeadroomState {
             .values()
             .filter(|r| {
                 facts
-                    .settings
+                    .settings()
                     .restart_ceiling(&r.job.spec.requirements)
                     .is_some_and(|c| r.restarts.count(now) >= c)
             })
             .map(|r| r.job_id().clone())
             .collect();
         if nodes_due {
-            match self.tracker.update(&snapshot, facts.pools, &bundles, &ceiling) {
+            match self.tracker.update(&snapshot, facts.pools(), &bundles, &ceiling) {
                 Err(e) => {
                     return outbox.notify(Notification::Error {
                         message: format!("headroom not computed: {e}"),
@@ -180,9 +184,9 @@ impl HeadroomState {
 }
 
 /// What headroom reads of the facts, summed up cheaply.
-fn fingerprint(facts: &Facts<'_>) -> Fingerprint {
+fn fingerprint(facts: &Facts) -> Fingerprint {
     Fingerprint {
-        capacity_epoch: facts.capacity_epoch,
+        capacity_epoch: facts.capacity_epoch(),
         revisions: facts.fleet.iter().map(|n| n.revision).fold(0, u64::wrapping_add),
         bindings: {
             use std::hash::{Hash, Hasher};
@@ -196,7 +200,7 @@ fn fingerprint(facts: &Facts<'_>) -> Fingerprint {
             hasher.finish()
         },
         generations: facts.bundles.values().map(|b| b.generation).fold(0, u64::wrapping_add),
-        pools: facts.pools.clone(),
+        pools: facts.pools().clone(),
     }
 }
 

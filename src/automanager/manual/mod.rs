@@ -28,9 +28,11 @@ use std::collections::BTreeSet;
 use crate::model::{BundleId, BundleJobRef, BundleSpec, BundleState, JobId, ReplicaJob, UnixMillis};
 
 use super::binding::{BindingPhase, JobRecord};
-use super::core::{AutoManagerCore, Facts, Outbox, Pending};
+use super::core::AutoManagerCore;
+use super::facts::Facts;
 use super::migration::Saga;
 use super::notification::Notification;
+use super::outbox::{Outbox, Pending};
 use super::protocol::{Action, CommandError, CommandId, Rpc, RpcFailure};
 use state::{ManualStarts, Toggle, replica_job};
 
@@ -39,31 +41,31 @@ impl AutoManagerCore {
     /// `startedReplicas` as this core runs them. What a spec to apply is
     /// compared with.
     pub fn applied_spec(&self, bundle_id: &BundleId) -> Option<BundleSpec> {
-        let bundle = self.bundles.get(bundle_id)?;
+        let bundle = self.facts.bundles.get(bundle_id)?;
         Some(
             bundle
                 .spec
-                .with_started(&self.manual.started_of(&self.facts(), bundle_id)),
+                .with_started(&self.manual.started_of(&self.facts, bundle_id)),
         )
     }
 
     /// Whether the job is a manual one that does not run: Manager holds it
     /// dormant or the wanted set keeps it stopped.
     pub fn is_dormant(&self, record: &JobRecord) -> bool {
-        record.job.dormant || self.manual.held_stopped(&self.facts(), record)
+        record.job.dormant || self.manual.held_stopped(&self.facts, record)
     }
 
     /// `updateBundle` of a spec equal to the applied one but for which
     /// manual jobs are started: the wanted set changes and nothing is sent
     /// as an update. `false` when the update is a revision.
     pub(super) fn start_stop_only(&mut self, bundle_id: &BundleId, spec: &BundleSpec) -> bool {
-        let Some(stored) = self.bundles.get(bundle_id) else {
+        let Some(stored) = self.facts.bundles.get(bundle_id) else {
             return false;
         };
         let started = spec.started();
         if stored.state != BundleState::Live
             || !stored.spec.same_revision(spec)
-            || self.manual.started_of(&self.facts(), bundle_id) == started
+            || self.manual.started_of(&self.facts, bundle_id) == started
         {
             return false;
         }
@@ -80,7 +82,7 @@ impl AutoManagerCore {
     pub(super) fn toggle_command(&mut self, command: CommandId, job: BundleJobRef, start: bool) {
         let job_id = crate::model::runtime_job_id(&job.bundle_id, job.replica_index, &job.job_name);
         let wants = (job.bundle_id.clone(), replica_job(&job));
-        let Some(bundle) = self.bundles.get(&job.bundle_id) else {
+        let Some(bundle) = self.facts.bundles.get(&job.bundle_id) else {
             return self
                 .manual
                 .send_toggle(&mut self.outbox, job_id, job, start, vec![command], Some(wants));
@@ -108,10 +110,9 @@ impl AutoManagerCore {
                 }),
             );
         }
-        let holds_so = self.jobs.get(&job_id).is_some_and(|r| r.job.dormant != start);
+        let holds_so = self.facts.jobs.get(&job_id).is_some_and(|r| r.job.dormant != start);
         if holds_so && !self.manual.toggles.contains_key(&job_id) {
-            let parts = self.parts();
-            parts.manual.apply_want(&parts.facts.read(), &wants.0, wants.1, start);
+            self.manual.apply_want(&self.facts, &wants.0, wants.1, start);
             return self.reply(command, Ok(()));
         }
         match self.manual.toggles.get_mut(&job_id) {
@@ -129,15 +130,14 @@ impl AutoManagerCore {
     /// Brings Manager to every wanted set (see [`ManualStarts::reconcile`]).
     pub(super) fn reconcile_manual(&mut self, now: UnixMillis) {
         let relays_signals = self.manager.serves(crate::model::manager::Capability::MigrationSignals);
-        let parts = self.parts();
         let mut saga = Saga {
-            facts: parts.facts,
-            outbox: parts.outbox,
-            migrations: parts.migrations,
-            counters: parts.counters,
+            facts: &mut self.facts,
+            outbox: &mut self.outbox,
+            migrations: &mut self.migrations,
+            counters: &mut self.counters,
             relays_signals,
         };
-        parts.manual.reconcile(&mut saga, now);
+        self.manual.reconcile(&mut saga, now);
     }
 }
 
@@ -276,7 +276,7 @@ impl ManualStarts {
     pub(super) fn reconcile(&mut self, saga: &mut Saga, now: UnixMillis) {
         let mut mismatches = Vec::new();
         let mut stops = Vec::new();
-        let facts = saga.facts.read();
+        let facts = &*saga.facts;
         for (bundle_id, wanted) in &self.wanted {
             let Some(bundle) = facts.bundles.get(bundle_id).filter(|b| b.state == BundleState::Live) else {
                 continue;

@@ -67,7 +67,7 @@
 //! every member of such a group `stuck` with that reason.
 
 use crate::automanager::binding::{BindingPhase, JobRecord};
-use crate::automanager::core::Facts;
+use crate::automanager::facts::Facts;
 
 use super::Saga;
 use crate::model::{JobId, MigrationId, MigrationPhase, NodeId, UnixMillis, runtime_job_id};
@@ -76,7 +76,7 @@ use crate::placement::JobGroups;
 use super::state::{CutOver, MigrationStep};
 use super::wind_down::Target;
 
-impl Facts<'_> {
+impl Facts {
     /// Every member of `job`'s co-located group in its replica, in spec
     /// order, `job` included (alone when it belongs to no group).
     pub(crate) fn group_of(&self, job: &JobId) -> Vec<JobId> {
@@ -235,7 +235,6 @@ impl Saga<'_> {
             return false;
         };
         self.facts
-            .read()
             .group_of(&state.job_id)
             .iter()
             .filter(|member| **member != state.job_id)

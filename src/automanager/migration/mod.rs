@@ -45,16 +45,18 @@ use crate::model::manager::Capability;
 use crate::model::{JobId, UnixMillis};
 
 use super::binding::MigrationClaim;
-use super::core::{AutoManagerCore, FactsMut, Outbox, Pending};
+use super::core::AutoManagerCore;
+use super::facts::Facts;
 use super::metrics::Counters;
 use super::notification::Notification;
+use super::outbox::{Outbox, Pending};
 use super::protocol::Rpc;
 use state::{Migrations, SourceStop};
 
 /// What the saga is handed: the facts, the outbox, the migrations' own
 /// state, the counters and whether Manager relays migration signals.
 pub(super) struct Saga<'a> {
-    pub(super) facts: FactsMut<'a>,
+    pub(super) facts: &'a mut Facts,
     pub(super) outbox: &'a mut Outbox,
     pub(super) migrations: &'a mut Migrations,
     pub(super) counters: &'a mut Counters,
@@ -66,12 +68,11 @@ impl AutoManagerCore {
     /// The core taken apart for the saga.
     pub(super) fn saga(&mut self) -> Saga<'_> {
         let relays_signals = self.manager.serves(Capability::MigrationSignals);
-        let parts = self.parts();
         Saga {
-            facts: parts.facts,
-            outbox: parts.outbox,
-            migrations: parts.migrations,
-            counters: parts.counters,
+            facts: &mut self.facts,
+            outbox: &mut self.outbox,
+            migrations: &mut self.migrations,
+            counters: &mut self.counters,
             relays_signals,
         }
     }
@@ -86,7 +87,8 @@ impl AutoManagerCore {
     /// `migrationForJob`: the job's migration in flight, else its most
     /// recent ended one.
     pub fn migration_for_job(&self, job: &JobId) -> Option<&MigrationState> {
-        self.jobs
+        self.facts
+            .jobs
             .get(job)
             .and_then(|r| r.migration.as_ref())
             .and_then(|c| self.migrations.get(&c.migration_id))
@@ -107,7 +109,7 @@ impl Saga<'_> {
     fn enter_phase(&mut self, id: &MigrationId, phase: MigrationPhase, now: UnixMillis) {
         let deadline = self
             .facts
-            .settings
+            .settings()
             .migration
             .timeout_ms(phase)
             .map(|ms| now + ms as i64);

@@ -11,10 +11,10 @@
 
 use super::Saga;
 use crate::automanager::binding::{Binding, BindingPhase, MigrationClaim};
-use crate::automanager::core::{AutoManagerCore, Pending};
+use crate::automanager::core::AutoManagerCore;
 use crate::automanager::dispatch::{PlacementView, decision_of};
-use crate::automanager::node_ids::NodeIds;
 use crate::automanager::notification::{Notification, PlacementDecisionInfo};
+use crate::automanager::outbox::Pending;
 use crate::automanager::protocol::Rpc;
 use crate::model::manager::Capability;
 use crate::model::{InstanceKey, JobId, MigrationId, MigrationPhase, MigrationStrategy, NodePhase, Slot, UnixMillis};
@@ -99,14 +99,14 @@ impl AutoManagerCore {
         now: UnixMillis,
     ) -> Result<Vec<(JobId, MigrationId)>, MigrationRefusal> {
         let source = self.movable_source(job_id, options)?;
-        let group = self.facts().moving_group(job_id, &source.node_id);
+        let group = self.facts.moving_group(job_id, &source.node_id);
         let refused = |reason: String| MigrationRefusal::GroupCannotMove {
             job_id: job_id.clone(),
             group: group.clone(),
             reason,
         };
         // A group moves whole: not while another move of it is unfinished.
-        if let Some((peer, id)) = self.facts().peer_still_moving(job_id) {
+        if let Some((peer, id)) = self.facts.peer_still_moving(job_id) {
             return Err(refused(format!(
                 "its co-located peer {peer} is still moving ({id}); the group moves again once it has arrived"
             )));
@@ -131,7 +131,7 @@ impl AutoManagerCore {
                 })?;
         let mut started: Vec<(JobId, MigrationId, InstanceKey)> = Vec::with_capacity(members.len());
         for ((member, binding), target) in members.iter().zip(&targets) {
-            let record = self.jobs.get(member);
+            let record = self.facts.jobs.get(member);
             let replica = record.map_or(0, |r| r.bundle_ref.replica_index);
             let slot = binding
                 .instance_key
@@ -139,7 +139,7 @@ impl AutoManagerCore {
                 .unwrap_or_else(|| Slot::of_replica(replica));
             let (migration_id, tag) = self.migrations.next_id(member, now);
             let target_key = InstanceKey::migration_target(slot, tag);
-            if let Some(mut record) = self.jobs.get_mut(member) {
+            if let Some(mut record) = self.facts.jobs.get_mut(member) {
                 record.migration = Some(MigrationClaim {
                     migration_id: migration_id.clone(),
                     target: Binding {
@@ -189,7 +189,7 @@ impl AutoManagerCore {
         }
         // The kept view holds the targets just reserved and the facts now
         // hold their claims: it matches the facts as they stand.
-        let revision = self.facts_revision();
+        let revision = self.facts.revision();
         if let Some(cache) = self.view_cache.as_mut().filter(|_| kept) {
             cache.matched_at(revision);
         }
@@ -203,7 +203,7 @@ impl AutoManagerCore {
     /// why: a handover needs Manager to relay migration signals, and runs
     /// as overlap (target started, then the source stopped) without them.
     fn strategy_for(&self, job_id: &JobId, given: Option<MigrationStrategy>) -> (MigrationStrategy, Option<String>) {
-        let asked = match self.jobs.get(job_id) {
+        let asked = match self.facts.jobs.get(job_id) {
             Some(record) => record.job.requirements().migration_strategy_or(given),
             None => given.unwrap_or_default(),
         };
@@ -219,10 +219,11 @@ impl AutoManagerCore {
     /// move: the saga's refusals.
     fn movable_source(&self, job_id: &JobId, options: &MigrationOptions) -> Result<Binding, MigrationRefusal> {
         // Nothing is placed before Manager's snapshot is complete.
-        if !self.hydrated {
+        if !self.facts.hydrated {
             return Err(MigrationRefusal::NotHydrated { job_id: job_id.clone() });
         }
         let record = self
+            .facts
             .jobs
             .get(job_id)
             .ok_or_else(|| MigrationRefusal::NotAutoManagerPlaced { job_id: job_id.clone() })?;
@@ -240,7 +241,7 @@ impl AutoManagerCore {
             .clone()
             .filter(|b| b.phase == BindingPhase::Running && record.in_flight.is_none())
             .ok_or_else(|| MigrationRefusal::NotRunning { job_id: job_id.clone() })?;
-        if self.broken.contains_key(&record.bundle_ref.bundle_id) {
+        if self.facts.broken.contains_key(&record.bundle_ref.bundle_id) {
             return Err(MigrationRefusal::BundleBroken {
                 job_id: job_id.clone(),
                 bundle_id: record.bundle_ref.bundle_id.clone(),
@@ -316,11 +317,13 @@ impl AutoManagerCore {
             reason,
         };
         let record = self
+            .facts
             .jobs
             .get(first)
             .ok_or_else(|| nowhere("the job is unknown".to_owned()))?;
         let replica_index = record.bundle_ref.replica_index;
         let bundle = self
+            .facts
             .bundles
             .get(&record.bundle_ref.bundle_id)
             .cloned()
@@ -328,6 +331,7 @@ impl AutoManagerCore {
         let mut names = Vec::with_capacity(members.len());
         for member in members {
             let name = self
+                .facts
                 .jobs
                 .get(member)
                 .map(|r| r.bundle_ref.job_name.clone())
@@ -346,8 +350,8 @@ impl AutoManagerCore {
     /// of its own then); otherwise the kept view, which keeps the target's
     /// reservation.
     fn migration_view(&mut self, now: UnixMillis) -> Result<PlacementView, String> {
-        if self.capacity_held_back(now) {
-            let pools = self.effective_pools(now)?;
+        if self.facts.placed_with.capacity_held_back(now) {
+            let pools = self.facts.placed_with.effective_pools(&self.facts.fleet, now)?;
             return Ok(PlacementView::Once(Box::new(
                 self.view_with(pools).map_err(|e| e.to_string())?,
             )));
@@ -355,7 +359,7 @@ impl AutoManagerCore {
         // A view nothing has changed under since the last migration noted
         // it (consecutive migrations: a drain's, a burst of `migrateJob`s)
         // is used as it is.
-        let revision = self.facts_revision();
+        let revision = self.facts.revision();
         let kept = match self.view_cache.take() {
             Some(cache) if cache.matches(revision) => cache,
             other => {
@@ -385,7 +389,7 @@ impl AutoManagerCore {
         };
         let mut request = PlacementRequest::launch(&bundle.bundle_id, &bundle.spec, moving.replica_index, member.name)
             .recovering(&context)
-            .with_trace(self.settings.trace_placements);
+            .with_trace(self.facts.settings().trace_placements);
         request.override_reservation |= options.override_reservation;
         if let Some(from) = member.group_source {
             request = request.moving_group_from(from);
@@ -394,11 +398,8 @@ impl AutoManagerCore {
             request = request.pinned_to(pin);
         }
         self.counters.placements_attempted += 1;
-        let mut ids = NodeIds {
-            process: self.process,
-            serial: &mut self.next_node_serial,
-        };
-        let placement = place(view.fleet_view(), request, &mut ids).map_err(|e| (e.to_string(), false))?;
+        let placement =
+            place(view.fleet_view(), request, &mut self.facts.node_ids).map_err(|e| (e.to_string(), false))?;
         self.notify(Notification::PlacementDecision(Box::new(PlacementDecisionInfo {
             job_id: member.job_id.clone(),
             bundle_id: bundle.bundle_id.clone(),

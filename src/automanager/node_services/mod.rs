@@ -29,8 +29,10 @@ use std::collections::BTreeMap;
 
 use crate::model::{InstanceKey, JobHistoryEntry, JobId, NodeId, NodePhase, RuntimeJob, Slot, UnixMillis, tags};
 
-use super::core::{AutoManagerCore, Facts, Outbox, Pending};
+use super::core::AutoManagerCore;
+use super::facts::Facts;
 use super::notification::Notification;
+use super::outbox::{Outbox, Pending};
 use super::protocol::{Rpc, RpcFailure, RpcFailureKind};
 use super::settings::AutoSettings;
 use state::{NodeServiceState, ServiceRequest};
@@ -52,21 +54,22 @@ impl NodeServiceState {
 
     /// Places every service on every running node it applies to and is not
     /// on yet, and forgets the nodes that are gone.
-    pub(in crate::automanager) fn place(&mut self, facts: &Facts<'_>, outbox: &mut Outbox, now: UnixMillis) {
+    pub(in crate::automanager) fn place(&mut self, facts: &Facts, outbox: &mut Outbox, now: UnixMillis) {
         let retry_due = self.deadline().is_some_and(|at| at <= now);
-        if facts.settings.node_services.is_empty() || (self.seen_epoch == Some(facts.capacity_epoch) && !retry_due) {
+        if facts.settings().node_services.is_empty() || (self.seen_epoch == Some(facts.capacity_epoch()) && !retry_due)
+        {
             return;
         }
-        self.seen_epoch = Some(facts.capacity_epoch);
-        let fleet = facts.fleet;
+        self.seen_epoch = Some(facts.capacity_epoch());
+        let fleet = &facts.fleet;
         self.placements
             .retain(|(_, node_id), _| fleet.get(node_id).is_some_and(|n| !n.is_going() && !n.terminated));
         let mut due = Vec::new();
-        for service in &facts.settings.node_services {
+        for service in &facts.settings().node_services {
             for node in fleet.iter() {
                 let pool = node.tags.get(tags::POOL);
                 let applies = pool.is_some_and(|p| {
-                    facts.pools.get(p).is_some() && (service.pools.is_empty() || service.pools.contains(p))
+                    facts.pools().get(p).is_some() && (service.pools.is_empty() || service.pools.contains(p))
                 });
                 if !applies || node.phase != NodePhase::Running || node.terminated {
                     continue;

@@ -36,24 +36,26 @@ use std::collections::BTreeMap;
 
 use crate::model::{Bundle, BundleId, BundleState, JobId, JobState, SchedulePhase, UnixMillis};
 
-use super::core::{AutoManagerCore, Facts, Outbox, Pending};
+use super::core::AutoManagerCore;
+use super::facts::Facts;
 use super::notification::Notification;
+use super::outbox::{Outbox, Pending};
 use super::protocol::{Rpc, RpcFailure, RpcFailureKind};
 use state::Schedules;
 
 impl AutoManagerCore {
     /// The schedule of `bundle_id` at `now`, if it has one.
     pub fn schedule_view(&self, bundle_id: &BundleId, now: UnixMillis) -> Option<ScheduleView> {
-        self.facts().schedule_view(bundle_id, now)
+        self.facts.schedule_view(bundle_id, now)
     }
 }
 
-impl Facts<'_> {
+impl Facts {
     /// The placement lead of a replica: the largest `placementLeadMs` of
     /// the tiers of the pool it is placed from (see the module docs).
     pub(super) fn placement_lead_ms(&self, bundle: &Bundle, replica_index: u32) -> u64 {
         let pool = bundle.spec.pool_for_replica(replica_index);
-        self.pools.get(pool).map_or(0, |p| {
+        self.pools().get(pool).map_or(0, |p| {
             p.tiers
                 .iter()
                 .map(|t| t.effective_placement_lead_ms())
@@ -100,7 +102,7 @@ impl Facts<'_> {
 impl Schedules {
     /// Notifies phase changes and completes the jobs of every bundle whose
     /// schedule has ended.
-    pub(in crate::automanager) fn step(&mut self, facts: &Facts<'_>, outbox: &mut Outbox, now: UnixMillis) {
+    pub(in crate::automanager) fn step(&mut self, facts: &Facts, outbox: &mut Outbox, now: UnixMillis) {
         let scheduled = facts
             .bundles
             .values()
@@ -124,7 +126,7 @@ impl Schedules {
         }
         self.phases = phases;
         // A job that reached `POST`, or left, needs no more calls.
-        let jobs = facts.jobs;
+        let jobs = &facts.jobs;
         self.completions
             .retain(|job_id, _| jobs.get(job_id).is_some_and(|r| r.job.state != JobState::Post));
     }
@@ -132,7 +134,7 @@ impl Schedules {
     /// `CompleteJob` for every job of an ended bundle not yet completed,
     /// one call in flight per job, again `COMPLETE_RETRY_MS` after an
     /// answer that did not complete it.
-    fn complete_jobs_of(&mut self, facts: &Facts<'_>, bundle_id: &BundleId, outbox: &mut Outbox, now: UnixMillis) {
+    fn complete_jobs_of(&mut self, facts: &Facts, bundle_id: &BundleId, outbox: &mut Outbox, now: UnixMillis) {
         let due: Vec<JobId> = facts
             .jobs
             .values()
@@ -180,7 +182,7 @@ impl Schedules {
     /// When a schedule changes phase next, or a `CompleteJob` is due again.
     pub(in crate::automanager) fn deadlines<'a>(
         &'a self,
-        facts: &'a Facts<'a>,
+        facts: &'a Facts,
         now: UnixMillis,
     ) -> impl Iterator<Item = UnixMillis> + 'a {
         let transitions = facts

@@ -20,7 +20,7 @@ impl AutoManagerCore {
     /// `spareSpec(nodeId)`: what a live spare is warmed and reserved for;
     /// `None` for a node that is not an unconsumed spare.
     pub fn spare_spec(&self, node_id: &NodeId) -> Option<SpareSpec> {
-        let node = self.fleet.get(node_id)?;
+        let node = self.facts.fleet.get(node_id)?;
         (is_spare_tagged(node) && !node.is_going() && !node.terminated).then(|| SpareSpec::from_tags(&node.tags))
     }
 
@@ -31,10 +31,10 @@ impl AutoManagerCore {
         node_id: &NodeId,
         spec: &SpareSpec,
     ) -> Result<(), CommandError> {
-        let Some(node) = self.fleet.get(node_id) else {
+        let Some(node) = self.facts.fleet.get(node_id) else {
             return Err(CommandError::UnknownNode(node_id.clone()));
         };
-        let bound = self.jobs.values().any(|r| r.is_bound_to(node_id));
+        let bound = self.facts.jobs.values().any(|r| r.is_bound_to(node_id));
         if !is_spare_tagged(node) || node.is_going() || node.terminated || bound {
             return Err(CommandError::NotASpare(node_id.clone()));
         }
@@ -52,7 +52,7 @@ impl AutoManagerCore {
         &mut self,
         specs: Vec<HotSpareSpec>,
     ) -> Result<HotSpareSpecsDiff, CommandError> {
-        if let Err(refused) = self.pools.validate_hot_spares(&specs) {
+        if let Err(refused) = self.facts.pools().validate_hot_spares(&specs) {
             let errors = refused
                 .errors
                 .into_iter()
@@ -64,7 +64,7 @@ impl AutoManagerCore {
                 .collect();
             return Err(CommandError::InvalidSettings { errors });
         }
-        let diff = hot_spare_diff(&self.settings.hot_spares, &specs);
+        let diff = hot_spare_diff(&self.facts.settings().hot_spares, &specs);
         for (pool, change) in &diff {
             // A changed entry converges at once, not after an old backoff.
             self.spares.backoff.remove(pool);
@@ -73,10 +73,10 @@ impl AutoManagerCore {
             // snapshot) the list is only adopted: the live spares are not
             // all known yet, and those of a standby are the leader's to
             // re-tag.
-            if self.hydrated
+            if self.facts.hydrated
                 && let HotSpareChange::Changed { before, after, .. } = change
             {
-                let facts = self.facts();
+                let facts = &self.facts;
                 let accepted = facts.accepted_nodes();
                 let live: Vec<NodeId> = facts.unconsumed_spares(pool, &accepted).map(|n| n.id.clone()).collect();
                 for node_id in live {
@@ -84,7 +84,7 @@ impl AutoManagerCore {
                 }
             }
         }
-        self.settings.hot_spares = specs;
+        self.facts.placed_with.set_hot_spares(specs);
         self.spares.forced = true;
         Ok(diff)
     }
@@ -105,7 +105,6 @@ impl AutoManagerCore {
         if set.is_empty() && remove.is_empty() {
             return;
         }
-        let mut parts = self.parts();
-        super::update_tags(&mut parts.facts, parts.outbox, node_id, set, remove);
+        super::update_tags(&mut self.facts, &mut self.outbox, node_id, set, remove);
     }
 }

@@ -42,9 +42,11 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use crate::model::{HotSpareSpec, ManagerEvent, NodeId, PlacementTier, SpareSpec, UnixMillis, tags};
 
-use super::core::{AutoManagerCore, Facts, FactsMut, Outbox, Pending};
+use super::core::AutoManagerCore;
+use super::facts::Facts;
 use super::fleet::{NodeState, Provisioned, provisioned_tags};
 use super::notification::Notification;
+use super::outbox::{Outbox, Pending};
 use super::protocol::{Rpc, RpcFailure};
 use super::settings::AutoSettings;
 use state::{SPARE_TAGS, SpareCount, SpareRequest, SpareState, is_spare_tagged};
@@ -52,7 +54,7 @@ use state::{SPARE_TAGS, SpareCount, SpareRequest, SpareState, is_spare_tagged};
 pub use diff::{HotSpareChange, HotSpareField, HotSpareSpecsDiff, hot_spare_diff};
 
 /// What the reconciler reads of the facts.
-impl<'a> Facts<'a> {
+impl Facts {
     /// Spares of `pool`: tagged, not going, and on none of `excluded` (the
     /// nodes with an accepted job, to count them; every occupied node, to
     /// pick which to terminate or warm).
@@ -60,7 +62,7 @@ impl<'a> Facts<'a> {
         &'b self,
         pool: &'b str,
         excluded: &'b HashSet<NodeId>,
-    ) -> impl Iterator<Item = &'a NodeState> + 'b {
+    ) -> impl Iterator<Item = &'b NodeState> + 'b {
         self.fleet.iter().filter(move |n| {
             is_spare_tagged(n)
                 && !n.is_going()
@@ -135,7 +137,7 @@ impl<'a> Facts<'a> {
             .get(tags::POOL)
             .zip(node.tags.get(tags::TIER))
             .and_then(|(pool, tier)| {
-                self.pools
+                self.pools()
                     .get(pool)
                     .and_then(|p| p.tiers.iter().find(|t| &t.name == tier))
             });
@@ -143,7 +145,7 @@ impl<'a> Facts<'a> {
     }
 
     /// `pool`'s unconsumed spares that hold nothing and may be terminated.
-    fn idle_terminable_spares(&self, pool: &str, occupied: &HashSet<NodeId>) -> Vec<&'a NodeState> {
+    fn idle_terminable_spares<'b>(&'b self, pool: &'b str, occupied: &'b HashSet<NodeId>) -> Vec<&'b NodeState> {
         self.unconsumed_spares(pool, occupied)
             .filter(|n| self.is_terminable(n))
             .collect()
@@ -187,7 +189,7 @@ impl SpareState {
     /// `HotSparePolicy` status shows).
     pub(super) fn status(&self, facts: &Facts) -> Vec<HotSpareStatus> {
         facts
-            .settings
+            .settings()
             .hot_spares
             .iter()
             .map(|entry| {
@@ -214,12 +216,11 @@ impl SpareState {
     }
 
     /// One reconciler pass, when one is due (see the module docs).
-    pub(super) fn reconcile(&mut self, facts: &mut FactsMut, outbox: &mut Outbox, now: UnixMillis) {
-        let settings = facts.settings;
-        let configured = !settings.hot_spares.is_empty();
+    pub(super) fn reconcile(&mut self, facts: &mut Facts, outbox: &mut Outbox, now: UnixMillis) {
+        let configured = !facts.settings().hot_spares.is_empty();
         let tick = configured && self.next_tick.is_none_or(|at| at <= now);
         let backoff_ended = self.backoff.values().any(|&until| until <= now);
-        let changed = self.seen_epoch != Some(facts.read().capacity_epoch);
+        let changed = self.seen_epoch != Some(facts.capacity_epoch());
         if !configured {
             // Only orphans can be left to reap, and only a fleet change
             // can bring one.
@@ -227,7 +228,7 @@ impl SpareState {
                 return;
             }
             if !facts.fleet.iter().any(is_spare_tagged) {
-                self.seen_epoch = Some(facts.read().capacity_epoch);
+                self.seen_epoch = Some(facts.capacity_epoch());
                 self.forced = false;
                 return;
             }
@@ -235,7 +236,7 @@ impl SpareState {
         // Manager accepting a start does not move the capacity epoch, so while
         // spares are configured a spare taking a job is looked for on
         // every step.
-        let consumed = facts.read().consumed_spares();
+        let consumed = facts.consumed_spares();
         if !(tick || backoff_ended || changed || self.forced || !consumed.is_empty()) {
             return;
         }
@@ -255,31 +256,33 @@ impl SpareState {
             );
             self.pulls.remove(&node_id);
         }
-        let occupied = facts.read().occupied_nodes();
+        let occupied = facts.occupied_nodes();
         reap_orphans(facts, outbox, &occupied);
         let loud = tick || self.forced;
-        for entry in &settings.hot_spares {
+        // Owned: converging changes the facts the list is read from.
+        let entries = facts.settings().hot_spares.clone();
+        for entry in &entries {
             self.converge(facts, outbox, entry, &occupied, loud, now);
         }
-        self.prefetch_warm_for(&facts.read(), outbox, &occupied);
+        self.prefetch_warm_for(facts, outbox, &occupied);
         if tick {
-            self.next_tick = Some(now + settings.hot_spare_reconcile_interval_ms as i64);
+            self.next_tick = Some(now + facts.settings().hot_spare_reconcile_interval_ms as i64);
         }
         self.forced = false;
-        self.seen_epoch = Some(facts.read().capacity_epoch);
+        self.seen_epoch = Some(facts.capacity_epoch());
     }
 
     /// Brings one pool to its target.
     fn converge(
         &mut self,
-        facts: &mut FactsMut,
+        facts: &mut Facts,
         outbox: &mut Outbox,
         entry: &HotSpareSpec,
         occupied: &HashSet<NodeId>,
         loud: bool,
         now: UnixMillis,
     ) {
-        let SpareCount { live, provisioning } = facts.read().spare_count(&entry.pool);
+        let SpareCount { live, provisioning } = facts.spare_count(&entry.pool);
         let effective = live + provisioning;
         let target = entry.target_count;
         if effective < target {
@@ -308,13 +311,19 @@ impl SpareState {
     /// scaled here: the operator provides the hardware.
     fn provision_shortfall(
         &mut self,
-        facts: &mut FactsMut,
+        facts: &mut Facts,
         outbox: &mut Outbox,
         entry: &HotSpareSpec,
         shortfall: u32,
         now: UnixMillis,
     ) {
-        let Some(tier) = facts.pools.get(&entry.pool).and_then(|p| p.first_elastic_tier()) else {
+        // Owned: provisioning changes the facts the pools are read from.
+        let Some(tier) = facts
+            .pools()
+            .get(&entry.pool)
+            .and_then(|p| p.first_elastic_tier())
+            .cloned()
+        else {
             return;
         };
         let counted = facts
@@ -328,13 +337,13 @@ impl SpareState {
             .count() as u32;
         let room = tier.max_nodes.map_or(u32::MAX, |max| max.saturating_sub(counted));
         for _ in 0..shortfall.min(room) {
-            self.provision_spare(facts, outbox, entry, tier, now);
+            self.provision_spare(facts, outbox, entry, &tier, now);
         }
     }
 
     fn provision_spare(
         &mut self,
-        facts: &mut FactsMut,
+        facts: &mut Facts,
         outbox: &mut Outbox,
         entry: &HotSpareSpec,
         tier: &PlacementTier,
@@ -392,17 +401,17 @@ impl SpareState {
     /// target was placed on.
     fn terminate_coldest(
         &self,
-        facts: &mut FactsMut,
+        facts: &mut Facts,
         outbox: &mut Outbox,
         entry: &HotSpareSpec,
         occupied: &HashSet<NodeId>,
         excess: u32,
     ) {
-        let read = facts.read();
+        let read = &*facts;
         let warm_images: BTreeSet<&String> = entry
             .warm_for
             .iter()
-            .filter_map(|t| read.settings.template_images.get(t))
+            .filter_map(|t| read.settings().template_images.get(t))
             .flatten()
             .collect();
         let mut candidates: Vec<(usize, UnixMillis, NodeId)> = read
@@ -426,7 +435,7 @@ impl SpareState {
     /// `warmFor` templates it neither holds, nor was asked for, nor failed.
     fn prefetch_warm_for(&mut self, facts: &Facts, outbox: &mut Outbox, occupied: &HashSet<NodeId>) {
         let mut asks = Vec::new();
-        for entry in &facts.settings.hot_spares {
+        for entry in &facts.settings().hot_spares {
             for node in facts.unconsumed_spares(&entry.pool, occupied) {
                 if node.phase != crate::model::NodePhase::Running {
                     continue;
@@ -436,7 +445,7 @@ impl SpareState {
                 let wanted: BTreeSet<String> = SpareSpec::from_tags(&node.tags)
                     .warm_for
                     .iter()
-                    .filter_map(|t| facts.settings.template_images.get(t))
+                    .filter_map(|t| facts.settings().template_images.get(t))
                     .flatten()
                     .filter(|image| !held.contains(image))
                     .filter(|image| pulls.is_none_or(|p| !p.requested.contains(*image) && !p.failed.contains(*image)))
@@ -464,7 +473,7 @@ impl SpareState {
     /// The result of a reconciler RPC.
     pub(super) fn rpc_result(
         &mut self,
-        facts: &mut FactsMut,
+        facts: &mut Facts,
         outbox: &mut Outbox,
         request: SpareRequest,
         result: Result<(), RpcFailure>,
@@ -509,9 +518,9 @@ impl SpareState {
 
 /// Unconsumed spares of pools without an entry are orphans; those holding
 /// nothing are reaped.
-fn reap_orphans(facts: &mut FactsMut, outbox: &mut Outbox, occupied: &HashSet<NodeId>) {
-    let read = facts.read();
-    let entries: BTreeSet<&str> = read.settings.hot_spares.iter().map(|e| e.pool.as_str()).collect();
+fn reap_orphans(facts: &mut Facts, outbox: &mut Outbox, occupied: &HashSet<NodeId>) {
+    let read = &*facts;
+    let entries: BTreeSet<&str> = read.settings().hot_spares.iter().map(|e| e.pool.as_str()).collect();
     let pools: BTreeSet<&String> = read
         .fleet
         .iter()
@@ -532,7 +541,7 @@ fn reap_orphans(facts: &mut FactsMut, outbox: &mut Outbox, occupied: &HashSet<No
 /// Writes tags to a node, here at once (placement reads them) and on
 /// Manager.
 pub(super) fn update_tags(
-    facts: &mut FactsMut,
+    facts: &mut Facts,
     outbox: &mut Outbox,
     node_id: &NodeId,
     set: BTreeMap<String, String>,
@@ -556,6 +565,6 @@ impl AutoManagerCore {
     /// target, the last underflow and any provision backoff (what a
     /// `HotSparePolicy` status shows).
     pub fn hot_spare_status(&self) -> Vec<HotSpareStatus> {
-        self.spares.status(&self.facts())
+        self.spares.status(&self.facts)
     }
 }

@@ -11,11 +11,12 @@ pub(super) mod state;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::automanager::binding::{Binding, BindingPhase};
-use crate::automanager::core::{AutoManagerCore, Pending};
+use crate::automanager::core::AutoManagerCore;
 use crate::automanager::drain::state::Drains;
 use crate::automanager::history::live_instances;
 use crate::automanager::manual::state::ManualStarts;
 use crate::automanager::migration::state::{MigrationCall, Migrations};
+use crate::automanager::outbox::Pending;
 use crate::automanager::protocol::RequestId;
 use crate::automanager::recovery::{counts_for_restarts, replay_restart};
 use crate::automanager::schedule::state::Schedules;
@@ -40,26 +41,28 @@ impl AutoManagerCore {
     /// disposed core may have told the source to stop, or not yet.
     pub fn succeeding(valid: ValidSettings, previous: &AutoManagerCore) -> Self {
         let mut core = Self::new(valid, previous.started_at);
-        core.process = previous.process;
         core.counters = previous.counters.clone();
         core.manager = previous.manager.clone();
-        core.fleet.carry_declarations(&previous.fleet);
+        core.facts.fleet.carry_declarations(&previous.facts.fleet);
         // `updateHotSpareSpecs` replaced the list without a reconnect; a
         // reconnect keeps it.
-        core.settings.hot_spares = previous.settings.hot_spares.clone();
+        core.facts
+            .placed_with
+            .set_hot_spares(previous.facts.settings().hot_spares.clone());
         core.outbox.continue_from(&previous.outbox);
         // Revisions keep counting: a reading of the new core is never
         // taken for one of the old.
         core.revision = previous.revision;
         // Node ids keep counting, so a node Manager has already forgotten is
         // never named again by this process.
-        core.next_node_serial = previous.next_node_serial;
+        core.facts.node_ids = previous.facts.node_ids.clone();
         core.unheard_creates = previous.unheard_creates.clone();
-        core.drains = Drains::carried_from(&previous.drains, &previous.fleet);
+        core.drains = Drains::carried_from(&previous.drains, &previous.facts.fleet);
         core.schedules = Schedules::carried_from(&previous.schedules);
         core.manual = ManualStarts::carried_from(&previous.manual);
         core.migrations = Migrations::carried_from(&previous.migrations);
         core.inherited.migrating = previous
+            .facts
             .jobs
             .iter()
             .filter(|(_, record)| record.migration.is_some())
@@ -84,8 +87,8 @@ impl AutoManagerCore {
         // once it has taken up its own inheritance; before that (disposed
         // while still hydrating) its inheritance does.
         let gate_of = |id: RequestId, job_id: &JobId| -> (bool, Option<Binding>) {
-            if previous.hydrated {
-                let record = previous.jobs.get(job_id).filter(|r| r.in_flight == Some(id));
+            if previous.facts.hydrated {
+                let record = previous.facts.jobs.get(job_id).filter(|r| r.in_flight == Some(id));
                 return (record.is_some(), record.and_then(|r| r.binding.clone()));
             }
             previous
@@ -153,7 +156,7 @@ impl AutoManagerCore {
     /// The predecessor's marks on its nodes, and the nodes it was
     /// launching.
     fn carry_node_marks(&mut self, previous: &AutoManagerCore) {
-        for node in previous.fleet.iter() {
+        for node in previous.facts.fleet.iter() {
             // A node it was launching keeps its provision deadline (one the
             // snapshot shows starting would otherwise wait forever), and one
             // Manager has not announced yet stays, so its create's answer
@@ -161,7 +164,7 @@ impl AutoManagerCore {
             if node.is_launching()
                 && let Some(provisioned) = &node.provisioned
             {
-                self.fleet.add_provisioned(node.id.clone(), provisioned.clone());
+                self.facts.fleet.add_provisioned(node.id.clone(), provisioned.clone());
             }
             // Which nodes it provisioned (what `singleUse` may release),
             // terminated (they take nothing new; a terminate Manager did not
@@ -182,13 +185,15 @@ impl AutoManagerCore {
     /// What the predecessor decided of its bundles and jobs that Manager's
     /// history does not say, for the generation it knew.
     fn carry_job_outcomes(&mut self, previous: &AutoManagerCore) {
-        let generation = |bundle: &BundleId| previous.bundles.get(bundle).map_or(0, |b| b.generation);
+        let generation = |bundle: &BundleId| previous.facts.bundles.get(bundle).map_or(0, |b| b.generation);
         self.inherited.broken = previous
+            .facts
             .broken
             .iter()
             .map(|(bundle, reason)| (bundle.clone(), (reason.clone(), generation(bundle))))
             .collect();
         self.inherited.jobs = previous
+            .facts
             .jobs
             .iter()
             .map(|(id, record)| {
@@ -221,18 +226,19 @@ impl AutoManagerCore {
     pub(super) fn take_up_inheritance(&mut self, now: UnixMillis) {
         let inherited = std::mem::take(&mut self.inherited);
         for (job_id, record) in inherited.migrating {
-            self.jobs.insert(job_id.clone(), record);
+            self.facts.jobs.insert(job_id.clone(), record);
             self.job_deleted(job_id, now);
         }
         for (bundle, (reason, generation)) in inherited.broken {
-            if generation_unchanged(&self.bundles, &bundle, generation) {
-                self.broken.entry(bundle.clone()).or_insert(reason);
+            if generation_unchanged(&self.facts.bundles, &bundle, generation) {
+                self.facts.broken.entry(bundle.clone()).or_insert(reason);
                 self.losses().withhold_unstarted(&bundle);
             }
         }
         self.take_up_jobs(inherited.jobs);
         for (node_id, marks) in inherited.nodes {
-            self.fleet
+            self.facts
+                .fleet
                 .inherit(&node_id, marks.terminated, marks.release_when_empty, marks.provisioned);
         }
         self.take_up_starts(inherited.starts);
@@ -264,9 +270,14 @@ impl AutoManagerCore {
             })
             .collect();
         for (job_id, carried) in jobs {
-            let usable = |node: &NodeId| self.fleet.get(node).is_some_and(|n| !n.is_going() && !n.terminated);
+            let usable = |node: &NodeId| {
+                self.facts
+                    .fleet
+                    .get(node)
+                    .is_some_and(|n| !n.is_going() && !n.terminated)
+            };
             let binding = carried.binding.filter(|b| usable(&b.node_id));
-            let Some(mut record) = self.jobs.get_mut(&job_id) else {
+            let Some(mut record) = self.facts.jobs.get_mut(&job_id) else {
                 continue;
             };
             // The predecessor judged the losses it saw; those a snapshot
@@ -292,7 +303,7 @@ impl AutoManagerCore {
                 record.binding = Some(Binding { phase, ..binding });
             }
             // Its outcome and count are for the generation it knew.
-            if !generation_unchanged(&self.bundles, &record.bundle_ref.bundle_id, carried.generation) {
+            if !generation_unchanged(&self.facts.bundles, &record.bundle_ref.bundle_id, carried.generation) {
                 continue;
             }
             record.dropped |= carried.dropped;
@@ -318,8 +329,8 @@ impl AutoManagerCore {
             let binding = start.binding;
             let node_up = binding
                 .as_ref()
-                .is_some_and(|b| self.fleet.get(&b.node_id).is_some_and(|n| !n.is_going()));
-            let Some(mut record) = self.jobs.get_mut(&start.job_id).filter(|r| r.in_flight.is_none()) else {
+                .is_some_and(|b| self.facts.fleet.get(&b.node_id).is_some_and(|n| !n.is_going()));
+            let Some(mut record) = self.facts.jobs.get_mut(&start.job_id).filter(|r| r.in_flight.is_none()) else {
                 continue;
             };
             record.in_flight = Some(start.id);

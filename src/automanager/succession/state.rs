@@ -28,10 +28,6 @@ pub(in crate::automanager) struct Inheritance {
     /// Manager's history may show them, but they are going, and never taken
     /// for the job's placement while hydrating.
     pub(in crate::automanager) undoing: BTreeSet<(JobId, InstanceKey, NodeId)>,
-    /// Nodes a job left while the snapshot was replayed (node, whether a
-    /// single-use job left it): whether each is empty is known only once
-    /// every job has been read, so they are released then.
-    pub(in crate::automanager) releases: Vec<(NodeId, bool)>,
     /// What it knew of each job that Manager's history does not say,
     /// for the generation of the bundle it knew.
     pub(in crate::automanager) jobs: BTreeMap<JobId, CarriedJob>,

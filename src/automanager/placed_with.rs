@@ -1,5 +1,5 @@
-//! What the providers recently could not supply, and the pools placement
-//! sees because of it.
+//! What the fleet is placed with: the settings and pools in force, and what
+//! the providers recently could not supply.
 //!
 //! A provision refused for lack of capacity (`InsufficientInstanceCapacity`)
 //! marks its *offering* — provider, region, instance type, launch mode —
@@ -9,16 +9,88 @@
 //! left with no shape is capped at its current node count. Any other
 //! refusal holds back the whole tier the same way ("a failed provision
 //! leaves no phantom node and backs off").
+//!
+//! Every change that lets placement see more (new pools or template images,
+//! a hold-back served) is counted in [`PlacedWith::revision`] by the
+//! mutator that makes it, which is why the fields are private.
 
-use crate::model::{LaunchMode, NodePhase, ProviderKind, UnixMillis, tags};
+use std::collections::BTreeMap;
+
+use crate::model::{HotSpareSpec, LaunchMode, NodePhase, ProviderKind, UnixMillis, tags};
 use crate::placement::{Pools, validate_pools};
 
-use super::core::AutoManagerCore;
-use super::fleet::{Offering, Provisioned};
+use super::fleet::{Fleet, Offering, Provisioned};
 use super::protocol::RpcFailureKind;
 use super::recovery::PROVISION_FAILURE_BACKOFF_MS;
+use super::settings::{AutoSettings, ValidSettings};
 
-impl AutoManagerCore {
+/// See the module docs.
+#[derive(Clone, Debug)]
+pub(super) struct PlacedWith {
+    settings: AutoSettings,
+    pools: Pools,
+    /// (pool, tier) -> until when provisioning there is held back.
+    tier_backoff: BTreeMap<(String, String), UnixMillis>,
+    /// Offerings a provider had no capacity for -> until when they are
+    /// skipped.
+    exhausted_offerings: BTreeMap<Offering, UnixMillis>,
+    /// Counts the changes that let placement see more.
+    revision: u64,
+}
+
+impl PlacedWith {
+    pub(super) fn new(valid: ValidSettings) -> Self {
+        Self {
+            settings: valid.settings,
+            pools: valid.pools,
+            tier_backoff: BTreeMap::new(),
+            exhausted_offerings: BTreeMap::new(),
+            revision: 0,
+        }
+    }
+
+    pub(super) fn settings(&self) -> &AutoSettings {
+        &self.settings
+    }
+
+    pub(super) fn pools(&self) -> &Pools {
+        &self.pools
+    }
+
+    /// See the module docs.
+    pub(super) fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// The settings and pools in force, as a successor core is built with
+    /// (what was changed live survives a reconnect).
+    pub(super) fn valid_settings(&self) -> ValidSettings {
+        ValidSettings {
+            settings: self.settings.clone(),
+            pools: self.pools.clone(),
+        }
+    }
+
+    /// `setTemplateImages`: placement sees the new images at once.
+    pub(super) fn set_template_images(&mut self, images: BTreeMap<String, Vec<String>>) {
+        self.settings.template_images = images;
+        self.revision += 1;
+    }
+
+    /// New validated settings (new pools): the kept view sees them and is
+    /// built again, and jobs waiting for capacity are retried against them.
+    pub(super) fn set(&mut self, valid: ValidSettings) {
+        self.settings = valid.settings;
+        self.pools = valid.pools;
+        self.revision += 1;
+    }
+
+    /// The hot-spare specs in force. Placement does not read them, so this
+    /// is no revision.
+    pub(super) fn set_hot_spares(&mut self, specs: Vec<HotSpareSpec>) {
+        self.settings.hot_spares = specs;
+    }
+
     /// A provision of `provisioned` was refused with `kind`.
     pub(super) fn provision_refused(&mut self, provisioned: &Provisioned, kind: RpcFailureKind, now: UnixMillis) {
         let until = now + PROVISION_FAILURE_BACKOFF_MS;
@@ -43,16 +115,21 @@ impl AutoManagerCore {
 
     /// Whether some tier or offering is held back at `now`.
     pub(super) fn capacity_held_back(&self, now: UnixMillis) -> bool {
+        self.holds().any(|until| until > now)
+    }
+
+    /// When each hold-back ends.
+    pub(super) fn holds(&self) -> impl Iterator<Item = UnixMillis> + '_ {
         self.tier_backoff
             .values()
             .chain(self.exhausted_offerings.values())
-            .any(|&until| until > now)
+            .copied()
     }
 
-    /// The pools as placement sees them at `now`: exhausted offerings
-    /// dropped from their tiers, held-back tiers (and tiers left without a
-    /// shape) capped at their current node count.
-    pub(super) fn effective_pools(&self, now: UnixMillis) -> Result<Pools, String> {
+    /// The pools as placement sees them at `now` over `fleet`: exhausted
+    /// offerings dropped from their tiers, held-back tiers (and tiers left
+    /// without a shape) capped at their current node count.
+    pub(super) fn effective_pools(&self, fleet: &Fleet, now: UnixMillis) -> Result<Pools, String> {
         if !self.capacity_held_back(now) {
             return Ok(self.pools.clone());
         }
@@ -80,7 +157,7 @@ impl AutoManagerCore {
                     .get(&(pool.name.clone(), tier.name.clone()))
                     .is_some_and(|&until| until > now);
                 if held_back || (offered.is_empty() && !tier.candidate_instance_types.is_empty()) {
-                    let live = self.fleet.iter().filter(|n| {
+                    let live = fleet.iter().filter(|n| {
                         n.tags.get(tags::POOL) == Some(&pool.name)
                             && n.tags.get(tags::TIER) == Some(&tier.name)
                             && n.phase != NodePhase::Stopped
@@ -95,13 +172,13 @@ impl AutoManagerCore {
     }
 
     /// Forgets what has served its time; when something was, the pools
-    /// placement sees have grown (see [`AutoManagerCore::capacity_epoch`]).
+    /// placement sees have grown (a revision).
     pub(super) fn expire_held_back(&mut self, now: UnixMillis) {
         let before = self.tier_backoff.len() + self.exhausted_offerings.len();
         self.tier_backoff.retain(|_, until| *until > now);
         self.exhausted_offerings.retain(|_, until| *until > now);
         if self.tier_backoff.len() + self.exhausted_offerings.len() != before {
-            self.placed_with_revision += 1;
+            self.revision += 1;
         }
     }
 }
