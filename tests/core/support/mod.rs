@@ -5,6 +5,7 @@
 
 pub mod migration;
 pub mod runtime;
+pub mod scenario;
 
 use std::collections::BTreeMap;
 
