@@ -13,8 +13,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use kube::Client;
+use futures::Stream;
 use kube::client::ClientBuilder;
+use kube::runtime::controller::{Config, Controller};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
 
 use crate::backoff::{self, Backoff};
 
@@ -34,6 +39,35 @@ const WATCH_MAX_RETRY: Duration = Duration::from_secs(4);
 /// whole core on 8,000 requests a second.
 pub fn watch_backoff() -> Backoff {
     Backoff::new(WATCH_FIRST_RETRY, WATCH_MAX_RETRY).with_jitter(backoff::seed())
+}
+
+/// A controller of `api`'s objects `config` selects, its watch retrying on
+/// [`watch_backoff`], each object reconciled at most once per `debounce`.
+pub fn controller<K>(api: Api<K>, config: watcher::Config, debounce: Duration) -> Controller<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    Controller::new(api, config)
+        .trigger_backoff(watch_backoff())
+        .with_config(Config::default().debounce(debounce))
+}
+
+/// A store of `api`'s objects `config` selects, and the events of the watch
+/// that keeps it (retrying on [`watch_backoff`]); the store follows only
+/// while the events are polled.
+pub fn reflect<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> (
+    Store<K>,
+    impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + use<K>,
+)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let events = reflector::reflector(writer, watcher(api, config).backoff(watch_backoff()));
+    (store, events)
 }
 
 /// Whether `error` (or what it was caused by) is a request that found no

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use kube::api::Api;
-use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -23,7 +23,6 @@ use crate::decide::bundle::{Applied, BundleCommand, BundleRefusal, Deleted, appl
 use crate::decide::bundle_status::{self, AdmissionCheck, ObservedBundle, observe};
 use crate::model::{self, BundleState};
 
-use super::api_server::watch_backoff;
 use super::error::{ApplyError, DecideError, ReadError, WriteStatusError};
 use super::status::StatusWriter;
 use super::{Context, ReconcileError};
@@ -51,9 +50,7 @@ pub async fn run(
     // A bundle refused for naming an unknown pool is tried again once the
     // pools change.
     let pool_changes = ctx.pool_changes();
-    Controller::new(api, watcher::Config::default())
-        .trigger_backoff(watch_backoff())
-        .with_config(Config::default().debounce(Duration::from_millis(100)))
+    super::api_server::controller(api, watcher::Config::default(), Duration::from_millis(100))
         .reconcile_on(notified)
         .reconcile_all_on(pool_changes)
         .graceful_shutdown_on(shutdown)

@@ -16,7 +16,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use kube::Resource;
 use kube::api::{Api, ObjectMeta, PostParams};
-use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -191,9 +191,7 @@ pub(super) async fn run_controller<K, F>(
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     F: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
 {
-    Controller::new(api, watcher::Config::default())
-        .trigger_backoff(super::api_server::watch_backoff())
-        .with_config(Config::default().debounce(Duration::from_millis(100)))
+    super::api_server::controller(api, watcher::Config::default(), Duration::from_millis(100))
         .reconcile_on(notified)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, shared)

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, stream};
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use tokio::sync::{mpsc, watch};
@@ -233,13 +233,15 @@ impl Write {
 /// fleets share a cluster, and another's core holds none of these nodes.
 pub async fn run_spec(ctx: Arc<Context>, fleet: String, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let api: Api<NorskNode> = Api::all(ctx.client.clone());
-    Controller::new(api, watcher::Config::default().labels(&format!("{FLEET}={fleet}")))
-        .trigger_backoff(super::api_server::watch_backoff())
-        .with_config(Config::default().debounce(Duration::from_millis(200)))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile_spec, spec_error_policy, ctx)
-        .for_each(|_| async {})
-        .await;
+    super::api_server::controller(
+        api,
+        watcher::Config::default().labels(&format!("{FLEET}={fleet}")),
+        Duration::from_millis(200),
+    )
+    .graceful_shutdown_on(shutdown)
+    .run(reconcile_spec, spec_error_policy, ctx)
+    .for_each(|_| async {})
+    .await;
 }
 
 fn spec_error_policy(node: Arc<NorskNode>, error: &ReconcileError, ctx: Arc<Context>) -> Action {

@@ -19,15 +19,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use futures::StreamExt;
 use kube::Client;
 use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use crate::automanager::{AutoManagerHandle, CommandError};
 use crate::crd::{HotSparePolicy, NorskNode, PlacementPool};
 use crate::model::{NodeId, NodeInventory};
 
-use super::api_server::watch_backoff;
+use super::api_server::reflect;
 use super::hot_spare::wanted;
 use super::listed;
 use super::pool::valid_pools;
@@ -40,25 +40,13 @@ use crate::decide::node::FLEET;
 /// are applied again whenever the core's fleet changes, since a cordon
 /// takes only on a node the core knows.
 pub async fn keep_settings(client: Client, core: AutoManagerHandle, fleet: String, synced: watch::Sender<bool>) {
-    let (pools, pool_writer) = reflector::store();
-    let (policies, policy_writer) = reflector::store();
-    let (nodes, node_writer) = reflector::store();
-    let pool_events = reflector::reflector(
-        pool_writer,
-        watcher(Api::<PlacementPool>::all(client.clone()), watcher::Config::default()).backoff(watch_backoff()),
-    )
-    .map(|e| e.map(drop));
-    let policy_events = reflector::reflector(
-        policy_writer,
-        watcher(Api::<HotSparePolicy>::all(client.clone()), watcher::Config::default()).backoff(watch_backoff()),
-    )
-    .map(|e| e.map(drop));
+    let (pools, pool_events) = reflect(Api::<PlacementPool>::all(client.clone()), watcher::Config::default());
+    let (policies, policy_events) = reflect(Api::<HotSparePolicy>::all(client.clone()), watcher::Config::default());
     let of_fleet = watcher::Config::default().labels(&format!("{FLEET}={fleet}"));
-    let node_events = reflector::reflector(
-        node_writer,
-        watcher(Api::<NorskNode>::all(client), of_fleet).backoff(watch_backoff()),
-    )
-    .map(|e| e.map(drop));
+    let (nodes, node_events) = reflect(Api::<NorskNode>::all(client), of_fleet);
+    let pool_events = pool_events.map(|e| e.map(drop));
+    let policy_events = policy_events.map(|e| e.map(drop));
+    let node_events = node_events.map(|e| e.map(drop));
     // The core's fleet changing is one more reason to look at the nodes.
     let fleet_changes = tokio_stream::wrappers::WatchStream::new(core.changes()).map(|_| Ok(()));
     let mut events = std::pin::pin!(futures::stream::select(
