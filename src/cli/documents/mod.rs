@@ -17,5 +17,5 @@ pub mod rules;
 pub mod schema;
 pub mod strict;
 
-pub use resource::{Document, DocumentError, Kind, Resource, ResourceKey, decode_file, update_problems};
+pub use resource::{Document, DocumentError, Kind, OfKind, Resource, ResourceKey, decode_file, update_problems};
 pub use strict::{FieldPath, Problem, Segment};

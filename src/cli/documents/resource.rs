@@ -114,6 +114,34 @@ pub enum Resource {
     JobMigration(Box<crd::JobMigration>),
 }
 
+/// A kind's resource type, as a [`Resource`] holds it.
+pub trait OfKind: Sized {
+    /// The resource, when it is of this kind.
+    fn of(resource: &Resource) -> Option<&Self>;
+}
+
+macro_rules! of_kind {
+    ($($kind:ident),*) => {
+        $(impl OfKind for crd::$kind {
+            fn of(resource: &Resource) -> Option<&Self> {
+                match resource {
+                    Resource::$kind(r) => Some(r),
+                    _ => None,
+                }
+            }
+        })*
+    };
+}
+
+of_kind!(
+    PlacementPool,
+    HotSparePolicy,
+    Bundle,
+    NorskNode,
+    NodeDrain,
+    JobMigration
+);
+
 /// Names one resource: its kind, its namespace (namespaced kinds; `default`
 /// when a document names none, as `kubectl apply` puts it there) and name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::cli::documents::{self, Document, DocumentError, Kind, Problem, Resource, ResourceKey};
+use crate::cli::documents::{self, Document, DocumentError, Kind, OfKind, Problem, Resource, ResourceKey};
 
 /// Where followed files come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -276,6 +276,11 @@ impl Files {
     /// The wanted resources of `kind`.
     pub fn of_kind(&self, kind: Kind) -> impl Iterator<Item = &Wanted> {
         self.wanted.values().filter(move |w| w.resource.kind() == kind)
+    }
+
+    /// The wanted resources of one kind, each with its document.
+    pub fn each<'a, K: OfKind + 'a>(&'a self) -> impl Iterator<Item = (&'a Wanted, &'a K)> {
+        self.wanted.values().filter_map(|w| K::of(&w.resource).map(|r| (w, r)))
     }
 
     /// Every followed file's status, in path order.

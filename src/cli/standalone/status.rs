@@ -30,9 +30,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::automanager::{AutoManagerHandle, MigrationId, QueryError, ReadModel};
-use crate::cli::documents::{Kind, Resource};
+use crate::cli::documents::Kind;
 use crate::crd::{
-    BundleStatus, HotSparePolicyStatus, JobMigrationStatus, NodeDrainStatus, NorskNodeStatus, PlacementPoolStatus,
+    self, BundleStatus, HotSparePolicyStatus, JobMigrationStatus, NodeDrainStatus, NorskNodeStatus, PlacementPoolStatus,
 };
 use crate::decide::bundle_status::{self, AdmissionCheck, observe};
 use crate::decide::conditions::{self, Observed};
@@ -290,23 +290,20 @@ impl Status {
 
     fn inputs(&self, files: &Files, applier: &Applier) -> Inputs {
         let previous = self.document.clone();
-        let mut pools = Vec::new();
-        for wanted in files.of_kind(Kind::PlacementPool) {
-            if let Resource::PlacementPool(pool) = &wanted.resource {
+        let pools = files
+            .each::<crd::PlacementPool>()
+            .map(|(_, pool)| {
                 let pool_model = pool.to_model();
-                pools.push(PoolInput {
+                PoolInput {
                     tiers: pool.spec.tiers.iter().map(|t| t.name.clone()).collect(),
                     left_out: applier.pools.left_out.get(&pool_model.name).cloned(),
                     pool: pool_model,
-                });
-            }
-        }
-        let policies = files
-            .of_kind(Kind::HotSparePolicy)
-            .filter_map(|w| match &w.resource {
-                Resource::HotSparePolicy(policy) => Some((w.resource.key().name, policy.spec.0.clone())),
-                _ => None,
+                }
             })
+            .collect();
+        let policies = files
+            .each::<crd::HotSparePolicy>()
+            .map(|(w, policy)| (w.resource.key().name, policy.spec.0.clone()))
             .collect();
         let bundles = applier
             .bundles

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Applier, Refusal};
 use crate::automanager::{CommandError, QueryError};
-use crate::cli::documents::{FieldPath, Kind, Resource};
+use crate::cli::documents::FieldPath;
 use crate::cli::standalone::follow::{Files, Wanted};
 use crate::crd;
 use crate::decide::bundle::{Applied, BundleCommand, BundleRefusal, Deleted, apply_bundle, delete_bundle};
@@ -30,10 +30,7 @@ impl Applier {
             })
             .await?;
         let mut wanted_ids = BTreeSet::new();
-        for wanted in files.of_kind(Kind::Bundle) {
-            let Resource::Bundle(bundle) = &wanted.resource else {
-                continue;
-            };
+        for (wanted, bundle) in files.each::<crd::Bundle>() {
             wanted_ids.insert(bundle.bundle_id());
             self.apply_bundle(wanted, bundle, &stored).await?;
         }

@@ -4,11 +4,10 @@
 
 use std::collections::BTreeSet;
 
-use super::{Applier, DrainApplied, NodeApplied, Refusal};
+use super::{Applier, DrainApplied, NodeApplied, Refusal, take_gone};
 use crate::automanager::{AutoManagerHandle, CommandError, DrainPhase, DrainState, QueryError};
-use crate::cli::documents::{Kind, Resource};
 use crate::cli::standalone::follow::Files;
-use crate::crd::NodeDrainSpec;
+use crate::crd::{self, NodeDrainSpec};
 use crate::decide::conditions::Observed;
 use crate::decide::drain::{DrainCommand, drain_command, drain_refused};
 use crate::decide::node::{
@@ -29,10 +28,7 @@ async fn start_drain(core: &AutoManagerHandle, spec: &NodeDrainSpec) -> Result<D
 impl Applier {
     pub(super) async fn apply_nodes(&mut self, files: &Files) -> Result<(), QueryError> {
         let mut names = BTreeSet::new();
-        for wanted in files.of_kind(Kind::NorskNode) {
-            let Resource::NorskNode(node) = &wanted.resource else {
-                continue;
-            };
+        for (wanted, node) in files.each::<crd::NorskNode>() {
             let name = wanted.resource.key().name;
             names.insert(name.clone());
             let node_id = NodeId(node.spec.node_id.clone());
@@ -99,11 +95,7 @@ impl Applier {
         }
         // Documents gone: what they cordoned is uncordoned, what they
         // declared withdrawn.
-        let gone: Vec<String> = self.nodes.keys().filter(|n| !names.contains(*n)).cloned().collect();
-        for name in gone {
-            let Some(record) = self.nodes.remove(&name) else {
-                continue;
-            };
+        for (name, record) in take_gone(&mut self.nodes, &names) {
             self.report(&format!("NorskNode {name}"), None, "removed");
             apply_inventory(&self.core, record.node_id.clone(), None).await?;
             if record.by_spec {
@@ -119,10 +111,7 @@ impl Applier {
 
     pub(super) async fn apply_drains(&mut self, files: &Files) -> Result<(), QueryError> {
         let mut names = BTreeSet::new();
-        for wanted in files.of_kind(Kind::NodeDrain) {
-            let Resource::NodeDrain(drain) = &wanted.resource else {
-                continue;
-            };
+        for (wanted, drain) in files.each::<crd::NodeDrain>() {
             let name = wanted.resource.key().name;
             names.insert(name.clone());
             let node_id = NodeId(drain.spec.node_id.clone());
@@ -198,11 +187,7 @@ impl Applier {
             self.report(&wanted.resource.key().to_string(), message, "started");
         }
         // Documents gone: a drain deleted before its terminate is cancelled.
-        let gone: Vec<String> = self.drains.keys().filter(|n| !names.contains(*n)).cloned().collect();
-        for name in gone {
-            let Some(record) = self.drains.remove(&name) else {
-                continue;
-            };
+        for (name, record) in take_gone(&mut self.drains, &names) {
             self.report(&format!("NodeDrain {name}"), None, "removed");
             let Some(started) = record.started else {
                 continue;

@@ -5,18 +5,14 @@ use std::collections::BTreeSet;
 
 use super::{Applier, MigrationApplied, Refusal, namespaced_name};
 use crate::automanager::{CommandError, QueryError};
-use crate::cli::documents::{Kind, Resource};
 use crate::cli::standalone::follow::Files;
-use crate::crd::JobMigration;
+use crate::crd::{self, JobMigration};
 use crate::decide::migration::{ABORT_REASON, ABORT_TOO_LATE, abort_refusal, job_of, migration_refused, options_of};
 
 impl Applier {
     pub(super) async fn apply_migrations(&mut self, files: &Files) -> Result<(), QueryError> {
         let mut keys = BTreeSet::new();
-        for wanted in files.of_kind(Kind::JobMigration) {
-            let Resource::JobMigration(migration) = &wanted.resource else {
-                continue;
-            };
+        for (wanted, migration) in files.each::<crd::JobMigration>() {
             let key = namespaced_name(wanted);
             keys.insert(key.clone());
             let record = self

@@ -31,11 +31,10 @@
 //! the resource's file and document and, where the refusal names a field,
 //! its path, line and column.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::automanager::{AutoManagerHandle, MigrationId, QueryError};
-use crate::cli::documents::{Kind, Resource};
-use crate::crd::{JobMigrationSpec, NodeDrainSpec};
+use crate::crd::{self, JobMigrationSpec, NodeDrainSpec};
 use crate::decide::conditions::Observed;
 use crate::decide::drain_status::millis;
 use crate::decide::migration::job_of;
@@ -83,6 +82,15 @@ pub struct BundleApplied {
     pub refused: Option<Refusal<BundleSpec>>,
     /// Whether its spec changed since the status last checked admission.
     pub changed: bool,
+}
+
+/// Takes the records no document wants any more (their keys not in
+/// `wanted`) out of `records`, in key order.
+fn take_gone<K: Ord + Clone, V>(records: &mut BTreeMap<K, V>, wanted: &BTreeSet<K>) -> Vec<(K, V)> {
+    let gone: Vec<K> = records.keys().filter(|k| !wanted.contains(*k)).cloned().collect();
+    gone.into_iter()
+        .filter_map(|k| records.remove(&k).map(|v| (k, v)))
+        .collect()
 }
 
 /// What was done for one drain.
@@ -182,10 +190,7 @@ impl Applier {
         for id in recorded.bundles.keys() {
             self.bundles.entry(BundleId(id.clone())).or_default();
         }
-        for wanted in files.of_kind(Kind::NodeDrain) {
-            let Resource::NodeDrain(drain) = &wanted.resource else {
-                continue;
-            };
+        for (wanted, drain) in files.each::<crd::NodeDrain>() {
             let name = wanted.resource.key().name;
             let Some(status) = recorded.node_drains.get(&name) else {
                 continue;
@@ -211,10 +216,7 @@ impl Applier {
                 (None, _) => {}
             }
         }
-        for wanted in files.of_kind(Kind::JobMigration) {
-            let Resource::JobMigration(migration) = &wanted.resource else {
-                continue;
-            };
+        for (wanted, migration) in files.each::<crd::JobMigration>() {
             let key = namespaced_name(wanted);
             let Some(status) = recorded.job_migrations.get(&key) else {
                 continue;
