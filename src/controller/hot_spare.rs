@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use kube::api::Api;
-use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -24,12 +24,12 @@ use crate::automanager::spares::HotSpareSpecsDiff;
 use crate::crd::HotSparePolicy;
 use crate::model::HotSpareSpec;
 
-use super::api_server::watch_backoff;
+use super::api_server::{controller, reflect};
 use super::error::DecideError;
 use super::status::StatusWriter;
 use super::{Context, ReconcileError, listed};
 use crate::decide::conditions;
-use crate::decide::hot_spare::observe_policy;
+use crate::decide::hot_spare::{observe_policy, wanted_specs};
 
 /// The controller's name (metrics label, field manager suffix).
 pub const CONTROLLER: &str = "hotsparepolicy";
@@ -55,15 +55,10 @@ pub async fn run(
         shared: ctx.clone(),
         refused: Mutex::new(None),
     });
-    let (policies, writer) = reflector::store();
     // The watch backs off after a failure: without it, it retried at once,
     // forever, and an API server outage spun a core.
-    let policy_events = reflector::reflector(
-        writer,
-        watcher(api.clone(), watcher::Config::default()).backoff(watch_backoff()),
-    )
-    .touched_objects()
-    .filter_map(|e| async move {
+    let (policies, policy_events) = reflect(api.clone(), watcher::Config::default());
+    let policy_events = policy_events.touched_objects().filter_map(|e| async move {
         // Failures are retried by the watch; the API server's outage is said
         // by the client (see `api_server`).
         e.map_err(|e| tracing::debug!(error = %e, "watching hot-spare policies"))
@@ -77,9 +72,7 @@ pub async fn run(
         futures::stream::select(policy_events, ctx.pool_changes()),
         applied_tx,
     );
-    let controller = Controller::new(api, watcher::Config::default())
-        .trigger_backoff(watch_backoff())
-        .with_config(Config::default().debounce(Duration::from_millis(200)))
+    let controller = controller(api, watcher::Config::default(), Duration::from_millis(200))
         .reconcile_all_on(futures::stream::select(
             futures::stream::select(fleet_changed, ctx.pool_changes()),
             tokio_stream::wrappers::ReceiverStream::new(applied_rx),
@@ -96,14 +89,12 @@ pub async fn run(
 
 /// The specs of every live policy naming a pool in `known`, by pool.
 pub(super) fn wanted(policies: &Store<HotSparePolicy>, known: &[String]) -> Vec<HotSpareSpec> {
-    let mut specs: Vec<HotSpareSpec> = policies
-        .state()
+    let live = policies.state();
+    let specs = live
         .iter()
-        .filter(|p| p.meta().deletion_timestamp.is_none() && known.contains(&p.spec.0.pool))
-        .map(|p| p.spec.0.clone())
-        .collect();
-    specs.sort_by(|a, b| a.pool.cmp(&b.pool));
-    specs
+        .filter(|p| p.meta().deletion_timestamp.is_none())
+        .map(|p| &p.spec.0);
+    wanted_specs(specs, |pool| known.iter().any(|k| k == pool))
 }
 
 /// Hands the core the wanted list on every change; tells the controller.

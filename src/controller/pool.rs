@@ -13,21 +13,20 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use kube::api::Api;
-use kube::runtime::controller::{Action, Config, Controller};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::automanager::CommandError;
 use crate::crd::PlacementPool;
 use crate::model;
-use crate::placement::validate_pools;
 
-use super::api_server::watch_backoff;
+use super::api_server::{controller, reflect};
 use super::status::StatusWriter;
 use super::{Context, ReconcileError, listed};
-use crate::decide::conditions;
 use crate::decide::pool::{observe_pool, pool_conditions};
+use crate::decide::{self, conditions};
 
 /// The pool controller's name (metrics label, field manager suffix).
 pub const POOL_CONTROLLER: &str = "placementpool";
@@ -53,15 +52,11 @@ pub async fn run_pools(
 ) {
     let api: Api<PlacementPool> = Api::all(ctx.client.clone());
     // Every watch event, deletes and the end of the initial list included
-    // (so no pools at all is a set too).
-    let (pools, writer) = reflector::store();
-    // The watch backs off after a failure: without it, it retried at once,
-    // forever, and an API server outage spun a core.
-    let pool_events = reflector::reflector(
-        writer,
-        watcher(api.clone(), watcher::Config::default()).backoff(watch_backoff()),
-    )
-    .filter_map(|e| async move {
+    // (so no pools at all is a set too). The watch backs off after a
+    // failure: without it, it retried at once, forever, and an API server
+    // outage spun a core.
+    let (pools, pool_events) = reflect(api.clone(), watcher::Config::default());
+    let pool_events = pool_events.filter_map(|e| async move {
         // Failures are retried by the watch; the API server's outage is said
         // by the client (see `api_server`).
         e.map_err(|e| tracing::debug!(error = %e, "watching placement pools"))
@@ -75,9 +70,7 @@ pub async fn run_pools(
     });
     let (wake_tx, wake_rx) = tokio::sync::mpsc::channel::<()>(1);
     let sync = sync(pools_ctx.clone(), pool_events, wake_tx);
-    let controller = Controller::new(api, watcher::Config::default())
-        .trigger_backoff(watch_backoff())
-        .with_config(Config::default().debounce(Duration::from_millis(200)))
+    let controller = controller(api, watcher::Config::default(), Duration::from_millis(200))
         .reconcile_all_on(futures::stream::select_all([
             fleet_changed.boxed(),
             tokio_stream::wrappers::ReceiverStream::new(wake_rx).boxed(),
@@ -139,27 +132,16 @@ fn pool_error_policy(pool: Arc<PlacementPool>, error: &ReconcileError, ctx: Arc<
     ctx.shared.failed(POOL_CONTROLLER, &pool.name_any(), error)
 }
 
-/// Why a pool is left out of the set, per pool name.
+/// The pools handed to the core, and why a pool is left out of the set,
+/// per pool name: [`decide::pool::valid_pools`] of the pools not being
+/// deleted, each left out with the validation's own words.
 pub(super) fn valid_pools(pools: &Store<PlacementPool>) -> (Vec<model::PlacementPool>, BTreeMap<String, String>) {
-    let mut all: Vec<_> = pools
+    let documents = pools
         .state()
         .into_iter()
         .filter(|p| p.meta().deletion_timestamp.is_none())
-        .map(|p| p.to_model())
-        .collect();
-    all.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut invalid = BTreeMap::new();
-    let valid = all
-        .into_iter()
-        .filter(|pool| match validate_pools(vec![pool.clone()]) {
-            Ok(_) => true,
-            Err(e) => {
-                invalid.insert(pool.name.clone(), e.to_string());
-                false
-            }
-        })
-        .collect();
-    (valid, invalid)
+        .map(|p| (p.to_model(), ()));
+    decide::pool::valid_pools(documents, |(), e| e.to_string())
 }
 
 #[tracing::instrument(skip_all, fields(pool = %pool.name_any()))]

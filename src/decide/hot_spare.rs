@@ -14,6 +14,17 @@ use super::conditions::{Observed, READY, STALLED};
 /// The policy's spec is the one the core reconciles spares with.
 pub const APPLIED: &str = "Applied";
 
+/// The specs handed to the core: those of the policies naming a pool
+/// `known` says is there, sorted by pool (the order the core keeps them in).
+pub fn wanted_specs<'a>(
+    specs: impl IntoIterator<Item = &'a HotSpareSpec>,
+    known: impl Fn(&str) -> bool,
+) -> Vec<HotSpareSpec> {
+    let mut wanted: Vec<HotSpareSpec> = specs.into_iter().filter(|s| known(&s.pool)).cloned().collect();
+    wanted.sort_by(|a, b| a.pool.cmp(&b.pool));
+    wanted
+}
+
 fn rfc3339(at_ms: i64) -> Option<String> {
     Timestamp::from_millisecond(at_ms).ok().map(|t| t.to_string())
 }

@@ -4,9 +4,13 @@
 //! `Stalled` with why it was left out or refused, `Ready` once the core
 //! places with it. The operator's controller and `standalone` both show it.
 
+use std::collections::BTreeMap;
+
 use crate::automanager::ReadModel;
 use crate::crd::{DomainHeadroomStatus, PlacementPoolStatus, TierStatus, WorstDomainStatus};
+use crate::model::PlacementPool;
 use crate::placement::headroom::PoolHeadroom;
+use crate::placement::{SettingsValidationError, validate_pools};
 
 use super::conditions::{Observed, READY, STALLED};
 
@@ -27,6 +31,30 @@ pub fn pool_conditions(refused: Option<&String>, in_force: bool) -> Vec<Observed
             Observed::no(STALLED, "Pending", ""),
         ],
     }
+}
+
+/// The pools a front end hands the core, from the documents it holds
+/// (each a pool and where it came from): every pool that validates alone,
+/// sorted by name, and per pool name left out, why — in the words
+/// `describe` gives the validation's issues (the operator quotes them,
+/// `standalone` points at the document's fields). One bad pool never
+/// blocks the others: what the whole set fails on is the core's to say.
+pub fn valid_pools<D>(
+    documents: impl IntoIterator<Item = (PlacementPool, D)>,
+    describe: impl Fn(&D, &SettingsValidationError) -> String,
+) -> (Vec<PlacementPool>, BTreeMap<String, String>) {
+    let mut valid = Vec::new();
+    let mut left_out = BTreeMap::new();
+    for (pool, document) in documents {
+        match validate_pools(vec![pool.clone()]) {
+            Ok(_) => valid.push(pool),
+            Err(e) => {
+                left_out.insert(pool.name.clone(), describe(&document, &e));
+            }
+        }
+    }
+    valid.sort_by(|a, b| a.name.cmp(&b.name));
+    (valid, left_out)
 }
 
 fn fraction(value: f64) -> f64 {

@@ -5,47 +5,32 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::Applier;
 use crate::automanager::{CommandError, QueryError};
-use crate::cli::documents::{FieldPath, Kind, Resource, Segment};
+use crate::cli::documents::{FieldPath, Segment};
 use crate::cli::standalone::follow::Files;
+use crate::crd;
 use crate::decide::bundle::INVALID_BUNDLE;
+use crate::decide::hot_spare::wanted_specs;
+use crate::decide::pool::valid_pools;
 use crate::model::{self, HotSpareSpec};
-use crate::placement::validate_pools;
 
 /// The pools and policies wanted, as the core takes them: each pool that
 /// validates alone (sorted by name), the others with why they are left
 /// out; and the policies naming one of those pools (sorted by pool).
 pub fn wanted_settings(files: &Files) -> (Vec<model::PlacementPool>, BTreeMap<String, String>, Vec<HotSpareSpec>) {
-    let mut valid = Vec::new();
-    let mut left_out = BTreeMap::new();
-    for wanted in files.of_kind(Kind::PlacementPool) {
-        let Resource::PlacementPool(pool) = &wanted.resource else {
-            continue;
-        };
-        let pool = pool.to_model();
-        match validate_pools(vec![pool.clone()]) {
-            Ok(_) => valid.push(pool),
-            Err(e) => {
-                let problems: Vec<String> = e
-                    .errors
-                    .iter()
-                    .map(|issue| wanted.problem(document_path(&issue.path), &issue.message).to_string())
-                    .collect();
-                left_out.insert(pool.name.clone(), problems.join("; "));
-            }
-        }
-    }
-    valid.sort_by(|a, b| a.name.cmp(&b.name));
+    let documents = files
+        .each::<crd::PlacementPool>()
+        .map(|(wanted, pool)| (pool.to_model(), wanted));
+    let (valid, left_out) = valid_pools(documents, |wanted, e| {
+        let problems: Vec<String> = e
+            .errors
+            .iter()
+            .map(|issue| wanted.problem(document_path(&issue.path), &issue.message).to_string())
+            .collect();
+        problems.join("; ")
+    });
     let known: BTreeSet<&str> = valid.iter().map(|p| p.name.as_str()).collect();
-    let mut spares: Vec<HotSpareSpec> = files
-        .of_kind(Kind::HotSparePolicy)
-        .filter_map(|w| match &w.resource {
-            Resource::HotSparePolicy(policy) if known.contains(policy.spec.0.pool.as_str()) => {
-                Some(policy.spec.0.clone())
-            }
-            _ => None,
-        })
-        .collect();
-    spares.sort_by(|a, b| a.pool.cmp(&b.pool));
+    let policies = files.each::<crd::HotSparePolicy>().map(|(_, policy)| &policy.spec.0);
+    let spares = wanted_specs(policies, |pool| known.contains(pool));
     (valid, left_out, spares)
 }
 
@@ -104,10 +89,7 @@ impl Applier {
             .core
             .read(|core| core.settings().placement_pools.iter().map(|p| p.name.clone()).collect())
             .await?;
-        for wanted in files.of_kind(Kind::HotSparePolicy) {
-            let Resource::HotSparePolicy(policy) = &wanted.resource else {
-                continue;
-            };
+        for (wanted, policy) in files.each::<crd::HotSparePolicy>() {
             let pool = &policy.spec.0.pool;
             let waiting = (!known.contains(pool)).then(|| {
                 format!(
