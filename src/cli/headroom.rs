@@ -15,9 +15,8 @@ use std::process::ExitCode;
 
 use crate::model::{BundleId, BundleSpec, FleetSnapshot, HotSpareSpec, PlacementPool};
 use crate::placement::headroom::{Context, Domain, DomainKind, Headroom, HeadroomError, HeadroomReport, Selection};
-use crate::placement::{SettingsValidationError, validate_settings};
 
-use super::plan::{InputError, Output, input};
+use super::plan::{InputError, Inputs, InvalidSettings, Output, input};
 
 pub mod render;
 
@@ -73,15 +72,9 @@ impl DomainArgs {
 /// Arguments of `headroom`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// `PlacementPool` documents (multi-document YAML).
-    #[arg(long)]
-    pub pools: PathBuf,
-    /// `HotSparePolicy` documents (multi-document YAML).
-    #[arg(long)]
-    pub hot_spares: Option<PathBuf>,
-    /// The fleet snapshot (YAML or JSON).
-    #[arg(long)]
-    pub fleet: PathBuf,
+    /// The pools, hot spares and fleet.
+    #[command(flatten)]
+    pub inputs: Inputs,
     /// `Bundle` documents: the specs of the bundles the fleet's jobs belong
     /// to (a job of a bundle not given cannot be placed again).
     pub bundles: Vec<PathBuf>,
@@ -103,13 +96,8 @@ pub enum HeadroomCommandError {
     #[error(transparent)]
     Input(#[from] InputError),
     /// The pools or hot spares are invalid.
-    #[error("{files}: {source}")]
-    Settings {
-        /// The settings files.
-        files: String,
-        /// Every problem.
-        source: SettingsValidationError,
-    },
+    #[error(transparent)]
+    Settings(#[from] InvalidSettings),
     /// The fleet snapshot is inconsistent, or a domain is not in it.
     #[error("{}: {source}", file.display())]
     Fleet {
@@ -143,32 +131,19 @@ pub async fn run(args: Args) -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Err(error) => {
-            for line in error.to_string().lines() {
-                eprintln!("headroom: {line}");
-            }
-            ExitCode::from(2)
-        }
+        Err(error) => input::failed("headroom", &error),
     }
 }
 
 /// Reads the inputs and analyses the domains asked for: everything
 /// `headroom` does but printing.
 pub fn report_of(args: &Args) -> Result<HeadroomReport, HeadroomCommandError> {
-    let pools = input::read_pools(&args.pools)?;
-    let hot_spares = match &args.hot_spares {
-        Some(file) => input::read_hot_spares(file)?,
-        None => Vec::new(),
-    };
-    let fleet = input::read_fleet(&args.fleet)?;
+    let (pools, hot_spares, fleet) = args.inputs.read()?;
     let mut bundles = BTreeMap::new();
     for file in &args.bundles {
         bundles.extend(input::read_bundles(file)?);
     }
-    let mut files = args.pools.display().to_string();
-    if let Some(file) = &args.hot_spares {
-        files.push_str(&format!(", {}", file.display()));
-    }
+    let files = args.inputs.settings_files();
     analyse(
         pools,
         &hot_spares,
@@ -176,7 +151,7 @@ pub fn report_of(args: &Args) -> Result<HeadroomReport, HeadroomCommandError> {
         &bundles,
         &args.domains.selection(),
         args.explain,
-        (&files, &args.fleet),
+        (&files, &args.inputs.fleet),
     )
 }
 
@@ -192,10 +167,7 @@ pub fn analyse(
     explain: bool,
     sources: (&str, &PathBuf),
 ) -> Result<HeadroomReport, HeadroomCommandError> {
-    let pools = validate_settings(pools, hot_spares).map_err(|source| HeadroomCommandError::Settings {
-        files: sources.0.to_owned(),
-        source,
-    })?;
+    let pools = input::validated(pools, hot_spares, sources.0)?;
     let names: Vec<String> = pools.iter().map(|p| p.name.clone()).collect();
     let fleet_error = |source| HeadroomCommandError::Fleet {
         file: sources.1.clone(),

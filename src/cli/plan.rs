@@ -17,15 +17,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::model::{BundleId, BundleSpec, FleetSnapshot, HotSpareSpec, PlacementPool};
-use crate::placement::{
-    FleetError, FleetView, PlanError, PlanRow, SequentialNodeIds, SettingsValidationError, plan_bundles,
-    validate_settings,
-};
+use crate::placement::{FleetError, FleetView, PlanError, PlanRow, SequentialNodeIds, plan_bundles};
 
 pub mod input;
 pub(crate) mod render;
 
-pub use input::InputError;
+pub use input::{InputError, Inputs, InvalidSettings};
 
 /// How the plan is printed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -45,15 +42,9 @@ pub enum Output {
 /// Arguments of `plan`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// `PlacementPool` documents (multi-document YAML).
-    #[arg(long)]
-    pub pools: PathBuf,
-    /// `HotSparePolicy` documents (multi-document YAML).
-    #[arg(long)]
-    pub hot_spares: Option<PathBuf>,
-    /// The fleet snapshot (YAML or JSON).
-    #[arg(long)]
-    pub fleet: PathBuf,
+    /// The pools, hot spares and fleet.
+    #[command(flatten)]
+    pub inputs: Inputs,
     /// `Bundle` documents, placed in file order.
     #[arg(required = true)]
     pub bundles: Vec<PathBuf>,
@@ -73,13 +64,8 @@ pub enum PlanCommandError {
     #[error(transparent)]
     Input(#[from] InputError),
     /// The pools or hot spares are invalid.
-    #[error("{files}: {source}")]
-    Settings {
-        /// The settings files.
-        files: String,
-        /// Every problem.
-        source: SettingsValidationError,
-    },
+    #[error(transparent)]
+    Settings(#[from] InvalidSettings),
     /// The fleet snapshot is inconsistent.
     #[error("{}: {source}", file.display())]
     Fleet {
@@ -110,12 +96,7 @@ pub async fn run(args: Args) -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Err(error) => {
-            for line in error.to_string().lines() {
-                eprintln!("plan: {line}");
-            }
-            ExitCode::from(2)
-        }
+        Err(error) => input::failed("plan", &error),
     }
 }
 
@@ -137,12 +118,7 @@ pub fn plan_output(args: &Args) -> Result<String, PlanCommandError> {
 
 /// [`plan_output`] with the bundles validation refused.
 pub fn plan_report(args: &Args) -> Result<PlanReport, PlanCommandError> {
-    let pools = input::read_pools(&args.pools)?;
-    let hot_spares = match &args.hot_spares {
-        Some(file) => input::read_hot_spares(file)?,
-        None => Vec::new(),
-    };
-    let fleet = input::read_fleet(&args.fleet)?;
+    let (pools, hot_spares, fleet) = args.inputs.read()?;
     let mut documents = Vec::new();
     for file in &args.bundles {
         documents.extend(input::read_bundle_documents(file)?);
@@ -152,8 +128,8 @@ pub fn plan_report(args: &Args) -> Result<PlanReport, PlanCommandError> {
         .map(|d| (d.bundle_id.clone(), d.spec.clone()))
         .collect();
     let sources = Sources {
-        settings: settings_files(args),
-        fleet: args.fleet.clone(),
+        settings: args.inputs.settings_files(),
+        fleet: args.inputs.fleet.clone(),
     };
     let rows = plan_rows(pools, &hot_spares, &fleet, &bundles, args.explain, &sources)?;
     Ok(PlanReport {
@@ -205,10 +181,7 @@ pub fn plan_rows(
     explain: bool,
     sources: &Sources,
 ) -> Result<Vec<PlanRow>, PlanCommandError> {
-    let pools = validate_settings(pools, hot_spares).map_err(|source| PlanCommandError::Settings {
-        files: sources.settings.clone(),
-        source,
-    })?;
+    let pools = input::validated(pools, hot_spares, &sources.settings)?;
     let mut view = FleetView::new(fleet, pools).map_err(|source| PlanCommandError::Fleet {
         file: sources.fleet.clone(),
         source,
@@ -231,12 +204,4 @@ pub fn render_rows(rows: &[PlanRow], output: Output, fleet: &FleetSnapshot) -> R
         Output::Json => render::json(rows)?,
         Output::Yaml => render::yaml(rows)?,
     })
-}
-
-fn settings_files(args: &Args) -> String {
-    let mut files = args.pools.display().to_string();
-    if let Some(file) = &args.hot_spares {
-        files.push_str(&format!(", {}", file.display()));
-    }
-    files
 }

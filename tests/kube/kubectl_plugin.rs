@@ -418,9 +418,11 @@ async fn plan_prints_what_the_offline_plan_prints_for_the_same_inputs() {
     )
     .expect("write bundle file");
     let offline = offline::plan_output(&offline::Args {
-        pools,
-        hot_spares: None,
-        fleet: fleet.clone(),
+        inputs: offline::Inputs {
+            pools,
+            hot_spares: None,
+            fleet: fleet.clone(),
+        },
         bundles: vec![bundle_file.clone()],
         output: Output::Json,
         explain: false,

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use norsk_auto_manager::cli::plan::{Args, Output, PlanCommandError, plan_output};
+use norsk_auto_manager::cli::plan::{Args, Inputs, Output, PlanCommandError, plan_output};
 use serde_json::Value;
 
 fn example(name: &str) -> PathBuf {
@@ -15,9 +15,11 @@ fn example(name: &str) -> PathBuf {
 
 fn args(bundles: &[&str], output: Output) -> Args {
     Args {
-        pools: example("pools.yaml"),
-        hot_spares: Some(example("hot-spares.yaml")),
-        fleet: example("fleets/studio.yaml"),
+        inputs: Inputs {
+            pools: example("pools.yaml"),
+            hot_spares: Some(example("hot-spares.yaml")),
+            fleet: example("fleets/studio.yaml"),
+        },
         bundles: bundles.iter().map(|b| example(b)).collect(),
         output,
         explain: false,

@@ -11,6 +11,75 @@ use std::path::{Path, PathBuf};
 
 use crate::cli::documents::{self, DocumentError, Kind, Problem, Resource};
 use crate::model::{BundleId, BundleSpec, FleetSnapshot, HotSpareSpec, PlacementPool};
+use crate::placement::{Pools, SettingsValidationError, validate_settings};
+
+/// The settings and the fleet `plan` and `headroom` compute with.
+#[derive(Clone, Debug, clap::Args)]
+pub struct Inputs {
+    /// `PlacementPool` documents (multi-document YAML).
+    #[arg(long)]
+    pub pools: PathBuf,
+    /// `HotSparePolicy` documents (multi-document YAML).
+    #[arg(long)]
+    pub hot_spares: Option<PathBuf>,
+    /// The fleet snapshot (YAML or JSON).
+    #[arg(long)]
+    pub fleet: PathBuf,
+}
+
+impl Inputs {
+    /// The pools, the hot spares (none without a file) and the fleet, read
+    /// in that order.
+    pub fn read(&self) -> Result<(Vec<PlacementPool>, Vec<HotSpareSpec>, FleetSnapshot), InputError> {
+        let pools = read_pools(&self.pools)?;
+        let hot_spares = match &self.hot_spares {
+            Some(file) => read_hot_spares(file)?,
+            None => Vec::new(),
+        };
+        Ok((pools, hot_spares, read_fleet(&self.fleet)?))
+    }
+
+    /// The settings files, for error messages: `pools.yaml, spares.yaml`.
+    pub fn settings_files(&self) -> String {
+        let mut files = self.pools.display().to_string();
+        if let Some(file) = &self.hot_spares {
+            files.push_str(&format!(", {}", file.display()));
+        }
+        files
+    }
+}
+
+/// The pools or hot spares are invalid.
+#[derive(Debug, thiserror::Error)]
+#[error("{files}: {source}")]
+pub struct InvalidSettings {
+    /// The settings files (or where the settings came from).
+    pub files: String,
+    /// Every problem.
+    pub source: SettingsValidationError,
+}
+
+/// `pools` and `hot_spares` validated together; `files` names them when
+/// they are not valid.
+pub fn validated(
+    pools: Vec<PlacementPool>,
+    hot_spares: &[HotSpareSpec],
+    files: &str,
+) -> Result<Pools, InvalidSettings> {
+    validate_settings(pools, hot_spares).map_err(|source| InvalidSettings {
+        files: files.to_owned(),
+        source,
+    })
+}
+
+/// Prints `error` a line at a time after `command: `; exit code 2 (nothing
+/// computed).
+pub fn failed(command: &str, error: &dyn std::error::Error) -> std::process::ExitCode {
+    for line in error.to_string().lines() {
+        eprintln!("{command}: {line}");
+    }
+    std::process::ExitCode::from(2)
+}
 
 /// Why an input file could not be read.
 #[derive(Debug, thiserror::Error)]
