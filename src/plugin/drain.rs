@@ -22,7 +22,7 @@ use crate::crd::{
 use crate::decide::drain_status::{every_job_moved, lost_jobs};
 use crate::model::{DrainJobStatus as JobStatus, DrainPhase, wire_name};
 
-use super::{PluginError, watch_named};
+use super::{PluginError, report_end, watch_named};
 
 /// How a followed drain ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -204,22 +204,14 @@ pub async fn create_and_follow_at_once(
         reason = status.reason.clone().unwrap_or_default();
     })
     .await?;
-    match ended {
-        DrainEnd::Done => {
-            println!("nodedrain/{name} done: {reason}");
-            Ok(ExitCode::SUCCESS)
-        }
-        DrainEnd::Kept | DrainEnd::JobsLost(_) | DrainEnd::Partial(_) => {
-            // An evict or terminate migrates nothing and keeps nothing: any other end is
-            // not one the operator gives it.
-            eprintln!("nodedrain/{name} ended unexpectedly: {reason}");
-            Ok(ExitCode::FAILURE)
-        }
-        DrainEnd::Failed(reason) => {
-            eprintln!("nodedrain/{name} failed: {reason}");
-            Ok(ExitCode::FAILURE)
-        }
-    }
+    let end = match ended {
+        DrainEnd::Done => Ok(format!("done: {reason}")),
+        // An evict or terminate migrates nothing and keeps nothing: any other end is
+        // not one the operator gives it.
+        DrainEnd::Kept | DrainEnd::JobsLost(_) | DrainEnd::Partial(_) => Err(format!("ended unexpectedly: {reason}")),
+        DrainEnd::Failed(reason) => Err(format!("failed: {reason}")),
+    };
+    Ok(report_end(&format!("nodedrain/{name}"), end))
 }
 
 /// Creates `drain`; its name.
@@ -248,30 +240,16 @@ pub async fn create_and_follow(client: Client, drain: NodeDrain, no_wait: bool) 
     } else {
         follow_with_lines(&api, &name).await
     };
-    match ended? {
-        DrainEnd::Done => {
-            println!("nodedrain/{name} done: every job moved off, node terminated");
-            Ok(ExitCode::SUCCESS)
-        }
+    let end = match ended? {
+        DrainEnd::Done => Ok("done: every job moved off, node terminated".to_owned()),
         DrainEnd::Kept => {
-            println!(
-                "nodedrain/{name} done: every job moved off, node kept cordoned and running (uncordon returns it to service)"
-            );
-            Ok(ExitCode::SUCCESS)
+            Ok("done: every job moved off, node kept cordoned and running (uncordon returns it to service)".to_owned())
         }
-        DrainEnd::JobsLost(reason) => {
-            eprintln!("nodedrain/{name} lost jobs: {reason}");
-            Ok(ExitCode::FAILURE)
-        }
-        DrainEnd::Partial(reason) => {
-            eprintln!("nodedrain/{name} ended partial: {reason}");
-            Ok(ExitCode::FAILURE)
-        }
-        DrainEnd::Failed(reason) => {
-            eprintln!("nodedrain/{name} failed: {reason}");
-            Ok(ExitCode::FAILURE)
-        }
-    }
+        DrainEnd::JobsLost(reason) => Err(format!("lost jobs: {reason}")),
+        DrainEnd::Partial(reason) => Err(format!("ended partial: {reason}")),
+        DrainEnd::Failed(reason) => Err(format!("failed: {reason}")),
+    };
+    Ok(report_end(&format!("nodedrain/{name}"), end))
 }
 
 /// On a terminal: a spinner until the drain knows its jobs, then a bar of the jobs moved

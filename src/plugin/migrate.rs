@@ -13,7 +13,7 @@ use crate::crd::{JobMigration, JobMigrationSpec, JobMigrationStatus, MigrationSt
 use crate::decide::migration_status::group_words;
 use crate::model::{MigrationPhase, wire_name};
 
-use super::{PluginError, watch_named};
+use super::{PluginError, report_end, watch_named};
 
 /// How the operator answered a `JobMigration`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,20 +107,12 @@ pub async fn create_and_wait(
         return Ok(ExitCode::SUCCESS);
     }
     let api: Api<JobMigration> = Api::namespaced(client, namespace);
-    match wait_for_answer(&api, &name).await? {
-        MigrationAnswer::Accepted { phase, summary } => {
-            println!("jobmigration/{name} accepted ({}): {summary}", wire_name(&phase));
-            Ok(ExitCode::SUCCESS)
-        }
-        MigrationAnswer::Failed(why) => {
-            eprintln!("jobmigration/{name} failed: {why}");
-            Ok(ExitCode::FAILURE)
-        }
-        MigrationAnswer::Refused(why) => {
-            eprintln!("jobmigration/{name} refused: {why}");
-            Ok(ExitCode::FAILURE)
-        }
-    }
+    let end = match wait_for_answer(&api, &name).await? {
+        MigrationAnswer::Accepted { phase, summary } => Ok(format!("accepted ({}): {summary}", wire_name(&phase))),
+        MigrationAnswer::Failed(why) => Err(format!("failed: {why}")),
+        MigrationAnswer::Refused(why) => Err(format!("refused: {why}")),
+    };
+    Ok(report_end(&format!("jobmigration/{name}"), end))
 }
 
 /// Watches JobMigration `name` until the operator has answered it.

@@ -264,32 +264,10 @@ pub enum Command {
     /// Start a `startMode: manual` job: adds its replicas to the Bundle's `startedReplicas`
     /// (the desired state) and waits until the operator has started them (exit 0), or says
     /// why it cannot (exit 1). Under GitOps, change `startedReplicas` in Git instead.
-    Start {
-        /// The bundle.
-        bundle: String,
-        /// The manual job's name in the bundle.
-        job: String,
-        /// Only this replica (0 the primary, 1 the backup); every replica when absent.
-        #[arg(long)]
-        replica: Option<u32>,
-        /// Patch the Bundle and return.
-        #[arg(long)]
-        no_wait: bool,
-    },
+    Start(ManualJobArgs),
     /// Stop a `startMode: manual` job: takes its replicas from the Bundle's `startedReplicas`
     /// and waits until the operator has stopped them, their instances included (exit 0).
-    Stop {
-        /// The bundle.
-        bundle: String,
-        /// The manual job's name in the bundle.
-        job: String,
-        /// Only this replica (0 the primary, 1 the backup); every replica when absent.
-        #[arg(long)]
-        replica: Option<u32>,
-        /// Patch the Bundle and return.
-        #[arg(long)]
-        no_wait: bool,
-    },
+    Stop(ManualJobArgs),
     /// Print the shell completion script of `kubectl-norsk`:
     /// `source <(kubectl-norsk completion bash)`.
     Completion {
@@ -331,10 +309,40 @@ impl Command {
             Command::Evict { .. } => "evict",
             Command::Terminate { .. } => "terminate",
             Command::Migrate { .. } => "migrate",
-            Command::Start { .. } => "start",
-            Command::Stop { .. } => "stop",
+            Command::Start(_) => "start",
+            Command::Stop(_) => "stop",
             Command::Interrupt { .. } => "interrupt",
             Command::Completion { .. } => "completion",
+        }
+    }
+}
+
+/// The manual job `start` and `stop` act on.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ManualJobArgs {
+    /// The bundle.
+    pub bundle: String,
+    /// The manual job's name in the bundle.
+    pub job: String,
+    /// Only this replica (0 the primary, 1 the backup); every replica when absent.
+    #[arg(long)]
+    pub replica: Option<u32>,
+    /// Patch the Bundle and return.
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+/// Prints how a followed resource ended, after its name (`nodedrain/x`):
+/// what it achieved on stdout (exit 0), or why it did not on stderr (exit 1).
+fn report_end(resource: &str, end: Result<String, String>) -> ExitCode {
+    match end {
+        Ok(done) => {
+            println!("{resource} {done}");
+            ExitCode::SUCCESS
+        }
+        Err(why) => {
+            eprintln!("{resource} {why}");
+            ExitCode::FAILURE
         }
     }
 }
@@ -670,18 +678,18 @@ pub async fn run_in(client: Client, scope: &Scope, command: Command) -> Result<E
             );
             migrate::create_and_wait(client, namespace, migration, no_wait).await
         }
-        Command::Start {
+        Command::Start(ManualJobArgs {
             bundle,
             job,
             replica,
             no_wait,
-        }
-        | Command::Stop {
+        })
+        | Command::Stop(ManualJobArgs {
             bundle,
             job,
             replica,
             no_wait,
-        } => {
+        }) => {
             let request = StartStop {
                 bundle,
                 job,
@@ -765,16 +773,16 @@ mod tests {
         let cli = Cli::try_parse_from(["kubectl-norsk", "start", "match-final", "record", "--replica", "1"]).unwrap();
         assert!(matches!(
             cli.command,
-            Command::Start { ref bundle, ref job, replica: Some(1), no_wait: false } if bundle == "match-final" && job == "record"
+            Command::Start(ManualJobArgs { ref bundle, ref job, replica: Some(1), no_wait: false }) if bundle == "match-final" && job == "record"
         ));
         let cli = Cli::try_parse_from(["kubectl-norsk", "stop", "match-final", "record", "--no-wait"]).unwrap();
         assert!(matches!(
             cli.command,
-            Command::Stop {
+            Command::Stop(ManualJobArgs {
                 replica: None,
                 no_wait: true,
                 ..
-            }
+            })
         ));
         assert!(
             Cli::try_parse_from(["kubectl-norsk", "start", "match-final"]).is_err(),

@@ -19,7 +19,7 @@ use norsk_auto_manager::crd::{
 };
 use norsk_auto_manager::decide::node_status::node_resource_name;
 use norsk_auto_manager::model::{FleetNode, JobPhase, NodeId, NodeInventory, NodePhase};
-use norsk_auto_manager::plugin::{self, Command, FleetSource, PlanWarning, PluginError, Strategy};
+use norsk_auto_manager::plugin::{self, Command, FleetSource, ManualJobArgs, PlanWarning, PluginError, Strategy};
 use serde_json::json;
 
 use crate::control_plane;
@@ -702,22 +702,13 @@ async fn plan_leaves_out_a_norsk_node_whose_status_does_not_convert_and_says_whi
 
 /// The `start` / `stop` command for `show`'s manual job `record`.
 fn start_stop(start: bool, job: &str, replica: Option<u32>) -> Command {
-    let (bundle, job) = ("show".to_owned(), job.to_owned());
-    if start {
-        Command::Start {
-            bundle,
-            job,
-            replica,
-            no_wait: false,
-        }
-    } else {
-        Command::Stop {
-            bundle,
-            job,
-            replica,
-            no_wait: false,
-        }
-    }
+    let job = ManualJobArgs {
+        bundle: "show".to_owned(),
+        job: job.to_owned(),
+        replica,
+        no_wait: false,
+    };
+    if start { Command::Start(job) } else { Command::Stop(job) }
 }
 
 #[tokio::test]
