@@ -33,58 +33,88 @@ use prometheus_client::registry::{Registry, Unit};
 use crate::automanager::metrics::Counters;
 use crate::automanager::{Decision, Metrics as CoreMetrics, Notification};
 
-/// Labels naming a controller.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ControllerLabels {
-    /// `bundle`, `placementpool`, `hotsparepolicy`, `norsknode`.
-    pub controller: String,
+/// Declares label sets: structs of `String` labels, each label named after
+/// its field.
+macro_rules! label_sets {
+    ($($(#[$meta:meta])* $name:ident { $($(#[$label_meta:meta])* $label:ident),+ $(,)? })*) => {
+        $(
+            $(#[$meta])*
+            #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+            pub struct $name {
+                $($(#[$label_meta])* pub $label: String,)+
+            }
+        )*
+    };
 }
 
-/// Labels of a failed reconcile.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ErrorLabels {
-    pub controller: String,
-    /// The error's stable reason.
-    pub reason: String,
-}
+label_sets! {
+    /// Labels naming a controller.
+    ControllerLabels {
+        /// `bundle`, `placementpool`, `hotsparepolicy`, `norsknode`.
+        controller,
+    }
 
-/// Labels naming a notification kind (the seed callback without `on`).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabels {
-    /// `placementDecision`, `jobUpdated`, `bundleBroken`, ...
-    pub kind: String,
-}
+    /// Labels of a failed reconcile.
+    ErrorLabels {
+        controller,
+        /// The error's stable reason.
+        reason,
+    }
 
-/// Labels of a placement outcome.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabels {
-    /// `placed`, `provision` or `noCapacity`.
-    pub result: String,
-}
+    /// Labels naming a notification kind (the seed callback without `on`).
+    KindLabels {
+        /// `placementDecision`, `jobUpdated`, `bundleBroken`, ...
+        kind,
+    }
 
-/// Labels naming a drain's or migration's phase.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PhaseLabels {
-    /// The phase, as the spec names it (`migrating`, `stoppingSource`, ...).
-    pub phase: String,
-}
+    /// Labels of a placement outcome.
+    ResultLabels {
+        /// `placed`, `provision` or `noCapacity`.
+        result,
+    }
 
-/// Labels of `manager_capability`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CapabilityLabels {
-    /// The capability (`bundleStore`, `nodeTags`, ...).
-    pub capability: String,
-    /// `served` or `published`.
-    pub mode: String,
-}
+    /// Labels naming a drain's or migration's phase.
+    PhaseLabels {
+        /// The phase, as the spec names it (`migrating`, `stoppingSource`, ...).
+        phase,
+    }
 
-/// Labels of `build_info`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BuildLabels {
-    /// The crate version (`0.1.0`).
-    pub version: String,
-    /// The commit the binary was built from (`unknown` outside a checkout).
-    pub revision: String,
+    /// Labels of `manager_capability`.
+    CapabilityLabels {
+        /// The capability (`bundleStore`, `nodeTags`, ...).
+        capability,
+        /// `served` or `published`.
+        mode,
+    }
+
+    /// Labels of `build_info`.
+    BuildLabels {
+        /// The crate version (`0.1.0`).
+        version,
+        /// The commit the binary was built from (`unknown` outside a checkout).
+        revision,
+    }
+
+    /// Labels naming a pool.
+    PoolLabels {
+        pool,
+    }
+
+    /// Labels naming a pool and a kind of failure domain.
+    HeadroomLabels {
+        pool,
+        /// `node`, `zone` or `provider`.
+        kind,
+    }
+
+    /// Labels naming a pool, a kind of failure domain and its worst domain.
+    WorstDomainLabels {
+        pool,
+        /// `node`, `zone` or `provider`.
+        kind,
+        /// The node id, zone or provider kind.
+        domain,
+    }
 }
 
 /// The version and commit the binary was built from, as `--version` prints
@@ -93,30 +123,6 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("NORSK_R
 
 /// The commit the binary was built from (`unknown` outside a checkout).
 pub const REVISION: &str = env!("NORSK_REVISION");
-
-/// Labels naming a pool.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PoolLabels {
-    pub pool: String,
-}
-
-/// Labels naming a pool and a kind of failure domain.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct HeadroomLabels {
-    pub pool: String,
-    /// `node`, `zone` or `provider`.
-    pub kind: String,
-}
-
-/// Labels naming a pool, a kind of failure domain and its worst domain.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WorstDomainLabels {
-    pub pool: String,
-    /// `node`, `zone` or `provider`.
-    pub kind: String,
-    /// The node id, zone or provider kind.
-    pub domain: String,
-}
 
 /// Drains and migrations in flight, by what they are.
 #[derive(Debug, Default)]
@@ -195,6 +201,14 @@ pub struct OperatorMetrics {
 
 /// Registers `build_info`: always 1, its labels naming the version and
 /// commit the binary was built from.
+/// Registers each named metric of `$metrics` under its field's name, with
+/// its help text, in the order given (the order `/metrics` lists them in).
+macro_rules! register_fields {
+    ($registry:ident, $metrics:ident { $($field:ident: $help:expr),* $(,)? }) => {
+        $($registry.register(stringify!($field), $help, $metrics.$field.clone());)*
+    };
+}
+
 fn register_build_info(registry: &mut Registry) {
     let build_info = Family::<BuildLabels, Gauge>::default();
     build_info
@@ -275,11 +289,12 @@ impl OperatorMetrics {
 
     /// Registers what the controllers count of their reconciles.
     fn register_reconciles(&self, registry: &mut Registry) {
-        registry.register("reconciles", "Reconciles run", self.reconciles.clone());
-        registry.register(
-            "reconcile_errors",
-            "Reconciles that failed",
-            self.reconcile_errors.clone(),
+        register_fields!(
+            registry,
+            self {
+                reconciles: "Reconciles run",
+                reconcile_errors: "Reconciles that failed",
+            }
         );
         registry.register_with_unit(
             "reconcile_duration",
@@ -297,99 +312,63 @@ impl OperatorMetrics {
     /// Registers what the core's notifications and counters count, and the
     /// Kubernetes Events not published.
     fn register_core(&self, registry: &mut Registry) {
-        registry.register(
-            "notifications",
-            "Notifications of the core, per kind",
-            self.notifications.clone(),
-        );
-        registry.register("placements", "Placement decisions by result", self.placements.clone());
-        registry.register(
-            "placement_attempts",
-            "Placement runs of the core",
-            self.placement_attempts.clone(),
-        );
-        registry.register(
-            "placement_results",
-            "Placement runs by how they ended: succeeded (first wire call accepted), failed (nowhere found), dispatch_failed (first wire call refused)",
-            self.placement_results.clone(),
-        );
-        registry.register("jobs_rejected", "Jobs a worker rejected", self.jobs_rejected.clone());
-        registry.register("bundle_breaks", "Bundles marked broken", self.bundle_breaks.clone());
-        registry.register("jobs_dropped", "Jobs dropped", self.jobs_dropped.clone());
-        registry.register(
-            "events_dropped",
-            "Kubernetes Events not published (queue full)",
-            self.events_dropped.clone(),
+        register_fields!(
+            registry,
+            self {
+                notifications: "Notifications of the core, per kind",
+                placements: "Placement decisions by result",
+                placement_attempts: "Placement runs of the core",
+                placement_results: "Placement runs by how they ended: succeeded (first wire call accepted), failed (nowhere found), dispatch_failed (first wire call refused)",
+                jobs_rejected: "Jobs a worker rejected",
+                bundle_breaks: "Bundles marked broken",
+                jobs_dropped: "Jobs dropped",
+                events_dropped: "Kubernetes Events not published (queue full)",
+            }
         );
     }
 
     /// Registers the gauges of each pool: its nodes, its headroom, its
     /// spares and how full it is.
     fn register_pools(&self, registry: &mut Registry) {
-        registry.register("pool_nodes", "Nodes of the pool not stopped", self.pool_nodes.clone());
-        registry.register(
-            "headroom_absorbed",
-            "1 when the pool absorbs the loss of any single failure domain of the kind",
-            self.headroom_absorbed.clone(),
-        );
-        registry.register(
-            "headroom_unabsorbed_domains",
-            "Failure domains of the kind whose loss the pool does not absorb",
-            self.headroom_unabsorbed_domains.clone(),
-        );
-        registry.register(
-            "headroom_worst_domain",
-            "1 for the failure domain of the kind whose loss does the pool the most harm",
-            self.headroom_worst_domain.clone(),
-        );
-        registry.register(
-            "pool_live_spares",
-            "Unconsumed hot spares of the pool",
-            self.pool_live_spares.clone(),
-        );
-        registry.register(
-            "pool_used_capacity_ratio",
-            "Reserved over usable capacity of the pool (0 to 1)",
-            self.pool_used_capacity_ratio.clone(),
+        register_fields!(
+            registry,
+            self {
+                pool_nodes: "Nodes of the pool not stopped",
+                headroom_absorbed: "1 when the pool absorbs the loss of any single failure domain of the kind",
+                headroom_unabsorbed_domains: "Failure domains of the kind whose loss the pool does not absorb",
+                headroom_worst_domain: "1 for the failure domain of the kind whose loss does the pool the most harm",
+                pool_live_spares: "Unconsumed hot spares of the pool",
+                pool_used_capacity_ratio: "Reserved over usable capacity of the pool (0 to 1)",
+            }
         );
     }
 
     /// Registers the gauges of this process's place: its stream to
     /// Manager, its leadership and how each capability is carried out.
     fn register_connection(&self, registry: &mut Registry) {
-        registry.register(
-            "manager_connected",
-            "1 while the core's stream to Manager is up with its snapshot applied (followers too)",
-            self.manager_connected.clone(),
-        );
-        registry.register("leader", "1 while this process leads", self.leader.clone());
-        registry.register(
-            "manager_capability",
-            "1 for how each capability beyond the published Manager API is carried out: served by Manager, or published (without the addition)",
-            self.manager_capability.clone(),
+        register_fields!(
+            registry,
+            self {
+                manager_connected: "1 while the core's stream to Manager is up with its snapshot applied (followers too)",
+                leader: "1 while this process leads",
+                manager_capability: "1 for how each capability beyond the published Manager API is carried out: served by Manager, or published (without the addition)",
+            }
         );
     }
 
     /// Registers what the resources' controllers report: spares asked
     /// for, bundles broken, drains and migrations.
     fn register_resources(&self, registry: &mut Registry) {
-        registry.register(
-            "pool_spare_target",
-            "Hot spares the pool's HotSparePolicy asks for (0 without one)",
-            self.pool_spare_target.clone(),
+        register_fields!(
+            registry,
+            self {
+                pool_spare_target: "Hot spares the pool's HotSparePolicy asks for (0 without one)",
+                bundles_broken: "Bundles whose production ended (broken until updated or deleted)",
+                drains: "Drains in flight, per phase",
+                drains_ended: "Drains ended, per final phase (done, partial, failed)",
+                migrations: "Migrations in flight, per phase",
+            }
         );
-        registry.register(
-            "bundles_broken",
-            "Bundles whose production ended (broken until updated or deleted)",
-            self.bundles_broken.clone(),
-        );
-        registry.register("drains", "Drains in flight, per phase", self.drains.clone());
-        registry.register(
-            "drains_ended",
-            "Drains ended, per final phase (done, partial, failed)",
-            self.drains_ended.clone(),
-        );
-        registry.register("migrations", "Migrations in flight, per phase", self.migrations.clone());
     }
 
     /// Counts one notification (every callback is countable by kind).

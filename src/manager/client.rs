@@ -294,24 +294,14 @@ impl ManagerClient {
 
     /// Stores a bundle; Manager expands it into runtime jobs.
     pub async fn create_bundle(&self, bundle: &Bundle) -> Result<Vec<JobId>, RpcError> {
-        let ack = self
-            .inner
-            .clone()
-            .create_bundle(self.request(wire::bundle_to_pb(bundle)))
-            .await;
-        let ack = ack.map_err(|s| RpcError::from_status("CreateBundle", s))?.into_inner();
-        Ok(ack.job_ids.into_iter().map(|j| JobId(j.job_id)).collect())
+        let req = self.request(wire::bundle_to_pb(bundle));
+        job_ids("CreateBundle", self.inner.clone().create_bundle(req)).await
     }
 
     /// Replaces a bundle's spec; always `state: live`.
     pub async fn update_bundle(&self, bundle: &Bundle) -> Result<Vec<JobId>, RpcError> {
-        let ack = self
-            .inner
-            .clone()
-            .update_bundle(self.request(update_request(bundle)))
-            .await;
-        let ack = ack.map_err(|s| RpcError::from_status("UpdateBundle", s))?.into_inner();
-        Ok(ack.job_ids.into_iter().map(|j| JobId(j.job_id)).collect())
+        let req = self.request(update_request(bundle));
+        job_ids("UpdateBundle", self.inner.clone().update_bundle(req)).await
     }
 
     /// Starts Manager's stop-then-delete saga for a bundle.
@@ -363,31 +353,19 @@ impl ManagerClient {
     /// did not answer the question: unreachable, or refusing the caller.
     pub async fn probe(&self, method: &'static str) -> Result<bool, RpcError> {
         let mut inner = self.inner.clone();
+        // Calls `rpc` with an empty `request`; only whether it answered counts.
+        macro_rules! empty_call {
+            ($rpc:ident, $request:ty) => {
+                inner.$rpc(self.request(<$request>::default())).await.map(drop)
+            };
+        }
         let answer = match method {
-            "DeleteBundle" => inner
-                .delete_bundle(self.request(pb::BundleId::default()))
-                .await
-                .map(drop),
-            "UpdateNodeTags" => inner
-                .update_node_tags(self.request(pb::UpdateNodeTagsRequest::default()))
-                .await
-                .map(drop),
-            "StartPreparedJob" => inner
-                .start_prepared_job(self.request(pb::StartPreparedJobRequest::default()))
-                .await
-                .map(drop),
-            "SendMigrationSignal" => inner
-                .send_migration_signal(self.request(pb::MigrationSignalRequest::default()))
-                .await
-                .map(drop),
-            "PrefetchImages" => inner
-                .prefetch_images(self.request(pb::PrefetchImagesRequest::default()))
-                .await
-                .map(drop),
-            "SetTerminalVerdict" => inner
-                .set_terminal_verdict(self.request(pb::SetTerminalVerdictRequest::default()))
-                .await
-                .map(drop),
+            "DeleteBundle" => empty_call!(delete_bundle, pb::BundleId),
+            "UpdateNodeTags" => empty_call!(update_node_tags, pb::UpdateNodeTagsRequest),
+            "StartPreparedJob" => empty_call!(start_prepared_job, pb::StartPreparedJobRequest),
+            "SendMigrationSignal" => empty_call!(send_migration_signal, pb::MigrationSignalRequest),
+            "PrefetchImages" => empty_call!(prefetch_images, pb::PrefetchImagesRequest),
+            "SetTerminalVerdict" => empty_call!(set_terminal_verdict, pb::SetTerminalVerdictRequest),
             _ => return Ok(super::extensions::is_published(method)),
         };
         match answer {
@@ -555,6 +533,15 @@ async fn unit<T>(
     call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 ) -> Result<(), RpcError> {
     call.await.map(drop).map_err(|s| RpcError::from_status(rpc, s))
+}
+
+/// The runtime jobs a bundle call's acknowledgement names.
+async fn job_ids(
+    rpc: &'static str,
+    call: impl std::future::Future<Output = Result<tonic::Response<pb::BundleAck>, tonic::Status>>,
+) -> Result<Vec<JobId>, RpcError> {
+    let ack = call.await.map_err(|s| RpcError::from_status(rpc, s))?.into_inner();
+    Ok(ack.job_ids.into_iter().map(|j| JobId(j.job_id)).collect())
 }
 
 fn job_ref_to_pb(job: &BundleJobRef) -> pb::BundleJobRef {
