@@ -272,68 +272,50 @@ mod tests {
         )
     }
 
+    /// Asserts `error` is classified `reason` and says `says` (then why).
+    fn assert_says(error: impl Into<ReconcileError>, reason: &str, says: &str) -> ReconcileError {
+        let error = error.into();
+        assert_eq!(error.reason(), reason);
+        assert!(error.to_string().starts_with(says), "{error}");
+        error
+    }
+
     #[test]
     fn each_step_names_what_failed_and_keeps_why() {
-        let list: ReconcileError = ReadError::List {
-            kind: "NorskNode",
-            selector: Some("automanager.norsk.video/fleet=default".to_owned()),
-            source: refused(),
-        }
-        .into();
-        assert_eq!(list.reason(), "List");
-        assert!(
-            list.to_string()
-                .starts_with("failed to list the NorskNodes labelled automanager.norsk.video/fleet=default: "),
-            "{list}"
+        let list = assert_says(
+            ReadError::List {
+                kind: "NorskNode",
+                selector: Some("automanager.norsk.video/fleet=default".to_owned()),
+                source: refused(),
+            },
+            "List",
+            "failed to list the NorskNodes labelled automanager.norsk.video/fleet=default: ",
         );
         assert!(list.source().is_some_and(|s| s.to_string().contains("forbidden")));
-        let every: ReconcileError = ReadError::List {
+        let every = ReadError::List {
             kind: "NodeDrain",
             selector: None,
             source: refused(),
-        }
-        .into();
-        assert!(
-            every.to_string().starts_with("failed to list the NodeDrains: "),
-            "{every}"
-        );
-
-        let delete: ReconcileError = ApplyError::Delete {
+        };
+        assert_says(every, "List", "failed to list the NodeDrains: ");
+        let delete = ApplyError::Delete {
             kind: "NorskNode",
             name: "node-a".to_owned(),
             source: refused(),
-        }
-        .into();
-        assert_eq!(delete.reason(), "Delete");
-        assert!(
-            delete.to_string().starts_with("failed to delete NorskNode node-a: "),
-            "{delete}"
-        );
-
-        let create: ReconcileError = ApplyError::Create {
+        };
+        assert_says(delete, "Delete", "failed to delete NorskNode node-a: ");
+        let create = ApplyError::Create {
             kind: "NorskNode",
             name: "node-a".to_owned(),
             source: refused(),
-        }
-        .into();
-        assert_eq!(create.reason(), "Create");
-        assert!(
-            create.to_string().starts_with("failed to create NorskNode node-a: "),
-            "{create}"
-        );
-
-        let status: ReconcileError = WriteStatusError {
+        };
+        assert_says(create, "Create", "failed to create NorskNode node-a: ");
+        let status = WriteStatusError {
             kind: "Bundle".to_owned(),
             name: "ch1".to_owned(),
             source: refused(),
-        }
-        .into();
-        assert_eq!(status.reason(), "WriteStatus");
-        assert!(
-            status
-                .to_string()
-                .starts_with("failed to write the status of Bundle ch1: ")
-        );
+        };
+        assert_says(status, "WriteStatus", "failed to write the status of Bundle ch1: ");
     }
 
     #[test]

@@ -446,6 +446,12 @@ mod tests {
             .unwrap_or_else(|| panic!("no {type_} in {conditions:?}"))
     }
 
+    /// The condition `type_` as `(status, reason, message)`.
+    fn said_of<'a>(conditions: &'a [Observed], type_: &str) -> (&'a str, &'a str, &'a str) {
+        let c = condition(conditions, type_);
+        (c.status_name(), c.reason.as_str(), c.message.as_str())
+    }
+
     fn observed(test: &TestCore, id: &str, spec: &BundleSpec) -> ObservedBundle {
         observe(
             test.read(),
@@ -488,9 +494,8 @@ mod tests {
         test.start_all();
         let bundle = observed(&test, "ns/ch1", &spec);
         assert_eq!(bundle.replicas[0].jobs[0].state, JobPhase::Running);
-        let ready = condition(&bundle.conditions, READY);
         assert_eq!(
-            (ready.status_name(), ready.reason.as_str(), ready.message.as_str()),
+            said_of(&bundle.conditions, READY),
             ("True", "Running", "1 of 1 jobs running")
         );
     }
@@ -505,9 +510,8 @@ mod tests {
         let bundle = observed(&test, "ns/big", &spec);
         let job = &bundle.replicas[0].jobs[0];
         assert_eq!((job.node.as_deref(), job.state), (None, JobPhase::AwaitingCapacity));
-        let ready = condition(&bundle.conditions, READY);
         assert_eq!(
-            (ready.status_name(), ready.reason.as_str(), ready.message.as_str()),
+            said_of(&bundle.conditions, READY),
             ("False", "Placing", "0 of 1 jobs placed")
         );
         let placed = condition(&bundle.conditions, PLACED);
@@ -554,9 +558,8 @@ mod tests {
         let spec: BundleSpec = yaml_serde::from_str(ONE_JOB).expect("a bundle");
         let bundle = observed(&test, "ns/new", &spec);
         assert_eq!(bundle.replicas[0].jobs[0].state, JobPhase::Pending);
-        let placed = condition(&bundle.conditions, PLACED);
         assert_eq!(
-            (placed.status_name(), placed.reason.as_str(), placed.message.as_str()),
+            said_of(&bundle.conditions, PLACED),
             ("False", "Pending", "0 of 1 jobs placed")
         );
     }

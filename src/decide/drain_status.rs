@@ -157,7 +157,7 @@ pub fn job_changes(before: Option<&DrainState>, after: &DrainState) -> Vec<Strin
 mod tests {
     use super::*;
     use crate::automanager::DrainJob;
-    use crate::decide::fixture::said;
+    use crate::decide::fixture::{in_flight, said, stalled_for};
 
     fn drain(phase: DrainPhase, jobs: &[(&str, JobStatus)]) -> DrainState {
         DrainState {
@@ -275,11 +275,7 @@ mod tests {
         };
         assert_eq!(
             said(&conditions_of(&refused)),
-            [
-                (READY, "False", "NotStarted", "no node n9 in the fleet"),
-                (RECONCILING, "False", "NotStarted", ""),
-                (STALLED, "True", "NotStarted", "no node n9 in the fleet"),
-            ]
+            stalled_for("NotStarted", "no node n9 in the fleet")
         );
     }
 
@@ -288,11 +284,7 @@ mod tests {
         let failed = at(DrainPhase::Failed, Some("uncordoned before its terminate"));
         assert_eq!(
             said(&conditions_of(&failed)),
-            [
-                (READY, "False", "Failed", "uncordoned before its terminate"),
-                (RECONCILING, "False", "Failed", ""),
-                (STALLED, "True", "Failed", "uncordoned before its terminate"),
-            ]
+            stalled_for("Failed", "uncordoned before its terminate")
         );
     }
 
@@ -300,11 +292,7 @@ mod tests {
     fn a_drain_in_flight_is_reconciling_in_its_phase() {
         assert_eq!(
             said(&conditions_of(&at(DrainPhase::Migrating, None))),
-            [
-                (READY, "False", "Migrating", "the drain is migrating"),
-                (RECONCILING, "True", "Migrating", "the drain is migrating"),
-                (STALLED, "False", "InProgress", ""),
-            ]
+            in_flight("Migrating", "the drain is migrating")
         );
     }
 

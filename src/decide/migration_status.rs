@@ -195,7 +195,7 @@ mod tests {
     use super::*;
     use crate::automanager::migration::PhaseTransition as CoreTransition;
     use crate::automanager::{MigrationId, MigrationStrategy};
-    use crate::decide::fixture::said;
+    use crate::decide::fixture::{in_flight, said, stalled_for};
     use crate::model::InstanceKey;
 
     fn state(phase: MigrationPhase) -> MigrationState {
@@ -273,11 +273,7 @@ mod tests {
         };
         assert_eq!(
             said(&conditions_of(&refused)),
-            [
-                (READY, "False", "Refused", "job ns/b/0/enc is not running"),
-                (RECONCILING, "False", "Refused", ""),
-                (STALLED, "True", "Refused", "job ns/b/0/enc is not running"),
-            ]
+            stalled_for("Refused", "job ns/b/0/enc is not running")
         );
     }
 
@@ -285,19 +281,11 @@ mod tests {
     fn an_aborted_migration_stalls_aborted_and_one_in_flight_reconciles() {
         assert_eq!(
             said(&conditions_of(&at(MigrationPhase::Aborted, Some("spec.abort set")))),
-            [
-                (READY, "False", "Aborted", "spec.abort set"),
-                (RECONCILING, "False", "Aborted", ""),
-                (STALLED, "True", "Aborted", "spec.abort set"),
-            ]
+            stalled_for("Aborted", "spec.abort set")
         );
         assert_eq!(
             said(&conditions_of(&status_of(&state(MigrationPhase::Starting)))),
-            [
-                (READY, "False", "Starting", "the migration is starting"),
-                (RECONCILING, "True", "Starting", "the migration is starting"),
-                (STALLED, "False", "InProgress", ""),
-            ]
+            in_flight("Starting", "the migration is starting")
         );
     }
 

@@ -187,14 +187,38 @@ mod tests {
         HeadroomReport::of(verdicts, &["studio".to_owned()])
     }
 
+    /// Bundle `b`'s condition with `replicas` placed as given.
+    fn resilient_b(report: &HeadroomReport, replicas: &[ReplicaPlacement]) -> Observed {
+        resilient(Some(report), &BundleId::from("b"), replicas)
+    }
+
+    /// A primary and a backup, each on one node (node, zone).
+    fn pair(primary: (&str, &str), backup: (&str, &str)) -> [ReplicaPlacement; 2] {
+        [
+            placed(0, &[(primary.0, Some(primary.1))]),
+            placed(1, &[(backup.0, Some(backup.1))]),
+        ]
+    }
+
+    /// Headroom of node `a` (the primary's, its loss absorbed) and node `d`
+    /// (the backup's, its job's fate `d`).
+    fn report_a_and_d(d: Fate) -> HeadroomReport {
+        report(vec![
+            verdict("a", "b", 0, placed_on("c"), true),
+            verdict("d", "b", 1, d, true),
+        ])
+    }
+
+    /// The condition's status and reason.
+    fn said(condition: &Observed) -> (&str, &str) {
+        (condition.status_name(), condition.reason.as_str())
+    }
+
     #[test]
     fn without_a_headroom_report_the_condition_is_unknown() {
         let condition = resilient(None, &BundleId::from("b"), &[placed(0, &[("a", None)])]);
         assert!(condition.unknown);
-        assert_eq!(
-            (condition.status_name(), condition.reason.as_str()),
-            ("Unknown", "HeadroomNotComputed")
-        );
+        assert_eq!(said(&condition), ("Unknown", "HeadroomNotComputed"));
     }
 
     #[test]
@@ -202,44 +226,22 @@ mod tests {
         let report = report(Vec::new());
         let mut backup = placed(1, &[]);
         backup.placed = false;
-        let condition = resilient(
-            Some(&report),
-            &BundleId::from("b"),
-            &[placed(0, &[("a", None)]), backup],
-        );
-        assert_eq!(
-            (condition.status_name(), condition.reason.as_str()),
-            ("Unknown", "NotPlaced")
-        );
+        let condition = resilient_b(&report, &[placed(0, &[("a", None)]), backup]);
+        assert_eq!(said(&condition), ("Unknown", "NotPlaced"));
         assert!(condition.message.contains("replica 1"), "{}", condition.message);
     }
 
     #[test]
     fn primary_and_backup_on_one_node_share_a_failure_domain() {
         let report = report(vec![verdict("a", "b", 0, placed_on("c"), true)]);
-        let condition = resilient(
-            Some(&report),
-            &BundleId::from("b"),
-            &[placed(0, &[("a", Some("z1"))]), placed(1, &[("a", Some("z1"))])],
-        );
-        assert_eq!(
-            (condition.status_name(), condition.reason.as_str()),
-            ("False", "SameFailureDomain")
-        );
+        let condition = resilient_b(&report, &pair(("a", "z1"), ("a", "z1")));
+        assert_eq!(said(&condition), ("False", "SameFailureDomain"));
         assert!(condition.message.contains("node a"), "{}", condition.message);
     }
 
     #[test]
     fn primary_and_backup_in_one_zone_share_a_failure_domain() {
-        let report = report(vec![
-            verdict("a", "b", 0, placed_on("c"), true),
-            verdict("d", "b", 1, placed_on("c"), true),
-        ]);
-        let condition = resilient(
-            Some(&report),
-            &BundleId::from("b"),
-            &[placed(0, &[("a", Some("z1"))]), placed(1, &[("d", Some("z1"))])],
-        );
+        let condition = resilient_b(&report_a_and_d(placed_on("c")), &pair(("a", "z1"), ("d", "z1")));
         assert_eq!(condition.reason, "SameFailureDomain");
         assert!(condition.message.contains("zone z1"), "{}", condition.message);
     }
@@ -249,48 +251,23 @@ mod tests {
         let dark = Fate::Dark {
             reason: DarkReason::RestartCeiling,
         };
-        let report = report(vec![
-            verdict("a", "b", 0, placed_on("c"), true),
-            verdict("d", "b", 1, dark, true),
-        ]);
-        let condition = resilient(
-            Some(&report),
-            &BundleId::from("b"),
-            &[placed(0, &[("a", Some("z1"))]), placed(1, &[("d", Some("z2"))])],
-        );
-        assert_eq!(
-            (condition.status_name(), condition.reason.as_str()),
-            ("False", "LossNotAbsorbed")
-        );
+        let condition = resilient_b(&report_a_and_d(dark), &pair(("a", "z1"), ("d", "z2")));
+        assert_eq!(said(&condition), ("False", "LossNotAbsorbed"));
         assert!(condition.message.contains("node d"), "{}", condition.message);
         assert!(condition.message.contains("restart ceiling"), "{}", condition.message);
     }
 
     #[test]
     fn absorbed_losses_in_separate_domains_are_resilient() {
-        let report = report(vec![
-            verdict("a", "b", 0, placed_on("c"), true),
-            verdict("d", "b", 1, placed_on("c"), true),
-        ]);
-        let condition = resilient(
-            Some(&report),
-            &BundleId::from("b"),
-            &[placed(0, &[("a", Some("z1"))]), placed(1, &[("d", Some("z2"))])],
-        );
-        assert_eq!(
-            (condition.status_name(), condition.reason.as_str()),
-            ("True", "LossAbsorbed")
-        );
+        let condition = resilient_b(&report_a_and_d(placed_on("c")), &pair(("a", "z1"), ("d", "z2")));
+        assert_eq!(said(&condition), ("True", "LossAbsorbed"));
     }
 
     #[test]
     fn a_node_without_a_verdict_yet_leaves_it_unknown() {
         let report = report(vec![verdict("a", "b", 0, placed_on("c"), true)]);
-        let condition = resilient(Some(&report), &BundleId::from("b"), &[placed(0, &[("e", None)])]);
-        assert_eq!(
-            (condition.status_name(), condition.reason.as_str()),
-            ("Unknown", "HeadroomNotComputed")
-        );
+        let condition = resilient_b(&report, &[placed(0, &[("e", None)])]);
+        assert_eq!(said(&condition), ("Unknown", "HeadroomNotComputed"));
         assert!(condition.message.contains("node e"), "{}", condition.message);
     }
 }

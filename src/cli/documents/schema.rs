@@ -39,17 +39,14 @@ fn check(schema: &Value, value: &Value, path: &FieldPath, found: &mut Vec<(Field
             }
         }
         Value::String(text) => {
-            let length = u64::try_from(text.chars().count()).unwrap_or(u64::MAX);
-            if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
-                && length < min
-            {
-                fail(format!("must be at least {min} character(s) long"));
-            }
-            if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
-                && length > max
-            {
-                fail(format!("must be at most {max} characters long"));
-            }
+            size_bounds(
+                schema,
+                text.chars().count(),
+                ("minLength", "maxLength"),
+                |min| format!("must be at least {min} character(s) long"),
+                |max| format!("must be at most {max} characters long"),
+                &mut fail,
+            );
             if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
                 match regex::Regex::new(pattern) {
                     Ok(re) if !re.is_match(text) => fail(format!("{text:?} does not match {pattern}")),
@@ -61,17 +58,14 @@ fn check(schema: &Value, value: &Value, path: &FieldPath, found: &mut Vec<(Field
             }
         }
         Value::Array(items) => {
-            let count = u64::try_from(items.len()).unwrap_or(u64::MAX);
-            if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
-                && count < min
-            {
-                fail(format!("must have at least {min} item(s)"));
-            }
-            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
-                && count > max
-            {
-                fail(format!("must have at most {max} items"));
-            }
+            size_bounds(
+                schema,
+                items.len(),
+                ("minItems", "maxItems"),
+                |min| format!("must have at least {min} item(s)"),
+                |max| format!("must have at most {max} items"),
+                &mut fail,
+            );
             if let Some(item) = schema.get("items") {
                 for (i, element) in items.iter().enumerate() {
                     check(item, element, &path.index(i), found);
@@ -79,17 +73,14 @@ fn check(schema: &Value, value: &Value, path: &FieldPath, found: &mut Vec<(Field
             }
         }
         Value::Object(fields) => {
-            let count = u64::try_from(fields.len()).unwrap_or(u64::MAX);
-            if let Some(min) = schema.get("minProperties").and_then(Value::as_u64)
-                && count < min
-            {
-                fail(format!("must have at least {min} entr(y/ies)"));
-            }
-            if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64)
-                && count > max
-            {
-                fail(format!("must have at most {max} entries"));
-            }
+            size_bounds(
+                schema,
+                fields.len(),
+                ("minProperties", "maxProperties"),
+                |min| format!("must have at least {min} entr(y/ies)"),
+                |max| format!("must have at most {max} entries"),
+                &mut fail,
+            );
             let properties = schema.get("properties").and_then(Value::as_object);
             let additional = schema.get("additionalProperties").filter(|s| s.is_object());
             for (key, field) in fields {
@@ -101,6 +92,30 @@ fn check(schema: &Value, value: &Value, path: &FieldPath, found: &mut Vec<(Field
             }
         }
         Value::Bool(_) | Value::Null => {}
+    }
+}
+
+/// A size (of characters, items or entries) against the schema's `keys`
+/// (`minLength` / `maxLength`, ...): `at_least(min)` and `at_most(max)`
+/// say what is broken.
+fn size_bounds(
+    schema: &Value,
+    size: usize,
+    keys: (&str, &str),
+    at_least: impl Fn(u64) -> String,
+    at_most: impl Fn(u64) -> String,
+    fail: &mut impl FnMut(String),
+) {
+    let size = u64::try_from(size).unwrap_or(u64::MAX);
+    if let Some(min) = schema.get(keys.0).and_then(Value::as_u64)
+        && size < min
+    {
+        fail(at_least(min));
+    }
+    if let Some(max) = schema.get(keys.1).and_then(Value::as_u64)
+        && size > max
+    {
+        fail(at_most(max));
     }
 }
 
