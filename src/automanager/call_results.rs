@@ -13,7 +13,7 @@ use crate::model::{BundleId, BundleState, InstanceKey, JobId, NodeId, NodePhase,
 use super::binding::{AwaitedStop, StopWait, StoppingInstance};
 use super::core::AutoManagerCore;
 use super::notification::Notification;
-use super::outbox::Pending;
+use super::outbox::{Pending, SubsystemCall};
 use super::protocol::{CommandError, RequestId, Rpc, RpcFailure, RpcFailureKind};
 use super::recovery::MIN_RECOVERY_INTERVAL_MS;
 use super::spares::state::{SpareRequest, is_spare_tagged};
@@ -48,7 +48,6 @@ impl AutoManagerCore {
                     .toggle_result(&self.facts, &mut self.outbox, &job_id, result, now);
             }
             Pending::ManualStop(job_id) => self.manual.stop_result(&mut self.outbox, &job_id, result, now),
-            Pending::Complete(job_id) => self.schedules.complete_result(&job_id, result, &mut self.outbox, now),
             Pending::TerminateNode(node_id) => self.terminate_result(node_id, result),
             Pending::StartJob {
                 job_id,
@@ -56,11 +55,9 @@ impl AutoManagerCore {
                 node_id,
             } => self.start_result(&job_id, (instance_key, node_id), id, result, now),
             Pending::CreateNode { node_id, for_job } => self.create_result(&node_id, &for_job, result, now),
-            Pending::Spare(request) => {
-                self.spares
-                    .rpc_result(&mut self.facts, &mut self.outbox, request, result, now);
-            }
-            Pending::NodeService(request) => self.node_services.rpc_result(request, result, &mut self.outbox, now),
+            Pending::Subsystem(call) => self
+                .subsystems
+                .answered(call, result, &mut self.facts, &mut self.outbox, now),
             Pending::Migration { migration_id, call } => {
                 self.saga().migration_call_result(&migration_id, call, result, now)
             }
@@ -89,7 +86,8 @@ impl AutoManagerCore {
     /// any failed provision, and terminated should it appear (see
     /// `terminate_unheard_create`).
     fn settle_create(&mut self, pending: &Pending, result: &Result<(), RpcFailure>) {
-        let (Pending::CreateNode { node_id, .. } | Pending::Spare(SpareRequest::Provision { node_id, .. })) = pending
+        let (Pending::CreateNode { node_id, .. }
+        | Pending::Subsystem(SubsystemCall::Spare(SpareRequest::Provision { node_id, .. }))) = pending
         else {
             return;
         };
@@ -229,7 +227,7 @@ impl AutoManagerCore {
     /// Whether a call creating `node_id` awaits its answer.
     fn creating(&self, node_id: &NodeId) -> bool {
         self.outbox.pending.values().any(|p| {
-            matches!(p, Pending::CreateNode { node_id: n, .. } | Pending::Spare(SpareRequest::Provision { node_id: n, .. }) if n == node_id)
+            matches!(p, Pending::CreateNode { node_id: n, .. } | Pending::Subsystem(SubsystemCall::Spare(SpareRequest::Provision { node_id: n, .. })) if n == node_id)
         })
     }
 

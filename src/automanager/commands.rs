@@ -57,7 +57,10 @@ impl AutoManagerCore {
             }
             Command::SetPlacementPools(pools) => return self.set_placement_pools(id, pools),
             Command::UpdateHotSpareSpecs(specs) => {
-                let changed = self.update_hot_spare_specs(specs);
+                let changed = self
+                    .subsystems
+                    .spares
+                    .update_specs(&mut self.facts, &mut self.outbox, specs);
                 return self.answer(id, changed.map(Answer::HotSpares));
             }
             Command::DeclareInventory { node_id, inventory } => {
@@ -65,7 +68,11 @@ impl AutoManagerCore {
                 return self.reply(id, Ok(()));
             }
             Command::UpdateHotSpareNode { node_id, spec } => {
-                return self.reply_with(id, |core| core.update_hot_spare_node(&node_id, &spec));
+                return self.reply_with(id, |core| {
+                    core.subsystems
+                        .spares
+                        .update_node(&mut core.facts, &mut core.outbox, &node_id, &spec)
+                });
             }
         };
         let deletes = matches!(rpc, Rpc::DeleteBundle(_));

@@ -10,17 +10,14 @@ use crate::model::{NodeId, UnixMillis};
 
 use super::drain::state::Drains;
 use super::facts::Facts;
-use super::headroom::state::HeadroomState;
 use super::manual::state::ManualStarts;
 use super::metrics::Counters;
 use super::migration::state::Migrations;
-use super::node_services::state::NodeServiceState;
 use super::notification::Notification;
 use super::outbox::{Outbox, Pending};
 use super::protocol::{CommandError, CommandId, Input, RequestId, Rpc, Step};
-use super::schedule::state::Schedules;
 use super::settings::ValidSettings;
-use super::spares::state::SpareState;
+use super::subsystem::{Pass, Subsystems};
 use super::succession::state::Inheritance;
 use super::view_cache::ViewCache;
 
@@ -49,20 +46,15 @@ pub struct AutoManagerCore {
     pub(super) revision: u64,
     /// The placement view kept between rounds (built at hydration).
     pub(super) view_cache: Option<ViewCache>,
-    /// The hot-spare reconciler's own state.
-    pub(super) spares: SpareState,
-    /// Where node services are placed.
-    pub(super) node_services: NodeServiceState,
+    /// The subsystems behind one interface: schedules, hot spares, node
+    /// services, headroom (see `subsystem`).
+    pub(super) subsystems: Subsystems,
     /// Drains and interruption notices.
     pub(super) drains: Drains,
     /// Migrations in flight and the most recent ended ones.
     pub(super) migrations: Migrations,
-    /// Scheduled bundles: phases seen, completions at the end.
-    pub(super) schedules: Schedules,
     /// Manual jobs' wanted state and the calls bringing Manager to it.
     pub(super) manual: ManualStarts,
-    /// Resilience headroom, kept up to date with the fleet.
-    pub(super) headroom: HeadroomState,
     /// What a disposed predecessor left this core, taken up at hydration
     /// (see [`AutoManagerCore::succeeding`]).
     pub(super) inherited: Inheritance,
@@ -95,13 +87,10 @@ impl AutoManagerCore {
             counters: Counters::default(),
             revision: 0,
             view_cache: None,
-            spares: SpareState::default(),
-            node_services: NodeServiceState::default(),
+            subsystems: Subsystems::default(),
             drains: Drains::default(),
             migrations: Migrations::default(),
-            schedules: Schedules::default(),
             manual: ManualStarts::default(),
-            headroom: Default::default(),
             inherited: Inheritance::default(),
             outbox: Outbox::default(),
             manager: crate::model::manager::Capabilities::all_served(),
@@ -126,13 +115,14 @@ impl AutoManagerCore {
             self.prepare_drains(now);
             self.expire(now);
             self.saga().step_migrations(now);
-            self.schedules.step(&self.facts, &mut self.outbox, now);
+            self.subsystems
+                .step(Pass::BeforePlacement, &mut self.facts, &mut self.outbox, now);
             self.reconcile_manual(now);
             self.place_ready(now);
-            self.spares.reconcile(&mut self.facts, &mut self.outbox, now);
-            self.node_services.place(&self.facts, &mut self.outbox, now);
+            self.subsystems
+                .step(Pass::AfterPlacement, &mut self.facts, &mut self.outbox, now);
             self.follow_drains();
-            self.headroom.step(&self.facts, &mut self.outbox, now);
+            self.subsystems.step(Pass::Last, &mut self.facts, &mut self.outbox, now);
         }
         Step {
             actions: self.outbox.take_actions(),
@@ -149,7 +139,7 @@ impl AutoManagerCore {
         }
         match input {
             Input::Event(event) => {
-                self.spares.observe(&event, now);
+                self.subsystems.observe(&event, now);
                 self.apply_event(*event, now)
             }
             Input::Command { id, command } => self.command(id, command, now),

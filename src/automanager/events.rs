@@ -99,7 +99,7 @@ impl AutoManagerCore {
             ManagerEvent::BundleDeleted(bundle_id) => {
                 self.revive(&bundle_id);
                 self.manual.forget(&bundle_id);
-                self.schedules.forget(&bundle_id);
+                self.subsystems.schedules.forget(&bundle_id);
                 self.facts.bundles.remove(&bundle_id);
                 self.notify(Notification::BundleDeleted { bundle_id });
             }
@@ -564,7 +564,8 @@ impl AutoManagerCore {
 
     pub(super) fn job_deleted(&mut self, job_id: JobId, now: UnixMillis) {
         self.saga().migration_job_ended(&job_id, "the job was deleted", now);
-        self.node_services
+        self.subsystems
+            .node_services
             .job_changed(self.facts.settings(), &job_id, None, &mut self.outbox, now);
         if let Some(record) = self.facts.jobs.remove(&job_id)
             && let Some(binding) = record.binding
@@ -581,7 +582,7 @@ impl AutoManagerCore {
         let Some(bundle_ref) = job.bundle_ref.clone() else {
             // Plain Manager jobs are not this core's to place, a node
             // service's excepted.
-            return self.node_services.job_changed(
+            return self.subsystems.node_services.job_changed(
                 self.facts.settings(),
                 &job.job_id,
                 Some(&job),

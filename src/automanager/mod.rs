@@ -106,6 +106,7 @@ pub mod runtime;
 pub mod schedule;
 pub mod settings;
 pub mod spares;
+mod subsystem;
 mod succession;
 #[cfg(test)]
 pub(crate) mod testing;

@@ -62,13 +62,29 @@ pub(super) enum Pending {
     Toggle(JobId),
     /// The `StopJob` of a manual job that is no longer wanted.
     ManualStop(JobId),
+    /// A call of a subsystem, answered to it alone.
+    Subsystem(SubsystemCall),
+}
+
+/// A subsystem's call, by subsystem: one variant per subsystem listed in
+/// `subsystem::subsystems!`, holding its `Subsystem::Call`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum SubsystemCall {
     /// The `CompleteJob` of a job whose bundle's schedule ended.
-    Complete(JobId),
+    Schedule(JobId),
     /// A hot-spare reconciler RPC.
     Spare(SpareRequest),
     /// A node-service placement RPC.
     NodeService(ServiceRequest),
+    /// Headroom makes no calls: the variant exists so that every
+    /// subsystem has one, and no value of it can.
+    #[expect(dead_code, reason = "NoCall has no values")]
+    Headroom(NoCall),
 }
+
+/// The call type of a subsystem that makes no calls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum NoCall {}
 
 /// What the core sends out: Manager calls, each kept with what it was for
 /// until its answer comes back, notifications and command replies, in the

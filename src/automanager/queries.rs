@@ -7,8 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::model::{
     Bundle, BundleId, BundleSpec, BundleState, FleetNode, FleetSnapshot, InstanceKey, JobId, JobPhase, JobState,
-    NodeId, NodeInventory, NodePhase, PlacedJob, ProviderKind, SchedulePhase, UnixMillis, tags,
+    NodeId, NodeInventory, NodePhase, PlacedJob, ProviderKind, SchedulePhase, SpareSpec, UnixMillis, tags,
 };
+use crate::placement::headroom::HeadroomReport;
 use crate::placement::{
     Admission, BundleValidation, FleetError, FleetView, Placement, PlacementError, Pools, place_dry_run,
     validate_bundle, validate_bundle_admission,
@@ -19,7 +20,11 @@ use super::core::AutoManagerCore;
 use super::facts::Facts;
 use super::fleet::Fleet;
 use super::metrics::{Metrics, PoolGauge, PoolUsage, TierUsage};
+use super::node_services::state::ServicePhase;
+use super::schedule::state::ScheduleView;
 use super::settings::AutoSettings;
+use super::spares::commands::spare_spec;
+use super::spares::state::HotSpareStatus;
 use super::view_cache::{ViewCache, placed_jobs};
 
 impl AutoManagerCore {
@@ -167,7 +172,7 @@ impl AutoManagerCore {
             counters: self.counters.clone(),
             pools,
             broken_bundle_ids: self.facts.broken.keys().cloned().collect(),
-            headroom: self.headroom.gauges(),
+            headroom: self.subsystems.headroom.gauges(),
         }
     }
 
@@ -423,5 +428,41 @@ impl Facts {
         self.jobs
             .values()
             .any(|r| r.migration_target().is_some_and(|t| &t.node_id == node))
+    }
+}
+
+impl AutoManagerCore {
+    /// The schedule of `bundle_id` at `now`, if it has one.
+    pub fn schedule_view(&self, bundle_id: &BundleId, now: UnixMillis) -> Option<ScheduleView> {
+        self.facts.schedule_view(bundle_id, now)
+    }
+
+    /// Where each node service stands, per node.
+    pub fn node_service_placements(&self) -> impl Iterator<Item = (&str, &NodeId, ServicePhase)> {
+        self.subsystems.node_services.placements()
+    }
+
+    /// The last headroom report, once one was computed.
+    pub fn headroom(&self) -> Option<&HeadroomReport> {
+        self.subsystems.headroom.report()
+    }
+
+    /// How many headroom recomputes ran: all, and the zone and provider
+    /// refreshes among them.
+    pub fn headroom_recomputes(&self) -> (u64, u64) {
+        self.subsystems.headroom.recomputes()
+    }
+
+    /// Per `hotSpares[]` entry: its live and provisioning spares, its
+    /// target, the last underflow and any provision backoff (what a
+    /// `HotSparePolicy` status shows).
+    pub fn hot_spare_status(&self) -> Vec<HotSpareStatus> {
+        self.subsystems.spares.status(&self.facts)
+    }
+
+    /// `spareSpec(nodeId)`: what a live spare is warmed and reserved for;
+    /// `None` for a node that is not an unconsumed spare.
+    pub fn spare_spec(&self, node_id: &NodeId) -> Option<SpareSpec> {
+        spare_spec(&self.facts, node_id)
     }
 }

@@ -32,13 +32,10 @@ impl AutoManagerCore {
         });
         jobs.chain(nodes.flatten())
             .chain(self.facts.placed_with.holds())
-            .chain(self.spares.deadline(self.facts.settings()))
-            .chain(self.node_services.deadline())
+            .chain(self.subsystems.next_deadline(facts, now))
             .chain(self.drains.next_deadline())
             .chain(self.migrations.next_deadline())
-            .chain(self.schedules.deadlines(facts, now))
             .chain(self.manual.deadline(now))
-            .chain(self.headroom.deadline())
             .min()
             .map(|at| at.max(now))
     }

@@ -23,29 +23,31 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::model::{BundleId, BundleSpec, JobId, UnixMillis};
 use crate::placement::headroom::{DomainKind, HeadroomReport, KindSummary};
 
-use super::core::AutoManagerCore;
 use super::facts::Facts;
 use super::metrics::HeadroomGauge;
 use super::notification::Notification;
-use super::outbox::Outbox;
+use super::outbox::{NoCall, Outbox};
+use super::protocol::RpcFailure;
+use super::subsystem::{Pass, Subsystem};
 use super::view_cache::placed_jobs;
 use state::{Fingerprint, HeadroomState};
 
-impl AutoManagerCore {
-    pub fn headroom(&self) -> Option<&HeadroomReport> {
-        self.headroom.report.as_ref()
-    }
-
-    pub fn headroom_recomputes(&self) -> (u64, u64) {
-        (self.headroom.recomputes, self.headroom.wide_recomputes)
-    }
-}
-
 impl HeadroomState {
+    /// The last report, once one was computed.
+    pub(in crate::automanager) fn report(&self) -> Option<&HeadroomReport> {
+        self.report.as_ref()
+    }
+
+    /// How many recomputes ran: all, and those that refreshed the zone and
+    /// provider verdicts.
+    pub(in crate::automanager) fn recomputes(&self) -> (u64, u64) {
+        (self.recomputes, self.wide_recomputes)
+    }
+
     /// Recomputes the verdicts when what they read changed and the
     /// debounce has run out (or the zone and provider refresh is due), and
     /// notifies the verdicts that changed.
-    pub(in crate::automanager) fn step(&mut self, facts: &Facts, outbox: &mut Outbox, now: UnixMillis) {
+    fn recompute_when_due(&mut self, facts: &Facts, outbox: &mut Outbox, now: UnixMillis) {
         if !facts.settings().experimental.headroom {
             return;
         }
@@ -165,7 +167,7 @@ impl HeadroomState {
 
     /// When a recompute is next due: the debounce of the pending change,
     /// or the zone and provider refresh.
-    pub(in crate::automanager) fn deadline(&self) -> Option<UnixMillis> {
+    fn deadline(&self) -> Option<UnixMillis> {
         let nodes = self
             .pending
             .map(|(first, last)| (last + HEADROOM_DEBOUNCE_MS).min(first + HEADROOM_MAX_WAIT_MS));
@@ -226,4 +228,28 @@ fn summaries(report: &HeadroomReport) -> Vec<(Option<String>, KindSummary)> {
         .iter()
         .flat_map(|p| p.kinds.iter().map(move |k| (Some(p.pool.clone()), k.clone())));
     fleet.chain(pools).collect()
+}
+
+impl Subsystem for HeadroomState {
+    type Call = NoCall;
+    const PASS: Pass = Pass::Last;
+
+    fn answered(
+        &mut self,
+        call: NoCall,
+        _result: Result<(), RpcFailure>,
+        _facts: &mut Facts,
+        _outbox: &mut Outbox,
+        _now: UnixMillis,
+    ) {
+        match call {}
+    }
+
+    fn step(&mut self, facts: &mut Facts, outbox: &mut Outbox, now: UnixMillis) {
+        self.recompute_when_due(facts, outbox, now);
+    }
+
+    fn next_deadline(&self, _facts: &Facts, _now: UnixMillis) -> Option<UnixMillis> {
+        self.deadline()
+    }
 }

@@ -29,20 +29,13 @@ use std::collections::BTreeMap;
 
 use crate::model::{InstanceKey, JobHistoryEntry, JobId, NodeId, NodePhase, RuntimeJob, Slot, UnixMillis, tags};
 
-use super::core::AutoManagerCore;
 use super::facts::Facts;
 use super::notification::Notification;
-use super::outbox::{Outbox, Pending};
+use super::outbox::{Outbox, Pending, SubsystemCall};
 use super::protocol::{Rpc, RpcFailure, RpcFailureKind};
 use super::settings::AutoSettings;
+use super::subsystem::{Pass, Subsystem};
 use state::{NodeServiceState, ServiceRequest};
-
-impl AutoManagerCore {
-    /// Where each node service stands, per node.
-    pub fn node_service_placements(&self) -> impl Iterator<Item = (&str, &NodeId, ServicePhase)> {
-        self.node_services.placements()
-    }
-}
 
 impl NodeServiceState {
     /// Where each service stands, per node.
@@ -54,7 +47,7 @@ impl NodeServiceState {
 
     /// Places every service on every running node it applies to and is not
     /// on yet, and forgets the nodes that are gone.
-    pub(in crate::automanager) fn place(&mut self, facts: &Facts, outbox: &mut Outbox, now: UnixMillis) {
+    fn place(&mut self, facts: &Facts, outbox: &mut Outbox, now: UnixMillis) {
         let retry_due = self.deadline().is_some_and(|at| at <= now);
         if facts.settings().node_services.is_empty() || (self.seen_epoch == Some(facts.capacity_epoch()) && !retry_due)
         {
@@ -98,16 +91,16 @@ impl NodeServiceState {
                     template: service.template.clone(),
                     tags: job_tags,
                 },
-                Pending::NodeService(ServiceRequest::Create {
+                Pending::Subsystem(SubsystemCall::NodeService(ServiceRequest::Create {
                     service: service.name,
                     node_id,
-                }),
+                })),
             );
         }
     }
 
     /// When a failed service placement is next tried.
-    pub(in crate::automanager) fn deadline(&self) -> Option<UnixMillis> {
+    fn deadline(&self) -> Option<UnixMillis> {
         self.placements
             .values()
             .filter_map(|p| match p {
@@ -119,7 +112,7 @@ impl NodeServiceState {
 
     /// The result of a node-service RPC: a created job is started on its
     /// node; a failure is tried again after `NODE_SERVICE_RETRY_BACKOFF_MS`.
-    pub(in crate::automanager) fn rpc_result(
+    fn rpc_result(
         &mut self,
         request: ServiceRequest,
         result: Result<(), RpcFailure>,
@@ -153,10 +146,10 @@ impl NodeServiceState {
                         node_id: node_id.clone(),
                         gpu_index: None,
                     },
-                    Pending::NodeService(ServiceRequest::Start {
+                    Pending::Subsystem(SubsystemCall::NodeService(ServiceRequest::Start {
                         service,
                         node_id: node_id.clone(),
-                    }),
+                    })),
                 );
                 ServicePhase::Starting
             }
@@ -218,5 +211,29 @@ impl NodeServiceState {
             let key = (service.name.clone(), NodeId::from(node));
             self.placements.contains_key(&key).then_some(key)
         })
+    }
+}
+
+impl Subsystem for NodeServiceState {
+    type Call = ServiceRequest;
+    const PASS: Pass = Pass::AfterPlacement;
+
+    fn answered(
+        &mut self,
+        request: ServiceRequest,
+        result: Result<(), RpcFailure>,
+        _facts: &mut Facts,
+        outbox: &mut Outbox,
+        now: UnixMillis,
+    ) {
+        self.rpc_result(request, result, outbox, now);
+    }
+
+    fn step(&mut self, facts: &mut Facts, outbox: &mut Outbox, now: UnixMillis) {
+        self.place(facts, outbox, now);
+    }
+
+    fn next_deadline(&self, _facts: &Facts, _now: UnixMillis) -> Option<UnixMillis> {
+        self.deadline()
     }
 }

@@ -36,19 +36,12 @@ use std::collections::BTreeMap;
 
 use crate::model::{Bundle, BundleId, BundleState, JobId, JobState, SchedulePhase, UnixMillis};
 
-use super::core::AutoManagerCore;
 use super::facts::Facts;
 use super::notification::Notification;
-use super::outbox::{Outbox, Pending};
+use super::outbox::{Outbox, Pending, SubsystemCall};
 use super::protocol::{Rpc, RpcFailure, RpcFailureKind};
+use super::subsystem::{Pass, Subsystem};
 use state::Schedules;
-
-impl AutoManagerCore {
-    /// The schedule of `bundle_id` at `now`, if it has one.
-    pub fn schedule_view(&self, bundle_id: &BundleId, now: UnixMillis) -> Option<ScheduleView> {
-        self.facts.schedule_view(bundle_id, now)
-    }
-}
 
 impl Facts {
     /// The placement lead of a replica: the largest `placementLeadMs` of
@@ -102,7 +95,7 @@ impl Facts {
 impl Schedules {
     /// Notifies phase changes and completes the jobs of every bundle whose
     /// schedule has ended.
-    pub(in crate::automanager) fn step(&mut self, facts: &Facts, outbox: &mut Outbox, now: UnixMillis) {
+    fn follow(&mut self, facts: &Facts, outbox: &mut Outbox, now: UnixMillis) {
         let scheduled = facts
             .bundles
             .values()
@@ -148,7 +141,10 @@ impl Schedules {
             .collect();
         for job_id in due {
             self.completions.insert(job_id.clone(), None);
-            outbox.call(Rpc::CompleteJob { job_id: job_id.clone() }, Pending::Complete(job_id));
+            outbox.call(
+                Rpc::CompleteJob { job_id: job_id.clone() },
+                Pending::Subsystem(SubsystemCall::Schedule(job_id)),
+            );
         }
     }
 
@@ -195,5 +191,34 @@ impl Schedules {
             .filter_map(|answered| answered.map(|at| at + COMPLETE_RETRY_MS))
             .filter(move |&at| at > now);
         transitions.chain(retries)
+    }
+}
+
+impl Subsystem for Schedules {
+    /// The job a `CompleteJob` ends.
+    type Call = JobId;
+    const PASS: Pass = Pass::BeforePlacement;
+
+    fn answered(
+        &mut self,
+        job_id: JobId,
+        result: Result<(), RpcFailure>,
+        _facts: &mut Facts,
+        outbox: &mut Outbox,
+        now: UnixMillis,
+    ) {
+        self.complete_result(&job_id, result, outbox, now);
+    }
+
+    fn step(&mut self, facts: &mut Facts, outbox: &mut Outbox, now: UnixMillis) {
+        self.follow(facts, outbox, now);
+    }
+
+    fn next_deadline(&self, facts: &Facts, now: UnixMillis) -> Option<UnixMillis> {
+        self.deadlines(facts, now).min()
+    }
+
+    fn carried(&self) -> Self {
+        Schedules::carried_from(self)
     }
 }

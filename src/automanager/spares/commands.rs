@@ -8,38 +8,41 @@
 
 use std::collections::BTreeMap;
 
-use crate::automanager::core::AutoManagerCore;
+use crate::automanager::facts::Facts;
+use crate::automanager::outbox::Outbox;
 use crate::automanager::protocol::CommandError;
 use crate::automanager::settings::{AutoSettingsErrorCode, AutoSettingsIssue};
 use crate::model::{HotSpareSpec, NodeId, SpareSpec};
 
 use super::diff::{HotSpareChange, HotSpareSpecsDiff, hot_spare_diff};
-use super::state::is_spare_tagged;
+use super::state::{SpareState, is_spare_tagged};
 
-impl AutoManagerCore {
-    /// `spareSpec(nodeId)`: what a live spare is warmed and reserved for;
-    /// `None` for a node that is not an unconsumed spare.
-    pub fn spare_spec(&self, node_id: &NodeId) -> Option<SpareSpec> {
-        let node = self.facts.fleet.get(node_id)?;
-        (is_spare_tagged(node) && !node.is_going() && !node.terminated).then(|| SpareSpec::from_tags(&node.tags))
-    }
+/// `spareSpec(nodeId)`: what a live spare is warmed and reserved for;
+/// `None` for a node that is not an unconsumed spare.
+pub(in crate::automanager) fn spare_spec(facts: &Facts, node_id: &NodeId) -> Option<SpareSpec> {
+    let node = facts.fleet.get(node_id)?;
+    (is_spare_tagged(node) && !node.is_going() && !node.terminated).then(|| SpareSpec::from_tags(&node.tags))
+}
 
+impl SpareState {
     /// `updateHotSpareNode`: edits one live spare's `SpareSpec`, written to
     /// its tags (only the fields that changed).
-    pub(in super::super) fn update_hot_spare_node(
-        &mut self,
+    pub(in crate::automanager) fn update_node(
+        &self,
+        facts: &mut Facts,
+        outbox: &mut Outbox,
         node_id: &NodeId,
         spec: &SpareSpec,
     ) -> Result<(), CommandError> {
-        let Some(node) = self.facts.fleet.get(node_id) else {
+        let Some(node) = facts.fleet.get(node_id) else {
             return Err(CommandError::UnknownNode(node_id.clone()));
         };
-        let bound = self.facts.jobs.values().any(|r| r.is_bound_to(node_id));
+        let bound = facts.jobs.values().any(|r| r.is_bound_to(node_id));
         if !is_spare_tagged(node) || node.is_going() || node.terminated || bound {
             return Err(CommandError::NotASpare(node_id.clone()));
         }
         let before = SpareSpec::from_tags(&node.tags);
-        self.write_spare_spec(node_id, &before, spec);
+        write_spare_spec(facts, outbox, node_id, &before, spec);
         Ok(())
     }
 
@@ -48,11 +51,13 @@ impl AutoManagerCore {
     /// every pool known) and rejected whole; otherwise the reconciler
     /// converges on it in this very step and the diff, keyed by pool, is
     /// returned.
-    pub(in super::super) fn update_hot_spare_specs(
+    pub(in crate::automanager) fn update_specs(
         &mut self,
+        facts: &mut Facts,
+        outbox: &mut Outbox,
         specs: Vec<HotSpareSpec>,
     ) -> Result<HotSpareSpecsDiff, CommandError> {
-        if let Err(refused) = self.facts.pools().validate_hot_spares(&specs) {
+        if let Err(refused) = facts.pools().validate_hot_spares(&specs) {
             let errors = refused
                 .errors
                 .into_iter()
@@ -64,47 +69,46 @@ impl AutoManagerCore {
                 .collect();
             return Err(CommandError::InvalidSettings { errors });
         }
-        let diff = hot_spare_diff(&self.facts.settings().hot_spares, &specs);
+        let diff = hot_spare_diff(&facts.settings().hot_spares, &specs);
         for (pool, change) in &diff {
             // A changed entry converges at once, not after an old backoff.
-            self.spares.backoff.remove(pool);
-            self.spares.underflow.remove(pool);
+            self.backoff.remove(pool);
+            self.underflow.remove(pool);
             // Before hydration (a standby, or a core still waiting for its
             // snapshot) the list is only adopted: the live spares are not
             // all known yet, and those of a standby are the leader's to
             // re-tag.
-            if self.facts.hydrated
+            if facts.hydrated
                 && let HotSpareChange::Changed { before, after, .. } = change
             {
-                let facts = &self.facts;
                 let accepted = facts.accepted_nodes();
                 let live: Vec<NodeId> = facts.unconsumed_spares(pool, &accepted).map(|n| n.id.clone()).collect();
                 for node_id in live {
-                    self.write_spare_spec(&node_id, &before.spare_spec(), &after.spare_spec());
+                    write_spare_spec(facts, outbox, &node_id, &before.spare_spec(), &after.spare_spec());
                 }
             }
         }
-        self.facts.placed_with.set_hot_spares(specs);
-        self.spares.forced = true;
+        facts.placed_with.set_hot_spares(specs);
+        self.forced = true;
         Ok(diff)
     }
+}
 
-    /// Writes the fields of `after` that differ from `before` to a spare's
-    /// tags, here at once (placement reads them) and on Manager.
-    fn write_spare_spec(&mut self, node_id: &NodeId, before: &SpareSpec, after: &SpareSpec) {
-        let (mut set, mut remove) = (BTreeMap::new(), Vec::new());
-        for ((name, old), (_, new)) in before.tag_values().into_iter().zip(after.tag_values()) {
-            match new {
-                _ if old == new => {}
-                Some(value) => {
-                    set.insert(name.to_owned(), value);
-                }
-                None => remove.push(name.to_owned()),
+/// Writes the fields of `after` that differ from `before` to a spare's
+/// tags, here at once (placement reads them) and on Manager.
+fn write_spare_spec(facts: &mut Facts, outbox: &mut Outbox, node_id: &NodeId, before: &SpareSpec, after: &SpareSpec) {
+    let (mut set, mut remove) = (BTreeMap::new(), Vec::new());
+    for ((name, old), (_, new)) in before.tag_values().into_iter().zip(after.tag_values()) {
+        match new {
+            _ if old == new => {}
+            Some(value) => {
+                set.insert(name.to_owned(), value);
             }
+            None => remove.push(name.to_owned()),
         }
-        if set.is_empty() && remove.is_empty() {
-            return;
-        }
-        super::update_tags(&mut self.facts, &mut self.outbox, node_id, set, remove);
     }
+    if set.is_empty() && remove.is_empty() {
+        return;
+    }
+    super::update_tags(facts, outbox, node_id, set, remove);
 }

@@ -35,20 +35,20 @@ pub(super) mod state;
 pub use super::settings::DEFAULT_HOT_SPARE_RECONCILE_INTERVAL_MS;
 pub use state::{HotSpareStatus, SPARE_PROVISION_RETRY_BACKOFF_MS};
 
-mod commands;
+pub(super) mod commands;
 pub(super) mod diff;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use crate::model::{HotSpareSpec, ManagerEvent, NodeId, PlacementTier, SpareSpec, UnixMillis, tags};
 
-use super::core::AutoManagerCore;
 use super::facts::Facts;
 use super::fleet::{NodeState, Provisioned, provisioned_tags};
 use super::notification::Notification;
-use super::outbox::{Outbox, Pending};
+use super::outbox::{Outbox, Pending, SubsystemCall};
 use super::protocol::{Rpc, RpcFailure};
 use super::settings::AutoSettings;
+use super::subsystem::{Pass, Subsystem};
 use state::{SPARE_TAGS, SpareCount, SpareRequest, SpareState, is_spare_tagged};
 
 pub use diff::{HotSpareChange, HotSpareField, HotSpareSpecsDiff, hot_spare_diff};
@@ -155,7 +155,7 @@ impl Facts {
 impl SpareState {
     /// Notes what the reconciler learns from Manager's events: when a node
     /// was last active, and how its image pulls settled.
-    pub(super) fn observe(&mut self, event: &ManagerEvent, now: UnixMillis) {
+    fn note(&mut self, event: &ManagerEvent, now: UnixMillis) {
         match event {
             ManagerEvent::NodeStarting(info)
             | ManagerEvent::NodeStarted(info)
@@ -210,13 +210,13 @@ impl SpareState {
 
     /// When the reconciler next needs a step: its tick (while any pool has
     /// an entry) and the end of each provision backoff.
-    pub(super) fn deadline(&self, settings: &AutoSettings) -> Option<UnixMillis> {
+    fn deadline(&self, settings: &AutoSettings) -> Option<UnixMillis> {
         let tick = self.next_tick.filter(|_| !settings.hot_spares.is_empty());
         tick.into_iter().chain(self.backoff.values().copied()).min()
     }
 
     /// One reconciler pass, when one is due (see the module docs).
-    pub(super) fn reconcile(&mut self, facts: &mut Facts, outbox: &mut Outbox, now: UnixMillis) {
+    fn reconcile(&mut self, facts: &mut Facts, outbox: &mut Outbox, now: UnixMillis) {
         let configured = !facts.settings().hot_spares.is_empty();
         let tick = configured && self.next_tick.is_none_or(|at| at <= now);
         let backoff_ended = self.backoff.values().any(|&until| until <= now);
@@ -388,10 +388,10 @@ impl SpareState {
         self.activity.insert(node_id.clone(), now);
         outbox.call(
             rpc,
-            Pending::Spare(SpareRequest::Provision {
+            Pending::Subsystem(SubsystemCall::Spare(SpareRequest::Provision {
                 node_id,
                 pool: entry.pool.clone(),
-            }),
+            })),
         );
     }
 
@@ -465,13 +465,13 @@ impl SpareState {
                     node_id: node_id.clone(),
                     images: images.clone(),
                 },
-                Pending::Spare(SpareRequest::Prefetch { node_id, images }),
+                Pending::Subsystem(SubsystemCall::Spare(SpareRequest::Prefetch { node_id, images })),
             );
         }
     }
 
     /// The result of a reconciler RPC.
-    pub(super) fn rpc_result(
+    fn rpc_result(
         &mut self,
         facts: &mut Facts,
         outbox: &mut Outbox,
@@ -554,17 +554,40 @@ pub(super) fn update_tags(
             set,
             remove,
         },
-        Pending::Spare(SpareRequest::Tags {
+        Pending::Subsystem(SubsystemCall::Spare(SpareRequest::Tags {
             node_id: node_id.clone(),
-        }),
+        })),
     );
 }
 
-impl AutoManagerCore {
-    /// Per `hotSpares[]` entry: its live and provisioning spares, its
-    /// target, the last underflow and any provision backoff (what a
-    /// `HotSparePolicy` status shows).
-    pub fn hot_spare_status(&self) -> Vec<HotSpareStatus> {
-        self.spares.status(&self.facts)
+impl Subsystem for SpareState {
+    type Call = SpareRequest;
+    const PASS: Pass = Pass::AfterPlacement;
+
+    fn observe(&mut self, event: &ManagerEvent, now: UnixMillis) {
+        self.note(event, now);
+    }
+
+    fn answered(
+        &mut self,
+        request: SpareRequest,
+        result: Result<(), RpcFailure>,
+        facts: &mut Facts,
+        outbox: &mut Outbox,
+        now: UnixMillis,
+    ) {
+        self.rpc_result(facts, outbox, request, result, now);
+    }
+
+    fn step(&mut self, facts: &mut Facts, outbox: &mut Outbox, now: UnixMillis) {
+        self.reconcile(facts, outbox, now);
+    }
+
+    fn next_deadline(&self, facts: &Facts, _now: UnixMillis) -> Option<UnixMillis> {
+        self.deadline(facts.settings())
+    }
+
+    fn carried(&self) -> Self {
+        SpareState::carried_from(self)
     }
 }

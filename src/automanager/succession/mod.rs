@@ -16,12 +16,11 @@ use crate::automanager::drain::state::Drains;
 use crate::automanager::history::live_instances;
 use crate::automanager::manual::state::ManualStarts;
 use crate::automanager::migration::state::{MigrationCall, Migrations};
-use crate::automanager::outbox::Pending;
+use crate::automanager::outbox::{Pending, SubsystemCall};
 use crate::automanager::protocol::RequestId;
 use crate::automanager::recovery::{counts_for_restarts, replay_restart};
-use crate::automanager::schedule::state::Schedules;
 use crate::automanager::settings::ValidSettings;
-use crate::automanager::spares::state::{SpareRequest, SpareState};
+use crate::automanager::spares::state::SpareRequest;
 use crate::model::{Bundle, BundleId, InstanceKey, JobId, MigrationPhase, NodeId, UnixMillis};
 
 use self::state::{CarriedJob, InheritedStart, NodeMarks};
@@ -58,7 +57,6 @@ impl AutoManagerCore {
         core.facts.node_ids = previous.facts.node_ids.clone();
         core.unheard_creates = previous.unheard_creates.clone();
         core.drains = Drains::carried_from(&previous.drains, &previous.facts.fleet);
-        core.schedules = Schedules::carried_from(&previous.schedules);
         core.manual = ManualStarts::carried_from(&previous.manual);
         core.migrations = Migrations::carried_from(&previous.migrations);
         core.inherited.migrating = previous
@@ -71,7 +69,7 @@ impl AutoManagerCore {
         core.carry_calls(previous);
         core.carry_node_marks(previous);
         core.carry_job_outcomes(previous);
-        core.spares = SpareState::carried_from(&previous.spares);
+        core.subsystems = previous.subsystems.carried();
         core
     }
 
@@ -103,7 +101,7 @@ impl AutoManagerCore {
                 Pending::Command { .. }
                 | Pending::Toggle(_)
                 | Pending::CreateNode { .. }
-                | Pending::Spare(SpareRequest::Provision { .. })
+                | Pending::Subsystem(SubsystemCall::Spare(SpareRequest::Provision { .. }))
                 | Pending::TerminateNode(_) => {}
                 Pending::Migration { migration_id, call } => {
                     // A stop of a migration's source or target still on its
