@@ -488,10 +488,7 @@ impl AutoManagerCore {
             .filter(|(job_id, key, node)| {
                 self.facts.fleet.get(node).is_some_and(|n| !n.is_going())
                     && !self.migrations.is_migration_instance(key)
-                    && !self
-                        .inherited
-                        .undoing
-                        .contains(&(job_id.clone(), key.clone(), node.clone()))
+                    && !self.inherited.undoes(job_id, key, node)
             })
             .collect();
         for (job_id, key, node) in strays {
@@ -612,13 +609,12 @@ impl AutoManagerCore {
         // on Manager before this core heard of it — on a Manager without a
         // bundle store, a Bundle applied after the snapshot whose jobs
         // already run.
-        let first_heard = self.facts.jobs.get(&job_id).is_none() && !self.inherited.migrating.contains_key(&job_id);
+        let first_heard = self.facts.jobs.get(&job_id).is_none() && !self.inherited.migrating(&job_id);
         // A predecessor's job with a migration in flight carries on from
         // the record it left.
         let mut record = self.facts.jobs.get_or_insert_with(&job_id, || {
             self.inherited
-                .migrating
-                .remove(&job_id)
+                .take_migrating(&job_id)
                 .unwrap_or_else(|| JobRecord::new(job.clone(), bundle_ref))
         });
         if job.history.len() < record.history_seen {
@@ -808,10 +804,7 @@ impl AutoManagerCore {
         let adoptable = !prepared_target
             && self.facts.fleet.get(&node_id).is_some_and(|n| !n.is_going())
             && !self.migrations.is_rolled_back_target(&role)
-            && !self
-                .inherited
-                .undoing
-                .contains(&(job_id.clone(), role.clone(), node_id.clone()));
+            && !self.inherited.undoes(job_id, &role, &node_id);
         let Some(mut record) = self.facts.jobs.get_mut(job_id) else {
             return;
         };

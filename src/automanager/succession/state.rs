@@ -15,27 +15,46 @@ use crate::model::{BundleId, InstanceKey, JobId, NodeId};
 #[derive(Clone, Debug, Default)]
 pub(in crate::automanager) struct Inheritance {
     /// Starts (and the stops undoing timed-out ones) still on their way.
-    pub(in crate::automanager) starts: Vec<InheritedStart>,
+    pub(super) starts: Vec<InheritedStart>,
     /// Its own marks on the nodes it knew.
-    pub(in crate::automanager) nodes: BTreeMap<NodeId, NodeMarks>,
+    pub(super) nodes: BTreeMap<NodeId, NodeMarks>,
     /// The records of its jobs with a migration in flight: the saga
     /// carries on, so the job's record (binding, the target's claim, the
     /// history it has applied) does too, and only what Manager's snapshot
     /// adds to the job's history is applied.
-    pub(in crate::automanager) migrating: BTreeMap<JobId, JobRecord>,
+    pub(super) migrating: BTreeMap<JobId, JobRecord>,
     /// Instances (job, key, node) a stop is on its way to (one undoing a
     /// timed-out start, or a migration's stop of its source or target):
     /// Manager's history may show them, but they are going, and never taken
     /// for the job's placement while hydrating.
-    pub(in crate::automanager) undoing: BTreeSet<(JobId, InstanceKey, NodeId)>,
+    pub(super) undoing: BTreeSet<(JobId, InstanceKey, NodeId)>,
     /// What it knew of each job that Manager's history does not say,
     /// for the generation of the bundle it knew.
-    pub(in crate::automanager) jobs: BTreeMap<JobId, CarriedJob>,
+    pub(super) jobs: BTreeMap<JobId, CarriedJob>,
     /// Its broken bundles, each with the generation it was decided for:
     /// announced already (`bundleBroken`), they stand whether or not the
     /// verdict's write reached Manager before the snapshot, until the
     /// bundle is updated or deleted.
-    pub(in crate::automanager) broken: BTreeMap<BundleId, (String, u64)>,
+    pub(super) broken: BTreeMap<BundleId, (String, u64)>,
+}
+
+impl Inheritance {
+    /// Whether a stop of instance `key` of `job_id` on `node_id` was on its
+    /// way when the predecessor was disposed.
+    pub(in crate::automanager) fn undoes(&self, job_id: &JobId, key: &InstanceKey, node_id: &NodeId) -> bool {
+        self.undoing.contains(&(job_id.clone(), key.clone(), node_id.clone()))
+    }
+
+    /// Whether the predecessor left `job_id` with a migration in flight.
+    pub(in crate::automanager) fn migrating(&self, job_id: &JobId) -> bool {
+        self.migrating.contains_key(job_id)
+    }
+
+    /// The record of a job the predecessor left with a migration in
+    /// flight, taken once.
+    pub(in crate::automanager) fn take_migrating(&mut self, job_id: &JobId) -> Option<JobRecord> {
+        self.migrating.remove(job_id)
+    }
 }
 
 /// A start (or a stop undoing one) a successor inherits on its way.
