@@ -13,10 +13,10 @@ use crate::model::{BundleId, BundleState, InstanceKey, JobId, NodeId, NodePhase,
 use super::binding::{AwaitedStop, StopWait, StoppingInstance};
 use super::core::AutoManagerCore;
 use super::notification::Notification;
-use super::outbox::{Pending, SubsystemCall};
+use super::outbox::Pending;
 use super::protocol::{CommandError, RequestId, Rpc, RpcFailure, RpcFailureKind};
 use super::recovery::MIN_RECOVERY_INTERVAL_MS;
-use super::spares::state::{SpareRequest, is_spare_tagged};
+use super::spares::state::is_spare_tagged;
 
 impl AutoManagerCore {
     pub(super) fn rpc_result(&mut self, id: RequestId, result: Result<(), RpcFailure>, now: UnixMillis) {
@@ -86,9 +86,7 @@ impl AutoManagerCore {
     /// any failed provision, and terminated should it appear (see
     /// `terminate_unheard_create`).
     fn settle_create(&mut self, pending: &Pending, result: &Result<(), RpcFailure>) {
-        let (Pending::CreateNode { node_id, .. }
-        | Pending::Subsystem(SubsystemCall::Spare(SpareRequest::Provision { node_id, .. }))) = pending
-        else {
+        let Some(node_id) = pending.created_node() else {
             return;
         };
         match result {
@@ -226,9 +224,7 @@ impl AutoManagerCore {
 
     /// Whether a call creating `node_id` awaits its answer.
     fn creating(&self, node_id: &NodeId) -> bool {
-        self.outbox.pending.values().any(|p| {
-            matches!(p, Pending::CreateNode { node_id: n, .. } | Pending::Subsystem(SubsystemCall::Spare(SpareRequest::Provision { node_id: n, .. })) if n == node_id)
-        })
+        self.outbox.pending.values().any(|p| p.created_node() == Some(node_id))
     }
 
     fn start_result(

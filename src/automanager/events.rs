@@ -609,7 +609,7 @@ impl AutoManagerCore {
         // on Manager before this core heard of it — on a Manager without a
         // bundle store, a Bundle applied after the snapshot whose jobs
         // already run.
-        let first_heard = self.facts.jobs.get(&job_id).is_none() && !self.inherited.migrating(&job_id);
+        let first_heard = self.facts.jobs.get(&job_id).is_none() && !self.inherited.left_migrating(&job_id);
         // A predecessor's job with a migration in flight carries on from
         // the record it left.
         let mut record = self.facts.jobs.get_or_insert_with(&job_id, || {

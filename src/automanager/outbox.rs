@@ -66,6 +66,18 @@ pub(super) enum Pending {
     Subsystem(SubsystemCall),
 }
 
+impl Pending {
+    /// The node this call creates, a job's or a spare's
+    /// `CreateNode`.
+    pub(super) fn created_node(&self) -> Option<&NodeId> {
+        match self {
+            Pending::CreateNode { node_id, .. }
+            | Pending::Subsystem(SubsystemCall::Spare(SpareRequest::Provision { node_id, .. })) => Some(node_id),
+            _ => None,
+        }
+    }
+}
+
 /// A subsystem's call, by subsystem: one variant per subsystem listed in
 /// `subsystem::subsystems!`, holding its `Subsystem::Call`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -218,7 +218,12 @@ impl Subsystem for Schedules {
         self.deadlines(facts, now).min()
     }
 
+    /// The phases seen, so a reconnect does not announce them again;
+    /// calls are not carried.
     fn carried(&self) -> Self {
-        Schedules::carried_from(self)
+        Self {
+            phases: self.phases.clone(),
+            ..Self::default()
+        }
     }
 }

@@ -37,15 +37,6 @@ pub(in crate::automanager) struct Schedules {
 }
 
 impl Schedules {
-    /// What a fresh core after a stream break carries on: the phases seen,
-    /// so a reconnect does not announce them again. Calls are not carried.
-    pub(in crate::automanager) fn carried_from(previous: &Schedules) -> Schedules {
-        Schedules {
-            phases: previous.phases.clone(),
-            completions: BTreeMap::new(),
-        }
-    }
-
     /// The bundle is gone.
     pub(in crate::automanager) fn forget(&mut self, bundle_id: &BundleId) {
         self.phases.remove(bundle_id);

@@ -587,7 +587,12 @@ impl Subsystem for SpareState {
         self.deadline(facts.settings())
     }
 
+    /// How many spares took a job since start stays cumulative across a
+    /// reconnect; the rest is rebuilt.
     fn carried(&self) -> Self {
-        SpareState::carried_from(self)
+        Self {
+            consumed: self.consumed.clone(),
+            ..Self::default()
+        }
     }
 }

@@ -79,17 +79,6 @@ pub(in crate::automanager) struct SpareState {
     pub(super) pulls: BTreeMap<NodeId, Pulls>,
 }
 
-impl SpareState {
-    /// A successor's reconciler state: how many spares took a job since
-    /// start stays cumulative across a reconnect; the rest is rebuilt.
-    pub(in crate::automanager) fn carried_from(previous: &SpareState) -> Self {
-        Self {
-            consumed: previous.consumed.clone(),
-            ..Self::default()
-        }
-    }
-}
-
 /// Whether a node is tagged as a spare.
 pub(in crate::automanager) fn is_spare_tagged(node: &NodeState) -> bool {
     node.tags.get(tags::SPARE).is_some_and(|v| v == "true")

@@ -46,7 +46,7 @@ impl Inheritance {
     }
 
     /// Whether the predecessor left `job_id` with a migration in flight.
-    pub(in crate::automanager) fn migrating(&self, job_id: &JobId) -> bool {
+    pub(in crate::automanager) fn left_migrating(&self, job_id: &JobId) -> bool {
         self.migrating.contains_key(job_id)
     }
 
