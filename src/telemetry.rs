@@ -199,8 +199,6 @@ pub struct OperatorMetrics {
     pub manager_capability: Family<CapabilityLabels, Gauge>,
 }
 
-/// Registers `build_info`: always 1, its labels naming the version and
-/// commit the binary was built from.
 /// Registers each named metric of `$metrics` under its field's name, with
 /// its help text, in the order given (the order `/metrics` lists them in).
 macro_rules! register_fields {
@@ -209,6 +207,8 @@ macro_rules! register_fields {
     };
 }
 
+/// Registers `build_info`: always 1, its labels naming the version and
+/// commit the binary was built from.
 fn register_build_info(registry: &mut Registry) {
     let build_info = Family::<BuildLabels, Gauge>::default();
     build_info
